@@ -1,0 +1,59 @@
+"""Small exceptions that carry a location. The CLI converts them to exit codes; nothing else does.
+
+Exit codes (documented in `infill fill --help` and the README):
+  0 ok, 1 changes needed (--check, or --diff with a change), 2 usage / input error, 123 internal or model error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class InfillError(Exception):
+    """Base class. `message` is one line meant for a human; location fields are optional."""
+
+    message: str
+    path: str | None = None
+    line: int | None = None  # 1-based
+    column: int | None = None  # 1-based, in characters
+
+    exit_code = 123
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        where = ""
+        if self.path is not None:
+            where = self.path
+            if self.line is not None:
+                where += f":{self.line}"
+                if self.column is not None:
+                    where += f":{self.column}"
+            where += ": "
+        return f"{where}{self.message}"
+
+
+class InputError(InfillError):
+    """The user's input is unusable: bad file, bad span, marker not found, bad flag combination."""
+
+    exit_code = 2
+
+
+class ModelError(InfillError):
+    """A model folder is missing or corrupt, or a backend failed."""
+
+    exit_code = 123
+
+
+class DecodeError(InfillError):
+    """A decoding problem is malformed (k < 2, no visible token, too long for the model)."""
+
+    exit_code = 2
+
+
+class FileChangedError(InfillError):
+    """The file changed on disk between reading it and writing the result; nothing was written."""
+
+    exit_code = 123

@@ -1,0 +1,60 @@
+"""What decoders need from a model, and nothing more. Decoders never see XLNet or transformers details.
+
+Shapes: N = sequence length, M = masked positions, k = targets in one call, V = vocabulary size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Tokenizer(Protocol):
+    """Exact text <-> ids round trip for the project's byte-level tokenizer (decode(encode(s)) == s)."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+@dataclass(frozen=True)
+class FillProblem:
+    """A sequence in which some positions are masked; the decoder fills them left to right (Eq. 4).
+
+    ids:     (N,) long. Prompt tokens; `mask_id` at every masked position.
+    masked:  (M,) long. Masked positions in ascending order = decoding order.
+    span_of: (M,) long or None. Which span each masked position belongs to. When set together with the model's
+             `pad_id`, decoding a pad ends that span: its remaining positions become pad without forward passes
+             (variable-length fills, issue 4). None disables this (the exactness tests use None).
+    """
+
+    ids: torch.Tensor
+    masked: torch.Tensor
+    span_of: torch.Tensor | None = None
+
+
+class AnySubsetModel(Protocol):
+    """An any-subset autoregressive model (AS-ARM).
+
+    Both methods take the current content `ids` (N,) long: decoded masked positions hold their tokens, undecoded
+    ones hold `mask_id` (verify: drafts are written at the targets). `masked` (M,) long lists masked positions in
+    decoding order; masked[:n] are decoded. `targets` (k,) long are positions, equal to masked[n:n+k].
+    Both return float32 logits (k, V) with the `<mask>` logit already set to -inf, and count one forward pass.
+    """
+
+    vocab_size: int
+    mask_id: int
+    pad_id: int | None  # end-of-fill padding token for variable-length spans, if the model was trained with one
+    bos_id: int | None
+    max_length: int  # longest sequence the model was trained on / supports
+
+    def draft(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
+        """p(x_i | prompt, masked[:n]) independently for each target i: (k, V) logits."""
+        ...
+
+    def verify(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
+        """q(x_i | prompt, masked[:n], drafts at targets before i) for each target i: (k, V) logits (oracle)."""
+        ...

@@ -1,0 +1,57 @@
+"""Model names -> loaded models: the packaged default, a local folder, or an HF cache entry (always offline).
+
+Backends and tests register factories by name (simonw/llm style); tests unregister in `finally`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from infill.config import ModelSpec
+
+ModelKind = Literal["asarm", "blockdiff"]
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to decode, with its tokenizer.
+
+    kind "asarm": `model` implements infill.models.base.AnySubsetModel.
+    kind "blockdiff": `model` is a block-diffusion backend (infill.models.blockdiff).
+    """
+
+    name: str
+    kind: ModelKind
+    model: Any
+    tokenizer: Any  # infill.models.base.Tokenizer
+    info: dict[str, Any] = field(default_factory=dict)  # size, provenance, path, device ...
+
+
+Factory = Callable[[ModelSpec], LoadedModel]
+
+_FACTORIES: dict[str, Factory] = {}
+
+
+def register(name: str, factory: Factory) -> None:
+    """Make `name` loadable. Re-registering a name replaces it."""
+    _FACTORIES[name] = factory
+
+
+def unregister(name: str) -> None:
+    _FACTORIES.pop(name, None)
+
+
+def registered() -> list[str]:
+    return sorted(_FACTORIES)
+
+
+def load(spec: ModelSpec) -> LoadedModel:
+    """Load the model named by `spec.name`: a registered name first, then the folder loaders (see load_folder)."""
+    factory = _FACTORIES.get(spec.name)
+    if factory is not None:
+        return factory(spec)
+    from infill.models.loading import load_by_name  # heavy: imports torch
+
+    return load_by_name(spec)
