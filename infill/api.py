@@ -15,7 +15,7 @@ How a fill is built (the data flow: spans -> masked token sequence -> decoder ->
   [<bos>] + tok(prefix) + [<mask>] * budget_1 + tok(between_1) + ... + [<mask>] * budget_s + tok(suffix).
   The model sees "\\n" line endings (CRLF files are converted back on output).
 * Length policy (token budget per span). `FillOptions.tokens` (--tokens N) wins. Otherwise, when the span
-  replaces real text, its token length plus slack (a quarter, at least 4 tokens; no slack for models without
+  replaces real text, its token length plus slack (a quarter, at least 8 tokens; no slack for models without
   an end-of-fill pad, whose fills always use the whole budget). Otherwise (an insertion point, blank lines
   or a --marker) the selector's default: span 32, marker 32, function 96, class 192, node 64 tokens.
   Models with a pad token end fills early: everything from the first <pad> of a span on is cut.
@@ -141,7 +141,7 @@ def token_budget(span: Span, replaced_tokens: int, replaced: str, options: FillO
         return options.tokens
     if span.placeholder or not replaced.strip():
         return span.default_tokens
-    slack = max(4, replaced_tokens // 4) if has_pad else 0
+    slack = max(8, replaced_tokens // 4) if has_pad else 0
     return replaced_tokens + slack
 
 
@@ -356,9 +356,11 @@ def _candidate_edits(
 def _check_decoder(cfg: DecodeConfig, loaded: LoadedModel) -> None:
     allowed = BLOCKDIFF_DECODERS if loaded.kind == "blockdiff" else ASARM_DECODERS
     if cfg.decoder not in allowed:
-        kind = "a block-diffusion" if loaded.kind == "blockdiff" else "an any-subset (AS-ARM)"
+        needs = "an any-subset (AS-ARM)" if loaded.kind == "blockdiff" else "a block-diffusion"
+        is_kind = "a block-diffusion" if loaded.kind == "blockdiff" else "an any-subset (AS-ARM)"
         raise InputError(
-            f"--decoder {cfg.decoder} does not work with {kind} model; use one of: {', '.join(allowed)}"
+            f"--decoder {cfg.decoder} needs {needs} model, but {loaded.name!r} is {is_kind} model; "
+            f"use one of: {', '.join(allowed)}"
         )
 
 

@@ -115,8 +115,13 @@ def run_fill(
     Never raises for input, model or internal errors: they become an exit code and one stderr line. In filter
     mode stdout is the patched text, or the unchanged input on failure; stderr stays empty unless verbose.
     """
-    req = request if isinstance(request, FillRequest) else FillRequest.from_dict(request)
     out: dict[str, Any] = {"exit_code": EXIT_OK, "stdout": "", "stderr": [], "result": None}
+    try:
+        req = request if isinstance(request, FillRequest) else FillRequest.from_dict(request)
+    except (InfillError, TypeError, KeyError, ValueError) as exc:
+        out["exit_code"] = EXIT_USAGE
+        out["stderr"].append(f"error: bad request: {exc}")
+        return out
     quiet_stderr = req.verbosity < 0 or (req.filter_mode and req.verbosity < 1)
 
     def say(line: str) -> None:
@@ -252,7 +257,7 @@ Select what to fill (any combination; each match is one span):
 
 \b
 Length policy (tokens per span): --tokens N if given; else the replaced text's
-token length plus 25% slack (at least 4; the model ends a fill early with <pad>);
+token length plus 25% slack (at least 8; the model ends a fill early with <pad>);
 for insertions, blank lines and markers: span {DEFAULT_TOKENS["span"]}, marker {DEFAULT_TOKENS["marker"]},
 function {DEFAULT_TOKENS["function"]}, class {DEFAULT_TOKENS["class"]}, node {DEFAULT_TOKENS["node"]}.
 Context beyond the model's length is truncated around the spans (3/4 prefix,
@@ -286,8 +291,8 @@ def _selections(
 
 
 def _binary(name: str) -> BinaryIO:
-    get: Callable[[str], BinaryIO] = getattr(click, "get_binary_stream")  # noqa: B009 (click 8.5 types it `object`)
-    return get(name)
+    stream = sys.stdout if name == "stdout" else sys.stdin
+    return cast(BinaryIO, stream.buffer)
 
 
 def _write_out(stdout: str, stderr: list[str]) -> None:
