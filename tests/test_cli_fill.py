@@ -39,7 +39,7 @@ def write(tmp_path: Path, name: str, content: str | bytes) -> Path:
     return p
 
 
-# --- success paths -------------------------------------------------------------------------------------------
+# --- success paths ------------------------------------------------------------------------------------------
 
 
 def test_in_place_write_keeps_mode(tmp_path: Path, model: str) -> None:
@@ -177,10 +177,16 @@ def test_seed_is_fixed_by_default(tmp_path: Path) -> None:
     outs = set()
     with fake_model([[("a1", 0.5), ("b2", 0.5)]], name="fake-seed"):
         for _ in range(3):
-            doc = json.loads(run([str(p), "--marker", "<FILL>", "--model", "fake-seed", "--format", "json"]).stdout)
+            doc = json.loads(
+                run([str(p), "--marker", "<FILL>", "--model", "fake-seed", "--format", "json"]).stdout
+            )
             outs.add(json.dumps(doc["edits"]))
-        other = {run([str(p), "--marker", "<FILL>", "--model", "fake-seed", "--seed", str(s), "--format", "json"])
-                 .stdout for s in range(8)}
+        other = {
+            run(
+                [str(p), "--marker", "<FILL>", "--model", "fake-seed", "--seed", str(s), "--format", "json"]
+            ).stdout
+            for s in range(8)
+        }
     assert len(outs) == 1
     assert len({json.loads(o)["edits"][0]["text"] for o in other}) == 2
 
@@ -194,10 +200,12 @@ def test_unchanged_file_not_rewritten(tmp_path: Path) -> None:
     assert p.stat().st_mtime_ns == before
 
 
-# --- bad input: one stderr line, documented exit code, file byte-identical -------------------------------------
+# --- bad input: one stderr line, documented exit code, file byte-identical ----------------------------------
 
 
-def assert_refused(r: Result, code: int, needle: str, path: Path | None = None, before: bytes | None = None) -> None:
+def assert_refused(
+    r: Result, code: int, needle: str, path: Path | None = None, before: bytes | None = None
+) -> None:
     assert r.exit_code == code, (r.exit_code, r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
@@ -217,7 +225,12 @@ def test_directory(tmp_path: Path, model: str) -> None:
 
 @pytest.mark.parametrize(
     ("content", "needle"),
-    [(b"\x00\x01\x02binary", "binary file"), (b"caf\xe9 = 1\n", "not UTF-8"), (b"", "empty"), (b"\n\n", "empty")],
+    [
+        (b"\x00\x01\x02binary", "binary file"),
+        (b"caf\xe9 = 1\n", "not UTF-8"),
+        (b"", "empty"),
+        (b"\n\n", "empty"),
+    ],
 )
 def test_unusable_content(tmp_path: Path, model: str, content: bytes, needle: str) -> None:
     p = write(tmp_path, "a.py", content)
@@ -281,7 +294,9 @@ def test_read_only_file(tmp_path: Path, model: str, monkeypatch: pytest.MonkeyPa
     os.chmod(p, 0o444)
     real_access = os.access
     if os.geteuid() == 0:  # root ignores mode bits; make access() report what a user would see
-        monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path) == p else real_access(path, mode))
+        monkeypatch.setattr(
+            os, "access", lambda path, mode: False if Path(path) == p else real_access(path, mode)
+        )
     try:
         assert_refused(run([str(p), "--span", "3:3", "--model", model]), 2, "read-only", p, SOURCE.encode())
         # --diff does not need to write, so a read-only file is fine
@@ -301,7 +316,9 @@ def test_file_changed_during_run(tmp_path: Path, model: str, monkeypatch: pytest
         return result
 
     monkeypatch.setattr(api, "fill_text", fill_then_edit)
-    assert_refused(run([str(p), "--span", "3:3", "--model", model]), 123, "changed on disk", p, edited.encode())
+    assert_refused(
+        run([str(p), "--span", "3:3", "--model", model]), 123, "changed on disk", p, edited.encode()
+    )
 
 
 def test_model_folder_missing(tmp_path: Path) -> None:
@@ -351,7 +368,9 @@ def test_usage_error_exit_2(model: str) -> None:
 
 def test_blockdiff_decoder_on_asarm_model(tmp_path: Path, model: str) -> None:
     p = write(tmp_path, "a.py", SOURCE)
-    assert_refused(run([str(p), "--span", "3:3", "--model", model, "--decoder", "s2d2"]), 2, "block-diffusion")
+    assert_refused(
+        run([str(p), "--span", "3:3", "--model", model, "--decoder", "s2d2"]), 2, "block-diffusion"
+    )
 
 
 def test_filter_mode_echoes_input_on_failure(model: str) -> None:
@@ -390,7 +409,7 @@ def test_tokens_larger_than_context(tmp_path: Path) -> None:
     assert_refused(r, 2, "does not fit")
 
 
-# --- the request / run_fill hook used by the daemon ------------------------------------------------------------
+# --- the request / run_fill hook used by the daemon ---------------------------------------------------------
 
 
 def test_request_round_trips_through_json(tmp_path: Path, model: str) -> None:

@@ -66,9 +66,7 @@ def test_golden(case: Path) -> None:
     got = result.stdout
     if got != expected or result.exit_code != 0:
         diff = "".join(
-            difflib.unified_diff(
-                expected.splitlines(True), got.splitlines(True), "expected", "got"
-            )
+            difflib.unified_diff(expected.splitlines(True), got.splitlines(True), "expected", "got")
         )
         pytest.fail(f"{case.name}: exit {result.exit_code}\n{result.stderr}\n{diff}")
 
