@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,7 +73,7 @@ ProgressCallback = Callable[[dict[str, Any]], None]
 PREFIX_SHARE = 0.75  # share of the free context given to the prefix (the suffix gets the rest)
 MIN_CONTEXT = 16  # tokens of context a region keeps at least, when spans are grouped into regions
 ASARM_DECODERS = ("assd", "sequential", "parallel")
-BLOCKDIFF_DECODERS = ("confidence", "s2d2", "assd", "sequential")
+BLOCKDIFF_DECODERS = ("confidence", "s2d2")
 
 _MODEL_CACHE: dict[ModelSpec, LoadedModel] = {}
 
@@ -327,7 +327,7 @@ def _sample_blockdiff(
     tok = loaded.tokenizer
     text, stats = fill_middle(
         loaded, tok.decode(region.prefix_ids), tok.decode(region.suffix_ids), plan.budget, cfg, generator
-    )
+    )  # (decoded text, stats); block-diffusion decoders report no log-likelihood, so score is 0
     totals.nfe += int(stats.nfe)
     totals.tokens += int(stats.tokens)
     totals.accepted += list(stats.accepted)
@@ -378,13 +378,16 @@ def fill_text(
     from infill.patch import apply_edits, check_outside_unchanged
     from infill.textops import newline_of, syntax_errors
 
-    started = time.perf_counter()
     data = text.encode("utf-8")
     ordered = check_spans(data, spans)
     if options.candidates < 1:
         raise InputError(f"-n must be at least 1, got {options.candidates}")
     loaded = load_model(model)
+    if loaded.kind == "blockdiff" and decode.decoder == "assd":
+        # the default decoder; on a block-diffusion model its self-speculative analogue is S2D2
+        decode = replace(decode, decoder="s2d2")
     _check_decoder(decode, loaded)
+    started = time.perf_counter()  # decoding time, without loading the model
     warnings: list[str] = []
     stats: dict[str, Any] = {
         "decoder": decode.decoder,

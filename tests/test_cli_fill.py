@@ -430,3 +430,45 @@ def test_request_round_trips_through_json(tmp_path: Path, model: str) -> None:
 def test_run_fill_rejects_unknown_fields() -> None:
     out = run_fill({"file": "-", "selections": [], "bogus": 1})
     assert out["exit_code"] == 2 and "bogus" in out["stderr"][0]
+
+
+# --- block-diffusion models dispatch to infill.decoding.blockfill.fill_middle ----------------------------------
+
+
+def test_blockdiff_model_uses_fill_middle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from fixtures_cli import ByteTokenizer
+
+    from infill.decoding.stats import DecodeStats
+    from infill.models.registry import LoadedModel
+
+    calls: list[tuple[str, str, int, str]] = []
+
+    def fill_middle(
+        loaded: object, prefix: str, suffix: str, max_tokens: int, cfg: object, gen: object
+    ) -> object:
+        calls.append((prefix, suffix, max_tokens, cfg.decoder))  # type: ignore[attr-defined]
+        return "return x * 2", DecodeStats(decoder="s2d2", nfe=3, tokens=12)
+
+    module = types.ModuleType("infill.decoding.blockfill")
+    module.fill_middle = fill_middle  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "infill.decoding.blockfill", module)
+    bd = types.SimpleNamespace(max_length=512, mask_id=1, pad_id=None, bos_id=None)
+    register("fake-bd", lambda spec: LoadedModel("fake-bd", "blockdiff", bd, ByteTokenizer()))
+    api.clear_model_cache()
+    p = write(tmp_path, "a.py", SOURCE)
+    try:
+        r = run([str(p), "--span", "3:3", "--model", "fake-bd", "--format", "json"])
+        bad = run([str(p), "--span", "3:3", "--model", "fake-bd", "--decoder", "sequential"])
+    finally:
+        unregister("fake-bd")
+        api.clear_model_cache()
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["edits"][0]["text"] == "    " + FILL
+    assert doc["stats"]["nfe"] == 3 and doc["stats"]["decoder"] == "s2d2"
+    ((prefix, suffix, _, decoder),) = calls
+    assert prefix == SOURCE[: SOURCE.index("    return 0")] and suffix.startswith("\n\n\ndef g")
+    assert decoder == "s2d2"  # the default decoder (assd) maps to S2D2 on block-diffusion models
+    assert bad.exit_code == 2 and "any-subset" in bad.stderr
