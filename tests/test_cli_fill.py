@@ -432,7 +432,7 @@ def test_run_fill_rejects_unknown_fields() -> None:
     assert out["exit_code"] == 2 and "bogus" in out["stderr"][0]
 
 
-# --- block-diffusion models dispatch to infill.decoding.blockfill.fill_middle ----------------------------------
+# --- block-diffusion models dispatch to blockfill.fill_middle -----------------------------------------------
 
 
 def test_blockdiff_model_uses_fill_middle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
