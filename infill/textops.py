@@ -91,19 +91,24 @@ def reindent(fill: str, indent: str) -> str:
 def drop_repeated_suffix(fill: str, suffix: str) -> str:
     """Remove a tail of `fill` that repeats the start of the text after the span (models often re-emit it).
 
-    Whole lines are compared ignoring surrounding whitespace; the longest repeated run of lines is dropped.
+    Whole lines are compared ignoring surrounding whitespace; the longest repeated run of lines is dropped, if it
+    holds a word of 3+ characters (a lone "}" or ")" closing the fill's own block is no evidence of a repeat).
     """
     fill_lines = fill.split("\n")
     suffix_lines = [line.strip() for line in suffix.lstrip("\n").split("\n")]
     for m in range(min(len(fill_lines), len(suffix_lines)), 0, -1):
         tail = [line.strip() for line in fill_lines[-m:]]
-        if tail == suffix_lines[:m] and any(tail):
+        if tail == suffix_lines[:m] and _is_evidence(tail):
             return "\n".join(fill_lines[:-m]).rstrip(" \t")
     # exact repeat of the suffix's first line(s), for in-line spans: "return x)" before ")\n"
     first_line = suffix.split("\n", 1)[0]
-    if len(first_line.strip()) >= 2 and fill.endswith(first_line):
+    if len(first_line.strip()) >= 4 and re.search(r"\w", first_line) and fill.endswith(first_line):
         return fill[: -len(first_line)]
     return fill
+
+
+def _is_evidence(lines: list[str]) -> bool:
+    return any(re.search(r"\w{3}", line) for line in lines)
 
 
 def shape_fill(fill: str, prefix: str, replaced: str, suffix: str) -> str:

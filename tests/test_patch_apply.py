@@ -124,7 +124,10 @@ def test_drop_repeated_suffix() -> None:
     assert textops.drop_repeated_suffix("a = 1\nreturn a", "\n    return a\n") == "a = 1"
     assert textops.drop_repeated_suffix("x + y)", ")\n") == "x + y)"  # one char is no evidence
     assert textops.drop_repeated_suffix("f(a), g(b)", ", g(b)\n") == "f(a)"
+    assert textops.drop_repeated_suffix("foo()", "()\n") == "foo()"
     assert textops.drop_repeated_suffix("new", "\nold\n") == "new"
+    # a closing brace of the fill's own block is not a repeat of the function's closing brace
+    assert textops.drop_repeated_suffix("if (x) {\n  y();\n}", "\n}\n") == "if (x) {\n  y();\n}"
 
 
 def test_shape_fill_whole_lines() -> None:
