@@ -279,14 +279,24 @@ def test_missing_grammar_extra(tmp_path: Path, model: str, monkeypatch: pytest.M
     assert_refused(r, 2, "pip install 'infill[rust]'", p, src.encode())
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can read and write any file")
-def test_unreadable_file(tmp_path: Path, model: str) -> None:
+def test_unreadable_file(tmp_path: Path, model: str, monkeypatch: pytest.MonkeyPatch) -> None:
     p = write(tmp_path, "a.py", SOURCE)
     os.chmod(p, 0)
+    if os.geteuid() == 0:  # root reads any file; simulate what a user would get
+        real = Path.read_bytes
+
+        def read_bytes(self: Path) -> bytes:
+            if self == p:
+                raise PermissionError(13, "Permission denied")
+            return real(self)
+
+        monkeypatch.setattr(Path, "read_bytes", read_bytes)
     try:
         assert_refused(run([str(p), "--span", "1:1", "--model", model]), 2, "permission denied")
     finally:
         os.chmod(p, 0o644)
+    with open(p, "rb") as fh:
+        assert fh.read() == SOURCE.encode()
 
 
 def test_read_only_file(tmp_path: Path, model: str, monkeypatch: pytest.MonkeyPatch) -> None:
