@@ -6,7 +6,8 @@
 Tasks: windows of `--context` tokens cut from this repository's own Python sources, with a contiguous span of
 `--span` tokens masked in each (fixed seed). Every decoder fills every task; wall time is the median over
 `--runs` repetitions of the whole task set. Prints NFE, tokens/NFE, wall seconds, and the speedups (NFE and
-wall) against sequential. Not a test: nothing here asserts a timing.
+wall) against sequential. The "(no cache)" rows run HF's full forward instead of the prompt/KV cache.
+Not a test: nothing here asserts a timing.
 """
 
 from __future__ import annotations
@@ -66,12 +67,13 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=256, help="tokens per task, including the span")
     ap.add_argument("--span", type=int, default=48, help="masked tokens per task")
     ap.add_argument("--runs", type=int, default=3, help="repetitions; wall time is the median")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--layers", type=int, default=6, help="random model only")
     ap.add_argument("--width", type=int, default=256, help="random model only")
     ap.add_argument("--no-bf16", action="store_true", help="fp32 compute instead of bf16 autocast")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--no-plain", action="store_true", help="skip the rows without the prompt/KV cache")
     args = ap.parse_args()
 
     import torch
@@ -111,11 +113,23 @@ def main() -> None:
         cfg = DecodeConfig(decoder="assd", k=k, draft="ngram", temperature=args.temperature)
         configs.append((f"assd ngram k={k}", cfg))
 
+    runs = [(label, cfg, model) for label, cfg in configs]
+    if getattr(model, "cache", None) is not None and not args.no_plain:
+        from infill.models.xlnet import XLNetAnySubset
+
+        plain = XLNetAnySubset(
+            model.hf, mask_id=model.mask_id, pad_id=model.pad_id, bos_id=model.bos_id,
+            max_length=model.max_length, device=args.device, bf16=not args.no_bf16, cache=False,
+        )  # fmt: skip
+        runs.append(("sequential (no cache)", configs[0][1], plain))
+        runs.append(("assd k=10 (no cache)", configs[3][1], plain))
+
     # warm-up (first-call allocations), not timed
-    decode(model, tasks[0], configs[1][1], torch.Generator().manual_seed(0))
+    for _, _, m in runs[:1] + runs[-1:]:
+        decode(m, tasks[0], configs[1][1], torch.Generator().manual_seed(0))
 
     rows = []
-    for label, cfg in configs:
+    for label, cfg, model in runs:
         walls, nfe, tokens, hist = [], 0, 0, {}
         for run in range(args.runs):
             start = time.perf_counter()
@@ -133,16 +147,16 @@ def main() -> None:
 
     base_nfe, base_wall = rows[0][1], rows[0][3]
     print()
-    print(f"{'decoder':<18}{'NFE':>7}{'tokens':>8}{'tok/NFE':>9}{'wall s':>9}{'NFE x':>8}{'wall x':>8}")
+    print(f"{'decoder':<24}{'NFE':>7}{'tokens':>8}{'tok/NFE':>9}{'wall s':>9}{'NFE x':>8}{'wall x':>8}")
     for label, nfe, tokens, wall, _ in rows:
         print(
-            f"{label:<18}{nfe:>7}{tokens:>8}{tokens / nfe:>9.2f}{wall:>9.2f}"
+            f"{label:<24}{nfe:>7}{tokens:>8}{tokens / nfe:>9.2f}{wall:>9.2f}"
             f"{base_nfe / nfe:>8.2f}{base_wall / wall:>8.2f}"
         )
     print()
     print("accepted tokens per iteration (first run), as {tokens: iterations}:")
     for label, _, _, _, hist in rows[1:]:
-        print(f"  {label:<16} {dict(sorted(hist.items()))}")
+        print(f"  {label:<22} {dict(sorted(hist.items()))}")
     if tmp is not None:
         tmp.cleanup()
 
