@@ -79,11 +79,14 @@ class TrainConfig:
 
 @dataclass
 class Example:
-    """One training sequence before batching: tokens (N,), masked (N,) bool, weight (N,) 0/1 loss weight."""
+    """One training sequence before batching: tokens (N,), masked (N,) bool, weight (N,) 0/1 loss weight,
+    span (N,) index of the span a masked position belongs to (-1: unmasked, or the iid "subset" layout)."""
 
     tokens: list[int]
     masked: list[bool]
     weight: list[int]
+    span: list[int]
+    layout: str
 
 
 def line_break_ids(tok: HFTokenizer) -> set[int]:
@@ -167,10 +170,14 @@ class LayoutSampler:
             return a, body_end
         return a, b
 
-    def spans(self, window: list[int]) -> tuple[list[tuple[int, int]], list[bool] | None]:
-        """Spans [a, b) of masked content (may be empty), or an iid subset mask (then spans is empty)."""
-        n = len(window)
+    def spans(self, window: list[int]) -> tuple[str, list[tuple[int, int]], list[bool] | None]:
+        """(layout, spans [a, b) of masked content (may be empty), iid subset mask or None)."""
         layout = self.LAYOUTS[int(self.rng.choice(len(self.LAYOUTS), p=self.PROBS))]
+        spans, subset = self._spans(window, layout)
+        return layout, spans, subset
+
+    def _spans(self, window: list[int], layout: str) -> tuple[list[tuple[int, int]], list[bool] | None]:
+        n = len(window)
         lines = [ln for ln in self.lines(window) if ln[1] > ln[0]]
         if layout == "subset":
             r = self.rate(0.05, 0.9)
@@ -244,41 +251,38 @@ class LayoutSampler:
 
     def example(self, window: list[int], seq_len: int) -> Example:
         """Mask `window`, insert end-of-fill pads after each span, re-cut to `seq_len` with <bos> first."""
-        spans, subset = self.spans(window)
+        layout, spans, subset = self.spans(window)
         if subset is not None:
             toks = [BOS_ID] + window[: seq_len - 1]
             masked = [False] + [m and t != BOS_ID for m, t in zip(subset, window[: seq_len - 1], strict=True)]
-            return Example(toks, masked, [int(m) for m in masked])
-        spans = _merge(spans)
-        toks, masked, weight = [BOS_ID], [False], [0]
+            return Example(toks, masked, [int(m) for m in masked], [-1] * len(toks), layout)
+        toks, masked, weight, span = [BOS_ID], [False], [0], [-1]
         pos = 0
-        for a, b in spans:
-            for t in window[pos:a]:
-                toks.append(t)
-                masked.append(False)
-                weight.append(0)
-            for t in window[a:b]:
-                ok = t != BOS_ID  # file separators stay visible
-                toks.append(t)
-                masked.append(ok)
-                weight.append(int(ok))
+        for s, (a, b) in enumerate(_merge(spans)):
+            if BOS_ID in window[a:b]:
+                b = a + window[a:b].index(BOS_ID)  # a span never crosses a file boundary
+            toks += window[pos:a]
+            masked += [False] * (a - pos)
+            weight += [0] * (a - pos)
+            span += [-1] * (a - pos)
             content = b - a
             extra = 0 if self.rng.random() < 0.1 else int(self.rng.integers(0, content + 2))
             extra = max(extra, 1) if content == 0 else extra
-            for e in range(extra):
-                toks.append(PAD_ID)
-                masked.append(True)
-                weight.append(int(e == 0))  # pads after the first pad are forced at inference: no loss
+            toks += window[a:b] + [PAD_ID] * extra
+            masked += [True] * (content + extra)
+            weight += [1] * content + [1] * min(extra, 1) + [0] * max(extra - 1, 0)  # later pads are forced
+            span += [s] * (content + extra)
             pos = b
-        for t in window[pos:]:
-            toks.append(t)
-            masked.append(False)
-            weight.append(0)
-        return Example(toks[:seq_len], masked[:seq_len], weight[:seq_len])
+        rest = len(window) - pos
+        toks += window[pos:]
+        masked += [False] * rest
+        weight += [0] * rest
+        span += [-1] * rest
+        return Example(toks[:seq_len], masked[:seq_len], weight[:seq_len], span[:seq_len], layout)
 
 
 def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted, non-overlapping spans (overlapping or touching non-empty spans are merged)."""
+    """Sorted, non-overlapping spans (overlapping spans are merged; touching ones stay separate spans)."""
     out: list[tuple[int, int]] = []
     for a, b in sorted(spans):
         if out and a < out[-1][1]:
@@ -548,6 +552,32 @@ def evaluate(model: XLNetLMHeadModel, batches: list[dict[str, torch.Tensor]], bf
     return total / max(count, 1)
 
 
+def cached_stream(
+    tok: HFTokenizer, tokenizer_json: Path, corpus: Path, max_package_bytes: int, run_dir: Path
+) -> tuple[np.ndarray, int]:
+    """The training token stream, cached in run_dir keyed by tokenizer, corpus and package cap (resumes skip
+    the tokenization); returns (stream, number of files)."""
+    import hashlib
+
+    import numpy as np
+
+    from infill.training.corpus import balanced_records
+
+    key = hashlib.sha256()
+    key.update(tokenizer_json.read_bytes())
+    key.update(str((corpus / "train.jsonl").stat().st_size).encode())
+    key.update(str(max_package_bytes).encode())
+    path = run_dir / f"stream-{key.hexdigest()[:16]}.npz"
+    if path.exists():
+        data = np.load(path)
+        return data["stream"], int(data["files"])
+    records = balanced_records(corpus, "train", max_package_bytes)
+    stream = tokenize_stream(tok, [r["text"] for r in records])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    np.savez(path, stream=stream, files=np.array(len(records)))
+    return stream, len(records)
+
+
 def train(
     corpus: Path,
     tokenizer_json: Path,
@@ -560,7 +590,6 @@ def train(
     import numpy as np
     import torch
 
-    from infill.training.corpus import balanced_records
     from infill.training.tokenizer import load_tokenizer
 
     torch.set_num_threads(cfg.threads)
@@ -603,10 +632,9 @@ def train(
 
     log = Log(cfg.steps or None)
     t0 = time.time()
-    records = balanced_records(corpus, "train", cfg.max_package_bytes)
-    stream = tokenize_stream(tok, [r["text"] for r in records])
+    stream, files = cached_stream(tok, tokenizer_json, corpus, cfg.max_package_bytes, run_dir)
     log.line(
-        f"stream: {len(records)} files, {len(stream):,} tokens ({time.time() - t0:.0f}s); "
+        f"stream: {files} files, {len(stream):,} tokens ({time.time() - t0:.0f}s); "
         f"model {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params; "
         f"{'resumed at step ' + str(state.step) if ckpt else 'fresh'}"
     )
