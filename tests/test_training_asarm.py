@@ -212,3 +212,40 @@ def test_export_writes_a_model_folder(tiny_corpus, tmp_path: Path) -> None:
     loaded = XLNetLMHeadModel.from_pretrained(str(out), dtype=torch.float32)
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, loaded.state_dict()[name]), name
+
+
+def test_exported_model_loads_and_inference_scores_match_training(tiny_corpus, tmp_path: Path, tiny_tokenizer) -> None:  # noqa: F811
+    """The project loader reads the export, and the inference oracle pass gives the log-probabilities the
+    training loss used for the same masked positions (same masks: infill.models.masks)."""
+    from infill.config import ModelSpec
+    from infill.decoding import score
+    from infill.models.base import FillProblem
+    from infill.models.loading import load_by_name
+
+    corpus, tok_path = tiny_corpus
+    train(corpus, tok_path, tmp_path / "run", _tiny_cfg(steps=3, eval_sequences=0), resume=False)
+    model, cfg, state = load_checkpoint_model(tmp_path / "run")
+    out = tmp_path / "model"
+    export_model(model, tok_path, out, cfg.seq_len, {"steps": state.step})
+    loaded = load_by_name(ModelSpec(name=str(out), device="cpu", bf16=False))
+    assert loaded.kind == "asarm" and loaded.info["provenance"] == {"steps": 3}
+    m = loaded.model
+    assert (m.mask_id, m.pad_id, m.bos_id, m.max_length) == (1, 0, 2, 48)
+    text = "def add(a, b):\n    return a + b\n"
+    assert loaded.tokenizer.encode(text) == tiny_tokenizer.encode(text, add_special_tokens=False).ids
+
+    ex = next(e for e in _examples(tiny_tokenizer, count=50, seq_len=48) if e.layout == "line")
+    batch = collate([ex], 48)
+    masked_pos = batch["masked"][0].nonzero().flatten()  # (M,)
+    ids = batch["ids"][0].clone()
+    truth = ids[masked_pos].clone()
+    ids[masked_pos] = m.mask_id
+    logq = score(m, FillProblem(ids=ids, masked=masked_pos), truth)  # (M,)
+    with torch.no_grad():
+        tm = masks.target_mapping(masked_pos[None, :], 48)
+        logits = model(
+            input_ids=batch["ids"], perm_mask=masks.perm_mask(batch["masked"]), target_mapping=tm, use_mems=False
+        ).logits[0]  # (M, V) teacher-forced, as in training
+    logits[:, m.mask_id] = float("-inf")
+    expected = torch.log_softmax(logits, -1).gather(1, truth[:, None])[:, 0]
+    assert torch.allclose(logq, expected, atol=1e-4)

@@ -274,3 +274,36 @@ def export_cmd(run_dir: Path, tokenizer_json: Path, corpus: Path, out: Path) -> 
     model, cfg, state = load_checkpoint_model(run_dir)
     export_model(model, tokenizer_json, out, cfg.seq_len, provenance(cfg, state, corpus))
     click.echo(f"exported step {state.step} to {out}")
+
+
+@train.command("heldout-nll")
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    required=True,
+    help="An exported model folder (config.json, model.safetensors, tokenizer.json).",
+)
+@click.option(
+    "--corpus",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    default=DEFAULT_CORPUS,
+    show_default=True,
+)
+@click.option("--sequences", type=click.IntRange(1), default=512, show_default=True)
+@click.option("--seed", type=int, default=99, show_default=True)
+@click.option("--threads", type=click.IntRange(1), default=1, show_default=True)
+def heldout_nll_cmd(model_dir: Path, corpus: Path, sequences: int, seed: int, threads: int) -> None:
+    """Held-out NLL per masked token (overall and per mask layout) of an exported model, as JSON."""
+    import torch
+    from transformers import XLNetLMHeadModel
+
+    from infill.training.asarm import measure_heldout
+    from infill.training.tokenizer import load_tokenizer
+
+    torch.set_num_threads(threads)
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    model = XLNetLMHeadModel.from_pretrained(str(model_dir), dtype=torch.float32)
+    tok = load_tokenizer(model_dir / "tokenizer.json")
+    result = measure_heldout(model, tok, corpus, int(config["infill"]["max_length"]), sequences, seed)
+    click.echo(json.dumps(result, indent=1))

@@ -328,7 +328,10 @@ def collate(examples: list[Example], seq_len: int) -> dict[str, torch.Tensor]:
         ids[i, :n] = torch.tensor(ex.tokens)
         masked[i, :n] = torch.tensor(ex.masked)
         targets_list.append([j for j in range(n) if ex.masked[j] and ex.weight[j]])
+    # Round the target count up to a multiple of 32: a handful of tensor shapes instead of one per batch.
+    # (Every new shape makes oneDNN build and cache new kernels: memory grew by GBs and steps slowed down.)
     t = max(1, max(len(x) for x in targets_list))
+    t = min(-(-t // 32) * 32, max(seq_len, t))
     targets = torch.full((b, t), -1, dtype=torch.long)
     for i, x in enumerate(targets_list):
         targets[i, : len(x)] = torch.tensor(x, dtype=torch.long)
@@ -749,3 +752,45 @@ def load_checkpoint_model(run_dir: Path) -> tuple[XLNetLMHeadModel, TrainConfig,
     model = build_model(cfg.shape, cfg.seq_len)
     model.load_state_dict(ckpt["model"])
     return model, cfg, TrainState(**ckpt["state"])
+
+
+def measure_heldout(
+    model: XLNetLMHeadModel,
+    tok: HFTokenizer,
+    corpus: Path,
+    seq_len: int,
+    sequences: int = 512,
+    seed: int = 99,
+) -> dict[str, Any]:
+    """Held-out NLL (nats) per loss-carrying masked token, overall and per mask layout, on `sequences`
+    windows of the held-out split drawn with a fixed seed. Content tokens and each span's first pad count;
+    forced pads (after the first) don't.
+    """
+    import numpy as np
+    import torch
+
+    from infill.training.corpus import read_split
+
+    stream = tokenize_stream(tok, [r["text"] for r in read_split(corpus, "heldout")])
+    sampler = LayoutSampler(token_strings(tok), line_break_ids(tok), np.random.default_rng(seed))
+    batches = Batches(stream, sampler, seq_len, 1)
+    by_layout: dict[str, list[Example]] = {}
+    for _ in range(sequences):
+        ex = sampler.example(batches.window(), seq_len)
+        by_layout.setdefault(ex.layout, []).append(ex)
+    result: dict[str, Any] = {"sequences": sequences, "seq_len": seq_len, "seed": seed, "layouts": {}}
+    total, count = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for layout, examples in sorted(by_layout.items()):
+            lt, ln = 0.0, 0
+            for i in range(0, len(examples), 16):
+                loss, n = joint_loss(model, collate(examples[i : i + 16], seq_len), bf16=False)
+                lt += float(loss) * n
+                ln += n
+            result["layouts"][layout] = {"nll": lt / max(ln, 1), "tokens": ln, "sequences": len(examples)}
+            total += lt
+            count += ln
+    result["nll"] = total / max(count, 1)
+    result["tokens"] = count
+    return result
