@@ -124,9 +124,7 @@ class LayoutSampler:
     LAYOUTS = ("line", "block", "body", "docstring", "spans", "subset")
     PROBS = (0.25, 0.2, 0.15, 0.1, 0.15, 0.15)
 
-    def __init__(
-        self, strings: list[str], breaks: set[int], rng: np.random.Generator, counter: int = 0
-    ) -> None:
+    def __init__(self, strings: list[str], breaks: set[int], rng: np.random.Generator, counter: int = 0) -> None:
         self.strings = strings
         self.breaks = breaks
         self.rng = rng
@@ -221,11 +219,7 @@ class LayoutSampler:
     def _docstrings(self, window: list[int]) -> list[tuple[int, int]]:
         """Interiors of triple-quoted strings fully inside the window (between the quote tokens)."""
         quotes = [i for i, t in enumerate(window) if '"""' in self.strings[t] or "'''" in self.strings[t]]
-        return [
-            (quotes[i] + 1, quotes[i + 1])
-            for i in range(0, len(quotes) - 1, 2)
-            if quotes[i + 1] > quotes[i] + 1
-        ]
+        return [(quotes[i] + 1, quotes[i + 1]) for i in range(0, len(quotes) - 1, 2) if quotes[i + 1] > quotes[i] + 1]
 
     def _bodies(self, window: list[int], lines: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """Bodies of `def` / `class` blocks: the following lines indented deeper than the header."""
@@ -372,10 +366,8 @@ def build_model(shape: ModelShape, seq_len: int) -> XLNetLMHeadModel:
     return XLNetLMHeadModel(config).float()
 
 
-def joint_loss(
-    model: XLNetLMHeadModel, batch: dict[str, torch.Tensor], bf16: bool = True
-) -> tuple[torch.Tensor, int]:
-    """Eq. 7: mean cross-entropy over the loss-carrying masked positions, one forward -> (loss, n_targets).
+def target_nll(model: XLNetLMHeadModel, batch: dict[str, torch.Tensor], bf16: bool = True) -> torch.Tensor:
+    """Per-target negative log-likelihood (B, T) from one teacher-forced forward; 0 where labels are -100.
 
     The content stream holds the true tokens (teacher forcing); `perm_mask` is the permuted-causal oracle mask
     of `infill.models.masks`, identical to the verify pass at inference, so no masked position sees its own or
@@ -394,11 +386,16 @@ def joint_loss(
         out = model(input_ids=ids, perm_mask=pm.to(dtype), target_mapping=tm.to(dtype), use_mems=False)
     logits = out.logits.float()  # (B, T, V)
     labels = batch["labels"]  # (B, T)
-    count = int((labels >= 0).sum())
-    loss = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="sum"
-    )
-    return loss / max(count, 1), count
+    nll = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="none"
+    )  # (B*T,)
+    return nll.reshape(labels.shape)
+
+
+def joint_loss(model: XLNetLMHeadModel, batch: dict[str, torch.Tensor], bf16: bool = True) -> tuple[torch.Tensor, int]:
+    """Eq. 7: mean cross-entropy over the loss-carrying masked positions, one forward -> (loss, n_targets)."""
+    count = int((batch["labels"] >= 0).sum())
+    return target_nll(model, batch, bf16).sum() / max(count, 1), count
 
 
 def lr_at(cfg: TrainConfig, step: int, elapsed: float) -> float:
@@ -779,18 +776,29 @@ def measure_heldout(
         ex = sampler.example(batches.window(), seq_len)
         by_layout.setdefault(ex.layout, []).append(ex)
     result: dict[str, Any] = {"sequences": sequences, "seq_len": seq_len, "seed": seed, "layouts": {}}
-    total, count = 0.0, 0
+    total, count, content, content_n, pad, pad_n = 0.0, 0, 0.0, 0, 0.0, 0
     model.eval()
     with torch.no_grad():
         for layout, examples in sorted(by_layout.items()):
             lt, ln = 0.0, 0
             for i in range(0, len(examples), 16):
-                loss, n = joint_loss(model, collate(examples[i : i + 16], seq_len), bf16=False)
-                lt += float(loss) * n
-                ln += n
+                batch = collate(examples[i : i + 16], seq_len)
+                nll = target_nll(model, batch, bf16=False)  # (B, T)
+                valid = batch["labels"] >= 0
+                is_pad = valid & (batch["labels"] == PAD_ID)
+                lt += float(nll[valid].sum())
+                ln += int(valid.sum())
+                content += float(nll[valid & ~is_pad].sum())
+                content_n += int((valid & ~is_pad).sum())
+                pad += float(nll[is_pad].sum())
+                pad_n += int(is_pad.sum())
             result["layouts"][layout] = {"nll": lt / max(ln, 1), "tokens": ln, "sequences": len(examples)}
             total += lt
             count += ln
+    result["content_nll"] = content / max(content_n, 1)
+    result["content_tokens"] = content_n
+    result["end_pad_nll"] = pad / max(pad_n, 1)
+    result["end_pads"] = pad_n
     result["nll"] = total / max(count, 1)
     result["tokens"] = count
     return result
