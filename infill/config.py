@@ -25,8 +25,8 @@ class DecodeConfig:
     threshold: float = 0.9  # confidence threshold tau for dynamic confidence decoding
     routing: str = "min-span"  # S2D2 routing policy name
     # appended by issue 5 (block diffusion)
-    unmask_per_step: int = 0  # confidence decoding: 0 = dynamic (every p > threshold, plus the argmax), n = static n
-    gamma: float = 1.0  # S2D2 tempering: accept with min(1, (q/p)^gamma); 1 = the exact ratio, < 1 LOSSY-lenient
+    unmask_per_step: int = 0  # confidence decoding: 0 = dynamic (p > threshold, plus the argmax); n = static
+    gamma: float = 1.0  # S2D2 tempering: accept w.p. min(1, (q/p)^gamma); 1 = exact ratio, < 1 LOSSY-lenient
 
 
 @dataclass(frozen=True)
