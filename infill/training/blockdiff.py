@@ -19,13 +19,16 @@ masked positions, weighted by 1/t.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import math
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    pass
+    import torch
 
 END = "<|endoftext|>"
 MASK = "<|MASK|>"
@@ -195,3 +198,234 @@ def _without_tokens(tok: Any, drop: Sequence[str]) -> Any:
     for t in drop:
         vocab.pop(t, None)
     return Tokenizer.from_str(json.dumps(data))
+
+
+# ---- training ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 1000
+    batch_size: int = 16
+    seq_len: int = 256  # tokens per example, FIM specials and end padding included
+    block_sizes: tuple[int, ...] = (1, 4, 8, 16)  # one drawn per step; 1 keeps the AR (verifier) mode trained
+    lr: float = 1e-3
+    warmup: int = 100
+    weight_decay: float = 0.01
+    fim_rate: float = 0.9  # the rest are plain left-to-right examples
+    max_middle: int = 64  # longest middle, in tokens
+    min_t: float = 0.1  # per-block mask rate t ~ U(min_t, 1]; the loss weight 1/t stays <= 1/min_t
+    seed: int = 0
+    bf16: bool = False  # bf16 autocast (fast only on CPUs with AMX / avx512_bf16, or CUDA)
+    time_limit: float = 0.0  # seconds; 0 = no limit
+    log_every: int = 50
+
+
+@dataclass
+class Specials:
+    end: int
+    mask: int
+    fim_prefix: int
+    fim_suffix: int
+    fim_middle: int
+
+
+def specials_of(tok: Any) -> Specials:
+    ids = [tok.token_to_id(t) for t in (END, MASK, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)]
+    if any(i is None for i in ids):
+        raise ValueError("tokenizer lacks the block-diffusion special tokens")
+    return Specials(*ids)
+
+
+def with_specials(tok: Any) -> Any:
+    """Add SPECIALS a tokenizer lacks (e.g. the AS-ARM's byte-level BPE); existing ids are unchanged."""
+    from tokenizers import AddedToken
+
+    missing = [t for t in SPECIALS if tok.token_to_id(t) is None]
+    if missing:
+        tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in missing])
+    return tok
+
+
+def load_texts(paths: Sequence[str | Path], glob: str = "*.py") -> list[str]:
+    """Texts from files, from directories (files matching `glob`, recursively, sorted), and from corpus
+    directories holding a train.jsonl of {"text": ...} records (the AS-ARM corpus layout)."""
+    texts: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir() and (path / "train.jsonl").exists():
+            with open(path / "train.jsonl", encoding="utf-8") as f:
+                texts.extend(json.loads(line)["text"] for line in f if line.strip())
+        elif path.is_dir():
+            for file in sorted(path.rglob(glob)):
+                if file.is_file():
+                    texts.append(file.read_text(encoding="utf-8", errors="replace"))
+        elif path.is_file():
+            texts.append(path.read_text(encoding="utf-8", errors="replace"))
+    return [t for t in texts if t.strip()]
+
+
+def fim_example(
+    doc: Sequence[int], sp: Specials, seq_len: int, rng: random.Random, fim_rate: float, max_middle: int
+) -> tuple[list[int], int]:
+    """One training sequence of exactly `seq_len` tokens and the index where its response starts.
+
+    FIM (PSM order, as at inference): <fim_prefix> prefix <fim_suffix> suffix <fim_middle> middle <end>
+    then <end> padding; the response (middle, end, padding) is what gets noised. Plain: a window of the
+    document, then <end> padding; everything after the first token is response."""
+    body = seq_len - 4
+    start = rng.randrange(max(1, len(doc) - body + 1))
+    window = list(doc[start : start + body])
+    if rng.random() < fim_rate and len(window) >= 3:
+        mid_len = rng.randint(1, max(1, min(max_middle, len(window) - 2)))
+        mid_start = rng.randint(0, len(window) - mid_len)
+        pre, mid, suf = (
+            window[:mid_start],
+            window[mid_start : mid_start + mid_len],
+            window[mid_start + mid_len :],
+        )
+        prompt = [sp.fim_prefix, *pre, sp.fim_suffix, *suf, sp.fim_middle]
+        seq = prompt + mid + [sp.end]
+        resp = len(prompt)
+    else:
+        seq = window[: seq_len - 1] + [sp.end]
+        resp = 1
+    return seq + [sp.end] * (seq_len - len(seq)), resp
+
+
+def two_stream_mask(length: int, block: int) -> torch.Tensor:
+    """(2L, 2L) bool, True = may attend, for the input [x_t ; x_0] (both at positions 0..L-1):
+    noisy row i sees noisy positions of its own block and clean positions of earlier blocks; clean row i sees
+    clean positions of blocks <= its own (block-causal). Clean rows never see noisy tokens."""
+    import torch
+
+    b = torch.arange(length) // block  # (L,) block index of each position
+    same = b[:, None] == b[None, :]  # (L, L)
+    earlier = b[None, :] < b[:, None]
+    upto = b[None, :] <= b[:, None]
+    top = torch.cat([same, earlier], dim=1)  # noisy rows: (L, 2L)
+    bottom = torch.cat([torch.zeros_like(same), upto], dim=1)  # clean rows: (L, 2L)
+    return torch.cat([top, bottom], dim=0)  # (2L, 2L)
+
+
+def noise(
+    x0: torch.Tensor, resp: torch.Tensor, block: int, mask_id: int, min_t: float, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x0 (N, L), resp (N,) response starts -> (x_t (N, L), weight (N, L)): each block of each row draws
+    t ~ U(min_t, 1]; response positions are masked with probability t; weight = 1/t at masked positions."""
+    import torch
+
+    n, length = x0.shape
+    n_blocks = -(-length // block)
+    t = min_t + (1 - min_t) * torch.rand(n, n_blocks, generator=gen)  # (N, nb)
+    t_pos = t.repeat_interleave(block, dim=1)[:, :length]  # (N, L)
+    in_resp = torch.arange(length)[None, :] >= resp[:, None]  # (N, L)
+    masked = in_resp & (torch.rand(n, length, generator=gen) < t_pos)
+    xt = torch.where(masked, torch.full_like(x0, mask_id), x0)
+    return xt, masked.float() / t_pos
+
+
+def block_diffusion_loss(
+    model: Any, x0: torch.Tensor, xt: torch.Tensor, weight: torch.Tensor, block: int, n_resp: int
+) -> torch.Tensor:
+    """Weighted cross-entropy of the noisy stream's predictions at masked positions, per response token."""
+    import torch
+    import torch.nn.functional as F
+
+    n, length = x0.shape
+    ids = torch.cat([xt, x0], dim=1)  # (N, 2L)
+    positions = torch.cat([torch.arange(length), torch.arange(length)])[None].expand(n, -1)  # (N, 2L)
+    mask = two_stream_mask(length, block)[None, None]  # (1, 1, 2L, 2L)
+    hidden = model.model(input_ids=ids, position_ids=positions, attention_mask=mask).last_hidden_state
+    sel = weight > 0  # (N, L)
+    logits = model.lm_head(hidden[:, :length][sel])  # (m, V)
+    ce = F.cross_entropy(logits.float(), x0[sel], reduction="none")  # (m,)
+    return (ce * weight[sel]).sum() / max(n_resp, 1)
+
+
+def train(
+    texts: Sequence[str],
+    out: str | Path,
+    cfg: TrainConfig,
+    *,
+    shape: ModelShape = ModelShape(),
+    tokenizer_path: str | Path | None = None,
+    vocab_size: int = 8192,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Train a Qwen3-architecture block-diffusion model on `texts` and save it in the SDAR layout at `out`.
+
+    The tokenizer is `tokenizer_path` (e.g. the AS-ARM's tokenizer.json) plus SPECIALS, or a new byte-level
+    BPE trained on `texts`. Returns a summary (also stored as the folder's provenance)."""
+    import torch
+    from tokenizers import Tokenizer
+
+    if not texts:
+        raise ValueError("no training text")
+    t0 = time.perf_counter()
+    rng = random.Random(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    tok = Tokenizer.from_file(str(tokenizer_path)) if tokenizer_path else build_tokenizer(texts, vocab_size)
+    tok = with_specials(tok)
+    sp = specials_of(tok)
+    docs = [d for d in (tok.encode(t).ids for t in texts) if len(d) >= 2]
+    weights = [len(d) for d in docs]  # sample documents by length
+    model = build_model(tok.get_vocab_size(), replace(shape, max_length=max(shape.max_length, cfg.seq_len)))
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
+    device_type = "cpu"
+    losses: list[float] = []
+    step = 0
+    for step in range(1, cfg.steps + 1):
+        lr = cfg.lr * min(1.0, step / max(cfg.warmup, 1))
+        lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, step / cfg.steps))) * 0.9 + 0.1
+        for group in opt.param_groups:
+            group["lr"] = lr
+        batch = [
+            fim_example(rng.choices(docs, weights)[0], sp, cfg.seq_len, rng, cfg.fim_rate, cfg.max_middle)
+            for _ in range(cfg.batch_size)
+        ]
+        x0 = torch.tensor([b[0] for b in batch])  # (N, L)
+        resp = torch.tensor([b[1] for b in batch])  # (N,)
+        block = rng.choice(cfg.block_sizes)
+        xt, weight = noise(x0, resp, block, sp.mask, cfg.min_t, gen)
+        n_resp = int((torch.arange(cfg.seq_len)[None, :] >= resp[:, None]).sum())
+        with torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=cfg.bf16):
+            loss = block_diffusion_loss(model, x0, xt, weight, block, n_resp)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            recent = losses[-cfg.log_every :]
+            elapsed = time.perf_counter() - t0
+            log(f"step {step}/{cfg.steps}  loss {sum(recent) / len(recent):.3f}  lr {lr:.2e}  {elapsed:.0f}s")
+        if cfg.time_limit and time.perf_counter() - t0 > cfg.time_limit:
+            log(f"time limit reached after {step} steps")
+            break
+    model.eval()
+    summary = {
+        "objective": "block diffusion (BD3-LM / SDAR 2N layout), FIM formatting",
+        "steps": step,
+        "tokens_seen": step * cfg.batch_size * cfg.seq_len,
+        "final_loss": sum(losses[-50:]) / max(len(losses[-50:]), 1),
+        "documents": len(docs),
+        "corpus_tokens": sum(weights),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "config": {k: v for k, v in asdict(cfg).items()},
+        "shape": asdict(shape),
+        "tokenizer": str(tokenizer_path)
+        if tokenizer_path
+        else f"byte-level BPE, {tok.get_vocab_size()} tokens",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+    save_folder(out, model, tok, block_size=4, provenance=summary)
+    return summary
