@@ -171,3 +171,16 @@ def test_s2d2_always_verifying_follows_the_2l_verifier_for_position_aligned(bloc
     cfg = greedy(decoder="s2d2", block_size=block, routing="always")
     out, _ = generate(bk, PROMPT, 9, cfg, torch.Generator().manual_seed(0))
     assert out.tolist() == verifier_reference(bk, PROMPT, 9, block)
+
+
+def test_long_prompts_keep_the_end_of_the_prefix_and_start_of_the_suffix(fim_model: LoadedModel) -> None:
+    prefix = "".join(f"x{i} = {i}\n" for i in range(200))  # far more than the model's 256 positions
+    suffix = "".join(f"y{i} = {i}\n" for i in range(200))
+    _, st = fill_middle(fim_model, prefix, suffix, 16, greedy(decoder="confidence"), torch.Generator())
+    assert st.extra["prompt_truncated"] and st.extra["prompt_tokens"] <= 256 - 16
+    from infill.decoding.blockfill import build_prompt
+
+    ids, fmt, truncated = build_prompt(fim_model.tokenizer, prefix, suffix, 100)
+    text = fim_model.tokenizer.decode(ids)
+    assert truncated and fmt == "fim" and len(ids) <= 100
+    assert "x199 = 199\n<|fim_suffix|>y0 = 0\n" in text  # the parts next to the hole survive

@@ -279,7 +279,7 @@ class HFTokenizer:
         self.hf = tok
 
     def encode(self, text: str) -> list[int]:
-        return list(self.hf.encode(text, add_special_tokens=False, split_special_tokens=True))
+        return list(self.hf.encode(text, add_special_tokens=False, split_special_tokens=True, verbose=False))
 
     def decode(self, ids: list[int]) -> str:
         return str(self.hf.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))

@@ -151,7 +151,6 @@ def save_folder(
         "eos_token": END,
         "pad_token": END,
         "mask_token": MASK,
-        "model_max_length": int(model.config.max_position_embeddings),
         "clean_up_tokenization_spaces": False,
     }
     if chat_template is not None:
@@ -169,6 +168,7 @@ def tiny_checkpoint(
     fim: bool = True,
     shape: ModelShape | None = None,
     texts: Sequence[str] = (),
+    vocab_size: int = 300,
 ) -> Path:
     """A tiny RANDOM SDAR-layout checkpoint for tests and benchmarks (untrained: its fills are noise).
 
@@ -181,7 +181,7 @@ def tiny_checkpoint(
         "for i in range(10):\n    print(i)\n",
         "class Point:\n    def __init__(self, x, y):\n        self.x = x\n",
     ]
-    tok = build_tokenizer(corpus, vocab_size=300)
+    tok = build_tokenizer(corpus, vocab_size=vocab_size)
     if not fim:
         tok = _without_tokens(tok, (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE))
     model = build_model(tok.get_vocab_size(), shape, seed=seed)
