@@ -24,7 +24,9 @@ def greedy(**kw: object) -> DecodeConfig:
     return DecodeConfig(temperature=0.0, **kw)  # type: ignore[arg-type]
 
 
-def ar_reference(bk: BlockDiffModel, prompt: torch.Tensor, n: int) -> list[int]:
+def ar_reference(
+    bk: BlockDiffModel, prompt: torch.Tensor, n: int, logprob: list[float] | None = None
+) -> list[int]:
     """Greedy AR decoding by full causal forwards without a cache (a mask token at the predicted position for
     position-aligned models; the last row for right-shifted ones)."""
     ids = prompt.tolist()
@@ -35,6 +37,8 @@ def ar_reference(bk: BlockDiffModel, prompt: torch.Tensor, n: int) -> list[int]:
             logits = bk.model(input_ids=t[None], position_ids=torch.arange(len(inp))[None]).logits[0, -1]
         logits[MASK] = float("-inf")
         ids.append(int(logits.argmax()))
+        if logprob is not None:
+            logprob.append(float(torch.log_softmax(logits.double(), -1)[ids[-1]]))
     return ids[len(prompt) :]
 
 
@@ -45,7 +49,9 @@ def test_block_size_one_is_ar(arch: str, shifted: bool, decoder: str) -> None:
     out, stats = generate(
         bk, PROMPT, 7, greedy(decoder=decoder, block_size=1), torch.Generator().manual_seed(0)
     )
-    assert out.tolist() == ar_reference(bk, PROMPT, 7)
+    logprob: list[float] = []
+    assert out.tolist() == ar_reference(bk, PROMPT, 7, logprob)
+    assert stats.extra["logprob"] == pytest.approx(sum(logprob), abs=1e-4)  # the score of the fill
     assert stats.nfe == 7  # one prefill fused with the first draft, then one commit+draft per token
     assert stats.nfe == sum(stats.extra["forwards"].values())
 
@@ -114,9 +120,13 @@ def test_bad_inputs_are_decode_errors() -> None:
 
 
 @pytest.fixture(scope="module")
-def fim_model(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
-    folder: Path = tiny_checkpoint(tmp_path_factory.mktemp("fim"), seed=1)
-    return load_folder(folder, ModelSpec(name="tiny-fim", device="cpu", bf16=False))
+def fim_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_checkpoint(tmp_path_factory.mktemp("fim"), seed=1)
+
+
+@pytest.fixture(scope="module")
+def fim_model(fim_folder: Path) -> LoadedModel:
+    return load_folder(fim_folder, ModelSpec(name="tiny-fim", device="cpu", bf16=False))
 
 
 @pytest.mark.parametrize("decoder", ["confidence", "s2d2"])
@@ -184,3 +194,23 @@ def test_long_prompts_keep_the_end_of_the_prefix_and_start_of_the_suffix(fim_mod
     text = fim_model.tokenizer.decode(ids)
     assert truncated and fmt == "fim" and len(ids) <= 100
     assert "x199 = 199\n<|fim_suffix|>y0 = 0\n" in text  # the parts next to the hole survive
+
+
+def test_infill_fill_command_with_a_block_diffusion_model(fim_folder: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from infill.cli import main
+
+    src = "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n"
+    path = tmp_path / "ex.py"
+    path.write_text(src)
+    args = ["fill", str(path), "--model", str(fim_folder), "--span", "2:2", "--no-syntax-check", "-o", "-"]
+    for decoder in ("s2d2", "confidence", "assd"):  # assd, the default, means s2d2 on block-diffusion models
+        result = CliRunner().invoke(main, [*args, "--decoder", decoder, "--stats"])
+        assert result.exit_code == 0, result.output
+        out = result.stdout.splitlines(keepends=True)
+        assert out[0] == "def add(a, b):\n" and "".join(out[-3:]) == "\n\nprint(add(1, 2))\n"
+        assert f"decoder={'s2d2' if decoder == 'assd' else decoder}" in result.stderr
+    assert path.read_text() == src
+    wrong = CliRunner().invoke(main, [*args, "--decoder", "sequential"])
+    assert wrong.exit_code == 2

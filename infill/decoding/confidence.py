@@ -16,6 +16,9 @@ decoding still ranks positions.
 
 Generation stops at the first end token once every position before it is decoded, or after max_tokens.
 Every forward is counted in the stats: prefill, drafts, verifies (S2D2), cache commits.
+stats.extra["logprob"] sums, over the output and its end token, the log-probability each token had when it was
+decoded (confidence probabilities; the verifier's for S2D2-verified tokens): a score for ranking candidates,
+not an exact likelihood.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from infill.decoding.sampling import sample
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError
 
@@ -35,29 +39,15 @@ if TYPE_CHECKING:
     from infill.models.blockdiff import BlockDiffModel, KVState
 
 
-# ---- sampling (the same transform for drafts and verifiers) ----------------------------------------------
+# ---- sampling: infill.decoding.sampling's transform, the same for drafts and verifiers -----------------
 
 
 def probs(logits: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
     """(n, V) logits -> (n, V) float64 probabilities after temperature, top-k, top-p (temperature 0 = the
     one-hot argmax)."""
-    import torch
+    from infill.decoding import sampling
 
-    x = logits.detach().to(dtype=torch.float64)  # (n, V)
-    if cfg.temperature == 0:
-        return torch.zeros_like(x).scatter_(-1, x.argmax(dim=-1, keepdim=True), 1.0)
-    x = x / cfg.temperature
-    if 0 < cfg.top_k < x.shape[-1]:
-        kth = torch.topk(x, cfg.top_k, dim=-1).values[:, -1:]  # (n, 1)
-        x = x.masked_fill(x < kth, float("-inf"))
-    pr = torch.softmax(x, dim=-1)  # (n, V)
-    if cfg.top_p < 1.0:
-        sorted_p, order = torch.sort(pr, dim=-1, descending=True)  # (n, V)
-        before = torch.cumsum(sorted_p, dim=-1) - sorted_p  # mass strictly before each token
-        drop_sorted = before >= cfg.top_p
-        pr = pr.masked_fill(torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted), 0.0)
-        pr = pr / pr.sum(dim=-1, keepdim=True)
-    return pr
+    return sampling.probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
 
 
 def confidence_probs(logits: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
@@ -67,13 +57,6 @@ def confidence_probs(logits: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
 
     t = cfg.temperature if cfg.temperature > 0 else 1.0
     return torch.softmax(logits.detach().to(dtype=torch.float64) / t, dim=-1)
-
-
-def sample(pr: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One token per row of (n, V) probabilities -> (n,) long."""
-    import torch
-
-    return torch.multinomial(pr, 1, generator=generator).squeeze(-1)
 
 
 # ---- one denoising step --------------------------------------------------------------------------------
@@ -90,6 +73,7 @@ class Step:
     masked: torch.Tensor  # (L,) bool, True = still to decode
     generated: torch.Tensor  # (L,) bool, True = a generated (non-prompt) position
     logits: torch.Tensor  # (L, V) draft predictions, aligned with positions
+    logp: torch.Tensor  # (L,) float64 view: log-probability of each position's token when it was decoded
     cfg: DecodeConfig
     generator: torch.Generator
     stats: DecodeStats
@@ -114,6 +98,7 @@ def confidence_step(step: Step) -> int:
         choose[conf.argmax()] = True
     step.block[idx[choose]] = x_hat[choose]
     step.masked[idx[choose]] = False
+    step.logp[idx[choose]] = torch.log(conf[choose])
     return int(choose.sum())
 
 
@@ -183,6 +168,7 @@ def generate(
         )
     state = model.new_state()
     seq = torch.cat([prompt.long().cpu(), torch.full((max_tokens,), mask_id, dtype=torch.long)])  # (P+max,)
+    logp = torch.zeros(total, dtype=torch.float64)  # (P+max,)
     end_at: int | None = None
     b_start = (n_prompt // bsz) * bsz  # the block holding the prompt's tail (or the first generated one)
     b_end = min(b_start + bsz, total)
@@ -197,7 +183,8 @@ def generate(
         while bool(masked.any()):
             if logits is None:
                 logits = model.draft(state, block)
-            step(Step(model, state, block, masked, generated, logits, cfg, generator, stats))
+            view = logp[b_start:b_end]
+            step(Step(model, state, block, masked, generated, logits, view, cfg, generator, stats))
             logits = None
             steps += 1
             end_at = _end_of_generation(seq, n_prompt, b_end, mask_id, model.end_ids)
@@ -213,6 +200,7 @@ def generate(
         logits = model.commit(state, block, bsz, draft_ids=seq[b_end:nb_end])
         b_start, b_end = b_end, nb_end
     out = seq[n_prompt : end_at if end_at is not None else total].clone()  # (n,)
+    stop = end_at + 1 if end_at is not None else total  # the end token's probability counts too
     stats.nfe = state.nfe
     stats.tokens = int(out.numel()) + (1 if end_at is not None else 0)
     stats.seconds = time.perf_counter() - t0
@@ -224,6 +212,7 @@ def generate(
             "block_size": bsz,
             "ended": end_at is not None,
             "mode": "static" if cfg.unmask_per_step > 0 else "dynamic",
+            "logprob": float(logp[n_prompt:stop].sum()),
         }
     )
     return out, stats

@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from infill.decoding.confidence import Step, confidence_probs, confidence_step, generate, probs, sample
+from infill.decoding.confidence import Step, confidence_probs, confidence_step, generate, probs
 from infill.decoding.routing import Router, RoutingConfig, features, make_router, parse_routing
+from infill.decoding.sampling import residual, sample
 
 if TYPE_CHECKING:
     import torch
@@ -26,15 +27,6 @@ if TYPE_CHECKING:
     from infill.config import DecodeConfig
     from infill.decoding.stats import DecodeStats
     from infill.models.blockdiff import BlockDiffModel
-
-
-def residual(q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """(q - p)+ normalised, (V,) -> (V,). Falls back to q when the difference has no mass (round-off only)."""
-    import torch
-
-    r = torch.clamp(q - p, min=0.0)
-    total = r.sum()
-    return q / q.sum() if float(total) <= 0.0 else r / total
 
 
 def accept_prefix(
@@ -90,14 +82,19 @@ def s2d2_step(step: Step, router: Router, rc: RoutingConfig) -> int:
     x_hat = sample(p, step.generator)  # (S,)
     filled = step.block.clone()  # (L,)
     filled[s : s + n] = x_hat
-    q = probs(model.verify(state, filled, s, n), cfg)  # (S, V) verifier densities
+    q_logits = model.verify(state, filled, s, n)  # (S, V)
+    q = probs(q_logits, cfg)  # (S, V) verifier densities
     accepted, fix = accept_prefix(p, q, x_hat, step.generator, cfg.gamma)
     step.block[s : s + accepted] = x_hat[:accepted]
     step.masked[s : s + accepted] = False
     if fix is not None:
         step.block[s + accepted] = fix
         step.masked[s + accepted] = False
-    got = accepted + (fix is not None)
+    kept = accepted + (fix is not None)
+    step.logp[s : s + kept] = (
+        confidence_probs(q_logits[:kept], cfg).gather(-1, step.block[s : s + kept, None]).log().squeeze(-1)
+    )
+    got = kept
     step.stats.accepted.append(accepted)
     step.stats.extra["verifications"] = step.stats.extra.get("verifications", 0) + 1
     step.stats.extra["verified_tokens"] = step.stats.extra.get("verified_tokens", 0) + got
