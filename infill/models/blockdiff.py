@@ -149,9 +149,11 @@ class BlockDiffModel:
         positions: torch.Tensor,
         allowed: torch.Tensor,
         kind: ForwardKind,
+        keep: int = 0,
     ) -> torch.Tensor:
         """Run ids (L,) at `positions` (L,) with `allowed` (L, state.length+L) over the cache; the new entries
-        stay in the cache (callers crop). Returns float32 logits (L, V), the mask token's logit at -inf."""
+        stay in the cache (callers crop). Returns float32 logits (L, V), or only the last `keep` rows if
+        keep > 0 (a long prefill needs no (P, V) logits), with the mask token's logit at -inf."""
         import torch
 
         if state.cache.get_seq_length() != state.length:
@@ -166,10 +168,11 @@ class BlockDiffModel:
                 attention_mask=self.attention_mask(allowed),  # (1, 1, L, C+L)
                 past_key_values=state.cache,
                 use_cache=True,
+                logits_to_keep=keep,
             )
         state.nfe += 1
         state.counts[kind] += 1
-        logits = out.logits[0].float().cpu()  # (L, V)
+        logits = out.logits[0].float().cpu()  # (L, V) or (keep, V)
         logits[:, self.mask_id] = float("-inf")
         return logits
 
@@ -203,16 +206,19 @@ class BlockDiffModel:
         allowed[:n, : start + n] = clean
         allowed[n:, :] = True  # the next block sees everything committed and itself
         inp = ids if draft_ids is None else torch.cat([ids, draft_ids])  # (L+D,)
-        logits = self.forward(state, inp, torch.arange(start, start + n + d), allowed, kind)  # (L+D, V)
+        keep = max(1, d + 1 if self.shifted else d)  # rows needed: the draft's (and the last clean one's)
+        logits = self.forward(
+            state, inp, torch.arange(start, start + n + d), allowed, kind, keep
+        )  # (keep, V)
         state.length = start + n
         self._rollback(state)
         if self.shifted:
-            state.next_logits = logits[n - 1]
+            state.next_logits = logits[keep - d - 1]  # the last clean token's row
         if draft_ids is None:
             return None
         if self.shifted:  # row j predicts position j+1; the first draft row comes from the last clean token
-            return logits[n - 1 : n + d - 1]  # (D, V)
-        return logits[n:]  # (D, V)
+            return logits[:d]  # (D, V)
+        return logits[keep - d :]  # (D, V)
 
     def draft(self, state: KVState, block: torch.Tensor) -> torch.Tensor:
         """Predictions (L, V) for every position of the current block (L,) (mask tokens at undecoded
