@@ -94,12 +94,11 @@ def s2d2_step(step: Step, router: Router, rc: RoutingConfig) -> int:
     step.logp[s : s + kept] = (
         confidence_probs(q_logits[:kept], cfg).gather(-1, step.block[s : s + kept, None]).log().squeeze(-1)
     )
-    got = kept
     step.stats.accepted.append(accepted)
     step.stats.extra["verifications"] = step.stats.extra.get("verifications", 0) + 1
-    step.stats.extra["verified_tokens"] = step.stats.extra.get("verified_tokens", 0) + got
-    router.update(True, got, 1 + state.nfe - nfe0)
-    return got
+    step.stats.extra["verified_tokens"] = step.stats.extra.get("verified_tokens", 0) + kept
+    router.update(True, kept, 1 + state.nfe - nfe0)  # cost: the draft forward plus the verifier's
+    return kept
 
 
 def decode(
