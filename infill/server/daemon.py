@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import stat
+import sys
 import threading
 import time
 from pathlib import Path
@@ -137,7 +138,13 @@ class SocketServer:
 def serve_socket(dispatcher: Dispatcher, path: Path, idle_timeout: float = 0.0) -> None:
     """Run a socket server in this (main) thread until shutdown, a signal, or idleness."""
     server = SocketServer(dispatcher, path, idle_timeout)
+    print(f"infill serve: pid {os.getpid()} starting on {path}", file=sys.stderr, flush=True)
     server.bind()
+    print(
+        f"infill serve: pid {os.getpid()} listening (idle timeout {idle_timeout:g} s)",
+        file=sys.stderr,
+        flush=True,
+    )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         server.stop.set()
@@ -146,3 +153,4 @@ def serve_socket(dispatcher: Dispatcher, path: Path, idle_timeout: float = 0.0) 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
     server.serve_forever()
+    print(f"infill serve: pid {os.getpid()} exiting", file=sys.stderr, flush=True)
