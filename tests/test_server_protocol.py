@@ -16,11 +16,11 @@ import pytest
 from infill.config import ModelSpec
 from infill.errors import DecodeError, FileChangedError, InputError, ModelError
 from infill.models import registry
-from infill.server import handlers, protocol
+from infill.server import protocol
 from infill.server.dispatch import Dispatcher, ModelCache, ServerContext
 from infill.server.stdio import read_lines, serve_stream
 from tests import fixtures_serve
-from tests.fixtures_serve import FAKE_MODEL, fake_factory, fake_fill
+from tests.fixtures_serve import FAKE_MODEL, fake_fill
 
 
 def make_dispatcher(**kwargs: Any) -> Dispatcher:
@@ -224,29 +224,6 @@ def test_blank_lines_are_not_requests() -> None:
     out = io.BytesIO()
     serve_stream(dispatcher, io.BytesIO(b'\n  \n\r\n{"id":1,"method":"ping"}\n'), out)
     assert len(out.getvalue().splitlines()) == 1
-
-
-def test_default_fill_and_docstrings_call_the_cli_functions(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without a plugin, fill/docstrings resolve the CLI's function and pass it the server's model cache."""
-    seen: list[tuple[str, dict[str, Any]]] = []
-
-    def fake_run(params: dict[str, Any], *, models: Any) -> dict[str, Any]:
-        seen.append(("run", params))
-        loaded = models(ModelSpec(name=FAKE_MODEL))
-        return {"file": None, "edits": [], "stats": {"model": loaded.name}}
-
-    registry.register(FAKE_MODEL, fake_factory)
-    monkeypatch.setattr(sys.modules[__name__], "fake_run", fake_run, raising=False)
-    monkeypatch.setattr(handlers, "FILL_FUNCTION", f"{__name__}:fake_run")
-    monkeypatch.setattr(handlers, "DOCSTRINGS_FUNCTION", f"{__name__}:fake_run")
-    dispatcher = Dispatcher()
-    for method in ("fill", "docstrings"):
-        reply = call(dispatcher, {"id": 1, "method": method, "params": {"text": "t"}})
-        assert reply == {"id": 1, "file": None, "edits": [], "stats": {"model": FAKE_MODEL}}
-    assert seen == [("run", {"text": "t"})] * 2
-    assert len(fixtures_serve.LOADS) == 1  # the second call reused the cached model
-    monkeypatch.setattr(handlers, "FILL_FUNCTION", "infill.no_such_module:run")
-    assert call(dispatcher, {"id": 2, "method": "fill"})["error"]["code"] == protocol.UNKNOWN_METHOD
 
 
 def _fuzz_lines(rng: random.Random, count: int) -> list[bytes]:

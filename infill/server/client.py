@@ -69,11 +69,11 @@ class Connection:
         self.sock.close()
 
 
-def compatible(ping: Mapping[str, Any]) -> bool:
-    """Same protocol, same package version, same copy of the code: otherwise the daemon is restarted."""
+def compatible(ping: Mapping[str, Any], env: Mapping[str, str] | None = None) -> bool:
+    """Same protocol, version, copy of the code and relevant environment; else the daemon restarts."""
     from infill.server.dispatch import identity
 
-    return all(ping.get(key) == value for key, value in identity().items())
+    return all(ping.get(key) == value for key, value in identity(env).items())
 
 
 def is_ci(env: Mapping[str, str]) -> bool:
@@ -152,7 +152,7 @@ def connect_daemon(
     under the spawn lock, so clients that arrive together start exactly one."""
     env = os.environ if env is None else env
     conn = _open(paths)
-    if conn is not None and compatible(conn.ping):
+    if conn is not None and compatible(conn.ping, env):
         return conn
     if not spawn:
         if conn is not None:
@@ -163,7 +163,7 @@ def connect_daemon(
     with lifecycle.file_lock(paths.spawn_lock, timeout=LOCK_TIMEOUT):
         conn = _open(paths)  # someone may have started it while we waited for the lock
         if conn is not None:
-            if compatible(conn.ping):
+            if compatible(conn.ping, env):
                 return conn
             log.debug("daemon %s is incompatible (%r); restarting it", paths.socket, conn.ping)
             retire(conn)
@@ -175,7 +175,7 @@ def connect_daemon(
                 raise DaemonUnavailable(f"the daemon exited at start (see {paths.log})")
             conn = _open(paths)
             if conn is not None:
-                if compatible(conn.ping):
+                if compatible(conn.ping, env):
                     return conn
                 retire(conn)
                 raise DaemonUnavailable("a freshly started daemon runs different code")
@@ -218,7 +218,7 @@ def status(env: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     if conn is None or paths is None:
         return None
     conn.close()
-    return {**conn.ping, "socket": str(paths.socket), "compatible": compatible(conn.ping)}
+    return {**conn.ping, "socket": str(paths.socket), "compatible": compatible(conn.ping, env)}
 
 
 def stop(env: Mapping[str, str] | None = None) -> bool:

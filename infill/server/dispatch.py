@@ -8,6 +8,8 @@ register their own.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -22,6 +24,23 @@ from infill.server import protocol
 from infill.server.protocol import ProtocolError, Request
 
 
+def _api_load(spec: ModelSpec) -> registry.LoadedModel:
+    """Load through infill.api's per-process cache, the one the fill functions use, so both share one copy."""
+    from infill import api
+
+    load_model = getattr(api, "load_model", None)
+    loaded: registry.LoadedModel = load_model(spec) if load_model is not None else registry.load(spec)
+    return loaded
+
+
+def _api_evict() -> None:
+    from infill import api
+
+    clear = getattr(api, "clear_model_cache", None)
+    if clear is not None:
+        clear()
+
+
 @dataclass
 class ModelCache:
     """Loaded models kept in memory, keyed by the whole ModelSpec (name, device, bf16, revision).
@@ -29,15 +48,19 @@ class ModelCache:
     A model loaded from a folder is reloaded when its files change on disk, so a daemon never serves stale
     weights after `infill train` writes a new checkpoint to the same place."""
 
-    loader: Callable[[ModelSpec], registry.LoadedModel] = registry.load
+    loader: Callable[[ModelSpec], registry.LoadedModel] = _api_load
+    evict: Callable[[], None] = _api_evict  # also forget copies held elsewhere (the api's cache)
     _entries: dict[ModelSpec, tuple[registry.LoadedModel, tuple[tuple[str, float, int], ...]]] = field(
         default_factory=dict
     )
 
     def get(self, spec: ModelSpec) -> registry.LoadedModel:
         entry = self._entries.get(spec)
-        if entry is not None and _fingerprint(entry[0]) == entry[1]:
-            return entry[0]
+        if entry is not None:
+            if _fingerprint(entry[0]) == entry[1]:
+                return entry[0]
+            self._entries.clear()  # new weights on disk: drop every copy, here and in the api's cache
+            self.evict()
         loaded = self.loader(spec)
         self._entries[spec] = (loaded, _fingerprint(loaded))
         return loaded
@@ -110,12 +133,11 @@ class Dispatcher:
         self.max_request_bytes = max_request_bytes
         self.context = context if context is not None else ServerContext(ModelCache())
         self.stop_requested = False
+        self.identity = identity()  # the environment as the server started; requests may not change it
         self.methods: dict[str, Handler] = {
             "ping": self._ping,
             "shutdown": self._shutdown,
-            "models": handlers.models,
-            "fill": handlers.fill,
-            "docstrings": handlers.docstrings,
+            **handlers.METHODS,
         }
         if methods is not None:
             self.methods.update(methods)
@@ -164,7 +186,7 @@ class Dispatcher:
         )
 
     def _ping(self, params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
-        return identity() | {
+        return self.identity | {
             "pong": True,
             "pid": os.getpid(),
             "transport": context.transport,
@@ -178,12 +200,34 @@ class Dispatcher:
         return {"shutdown": True}
 
 
-def identity() -> dict[str, Any]:
-    """What a client compares before trusting a daemon: protocol, package version, which copy of the code."""
+# environment variables that can change what a request computes: a daemon started under others is restarted
+_ENV_PREFIXES = (
+    "INFILL_",
+    "HF_",
+    "TRANSFORMERS_",
+    "TORCH",
+    "PYTORCH_",
+    "CUDA_",
+    "OMP_",
+    "MKL_",
+    "PYTHONHASHSEED",
+)
+_ENV_IGNORED = frozenset(
+    {"INFILL_NO_DAEMON", "INFILL_RUNTIME_DIR", "INFILL_DAEMON_TIMEOUT", "INFILL_DAEMON_IDLE_TIMEOUT"}
+)
+
+
+def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What a client compares before trusting a daemon: protocol, package version, which copy of the code, and
+    the environment variables that can change a result."""
+    env = os.environ if env is None else env
+    relevant = sorted((k, v) for k, v in env.items() if k.startswith(_ENV_PREFIXES) and k not in _ENV_IGNORED)
+    digest = hashlib.sha256(json.dumps(relevant).encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return {
         "protocol": protocol.PROTOCOL_VERSION,
         "version": infill.__version__,
         "package": str(Path(infill.__file__).resolve().parent),
+        "env": digest,
     }
 
 
