@@ -95,11 +95,23 @@ def fake_loads(params: dict[str, Any], context: ServerContext) -> dict[str, Any]
     return {"loads": len(LOADS), "pid": os.getpid()}
 
 
+def wait_for_cancel(params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
+    """A long request: runs until its client goes away (then writes params["marker"]) or 120 s pass."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if context.cancelled():
+            Path(params["marker"]).write_text("cancelled")
+            raise RuntimeError("cancelled")
+        time.sleep(0.02)
+    return {"cancelled": False}
+
+
 def install(dispatcher: Dispatcher) -> None:
     """The plugin hook: a fake model and methods; an optional fake version to test the restart on mismatch."""
     registry.register(FAKE_MODEL, fake_factory)
     dispatcher.register("fill", fake_fill)
     dispatcher.register("fake_loads", fake_loads)
+    dispatcher.register("wait_for_cancel", wait_for_cancel)
     fake_version = os.environ.get("INFILL_TEST_FAKE_VERSION")
     if fake_version:
         real_ping = dispatcher.methods["ping"]

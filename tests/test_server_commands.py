@@ -21,9 +21,11 @@ from infill.server.protocol import ProtocolError
 CALLS: list[dict[str, Any]] = []
 
 
-def fake_run_fill(request: dict[str, Any]) -> dict[str, Any]:
+def fake_run_fill(request: dict[str, Any], on_progress: Any = None) -> dict[str, Any]:
     """The contract of infill.commands.fill.run_fill, faked: a request dict -> the command's whole output."""
     CALLS.append(request)
+    if on_progress is not None:
+        on_progress({"tokens": 0})
     selections = request.get("selections", [])
     if any(s["value"] == "missing" for s in selections):
         return {

@@ -280,3 +280,22 @@ def test_client_never_imports_torch(runtime_dir: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr.decode()
+
+
+def test_ping_answers_during_a_long_request_and_a_gone_client_cancels_it(runtime_dir: Path) -> None:
+    env = plugin_env(runtime_dir)
+    pid = client.connect_daemon(lifecycle.runtime_paths(env), spawn=True, env=env)
+    assert pid is not None
+    pid.close()
+    marker = runtime_dir / "cancelled"
+    sock = lifecycle.connect(runtime_dir / "daemon.sock", timeout=30)
+    assert sock is not None
+    sock.sendall(
+        json.dumps({"id": 1, "method": "wait_for_cancel", "params": {"marker": str(marker)}}).encode()
+    )
+    sock.sendall(b"\n")
+    assert client.status(env) is not None  # ping is answered while the long request runs
+    assert not marker.exists()
+    sock.close()  # the client goes away mid-request
+    wait_until(marker.exists, what="the request to notice its client left")
+    assert fill(env) is not None  # and the daemon serves the next request

@@ -102,7 +102,7 @@ class SocketServer:
             reader = conn.makefile("rb")
             try:
                 for line in read_lines(reader, self.dispatcher.max_request_bytes):
-                    out = self._handle(line)
+                    out = self._handle(line, conn)
                     if out:
                         conn.sendall(out)
                     if self.dispatcher.stop_requested:
@@ -113,7 +113,7 @@ class SocketServer:
             finally:
                 reader.close()
 
-    def _handle(self, line: bytes | None) -> bytes:
+    def _handle(self, line: bytes | None, conn: socket.socket) -> bytes:
         if line is not None and self.dispatcher.is_lock_free(line):
             return self.dispatcher.handle_line(line)
         with self._state:
@@ -122,7 +122,14 @@ class SocketServer:
             with self._work:
                 if self.stop.is_set():
                     return b""
-                return self.dispatcher.too_large() if line is None else self.dispatcher.handle_line(line)
+                if line is None:
+                    return self.dispatcher.too_large()
+                context = self.dispatcher.context
+                context.cancelled = lambda: _peer_closed(conn)
+                try:
+                    return self.dispatcher.handle_line(line)
+                finally:
+                    context.cancelled = lambda: False
         finally:
             with self._state:
                 self._busy -= 1
@@ -133,6 +140,16 @@ class SocketServer:
             st = self.path.lstat()
             if stat.S_ISSOCK(st.st_mode) and st.st_ino == self._inode:
                 self.path.unlink()
+
+
+def _peer_closed(conn: socket.socket) -> bool:
+    """Whether the client closed its end (a pending request of a gone client need not finish)."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def serve_socket(dispatcher: Dispatcher, path: Path, idle_timeout: float = 0.0) -> None:

@@ -112,6 +112,9 @@ class ServerContext:
     transport: str = "stdio"  # "stdio" | "socket" | "inprocess"
     idle_timeout: float = 0.0
     started: float = field(default_factory=time.time)
+    # True once the client of the request in progress has gone away (set per request by the socket server);
+    # long handlers poll it through their progress callback and stop before writing anything
+    cancelled: Callable[[], bool] = lambda: False
 
 
 Handler = Callable[[dict[str, Any], ServerContext], dict[str, Any]]

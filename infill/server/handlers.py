@@ -146,11 +146,23 @@ def _preload(context: ServerContext, model: dict[str, Any]) -> None:
         pass
 
 
+class RequestCancelled(Exception):
+    """The client went away; raised from the progress callback so the command stops before writing."""
+
+
+def _watch(context: ServerContext) -> Callable[[dict[str, Any]], None]:
+    def on_progress(info: dict[str, Any]) -> None:
+        if context.cancelled():
+            raise RequestCancelled("the client went away")
+
+    return on_progress
+
+
 def fill(params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
     request = fill_request(params)
     run_fill = _resolve(FILL_FUNCTION, "fill")
     _preload(context, request["model"])
-    out = run_fill(request)
+    out = run_fill(request, _watch(context))
     if out.get("exit_code") == 0 and isinstance(out.get("result"), dict):
         result: dict[str, Any] = out["result"]
         return result
@@ -163,7 +175,7 @@ def fill_command(params: dict[str, Any], context: ServerContext) -> dict[str, An
     with working_directory(params.get("cwd")):
         if isinstance(model, dict):
             _preload(context, model)
-        out: dict[str, Any] = run_fill(params)
+        out: dict[str, Any] = run_fill(params, _watch(context))
     return out
 
 
