@@ -357,3 +357,28 @@ def test_serve_needs_exactly_one_transport() -> None:
 
     assert CliRunner().invoke(main, ["serve"]).exit_code == 2
     assert CliRunner().invoke(main, ["serve", "--stdio", "--socket", "/tmp/x.sock"]).exit_code == 2
+
+
+def test_identity_follows_result_changing_environment_only() -> None:
+    from infill.server.dispatch import identity
+
+    base = {"PATH": "/bin", "HOME": "/root"}
+    same = [
+        {**base, "TERM": "dumb"},
+        {**base, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"},
+        {**base, "INFILL_NO_DAEMON": "1", "INFILL_RUNTIME_DIR": "/x", "INFILL_DAEMON_IDLE_TIMEOUT": "5"},
+        {**base, "HF_TOKEN": "secret"},
+    ]
+    different = [
+        {**base, "CUDA_VISIBLE_DEVICES": "1"},
+        {**base, "OMP_NUM_THREADS": "1"},
+        {**base, "HF_HOME": "/elsewhere"},
+        {**base, "INFILL_SERVER_PLUGINS": "x:y"},
+    ]
+    assert all(identity(env) == identity(base) for env in same)
+    assert all(identity(env)["env"] != identity(base)["env"] for env in different)
+    assert {k for k in identity(base) if identity(base)[k] == identity(different[0])[k]} == {
+        "protocol",
+        "version",
+        "package",
+    }

@@ -218,13 +218,22 @@ _ENV_PREFIXES = (
 _ENV_IGNORED = frozenset(
     {"INFILL_NO_DAEMON", "INFILL_RUNTIME_DIR", "INFILL_DAEMON_TIMEOUT", "INFILL_DAEMON_IDLE_TIMEOUT"}
 )
+_ENV_IGNORED_PARTS = ("VERBOSITY", "PROGRESS_BARS", "ADVISORY_WARNINGS", "TOKEN")  # logging noise, secrets
+
+
+def _relevant(key: str) -> bool:
+    return (
+        key.startswith(_ENV_PREFIXES)
+        and key not in _ENV_IGNORED
+        and not any(p in key for p in _ENV_IGNORED_PARTS)
+    )
 
 
 def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What a client compares before trusting a daemon: protocol, package version, which copy of the code, and
     the environment variables that can change a result."""
     env = os.environ if env is None else env
-    relevant = sorted((k, v) for k, v in env.items() if k.startswith(_ENV_PREFIXES) and k not in _ENV_IGNORED)
+    relevant = sorted((k, v) for k, v in env.items() if _relevant(k))
     digest = hashlib.sha256(json.dumps(relevant).encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return {
         "protocol": protocol.PROTOCOL_VERSION,

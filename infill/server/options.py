@@ -105,4 +105,11 @@ def fill_command(request: Mapping[str, Any], mode: str, idle_timeout: float) -> 
 
     model = request.get("model")
     name = model.get("name") if isinstance(model, Mapping) else None
-    return client.request("fill_command", request, mode, model=name, idle_timeout=idle_timeout)
+    out = client.request("fill_command", request, mode, model=name, idle_timeout=idle_timeout)
+    if out is None or not (
+        isinstance(out.get("exit_code"), int)
+        and isinstance(out.get("stdout"), str)
+        and isinstance(out.get("stderr"), list)
+    ):
+        return None  # not the shape run_fill returns (another version?): do it in-process
+    return out
