@@ -18,17 +18,18 @@ import contextlib
 import errno
 import fcntl
 import os
-import signal
 import socket
 import stat
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # subprocess, signal and tempfile are imported where needed: clients stay quick to start
+    import subprocess
 
 SOCKET_NAME = "daemon.sock"
 SPAWN_LOCK_NAME = "spawn.lock"
@@ -68,6 +69,8 @@ def runtime_paths(env: Mapping[str, str] | None = None, *, create: bool = True) 
     elif env.get("XDG_RUNTIME_DIR") and _owned_private_dir(Path(env["XDG_RUNTIME_DIR"]), uid):
         directory = Path(env["XDG_RUNTIME_DIR"]) / "infill"
     else:
+        import tempfile
+
         directory = Path(tempfile.gettempdir()) / f"infill-{uid}"
     if create:
         try:
@@ -196,6 +199,8 @@ def spawn_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 def spawn(paths: Paths, idle_timeout: float, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """Start a detached daemon (own session, stdin closed, output to daemon.log); does not wait for it."""
+    import subprocess
+
     with contextlib.suppress(OSError):
         if paths.log.stat().st_size > _LOG_LIMIT:
             paths.log.unlink()
@@ -217,6 +222,8 @@ def spawn(paths: Paths, idle_timeout: float, env: Mapping[str, str]) -> subproce
 
 def terminate(pid: int, timeout: float) -> bool:
     """SIGTERM, then SIGKILL after `timeout`; True once it is gone. Only for pids a socket vouched for."""
+    import signal
+
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
         try:
             os.kill(pid, sig)
