@@ -123,9 +123,7 @@ class XLNetKVCache:
         h = self.tr.word_embedding(tokens)  # (G, d)
         G = tokens.shape[0]
         old = self._pos.shape[0]
-        allowed = torch.cat(
-            [torch.ones(G, old, dtype=torch.bool, device=h.device), within], dim=1
-        )  # (G, R+G)
+        allowed = torch.cat([torch.ones(G, old, dtype=torch.bool, device=h.device), within], dim=1)  # (G, R+G)
         k_pos = torch.cat([self._pos, pos])
         for li, layer in enumerate(self.tr.layer):
             a = layer.rel_attn
@@ -163,17 +161,13 @@ class XLNetKVCache:
         if keep < n:
             new = masked[keep:n]
             G = new.shape[0]
-            causal = torch.ones(
-                G, G, dtype=torch.bool, device=ids.device
-            ).tril()  # rank-causal, self included
+            causal = torch.ones(G, G, dtype=torch.bool, device=ids.device).tril()  # rank-causal, self included
             self._commit(ids[new], new, causal, ids.shape[0])
             self._tokens.extend(want[keep:])
 
     # --- the pass ---------------------------------------------------------------------------------
 
-    def logits(
-        self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor, verify: bool
-    ) -> Any:
+    def logits(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor, verify: bool) -> Any:
         """(k, V) logits at `targets` = masked[n:n+k]: draft (targets see prompt + masked[:n]) or verify
         (the drafts written at the targets are seen by later targets)."""
         import torch
@@ -214,8 +208,6 @@ class XLNetKVCache:
                 values = torch.cat([self._values[li], torch.einsum("id,dnh->inh", h, a.v)])
                 g_next = self._attend(layer, g, targets, keys, values, k_pos, query_allowed, self._kr[li], N)
                 if li + 1 < len(self.tr.layer):  # the last layer's content rows feed nothing
-                    h = layer.ff(
-                        self._attend(layer, h, targets, keys, values, k_pos, content_allowed, self._kr[li], N)
-                    )
+                    h = layer.ff(self._attend(layer, h, targets, keys, values, k_pos, content_allowed, self._kr[li], N))
                 g = layer.ff(g_next)
         return self.hf.lm_loss(g)  # (k, V)
