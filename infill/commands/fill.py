@@ -150,7 +150,10 @@ def run_fill(
 
 
 def _resolve(req: FillRequest, path: str) -> str:
-    return path if os.path.isabs(path) else os.path.join(req.cwd, path)
+    """`path` for this process: relative paths are relative to the request's cwd (a daemon runs elsewhere)."""
+    if os.path.isabs(path) or os.path.realpath(req.cwd) == os.path.realpath(os.getcwd()):
+        return path
+    return os.path.join(req.cwd, path)
 
 
 def _run(
@@ -170,7 +173,11 @@ def _run(
         text = req.stdin
         data = text.encode("utf-8")
     else:
-        data, snapshot = patch.read_source(_resolve(req, req.file))
+        try:
+            data, snapshot = patch.read_source(_resolve(req, req.file))
+        except InputError as exc:
+            exc.path = req.file  # as the user typed it, not resolved against cwd
+            raise
         text = patch.decode_utf8(data, req.file)
     if not data.strip():
         raise InputError("the input is empty; there is no context to fill around", path=display)
