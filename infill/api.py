@@ -23,11 +23,11 @@ How a fill is built (the data flow: spans -> masked token sequence -> decoder ->
   spans of one region are never cut. What remains goes 3/4 to the prefix (its end is kept) and 1/4 to the
   suffix (its start is kept); a side that needs less gives the rest to the other. Spans too far apart to share
   one sequence are filled as separate regions, each seeing the original text around it.
-* Candidates. One seeded torch.Generator draws every sample. A candidate is one sample of every span; for
-  code, candidates that add tree-sitter ERROR/MISSING nodes are rejected and resampled (up to
-  FillOptions.max_resample extra samples). The valid candidate with the highest log-likelihood (sum over spans
-  of the fill's token log-probabilities under the model, end-of-fill pad included) wins; if none is valid, the
-  best invalid one is returned with a warning.
+* Candidates. One seeded torch.Generator draws every sample. A candidate is one sample of every span. For
+  code, candidates that add tree-sitter ERROR/MISSING nodes are rejected, and so are fills with broken UTF-8
+  (U+FFFD); rejects are resampled (up to FillOptions.max_resample extra samples). The valid candidate with
+  the highest log-likelihood (sum over spans of the fill's token log-probabilities under the model,
+  end-of-fill pad included) wins; if none is valid, the best invalid one is returned with a warning.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class FillResult:
     text: str  # the whole patched text
     edits: list[Edit]
     stats: dict[str, Any] = field(default_factory=dict)  # decoder, model, nfe, tokens, seconds, ...
-    warnings: list[str] = field(default_factory=list)  # e.g. "no syntactically valid candidate found"
+    warnings: list[str] = field(default_factory=list)  # e.g. "no valid candidate found ..."
 
 
 ProgressCallback = Callable[[dict[str, Any]], None]
@@ -418,7 +418,7 @@ def fill_text(
     valid: list[tuple[float, list[Edit], str]] = []
     invalid: list[tuple[float, list[Edit], str]] = []
     seen: set[tuple[str, ...]] = set()
-    attempts_left = options.candidates + (max(0, options.max_resample) if check_syntax else 0)
+    attempts_left = options.candidates + max(0, options.max_resample)  # resampling only happens on rejects
     attempts = 0
     if on_progress is not None:
         total = sum(p.budget for r in regions for p in r.spans)
@@ -444,14 +444,17 @@ def fill_text(
         patched = apply_edits(data, edits)
         check_outside_unchanged(data, patched, edits)
         total_score = sum(e.score for e in edits)
-        ok = not check_syntax or syntax_errors(str(language), patched) <= baseline
+        # reject fills that split a UTF-8 character (U+FFFD) or add tree-sitter ERROR / MISSING nodes
+        ok = not any("\ufffd" in e.text for e in edits) or "\ufffd" in text
+        ok = ok and (not check_syntax or syntax_errors(str(language), patched) <= baseline)
         (valid if ok else invalid).append((total_score, edits, patched.decode("utf-8")))
     if on_progress is not None:
         on_progress({"event": "done"})
     pool = valid or invalid
     if not valid:
         warnings.append(
-            f"no syntactically valid candidate found in {attempts} sample(s); using the most likely one"
+            f"no valid candidate found in {attempts} sample(s) (syntax errors or broken UTF-8); "
+            "using the most likely one"
         )
     best_score, best_edits, best_text = max(pool, key=lambda c: c[0])
     stats.update(

@@ -31,14 +31,16 @@ class ByteTokenizer:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
 
-Alternatives = Sequence[tuple[str, float]]
+Alternatives = Sequence[tuple[str | bytes, float]]  # bytes: raw token bytes, e.g. half a UTF-8 character
 
 
 class ScriptedModel:
     """Span j (0-based, in one sequence) is filled from fills[j % len(fills)], a list of (text, weight)."""
 
     def __init__(self, fills: Sequence[Alternatives], max_length: int = 4096, pad: bool = True) -> None:
-        self.fills = [[(list(t.encode("utf-8")), w) for t, w in alts] for alts in fills]
+        self.fills = [
+            [(list(t.encode("utf-8") if isinstance(t, str) else t), w) for t, w in alts] for alts in fills
+        ]
         self.vocab_size = VOCAB
         self.mask_id = MASK
         self.pad_id: int | None = PAD if pad else None

@@ -34,8 +34,16 @@ def test_no_valid_candidate_warns_and_uses_most_likely() -> None:
     with fake_model([[("return (x", 0.8), ("return [x", 0.2)]], name="fake-api"):
         r = fill(SRC, [Selection("span", "2:2")], options=FillOptions(max_resample=3))
     assert r.text == "def inc(x):\n    return (x\n"
-    assert any("no syntactically valid candidate" in w for w in r.warnings)
+    assert any("no valid candidate" in w for w in r.warnings)
     assert r.stats["samples"] == 4
+
+
+def test_broken_utf8_is_resampled() -> None:
+    broken = b"caf\xc3"  # half of "\xc3\xa9" (é): decodes to U+FFFD
+    with fake_model([[(broken, 0.5), ("ok", 0.5)]], name="fake-api"):
+        for seed in range(6):
+            r = fill("x = <F>\n", [Selection("marker", "<F>")], language=None, decode=DecodeConfig(seed=seed))
+            assert r.text == "x = ok\n"
 
 
 def test_syntax_check_off_and_plain_text() -> None:
