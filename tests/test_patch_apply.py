@@ -135,6 +135,17 @@ def test_shape_fill_whole_lines() -> None:
     assert fill == "    x = 1\n    return x"
 
 
+def test_shape_fill_insertions_and_inline() -> None:
+    # insertion at the end of a file that ends with a line break: the new line ends with one too
+    assert textops.shape_fill("return 1", 'def f():\n    """Doc."""\n', "", "") == "    return 1\n"
+    # insertion before a closing brace
+    assert textops.shape_fill("x = 1;", "class A {\n", "", "}\n") == "    x = 1;\n"
+    # a span from column 1 to the middle of a line stays in-line
+    assert textops.shape_fill("bar", "", "foo", "(x)\n") == "bar"
+    # in-line fills are left alone
+    assert textops.shape_fill(" 1 ", "fn one() -> i32 {", " 0 ", "}\n") == " 1 "
+
+
 def test_syntax_errors() -> None:
     assert textops.syntax_errors("python", b"def f():\n    return 1\n") == 0
     assert textops.syntax_errors("python", b"def f(:\n    return (1\n") >= 1
