@@ -41,12 +41,11 @@ from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec
 from infill.errors import DecodeError, InfillError, InputError, ModelError
+from infill.models.registry import LoadedModel
 from infill.spans import LineIndex, Span, check_spans
 
 if TYPE_CHECKING:
     import torch
-
-    from infill.models.registry import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ _MODEL_CACHE: dict[ModelSpec, LoadedModel] = {}
 
 def load_model(model: Any = None) -> LoadedModel:
     """A LoadedModel from a ModelSpec (cached per process), a LoadedModel, or None (the default model)."""
-    from infill.models.registry import LoadedModel, load
+    from infill.models.registry import load
 
     if isinstance(model, LoadedModel):
         return model
@@ -98,9 +97,7 @@ def load_model(model: Any = None) -> LoadedModel:
     except InfillError:
         raise
     except (OSError, ValueError, RuntimeError, KeyError) as exc:  # corrupt folder, bad safetensors, bad json
-        raise ModelError(
-            f"cannot load model {spec.name!r}: {type(exc).__name__}: {exc}".splitlines()[0]
-        ) from exc
+        raise ModelError(f"cannot load model {spec.name!r}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
     _MODEL_CACHE[spec] = loaded
     return loaded
 
@@ -160,18 +157,14 @@ def _plan(
         prev_end = spans[i - 1].end_byte if i else 0
         next_start = spans[i + 1].start_byte if i + 1 < len(spans) else len(data)
         replaced = to_model(data[span.start_byte : span.end_byte].decode("utf-8"))
-        budget = token_budget(
-            span, len(tok.encode(replaced)) if replaced.strip() else 0, replaced, options, has_pad
-        )
+        budget = token_budget(span, len(tok.encode(replaced)) if replaced.strip() else 0, replaced, options, has_pad)
         if budget > cap:
             if options.tokens is not None:
                 raise DecodeError(
                     f"{span.label or 'span'}: --tokens {budget} does not fit the model's context of "
                     f"{max_length} tokens (at most {cap})"
                 )
-            warnings.append(
-                f"{span.label or 'span'}: token budget {budget} capped at {cap} (the model's context)"
-            )
+            warnings.append(f"{span.label or 'span'}: token budget {budget} capped at {cap} (the model's context)")
             budget = cap
         plans.append(
             _SpanPlan(
@@ -250,9 +243,7 @@ def _problem(region: _Region, loaded: LoadedModel) -> Any:
         ids += [model.mask_id] * plan.budget
     ids += region.suffix_ids
     if len(masked) >= len(ids):
-        raise DecodeError(
-            "no visible token: the input has no context around the span and the model has no <bos>"
-        )
+        raise DecodeError("no visible token: the input has no context around the span and the model has no <bos>")
     return FillProblem(
         torch.tensor(ids, dtype=torch.long),  # (N,)
         torch.tensor(masked, dtype=torch.long),  # (M,)
@@ -301,7 +292,7 @@ def _sample_asarm(
 
     def on_step(decoded: int, total: int) -> None:
         if on_progress is not None:
-            on_progress({"event": "step", "tokens": totals.tokens + decoded, "nfe": totals.nfe})
+            on_progress({"event": "step", "tokens": totals.tokens + decoded, "base": totals.tokens, "nfe": 0})
 
     tokens, stats = decode(loaded.model, problem, cfg, generator, on_step=on_step)  # (M,)
     logq = score(loaded.model, problem, tokens)  # (M,) log q of each token under the oracle
@@ -347,9 +338,7 @@ def _candidate_edits(
         span = plan.span
         start_line = index.line_of(span.start_byte) if data else 1
         end_line = index.line_of(max(span.start_byte, span.end_byte - 1)) if data else 1
-        edits.append(
-            Edit(span.start_byte, span.end_byte, start_line, end_line, text, fill.score, fill.tokens)
-        )
+        edits.append(Edit(span.start_byte, span.end_byte, start_line, end_line, text, fill.score, fill.tokens))
     return edits
 
 
@@ -382,6 +371,8 @@ def fill_text(
     ordered = check_spans(data, spans)
     if options.candidates < 1:
         raise InputError(f"-n must be at least 1, got {options.candidates}")
+    if on_progress is not None and not isinstance(model, LoadedModel):
+        on_progress({"event": "load", "model": getattr(model, "name", "default")})
     loaded = load_model(model)
     if loaded.kind == "blockdiff" and decode.decoder == "assd":
         # the default decoder; on a block-diffusion model its self-speculative analogue is S2D2
@@ -427,7 +418,7 @@ def fill_text(
         attempts_left -= 1
         attempts += 1
         if on_progress is not None:
-            on_progress({"event": "candidate", "index": attempts, "of": attempts + attempts_left})
+            on_progress({"event": "candidate", "index": attempts, "of": attempts + attempts_left, "nfe": totals.nfe})
         fills: list[_Fill] = []
         for region in regions:
             if loaded.kind == "blockdiff":

@@ -88,7 +88,7 @@ def test_progress_events_and_bar(monkeypatch: pytest.MonkeyPatch) -> None:
     with fake_model(["return x + 1"], name="fake-api"):
         fill(SRC, [Selection("span", "2:2")], on_progress=events.append)
     kinds = [e["event"] for e in events]
-    assert kinds[0] == "start" and kinds[-1] == "done" and "step" in kinds
+    assert kinds[:2] == ["load", "start"] and kinds[-1] == "done" and "step" in kinds and "candidate" in kinds
     with progress.progress(True) as cb:  # stderr is not a terminal under pytest
         assert cb is None
     monkeypatch.setattr(progress, "is_interactive", lambda stream=None: True)
