@@ -273,13 +273,8 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
             found.append((node, body))
     if not found:
         names = sorted({name for _, name, _ in defs})
-        listing = (
-            ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
-            if names
-            else f"no {kind}es"
-            if kind == "class"
-            else f"no {kind}s"
-        )
+        plural = "classes" if kind == "class" else "functions"
+        listing = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "") if names else f"the file has no {plural}"
         raise InputError(f"{sel.label}: {kind} {sel.value!r} not found ({listing})")
     spans = [Span(*body_range(data, body, language), sel.label, DEFAULT_TOKENS[kind]) for _, body in found]
     return _outermost(spans)
