@@ -140,10 +140,11 @@ def unified_diff(old: str, new: str, path: str | None) -> str:
 def atomic_write(path: str, data: bytes, expected: Snapshot | None = None) -> None:
     """Replace `path` by `data` atomically: temp file in the same folder, fsync, rename; mode bits kept.
 
-    With `expected`, refuse (FileChangedError) if the file no longer holds what was read.
+    With `expected`, refuse (FileChangedError) if the file no longer holds what was read. A symlink keeps
+    pointing at its (updated) target.
     """
-    p = Path(path)
-    check_writable(path)
+    p = Path(os.path.realpath(path))  # write through a symlink, never replace the link itself
+    check_writable(str(p))
     mode: int | None = None
     if expected is not None:
         try:

@@ -97,6 +97,17 @@ def test_atomic_write_keeps_mode_and_refuses_changed_file(tmp_path: Path) -> Non
     assert sorted(os.listdir(tmp_path)) == ["f.txt"]  # no temp files left behind
 
 
+def test_atomic_write_through_symlink(tmp_path: Path) -> None:
+    target = tmp_path / "real.txt"
+    target.write_bytes(b"old\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    _, snap = read_source(str(link))
+    atomic_write(str(link), b"new\n", snap)
+    assert link.is_symlink()
+    assert target.read_bytes() == b"new\n"
+
+
 # --- textops ------------------------------------------------------------------------------------------------
 
 
