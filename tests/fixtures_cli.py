@@ -38,9 +38,7 @@ class ScriptedModel:
     """Span j (0-based, in one sequence) is filled from fills[j % len(fills)], a list of (text, weight)."""
 
     def __init__(self, fills: Sequence[Alternatives], max_length: int = 4096, pad: bool = True) -> None:
-        self.fills = [
-            [(list(t.encode("utf-8") if isinstance(t, str) else t), w) for t, w in alts] for alts in fills
-        ]
+        self.fills = [[(list(t.encode("utf-8") if isinstance(t, str) else t), w) for t, w in alts] for alts in fills]
         self.vocab_size = VOCAB
         self.mask_id = MASK
         self.pad_id: int | None = PAD if pad else None
