@@ -119,6 +119,7 @@ class _SpanPlan:
     prefix: str  # LF text before the span, up to the previous span (for post-processing)
     replaced: str  # LF text the span replaces
     suffix: str  # LF text after the span, up to the next span
+    healed: bool = False  # the space before the span was moved into the model's fill (see _model_prefix)
 
 
 @dataclass
@@ -166,14 +167,16 @@ def _plan(
                 )
             warnings.append(f"{span.label or 'span'}: token budget {budget} capped at {cap} (the model's context)")
             budget = cap
+        before = to_model(data[prev_end : span.start_byte].decode("utf-8"))
         plans.append(
             _SpanPlan(
                 span,
                 i,
                 budget,
-                to_model(data[prev_end : span.start_byte].decode("utf-8")),
+                before,
                 replaced,
                 to_model(data[span.end_byte : next_start].decode("utf-8")),
+                healed=_heals(before),
             )
         )
     # group neighbouring spans into regions while the masks and the text between them fit
@@ -181,7 +184,7 @@ def _plan(
     regions: list[list[tuple[_SpanPlan, list[int]]]] = []  # each span with the ids of the text before it
     used = 0
     for plan in plans:
-        between = tok.encode(plan.prefix) if regions and not blockdiff else []
+        between = tok.encode(_model_prefix(plan.prefix, plan.healed)) if regions and not blockdiff else []
         cost = len(between) + plan.budget
         if regions and not blockdiff and used + cost <= cap:
             regions[-1].append((plan, between))
@@ -192,7 +195,7 @@ def _plan(
     out = []
     for group in regions:
         first, last = group[0][0].span, group[-1][0].span
-        prefix_ids = tok.encode(to_model(data[: first.start_byte].decode("utf-8")))
+        prefix_ids = tok.encode(_model_prefix(to_model(data[: first.start_byte].decode("utf-8")), group[0][0].healed))
         suffix_ids = tok.encode(to_model(data[last.end_byte :].decode("utf-8")))
         inner = sum(p.budget for p, _ in group) + sum(len(b) for _, b in group[1:])
         free = max(0, max_length - int(has_bos) - inner)
@@ -208,6 +211,21 @@ def _plan(
             )
         )
     return out
+
+
+def _heals(before: str) -> bool:
+    """Whether the text before a span ends in a space that the model should write itself.
+
+    Byte-level BPE with GPT-2 pre-tokenization glues a space to the following word (" foo"), so a prompt that
+    ends in a lone " " (as in "x = <FILL>", or indentation before a column span) is a token sequence the model
+    never saw. The model sees the text without that space and writes " foo"; the space is removed from the fill
+    again (the file keeps its own). Spans at a line start are untouched (the text before ends with "\n").
+    """
+    return before.endswith(" ")
+
+
+def _model_prefix(before: str, healed: bool) -> str:
+    return before[:-1] if healed else before
 
 
 def split_context(free: int, prefix: int, suffix: int) -> tuple[int, int]:
@@ -334,7 +352,8 @@ def _candidate_edits(
     edits = []
     plans = [p for r in regions for p in r.spans]
     for plan, fill in zip(plans, fills, strict=True):
-        text = restore_newlines(shape_fill(fill.raw, plan.prefix, plan.replaced, plan.suffix), newline)
+        raw = fill.raw[1:] if plan.healed and fill.raw.startswith(" ") else fill.raw
+        text = restore_newlines(shape_fill(raw, plan.prefix, plan.replaced, plan.suffix), newline)
         span = plan.span
         start_line = index.line_of(span.start_byte) if data else 1
         end_line = index.line_of(max(span.start_byte, span.end_byte - 1)) if data else 1

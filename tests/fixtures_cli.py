@@ -45,6 +45,7 @@ class ScriptedModel:
         self.bos_id: int | None = BOS
         self.max_length = max_length
         self.forwards = 0
+        self.last_prompt: list[int] = []  # the ids before the first masked position, as last seen
 
     def _spans(self, masked: torch.Tensor) -> tuple[list[int], list[int]]:
         """Span index and offset in span of every masked index (spans = runs of consecutive positions)."""
@@ -77,6 +78,7 @@ class ScriptedModel:
         self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor, verify: bool
     ) -> torch.Tensor:
         self.forwards += 1
+        self.last_prompt = [int(i) for i in ids[: int(masked[0])]] if len(masked) else []
         span, offset = self._spans(masked)
         rank = {int(p): r for r, p in enumerate(masked.tolist())}
         rows = []

@@ -96,3 +96,12 @@ def test_progress_events_and_bar(monkeypatch: pytest.MonkeyPatch) -> None:
         assert cb is not None
         for e in events:
             cb(e)
+
+
+def test_space_before_an_inline_span_is_written_by_the_model() -> None:
+    with fake_model([" 42"], name="fake-api") as model:
+        r = fill("x = <F>\n", [Selection("marker", "<F>")], language=None)
+    assert r.text == "x = 42\n"
+    assert bytes(i for i in model.last_prompt if i < 256) == b"x ="  # the prompt ends before the lone space
+    with fake_model(["42"], name="fake-api"):
+        assert fill("x = <F>\n", [Selection("marker", "<F>")], language=None).text == "x = 42\n"
