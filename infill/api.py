@@ -13,7 +13,8 @@ How a fill is built (the data flow: spans -> masked token sequence -> decoder ->
 
 * Tokens. Each region of nearby spans becomes one sequence
   [<bos>] + tok(prefix) + [<mask>] * budget_1 + tok(between_1) + ... + [<mask>] * budget_s + tok(suffix).
-  The model sees "\\n" line endings (CRLF files are converted back on output).
+  The model sees "\\n" line endings (CRLF files are converted back on output). A space right before an
+  in-line span is left for the model to write (byte BPE glues it to the next word; see _heals).
 * Length policy (token budget per span). `FillOptions.tokens` (--tokens N) wins. Otherwise, when the span
   replaces real text, its token length plus slack (a quarter, at least 8 tokens; no slack for models without
   an end-of-fill pad, whose fills always use the whole budget). Otherwise (an insertion point, blank lines
