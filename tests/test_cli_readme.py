@@ -15,10 +15,16 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def examples() -> list[str]:
-    text = README.read_text(encoding="utf-8")
+    """`infill fill ...` command lines inside the README's fenced code blocks (prose mentions are skipped)."""
     found = []
-    for line in text.splitlines():
-        for m in re.finditer(r"infill fill (.*?)(?:\s+#.*)?$", line.strip().lstrip(":%!|").strip()):
+    in_code = False
+    for line in README.read_text(encoding="utf-8").splitlines():
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+            continue
+        if not in_code:
+            continue
+        for m in re.finditer(r"infill fill (.*?)(?:\s+#.*)?$", line.strip().lstrip(":%!|.").strip()):
             found.append(m.group(1).replace("%s", "x.py").replace("%d", "1").replace("%", "x.py").strip('")'))
     return [e for e in found if not e.startswith("[OPTIONS]")]
 
