@@ -79,15 +79,20 @@ _MODEL_CACHE: dict[ModelSpec, LoadedModel] = {}
 
 
 def load_model(model: Any = None) -> LoadedModel:
-    """A LoadedModel from a ModelSpec (cached per process), a LoadedModel, or None (the default model)."""
-    from infill.models.registry import load
+    """A LoadedModel from a ModelSpec, a LoadedModel, or None (the default model).
+
+    Folder models are cached per process (keyed by the spec). Registered factories are called on every load:
+    a registration can change (tests, plugins), and a factory that is expensive caches for itself.
+    """
+    from infill.models.registry import load, registered
 
     if isinstance(model, LoadedModel):
         return model
     spec = model if isinstance(model, ModelSpec) else ModelSpec() if model is None else None
     if spec is None:
         raise InputError(f"model must be a ModelSpec or a LoadedModel, not {type(model).__name__}")
-    cached = _MODEL_CACHE.get(spec)
+    cacheable = spec.name not in registered()
+    cached = _MODEL_CACHE.get(spec) if cacheable else None
     if cached is not None:
         return cached
     from infill.progress import quiet_libraries
@@ -99,7 +104,8 @@ def load_model(model: Any = None) -> LoadedModel:
         raise
     except (OSError, ValueError, RuntimeError, KeyError) as exc:  # corrupt folder, bad safetensors, bad json
         raise ModelError(f"cannot load model {spec.name!r}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
-    _MODEL_CACHE[spec] = loaded
+    if cacheable:
+        _MODEL_CACHE[spec] = loaded
     return loaded
 
 

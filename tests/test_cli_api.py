@@ -105,3 +105,19 @@ def test_space_before_an_inline_span_is_written_by_the_model() -> None:
     assert bytes(i for i in model.last_prompt if i < 256) == b"x ="  # the prompt ends before the lone space
     with fake_model(["42"], name="fake-api"):
         assert fill("x = <F>\n", [Selection("marker", "<F>")], language=None).text == "x = 42\n"
+
+
+def test_registered_models_are_not_cached_across_registrations() -> None:
+    from fixtures_cli import ByteTokenizer, ScriptedModel
+
+    from infill.models.registry import LoadedModel, register, unregister
+
+    text = "x = <F>\n"
+    try:
+        for fill_with in ("1", "2"):
+            model = ScriptedModel([[(fill_with, 1.0)]])
+            register("fake-rereg", lambda spec, m=model: LoadedModel("fake-rereg", "asarm", m, ByteTokenizer()))
+            spans = resolve(text.encode(), [Selection("marker", "<F>")])
+            assert api.fill_text(text, spans, model=ModelSpec("fake-rereg")).text == f"x = {fill_with}\n"
+    finally:
+        unregister("fake-rereg")
