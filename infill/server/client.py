@@ -88,6 +88,8 @@ def daemon_allowed(mode: str, env: Mapping[str, str]) -> bool:
         raise ValueError(f"daemon mode must be one of {DAEMON_MODES}, not {mode!r}")
     if mode == "off" or env.get("INFILL_NO_DAEMON", "") not in ("", "0"):
         return False
+    if os.name != "posix" or not hasattr(socket, "AF_UNIX"):
+        return False  # Unix sockets and flock: POSIX only
     if mode == "auto" and (is_ci(env) or env.get("PYTEST_CURRENT_TEST")):
         return False
     return True
