@@ -39,11 +39,14 @@ def in_process(params: dict[str, Any]) -> dict[str, Any]:
     from infill.models import registry
     from tests.fixtures_serve import FAKE_MODEL, fake_factory
 
+    from infill import api
+
     registry.register(FAKE_MODEL, fake_factory)
     try:
         return fake_fill(params, ServerContext(ModelCache()))
     finally:
         registry.unregister(FAKE_MODEL)
+        api.clear_model_cache()
 
 
 def fill(env: dict[str, str], params: dict[str, Any] = PARAMS, mode: str = "on") -> dict[str, Any] | None:

@@ -40,11 +40,15 @@ def call(dispatcher: Dispatcher, obj: Any) -> dict[str, Any]:
 
 @pytest.fixture(autouse=True)
 def _clean_registry() -> Any:
+    from infill import api
+
     fixtures_serve.LOADS.clear()
+    api.clear_model_cache()  # the server loads through the api's per-process cache
     try:
         yield
     finally:
         registry.unregister(FAKE_MODEL)
+        api.clear_model_cache()
 
 
 def test_ping_reports_identity_and_echoes_ids() -> None:
