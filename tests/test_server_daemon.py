@@ -36,10 +36,9 @@ PARAMS = {"text": "def f(x):\n    return x\n", "spans": [[10, 23]], "file": "f.p
 
 def in_process(params: dict[str, Any]) -> dict[str, Any]:
     """What a command does when the client returns None (the fallback), here with the same fake."""
+    from infill import api
     from infill.models import registry
     from tests.fixtures_serve import FAKE_MODEL, fake_factory
-
-    from infill import api
 
     registry.register(FAKE_MODEL, fake_factory)
     try:
