@@ -65,6 +65,7 @@ def test_start_on_demand_reuse_and_status(runtime_dir: Path) -> None:
     assert first is not None
     pid = first["stats"].pop("pid")
     assert pid != os.getpid() and pid == daemon_pid(env)
+    assert client.status(env)["idle_timeout"] == 120  # type: ignore[index]  # from INFILL_DAEMON_IDLE_TIMEOUT
     local = in_process(PARAMS)
     local["stats"].pop("pid")
     assert first == local  # the daemon's answer is exactly the in-process one
