@@ -12,9 +12,7 @@ from click.testing import CliRunner
 from infill import api
 from infill.cli import main
 
-SOURCE = (
-    "def mean(values):\n    total = 0\n    for value in values:\n        total += value\n    return total\n"
-)
+SOURCE = "def mean(values):\n    total = 0\n    for value in values:\n        total += value\n    return total\n"
 
 
 @pytest.fixture(scope="module")

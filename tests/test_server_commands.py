@@ -189,10 +189,7 @@ def test_run_command_captures_exact_output_exit_code_and_directory(
         b"\xff raw\n"
     )
     assert reply["stderr"] == "to stderr\n"
-    assert (
-        call(dispatcher, "command", {"name": "echo", "argv": ["--crash"]})["error"]["code"]
-        == "internal_error"
-    )
+    assert call(dispatcher, "command", {"name": "echo", "argv": ["--crash"]})["error"]["code"] == "internal_error"
     assert call(dispatcher, "command", {"name": "train", "argv": []})["error"]["code"] == "unknown_method"
     assert call(dispatcher, "command", {"name": "echo", "argv": "x"})["error"]["code"] == "input_error"
 
@@ -226,9 +223,7 @@ def test_argv_from_params_round_trips(argv: list[str]) -> None:
     parsed = sample.make_context("sample", list(argv)).params
     rebuilt = argv_from_params(sample, parsed, skip=("daemon",))
     again = sample.make_context("sample", rebuilt).params
-    assert {k: v for k, v in again.items() if k != "daemon"} == {
-        k: v for k, v in parsed.items() if k != "daemon"
-    }
+    assert {k: v for k, v in again.items() if k != "daemon"} == {k: v for k, v in parsed.items() if k != "daemon"}
     assert "--daemon" not in rebuilt
 
 
@@ -236,7 +231,4 @@ def test_exception_mapping_rebuilds_input_errors() -> None:
     error = protocol.error_from_exception(InputError("bad span 9:3", path="a.py", line=9))
     rebuilt = protocol.exception_from_error(error)
     assert isinstance(rebuilt, InputError) and str(rebuilt) == "a.py:9: bad span 9:3"
-    assert (
-        protocol.exception_from_error(protocol.error_from_exception(ProtocolError("parse_error", "x")))
-        is None
-    )
+    assert protocol.exception_from_error(protocol.error_from_exception(ProtocolError("parse_error", "x"))) is None

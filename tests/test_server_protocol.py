@@ -279,9 +279,7 @@ def _fuzz_lines(rng: random.Random, count: int) -> list[bytes]:
                 data[rng.randrange(len(data))] = rng.randrange(256)
             line = bytes(data)
         elif kind == 3:  # JSON-ish token soup
-            line = "".join(rng.choice(atoms) for _ in range(rng.randrange(1, 30))).encode(
-                "utf-8", "surrogatepass"
-            )
+            line = "".join(rng.choice(atoms) for _ in range(rng.randrange(1, 30))).encode("utf-8", "surrogatepass")
         elif kind == 4:  # valid JSON, wrong shapes
             obj: Any = rng.choice(
                 [
@@ -329,9 +327,7 @@ def test_fuzz_ten_thousand_lines_then_ping() -> None:
 def test_stdio_subprocess_survives_garbage_and_keeps_stdout_clean(tmp_path: Path) -> None:
     rng = random.Random(7)
     lines = _fuzz_lines(rng, 400)
-    lines.insert(
-        200, json.dumps({"id": "p", "method": "fill", "params": {"text": "ab", "print": True}}).encode()
-    )
+    lines.insert(200, json.dumps({"id": "p", "method": "fill", "params": {"text": "ab", "print": True}}).encode())
     lines.append(b"z" * 3000)  # over the limit below
     lines.append(b'{"id": "end", "method": "ping"}')
     stream = b"\n".join(lines) + b"\n"
