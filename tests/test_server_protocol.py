@@ -90,19 +90,24 @@ def test_models_are_cached_by_model_and_device() -> None:
 
 
 def test_model_cache_reloads_a_folder_model_whose_files_change(tmp_path: Path) -> None:
+    """Through the real loader (the api's per-process cache): new weights on disk evict both caches."""
     (tmp_path / "model.safetensors").write_bytes(b"v1")
     loads: list[int] = []
 
-    def loader(spec: ModelSpec) -> registry.LoadedModel:
+    def factory(spec: ModelSpec) -> registry.LoadedModel:
         loads.append(1)
         return registry.LoadedModel("m", "asarm", object(), None, info={"path": str(tmp_path)})
 
-    cache = ModelCache(loader)
-    first = cache.get(ModelSpec(name=str(tmp_path)))
-    assert cache.get(ModelSpec(name=str(tmp_path))) is first
-    (tmp_path / "model.safetensors").write_bytes(b"version 2")  # a new checkpoint written in place
-    assert cache.get(ModelSpec(name=str(tmp_path))) is not first
-    assert len(loads) == 2
+    registry.register("folder-fake", factory)
+    try:
+        cache = ModelCache()
+        first = cache.get(ModelSpec(name="folder-fake"))
+        assert cache.get(ModelSpec(name="folder-fake")) is first and len(loads) == 1
+        (tmp_path / "model.safetensors").write_bytes(b"version 2")  # a new checkpoint written in place
+        assert cache.get(ModelSpec(name="folder-fake")) is not first
+        assert len(loads) == 2  # the api's copy was dropped too, so the factory really ran again
+    finally:
+        registry.unregister("folder-fake")
 
 
 def test_shutdown_answers_then_stops() -> None:
