@@ -410,7 +410,7 @@ def fill(
     verbose: int,
     stats: bool,
     daemon: str,
-    idle_timeout: float,
+    idle_timeout: float | None,
 ) -> None:
     """See _HELP."""
     filter_mode = file == "-" and not (diff or check or fmt == "json") and output in (None, "-")
