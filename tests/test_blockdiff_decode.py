@@ -104,7 +104,7 @@ def test_bad_inputs_are_decode_errors() -> None:
     bk = tiny_backend("qwen3")
     gen = torch.Generator()
     with pytest.raises(DecodeError, match="block size"):
-        generate(bk, PROMPT, 4, DecodeConfig(decoder="confidence", block_size=0), gen)
+        generate(bk, PROMPT, 4, DecodeConfig(decoder="confidence", block_size=-1), gen)
     with pytest.raises(DecodeError, match="mask token"):
         generate(bk, torch.tensor([1, MASK]), 4, DecodeConfig(decoder="confidence"), gen)
     with pytest.raises(DecodeError, match="exceeds"):
@@ -206,3 +206,10 @@ def test_infill_fill_command_with_a_block_diffusion_model(fim_folder: Path, tmp_
     assert path.read_text() == src
     wrong = CliRunner().invoke(main, [*args, "--decoder", "sequential"])
     assert wrong.exit_code == 2
+
+
+def test_block_size_zero_means_the_models_own() -> None:
+    bk = tiny_backend("qwen3")
+    cfg = DecodeConfig(decoder="confidence", temperature=0.0, block_size=0)
+    _, st = generate(bk, PROMPT, 6, cfg, torch.Generator().manual_seed(0))
+    assert st.extra["block_size"] == bk.block_size

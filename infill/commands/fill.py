@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, cast
 
 import click
 
-from infill.config import DecodeConfig, DecoderName, DeviceName, FillOptions, ModelSpec
+from infill.config import DecodeConfig, DecoderName, DeviceName, DraftName, FillOptions, ModelSpec
 from infill.errors import InfillError, InputError
 from infill.server.options import daemon_options, fill_command
 from infill.spans import DEFAULT_TOKENS, Selection
@@ -349,6 +349,55 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
 )
 @click.option("--seed", type=int, default=DecodeConfig.seed, show_default=True, help="Fixed by default: reproducible.")
 @click.option(
+    "--draft",
+    type=click.Choice(["model", "ngram"]),
+    default="model",
+    show_default=True,
+    help="ASSD draft: the model itself, or a bigram of the visible text (Algorithm 2).",
+)
+@click.option(
+    "--epsilon",
+    type=click.FloatRange(min=0.0),
+    default=0.0,
+    show_default=True,
+    help="LOSSY: accept drafts if r < q/p + EPSILON. 0 keeps sampling exact.",
+)
+@click.option(
+    "--block-size",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Block-diffusion models: block size (0 = the model's own, 1 = autoregressive).",
+)
+@click.option(
+    "--threshold",
+    type=click.FloatRange(min=0.0, max=1.0),
+    default=DecodeConfig.threshold,
+    show_default=True,
+    help="Block-diffusion models: confidence threshold tau of dynamic decoding.",
+)
+@click.option(
+    "--unmask-per-step",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Block-diffusion models: tokens per step (0 = dynamic, by --threshold).",
+)
+@click.option(
+    "--routing",
+    default=DecodeConfig.routing,
+    show_default=True,
+    metavar="POLICY",
+    help="S2D2 routing: always, never, min-span, score-static, score-dynamic, hysteresis, ucb (opts as POLICY:k=v,..).",
+)
+@click.option(
+    "--gamma",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="S2D2 tempering of q/p; values below 1 are LOSSY.",
+)
+@click.option(
     "-n",
     "--candidates",
     type=click.IntRange(min=1),
@@ -366,6 +415,15 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
 @click.option("--no-syntax-check", is_flag=True, help="Accept candidates that add tree-sitter errors.")
 @click.option("--model", default="default", show_default=True, metavar="NAME|PATH", help="Model name or folder.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--revision", default=None, metavar="REV", help="HF-cache revision of --model (e.g. code, nlp).")
+@click.option("--mask-token", default=None, metavar="TOKEN", help="Block-diffusion models: mask token override.")
+@click.option(
+    "--precision",
+    type=click.Choice(["bf16", "fp32"]),
+    default="bf16",
+    show_default=True,
+    help="Compute precision (bf16 autocast over fp32 weights).",
+)
 @click.option("--diff", is_flag=True, help="Print a unified diff; do not write. Exit 1 if it is not empty.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if the file would change.")
 @click.option("-o", "--output", default=None, metavar="PATH", help="Write the result to PATH (- = stdout).")
@@ -396,11 +454,21 @@ def fill(
     top_k: int,
     top_p: float,
     seed: int,
+    draft: str,
+    epsilon: float,
+    block_size: int,
+    threshold: float,
+    unmask_per_step: int,
+    routing: str,
+    gamma: float,
     candidates: int,
     max_resample: int,
     no_syntax_check: bool,
     model: str,
     device: str,
+    revision: str | None,
+    mask_token: str | None,
+    precision: str,
     diff: bool,
     check: bool,
     output: str | None,
@@ -441,8 +509,21 @@ def fill(
             top_k=top_k,
             top_p=top_p,
             seed=seed,
+            draft=cast(DraftName, draft),
+            epsilon=epsilon,
+            block_size=block_size,
+            threshold=threshold,
+            unmask_per_step=unmask_per_step,
+            routing=routing,
+            gamma=gamma,
         ),
-        model=ModelSpec(name=model, device=cast(DeviceName, device)),
+        model=ModelSpec(
+            name=model,
+            device=cast(DeviceName, device),
+            bf16=precision == "bf16",
+            revision=revision,
+            mask_token=mask_token,
+        ),
         options=FillOptions(
             tokens=tokens, candidates=candidates, max_resample=max_resample, syntax_check=not no_syntax_check
         ),
