@@ -86,7 +86,7 @@ def load_by_name(spec: ModelSpec) -> LoadedModel:
         if exc.name != "infill.models.blockdiff":
             raise
         raise ModelError(f"{folder}: model_type {model_type!r} needs the block-diffusion backend") from exc
-    loaded: LoadedModel = blockdiff.load_folder(folder, spec)
+    loaded: LoadedModel = blockdiff.load_folder(folder, spec, mask_token=spec.mask_token)
     return loaded
 
 
