@@ -320,3 +320,18 @@ def test_infill_fill_client_process_never_imports_torch(runtime_dir: Path, tmp_p
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.decode() == f"filled by pid {daemon_pid(plugin_env(runtime_dir))}\n"
     assert done.stderr.decode().splitlines() == ["note: fake", "HEAVY []"]
+
+
+def test_a_regular_file_at_the_socket_path_is_never_replaced(runtime_dir: Path) -> None:
+    env = plugin_env(runtime_dir)
+    (runtime_dir / "daemon.sock").write_text("not a socket")
+    assert fill(env) is None  # falls back to in-process
+    done = subprocess.run(
+        [sys.executable, "-m", "infill", "serve", "--socket", str(runtime_dir / "daemon.sock")],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and b"not a socket" in done.stderr
+    assert (runtime_dir / "daemon.sock").read_text() == "not a socket"
