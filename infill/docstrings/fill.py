@@ -1,0 +1,34 @@
+"""The one seam between the docstring filler and a model.
+
+A SlotFiller takes a text (the definition's code with the docstring skeleton inserted) and the spans of its
+empty slots, and returns an infill.api.FillResult whose edits fill those spans. The real one calls
+infill.api.fill_text once per definition; tests pass a deterministic fake instead (no model, no torch), either
+as the `filler` argument of infill.docstrings.engine.process_source, or to the CLI command through
+Click's context object: `docstrings.main(args, obj={"slot_filler": fake})`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from infill.config import DecodeConfig, FillOptions, ModelSpec
+from infill.spans import Span
+
+if TYPE_CHECKING:
+    from infill.api import FillResult
+
+
+class SlotFiller(Protocol):
+    def __call__(self, text: str, spans: Sequence[Span], *, language: str) -> FillResult: ...
+
+
+def model_filler(model: ModelSpec, decode: DecodeConfig, options: FillOptions) -> SlotFiller:
+    """A SlotFiller backed by infill.api.fill_text (the model is loaded on the first call, then cached)."""
+
+    def fill(text: str, spans: Sequence[Span], *, language: str) -> FillResult:
+        from infill.api import fill_text
+
+        return fill_text(text, spans, language=language, model=model, decode=decode, options=options)
+
+    return fill
