@@ -66,6 +66,7 @@ def _base_form(word: str) -> str | None:
 def one_line(raw: str) -> str:
     """The first meaningful line of `raw`, with characters that could break the literal removed."""
     for line in raw.replace("\r", "\n").split("\n"):
+        line = re.sub(r"\\[nrt](?![a-z])", " ", line)  # an escape sequence written out as text
         line = line.replace("\\", "").replace("\t", " ")
         line = re.sub(r"[\"']{3,}", "", line)
         line = "".join(ch for ch in line if ch.isprintable())
@@ -120,7 +121,7 @@ def clean_summary(raw: str, *, name: str, is_function: bool, limit: int) -> str 
         elif first.lower() in NON_IMPERATIVE:
             return None
     text = _finish(" ".join(words))
-    if not text or f"{name}(" in text:  # D402: the summary must not be the signature
+    if not text or f"{name.lower()}(" in text.lower():  # D402: the summary must not be the signature
         return None
     first_word = re.sub(r"\W", "", text.split(" ", 1)[0]).lower()
     if is_function and first_word in NON_IMPERATIVE:
