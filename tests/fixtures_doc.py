@@ -36,7 +36,7 @@ def default_text(key: str, qualname: str) -> str:
 
 @dataclass
 class FakeFiller:
-    """Records every call; answers each span from `text_for(key, qualname)` with log-prob `logprob` per token."""
+    """Records every call; answers each span with `text_for(key, qualname)`, `logprob` per token."""
 
     text_for: Callable[[str, str], str] = default_text
     logprob: float = -1.0
@@ -51,7 +51,9 @@ class FakeFiller:
             fill = self.text_for(key, qualname)
             tokens = max(len(fill.split()), 1)
             line = data[: span.start_byte].count(b"\n") + 1
-            edits.append(Edit(span.start_byte, span.end_byte, line, line, fill, self.logprob * tokens, tokens))
+            edits.append(
+                Edit(span.start_byte, span.end_byte, line, line, fill, self.logprob * tokens, tokens)
+            )
         return FillResult(text=text, edits=edits)
 
 

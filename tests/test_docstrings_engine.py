@@ -12,7 +12,7 @@ from infill.docstrings.config import DocstringConfig
 from infill.docstrings.engine import process_source
 
 SOURCE = textwrap.dedent(
-    '''\
+    """\
     import os
 
 
@@ -37,7 +37,7 @@ SOURCE = textwrap.dedent(
 
     def short(): return 1
     class Empty: pass
-    '''
+    """
 )
 
 
@@ -88,8 +88,8 @@ def test_original_lines_survive_and_one_liners_become_blocks() -> None:
     kept = [line for line in SOURCE.splitlines() if "):" not in line and ": pass" not in line]
     out_lines = iter(out.splitlines())
     assert all(any(line == o for o in out_lines) for line in kept)  # original lines, in order
-    assert "    def grow(self, by):\n        \"\"\"" in out and "\n        self.size += by\n" in out
-    assert "class Empty:\n    \"\"\"Returns the Empty of the input.\"\"\"\n\n    pass\n" in out
+    assert '    def grow(self, by):\n        """' in out and "\n        self.size += by\n" in out
+    assert 'class Empty:\n    """Returns the Empty of the input."""\n\n    pass\n' in out
 
 
 def test_idempotent() -> None:
@@ -130,7 +130,9 @@ def test_crlf_and_tabs_are_kept() -> None:
     source = "def f(x):\r\n\treturn x\r\n"
     out, _ = fill(source, ignore_module=True)
     assert "\r\n" in out and "\n" not in out.replace("\r\n", "")
-    assert out.startswith('def f(x):\r\n\t"""Return the f of the input.\r\n\r\n\tArgs:\r\n\t    x: The x to use.')
+    assert out.startswith(
+        'def f(x):\r\n\t"""Return the f of the input.\r\n\r\n\tArgs:\r\n\t    x: The x to use.'
+    )
     ast.parse(out.replace("\r\n", "\n"))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -97,8 +98,8 @@ SOURCE = textwrap.dedent(
 )
 
 
-def by_name(cfg: DocstringConfig = DocstringConfig()) -> dict[str, object]:
-    defs = find_definitions(SOURCE.encode(), "pkg/mod.py", cfg)
+def by_name() -> dict[str, Any]:
+    defs = find_definitions(SOURCE.encode(), "pkg/mod.py", DocstringConfig())
     return {d.qualname: d for d in defs}
 
 
@@ -108,7 +109,9 @@ def test_finds_every_kind_of_definition() -> None:
             "Stack.__init__", "Stack.__len__", "Stack.top", "Stack.get", "Stack.Inner", "Stack.Inner.deep",
             "_Private", "_Private.public_name"} <= set(defs)  # fmt: skip
     fetch = defs["fetch"]
-    assert fetch.kind == "function" and fetch.line == 10 and fetch.decorators == ("decorator", "other.decorator")
+    assert (
+        fetch.kind == "function" and fetch.line == 10 and fetch.decorators == ("decorator", "other.decorator")
+    )
     assert defs["Stack.Inner.deep"].kind == "method"
     assert defs["mod"].kind == "module" and defs["mod"].docstring is not None
 
@@ -116,8 +119,8 @@ def test_finds_every_kind_of_definition() -> None:
 def test_missing_and_skip_reasons() -> None:
     defs = find_definitions(SOURCE.encode(), "pkg/mod.py", DocstringConfig())
     missing = [d.qualname for d in defs if d.missing]
-    assert missing == ["fetch", "one_liner", "outer", "Stack.top", "Stack.get", "Stack.Inner", "Stack.Inner.deep",
-                       "fstring"]  # fmt: skip
+    expected = ["fetch", "one_liner", "outer", "Stack.top", "Stack.get", "Stack.Inner", "Stack.Inner.deep"]
+    assert missing == [*expected, "fstring"]
     reasons = {d.qualname: d.skip for d in defs if d.skip}
     assert reasons["outer.inner"] == "nested"
     assert reasons["outer.Local.method"] == "nested"
@@ -134,9 +137,9 @@ def test_missing_and_skip_reasons() -> None:
 
 def test_existing_docstrings_are_found() -> None:
     defs = by_name()
-    assert defs["documented"].docstring is not None  # type: ignore[attr-defined]
-    assert defs["concatenated"].docstring is not None  # type: ignore[attr-defined]
-    assert defs["fstring"].docstring is None  # type: ignore[attr-defined]
+    assert defs["documented"].docstring is not None
+    assert defs["concatenated"].docstring is not None
+    assert defs["fstring"].docstring is None
 
 
 def test_switches_turn_rules_off_and_on() -> None:
@@ -151,7 +154,13 @@ def test_switches_turn_rules_off_and_on() -> None:
     )
     defs = find_definitions(SOURCE.encode(), "pkg/mod.py", cfg)
     missing = {d.qualname for d in defs if d.missing}
-    assert {"outer.inner", "Stack.__init__", "Stack.__len__", "Stack._helper", "_Private.public_name"} <= missing
+    assert {
+        "outer.inner",
+        "Stack.__init__",
+        "Stack.__len__",
+        "Stack._helper",
+        "_Private.public_name",
+    } <= missing
     reasons = {d.qualname: d.skip for d in defs if d.skip}
     assert reasons["fetch"].startswith("matches --ignore-regex")
     assert reasons["Stack.get"].startswith("matches --ignore-regex")

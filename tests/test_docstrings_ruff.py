@@ -1,4 +1,4 @@
-"""Generated docstrings pass ruff's pydocstyle rules for their convention, and ruff format / black keep them."""
+"""Generated docstrings pass ruff's pydocstyle rules for their convention; ruff format and black keep them."""
 
 from __future__ import annotations
 
