@@ -289,11 +289,12 @@ def _report_text(result: FileResult, check: bool, show_diff: bool, quiet: bool) 
 
 def _summary(results: list[FileResult], check: bool, show_diff: bool, changed: int, missing: int) -> None:
     if check:
-        click.echo(f"{missing} missing docstring{'s' * (missing != 1)} in {len(results)} files", err=True)
+        files = f"{len(results)} file{'s' * (len(results) != 1)}"
+        click.echo(f"{missing} missing docstring{'s' * (missing != 1)} in {files}", err=True)
         return
     filled = sum(o.status in ("filled", "low-confidence") for r in results for o in r.outcomes)
     updated = sum(o.status == "updated" for r in results for o in r.outcomes)
     left = sum(o.status == "left-missing" for r in results for o in r.outcomes)
     verb = "would change" if show_diff else "changed"
     message = f"{filled} docstrings filled, {updated} updated, {left} left missing (low confidence); "
-    click.echo(message + f"{changed} of {len(results)} files {verb}", err=True)
+    click.echo(message + f"{changed} of {len(results)} file{'s' * (len(results) != 1)} {verb}", err=True)
