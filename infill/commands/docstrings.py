@@ -12,12 +12,13 @@ from typing import Any
 
 import click
 
+from infill.docstrings.comments import LANGUAGE_OF_SUFFIX
 from infill.docstrings.config import STYLES, DocstringConfig, build_config, find_pyproject
 from infill.docstrings.engine import FileResult, process_source
 from infill.docstrings.fill import SlotFiller
 from infill.errors import FileChangedError, InfillError, InputError
 
-SUFFIXES = (".py", ".pyi")
+SUFFIXES = (".py", ".pyi", *LANGUAGE_OF_SUFFIX)
 SKIP_DIRS = {
     ".git",
     ".hg",
@@ -43,6 +44,8 @@ def collect_files(paths: Iterable[str]) -> list[Path]:
                 dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
                 out += [Path(root) / f for f in sorted(files) if f.endswith(SUFFIXES)]
         elif path.is_file():
+            if not path.name.endswith(SUFFIXES):
+                raise InputError(f"unsupported file type (supported: {', '.join(SUFFIXES)})", path=raw)
             out.append(path)
         else:
             raise InputError("no such file or folder", path=raw)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Literal
 
 from infill.docstrings import styles, text
@@ -149,6 +150,35 @@ def clean_texts(skeleton: Skeleton, raw: dict[str, str], limit: int) -> tuple[di
     return out, fallbacks
 
 
+def call_filler(
+    filler: SlotFiller, prefix: bytes, template: styles.Rendered, suffix: bytes, qualname: str, language: str
+) -> tuple[dict[str, str], float | None]:
+    """One model call: `prefix + template + suffix` with the template's slots as spans.
+
+    Returns the raw text of each slot by key, and the mean token log-probability over all slots (None when the
+    filler reports no tokens).
+    """
+    context = prefix + template.text.encode("utf-8") + suffix
+    spans = []
+    for key, (start, end) in template.slots.items():
+        byte_start = len(prefix) + len(template.text[:start].encode("utf-8"))
+        byte_end = len(prefix) + len(template.text[:end].encode("utf-8"))
+        spans.append(Span(byte_start, byte_end, label=f"{key}|{qualname}"))
+    spans.sort()
+    result = filler(context.decode("utf-8"), spans, language=language)
+    raw: dict[str, str] = {}
+    score, tokens = 0.0, 0
+    by_range = {(e.start_byte, e.end_byte): e for e in result.edits}
+    for span in spans:
+        edit = by_range.get((span.start_byte, span.end_byte))
+        if edit is None:
+            continue
+        raw[span.label.split("|", 1)[0]] = edit.text
+        score += edit.score
+        tokens += edit.tokens
+    return raw, (score / tokens if tokens > 0 else None)
+
+
 def fill_definition(
     source: bytes,
     d: Definition,
@@ -163,25 +193,8 @@ def fill_definition(
     template = styles.render(skeleton, style, ins.indent, None, cfg.line_length)
     head, tail = _context(source, d, ins)
     prefix = head + ins.before.encode("utf-8")
-    context = prefix + template.text.encode("utf-8") + ins.after.encode("utf-8") + tail
-    spans = []
-    for key, (start, end) in template.slots.items():
-        byte_start = len(prefix) + len(template.text[:start].encode("utf-8"))
-        byte_end = len(prefix) + len(template.text[:end].encode("utf-8"))
-        spans.append(Span(byte_start, byte_end, label=f"{key}|{d.qualname}"))
-    spans.sort()
-    result = filler(context.decode("utf-8"), spans, language=language)
-    raw: dict[str, str] = {}
-    score, tokens = 0.0, 0
-    by_start = {(e.start_byte, e.end_byte): e for e in result.edits}
-    for span in spans:
-        edit = by_start.get((span.start_byte, span.end_byte))
-        if edit is None:
-            continue
-        raw[span.label.split("|", 1)[0]] = edit.text
-        score += edit.score
-        tokens += edit.tokens
-    confidence = score / tokens if tokens > 0 else None
+    suffix = ins.after.encode("utf-8") + tail
+    raw, confidence = call_filler(filler, prefix, template, suffix, d.qualname, language)
     one_line = not (skeleton.slots()[1:])
     texts, fallbacks = clean_texts(skeleton, raw, _summary_limit(cfg, ins.indent, one_line))
     outcome = Outcome(d.qualname, d.kind, d.line, "filled", confidence, fallbacks)
@@ -207,8 +220,12 @@ def process_source(
 ) -> FileResult:
     """Report (filler None) or fill the missing docstrings of one Python file; with `update`, also fix the
     parameter entries of existing docstrings."""
+    from infill.docstrings import comments
     from infill.docstrings import update as updating
 
+    other_language = comments.LANGUAGE_OF_SUFFIX.get(PurePath(path).suffix)
+    if other_language is not None:
+        return comments.process_comments(source_text, path, other_language, cfg, filler)
     source = source_text.encode("utf-8")
     definitions = find_definitions(source, path, cfg)
     style: str = cfg.style

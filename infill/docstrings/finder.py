@@ -25,6 +25,7 @@ GRAMMAR_MODULES = {
     "python": "tree_sitter_python",
     "javascript": "tree_sitter_javascript",
     "typescript": "tree_sitter_typescript",
+    "tsx": "tree_sitter_typescript",
     "go": "tree_sitter_go",
     "rust": "tree_sitter_rust",
 }
@@ -53,9 +54,12 @@ def language(name: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError:
-        raise InputError(f"the {name} grammar is not installed: pip install 'infill[{name}]'") from None
+        extra = "typescript" if name == "tsx" else name
+        raise InputError(f"the {name} grammar is not installed: pip install 'infill[{extra}]'") from None
     if name == "typescript":
         return Language(module.language_typescript())
+    if name == "tsx":
+        return Language(module.language_tsx())
     return Language(module.language())
 
 
@@ -64,7 +68,7 @@ def query(lang: str, file_name: str) -> Any:
     """A compiled query from grammars/<lang>/<file_name>."""
     from tree_sitter import Query
 
-    path = grammars_folder() / lang / file_name
+    path = grammars_folder() / ("typescript" if lang == "tsx" else lang) / file_name
     return Query(language(lang), path.read_text(encoding="utf-8"))
 
 
