@@ -160,3 +160,14 @@ def test_update_flag(tmp_path: Path) -> None:
     code, out, _ = invoke("--update", str(path))
     assert code == 0 and "        a: Kept.\n        b: The b to use.\n" in path.read_text()
     assert f"{path}:4: f: updated" in out
+
+
+def test_a_failing_model_exits_123(tmp_path: Path) -> None:
+    root = project(tmp_path)
+
+    def broken(key: str, qualname: str) -> str:
+        raise RuntimeError("backend exploded")
+
+    code, _, err = invoke(str(root / "pkg" / "mod.py"), filler=FakeFiller(text_for=broken))
+    assert code == 123 and "internal error: RuntimeError: backend exploded" in err
+    assert (root / "pkg" / "mod.py").read_text() == CODE

@@ -1,18 +1,18 @@
 ; Declarations that can carry a JSDoc comment (used by `infill docstrings`).
-; @definition.function / @definition.class / @definition.method with @name. For `const f = () => ...` the
+; @doc.function / @doc.class / @doc.method with @doc.name. For `const f = () => ...` the
 ; captured node is the declaration; the function is its declarator's value.
 
-(function_declaration name: (identifier) @name) @definition.function
-(generator_function_declaration name: (identifier) @name) @definition.function
-(class_declaration name: (identifier) @name) @definition.class
-(method_definition name: (_) @name) @definition.method
+(function_declaration name: (identifier) @doc.name) @doc.function
+(generator_function_declaration name: (identifier) @doc.name) @doc.function
+(class_declaration name: (identifier) @doc.name) @doc.class
+(method_definition name: (_) @doc.name) @doc.method
 
 (lexical_declaration
   (variable_declarator
-    name: (identifier) @name
-    value: [(arrow_function) (function_expression) (generator_function)])) @definition.function
+    name: (identifier) @doc.name
+    value: [(arrow_function) (function_expression) (generator_function)])) @doc.function
 
 (variable_declaration
   (variable_declarator
-    name: (identifier) @name
-    value: [(arrow_function) (function_expression) (generator_function)])) @definition.function
+    name: (identifier) @doc.name
+    value: [(arrow_function) (function_expression) (generator_function)])) @doc.function

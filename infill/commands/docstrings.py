@@ -221,6 +221,9 @@ def docstrings(
     except InfillError as exc:
         click.echo(f"error: {exc}", err=True)
         code = exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - anything else is our bug: exit 123, as documented
+        click.echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)
+        code = 123
     ctx.exit(code)
 
 

@@ -80,8 +80,8 @@ def find_targets(lang: str, source: bytes, path: str, cfg: DocstringConfig) -> l
     found = captures(lang, "docstrings.scm", tree.root_node)
     skip_file = bool(SKIP_FILE_COMMENT.search(source.decode("utf-8", "replace").replace("//", "#")))
     targets: list[Target] = []
-    kinds = {"definition.function": "function", "definition.class": "class", "definition.method": "method",
-             "definition.type": "type"}  # fmt: skip
+    kinds = {"doc.function": "function", "doc.class": "class", "doc.method": "method",
+             "doc.type": "type"}  # fmt: skip
     unique = {n.id: (n, kinds[c]) for c in kinds for n in found.get(c, [])}
     for node, kind in sorted(unique.values(), key=lambda item: item[0].start_byte):
         name_node = node.child_by_field_name("name")

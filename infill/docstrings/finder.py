@@ -225,7 +225,7 @@ def find_definitions(source: bytes, path: str, cfg: DocstringConfig) -> list[Def
         module.skip = "empty module"
     definitions = [module]
     by_node: dict[int, Definition] = {}
-    nodes = found.get("definition.function", []) + found.get("definition.class", [])
+    nodes = found.get("doc.function", []) + found.get("doc.class", [])
     for node in sorted(nodes, key=lambda n: n.start_byte):
         name = _text(node.child_by_field_name("name"))
         body = node.child_by_field_name("body")
