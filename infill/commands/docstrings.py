@@ -98,14 +98,13 @@ def unified_diff(result: FileResult) -> str:
 
 
 def _real_filler(cfg: DocstringConfig) -> SlotFiller:
-    from infill.config import DecodeConfig, FillOptions, ModelSpec
-    from infill.docstrings.fill import model_filler
+    from infill.config import DecodeConfig, ModelSpec
+    from infill.docstrings.fill import model_filler, options_for
 
-    tokens = max(cfg.summary_tokens, cfg.description_tokens)
     return model_filler(
         ModelSpec(name=cfg.model),
         DecodeConfig(seed=cfg.seed, temperature=cfg.temperature),
-        FillOptions(tokens=tokens, syntax_check=False),
+        options_for(cfg.summary_tokens, cfg.description_tokens),
     )
 
 

@@ -13,10 +13,9 @@ from typing import Literal
 
 from infill.docstrings import styles, text
 from infill.docstrings.config import DocstringConfig
-from infill.docstrings.fill import SlotFiller
+from infill.docstrings.fill import SlotFiller, slot_span
 from infill.docstrings.finder import Definition, colon_byte, find_definitions
 from infill.docstrings.skeleton import Skeleton, build_skeleton, init_method
-from infill.spans import Span
 
 Status = Literal["missing", "filled", "low-confidence", "left-missing", "updated"]
 CONTEXT_LINES = 60  # lines of a definition shown to the model after the docstring
@@ -151,7 +150,13 @@ def clean_texts(skeleton: Skeleton, raw: dict[str, str], limit: int) -> tuple[di
 
 
 def call_filler(
-    filler: SlotFiller, prefix: bytes, template: styles.Rendered, suffix: bytes, qualname: str, language: str
+    filler: SlotFiller,
+    prefix: bytes,
+    template: styles.Rendered,
+    suffix: bytes,
+    qualname: str,
+    language: str,
+    cfg: DocstringConfig,
 ) -> tuple[dict[str, str], float | None]:
     """One model call: `prefix + template + suffix` with the template's slots as spans.
 
@@ -163,7 +168,8 @@ def call_filler(
     for key, (start, end) in template.slots.items():
         byte_start = len(prefix) + len(template.text[:start].encode("utf-8"))
         byte_end = len(prefix) + len(template.text[:end].encode("utf-8"))
-        spans.append(Span(byte_start, byte_end, label=f"{key}|{qualname}"))
+        budget = cfg.summary_tokens if key == "summary" else cfg.description_tokens
+        spans.append(slot_span(byte_start, byte_end, f"{key}|{qualname}", budget))
     spans.sort()
     result = filler(context.decode("utf-8"), spans, language=language)
     raw: dict[str, str] = {}
@@ -194,7 +200,7 @@ def fill_definition(
     head, tail = _context(source, d, ins)
     prefix = head + ins.before.encode("utf-8")
     suffix = ins.after.encode("utf-8") + tail
-    raw, confidence = call_filler(filler, prefix, template, suffix, d.qualname, language)
+    raw, confidence = call_filler(filler, prefix, template, suffix, d.qualname, language, cfg)
     one_line = not (skeleton.slots()[1:])
     texts, fallbacks = clean_texts(skeleton, raw, _summary_limit(cfg, ins.indent, one_line))
     outcome = Outcome(d.qualname, d.kind, d.line, "filled", confidence, fallbacks)

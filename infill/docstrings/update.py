@@ -11,11 +11,10 @@ import re
 from dataclasses import dataclass, field
 
 from infill.docstrings.config import DocstringConfig
-from infill.docstrings.fill import SlotFiller
+from infill.docstrings.fill import SlotFiller, slot_span
 from infill.docstrings.finder import Definition
 from infill.docstrings.skeleton import Param, Skeleton
 from infill.docstrings.text import clean_description, fallback_description
-from infill.spans import Span
 
 SENTINEL = "\x00{}\x00"
 _GOOGLE_HEAD = re.compile(r"^(\s*)(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments):\s*$")
@@ -259,14 +258,17 @@ def update_docstring(
     fallbacks: list[str] = []
     confidence: float | None = None
     if keys:
-        texts, fallbacks, confidence = _fill_entries(source, d, prefix + quotes, new_content, keys, filler)
+        opening = prefix + quotes
+        texts, fallbacks, confidence = _fill_entries(
+            source, d, opening, new_content, filler, cfg.description_tokens
+        )
     for key in keys:
         new_content = new_content.replace(SENTINEL.format(key), texts[key])
     return Update(prefix + quotes + new_content + quotes, confidence, fallbacks)
 
 
 def _fill_entries(
-    source: bytes, d: Definition, opening: str, content: str, keys: list[str], filler: SlotFiller
+    source: bytes, d: Definition, opening: str, content: str, filler: SlotFiller, description_tokens: int
 ) -> tuple[dict[str, str], list[str], float | None]:
     """One model call for the new entries; the rest of the definition is the context."""
     doc_start, doc_end = d.docstring or (0, 0)
@@ -280,7 +282,7 @@ def _fill_entries(
         if i % 2 == 0:
             text += piece.encode("utf-8")
         else:
-            spans.append(Span(len(text), len(text), label=f"{piece}|{d.qualname}"))
+            spans.append(slot_span(len(text), len(text), f"{piece}|{d.qualname}", description_tokens))
     text += tail
     result = filler(text.decode("utf-8"), spans, language="python")
     by_start = {e.start_byte: e for e in result.edits}
