@@ -292,3 +292,27 @@ def test_update_fixes_parameter_entries_only(case: str) -> None:
     assert result.text == after
     assert process_source(after, "m.py", cfg, FakeFiller(), update=True).text == after  # idempotent
     assert process_source(before, "m.py", cfg, FakeFiller()).text == before  # never touched without --update
+
+
+def test_non_ascii_source_offsets_and_stub_files() -> None:
+    source = '"""Ünïcödé módulo: 漢字."""\n\n\ndef größe(wert: str = "ü") -> str:  # ß\n    return wert * 2\n'
+    out, filler = fill(source)
+    assert out.startswith(source.split("    return")[0]) and out.endswith("    return wert * 2\n")
+    assert '    """Return the größe of the input.\n\n    Args:\n        wert: The wert to use.' in out
+    context, spans = filler.calls[0]
+    summary = next(s for s in spans if s.label.startswith("summary"))
+    assert context.encode()[summary.start_byte - 3 : summary.start_byte] == b'"""'  # spans are UTF-8 bytes
+    stub = "def f(x: int) -> int: ...\nclass C:\n    def m(self) -> None: ...\n"
+    out, _ = fill(stub, ignore_module=True)
+    ast.parse(out)
+    assert out.startswith('def f(x: int) -> int:\n    """Return the f of the input.\n')
+    assert '    def m(self) -> None:\n        """Return the m of the input."""\n        ...\n' in out
+
+
+def test_definitions_under_if_and_comment_only_bodies() -> None:
+    source = "if True:\n    def g(a):\n        # note\n        pass\n"
+    out, _ = fill(source, ignore_module=True)
+    assert out == (
+        'if True:\n    def g(a):\n        """Return the g of the input.\n\n        Args:\n'
+        '            a: The a to use.\n        """\n        # note\n        pass\n'
+    )
