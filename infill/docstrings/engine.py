@@ -106,6 +106,13 @@ def _context(source: bytes, d: Definition, ins: Insertion) -> tuple[bytes, bytes
         head_start = source.rfind(b"\n", 0, d.start_byte) + 1
         head = source[head_start : ins.start]
         end = d.node.end_byte
+        owner = d.parent
+        if d.kind == "method" and owner is not None and owner.node is not None:  # show whose method it is
+            owner_start = source.rfind(b"\n", 0, owner.start_byte) + 1
+            owner_head = source[owner_start : colon_byte(owner.node)] + b"\n"
+            skipped = owner_start + len(owner_head) < head_start
+            elided = d.indent.encode("utf-8") + b"...\n" if skipped else b""
+            head = owner_head + elided + head
     tail = source[ins.end : end]
     lines = tail.split(b"\n")
     if len(lines) > CONTEXT_LINES:
