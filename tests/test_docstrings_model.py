@@ -36,7 +36,15 @@ class Counter:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from infill.api import fill_text
     from infill.models.tiny import build_tiny_checkpoint
+
+    try:  # cheap probe before building a checkpoint: is the api implemented yet?
+        fill_text("x = 1\n", [], model=ModelSpec(name=str(tmp_path_factory.mktemp("none") / "missing")))
+    except NotImplementedError:
+        pytest.skip("infill.api.fill_text is not implemented yet (issue 3)")
+    except Exception:  # noqa: BLE001 - any other answer means it is implemented
+        pass
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-doc"), seed=3)
 
@@ -48,10 +56,7 @@ def test_real_fill_text_with_a_tiny_model(tiny: Path, tmp_path: Path) -> None:
         FillOptions(tokens=6, syntax_check=False),
     )
     cfg = DocstringConfig(ignore_module=True)
-    try:
-        first = process_source(SOURCE, "m.py", cfg, filler)
-    except NotImplementedError:
-        pytest.skip("infill.api.fill_text is not implemented yet (issue 3)")
+    first = process_source(SOURCE, "m.py", cfg, filler)
     ast.parse(first.text)
     assert {o.name for o in first.outcomes} == {"scale", "Counter", "Counter.bump"}
     for o in first.outcomes:
