@@ -316,3 +316,9 @@ def test_definitions_under_if_and_comment_only_bodies() -> None:
         'if True:\n    def g(a):\n        """Return the g of the input.\n\n        Args:\n'
         '            a: The a to use.\n        """\n        # note\n        pass\n'
     )
+
+
+def test_update_keeps_crlf() -> None:
+    before = 'def f(a, b):\r\n    """Do it.\r\n\r\n    Args:\r\n        a: Kept.\r\n    """\r\n'
+    result = process_source(before, "m.py", DocstringConfig(ignore_module=True), FakeFiller(), update=True)
+    assert result.text == before.replace("Kept.\r\n", "Kept.\r\n        b: The b to use.\r\n")

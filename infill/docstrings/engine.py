@@ -151,7 +151,7 @@ def clean_texts(skeleton: Skeleton, raw: dict[str, str], limit: int) -> tuple[di
             fallback = text.fallback_description(slot.kind, slot.subject)
         if cleaned is None:
             fallbacks.append(slot.key)
-            cleaned = text.fallback_summary(skeleton.kind, skeleton.name, False) if not fallback else fallback
+            cleaned = fallback
         out[slot.key] = cleaned
     return out, fallbacks
 
@@ -258,18 +258,10 @@ def process_source(
                 own_style = styles.detect_style(existing_docstrings(source, [d]), default=style)
                 change = updating.update_docstring(source, d, skeleton, own_style, cfg, filler)
                 if change is not None:
-                    replacements.append((d.docstring[0], d.docstring[1], change.text))
-                    outcomes.append(
-                        Outcome(
-                            d.qualname,
-                            d.kind,
-                            d.line,
-                            "updated",
-                            change.confidence,
-                            change.fallbacks,
-                            change.text,
-                        )
-                    )
+                    new_text = change.text.replace("\n", newline)
+                    replacements.append((d.docstring[0], d.docstring[1], new_text))
+                    outcomes.append(Outcome(d.qualname, d.kind, d.line, "updated", change.confidence))
+                    outcomes[-1].fallbacks, outcomes[-1].docstring = change.fallbacks, change.text
             continue
         if filler is None:
             outcomes.append(Outcome(d.qualname, d.kind, d.line, "missing"))

@@ -229,7 +229,7 @@ def update_docstring(
     """The updated docstring literal of `d`, or None when its entries already match the signature."""
     if d.docstring is None or skeleton.is_property or skeleton.kind == "module":
         return None
-    literal = source[d.docstring[0] : d.docstring[1]].decode("utf-8")
+    literal = source[d.docstring[0] : d.docstring[1]].decode("utf-8").replace("\r\n", "\n")
     match = _LITERAL.match(literal)
     if match is None or match.group(2) in ('"', "'"):
         return None  # concatenated or single-quoted docstrings are left alone
