@@ -132,3 +132,44 @@ def test_go_doc_comments_start_with_the_name() -> None:
     assert "\t// Point returns the Point of the input.\n\tPoint struct" in out
     assert "func private() {}" in out and "// private" not in out
     assert run(out, "geo.go", FakeFiller())[0] == out
+
+
+RUST = textwrap.dedent(
+    """\
+    /// Documented.
+    pub fn area(w: u32, h: u32) -> u32 { w * h }
+
+    #[derive(Debug)]
+    pub struct Point { x: i32 }
+
+    impl Point {
+        pub fn parse(text: &str) -> Result<Self, String> {
+            Err(text.to_string())
+        }
+
+        fn private(&self) {}
+    }
+
+    pub trait Shape {
+        fn area(&self) -> f64;
+    }
+    """
+)
+
+
+def test_rust_doc_comments_above_attributes_with_errors_section() -> None:
+    _, missing = run(RUST, "lib.rs")
+    assert missing == [
+        ("Point", 4, "missing"),
+        ("Point.parse", 8, "missing"),
+        ("Shape", 15, "missing"),
+        ("Shape.area", 16, "missing"),  # trait methods are public with their trait
+    ]
+    out, _ = run(RUST, "lib.rs", FakeFiller())
+    assert "/// Returns the Point of the input.\n#[derive(Debug)]\npub struct Point" in out
+    assert (
+        "    /// Returns the parse of the input.\n    ///\n    /// # Errors\n    ///\n"
+        "    /// Returns an error if the parse is invalid.\n    pub fn parse("
+    ) in out
+    assert "    fn private(&self) {}" in out and "/// Returns the private" not in out
+    assert run(out, "lib.rs", FakeFiller())[0] == out

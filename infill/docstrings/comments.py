@@ -1,4 +1,4 @@
-"""Doc comments for other languages: JSDoc for JavaScript / TypeScript, `//` doc comments for Go.
+"""Doc comments for other languages: JSDoc for JavaScript / TypeScript, `//` for Go, `///` for Rust.
 
 The same skeleton-plus-slots approach as for Python docstrings: tree-sitter queries in grammars/<lang>/ find
 the declarations, the parse tree gives the structure (JSDoc: @param with defaults and rest parameters,
@@ -32,12 +32,13 @@ LANGUAGE_OF_SUFFIX = {
     ".cts": "typescript",
     ".tsx": "tsx",
     ".go": "go",
+    ".rs": "rust",
 }
 FUNCTION_TYPES = {
     "function_declaration", "generator_function_declaration", "method_definition", "arrow_function",
-    "function_expression", "generator_function", "method_declaration",
+    "function_expression", "generator_function", "method_declaration", "function_item", "closure_expression",
 }  # fmt: skip
-CLASS_TYPES = {"class_declaration", "abstract_class_declaration", "class"}
+CLASS_TYPES = {"class_declaration", "abstract_class_declaration", "class", "impl_item", "trait_item"}
 CONTEXT_LINES = 60
 
 
@@ -62,7 +63,11 @@ def _text(node: Any) -> str:
 
 
 def _is_doc_comment(lang: str, comment: str) -> bool:
-    return comment.startswith("/**") if lang != "go" else comment.startswith("//")
+    if lang == "go":
+        return comment.startswith("//")
+    if lang == "rust":
+        return comment.startswith(("///", "/**", "#[doc"))
+    return comment.startswith("/**")
 
 
 def _outer(node: Any, lang: str) -> Any:
@@ -96,17 +101,18 @@ def find_targets(lang: str, source: bytes, path: str, cfg: DocstringConfig) -> l
             outer = node.parent  # `type X struct{}`: the comment goes above `type`
         first = outer
         previous = outer.prev_named_sibling
-        while previous is not None and previous.type == "decorator":  # TS decorators sit before the member
-            first, previous = previous, previous.prev_named_sibling
+        while previous is not None and previous.type in ("decorator", "attribute_item"):
+            first, previous = previous, previous.prev_named_sibling  # TS decorators, Rust #[attributes]
         line_start = source.rfind(b"\n", 0, first.start_byte) + 1
         indent = source[line_start : first.start_byte].decode("utf-8")
         if indent.strip():
             continue  # something else starts that line (e.g. `x = function () {}` inside an expression)
         documented = (
             previous is not None
-            and previous.type == "comment"
+            and previous.type in ("comment", "line_comment", "block_comment")
             and _is_doc_comment(lang, _text(previous))
-            and source[previous.end_byte : line_start].count(b"\n") == 1
+            and not source[previous.end_byte : line_start].strip()  # directly above: no blank line between
+            and source[previous.end_byte : line_start].count(b"\n") <= 1
         )
         ancestors = []
         up = node.parent
@@ -115,7 +121,9 @@ def find_targets(lang: str, source: bytes, path: str, cfg: DocstringConfig) -> l
                 ancestors.append(up)
             up = up.parent
         owner = next((a for a in ancestors if a.type in CLASS_TYPES), None)
-        owner_name = owner.child_by_field_name("name") if owner is not None else None
+        owner_name = None
+        if owner is not None:
+            owner_name = owner.child_by_field_name("name") or owner.child_by_field_name("type")
         qualname = f"{_text(owner_name)}.{name}" if owner_name is not None else name
         if lang == "go" and node.type == "method_declaration":
             receiver = node.child_by_field_name("receiver")
@@ -146,6 +154,12 @@ def _skip(
     if lang == "go":
         if cfg.ignore_private and not t.name[:1].isupper():
             return "private (unexported)"
+        return None
+    if lang == "rust":
+        in_trait = any(a.type == "trait_item" for a in ancestors)
+        public = in_trait or any(c.type == "visibility_modifier" for c in t.node.children)
+        if cfg.ignore_private and not public:
+            return "private (not pub)"
         return None
     if cfg.ignore_private and t.name.startswith(("_", "#")):
         return "private"
@@ -253,6 +267,30 @@ def render_go(s: Skeleton, indent: str, texts: dict[str, str] | None, width: int
     return b.build()
 
 
+def rust_skeleton(t: Target) -> Skeleton:
+    """A summary; plus `# Errors` for a function returning Result (clippy's missing_errors_doc)."""
+    skeleton = Skeleton(kind=t.kind, name=t.name)
+    return_type = t.node.child_by_field_name("return_type")
+    if (
+        t.kind == "function"
+        and return_type is not None
+        and re.match(r"^(\w+::)*Result\b", _text(return_type))
+    ):
+        skeleton.raises = ["Err"]
+    return skeleton
+
+
+def render_rust(s: Skeleton, indent: str, texts: dict[str, str] | None, width: int) -> Rendered:
+    b = _Builder(indent, texts, width)
+    b.entry("/// ", Slot("summary"), "/// ")
+    if s.raises:
+        b.line("///")
+        b.line("/// # Errors")
+        b.line("///")
+        b.entry("/// Returns an error ", Slot("raises", "Err"), "/// ")
+    return b.build()
+
+
 def _clean(lang: str, s: Skeleton, raw: dict[str, str], limit: int) -> tuple[dict[str, str], list[str]]:
     out: dict[str, str] = {}
     fallbacks: list[str] = []
@@ -269,6 +307,10 @@ def _clean(lang: str, s: Skeleton, raw: dict[str, str], limit: int) -> tuple[dic
             fallback = (
                 "is " + ("the " if s.kind == "type" else "used for ") + " ".join(text.words_of(s.name)) + "."
             )
+        elif lang == "rust" and slot.kind == "raises":  # "Returns an error " + "if the input is empty."
+            line = text.one_line(given)
+            cleaned = line.rstrip(".,;: ") + "." if re.search(r"[A-Za-z]{2,}", line) else None
+            fallback = "if the operation fails."
         elif slot.kind == "summary":
             cleaned = text.clean_summary(given, name=s.name, is_function=False, limit=limit)
             fallback = text.fallback_summary(s.kind, s.name, s.returns is not None)
@@ -285,19 +327,22 @@ def _clean(lang: str, s: Skeleton, raw: dict[str, str], limit: int) -> tuple[dic
 def process_comments(
     source_text: str, path: str, lang: str, cfg: DocstringConfig, filler: SlotFiller | None
 ) -> FileResult:
-    """Report (filler None) or fill the missing doc comments of a JavaScript, TypeScript or Go file."""
+    """Report (filler None) or fill the missing doc comments of a JavaScript, TypeScript, Go or Rust file."""
     source = source_text.encode("utf-8")
     newline = "\r\n" if "\r\n" in source_text else "\n"
     outcomes: list[Outcome] = []
     replacements: list[tuple[int, str]] = []
-    render = render_go if lang == "go" else render_jsdoc
+    render = {"go": render_go, "rust": render_rust}.get(lang, render_jsdoc)
     for t in find_targets(lang, source, path, cfg):
         if t.documented or t.skip is not None:
             continue
         if filler is None:
             outcomes.append(Outcome(t.qualname, t.kind, t.line, "missing"))
             continue
-        skeleton = Skeleton(kind=t.kind, name=t.name) if lang == "go" else js_skeleton(t)
+        if lang == "go":
+            skeleton = Skeleton(kind=t.kind, name=t.name)
+        else:
+            skeleton = rust_skeleton(t) if lang == "rust" else js_skeleton(t)
         template = render(skeleton, t.indent, None, cfg.line_length)
         tail = source[t.insert_at : t.end_byte]
         lines = tail.split(b"\n")
@@ -320,5 +365,5 @@ def process_comments(
     out = bytearray(source)
     for at, new in sorted(replacements, reverse=True):
         out[at:at] = new.encode("utf-8")
-    style = "godoc" if lang == "go" else "jsdoc"
+    style = {"go": "godoc", "rust": "rustdoc"}.get(lang, "jsdoc")
     return FileResult(path, source_text, out.decode("utf-8"), outcomes, style)
