@@ -87,22 +87,21 @@ def ngram_draft(
     """
     import torch
 
-    prev, nxt = ids[:-1], ids[1:]  # (N-1,)
-    pair_ok = visible[:-1] & visible[1:]  # (N-1,)
+    pair_ok = visible[:-1] & visible[1:]  # (N-1,) adjacent visible pairs
+    pair_prev, pair_next = ids[:-1][pair_ok], ids[1:][pair_ok]  # (P,), (P,)
     unigram = torch.bincount(ids[visible], minlength=vocab_size)[:vocab_size].double()  # (V,)
+    unigram[mask_id] = 0.0
     cur = ids.clone()
     cur_visible = visible.clone()
     drafts = torch.empty(targets.shape[0], dtype=torch.long)
     rows = []
     for i, pos in enumerate(targets.tolist()):
-        counts = torch.zeros(vocab_size, dtype=torch.float64)
+        counts = unigram
         if pos > 0 and bool(cur_visible[pos - 1]):
-            sel = nxt[pair_ok & (prev == cur[pos - 1])]
-            counts = torch.bincount(sel, minlength=vocab_size)[:vocab_size].double()
-        counts[mask_id] = 0.0
-        if counts.sum() == 0:
-            counts = unigram.clone()
-            counts[mask_id] = 0.0
+            sel = pair_next[pair_prev == cur[pos - 1]]  # tokens that followed the previous token
+            if sel.numel() > 0:
+                counts = torch.bincount(sel, minlength=vocab_size)[:vocab_size].double()
+                counts[mask_id] = 0.0
         if counts.sum() == 0:
             counts = torch.ones(vocab_size, dtype=torch.float64)
             counts[mask_id] = 0.0
