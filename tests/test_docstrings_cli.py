@@ -100,7 +100,8 @@ def test_diff_prints_and_does_not_write(tmp_path: Path) -> None:
     mod = root / "pkg" / "mod.py"
     code, out, err = invoke("--diff", "-q", str(mod))
     assert code == 1 and mod.read_text() == CODE
-    assert out.startswith(f"--- {mod}\n+++ {mod}\n") and '+    """Return the add of the input.' in out
+    name = str(mod).lstrip("/")  # labelled like `infill fill --diff`
+    assert out.startswith(f"--- a/{name}\n+++ b/{name}\n") and '+    """Return the add of the input.' in out
     assert err == ""
 
 

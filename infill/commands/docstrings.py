@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
-from infill.docstrings.comments import LANGUAGE_OF_SUFFIX
+from infill import languages, patch
+from infill.docstrings.comments import COMMENT_LANGUAGES
 from infill.docstrings.config import STYLES, DocstringConfig, build_config, find_pyproject
 from infill.docstrings.engine import FileResult, process_source
 from infill.docstrings.fill import SlotFiller
-from infill.errors import FileChangedError, InfillError, InputError
+from infill.errors import InfillError, InputError
 
-SUFFIXES = (".py", ".pyi", *LANGUAGE_OF_SUFFIX)
+SUFFIXES = tuple(ext for name in ("python", *COMMENT_LANGUAGES) for ext in languages.LANGUAGES[name].extensions)
 SKIP_DIRS = {
     ".git",
     ".hg",
@@ -52,49 +51,8 @@ def collect_files(paths: Iterable[str]) -> list[Path]:
     return out
 
 
-def read_source(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text (byte {exc.start})", path=str(path)) from None
-
-
-def write_atomic(path: Path, text: str, expected: str) -> None:
-    """Write `text` to `path` via a temporary file, fsync and rename, if the file still holds `expected`.
-
-    A stand-in for infill.patch's atomic write (issue 3); the lead can swap it for that one.
-    """
-    if read_source(path) != expected:
-        raise FileChangedError(
-            "changed on disk while docstrings were being written; nothing written", path=str(path)
-        )
-    mode = path.stat().st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".infill", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode("utf-8"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def unified_diff(result: FileResult) -> str:
-    return "".join(
-        difflib.unified_diff(
-            result.original.splitlines(keepends=True),
-            result.text.splitlines(keepends=True),
-            fromfile=result.path if os.path.isabs(result.path) else f"a/{result.path}",
-            tofile=result.path if os.path.isabs(result.path) else f"b/{result.path}",
-        )
-    )
+def _diff(result: FileResult) -> str:
+    return patch.unified_diff(result.original, result.text, result.path)
 
 
 def _real_filler(cfg: DocstringConfig) -> SlotFiller:
@@ -150,9 +108,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
     is_flag=True,
     help="List `path:line: name` for each missing docstring and exit 1 if any. Never loads the model.",
 )
-@click.option(
-    "--diff", "show_diff", is_flag=True, help="Print a unified diff instead of writing; exit 1 on a change."
-)
+@click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff instead of writing; exit 1 on a change.")
 @click.option(
     "--update",
     is_flag=True,
@@ -172,9 +128,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
     help="Leave a docstring missing (and report it) when "
     "the mean token log-probability of its text is below this, e.g. -3.5.",
 )
-@click.option(
-    "--ignore-regex", multiple=True, help="Skip names (or dotted names) matching this regex; repeatable."
-)
+@click.option("--ignore-regex", multiple=True, help="Skip names (or dotted names) matching this regex; repeatable.")
 @_bool_flag("private", "Skip _private names and members of private classes [default: ignore].")
 @_bool_flag("magic", "Skip magic methods such as __eq__ [default: ignore].")
 @_bool_flag("init-method", "Skip __init__; its arguments go to the class docstring [default: ignore].")
@@ -182,9 +136,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
 @_bool_flag("module", "Skip module docstrings [default: include].")
 @_bool_flag("property-decorators", "Skip @property getters [default: include]; setters are always skipped.")
 @click.option("--line-length", type=int, default=None, help="Wrap descriptions at this width [default: 88].")
-@click.option(
-    "--seed", type=int, default=None, help="Sampling seed [default: 0]; fixed so local and CI runs agree."
-)
+@click.option("--seed", type=int, default=None, help="Sampling seed [default: 0]; fixed so local and CI runs agree.")
 @click.option(
     "--config",
     "config_path",
@@ -192,9 +144,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
     default=None,
     help="pyproject.toml to read [tool.infill] from [default: the nearest one].",
 )
-@click.option(
-    "--format", "output_format", type=click.Choice(["text", "json"]), default="text", help="Report format."
-)
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", help="Report format.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors (and the diff with --diff).")
 @click.pass_context
 def docstrings(
@@ -250,9 +200,10 @@ def _run(
     errors = 0
     for path in files:
         try:
-            result = process_source(read_source(path), str(path), cfg, filler, update=update)
+            data, snapshot = patch.read_source(str(path))
+            result = process_source(patch.decode_utf8(data, str(path)), str(path), cfg, filler, update=update)
             if filler is not None and result.changed and not show_diff:
-                write_atomic(path, result.text, result.original)
+                patch.atomic_write(str(path), result.text.encode("utf-8"), snapshot)
         except InputError as exc:
             click.echo(f"error: {exc}", err=True)
             errors += 1
@@ -264,7 +215,7 @@ def _run(
     changed = sum(r.changed for r in results)
     if output_format == "json":
         report = {
-            "files": [_outcome_json(r) | ({"diff": unified_diff(r)} if show_diff else {}) for r in results],
+            "files": [_outcome_json(r) | ({"diff": _diff(r)} if show_diff else {}) for r in results],
             "summary": {"files": len(results), "changed": changed, "missing": missing, "errors": errors},
         }
         click.echo(json.dumps(report, indent=2))
@@ -284,7 +235,7 @@ def _report_text(result: FileResult, check: bool, show_diff: bool, quiet: bool) 
                 click.echo(f"{result.path}:{o.line}: {o.name}")
         return
     if show_diff and result.changed:
-        click.echo(unified_diff(result), nl=False)
+        click.echo(_diff(result), nl=False)
     if quiet:
         return
     for o in result.outcomes:

@@ -22,18 +22,7 @@ from infill.docstrings.skeleton import Param, Skeleton, Slot
 from infill.docstrings.styles import Rendered, _Builder
 from infill.errors import InputError
 
-LANGUAGE_OF_SUFFIX = {
-    ".js": "javascript",
-    ".mjs": "javascript",
-    ".cjs": "javascript",
-    ".jsx": "javascript",
-    ".ts": "typescript",
-    ".mts": "typescript",
-    ".cts": "typescript",
-    ".tsx": "tsx",
-    ".go": "go",
-    ".rs": "rust",
-}
+COMMENT_LANGUAGES = ("javascript", "typescript", "tsx", "go", "rust")  # infill.languages names
 FUNCTION_TYPES = {
     "function_declaration", "generator_function_declaration", "method_definition", "arrow_function",
     "function_expression", "generator_function", "method_declaration", "function_item", "closure_expression",
@@ -271,11 +260,7 @@ def rust_skeleton(t: Target) -> Skeleton:
     """A summary; plus `# Errors` for a function returning Result (clippy's missing_errors_doc)."""
     skeleton = Skeleton(kind=t.kind, name=t.name)
     return_type = t.node.child_by_field_name("return_type")
-    if (
-        t.kind == "function"
-        and return_type is not None
-        and re.match(r"^(\w+::)*Result\b", _text(return_type))
-    ):
+    if t.kind == "function" and return_type is not None and re.match(r"^(\w+::)*Result\b", _text(return_type)):
         skeleton.raises = ["Err"]
     return skeleton
 
@@ -304,9 +289,7 @@ def _clean(lang: str, s: Skeleton, raw: dict[str, str], limit: int) -> tuple[dic
             if re.search(r"[A-Za-z]{2,}", line):
                 sentence = re.split(r"(?<=[a-z0-9)\]])[.!?](?:\s|$)", line)[0].rstrip(",;: ")
                 cleaned = sentence + "."
-            fallback = (
-                "is " + ("the " if s.kind == "type" else "used for ") + " ".join(text.words_of(s.name)) + "."
-            )
+            fallback = "is " + ("the " if s.kind == "type" else "used for ") + " ".join(text.words_of(s.name)) + "."
         elif lang == "rust" and slot.kind == "raises":  # "Returns an error " + "if the input is empty."
             line = text.one_line(given)
             cleaned = line.rstrip(".,;: ") + "." if re.search(r"[A-Za-z]{2,}", line) else None

@@ -127,9 +127,7 @@ def _normalize(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
             value = tuple(value)
         elif name in _BOOL_KEYS and not isinstance(value, bool):
             raise InputError(f"{key} must be true or false", path=where)
-        elif name in ("min_confidence", "low_confidence", "temperature") and not isinstance(
-            value, (int, float)
-        ):
+        elif name in ("min_confidence", "low_confidence", "temperature") and not isinstance(value, (int, float)):
             raise InputError(f"{key} must be a number (a mean token log-probability, e.g. -3.5)", path=where)
         out[name] = value
     return out

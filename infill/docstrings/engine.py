@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import PurePath
 from typing import Literal
 
 from infill.docstrings import styles, text
@@ -82,9 +81,7 @@ def insertion_for(d: Definition, source: bytes, newline: str, unit: str) -> Inse
     node = d.node
     body = node.child_by_field_name("body")
     colon = colon_byte(node)
-    blank_after = (
-        newline if d.kind == "class" else ""
-    )  # black / ruff format want a blank line after a class docstring
+    blank_after = newline if d.kind == "class" else ""  # black / ruff format want a blank line after a class docstring
     line_end = source.find(b"\n", colon)
     if line_end != -1 and line_end < body.start_byte:  # the body starts on a later line
         start = line_end + 1
@@ -223,9 +220,7 @@ def fill_definition(
 
 
 def existing_docstrings(source: bytes, definitions: list[Definition]) -> list[str]:
-    return [
-        source[d.docstring[0] : d.docstring[1]].decode("utf-8", "replace") for d in definitions if d.docstring
-    ]
+    return [source[d.docstring[0] : d.docstring[1]].decode("utf-8", "replace") for d in definitions if d.docstring]
 
 
 def process_source(
@@ -233,11 +228,12 @@ def process_source(
 ) -> FileResult:
     """Report (filler None) or fill the missing docstrings of one Python file; with `update`, also fix the
     parameter entries of existing docstrings."""
+    from infill import languages
     from infill.docstrings import comments
     from infill.docstrings import update as updating
 
-    other_language = comments.LANGUAGE_OF_SUFFIX.get(PurePath(path).suffix)
-    if other_language is not None:
+    other_language = languages.detect(path)
+    if other_language in comments.COMMENT_LANGUAGES:
         return comments.process_comments(source_text, path, other_language, cfg, filler)
     source = source_text.encode("utf-8")
     definitions = find_definitions(source, path, cfg)

@@ -21,62 +21,25 @@ Kind = Literal["module", "class", "function", "method"]
 SKIP_COMMENT = re.compile(r"#\s*infill:\s*skip\b(?!-)")
 SKIP_FILE_COMMENT = re.compile(r"^\s*#\s*infill:\s*skip-file\b", re.MULTILINE)
 PROPERTY_DECORATORS = {"property", "cached_property", "abstractproperty"}
-GRAMMAR_MODULES = {
-    "python": "tree_sitter_python",
-    "javascript": "tree_sitter_javascript",
-    "typescript": "tree_sitter_typescript",
-    "tsx": "tree_sitter_typescript",
-    "go": "tree_sitter_go",
-    "rust": "tree_sitter_rust",
-}
-
-
-def grammars_folder() -> Path:
-    """grammars/ in a source checkout, or the installed `infill.grammars` package."""
-    source = Path(__file__).resolve().parents[2] / "grammars"
-    if source.is_dir():
-        return source
-    import importlib.resources
-
-    return Path(str(importlib.resources.files("infill.grammars")))
-
-
-@functools.cache
-def language(name: str) -> Any:
-    """The tree-sitter Language for `name` (python, javascript, typescript, go, rust)."""
-    import importlib
-
-    from tree_sitter import Language
-
-    module_name = GRAMMAR_MODULES.get(name)
-    if module_name is None:
-        raise InputError(f"no docstring support for language {name!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError:
-        extra = "typescript" if name == "tsx" else name
-        raise InputError(f"the {name} grammar is not installed: pip install 'infill[{extra}]'") from None
-    if name == "typescript":
-        return Language(module.language_typescript())
-    if name == "tsx":
-        return Language(module.language_tsx())
-    return Language(module.language())
 
 
 @functools.cache
 def query(lang: str, file_name: str) -> Any:
-    """A compiled query from grammars/<lang>/<file_name>."""
+    """A compiled query from grammars/<lang>/<file_name> (tsx shares typescript's folder)."""
     from tree_sitter import Query
 
-    path = grammars_folder() / ("typescript" if lang == "tsx" else lang) / file_name
-    return Query(language(lang), path.read_text(encoding="utf-8"))
+    from infill import languages
+
+    folder = "typescript" if lang == "tsx" else lang
+    path = languages.grammars_root() / folder / file_name
+    return Query(languages.grammar(lang), path.read_text(encoding="utf-8"))
 
 
 def parse(lang: str, source: bytes) -> Any:
-    """The tree-sitter tree of `source`."""
-    from tree_sitter import Parser
+    """The tree-sitter tree of `source` (InputError naming the pip extra when the grammar is missing)."""
+    from infill import languages
 
-    return Parser(language(lang)).parse(source)
+    return languages.parse(lang, source)
 
 
 def captures(lang: str, file_name: str, node: Any) -> dict[str, list[Any]]:
@@ -99,9 +62,7 @@ class Definition:
     docstring: tuple[int, int] | None  # byte range of an existing docstring's string literal
     decorators: tuple[str, ...] = ()
     skip: str | None = None  # why this definition is not handled, or None
-    node: Any = field(
-        default=None, repr=False, compare=False
-    )  # function_definition / class_definition / module
+    node: Any = field(default=None, repr=False, compare=False)  # function_definition / class_definition / module
     parent: Definition | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -150,8 +111,7 @@ def _skip_reason(
         return "nested class"
     is_dunder = name.startswith("__") and name.endswith("__") and len(name) > 4
     private_owner = any(
-        a.type == "class_definition" and _text(a.child_by_field_name("name")).startswith("_")
-        for a in ancestors
+        a.type == "class_definition" and _text(a.child_by_field_name("name")).startswith("_") for a in ancestors
     )
     if cfg.ignore_private and ((name.startswith("_") and not is_dunder) or private_owner):
         return "private"
@@ -196,9 +156,7 @@ def find_definitions(source: bytes, path: str, cfg: DocstringConfig) -> list[Def
     """Every module, class and function of a Python file, in order, with docstring and skip reason."""
     tree = parse("python", source)
     if tree.root_node.has_error:
-        raise InputError(
-            f"cannot parse: syntax error near line {_first_error_line(tree.root_node)}", path=path
-        )
+        raise InputError(f"cannot parse: syntax error near line {_first_error_line(tree.root_node)}", path=path)
     found = captures("python", "docstrings.scm", tree.root_node)
     docstrings: dict[int, tuple[int, int]] = {}  # id of the module/block node -> docstring byte range
     for node in found.get("docstring", []):
@@ -243,13 +201,9 @@ def find_definitions(source: bytes, path: str, cfg: DocstringConfig) -> list[Def
             kind = "method"
         else:
             kind = "function"
-        outer = (
-            node.parent if node.parent is not None and node.parent.type == "decorated_definition" else node
-        )
+        outer = node.parent if node.parent is not None and node.parent.type == "decorated_definition" else node
         decorators = decorator_names(node)
-        qualname = (
-            f"{parent_def.qualname}.{name}" if parent_def is not None and parent_def is not module else name
-        )
+        qualname = f"{parent_def.qualname}.{name}" if parent_def is not None and parent_def is not module else name
         line_start = source.rfind(b"\n", 0, node.start_byte) + 1
         indent = source[line_start : node.start_byte].decode("utf-8", "replace")
         if indent.strip():  # e.g. `if x: def f(): ...` on one line; keep only the leading whitespace
@@ -283,7 +237,5 @@ def _first_error_line(node: Any) -> int:
         current = stack.pop()
         if current.type == "ERROR" or current.is_missing:
             return int(current.start_point[0]) + 1
-        stack.extend(
-            reversed([c for c in current.children if c.has_error or c.is_missing or c.type == "ERROR"])
-        )
+        stack.extend(reversed([c for c in current.children if c.has_error or c.is_missing or c.type == "ERROR"]))
     return int(node.start_point[0]) + 1

@@ -84,15 +84,11 @@ class _Builder:
         return Rendered("".join(out), slots)
 
 
-def render(
-    skeleton: Skeleton, style: str, indent: str, texts: Mapping[str, str] | None, width: int
-) -> Rendered:
+def render(skeleton: Skeleton, style: str, indent: str, texts: Mapping[str, str] | None, width: int) -> Rendered:
     """The docstring literal for `skeleton`; `indent` is the indentation of the body it goes in."""
     b = _Builder(indent, texts, width)
     summary = Slot("summary")
-    sections = bool(
-        skeleton.params or skeleton.returns is not None or skeleton.yields is not None or skeleton.raises
-    )
+    sections = bool(skeleton.params or skeleton.returns is not None or skeleton.yields is not None or skeleton.raises)
     if not sections:
         b.line(QUOTES, summary, QUOTES)
         return b.build()
@@ -163,12 +159,8 @@ def _sphinx(b: _Builder, s: Skeleton) -> None:
         b.entry(f":raises {exc}: ", Slot("raises", exc), " " * 4)
 
 
-_GOOGLE = re.compile(
-    r"^\s*(Args|Arguments|Returns|Yields|Raises|Attributes|Examples?|Note|Notes|Todo):\s*$", re.M
-)
-_NUMPY = re.compile(
-    r"^\s*(Parameters|Returns|Yields|Raises|Attributes|See Also|Notes|Examples)\s*\n\s*-{3,}\s*$", re.M
-)
+_GOOGLE = re.compile(r"^\s*(Args|Arguments|Returns|Yields|Raises|Attributes|Examples?|Note|Notes|Todo):\s*$", re.M)
+_NUMPY = re.compile(r"^\s*(Parameters|Returns|Yields|Raises|Attributes|See Also|Notes|Examples)\s*\n\s*-{3,}\s*$", re.M)
 _SPHINX = re.compile(r"^\s*:(param|parameter|arg|type|returns?|rtype|raises?|yields?)\b", re.M)
 
 

@@ -161,9 +161,7 @@ def _add_section(lines: list[str], params: list[Param], style: str, base: str) -
     position = len(lines)
     for i, line in enumerate(lines[1:], start=1):
         is_google = style == "google" and _GOOGLE_ANY_HEAD.match(line) and _indent_of(line) == len(base)
-        is_numpy = (
-            style == "numpy" and i + 1 < len(lines) and set(lines[i + 1].strip()) == {"-"} and line.strip()
-        )
+        is_numpy = style == "numpy" and i + 1 < len(lines) and set(lines[i + 1].strip()) == {"-"} and line.strip()
         if is_google or is_numpy:
             position = i
             break
@@ -199,9 +197,7 @@ def _update_sphinx(lines: list[str], params: list[Param], base: str) -> list[str
     if not missing and out == lines:
         return None
     if missing:
-        last_param = max(
-            (i for i, line in enumerate(out) if re.match(r"^\s*:(param|type)\b", line)), default=None
-        )
+        last_param = max((i for i, line in enumerate(out) if re.match(r"^\s*:(param|type)\b", line)), default=None)
         if last_param is None:
             first_field = next((i for i, line in enumerate(out) if i > 0 and _SPHINX_FIELD.match(line)), None)
             new = [line for p in missing for line in _new_lines("sphinx", p, base)]
@@ -213,9 +209,7 @@ def _update_sphinx(lines: list[str], params: list[Param], base: str) -> list[str
             return out[:first_field] + new + out[first_field:]
         insert_at = last_param + 1
         while (
-            insert_at < len(out)
-            and out[insert_at].strip()
-            and _indent_of(out[insert_at]) > _indent_of(out[last_param])
+            insert_at < len(out) and out[insert_at].strip() and _indent_of(out[insert_at]) > _indent_of(out[last_param])
         ):
             insert_at += 1
         new = [line for p in missing for line in _new_lines("sphinx", p, base)]
@@ -259,9 +253,7 @@ def update_docstring(
     confidence: float | None = None
     if keys:
         opening = prefix + quotes
-        texts, fallbacks, confidence = _fill_entries(
-            source, d, opening, new_content, filler, cfg.description_tokens
-        )
+        texts, fallbacks, confidence = _fill_entries(source, d, opening, new_content, filler, cfg.description_tokens)
     for key in keys:
         new_content = new_content.replace(SENTINEL.format(key), texts[key])
     return Update(prefix + quotes + new_content + quotes, confidence, fallbacks)
