@@ -7,6 +7,7 @@ valid Python, ruff's D rules, finite confidences, determinism, idempotence. Skip
 from __future__ import annotations
 
 import ast
+import json
 import math
 import subprocess
 import sys
@@ -70,3 +71,26 @@ def test_real_fill_text_with_a_tiny_model(tiny: Path, tmp_path: Path) -> None:
         capture_output=True, text=True,
     )  # fmt: skip
     assert lint.returncode == 0, lint.stdout + first.text
+
+
+def test_cli_with_a_model_folder(tiny: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from infill.commands.docstrings import docstrings
+
+    path = tmp_path / "m.py"
+    path.write_text(SOURCE)
+    budgets = "[tool.infill.docstrings]\nsummary-tokens = 4\ndescription-tokens = 3\n"  # small: fast
+    (tmp_path / "pyproject.toml").write_text(budgets)
+    args = ["--model", str(tiny), "--format", "json", str(path)]
+    first = CliRunner().invoke(docstrings, args)
+    assert first.exit_code == 0, first.output
+    report = json.loads(first.stdout)
+    assert report["summary"]["changed"] == 1
+    statuses = {d["name"]: d["status"] for d in report["files"][0]["definitions"]}
+    assert set(statuses) == {"scale", "Counter", "Counter.bump"}
+    assert all(d["confidence"] is not None for d in report["files"][0]["definitions"])
+    written = path.read_text()
+    ast.parse(written)
+    second = CliRunner().invoke(docstrings, ["--model", str(tiny), str(path)])
+    assert second.exit_code == 0 and path.read_text() == written
