@@ -8,7 +8,7 @@ Held-out functions come from the training corpus's held-out split (`<corpus>/hel
 function is written alone to a file, and `infill docstrings` fills it again with the real model. The original
 docstring is printed next to the generated one in the examples.
 
-    python benchmarks/docstrings_quality.py --corpus runs/corpus --model default --limit 200 --style google
+    python benchmarks/docstrings_quality.py --corpus runs/corpus --model default --limit 100 --style google
 
 Prints a Markdown report and writes the raw results to --out (JSON).
 """
@@ -59,6 +59,8 @@ def held_out_functions(corpus: Path, limit: int, seed: int) -> list[dict[str, st
             without = source[start:doc_line] + source[doc_end : d.node.end_byte] + b"\n"
             try:
                 code = textwrap.dedent(without.decode("utf-8"))
+                if d.kind == "method" and d.parent is not None:  # keep it a method: self stays undocumented
+                    code = f"class {d.parent.name}:\n" + textwrap.indent(code, "    ")
                 compile(code, "<f>", "exec")
             except (SyntaxError, UnicodeDecodeError, ValueError):
                 continue
@@ -86,7 +88,7 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=Path("runs/corpus"))
     parser.add_argument("--model", default="default")
     parser.add_argument("--style", default="google", choices=["google", "numpy", "sphinx"])
-    parser.add_argument("--limit", type=int, default=200)
+    parser.add_argument("--limit", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--examples", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("runs/docstrings_quality.json"))
@@ -147,7 +149,10 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, elapsed: flo
         print(f"### {title} by confidence\n")
         for r in chosen:
             print(f"`{r['name']}` (mean log-prob {r['confidence']:.2f}); original: {r['original'][:120]!r}\n")
-            print("```python\n" + r["code"].split("\n", 1)[0] + "\n    " + r["generated"] + "\n```\n")
+            header = next(line for line in r["code"].splitlines() if line.lstrip().startswith(("def ", "async ")))
+            indent = header[: len(header) - len(header.lstrip())] + "    "
+            docstring = r["generated"].replace("\n" + indent, "\n    ")  # shown as a top-level function
+            print(f"```python\n{header.strip()}\n    {docstring}\n```\n")
 
 
 if __name__ == "__main__":

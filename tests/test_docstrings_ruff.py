@@ -63,7 +63,8 @@ SOURCE = textwrap.dedent(
 
 
 def long_text(key: str, qualname: str) -> str:
-    return default_text(key, qualname) + " and it goes on" * 12
+    more = "and then it checks every input against the schema before it converts units, rounds values"
+    return f"{default_text(key, qualname)} {more} and logs each step for later review by the caller"
 
 
 def ruff(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -23,7 +23,20 @@ def test_function_summaries_are_imperative_sentences(raw: str, expected: str) ->
     assert text.clean_summary(raw, name="f", is_function=True, limit=80) == expected
 
 
-@pytest.mark.parametrize("raw", ["", "   \n\n", '"""', "the value of x", "f(x) computes things", "42"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",
+        "   \n\n",
+        '"""',
+        "the value of x",
+        "f(x) computes things",
+        "42",
+        "Blockblockblockblockblockblock",  # degenerate repetition
+        "return the the the the the the the value",
+        "return " + "x" * 50,
+    ],
+)
 def test_unusable_summaries_give_none(raw: str) -> None:
     assert text.clean_summary(raw, name="f", is_function=True, limit=80) is None
 
@@ -33,8 +46,9 @@ def test_class_summary_keeps_its_first_word_and_long_text_is_cut_at_a_word() -> 
         text.clean_summary("the stack of items", name="S", is_function=False, limit=80)
         == "The stack of items."
     )
-    long = text.clean_summary("return " + "word " * 40, name="f", is_function=True, limit=40)
-    assert long is not None and len(long) <= 40 and long.endswith("word.")
+    words = " ".join(f"word{i}" for i in range(40))
+    long = text.clean_summary("return " + words, name="f", is_function=True, limit=40)
+    assert long is not None and len(long) <= 40 and long.endswith("word4.")
 
 
 def test_descriptions() -> None:
@@ -43,6 +57,8 @@ def test_descriptions() -> None:
     assert text.clean_description("a path\\to\\file", subject="p") == "A pathtofile."
     assert text.clean_description("'''", subject="p") is None
     assert text.clean_description("it (maybe", subject="p") == "It maybe."
+    assert text.clean_description("data data data data data data", subject="p") is None
+    assert text.clean_description("the number of items in the list", subject="p") == "The number of items in the list."
 
 
 def test_fallbacks_are_neutral_and_derived_from_names() -> None:

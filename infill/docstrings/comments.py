@@ -286,13 +286,14 @@ def _clean(lang: str, s: Skeleton, raw: dict[str, str], limit: int) -> tuple[dic
             line = text.one_line(given)
             line = re.sub(rf"^{re.escape(s.name)}\b\s*", "", line)
             cleaned = None
-            if re.search(r"[A-Za-z]{2,}", line):
+            if re.search(r"[A-Za-z]{2,}", line) and not text.degenerate(line):
                 sentence = re.split(r"(?<=[a-z0-9)\]])[.!?](?:\s|$)", line)[0].rstrip(",;: ")
                 cleaned = sentence + "."
             fallback = "is " + ("the " if s.kind == "type" else "used for ") + " ".join(text.words_of(s.name)) + "."
         elif lang == "rust" and slot.kind == "raises":  # "Returns an error " + "if the input is empty."
             line = text.one_line(given)
-            cleaned = line.rstrip(".,;: ") + "." if re.search(r"[A-Za-z]{2,}", line) else None
+            usable = re.search(r"[A-Za-z]{2,}", line) and not text.degenerate(line)
+            cleaned = line.rstrip(".,;: ") + "." if usable else None
             fallback = "if the operation fails."
         elif slot.kind == "summary":
             cleaned = text.clean_summary(given, name=s.name, is_function=False, limit=limit)

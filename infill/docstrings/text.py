@@ -77,6 +77,16 @@ def one_line(raw: str) -> str:
     return ""
 
 
+def degenerate(text: str) -> bool:
+    """Output a model gives when it is lost: a chunk repeated over and over, or a 'word' no language has."""
+    if re.search(r"(.{2,}?)\1{3,}", text, re.IGNORECASE):
+        return True
+    words = text.split()
+    if any(len(w) > 40 for w in words):
+        return True
+    return len(words) >= 6 and len({w.lower() for w in words}) <= len(words) // 3
+
+
 def _finish(text: str) -> str:
     text = text.strip().rstrip(",;:-–(\"'` ")
     if text.count("`") % 2:
@@ -110,7 +120,7 @@ def clean_summary(raw: str, *, name: str, is_function: bool, limit: int) -> str 
     """A one-sentence summary from model output, or None when nothing usable is left."""
     text = _first_sentence(one_line(raw))
     text = _LEADING_FILLER.sub("", text).strip()
-    if not text:
+    if not text or degenerate(text):
         return None
     words = text.split(" ", 1)
     first = re.sub(r"\W", "", words[0])
@@ -137,7 +147,7 @@ def clean_description(raw: str, *, subject: str = "") -> str | None:
     if subject:  # the model may repeat the entry's head: "x: the value" or "x (int): ..."
         text = re.sub(rf"^\*{{0,2}}{re.escape(subject.lstrip('*'))}\s*(\([^)]*\))?\s*:\s*", "", text)
     text = _finish(_first_sentence(text))
-    if not re.search(r"[A-Za-z]{2,}", text):
+    if not re.search(r"[A-Za-z]{2,}", text) or degenerate(text):
         return None
     return _truncate(text, 200)
 
