@@ -322,3 +322,11 @@ def test_update_keeps_crlf() -> None:
     before = 'def f(a, b):\r\n    """Do it.\r\n\r\n    Args:\r\n        a: Kept.\r\n    """\r\n'
     result = process_source(before, "m.py", DocstringConfig(ignore_module=True), FakeFiller(), update=True)
     assert result.text == before.replace("Kept.\r\n", "Kept.\r\n        b: The b to use.\r\n")
+
+
+def test_blank_lines_after_the_header_do_not_end_up_after_the_docstring() -> None:
+    out, _ = fill("def f():\n\n\n    return 1\n", ignore_module=True)
+    docstring = '    """Return the f of the input.\n\n    Returns:\n        The computed value.\n    """\n'
+    assert out == "def f():\n" + docstring + "    return 1\n"
+    out, _ = fill("class C:\n\n    x = 1\n", ignore_module=True)
+    assert out == 'class C:\n    """Returns the C of the input."""\n\n    x = 1\n'

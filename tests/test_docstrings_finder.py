@@ -179,3 +179,9 @@ def test_syntax_error_is_an_input_error_with_location() -> None:
     with pytest.raises(InputError) as info:
         find_definitions(b"def f(:\n    pass\n", "bad.py", DocstringConfig())
     assert info.value.path == "bad.py" and "syntax error" in info.value.message
+
+
+def test_call_and_new_are_public_methods_like_pydocstyle() -> None:
+    source = b"class A:\n    def __new__(cls):\n        pass\n\n    def __call__(self):\n        pass\n"
+    defs = find_definitions(source, "a.py", DocstringConfig(ignore_module=True))
+    assert [d.qualname for d in defs if d.missing] == ["A", "A.__new__", "A.__call__"]

@@ -85,11 +85,17 @@ def insertion_for(d: Definition, source: bytes, newline: str, unit: str) -> Inse
     line_end = source.find(b"\n", colon)
     if line_end != -1 and line_end < body.start_byte:  # the body starts on a later line
         start = line_end + 1
+        end = start  # blank lines right after the header go: none may follow a docstring (D202)
+        while True:
+            next_end = source.find(b"\n", end)
+            if next_end == -1 or next_end >= body.start_byte or source[end:next_end].strip():
+                break
+            end = next_end + 1
         body_line = source.rfind(b"\n", 0, body.start_byte) + 1
         indent = source[body_line : body.start_byte].decode("utf-8")
         if indent.strip():
             indent = d.indent + unit
-        return Insertion(start, start, indent, newline + blank_after, indent)
+        return Insertion(start, end, indent, newline + blank_after, indent)
     indent = d.indent + unit  # a one-line definition: `def f(): return 1` becomes a block
     return Insertion(colon, body.start_byte, newline + indent, newline + blank_after + indent, indent)
 

@@ -110,6 +110,7 @@ def _skip_reason(
     if kind == "class" and ancestors and cfg.ignore_nested_classes:
         return "nested class"
     is_dunder = name.startswith("__") and name.endswith("__") and len(name) > 4
+    is_magic = is_dunder and name not in ("__init__", "__call__", "__new__")  # pydocstyle's notion (D105)
     private_owner = any(
         a.type == "class_definition" and _text(a.child_by_field_name("name")).startswith("_") for a in ancestors
     )
@@ -118,7 +119,7 @@ def _skip_reason(
     if name == "__init__" and kind == "method":
         if cfg.ignore_init_method:
             return "__init__"
-    elif is_dunder and cfg.ignore_magic:
+    elif is_magic and cfg.ignore_magic:
         return "magic"
     if "overload" in last_parts and cfg.ignore_overloads:
         return "overload"
