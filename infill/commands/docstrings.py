@@ -18,23 +18,11 @@ from infill.docstrings.fill import SlotFiller
 from infill.errors import InfillError, InputError
 
 SUFFIXES = tuple(ext for name in ("python", *COMMENT_LANGUAGES) for ext in languages.LANGUAGES[name].extensions)
-SKIP_DIRS = {
-    ".git",
-    ".hg",
-    ".svn",
-    ".venv",
-    "venv",
-    ".tox",
-    ".nox",
-    "__pycache__",
-    "node_modules",
-    "build",
-    "dist",
-}
+SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "node_modules", "build", "dist"}
 
 
 def collect_files(paths: Iterable[str]) -> list[Path]:
-    """Files named on the command line, and the .py / .pyi files under named folders (hidden ones skipped)."""
+    """Files named on the command line, and the supported files under named folders (hidden ones skipped)."""
     out: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -133,6 +121,8 @@ def _bool_flag(name: str, help_text: str) -> Any:
 @_bool_flag("magic", "Skip magic methods such as __eq__ [default: ignore].")
 @_bool_flag("init-method", "Skip __init__; its arguments go to the class docstring [default: ignore].")
 @_bool_flag("nested-functions", "Skip functions and classes defined inside functions [default: ignore].")
+@_bool_flag("nested-classes", "Skip classes nested in classes, and their methods [default: include].")
+@_bool_flag("overloads", "Skip @overload stubs; the implementation gets the docstring [default: ignore].")
 @_bool_flag("module", "Skip module docstrings [default: include].")
 @_bool_flag("property-decorators", "Skip @property getters [default: include]; setters are always skipped.")
 @click.option("--line-length", type=int, default=None, help="Wrap descriptions at this width [default: 88].")
