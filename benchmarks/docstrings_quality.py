@@ -106,7 +106,8 @@ def main() -> None:
         for i, item in enumerate(functions):
             t0 = time.perf_counter()
             result = process_source(item["code"], f"f{i}.py", cfg, filler)
-            outcome = next((o for o in result.outcomes if o.status != "missing"), None)
+            short = item["name"].rsplit(".", 1)[-1]  # for a method, not its wrapper class's outcome
+            outcome = next((o for o in result.outcomes if o.name.rsplit(".", 1)[-1] == short), None)
             (folder / f"f{i}.py").write_text(result.text)
             results.append(
                 {
@@ -149,10 +150,14 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, elapsed: flo
         print(f"### {title} by confidence\n")
         for r in chosen:
             print(f"`{r['name']}` (mean log-prob {r['confidence']:.2f}); original: {r['original'][:120]!r}\n")
-            header = next(line for line in r["code"].splitlines() if line.lstrip().startswith(("def ", "async ")))
-            indent = header[: len(header) - len(header.lstrip())] + "    "
+            lines = r["code"].splitlines()
+            first = next(i for i, line in enumerate(lines) if line.lstrip().startswith(("def ", "async ")))
+            last = next(i for i in range(first, len(lines)) if lines[i].rstrip().endswith(":"))
+            indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+            header = "\n".join(line[len(indent) :] for line in lines[first : last + 1])
+            indent += "    "
             docstring = r["generated"].replace("\n" + indent, "\n    ")  # shown as a top-level function
-            print(f"```python\n{header.strip()}\n    {docstring}\n```\n")
+            print(f"```python\n{header}\n    {docstring}\n```\n")
 
 
 if __name__ == "__main__":

@@ -55,8 +55,8 @@ class DocstringConfig:
     line_length: int = 88
     seed: int = 0
     temperature: float = 0.0  # 0 = greedy: the most likely text, the same on every machine
-    summary_tokens: int = 24  # token budget of the summary slot
-    description_tokens: int = 16  # token budget of each parameter / returns / raises description
+    summary_tokens: int = 20  # token budget of the summary slot (a pad ends a slot early)
+    description_tokens: int = 12  # token budget of each parameter / returns / raises description
 
     def __post_init__(self) -> None:
         if self.style not in STYLES:
