@@ -330,3 +330,10 @@ def test_blank_lines_after_the_header_do_not_end_up_after_the_docstring() -> Non
     assert out == "def f():\n" + docstring + "    return 1\n"
     out, _ = fill("class C:\n\n    x = 1\n", ignore_module=True)
     assert out == 'class C:\n    """Returns the C of the input."""\n\n    x = 1\n'
+
+
+def test_min_confidence_also_leaves_missing_when_the_summary_is_unusable() -> None:
+    cfg = DocstringConfig(min_confidence=-3.0, ignore_module=True)
+    blank = FakeFiller(text_for=lambda key, name: "   \n" if key == "summary" else "the input", logprob=-0.5)
+    result = process_source("def f(x):\n    return x\n", "m.py", cfg, blank)
+    assert result.text == "def f(x):\n    return x\n" and result.outcomes[0].status == "left-missing"

@@ -338,7 +338,7 @@ def process_comments(
         outcome = Outcome(t.qualname, t.kind, t.line, "filled", confidence, fallbacks)
         outcomes.append(outcome)
         conf_value = confidence if confidence is not None else -math.inf
-        if cfg.min_confidence is not None and conf_value < cfg.min_confidence:
+        if cfg.min_confidence is not None and (conf_value < cfg.min_confidence or "summary" in fallbacks):
             outcome.status = "left-missing"
             continue
         if fallbacks or conf_value < cfg.low_confidence:

@@ -215,7 +215,7 @@ def fill_definition(
     texts, fallbacks = clean_texts(skeleton, raw, _summary_limit(cfg, ins.indent, one_line))
     outcome = Outcome(d.qualname, d.kind, d.line, "filled", confidence, fallbacks)
     conf_value = confidence if confidence is not None else -math.inf
-    if cfg.min_confidence is not None and conf_value < cfg.min_confidence:
+    if cfg.min_confidence is not None and (conf_value < cfg.min_confidence or "summary" in fallbacks):
         outcome.status = "left-missing"
         return None, outcome
     if fallbacks or conf_value < cfg.low_confidence:
