@@ -40,6 +40,7 @@ class FakeFiller:
 
     text_for: Callable[[str, str], str] = default_text
     logprob: float = -1.0
+    warnings: list[str] = field(default_factory=list)  # returned with every call
     calls: list[tuple[str, list[Span]]] = field(default_factory=list)
 
     def __call__(self, text: str, spans: Sequence[Span], *, language: str) -> FillResult:
@@ -54,7 +55,7 @@ class FakeFiller:
             edits.append(
                 Edit(span.start_byte, span.end_byte, line, line, fill, self.logprob * tokens, tokens)
             )
-        return FillResult(text=text, edits=edits)
+        return FillResult(text=text, edits=edits, warnings=list(self.warnings))
 
 
 def messy_text(key: str, qualname: str) -> str:

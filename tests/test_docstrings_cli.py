@@ -172,3 +172,12 @@ def test_a_failing_model_exits_123(tmp_path: Path) -> None:
     code, _, err = invoke(str(root / "pkg" / "mod.py"), filler=FakeFiller(text_for=broken))
     assert code == 123 and "internal error: RuntimeError: backend exploded" in err
     assert (root / "pkg" / "mod.py").read_text() == CODE
+
+
+def test_model_warnings_are_reported(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    filler = FakeFiller(warnings=["context truncated to the model's 256 tokens around the spans"])
+    code, out, err = invoke(str(root / "pkg" / "mod.py"), filler=filler)
+    assert code == 0 and "mod.py:4: add: warning: context truncated" in err
+    code, out, _ = invoke("--format", "json", str(root / "pkg" / "mod.py"), filler=filler)
+    assert json.loads(out)["files"][0]["definitions"] == []  # already filled by the first run

@@ -68,6 +68,7 @@ def _outcome_json(result: FileResult) -> dict[str, Any]:
                 "confidence": o.confidence,
                 "fallbacks": o.fallbacks,
                 "docstring": o.docstring,
+                "warnings": o.warnings,
             }
             for o in result.outcomes
         ],
@@ -113,8 +114,8 @@ def _bool_flag(name: str, help_text: str) -> Any:
     "--min-confidence",
     type=float,
     default=None,
-    help="Leave a docstring missing (and report it) when "
-    "the mean token log-probability of its text is below this, e.g. -3.5.",
+    help="Leave a docstring missing (and report it) when the mean token log-probability of its text is below "
+    "this (e.g. -3.5), or when the model could not write its summary.",
 )
 @click.option("--ignore-regex", multiple=True, help="Skip names (or dotted names) matching this regex; repeatable.")
 @_bool_flag("private", "Skip _private names and members of private classes [default: ignore].")
@@ -231,6 +232,8 @@ def _report_text(result: FileResult, check: bool, show_diff: bool, quiet: bool) 
     for o in result.outcomes:
         line = f"{result.path}:{o.line}: {o.name}: {_describe(o.status, o.confidence, o.fallbacks)}"
         click.echo(line, err=show_diff)
+        for warning in o.warnings:
+            click.echo(f"{result.path}:{o.line}: {o.name}: warning: {warning}", err=True)
 
 
 def _summary(results: list[FileResult], check: bool, show_diff: bool, changed: int, missing: int) -> None:

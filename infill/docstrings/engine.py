@@ -31,6 +31,7 @@ class Outcome:
     confidence: float | None = None  # mean token log-probability of the model's text (None: no model text)
     fallbacks: list[str] = field(default_factory=list)  # slots that got neutral text instead of the model's
     docstring: str | None = None  # the docstring written (filled / updated)
+    warnings: list[str] = field(default_factory=list)  # from the model call, e.g. a budget capped to the context
 
 
 @dataclass
@@ -167,11 +168,11 @@ def call_filler(
     qualname: str,
     language: str,
     cfg: DocstringConfig,
-) -> tuple[dict[str, str], float | None]:
+) -> tuple[dict[str, str], float | None, list[str]]:
     """One model call: `prefix + template + suffix` with the template's slots as spans.
 
-    Returns the raw text of each slot by key, and the mean token log-probability over all slots (None when the
-    filler reports no tokens).
+    Returns the raw text of each slot by key, the mean token log-probability over all slots (None when the
+    filler reports no tokens), and the call's warnings.
     """
     context = prefix + template.text.encode("utf-8") + suffix
     spans = []
@@ -192,7 +193,7 @@ def call_filler(
         raw[span.label.split("|", 1)[0]] = edit.text
         score += edit.score
         tokens += edit.tokens
-    return raw, (score / tokens if tokens > 0 else None)
+    return raw, (score / tokens if tokens > 0 else None), list(result.warnings)
 
 
 def fill_definition(
@@ -210,10 +211,10 @@ def fill_definition(
     head, tail = _context(source, d, ins)
     prefix = head + ins.before.encode("utf-8")
     suffix = ins.after.encode("utf-8") + tail
-    raw, confidence = call_filler(filler, prefix, template, suffix, d.qualname, language, cfg)
+    raw, confidence, warnings = call_filler(filler, prefix, template, suffix, d.qualname, language, cfg)
     one_line = not (skeleton.slots()[1:])
     texts, fallbacks = clean_texts(skeleton, raw, _summary_limit(cfg, ins.indent, one_line))
-    outcome = Outcome(d.qualname, d.kind, d.line, "filled", confidence, fallbacks)
+    outcome = Outcome(d.qualname, d.kind, d.line, "filled", confidence, fallbacks, warnings=warnings)
     conf_value = confidence if confidence is not None else -math.inf
     if cfg.min_confidence is not None and (conf_value < cfg.min_confidence or "summary" in fallbacks):
         outcome.status = "left-missing"
