@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 from fixtures_doc import FakeFiller
@@ -181,3 +182,22 @@ def test_model_warnings_are_reported(tmp_path: Path) -> None:
     assert code == 0 and "mod.py:4: add: warning: context truncated" in err
     code, out, _ = invoke("--format", "json", str(root / "pkg" / "mod.py"), filler=filler)
     assert json.loads(out)["files"][0]["definitions"] == []  # already filled by the first run
+
+
+def test_model_runs_are_forwarded_to_the_daemon_but_check_is_not(tmp_path: Path, monkeypatch: Any) -> None:
+    import infill.commands.docstrings as command
+
+    calls: list[tuple[str, str | None]] = []
+
+    def fake_forward(ctx: Any, mode: str, idle_timeout: float, model: str | None = None) -> int:
+        calls.append((mode, model))
+        return 0
+
+    monkeypatch.setattr(command, "forward_command", fake_forward)
+    root = project(tmp_path)
+    result = CliRunner().invoke(docstrings, ["--daemon", "on", "--model", "tiny", str(root)])
+    assert result.exit_code == 0 and calls == [("on", "tiny")]
+    assert (root / "pkg" / "mod.py").read_text() == CODE  # the daemon (here: nobody) did the work
+    result = CliRunner().invoke(docstrings, ["--daemon", "on", "--check", str(root)])
+    assert result.exit_code == 1 and len(calls) == 1  # --check never needs a model, so never a daemon
+    assert invoke("--daemon", "on", str(root))[0] == 0 and len(calls) == 1  # an injected filler stays here

@@ -16,6 +16,7 @@ from infill.docstrings.config import STYLES, DocstringConfig, build_config, find
 from infill.docstrings.engine import FileResult, process_source
 from infill.docstrings.fill import SlotFiller
 from infill.errors import InfillError, InputError
+from infill.server.options import daemon_options, forward_command
 
 SUFFIXES = tuple(ext for name in ("python", *COMMENT_LANGUAGES) for ext in languages.LANGUAGES[name].extensions)
 SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "node_modules", "build", "dist"}
@@ -137,6 +138,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
 )
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", help="Report format.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors (and the diff with --diff).")
+@daemon_options
 @click.pass_context
 def docstrings(
     ctx: click.Context,
@@ -147,6 +149,8 @@ def docstrings(
     config_path: str | None,
     output_format: str,
     quiet: bool,
+    daemon: str,
+    idle_timeout: float,
     **overrides: Any,
 ) -> None:
     """Fill missing docstrings in PATHS (files or folders) with the model.
@@ -157,7 +161,9 @@ def docstrings(
     Configure defaults in [tool.infill.docstrings] of pyproject.toml.
     """
     try:
-        code = _run(ctx, paths, check, show_diff, update, config_path, output_format, quiet, overrides)
+        code = _run(
+            ctx, paths, check, show_diff, update, config_path, output_format, quiet, overrides, daemon, idle_timeout
+        )
     except InfillError as exc:
         click.echo(f"error: {exc}", err=True)
         code = exc.exit_code
@@ -177,6 +183,8 @@ def _run(
     output_format: str,
     quiet: bool,
     overrides: dict[str, Any],
+    daemon: str = "off",
+    idle_timeout: float = 0.0,
 ) -> int:
     if check and update:
         raise InputError("--check and --update cannot be combined")
@@ -184,6 +192,10 @@ def _run(
     cfg = build_config(pyproject, overrides)
     files = collect_files(paths)
     injected = (ctx.obj or {}).get("slot_filler") if isinstance(ctx.obj, dict) else None
+    if not check and injected is None:  # a warm model in this user's daemon, if there is one (or may be)
+        forwarded = forward_command(ctx, daemon, idle_timeout, model=cfg.model)
+        if forwarded is not None:
+            return forwarded
     filler: SlotFiller | None = None
     if not check:
         filler = injected if injected is not None else _real_filler(cfg)
