@@ -21,7 +21,7 @@ class DecodeConfig:
     top_p: float = 1.0  # 1.0 = off
     seed: int = 0  # one torch.Generator is seeded with this
     # block diffusion (issue 5)
-    block_size: int = 4
+    block_size: int = 0  # block-diffusion block size; 0 = the model's own (from its config), 1 = plain AR
     threshold: float = 0.9  # confidence threshold tau for dynamic confidence decoding
     routing: str = "min-span"  # S2D2 routing policy name
     # appended by issue 5 (block diffusion)
@@ -35,6 +35,7 @@ class ModelSpec:
     device: DeviceName = "auto"
     bf16: bool = True  # bf16 autocast on fp32 weights (CPU with AMX, or CUDA)
     revision: str | None = None  # HF cache revision, e.g. "code" or "nlp" for the ASSD checkpoints
+    mask_token: str | None = None  # block-diffusion mask token override (e.g. "<|MASK|>"); None = from the folder
 
 
 @dataclass(frozen=True)

@@ -106,8 +106,8 @@ def confidence_step(step: Step) -> int:
 
 
 def check_config(cfg: DecodeConfig) -> None:
-    if cfg.block_size < 1:
-        raise DecodeError(f"block size must be >= 1, got {cfg.block_size}")
+    if cfg.block_size < 0:
+        raise DecodeError(f"block size must be >= 1 (0 = the model's own), got {cfg.block_size}")
     if not 0.0 <= cfg.threshold <= 1.0:
         raise DecodeError(f"confidence threshold must be in [0, 1], got {cfg.threshold}")
     if cfg.unmask_per_step < 0:
@@ -153,7 +153,7 @@ def generate(
     t0 = time.perf_counter()
     step: StepFn = step_fn or confidence_step
     stats = DecodeStats(decoder=cfg.decoder)
-    n_prompt, bsz, mask_id = int(prompt.numel()), cfg.block_size, model.mask_id
+    n_prompt, bsz, mask_id = int(prompt.numel()), cfg.block_size or model.block_size, model.mask_id
     if n_prompt == 0:
         raise DecodeError("block-diffusion decoding needs at least one prompt token")
     if bool((prompt == mask_id).any()):

@@ -31,9 +31,7 @@ def resolve_folder(spec: ModelSpec) -> tuple[Path, str]:
     if name == "default":
         folder = default_folder()
         if not (folder / "config.json").is_file():
-            raise ModelError(
-                f"the packaged default model is missing ({folder}); reinstall infill or pass --model PATH"
-            )
+            raise ModelError(f"the packaged default model is missing ({folder}); reinstall infill or pass --model PATH")
         return folder, "packaged default"
     path = Path(name).expanduser()
     if path.exists():
@@ -88,7 +86,7 @@ def load_by_name(spec: ModelSpec) -> LoadedModel:
         if exc.name != "infill.models.blockdiff":
             raise
         raise ModelError(f"{folder}: model_type {model_type!r} needs the block-diffusion backend") from exc
-    loaded: LoadedModel = blockdiff.load_folder(folder, spec)
+    loaded: LoadedModel = blockdiff.load_folder(folder, spec, mask_token=spec.mask_token)
     return loaded
 
 
