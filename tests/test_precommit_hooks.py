@@ -9,6 +9,8 @@ torch is installed), so it runs only with INFILL_PRECOMMIT_TRY_REPO=1.
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +115,34 @@ def test_real_check_hook_via_try_repo(tmp_path: Path) -> None:
     done = run(pre_commit("try-repo", str(REPO), "infill-docstrings-check", "--all-files"), repo, env)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "geometry.py:4: area" in done.stdout
+
+
+def readme_blocks(language: str) -> list[str]:
+    """Fenced `language` blocks of the README's docstrings section."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("<!-- section: docstrings (issue 6) -->", 1)[1].split("<!-- section:", 1)[0]
+    return re.findall(rf"```{language}\n(.*?)```", section, re.DOTALL)
+
+
+def test_readme_pre_commit_snippets_name_real_hooks() -> None:
+    hooks = hooks_file()
+    snippets = [yaml.safe_load(block) for block in readme_blocks("yaml")]
+    assert len(snippets) == 3
+    used = [h["id"] for s in snippets if "repos" in s for repo in s["repos"] for h in repo["hooks"]]
+    assert set(used) <= set(hooks) and "infill-docstrings" in used
+    skip = next(s for s in snippets if "ci" in s)["ci"]["skip"]
+    assert set(skip) == set(hooks)
+
+
+def test_readme_command_examples_parse() -> None:
+    from infill.commands.docstrings import docstrings
+
+    examples = [
+        m.group(1).split("|")[0].strip()
+        for block in readme_blocks("bash")
+        for m in re.finditer(r"^infill docstrings (.*?)(?:\s+#.*)?$", block, re.MULTILINE)
+    ]
+    assert len(examples) >= 6
+    for example in examples:
+        with docstrings.make_context("docstrings", shlex.split(example)) as ctx:
+            assert ctx.params["paths"]
