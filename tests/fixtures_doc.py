@@ -1,0 +1,74 @@
+"""Test helpers for `infill docstrings`: a deterministic fake SlotFiller (no model, no torch).
+
+The fake is passed through the documented seam (the `filler` argument of process_source, or Click's context
+object `obj={"slot_filler": ...}`). Run as a script, this module is `infill docstrings` with the fake filler,
+which is what the pre-commit test's `language: system` hook calls.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if __name__ == "__main__":  # run as a hook entry: make the worktree's `infill` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from infill.api import Edit, FillResult  # noqa: E402
+from infill.spans import Span  # noqa: E402
+
+
+def default_text(key: str, qualname: str) -> str:
+    """Plausible, deliberately unpolished model output: lower case, no final period."""
+    kind, _, subject = key.partition(":")
+    name = qualname.rsplit(".", 1)[-1].strip("_").replace("_", " ")
+    if kind == "summary":
+        return f"returns the {name} of the input\nand more lines"
+    if kind == "param":
+        return f"the {subject.lstrip('*').replace('_', ' ')} to use"
+    if kind == "returns":
+        return "the computed value"
+    if kind == "yields":
+        return "each item in turn"
+    return f"if the {name} is invalid"
+
+
+@dataclass
+class FakeFiller:
+    """Records every call; answers each span with `text_for(key, qualname)`, `logprob` per token."""
+
+    text_for: Callable[[str, str], str] = default_text
+    logprob: float = -1.0
+    warnings: list[str] = field(default_factory=list)  # returned with every call
+    calls: list[tuple[str, list[Span]]] = field(default_factory=list)
+
+    def __call__(self, text: str, spans: Sequence[Span], *, language: str) -> FillResult:
+        self.calls.append((text, list(spans)))
+        data = text.encode("utf-8")
+        edits = []
+        for span in spans:
+            key, _, qualname = span.label.partition("|")
+            fill = self.text_for(key, qualname)
+            tokens = max(len(fill.split()), 1)
+            line = data[: span.start_byte].count(b"\n") + 1
+            edits.append(
+                Edit(span.start_byte, span.end_byte, line, line, fill, self.logprob * tokens, tokens)
+            )
+        return FillResult(text=text, edits=edits, warnings=list(self.warnings))
+
+
+def messy_text(key: str, qualname: str) -> str:
+    """Output that would break a docstring if pasted as is: quotes, backslashes, markup, several lines."""
+    kind = key.partition(":")[0]
+    if kind == "summary":
+        return '  """This function returns a \\n "quoted" value"""\n\nArgs:\n    x: y'
+    if kind == "param":
+        return "- `x`: the thing\\"
+    return "'''"
+
+
+if __name__ == "__main__":
+    from infill.commands.docstrings import docstrings
+
+    docstrings.main(sys.argv[1:], prog_name="infill docstrings", obj={"slot_filler": FakeFiller()})

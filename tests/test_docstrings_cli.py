@@ -1,0 +1,203 @@
+"""`infill docstrings` on the command line: --check, writing, --diff, --format json, config, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+from fixtures_doc import FakeFiller
+
+from infill.commands.docstrings import docstrings
+
+CODE = textwrap.dedent(
+    '''\
+    """Module."""
+
+
+    def add(a, b):
+        return a + b
+
+
+    def _private():
+        pass
+
+
+    class Thing:
+        def run(self):
+            pass
+    '''
+)
+
+
+def invoke(*args: str, filler: FakeFiller | None = None) -> tuple[int, str, str]:
+    runner = CliRunner()
+    result = runner.invoke(docstrings, list(args), obj={"slot_filler": filler or FakeFiller()})
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+def project(tmp_path: Path, config: str = "") -> Path:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text(CODE)
+    (tmp_path / "pkg" / "done.py").write_text('"""Done."""\n')
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "x.py").write_text("def f():\n    pass\n")
+    if config:
+        (tmp_path / "pyproject.toml").write_text(config)
+    return tmp_path
+
+
+def test_check_lists_missing_and_exits_1_without_a_model(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    filler = FakeFiller()
+    code, out, err = invoke("--check", str(root), filler=filler)
+    mod = root / "pkg" / "mod.py"
+    assert code == 1
+    assert out.splitlines() == [f"{mod}:4: add", f"{mod}:12: Thing", f"{mod}:13: Thing.run"]
+    assert "3 missing docstrings in 2 files" in err
+    assert filler.calls == [] and mod.read_text() == CODE
+    code, out, _ = invoke("--check", "-q", str(root / "pkg" / "done.py"))
+    assert (code, out) == (0, "")
+
+
+def test_check_does_not_import_torch(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    script = (
+        "import sys\n"
+        "from infill.cli import main\n"
+        "try:\n"
+        f"    main(['docstrings', '--check', {str(root)!r}])\n"
+        "except SystemExit as exc:\n"
+        "    print('exit', exc.code, 'torch' in sys.modules, 'transformers' in sys.modules)\n"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", script], cwd=repo, capture_output=True, text=True)
+    assert done.stdout.splitlines()[-1] == "exit 1 False False", done.stderr
+
+
+def test_fill_writes_then_a_second_run_changes_nothing(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    mod = root / "pkg" / "mod.py"
+    code, out, err = invoke(str(root))
+    assert code == 0
+    text = mod.read_text()
+    assert '    """Return the add of the input.\n\n    Args:\n        a: The a to use.' in text
+    assert "def _private():\n    pass" in text  # skipped: private
+    assert f"{mod}:4: add: filled (mean log-prob -1.00)" in out
+    assert "3 docstrings filled, 0 updated, 0 left missing (low confidence); 1 of 2 files changed" in err
+    second = FakeFiller()
+    assert invoke(str(root), filler=second)[0] == 0 and mod.read_text() == text and second.calls == []
+    assert invoke("--check", str(root))[0] == 0
+
+
+def test_diff_prints_and_does_not_write(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    mod = root / "pkg" / "mod.py"
+    code, out, err = invoke("--diff", "-q", str(mod))
+    assert code == 1 and mod.read_text() == CODE
+    name = str(mod).lstrip("/")  # labelled like `infill fill --diff`
+    assert out.startswith(f"--- a/{name}\n+++ b/{name}\n") and '+    """Return the add of the input.' in out
+    assert err == ""
+
+
+def test_json_report(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    code, out, _ = invoke("--format", "json", "--diff", str(root / "pkg"))
+    report = json.loads(out)
+    assert code == 1 and report["summary"] == {"files": 2, "changed": 1, "missing": 0, "errors": 0}
+    mod = next(f for f in report["files"] if f["path"].endswith("mod.py"))
+    assert [(d["name"], d["status"]) for d in mod["definitions"]] == [
+        ("add", "filled"),
+        ("Thing", "filled"),
+        ("Thing.run", "filled"),
+    ]
+    assert mod["definitions"][0]["confidence"] == -1.0 and mod["diff"].startswith("---")
+    code, out, _ = invoke("--format", "json", "--check", str(root / "pkg"))
+    assert code == 1 and json.loads(out)["summary"]["missing"] == 3
+
+
+def test_pyproject_configuration_and_flags(tmp_path: Path) -> None:
+    config = '[tool.infill.docstrings]\nstyle = "numpy"\nignore-private = false\nignore-regex = ["^Thing$"]\n'
+    root = project(tmp_path, config)
+    code, out, _ = invoke("--check", str(root / "pkg"))
+    names = [line.rsplit(" ", 1)[-1] for line in out.splitlines()]
+    assert names == ["add", "_private", "Thing.run"]
+    invoke(str(root / "pkg" / "mod.py"))
+    assert "    Parameters\n    ----------\n    a\n" in (root / "pkg" / "mod.py").read_text()
+    code, out, _ = invoke("--check", "--ignore-regex", "run", "--ignore-private", str(root / "pkg"))
+    assert [line.rsplit(" ", 1)[-1] for line in out.splitlines()] == []
+
+
+def test_min_confidence_reports_and_leaves_missing(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    mod = root / "pkg" / "mod.py"
+    code, out, err = invoke("--min-confidence", "-0.5", str(mod))
+    assert code == 0 and mod.read_text() == CODE
+    assert f"{mod}:4: add: left-missing (mean log-prob -1.00)" in out
+    assert "3 left missing" in err
+
+
+def test_usage_and_input_errors_exit_2(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    assert invoke("--check", str(root / "nope.py"))[0] == 2
+    assert invoke("--check", "--update", str(root))[0] == 2
+    assert invoke("--style", "plain", str(root))[0] == 2
+    (root / "bad.py").write_text("def f(:\n")
+    code, _, err = invoke("--check", str(root / "bad.py"), str(root / "pkg" / "mod.py"))
+    assert code == 2 and "bad.py:" in err and "syntax error" in err
+    (root / "pyproject.toml").write_text("[tool.infill.docstrings]\nstile = 1\n")
+    code, _, err = invoke("--check", str(root / "pkg"))
+    assert code == 2 and "unknown [tool.infill.docstrings] key 'stile'" in err
+
+
+def test_update_flag(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text('"""M."""\n\n\ndef f(a, b):\n    """Do it.\n\n    Args:\n        a: Kept.\n    """\n')
+    code, out, _ = invoke("--update", str(path))
+    assert code == 0 and "        a: Kept.\n        b: The b to use.\n" in path.read_text()
+    assert f"{path}:4: f: updated" in out
+
+
+def test_a_failing_model_exits_123(tmp_path: Path) -> None:
+    root = project(tmp_path)
+
+    def broken(key: str, qualname: str) -> str:
+        raise RuntimeError("backend exploded")
+
+    code, _, err = invoke(str(root / "pkg" / "mod.py"), filler=FakeFiller(text_for=broken))
+    assert code == 123 and "internal error: RuntimeError: backend exploded" in err
+    assert (root / "pkg" / "mod.py").read_text() == CODE
+
+
+def test_model_warnings_are_reported(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    filler = FakeFiller(warnings=["context truncated to the model's 256 tokens around the spans"])
+    code, out, err = invoke(str(root / "pkg" / "mod.py"), filler=filler)
+    assert code == 0 and "mod.py:4: add: warning: context truncated" in err
+    code, out, _ = invoke("--format", "json", str(root / "pkg" / "mod.py"), filler=filler)
+    assert json.loads(out)["files"][0]["definitions"] == []  # already filled by the first run
+
+
+def test_model_runs_are_forwarded_to_the_daemon_but_check_is_not(tmp_path: Path, monkeypatch: Any) -> None:
+    import infill.commands.docstrings as command
+
+    calls: list[tuple[str, str | None]] = []
+
+    def fake_forward(ctx: Any, mode: str, idle_timeout: float, model: str | None = None) -> int:
+        calls.append((mode, model))
+        return 0
+
+    monkeypatch.setattr(command, "forward_command", fake_forward)
+    root = project(tmp_path)
+    result = CliRunner().invoke(docstrings, ["--daemon", "on", "--model", "tiny", str(root)])
+    assert result.exit_code == 0 and calls == [("on", "tiny")]
+    assert (root / "pkg" / "mod.py").read_text() == CODE  # the daemon (here: nobody) did the work
+    result = CliRunner().invoke(docstrings, ["--daemon", "on", "--check", str(root)])
+    assert result.exit_code == 1 and len(calls) == 1  # --check never needs a model, so never a daemon
+    assert invoke("--daemon", "on", str(root))[0] == 0 and len(calls) == 1  # an injected filler stays here

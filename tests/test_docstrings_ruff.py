@@ -1,0 +1,96 @@
+"""Generated docstrings pass ruff's pydocstyle rules for their convention; ruff format and black keep them."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from fixtures_doc import FakeFiller, default_text, messy_text
+
+from infill.docstrings.config import DocstringConfig
+from infill.docstrings.engine import process_source
+from infill.docstrings.styles import RUFF_CONVENTION
+
+# Already formatted (ruff format and black agree), so any change they would make is ours.
+SOURCE = textwrap.dedent(
+    '''\
+    """Existing module docstring."""
+
+    import os
+    from collections.abc import Iterator
+
+
+    def add(a: int, b: int = 2, *args: int, scale: float = 1.0, **kwargs: str) -> int:
+        if a < 0:
+            raise ValueError("negative")
+        return a + b
+
+
+    def walk(root: str) -> Iterator[str]:
+        for name in os.listdir(root):
+            yield name
+
+
+    def long_parameter_names(a_really_long_parameter_name_for_wrapping, another_one_here):
+        return None
+
+
+    class Stack:
+        def __init__(self, items: list[int]) -> None:
+            self.items = items
+
+        def push(self, item: int) -> None:
+            self.items.append(item)
+
+        @property
+        def top(self) -> int:
+            return self.items[-1]
+
+        class Node:
+            value = 1
+
+
+    def untyped(x, y=None):
+        if x:
+            raise KeyError(x)
+        return x
+    '''
+)
+
+
+def long_text(key: str, qualname: str) -> str:
+    more = "and then it checks every input against the schema before it converts units, rounds values"
+    return f"{default_text(key, qualname)} {more} and logs each step for later review by the caller"
+
+
+def ruff(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ruff", *args], cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("text_for", [default_text, messy_text, long_text], ids=["plain", "messy", "long"])
+@pytest.mark.parametrize("style", ["google", "numpy", "sphinx"])
+def test_output_passes_pydocstyle_and_formatters(tmp_path: Path, style: str, text_for: object) -> None:
+    assert ruff("format", "--isolated", "--check", "-", cwd=tmp_path).returncode in (0, 1)  # ruff is runnable
+    (tmp_path / "before.py").write_text(SOURCE)
+    assert ruff("format", "--isolated", "--check", "before.py", cwd=tmp_path).returncode == 0  # precondition
+    result = process_source(SOURCE, "mod.py", DocstringConfig(style=style), FakeFiller(text_for=text_for))  # type: ignore[arg-type]
+    (tmp_path / "mod.py").write_text(result.text)
+    convention = RUFF_CONVENTION[style]
+    # D105/D107: magic methods and __init__ are skipped on purpose (the class docstring holds __init__'s args)
+    lint = ruff(
+        "check", "--isolated", "--select", "D", "--ignore", "D105,D107", "--output-format", "concise",
+        "--config", f'lint.pydocstyle.convention="{convention}"', "mod.py", cwd=tmp_path,
+    )  # fmt: skip
+    assert lint.returncode == 0, lint.stdout + "\n" + result.text
+    formatted = ruff("format", "--isolated", "--diff", "mod.py", cwd=tmp_path)
+    assert formatted.returncode == 0, formatted.stdout
+    if importlib.util.find_spec("black") is not None:
+        black = subprocess.run(
+            [sys.executable, "-m", "black", "--check", "--diff", "-q", "mod.py"],
+            cwd=tmp_path, capture_output=True, text=True,
+        )  # fmt: skip
+        assert black.returncode == 0, black.stdout
