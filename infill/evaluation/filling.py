@@ -1,0 +1,135 @@
+"""Single-line infilling slots and the fillers that answer them.
+
+A `Slot` is one masked line: `before` ends where the line starts, `after` starts with the line's terminator. The
+fill replaces the line's content (indentation included) and must not need to produce the newline itself, so an
+answer that stops at the end of the line is complete. Evaluations only ever hand the model `before + after`: the
+reference is kept for scoring and for the oracle budget, never shown to the tool.
+
+`api_filler` fills through `infill.api.fill_text`, the same path `infill fill` takes, with an empty span (an
+insertion point) at the line, so the length policy sees no trace of the reference.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from infill.config import DecodeConfig, FillOptions
+
+_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines with their terminators, split on "\\n" only (str.splitlines also splits on form feeds and friends,
+    which occur in real sources). "".join(split_lines(t)) == t."""
+    return _LINE.findall(text)
+
+
+def content_of(line: str) -> str:
+    """A line without its terminator ("\\n" or "\\r\\n")."""
+    if line.endswith("\n"):
+        line = line[:-1]
+        if line.endswith("\r"):
+            line = line[:-1]
+    return line
+
+
+@dataclass(frozen=True)
+class Slot:
+    before: str  # everything up to the start of the masked line
+    after: str  # the masked line's terminator and everything after it
+    reference: str  # the masked line's content, without terminator (never shown to the model)
+
+    def text_with(self, completion: str) -> str:
+        return self.before + completion + self.after
+
+
+def line_slot(lines: list[str], index: int) -> Slot:
+    """Mask lines[index] (0-based) of a text given as split_lines(text)."""
+    line = lines[index]
+    content = content_of(line)
+    return Slot("".join(lines[:index]), line[len(content) :] + "".join(lines[index + 1 :]), content)
+
+
+@dataclass
+class FillOutcome:
+    completion: str
+    tokens: int = 0  # tokens the decoder produced (pads included, as DecodeStats counts them)
+    nfe: int = 0  # forward passes
+    seconds: float = 0.0  # wall time of the whole fill call
+    budget: int | None = None  # token budget asked for (None = the tool's length policy)
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None  # an InfillError message: the tool refused this input; scored as a failure
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "completion": self.completion,
+            "tokens": self.tokens,
+            "nfe": self.nfe,
+            "fill_seconds": round(self.seconds, 4),
+            "budget": self.budget,
+            "warnings": self.warnings,
+            "error": self.error,
+        }
+
+
+# (slot, budget or None for the length policy) -> outcome
+Filler = Callable[[Slot, "int | None"], FillOutcome]
+
+
+def api_filler(
+    model: Any,
+    decode: DecodeConfig,
+    options: FillOptions = FillOptions(),
+    language: str = "python",
+) -> Filler:
+    """Fill through infill.api.fill_text with `model` (a LoadedModel or a ModelSpec) and this decode config."""
+    from infill.api import fill_text
+    from infill.errors import InfillError
+    from infill.spans import Span
+
+    def fill(slot: Slot, budget: int | None) -> FillOutcome:
+        at = len(slot.before.encode("utf-8"))
+        start = time.perf_counter()
+        try:
+            result = fill_text(
+                slot.before + slot.after,
+                [Span(at, at, "eval")],
+                language=language,
+                model=model,
+                decode=decode,
+                options=replace(options, tokens=budget),
+            )
+        except InfillError as exc:
+            return FillOutcome("", seconds=time.perf_counter() - start, budget=budget, error=str(exc))
+        seconds = time.perf_counter() - start
+        completion = result.edits[0].text if result.edits else ""
+        return FillOutcome(
+            completion,
+            tokens=int(result.stats.get("tokens", 0)),
+            nfe=int(result.stats.get("nfe", 0)),
+            seconds=seconds,
+            budget=budget,
+            warnings=list(result.warnings),
+        )
+
+    return fill
+
+
+def reference_filler(slot: Slot, budget: int | None) -> FillOutcome:
+    """Answers with the reference line: a harness self-check (every HumanEval task must then pass)."""
+    return FillOutcome(slot.reference, budget=budget)
+
+
+def token_counter(model: Any) -> Callable[[str], int]:
+    """The oracle budget: the reference line's length in the model's tokens (tokenized on its own; the project's
+    pre-tokenizer keeps "\\n" apart, so a line's tokens do not depend on the text around it)."""
+    tokenizer = model.tokenizer
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text))
+
+    return count
