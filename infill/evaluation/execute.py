@@ -1,18 +1,18 @@
 """Run an untrusted candidate program in a separate Python process, never in-process.
 
-Each program runs in a fresh interpreter (`python -I`: no user site, no PYTHON* variables) in an empty temporary
-working directory, in its own session (so a timeout kills the whole process group), with resource limits set
-before `exec`:
+Each program runs in a fresh interpreter (`python -I`: no user site, no PYTHON* variables) in an empty
+temporary working directory, in its own session (so a timeout kills the whole process group), with resource
+limits set before `exec`:
   RLIMIT_AS     address space (a memory hog gets MemoryError or dies instead of taking the machine),
   RLIMIT_CPU    CPU seconds (a busy loop that outlives the wall-clock timeout is killed by the kernel too),
   RLIMIT_FSIZE  largest file it may write, RLIMIT_CORE 0 (no core dumps).
 A short prologue also removes the obvious destructive calls (process spawning, file deletion) from `os`,
-`shutil` and `subprocess`. This is a guard against accidents of generated code, not a security sandbox: there is no
-network or filesystem isolation beyond the temporary cwd.
+`shutil` and `subprocess`. This guards against accidents of generated code; it is not a security sandbox:
+there is no network or filesystem isolation beyond the temporary cwd.
 
-Outcome statuses: "passed" (exit status 0), "failed" (non-zero exit, e.g. an AssertionError), "timeout" (killed
-after the wall-clock timeout or by RLIMIT_CPU), "memory" (MemoryError under RLIMIT_AS), "crashed" (killed by another
-signal, e.g. a segfault or abort when a C allocation fails).
+Outcome statuses: "passed" (exit status 0), "failed" (non-zero exit, e.g. an AssertionError), "timeout"
+(killed after the wall-clock timeout or by RLIMIT_CPU), "memory" (MemoryError under RLIMIT_AS), "crashed"
+(killed by another signal, e.g. a segfault or abort when a C allocation fails).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def run_program(
 ) -> ExecResult:
     """Execute `source` as a Python program in a subprocess; exit status 0 means passed.
 
-    timeout: wall-clock seconds before the process group is killed; the CPU limit is ceil(timeout) + 1 seconds.
+    timeout: wall-clock seconds before the process group is killed; the CPU limit is int(timeout) + 2 s.
     memory_mb: address-space limit. The interpreter itself needs about 30 MB; stay well above that.
     """
     if sys.platform == "win32":  # resource limits and process groups are POSIX
@@ -123,6 +123,7 @@ def run_program(
     if rc < 0:
         return ExecResult("crashed", rc, _last_line(stderr) or f"killed by signal {-rc}", seconds)
     return ExecResult("failed", rc, _last_line(stderr) or f"exit status {rc}", seconds)
+
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     try:

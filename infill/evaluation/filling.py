@@ -1,9 +1,9 @@
 """Single-line infilling slots and the fillers that answer them.
 
-A `Slot` is one masked line: `before` ends where the line starts, `after` starts with the line's terminator. The
-fill replaces the line's content (indentation included) and must not need to produce the newline itself, so an
-answer that stops at the end of the line is complete. Evaluations only ever hand the model `before + after`: the
-reference is kept for scoring and for the oracle budget, never shown to the tool.
+A `Slot` is one masked line: `before` ends where the line starts, `after` starts with the line's terminator.
+The fill replaces the line's content (indentation included) and need not produce the newline itself, so an
+answer that stops at the end of the line is complete. Evaluations only ever hand the model `before + after`:
+the reference is kept for scoring and for the oracle budget, never shown to the tool.
 
 `api_filler` fills through `infill.api.fill_text`, the same path `infill fill` takes, with an empty span (an
 insertion point) at the line, so the length policy sees no trace of the reference.
@@ -23,8 +23,8 @@ _LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
 
 
 def split_lines(text: str) -> list[str]:
-    """Lines with their terminators, split on "\\n" only (str.splitlines also splits on form feeds and friends,
-    which occur in real sources). "".join(split_lines(t)) == t."""
+    """Lines with their terminators, split on "\\n" only (str.splitlines also splits on form feeds and
+    friends, which occur in real sources). "".join(split_lines(t)) == t."""
     return _LINE.findall(text)
 
 
@@ -83,10 +83,11 @@ Filler = Callable[[Slot, "int | None"], FillOutcome]
 def api_filler(
     model: Any,
     decode: DecodeConfig,
-    options: FillOptions = FillOptions(),
+    options: FillOptions | None = None,
     language: str = "python",
 ) -> Filler:
-    """Fill through infill.api.fill_text with `model` (a LoadedModel or a ModelSpec) and this decode config."""
+    """Fill through infill.api.fill_text with `model` (a LoadedModel or a ModelSpec) and `decode`."""
+    base = options if options is not None else FillOptions()
     from infill.api import fill_text
     from infill.errors import InfillError
     from infill.spans import Span
@@ -101,7 +102,7 @@ def api_filler(
                 language=language,
                 model=model,
                 decode=decode,
-                options=replace(options, tokens=budget),
+                options=replace(base, tokens=budget),
             )
         except InfillError as exc:
             return FillOutcome("", seconds=time.perf_counter() - start, budget=budget, error=str(exc))
@@ -125,8 +126,8 @@ def reference_filler(slot: Slot, budget: int | None) -> FillOutcome:
 
 
 def token_counter(model: Any) -> Callable[[str], int]:
-    """The oracle budget: the reference line's length in the model's tokens (tokenized on its own; the project's
-    pre-tokenizer keeps "\\n" apart, so a line's tokens do not depend on the text around it)."""
+    """The oracle budget: the reference line's length in the model's tokens (tokenized on its own; the
+    project's pre-tokenizer keeps "\\n" apart, so a line's tokens do not depend on the text around it)."""
     tokenizer = model.tokenizer
 
     def count(text: str) -> int:

