@@ -60,6 +60,7 @@ class FillOutcome:
     tokens: int = 0  # tokens the decoder produced (pads included, as DecodeStats counts them)
     nfe: int = 0  # forward passes
     seconds: float = 0.0  # wall time of the whole fill call
+    decode_seconds: float = 0.0  # the decoder's own wall time, as it reports it (DecodeStats.seconds)
     budget: int | None = None  # token budget asked for (None = the tool's length policy)
     warnings: list[str] = field(default_factory=list)
     error: str | None = None  # an InfillError message: the tool refused this input; scored as a failure
@@ -70,6 +71,7 @@ class FillOutcome:
             "tokens": self.tokens,
             "nfe": self.nfe,
             "fill_seconds": round(self.seconds, 4),
+            "decode_seconds": round(self.decode_seconds, 4),
             "budget": self.budget,
             "warnings": self.warnings,
             "error": self.error,
@@ -113,6 +115,7 @@ def api_filler(
             tokens=int(result.stats.get("tokens", 0)),
             nfe=int(result.stats.get("nfe", 0)),
             seconds=seconds,
+            decode_seconds=float(result.stats.get("seconds", 0.0)),
             budget=budget,
             warnings=list(result.warnings),
         )
