@@ -139,12 +139,31 @@ def _emit(report: dict[str, Any], output: Path | None, as_json: bool, lines: lis
             click.echo(line)
 
 
+def _command_line() -> str:
+    """The command as a user would type it: the subcommand and every option that differs from its default."""
+    ctx = click.get_current_context()
+    words = ["infill", "eval", ctx.info_name or ""]
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name in (None, "as_json", "quiet"):
+            continue
+        value = ctx.params.get(param.name)
+        if value == param.default or value in ((), None, False):
+            continue
+        flag = max(param.opts, key=len)
+        if param.is_flag:
+            words.append(flag)
+        else:
+            for v in value if param.multiple else [value]:
+                words += [flag, str(v)]
+    return shlex.join(words)
+
+
 def _header(
     name: str, model_name: str, decode: DecodeConfig | None, oracle: bool, loaded: Any
 ) -> dict[str, Any]:
     return {
         "eval": name,
-        "command": "infill " + shlex.join(sys.argv[1:]),
+        "command": _command_line(),
         "infill_version": __version__,
         "model": model_name,
         "model_info": dict(loaded.info) if loaded is not None else None,
