@@ -8,16 +8,45 @@ Contract (owned by the fill/CLI work, issue 3; other modules code against these 
 
 `model` may be a ModelSpec (loaded through infill.models.registry, cached per process) or an already
 LoadedModel. Edits index the ORIGINAL text: bytes of its UTF-8 encoding, lines 1-based.
+
+How a fill is built (the data flow: spans -> masked token sequence -> decoder -> tokens -> text -> edits):
+
+* Tokens. Each region of nearby spans becomes one sequence
+  [<bos>] + tok(prefix) + [<mask>] * budget_1 + tok(between_1) + ... + [<mask>] * budget_s + tok(suffix).
+  The model sees "\\n" line endings (CRLF files are converted back on output).
+* Length policy (token budget per span). `FillOptions.tokens` (--tokens N) wins. Otherwise, when the span
+  replaces real text, its token length plus slack (a quarter, at least 8 tokens; no slack for models without
+  an end-of-fill pad, whose fills always use the whole budget). Otherwise (an insertion point, blank lines
+  or a --marker) the selector's default: span 32, marker 32, function 96, class 192, node 64 tokens.
+  Models with a pad token end fills early: everything from the first <pad> of a span on is cut.
+* Context truncation. A sequence may hold `model.max_length` tokens. The masked tokens and the text between
+  spans of one region are never cut. What remains goes 3/4 to the prefix (its end is kept) and 1/4 to the
+  suffix (its start is kept); a side that needs less gives the rest to the other. Spans too far apart to share
+  one sequence are filled as separate regions, each seeing the original text around it.
+* Candidates. One seeded torch.Generator draws every sample. A candidate is one sample of every span; for
+  code, candidates that add tree-sitter ERROR/MISSING nodes are rejected and resampled (up to
+  FillOptions.max_resample extra samples). The valid candidate with the highest log-likelihood (sum over spans
+  of the fill's token log-probabilities under the model, end-of-fill pad included) wins; if none is valid, the
+  best invalid one is returned with a warning.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec
-from infill.spans import Span
+from infill.errors import DecodeError, InfillError, InputError, ModelError
+from infill.spans import LineIndex, Span, check_spans
+
+if TYPE_CHECKING:
+    import torch
+
+    from infill.models.registry import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -41,6 +70,299 @@ class FillResult:
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 
+PREFIX_SHARE = 0.75  # share of the free context given to the prefix (the suffix gets the rest)
+MIN_CONTEXT = 16  # tokens of context a region keeps at least, when spans are grouped into regions
+ASARM_DECODERS = ("assd", "sequential", "parallel")
+BLOCKDIFF_DECODERS = ("confidence", "s2d2")
+
+_MODEL_CACHE: dict[ModelSpec, LoadedModel] = {}
+
+
+def load_model(model: Any = None) -> LoadedModel:
+    """A LoadedModel from a ModelSpec (cached per process), a LoadedModel, or None (the default model)."""
+    from infill.models.registry import LoadedModel, load
+
+    if isinstance(model, LoadedModel):
+        return model
+    spec = model if isinstance(model, ModelSpec) else ModelSpec() if model is None else None
+    if spec is None:
+        raise InputError(f"model must be a ModelSpec or a LoadedModel, not {type(model).__name__}")
+    cached = _MODEL_CACHE.get(spec)
+    if cached is not None:
+        return cached
+    from infill.progress import quiet_libraries
+
+    quiet_libraries()
+    try:
+        loaded = load(spec)
+    except InfillError:
+        raise
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:  # corrupt folder, bad safetensors, bad json
+        raise ModelError(
+            f"cannot load model {spec.name!r}: {type(exc).__name__}: {exc}".splitlines()[0]
+        ) from exc
+    _MODEL_CACHE[spec] = loaded
+    return loaded
+
+
+def clear_model_cache() -> None:
+    """Forget loaded models (tests that register and unregister fake models call this)."""
+    _MODEL_CACHE.clear()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# planning: spans -> regions of token pieces
+
+
+@dataclass
+class _SpanPlan:
+    span: Span
+    index: int  # position in the sorted span list
+    budget: int
+    prefix: str  # LF text before the span, up to the previous span (for post-processing)
+    replaced: str  # LF text the span replaces
+    suffix: str  # LF text after the span, up to the next span
+
+
+@dataclass
+class _Region:
+    spans: list[_SpanPlan]
+    prefix_ids: list[int]
+    between_ids: list[list[int]]  # len(spans) - 1 pieces
+    suffix_ids: list[int]
+    truncated: bool = False
+
+
+def token_budget(span: Span, replaced_tokens: int, replaced: str, options: FillOptions, has_pad: bool) -> int:
+    """Tokens to mask for one span (the length policy in the module docstring)."""
+    if options.tokens is not None:
+        if options.tokens < 1:
+            raise InputError(f"--tokens must be at least 1, got {options.tokens}")
+        return options.tokens
+    if span.placeholder or not replaced.strip():
+        return span.default_tokens
+    slack = max(8, replaced_tokens // 4) if has_pad else 0
+    return replaced_tokens + slack
+
+
+def _plan(
+    data: bytes, spans: list[Span], loaded: LoadedModel, options: FillOptions, warnings: list[str]
+) -> list[_Region]:
+    from infill.textops import to_model
+
+    tok, model = loaded.tokenizer, loaded.model
+    max_length = int(getattr(model, "max_length", 0) or 0) or 1 << 30
+    has_bos = getattr(model, "bos_id", None) is not None
+    has_pad = getattr(model, "pad_id", None) is not None
+    cap = max_length - int(has_bos) - MIN_CONTEXT
+    plans = []
+    for i, span in enumerate(spans):
+        prev_end = spans[i - 1].end_byte if i else 0
+        next_start = spans[i + 1].start_byte if i + 1 < len(spans) else len(data)
+        replaced = to_model(data[span.start_byte : span.end_byte].decode("utf-8"))
+        budget = token_budget(
+            span, len(tok.encode(replaced)) if replaced.strip() else 0, replaced, options, has_pad
+        )
+        if budget > cap:
+            if options.tokens is not None:
+                raise DecodeError(
+                    f"{span.label or 'span'}: --tokens {budget} does not fit the model's context of "
+                    f"{max_length} tokens (at most {cap})"
+                )
+            warnings.append(
+                f"{span.label or 'span'}: token budget {budget} capped at {cap} (the model's context)"
+            )
+            budget = cap
+        plans.append(
+            _SpanPlan(
+                span,
+                i,
+                budget,
+                to_model(data[prev_end : span.start_byte].decode("utf-8")),
+                replaced,
+                to_model(data[span.end_byte : next_start].decode("utf-8")),
+            )
+        )
+    # group neighbouring spans into regions while the masks and the text between them fit
+    blockdiff = loaded.kind == "blockdiff"
+    regions: list[list[tuple[_SpanPlan, list[int]]]] = []  # each span with the ids of the text before it
+    used = 0
+    for plan in plans:
+        between = tok.encode(plan.prefix) if regions and not blockdiff else []
+        cost = len(between) + plan.budget
+        if regions and not blockdiff and used + cost <= cap:
+            regions[-1].append((plan, between))
+            used += cost
+        else:
+            regions.append([(plan, [])])
+            used = plan.budget
+    out = []
+    for group in regions:
+        first, last = group[0][0].span, group[-1][0].span
+        prefix_ids = tok.encode(to_model(data[: first.start_byte].decode("utf-8")))
+        suffix_ids = tok.encode(to_model(data[last.end_byte :].decode("utf-8")))
+        inner = sum(p.budget for p, _ in group) + sum(len(b) for _, b in group[1:])
+        free = max(0, max_length - int(has_bos) - inner)
+        keep_pre, keep_suf = split_context(free, len(prefix_ids), len(suffix_ids))
+        truncated = keep_pre < len(prefix_ids) or keep_suf < len(suffix_ids)
+        out.append(
+            _Region(
+                [p for p, _ in group],
+                prefix_ids[len(prefix_ids) - keep_pre :] if keep_pre else [],
+                [b for _, b in group[1:]],
+                suffix_ids[:keep_suf],
+                truncated,
+            )
+        )
+    return out
+
+
+def split_context(free: int, prefix: int, suffix: int) -> tuple[int, int]:
+    """Prefix / suffix tokens to keep in `free` slots: 3/4 : 1/4; an unused share goes to the other side."""
+    if prefix + suffix <= free:
+        return prefix, suffix
+    pre_share = math.ceil(free * PREFIX_SHARE)
+    suf_share = free - pre_share
+    if prefix < pre_share:
+        suf_share += pre_share - prefix
+        pre_share = prefix
+    if suffix < suf_share:
+        pre_share = min(prefix, pre_share + suf_share - suffix)
+        suf_share = suffix
+    return pre_share, suf_share
+
+
+def _problem(region: _Region, loaded: LoadedModel) -> Any:
+    import torch
+
+    from infill.models.base import FillProblem
+
+    model = loaded.model
+    ids: list[int] = [model.bos_id] if model.bos_id is not None else []
+    ids += region.prefix_ids
+    masked: list[int] = []
+    span_of: list[int] = []
+    for j, plan in enumerate(region.spans):
+        if j:
+            ids += region.between_ids[j - 1]
+        masked += range(len(ids), len(ids) + plan.budget)
+        span_of += [j] * plan.budget
+        ids += [model.mask_id] * plan.budget
+    ids += region.suffix_ids
+    if len(masked) >= len(ids):
+        raise DecodeError(
+            "no visible token: the input has no context around the span and the model has no <bos>"
+        )
+    return FillProblem(
+        torch.tensor(ids, dtype=torch.long),  # (N,)
+        torch.tensor(masked, dtype=torch.long),  # (M,)
+        torch.tensor(span_of, dtype=torch.long),  # (M,)
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# sampling candidates
+
+
+@dataclass
+class _Fill:
+    raw: str  # the model's text (LF), cut at the first pad
+    score: float
+    tokens: int
+
+
+@dataclass
+class _Totals:
+    nfe: int = 0
+    tokens: int = 0
+    accepted: list[int] = field(default_factory=list)
+
+
+def _cut_at_pad(tokens: list[int], logq: list[float] | None, pad_id: int | None) -> tuple[list[int], float]:
+    """Tokens before the first pad, and the log-likelihood of those tokens plus the terminating pad."""
+    end = len(tokens)
+    if pad_id is not None and pad_id in tokens:
+        end = tokens.index(pad_id)
+    scored = min(len(tokens), end + 1)
+    return tokens[:end], float(sum(logq[:scored])) if logq is not None else 0.0
+
+
+def _sample_asarm(
+    region: _Region,
+    loaded: LoadedModel,
+    cfg: DecodeConfig,
+    generator: torch.Generator,
+    totals: _Totals,
+    on_progress: ProgressCallback | None,
+) -> list[_Fill]:
+    from infill.decoding import decode, score
+
+    problem = _problem(region, loaded)
+
+    def on_step(decoded: int, total: int) -> None:
+        if on_progress is not None:
+            on_progress({"event": "step", "tokens": totals.tokens + decoded, "nfe": totals.nfe})
+
+    tokens, stats = decode(loaded.model, problem, cfg, generator, on_step=on_step)  # (M,)
+    logq = score(loaded.model, problem, tokens)  # (M,) log q of each token under the oracle
+    totals.nfe += int(stats.nfe) + 1  # + the scoring pass
+    totals.tokens += int(stats.tokens)
+    totals.accepted += list(stats.accepted)
+    fills = []
+    at = 0
+    flat, flat_q = tokens.tolist(), logq.tolist()
+    for plan in region.spans:
+        kept, s = _cut_at_pad(flat[at : at + plan.budget], flat_q[at : at + plan.budget], loaded.model.pad_id)
+        fills.append(_Fill(loaded.tokenizer.decode(kept), s, len(kept)))
+        at += plan.budget
+    return fills
+
+
+def _sample_blockdiff(
+    region: _Region, loaded: LoadedModel, cfg: DecodeConfig, generator: torch.Generator, totals: _Totals
+) -> list[_Fill]:
+    from infill.decoding.blockfill import fill_middle
+
+    (plan,) = region.spans  # block-diffusion regions hold one span each
+    tok = loaded.tokenizer
+    text, stats = fill_middle(
+        loaded, tok.decode(region.prefix_ids), tok.decode(region.suffix_ids), plan.budget, cfg, generator
+    )  # (decoded text, stats); block-diffusion decoders report no log-likelihood, so score is 0
+    totals.nfe += int(stats.nfe)
+    totals.tokens += int(stats.tokens)
+    totals.accepted += list(stats.accepted)
+    score = float(stats.extra.get("logprob", 0.0)) if isinstance(stats.extra, dict) else 0.0
+    return [_Fill(text, score, len(tok.encode(text)) if text else 0)]
+
+
+def _candidate_edits(
+    data: bytes, regions: list[_Region], fills: list[_Fill], newline: str, index: LineIndex
+) -> list[Edit]:
+    from infill.textops import restore_newlines, shape_fill
+
+    edits = []
+    plans = [p for r in regions for p in r.spans]
+    for plan, fill in zip(plans, fills, strict=True):
+        text = restore_newlines(shape_fill(fill.raw, plan.prefix, plan.replaced, plan.suffix), newline)
+        span = plan.span
+        start_line = index.line_of(span.start_byte) if data else 1
+        end_line = index.line_of(max(span.start_byte, span.end_byte - 1)) if data else 1
+        edits.append(
+            Edit(span.start_byte, span.end_byte, start_line, end_line, text, fill.score, fill.tokens)
+        )
+    return edits
+
+
+def _check_decoder(cfg: DecodeConfig, loaded: LoadedModel) -> None:
+    allowed = BLOCKDIFF_DECODERS if loaded.kind == "blockdiff" else ASARM_DECODERS
+    if cfg.decoder not in allowed:
+        needs = "an any-subset (AS-ARM)" if loaded.kind == "blockdiff" else "a block-diffusion"
+        is_kind = "a block-diffusion" if loaded.kind == "blockdiff" else "an any-subset (AS-ARM)"
+        raise InputError(
+            f"--decoder {cfg.decoder} needs {needs} model, but {loaded.name!r} is {is_kind} model; "
+            f"use one of: {', '.join(allowed)}"
+        )
+
 
 def fill_text(
     text: str,
@@ -48,12 +370,132 @@ def fill_text(
     *,
     language: str | None = None,
     model: Any = None,
-    decode: DecodeConfig = DecodeConfig(),
-    options: FillOptions = FillOptions(),
+    decode: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so a shared default is safe)
+    options: FillOptions = FillOptions(),  # noqa: B008
     on_progress: ProgressCallback | None = None,
 ) -> FillResult:
     """Fill every span of `text`; see the module docstring."""
-    raise NotImplementedError("implemented by issue 3")
+    from infill.patch import apply_edits, check_outside_unchanged
+    from infill.textops import newline_of, syntax_errors
+
+    data = text.encode("utf-8")
+    ordered = check_spans(data, spans)
+    if options.candidates < 1:
+        raise InputError(f"-n must be at least 1, got {options.candidates}")
+    loaded = load_model(model)
+    if loaded.kind == "blockdiff" and decode.decoder == "assd":
+        # the default decoder; on a block-diffusion model its self-speculative analogue is S2D2
+        decode = replace(decode, decoder="s2d2")
+    _check_decoder(decode, loaded)
+    started = time.perf_counter()  # decoding time, without loading the model
+    warnings: list[str] = []
+    stats: dict[str, Any] = {
+        "decoder": decode.decoder,
+        "model": loaded.name,
+        "nfe": 0,
+        "tokens": 0,
+        "seconds": 0.0,
+    }
+    if not ordered:
+        return FillResult(text, [], stats, warnings)
+    regions = _plan(data, ordered, loaded, options, warnings)
+    if any(r.truncated for r in regions):
+        warnings.append(f"context truncated to the model's {loaded.model.max_length} tokens around the spans")
+    import torch
+
+    generator = torch.Generator().manual_seed(decode.seed)
+    check_syntax = False
+    baseline = 0
+    if options.syntax_check and language is not None:
+        check_syntax = True
+        try:
+            baseline = syntax_errors(language, data)
+        except InputError as exc:  # grammar extra missing: fill without the check
+            warnings.append(f"syntax check skipped: {exc.message}")
+            check_syntax = False
+    newline, index = newline_of(text), LineIndex(data)
+    totals = _Totals()
+    valid: list[tuple[float, list[Edit], str]] = []
+    invalid: list[tuple[float, list[Edit], str]] = []
+    seen: set[tuple[str, ...]] = set()
+    attempts_left = options.candidates + (max(0, options.max_resample) if check_syntax else 0)
+    attempts = 0
+    if on_progress is not None:
+        total = sum(p.budget for r in regions for p in r.spans)
+        on_progress({"event": "start", "spans": len(ordered), "tokens": total})
+    while attempts_left > 0 and len(valid) < options.candidates:
+        attempts_left -= 1
+        attempts += 1
+        if on_progress is not None:
+            on_progress({"event": "candidate", "index": attempts, "of": attempts + attempts_left})
+        fills: list[_Fill] = []
+        for region in regions:
+            if loaded.kind == "blockdiff":
+                fills += _sample_blockdiff(region, loaded, decode, generator, totals)
+            else:
+                fills += _sample_asarm(region, loaded, decode, generator, totals, on_progress)
+        edits = _candidate_edits(data, regions, fills, newline, index)
+        key = tuple(e.text for e in edits)
+        if key in seen:
+            if decode.temperature == 0:
+                break  # greedy decoding: every further sample is the same
+            continue
+        seen.add(key)
+        patched = apply_edits(data, edits)
+        check_outside_unchanged(data, patched, edits)
+        total_score = sum(e.score for e in edits)
+        ok = not check_syntax or syntax_errors(str(language), patched) <= baseline
+        (valid if ok else invalid).append((total_score, edits, patched.decode("utf-8")))
+    if on_progress is not None:
+        on_progress({"event": "done"})
+    pool = valid or invalid
+    if not valid:
+        warnings.append(
+            f"no syntactically valid candidate found in {attempts} sample(s); using the most likely one"
+        )
+    best_score, best_edits, best_text = max(pool, key=lambda c: c[0])
+    stats.update(
+        nfe=totals.nfe,
+        tokens=totals.tokens,
+        seconds=round(time.perf_counter() - started, 4),
+        samples=attempts,
+        valid=len(valid),
+        score=best_score,
+        regions=len(regions),
+        accepted_histogram=_histogram(totals.accepted),
+    )
+    return FillResult(best_text, best_edits, stats, warnings)
 
 
-_ = ModelSpec  # re-exported for callers
+def _histogram(accepted: list[int]) -> dict[int, int]:
+    hist: dict[int, int] = {}
+    for a in accepted:
+        hist[a] = hist.get(a, 0) + 1
+    return dict(sorted(hist.items()))
+
+
+def fill_file(
+    path: str | Path,
+    spans: Sequence[Span],
+    *,
+    language: str | None = None,
+    model: Any = None,
+    decode: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so a shared default is safe)
+    options: FillOptions = FillOptions(),  # noqa: B008
+    on_progress: ProgressCallback | None = None,
+) -> FillResult:
+    """Read `path` (UTF-8), fill `spans` (byte offsets of the file), return the result. Nothing is written."""
+    from infill.languages import detect
+    from infill.patch import decode_utf8, read_source
+
+    data, _ = read_source(str(path))
+    text = decode_utf8(data, str(path))
+    return fill_text(
+        text,
+        spans,
+        language=language if language is not None else detect(str(path)),
+        model=model,
+        decode=decode,
+        options=options,
+        on_progress=on_progress,
+    )

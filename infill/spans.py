@@ -1,8 +1,31 @@
-"""Selections -> byte spans of the original UTF-8 input. Never imports torch."""
+"""Selections -> byte spans of the original UTF-8 input. Never imports torch.
+
+Selectors (each match becomes one masked span):
+  --span A:B          lines A..B, 1-based, inclusive. The span covers the lines' text, not the final line
+                      break, so line endings (LF or CRLF) are never part of a fill.
+  --span A:C-B:D      line:column to line:column; columns are 1-based and count characters; the end column is
+                      exclusive, so 3:5-3:5 is an insertion point before column 5 of line 3.
+  --marker TEXT       every occurrence of TEXT (the marker itself is replaced).
+  --function NAME     the body of that function/method (tree-sitter); NAME may be qualified (A.f or A::f).
+  --class NAME        the body of that class/struct/trait/...
+  --node KIND         every capture named KIND in grammars/<lang>/*.scm (e.g. function.body, class, comment).
+Bodies are filled between their delimiters; a Python docstring at the top of a body is kept. Whole lines are
+replaced whole (the span starts at column 1 and ends before the line break); in-line bodies stay in-line.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
+
+from infill.errors import InputError
+
+SelectorKind = Literal["span", "marker", "function", "class", "node"]
+
+# per-selector default token budgets, used when a span replaces no text (see api.token_budget)
+DEFAULT_TOKENS: dict[str, int] = {"span": 32, "marker": 32, "function": 96, "class": 192, "node": 64}
 
 
 @dataclass(frozen=True, order=True)
@@ -12,3 +35,332 @@ class Span:
     start_byte: int
     end_byte: int
     label: str = ""  # where it came from, e.g. "--span 12:18" or "function foo"
+    default_tokens: int = 32  # budget when the span replaces no text (appended field, issue 3)
+    placeholder: bool = (
+        False  # True when the replaced text is a placeholder (a marker), not content to resize
+    )
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One selector flag as given on the command line (JSON-friendly: kind and value are strings)."""
+
+    kind: SelectorKind
+    value: str
+
+    @property
+    def label(self) -> str:
+        return f"--{self.kind} {self.value}"
+
+
+class LineIndex:
+    """Byte offsets of line starts in UTF-8 `data`; lines are 1-based; a final line break opens no line."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.starts = [0] + [m.end() for m in re.finditer(rb"\n", data)]
+        if len(self.starts) > 1 and self.starts[-1] == len(data):
+            self.starts.pop()  # "a\n" has one line
+        self.count = 0 if not data else len(self.starts)
+
+    def start(self, line: int) -> int:
+        return self.starts[line - 1]
+
+    def content_end(self, line: int) -> int:
+        """Byte offset of line `line`'s end, before its "\\n" or "\\r\\n"."""
+        end = self.starts[line] if line < len(self.starts) else len(self.data)
+        if end > self.starts[line - 1] and self.data[end - 1 : end] == b"\n":
+            end -= 1
+            if end > self.starts[line - 1] and self.data[end - 1 : end] == b"\r":
+                end -= 1
+        return end
+
+    def line_of(self, offset: int) -> int:
+        """1-based line holding byte `offset` (an offset at the very end belongs to the last line)."""
+        lo, hi = 0, len(self.starts) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.starts[mid] <= offset:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo + 1
+
+    def byte_of_column(self, line: int, column: int, label: str) -> int:
+        """Byte offset of 1-based character `column` of `line`; column len+1 is the end of the line."""
+        start, end = self.start(line), self.content_end(line)
+        text = self.data[start:end].decode("utf-8")
+        if not 1 <= column <= len(text) + 1:
+            raise InputError(f"{label}: column {column} is outside line {line} (1..{len(text) + 1})")
+        return start + len(text[: column - 1].encode("utf-8"))
+
+
+_LINE_RANGE = re.compile(r"^\s*(\d+)\s*(?::\s*(\d+))?\s*$")
+_CHAR_RANGE = re.compile(r"^\s*(\d+):(\d+)\s*-\s*(\d+):(\d+)\s*$")
+
+
+def parse_span(value: str) -> tuple[int, int] | tuple[int, int, int, int]:
+    """'A:B' (or 'A') -> (A, B); 'A:C-B:D' -> (A, C, B, D). Syntax only; ranges are checked later."""
+    m = _CHAR_RANGE.match(value)
+    if m:
+        a, c, b, d = (int(g) for g in m.groups())
+        return a, c, b, d
+    m = _LINE_RANGE.match(value)
+    if m:
+        a = int(m.group(1))
+        return a, int(m.group(2)) if m.group(2) else a
+    raise InputError(f"--span {value}: expected LINE, A:B (lines) or A:C-B:D (line:column)")
+
+
+def _span_from_lines(index: LineIndex, sel: Selection) -> Span:
+    parsed = parse_span(sel.value)
+    if index.count == 0:
+        raise InputError(f"{sel.label}: the input is empty")
+    if len(parsed) == 2:
+        a, b = parsed
+        for line in (a, b):
+            if not 1 <= line <= index.count:
+                raise InputError(
+                    f"{sel.label}: line {line} is out of range (the input has {index.count} lines)"
+                )
+        if b < a:
+            raise InputError(f"{sel.label}: reversed range (end line {b} is before start line {a})")
+        return Span(index.start(a), index.content_end(b), sel.label, DEFAULT_TOKENS["span"])
+    a, c, b, d = parsed
+    for line in (a, b):
+        if not 1 <= line <= index.count:
+            raise InputError(f"{sel.label}: line {line} is out of range (the input has {index.count} lines)")
+    start, end = index.byte_of_column(a, c, sel.label), index.byte_of_column(b, d, sel.label)
+    if end < start:
+        raise InputError(f"{sel.label}: reversed range (the end is before the start)")
+    return Span(start, end, sel.label, DEFAULT_TOKENS["span"])
+
+
+def _spans_from_marker(data: bytes, sel: Selection) -> list[Span]:
+    if not sel.value:
+        raise InputError("--marker: the marker text is empty")
+    needle = sel.value.encode("utf-8")
+    spans = []
+    at = data.find(needle)
+    while at >= 0:
+        spans.append(Span(at, at + len(needle), sel.label, DEFAULT_TOKENS["marker"], placeholder=True))
+        at = data.find(needle, at + len(needle))
+    if not spans:
+        raise InputError(f"{sel.label}: marker not found")
+    return spans
+
+
+# ------------------------------------------------------------------------------------------------------------
+# tree-sitter selectors
+
+
+def _is_blank(b: bytes) -> bool:
+    return not b.strip()
+
+
+def snap_to_lines(data: bytes, start: int, end: int) -> tuple[int, int]:
+    """Widen/narrow [start, end) to whole lines where only whitespace separates it from a line boundary.
+
+    A span that begins after only indentation starts at column 1; one that begins at the end of a line (after
+    "{") starts on the next line. Symmetrically the end stops before the line break. In-line spans stay.
+    """
+    ls = data.rfind(b"\n", 0, start) + 1
+    eol = data.find(b"\n", start)
+    eol = len(data) if eol < 0 else eol
+    if _is_blank(data[ls:start]):
+        start = ls
+    elif _is_blank(data[start:eol]) and eol < end:
+        start = eol + 1
+    le = data.find(b"\n", end)
+    le = len(data) if le < 0 else le
+    if le > 0 and data[le - 1 : le] == b"\r":
+        le -= 1
+    ls_end = data.rfind(b"\n", 0, end) + 1
+    if le >= end and _is_blank(data[end:le]):
+        end = le
+    elif _is_blank(data[ls_end:end]) and ls_end > start:
+        end = ls_end - 1
+        if end > 0 and data[end - 1 : end] == b"\r":
+            end -= 1
+    return start, max(start, end)
+
+
+def _python_docstring_end(node: Any) -> int | None:
+    first = node.named_children[0] if node.named_children else None
+    if first is not None and first.type == "expression_statement" and first.named_child_count == 1:
+        if first.named_children[0].type == "string":
+            return int(first.end_byte)
+    return None
+
+
+def body_range(data: bytes, node: Any, language: str) -> tuple[int, int]:
+    """The fillable interior of a body node: between its braces, or the Python block after any docstring."""
+    start, end = int(node.start_byte), int(node.end_byte)
+    text = data[start:end]
+    if text.endswith(b"}") and b"{" in text:
+        start, end = start + text.index(b"{") + 1, end - 1
+    elif language == "python":
+        doc_end = _python_docstring_end(node)
+        if doc_end is not None:
+            start = doc_end
+            if start == end:  # only a docstring: insert on the line after it
+                nl = data.find(b"\n", start)
+                start = end = len(data) if nl < 0 else nl + 1
+                return start, end
+    return snap_to_lines(data, start, end)
+
+
+def _captures(data: bytes, language: str) -> tuple[Any, list[tuple[int, dict[str, list[Any]]]]]:
+    from infill import languages
+
+    tree = languages.parse(language, data)
+    import tree_sitter
+
+    matches: list[tuple[int, dict[str, list[Any]]]] = []
+    for query in languages.queries(language):
+        matches.extend(tree_sitter.QueryCursor(query).matches(tree.root_node))
+    return tree, matches
+
+
+def _require_language(sel: Selection, language: str | None, filename: str | None) -> str:
+    if language is None:
+        from infill.languages import known_extensions
+
+        what = (
+            f"{filename!r} is plain text"
+            if filename
+            else "the input's language is unknown (use --stdin-filename)"
+        )
+        raise InputError(
+            f"{sel.label}: needs a tree-sitter language, but {what}; known extensions: {known_extensions()}"
+        )
+    return language
+
+
+def _name_parts(name: str) -> list[str]:
+    return [p for p in re.split(r"\.|::", name) if p]
+
+
+def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[Span]:
+    kind = sel.kind  # "function" or "class"
+    _, matches = _captures(data, language)
+    defs = []  # (node, name, body)
+    classes = []  # (start, end, name)
+    for _, caps in matches:
+        for prefix in ("function", "class"):
+            if prefix in caps and f"{prefix}.name" in caps and f"{prefix}.body" in caps:
+                node, name_node, body = caps[prefix][0], caps[f"{prefix}.name"][0], caps[f"{prefix}.body"][0]
+                name = data[name_node.start_byte : name_node.end_byte].decode("utf-8", "replace")
+                if prefix == "class":
+                    classes.append((node.start_byte, node.end_byte, name))
+                if prefix == kind:
+                    defs.append((node, name, body))
+    wanted = _name_parts(sel.value)
+    if not wanted:
+        raise InputError(f"{sel.label}: empty name")
+    found = []
+    for node, name, body in defs:
+        parts = _name_parts(name)  # C++ qualified names (A::f) bring their own scope
+        outer = [
+            c[2]
+            for c in sorted(classes)
+            if c[0] <= node.start_byte
+            and node.end_byte <= c[1]
+            and (c[0], c[1]) != (node.start_byte, node.end_byte)
+        ]
+        full = [p for o in outer for p in _name_parts(o)] + parts
+        if full[-len(wanted) :] == wanted and len(full) >= len(wanted):
+            found.append((node, body))
+    if not found:
+        names = sorted({name for _, name, _ in defs})
+        listing = (
+            ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+            if names
+            else f"no {kind}es"
+            if kind == "class"
+            else f"no {kind}s"
+        )
+        raise InputError(f"{sel.label}: {kind} {sel.value!r} not found ({listing})")
+    spans = [Span(*body_range(data, body, language), sel.label, DEFAULT_TOKENS[kind]) for _, body in found]
+    return _outermost(spans)
+
+
+def _spans_from_node(data: bytes, sel: Selection, language: str) -> list[Span]:
+    from infill.languages import capture_names
+
+    available = capture_names(language)
+    if sel.value not in available:
+        raise InputError(
+            f"{sel.label}: no query capture named {sel.value!r} for {language} ({', '.join(available)})"
+        )
+    _, matches = _captures(data, language)
+    spans = []
+    for _, caps in matches:
+        for node in caps.get(sel.value, []):
+            if sel.value.endswith(".body"):
+                start, end = body_range(data, node, language)
+            else:
+                start, end = snap_to_lines(data, int(node.start_byte), int(node.end_byte))
+            spans.append(Span(start, end, sel.label, DEFAULT_TOKENS["node"]))
+    if not spans:
+        raise InputError(f"{sel.label}: no {sel.value!r} node found")
+    return _outermost(spans)
+
+
+def _outermost(spans: list[Span]) -> list[Span]:
+    """Drop duplicates and spans nested in another span of the same selector."""
+    kept: list[Span] = []
+    for span in sorted(set(spans), key=lambda s: (s.start_byte, -s.end_byte)):
+        if kept and span.end_byte <= kept[-1].end_byte and span.start_byte < kept[-1].end_byte:
+            continue
+        kept.append(span)
+    return kept
+
+
+# ------------------------------------------------------------------------------------------------------------
+
+
+def resolve(
+    data: bytes,
+    selections: Sequence[Selection],
+    language: str | None = None,
+    filename: str | None = None,
+) -> list[Span]:
+    """All spans selected in `data`, sorted; InputError for out-of-range/reversed/overlapping/missing ones."""
+    if not selections:
+        raise InputError("nothing selected: give --span, --marker, --function, --class or --node")
+    index = LineIndex(data)
+    spans: list[Span] = []
+    for sel in selections:
+        if sel.kind == "span":
+            spans.append(_span_from_lines(index, sel))
+        elif sel.kind == "marker":
+            spans.extend(_spans_from_marker(data, sel))
+        elif sel.kind in ("function", "class"):
+            spans.extend(_spans_from_definition(data, sel, _require_language(sel, language, filename)))
+        elif sel.kind == "node":
+            spans.extend(_spans_from_node(data, sel, _require_language(sel, language, filename)))
+        else:
+            raise InputError(f"unknown selector {sel.kind!r}")
+    return check_spans(data, spans)
+
+
+def check_spans(data: bytes, spans: Sequence[Span]) -> list[Span]:
+    """Sort spans and check they lie inside `data`, on UTF-8 character boundaries, and do not overlap."""
+    ordered = sorted(spans, key=lambda s: (s.start_byte, s.end_byte))
+    for span in ordered:
+        if not 0 <= span.start_byte <= span.end_byte <= len(data):
+            raise InputError(
+                f"{span.label or 'span'}: byte range {span.start_byte}:{span.end_byte} is outside the input"
+            )
+        for offset in (span.start_byte, span.end_byte):
+            if offset < len(data) and (data[offset] & 0xC0) == 0x80:
+                raise InputError(f"{span.label or 'span'}: byte {offset} is inside a UTF-8 character")
+    for prev, cur in zip(ordered, ordered[1:], strict=False):
+        if cur.start_byte < prev.end_byte or cur.start_byte == prev.start_byte:
+            index = LineIndex(data)
+            raise InputError(
+                f"spans overlap: {prev.label or 'span'} (line {index.line_of(prev.start_byte)}) and "
+                f"{cur.label or 'span'} (line {index.line_of(cur.start_byte)})"
+            )
+    return ordered

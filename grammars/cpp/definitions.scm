@@ -1,0 +1,33 @@
+; Definitions for `infill fill --function/--class/--node` (C++). `--function A::f` matches qualified names.
+
+(function_definition
+  declarator: (function_declarator
+    declarator: [(identifier) (field_identifier) (qualified_identifier) (destructor_name) (operator_name)]
+      @function.name)
+  body: (compound_statement) @function.body) @function
+
+(function_definition
+  declarator: (pointer_declarator
+    declarator: (function_declarator
+      declarator: [(identifier) (field_identifier) (qualified_identifier)] @function.name))
+  body: (compound_statement) @function.body) @function
+
+(function_definition
+  declarator: (reference_declarator
+    (function_declarator
+      declarator: [(identifier) (field_identifier) (qualified_identifier)] @function.name))
+  body: (compound_statement) @function.body) @function
+
+(class_specifier
+  name: (type_identifier) @class.name
+  body: (field_declaration_list) @class.body) @class
+
+(struct_specifier
+  name: (type_identifier) @class.name
+  body: (field_declaration_list) @class.body) @class
+
+(namespace_definition
+  name: (namespace_identifier) @class.name
+  body: (declaration_list) @class.body) @class
+
+(comment) @comment

@@ -1,0 +1,24 @@
+; Definitions for `infill fill --function/--class/--node` (JavaScript).
+
+(function_declaration
+  name: (identifier) @function.name
+  body: (statement_block) @function.body) @function
+
+(generator_function_declaration
+  name: (identifier) @function.name
+  body: (statement_block) @function.body) @function
+
+(method_definition
+  name: (property_identifier) @function.name
+  body: (statement_block) @function.body) @function
+
+(variable_declarator
+  name: (identifier) @function.name
+  value: [(arrow_function body: (statement_block) @function.body)
+          (function_expression body: (statement_block) @function.body)]) @function
+
+(class_declaration
+  name: (identifier) @class.name
+  body: (class_body) @class.body) @class
+
+(comment) @comment

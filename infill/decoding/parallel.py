@@ -1,0 +1,65 @@
+"""The mean-field baseline: every masked position in a chunk of k is sampled independently from one pass.
+
+Not exact (it ignores the dependence between positions filled in the same pass); it exists as a baseline and
+to show that the exactness test has power. NFE = ceil(M / k).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from infill.decoding.problem import StepCallback, check_problem, force_pads, is_pad, pads_enabled
+from infill.decoding.sampling import check_sampling, probs, sample
+from infill.decoding.stats import DecodeStats
+from infill.errors import DecodeError
+
+if TYPE_CHECKING:
+    import torch
+
+    from infill.config import DecodeConfig
+    from infill.models.base import AnySubsetModel, FillProblem
+
+
+def parallel(
+    model: AnySubsetModel,
+    problem: FillProblem,
+    cfg: DecodeConfig,
+    generator: torch.Generator,
+    on_step: StepCallback | None = None,
+) -> tuple[torch.Tensor, DecodeStats]:
+    """Fill `problem.masked` in chunks of `cfg.k` positions, one draft pass per chunk. Returns (tokens,
+    stats)."""
+    if cfg.k < 1:
+        raise DecodeError(f"parallel decoding needs a chunk size k >= 1, got {cfg.k}")
+    check_problem(model, problem)
+    check_sampling(cfg)
+    start = time.perf_counter()
+    stats = DecodeStats(decoder="parallel")
+    ids = problem.ids.detach().to("cpu").clone()  # (N,)
+    masked = problem.masked.detach().to("cpu")  # (M,)
+    M = masked.shape[0]
+    pads = pads_enabled(model, problem)
+    n = 0
+    while n < M:
+        targets = masked[n : n + cfg.k]  # (k',)
+        logits = model.draft(ids, masked, n, targets)  # (k', V)
+        stats.nfe += 1
+        x = sample(probs(logits, cfg.temperature, cfg.top_k, cfg.top_p), generator)  # (k',)
+        ids[targets] = x
+        before = n
+        n += targets.shape[0]
+        if pads:  # a pad ends its span: overwrite the rest of that span (and later spans keep their samples)
+            j = before
+            while j < n:
+                if is_pad(model, int(ids[masked[j]])):
+                    j = force_pads(ids, model, problem, j)
+                else:
+                    j += 1
+            n = max(n, j)
+        stats.accepted.append(n - before)
+        if on_step is not None:
+            on_step(n, M)
+    stats.tokens = M
+    stats.seconds = time.perf_counter() - start
+    return ids[masked], stats

@@ -1,0 +1,66 @@
+"""Checks and bookkeeping shared by the decoders: input validation and end-of-fill padding."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from infill.errors import DecodeError
+
+if TYPE_CHECKING:
+    import torch
+
+    from infill.models.base import AnySubsetModel, FillProblem
+
+# on_step(decoded, total): called after every iteration with the number of masked positions filled so far
+StepCallback = Callable[[int, int], None]
+
+
+def check_problem(model: AnySubsetModel, problem: FillProblem) -> None:
+    """Raise DecodeError for a malformed problem: bad shapes, no visible token, longer than the model
+    supports."""
+    import torch
+
+    ids, masked = problem.ids, problem.masked
+    if ids.dim() != 1 or masked.dim() != 1:
+        raise DecodeError(f"ids and masked must be 1-D, got {tuple(ids.shape)} and {tuple(masked.shape)}")
+    N, M = ids.shape[0], masked.shape[0]
+    if N > model.max_length:
+        raise DecodeError(f"sequence of {N} tokens exceeds the model's maximum length {model.max_length}")
+    if M == 0:
+        return
+    if int(masked.min()) < 0 or int(masked.max()) >= N:
+        raise DecodeError(f"masked positions must lie in [0, {N}), got {masked.tolist()}")
+    if M > 1 and not bool(torch.all(masked[1:] > masked[:-1])):
+        raise DecodeError("masked positions must be strictly ascending (left-to-right decoding order, Eq. 4)")
+    if M >= N:
+        raise DecodeError(
+            "no visible token: every position is masked, so attention would leak hidden tokens; "
+            "add a BOS or some context"
+        )
+    if problem.span_of is not None and problem.span_of.shape != masked.shape:
+        raise DecodeError(f"span_of has shape {tuple(problem.span_of.shape)}, expected {tuple(masked.shape)}")
+
+
+def pads_enabled(model: AnySubsetModel, problem: FillProblem) -> bool:
+    return problem.span_of is not None and model.pad_id is not None
+
+
+def force_pads(ids: torch.Tensor, model: AnySubsetModel, problem: FillProblem, j: int) -> int:
+    """The token at masked[j] is a pad: write pad over the rest of its span; return the next undecoded index.
+
+    Spans are contiguous in decoding order (positions ascend and a span is a range), so the rest of the span
+    is masked[j + 1 : end) for the first end whose span differs.
+    """
+    assert problem.span_of is not None and model.pad_id is not None  # guarded by pads_enabled()
+    span = int(problem.span_of[j])
+    end = j + 1
+    M = problem.masked.shape[0]
+    while end < M and int(problem.span_of[end]) == span:
+        end += 1
+    ids[problem.masked[j + 1 : end]] = model.pad_id
+    return end
+
+
+def is_pad(model: AnySubsetModel, token: int) -> bool:
+    return model.pad_id is not None and token == model.pad_id

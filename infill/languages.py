@@ -1,0 +1,153 @@
+"""File extension -> language, its tree-sitter grammar wheel, and its queries in grammars/<lang>/*.scm.
+
+Python's grammar is a core dependency; the other grammars are optional extras (`pip install 'infill[rust]'`).
+Unknown extensions are plain text: line/column spans and markers work, tree-sitter selectors do not.
+tree_sitter itself is imported lazily, on first use of a grammar.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, Any
+
+from infill.errors import InputError
+
+if TYPE_CHECKING:
+    import tree_sitter
+
+
+@dataclass(frozen=True)
+class LanguageInfo:
+    name: str  # also the folder under grammars/
+    module: str  # the grammar wheel's module
+    function: str  # the module attribute returning the language pointer
+    extra: str  # pip extra that installs the wheel ("" = core dependency)
+    extensions: tuple[str, ...]
+
+
+LANGUAGES: dict[str, LanguageInfo] = {
+    info.name: info
+    for info in (
+        LanguageInfo("python", "tree_sitter_python", "language", "", (".py", ".pyi", ".pyw")),
+        LanguageInfo(
+            "javascript", "tree_sitter_javascript", "language", "javascript", (".js", ".mjs", ".cjs", ".jsx")
+        ),
+        LanguageInfo(
+            "typescript",
+            "tree_sitter_typescript",
+            "language_typescript",
+            "typescript",
+            (".ts", ".mts", ".cts"),
+        ),
+        LanguageInfo("tsx", "tree_sitter_typescript", "language_tsx", "typescript", (".tsx",)),
+        LanguageInfo("go", "tree_sitter_go", "language", "go", (".go",)),
+        LanguageInfo("rust", "tree_sitter_rust", "language", "rust", (".rs",)),
+        LanguageInfo("java", "tree_sitter_java", "language", "java", (".java",)),
+        LanguageInfo("c", "tree_sitter_c", "language", "c", (".c", ".h")),
+        LanguageInfo(
+            "cpp",
+            "tree_sitter_cpp",
+            "language",
+            "cpp",
+            (".cc", ".cpp", ".cxx", ".c++", ".hpp", ".hh", ".hxx"),
+        ),
+    )
+}
+
+# languages that share another language's query folder
+_QUERY_FOLDER = {"tsx": "typescript"}
+
+_BY_EXTENSION = {ext: info.name for info in LANGUAGES.values() for ext in info.extensions}
+
+
+def detect(filename: str | None) -> str | None:
+    """Language name for a file name, or None for plain text (unknown or missing extension)."""
+    if not filename:
+        return None
+    return _BY_EXTENSION.get(PurePath(filename).suffix.lower())
+
+
+def known_extensions() -> str:
+    return " ".join(sorted(_BY_EXTENSION))
+
+
+def _info(name: str) -> LanguageInfo:
+    info = LANGUAGES.get(name)
+    if info is None:
+        raise InputError(f"unknown language {name!r}; known: {', '.join(sorted(LANGUAGES))}")
+    return info
+
+
+@cache
+def grammar(name: str) -> tree_sitter.Language:
+    """The tree-sitter Language for `name`; InputError naming the pip extra when its wheel is missing."""
+    info = _info(name)
+    try:
+        module = importlib.import_module(info.module)
+    except ImportError:
+        extra = info.extra or "python"
+        raise InputError(
+            f"the {name} grammar is not installed; install it with: pip install 'infill[{extra}]'"
+        ) from None
+    import tree_sitter
+
+    return tree_sitter.Language(getattr(module, info.function)())
+
+
+def parse(name: str, source: bytes) -> tree_sitter.Tree:
+    import tree_sitter
+
+    return tree_sitter.Parser(grammar(name)).parse(source)
+
+
+def grammars_root() -> Path:
+    """The folder holding grammars/<lang>/*.scm.
+
+    A source checkout (the folder next to the imported `infill` package) wins, so a worktree uses its own
+    queries even when an editable install of another checkout owns `infill.grammars`; else the installed
+    package.
+    """
+    import infill
+
+    beside = Path(infill.__file__).resolve().parent.parent / "grammars"
+    if any(beside.glob("python/*.scm")):
+        return beside
+    from importlib.resources import files
+
+    return Path(str(files("infill.grammars")))
+
+
+def query_files(name: str) -> list[Path]:
+    folder = grammars_root() / _QUERY_FOLDER.get(name, _info(name).name)
+    return sorted(folder.glob("*.scm"))
+
+
+@cache
+def queries(name: str) -> tuple[Any, ...]:
+    """Compiled tree_sitter.Query objects, one per .scm file of the language."""
+    import tree_sitter
+
+    lang = grammar(name)
+    compiled = []
+    for path in query_files(name):
+        try:
+            compiled.append(tree_sitter.Query(lang, path.read_text(encoding="utf-8")))
+        except (
+            tree_sitter.QueryError,
+            ValueError,
+        ) as exc:  # a broken shipped query is our bug, not the user's
+            from infill.errors import InfillError
+
+            raise InfillError(f"invalid query file {path}: {exc}") from None
+    return tuple(compiled)
+
+
+def capture_names(name: str) -> list[str]:
+    """Every capture name the language's queries define (the vocabulary of `--node KIND`)."""
+    names: set[str] = set()
+    for query in queries(name):
+        names.update(query.capture_name(i) for i in range(query.capture_count))
+    return sorted(names)

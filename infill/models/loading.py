@@ -1,0 +1,137 @@
+"""Folder loaders behind infill.models.registry.load: the default, a folder, or an HF-cache repo id.
+
+Never downloads: HF repo ids resolve only from the local cache (local_files_only / offline). The folder's
+config.json `model_type` picks the backend: "xlnet" -> XLNetAnySubset (kind "asarm"); anything else (qwen3,
+qwen2, llama, sdar) -> infill.models.blockdiff.load_folder (kind "blockdiff").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from infill.config import ModelSpec
+from infill.errors import ModelError
+from infill.models.registry import LoadedModel
+
+WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
+# published XLNet checkpoints: relative positions, no hard limit; the ASSD paper used 1024
+DEFAULT_MAX_LENGTH = 1024
+
+
+def default_folder() -> Path:
+    return WEIGHTS_DIR / "default"
+
+
+def resolve_folder(spec: ModelSpec) -> tuple[Path, str]:
+    """(folder, provenance) for `spec.name`: "default", an existing path, or an HF repo id in the local
+    cache."""
+    name = spec.name
+    if name == "default":
+        folder = default_folder()
+        if not (folder / "config.json").is_file():
+            raise ModelError(
+                f"the packaged default model is missing ({folder}); reinstall infill or pass --model PATH"
+            )
+        return folder, "packaged default"
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir() or not (path / "config.json").is_file():
+            raise ModelError(f"{path} is not a model folder (no config.json)")
+        return path, f"local folder {path}"
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise ModelError(f"model folder {name} does not exist")
+    return Path(_from_hf_cache(name, spec.revision)), f"HF cache {name}" + (
+        f"@{spec.revision}" if spec.revision else ""
+    )
+
+
+def _from_hf_cache(repo_id: str, revision: str | None) -> str:
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as exc:  # pragma: no cover - transformers depends on huggingface_hub
+        raise ModelError("huggingface_hub is not installed; cannot look up cached models") from exc
+    try:
+        return str(snapshot_download(repo_id, revision=revision, local_files_only=True))
+    except Exception as exc:  # LocalEntryNotFoundError, RevisionNotFoundError, HFValidationError ...
+        rev = f" (revision {revision})" if revision else ""
+        raise ModelError(
+            f"model {repo_id!r}{rev} is not a local folder and not in the HF cache; infill never downloads "
+            "(fetch it once with `huggingface-cli download` or pass a folder)"
+        ) from exc
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read {folder / 'config.json'}: {exc}") from exc
+    if not isinstance(cfg, dict):
+        raise ModelError(f"{folder / 'config.json'} is not a JSON object")
+    return cfg
+
+
+def load_by_name(spec: ModelSpec) -> LoadedModel:
+    folder, provenance = resolve_folder(spec)
+    cfg = read_config(folder)
+    model_type = cfg.get("model_type")
+    if model_type == "xlnet":
+        return load_xlnet_folder(folder, spec, cfg, provenance)
+    if model_type is None:
+        raise ModelError(f"{folder / 'config.json'} has no model_type")
+    import importlib
+
+    try:  # the block-diffusion backend (issue 5); imported by name so this module does not depend on it
+        blockdiff = importlib.import_module("infill.models.blockdiff")
+    except ModuleNotFoundError as exc:
+        if exc.name != "infill.models.blockdiff":
+            raise
+        raise ModelError(f"{folder}: model_type {model_type!r} needs the block-diffusion backend") from exc
+    loaded: LoadedModel = blockdiff.load_folder(folder, spec)
+    return loaded
+
+
+def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], provenance: str) -> LoadedModel:
+    import torch
+    from transformers import XLNetLMHeadModel
+    from transformers.utils import logging as hf_logging
+
+    from infill.models.tokenizer import load_tokenizer
+    from infill.models.xlnet import XLNetAnySubset
+
+    tokenizer = load_tokenizer(folder)
+    meta: dict[str, Any] = cfg.get("infill") or {}
+    mask_id = meta.get("mask_id", tokenizer.mask_id)
+    if mask_id is None:
+        raise ModelError(f"{folder}: no <mask> token (config.json infill.mask_id or the tokenizer)")
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        hf = XLNetLMHeadModel.from_pretrained(str(folder), dtype=torch.float32, local_files_only=True)
+    except Exception as exc:  # safetensors / OSError / ValueError on a missing or corrupt weights file
+        raise ModelError(f"cannot load XLNet weights from {folder}: {exc}") from exc
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+    model = XLNetAnySubset(
+        hf,
+        mask_id=int(mask_id),
+        pad_id=meta.get("pad_id", tokenizer.pad_id),
+        bos_id=meta.get("bos_id", tokenizer.bos_id),
+        max_length=int(meta.get("max_length", DEFAULT_MAX_LENGTH)),
+        device=spec.device,
+        bf16=spec.bf16,
+    )
+    params = model.parameter_count()
+    info = {
+        "path": str(folder),
+        "provenance": meta.get("provenance", provenance),
+        "source": provenance,
+        "parameters": params,
+        "device": str(model.device),
+        "bf16": spec.bf16,
+        "tokenizer": type(tokenizer).__name__,
+        "max_length": model.max_length,
+    }
+    return LoadedModel(name=spec.name, kind="asarm", model=model, tokenizer=tokenizer, info=info)

@@ -1,0 +1,90 @@
+"""Progress on stderr, and silence for third-party libraries.
+
+This is the only module that imports rich.progress, and it does so lazily: only when stderr is interactive and
+progress was not turned off. Decoders report through a plain callback (`on_progress(event: dict)`), so nothing
+else knows how progress is shown.
+
+Events (dicts) sent by infill.api.fill_text:
+  {"event": "start", "spans": int, "tokens": int}        tokens = masked tokens to decode in total
+  {"event": "step", "tokens": int, "nfe": int}           cumulative, for the current candidate
+  {"event": "candidate", "index": int, "of": int}
+  {"event": "done"}
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+Callback = Callable[[dict[str, Any]], None]
+
+
+def quiet_libraries() -> None:
+    """No progress bars or log chatter from transformers / huggingface_hub / tokenizers, ever."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    import logging
+
+    for name in ("transformers", "huggingface_hub", "torch.distributed"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def is_interactive(stream: TextIO | None = None) -> bool:
+    stream = stream if stream is not None else sys.stderr
+    try:
+        return bool(stream.isatty()) and os.environ.get("TERM") != "dumb"
+    except (AttributeError, ValueError):
+        return False
+
+
+@contextmanager
+def progress(enabled: bool, description: str = "filling") -> Iterator[Callback | None]:
+    """A callback driving a rich progress bar on stderr (spans, tokens, NFE, tokens/s), or None if disabled.
+
+    Enabled only when asked for AND stderr is a terminal, so pipes, editors and CI never see escape codes.
+    """
+    if not (enabled and is_interactive()):
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(file=sys.stderr)
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("tokens  {task.fields[info]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(description, total=None, info="")
+        started = time.perf_counter()
+        state: dict[str, Any] = {"spans": 0, "done_tokens": 0}
+
+        def on_event(event: dict[str, Any]) -> None:
+            kind = event.get("event")
+            if kind == "start":
+                state["spans"] = event.get("spans", 0)
+                bar.update(task, total=event.get("tokens") or None, completed=0)
+            elif kind == "candidate":
+                bar.update(task, description=f"{description} ({event['index']}/{event['of']})", completed=0)
+            elif kind == "step":
+                elapsed = max(time.perf_counter() - started, 1e-9)
+                tokens, nfe = int(event.get("tokens", 0)), int(event.get("nfe", 0))
+                state["done_tokens"] = tokens
+                info = f"{state['spans']} span(s)  NFE {nfe}  {tokens / elapsed:.1f} tok/s"
+                bar.update(task, completed=tokens, info=info)
+
+        yield on_event

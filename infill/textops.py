@@ -1,0 +1,158 @@
+"""Text post-processing of fills: line endings, indentation, repeated-suffix removal, syntax checks.
+
+Everything here works on one span at a time and on strings; nothing imports torch. The model sees "\\n" line
+endings only; `restore_newlines` puts the file's own line ending back into a fill.
+"""
+
+from __future__ import annotations
+
+import re
+
+_INDENT = re.compile(r"^[ \t]*")
+_OPENERS = (":", "{", "(", "[", "=>", "->")
+
+
+def newline_of(text: str) -> str:
+    """The file's dominant line ending: "\\r\\n" if most line breaks are CRLF, else "\\n"."""
+    crlf = text.count("\r\n")
+    return "\r\n" if crlf and crlf * 2 >= text.count("\n") else "\n"
+
+
+def to_model(text: str) -> str:
+    """The model's view of context text: CRLF -> LF (the tokenizer and the model were trained on LF)."""
+    return text.replace("\r\n", "\n")
+
+
+def restore_newlines(fill: str, newline: str) -> str:
+    """A fill with the file's line ending (`fill` came from the model, so it only has LF, or stray CRLF)."""
+    fill = fill.replace("\r\n", "\n")
+    return fill.replace("\n", newline) if newline != "\n" else fill
+
+
+def indent_of(line: str) -> str:
+    m = _INDENT.match(line)
+    return m.group(0) if m else ""
+
+
+def indent_unit(text: str) -> str:
+    """The indentation step: a tab if indented lines mostly start with tabs, else the smallest space step."""
+    indents = [indent_of(line) for line in text.split("\n") if line.strip()]
+    tabs = sum(1 for i in indents if i.startswith("\t"))
+    spaces = [len(i) for i in indents if i and not i.startswith("\t")]
+    if tabs > len(spaces):
+        return "\t"
+    steps = sorted({n for n in spaces if n > 0})
+    return " " * (steps[0] if steps and steps[0] in (2, 3, 4, 8) else 4)
+
+
+def target_indent(prefix: str, replaced: str, suffix: str) -> str:
+    """Indentation of the block enclosing a whole-line span.
+
+    The replaced text's first non-blank line wins; else the previous non-blank line's indentation, one level
+    deeper if it opens a block (ends with ':' or '{' ...); else the next non-blank line's.
+    """
+    for line in replaced.split("\n"):
+        if line.strip():
+            return indent_of(line)
+    before = [line for line in prefix.split("\n") if line.strip()]
+    after = [line for line in suffix.split("\n") if line.strip()]
+    if before:
+        prev = before[-1]
+        if prev.rstrip().endswith(_OPENERS):
+            deeper = indent_of(prev) + indent_unit(prefix + suffix)
+            if after and len(indent_of(after[0])) > len(indent_of(prev)):
+                return indent_of(after[0])
+            return deeper
+        return indent_of(prev)
+    return indent_of(after[0]) if after else ""
+
+
+def reindent(fill: str, indent: str) -> str:
+    """Shift `fill` so its first non-blank line has `indent`; relative indentation of later lines is kept."""
+    lines = fill.split("\n")
+    first = next((line for line in lines if line.strip()), None)
+    if first is None:
+        return fill
+    base = indent_of(first)
+    out = []
+    for line in lines:
+        if not line.strip():
+            out.append("")
+            continue
+        own = indent_of(line)
+        if own.startswith(base):
+            out.append(indent + line[len(base) :])
+        else:  # dedented below the first line: keep the relative dedent, clamped at column 1
+            cut = max(0, len(indent) - (len(base) - len(own)))
+            out.append(indent[:cut] + line[len(own) :])
+    return "\n".join(out)
+
+
+def drop_repeated_suffix(fill: str, suffix: str) -> str:
+    """Remove a tail of `fill` that repeats the start of the text after the span (models often re-emit it).
+
+    Whole lines are compared ignoring surrounding whitespace; the longest repeated run of lines is dropped, if it
+    holds a word of 3+ characters (a lone "}" or ")" closing the fill's own block is no evidence of a repeat).
+    """
+    fill_lines = fill.split("\n")
+    suffix_lines = [line.strip() for line in suffix.lstrip("\n").split("\n")]
+    for m in range(min(len(fill_lines), len(suffix_lines)), 0, -1):
+        tail = [line.strip() for line in fill_lines[-m:]]
+        if tail == suffix_lines[:m] and _is_evidence(tail):
+            return "\n".join(fill_lines[:-m]).rstrip(" \t")
+    # exact repeat of the suffix's first line(s), for in-line spans: "return x)" before ")\n"
+    first_line = suffix.split("\n", 1)[0]
+    if len(first_line.strip()) >= 4 and re.search(r"\w", first_line) and fill.endswith(first_line):
+        return fill[: -len(first_line)]
+    return fill
+
+
+def _is_evidence(lines: list[str]) -> bool:
+    return any(re.search(r"\w{3}", line) for line in lines)
+
+
+def shape_fill(fill: str, prefix: str, replaced: str, suffix: str) -> str:
+    """Post-process one fill (LF text) for the place it goes: indentation, repeated suffix, line breaks.
+
+    `prefix`, `replaced` and `suffix` are the text before, inside and after the span (LF).
+    """
+    fill = drop_repeated_suffix(fill, suffix)
+    at_line_start = prefix == "" or prefix.endswith("\n")
+    before_break = suffix == "" or suffix.startswith("\n")
+    if at_line_start:
+        fill = reindent(fill, target_indent(prefix, replaced, suffix))
+    if before_break and at_line_start:
+        # whole lines: the line break after the span is kept from the file, so the fill does not end with one
+        fill = fill.rstrip("\n")
+        lines = fill.split("\n")
+        while lines and len(lines) > 1 and not lines[-1].strip():
+            lines.pop()
+        fill = "\n".join(lines).rstrip(" \t") if fill.strip() else ""
+    elif at_line_start and fill and not fill.endswith("\n"):
+        fill += "\n"  # an insertion at the start of a line must not glue itself to that line
+    return fill
+
+
+def syntax_errors(language: str, source: bytes) -> int:
+    """Number of tree-sitter ERROR and MISSING nodes in `source`."""
+    from infill.languages import parse
+
+    root = parse(language, source).root_node
+    if not root.has_error:
+        return 0
+    count = 0
+    cursor = root.walk()
+    visited_children = False
+    while True:
+        node = cursor.node
+        if not visited_children:
+            if node is not None and (node.type == "ERROR" or node.is_missing):
+                count += 1
+            if cursor.goto_first_child():
+                continue
+        if cursor.goto_next_sibling():
+            visited_children = False
+        elif cursor.goto_parent():
+            visited_children = True
+        else:
+            return count

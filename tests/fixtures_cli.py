@@ -1,0 +1,114 @@
+"""A deterministic fake any-subset model for CLI / API tests, registered through the real registry.
+
+The model fills each masked span with one of a few scripted alternatives (byte strings), chosen with given
+weights. Its draft and verify passes are the exact marginals / conditionals of that mixture, so it is a proper
+any-subset model: ASSD and sequential decoding both sample the mixture exactly. With one alternative per span
+the fill is deterministic (every other token has probability ~1e-12).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+
+from infill import api
+from infill.models.registry import LoadedModel, register, unregister
+
+PAD, MASK, BOS = 256, 257, 258
+VOCAB = 259
+
+
+class ByteTokenizer:
+    """One token per UTF-8 byte: an exact round trip, and "\\n" is always its own token."""
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+
+Alternatives = Sequence[tuple[str, float]]
+
+
+class ScriptedModel:
+    """Span j (0-based, in one sequence) is filled from fills[j % len(fills)], a list of (text, weight)."""
+
+    def __init__(self, fills: Sequence[Alternatives], max_length: int = 4096, pad: bool = True) -> None:
+        self.fills = [[(list(t.encode("utf-8")), w) for t, w in alts] for alts in fills]
+        self.vocab_size = VOCAB
+        self.mask_id = MASK
+        self.pad_id: int | None = PAD if pad else None
+        self.bos_id: int | None = BOS
+        self.max_length = max_length
+        self.forwards = 0
+
+    def _spans(self, masked: torch.Tensor) -> tuple[list[int], list[int]]:
+        """Span index and offset in span of every masked index (spans = runs of consecutive positions)."""
+        span, offset = [], []
+        pos = masked.tolist()
+        for r, p in enumerate(pos):
+            if r and p == pos[r - 1] + 1:
+                span.append(span[-1])
+                offset.append(offset[-1] + 1)
+            else:
+                span.append(span[-1] + 1 if r else 0)
+                offset.append(0)
+        return span, offset
+
+    def _dist(self, span: int, known: list[int], at: int) -> torch.Tensor:
+        """log p(token at offset `at` | the span's first len(known) tokens), over the vocabulary."""
+        alts = self.fills[span % len(self.fills)]
+        p = torch.full((VOCAB,), 1e-12, dtype=torch.float64)
+        for seq, w in alts:
+            full = seq + [PAD] * (at + 1)
+            if self.pad_id is None:
+                full = seq + [ord(" ")] * (at + 1)
+            if full[: len(known)] == known:
+                p[full[at]] += w
+        logits = torch.log(p / p.sum()).float()
+        logits[MASK] = -math.inf
+        return logits
+
+    def _logits(
+        self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor, verify: bool
+    ) -> torch.Tensor:
+        self.forwards += 1
+        span, offset = self._spans(masked)
+        rank = {int(p): r for r, p in enumerate(masked.tolist())}
+        rows = []
+        for t in targets.tolist():
+            r = rank[int(t)]
+            # verify: earlier positions of the span are filled (decoded or drafted); draft: decoded ones only
+            limit = r if verify else min(r, n)
+            known = [int(ids[int(masked[q])]) for q in range(r - offset[r], limit)]
+            rows.append(self._dist(span[r], known, offset[r]))
+        return torch.stack(rows)  # (k, V)
+
+    def draft(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
+        return self._logits(ids, masked, n, targets, verify=False)
+
+    def verify(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
+        return self._logits(ids, masked, n, targets, verify=True)
+
+
+@contextmanager
+def fake_model(
+    fills: Sequence[Alternatives] | Sequence[str],
+    name: str = "fake-cli",
+    max_length: int = 4096,
+    pad: bool = True,
+) -> Iterator[ScriptedModel]:
+    """Register a ScriptedModel as `name` for the duration of the block (unregistered in `finally`)."""
+    norm = [[(f, 1.0)] if isinstance(f, str) else list(f) for f in fills]
+    model = ScriptedModel(norm, max_length=max_length, pad=pad)
+    register(name, lambda spec: LoadedModel(name, "asarm", model, ByteTokenizer(), {"fake": True}))
+    api.clear_model_cache()
+    try:
+        yield model
+    finally:
+        unregister(name)
+        api.clear_model_cache()

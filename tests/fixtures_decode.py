@@ -1,0 +1,82 @@
+"""Fixtures for the decoding-core tests: tiny random XLNets and a memoizing model wrapper."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from infill.models.tiny import xlnet_config
+from infill.models.xlnet import XLNetAnySubset
+
+
+def tiny_xlnet(
+    vocab: int = 6,
+    *,
+    n_layer: int = 1,
+    d_model: int = 16,
+    n_head: int = 2,
+    seed: int = 0,
+    init_scale: float = 1.0,
+    mask_id: int | None = None,
+    pad_id: int | None = None,
+    max_length: int = 64,
+) -> XLNetAnySubset:
+    """A random XLNet whose last id is `<mask>` (unless given). A large `init_scale` makes the conditionals
+    peaky and strongly dependent on context, which gives the exactness tests power."""
+    from transformers import XLNetLMHeadModel
+
+    torch.manual_seed(seed)
+    hf = XLNetLMHeadModel(xlnet_config(vocab, n_layer, d_model, n_head))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "layer_norm" in name:
+                continue
+            p.copy_(torch.randn(p.shape, generator=gen) * init_scale)
+    return XLNetAnySubset(
+        hf,
+        mask_id=vocab - 1 if mask_id is None else mask_id,
+        pad_id=pad_id,
+        max_length=max_length,
+        device="cpu",
+        bf16=False,
+    )
+
+
+class Memo:
+    """Wraps an AnySubsetModel and memoizes draft/verify on their full inputs.
+
+    The model is a deterministic function of (ids, masked, n, targets, pass), so replaying a stored result is
+    exactly what a fresh forward would return; it turns 20k decodes into a few hundred real forwards. `calls`
+    counts calls (what a decoder would pay), `forwards` the real ones.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.vocab_size = model.vocab_size
+        self.mask_id = model.mask_id
+        self.pad_id = model.pad_id
+        self.bos_id = model.bos_id
+        self.max_length = model.max_length
+        self._cache: dict[tuple[Any, ...], torch.Tensor] = {}
+        self.calls = 0
+        self.forwards = 0
+
+    def _get(
+        self, kind: str, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor
+    ) -> torch.Tensor:
+        self.calls += 1
+        key = (kind, tuple(ids.tolist()), tuple(masked.tolist()), n, tuple(targets.tolist()))
+        hit = self._cache.get(key)
+        if hit is None:
+            self.forwards += 1
+            hit = getattr(self.model, kind)(ids, masked, n, targets)
+            self._cache[key] = hit
+        return hit
+
+    def draft(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
+        return self._get("draft", ids, masked, n, targets)
+
+    def verify(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
+        return self._get("verify", ids, masked, n, targets)

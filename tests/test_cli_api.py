@@ -1,0 +1,90 @@
+"""infill.api.fill_text with the scripted model: syntax resampling, candidates, regions, progress events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fixtures_cli import fake_model
+
+from infill import api, progress
+from infill.config import DecodeConfig, FillOptions, ModelSpec
+from infill.spans import Selection, Span, resolve
+
+SRC = "def inc(x):\n    pass\n"
+
+
+def fill(text: str, sels: list[Selection], language: str | None = "python", **kw: Any) -> api.FillResult:
+    spans = resolve(text.encode(), sels, language)
+    return api.fill_text(text, spans, language=language, model=ModelSpec("fake-api"), **kw)
+
+
+def test_syntax_errors_are_resampled() -> None:
+    resampled = 0
+    with fake_model([[("return (x", 0.5), ("return x + 1", 0.5)]], name="fake-api"):
+        for seed in range(12):
+            r = fill(SRC, [Selection("span", "2:2")], decode=DecodeConfig(seed=seed))
+            assert r.text == "def inc(x):\n    return x + 1\n", seed
+            assert not r.warnings
+            resampled += r.stats["samples"] > 1
+    assert resampled > 0  # some seeds drew the broken candidate first
+
+
+def test_no_valid_candidate_warns_and_uses_most_likely() -> None:
+    with fake_model([[("return (x", 0.8), ("return [x", 0.2)]], name="fake-api"):
+        r = fill(SRC, [Selection("span", "2:2")], options=FillOptions(max_resample=3))
+    assert r.text == "def inc(x):\n    return (x\n"
+    assert any("no syntactically valid candidate" in w for w in r.warnings)
+    assert r.stats["samples"] == 4
+
+
+def test_syntax_check_off_and_plain_text() -> None:
+    with fake_model(["return (x"], name="fake-api"):
+        r = fill(SRC, [Selection("span", "2:2")], options=FillOptions(syntax_check=False))
+        assert r.stats["samples"] == 1 and not r.warnings
+        r = fill(SRC, [Selection("span", "2:2")], language=None)
+        assert r.stats["samples"] == 1 and not r.warnings
+
+
+def test_far_apart_spans_become_regions() -> None:
+    middle = "".join(f"v{i} = {i}\n" for i in range(60))
+    text = "a = <F>\n" + middle + "b = <F>\n"
+    with fake_model(["1"], name="fake-api", max_length=96) as model:
+        r = fill(text, [Selection("marker", "<F>")], language=None, options=FillOptions(tokens=4))
+    assert r.text == text.replace("<F>", "1")
+    assert r.stats["regions"] == 2
+    assert model.forwards > 0
+    assert [e.start_line for e in r.edits] == [1, 62]
+
+
+def test_split_context_budget() -> None:
+    assert api.split_context(100, 10, 10) == (10, 10)
+    assert api.split_context(100, 500, 500) == (75, 25)
+    assert api.split_context(100, 500, 5) == (95, 5)
+    assert api.split_context(100, 5, 500) == (5, 95)
+
+
+def test_token_budget_policy() -> None:
+    span = Span(0, 4, "--span 1:1", default_tokens=32)
+    assert api.token_budget(span, 40, "text", FillOptions(tokens=7), has_pad=True) == 7
+    assert api.token_budget(span, 40, "text", FillOptions(), has_pad=True) == 50
+    assert api.token_budget(span, 4, "text", FillOptions(), has_pad=True) == 12
+    assert api.token_budget(span, 4, "text", FillOptions(), has_pad=False) == 4
+    assert api.token_budget(span, 0, "  \n", FillOptions(), has_pad=True) == 32
+    marker = Span(0, 6, "--marker <FILL>", default_tokens=32, placeholder=True)
+    assert api.token_budget(marker, 3, "<FILL>", FillOptions(), has_pad=True) == 32
+
+
+def test_progress_events_and_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[dict[str, Any]] = []
+    with fake_model(["return x + 1"], name="fake-api"):
+        fill(SRC, [Selection("span", "2:2")], on_progress=events.append)
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "start" and kinds[-1] == "done" and "step" in kinds
+    with progress.progress(True) as cb:  # stderr is not a terminal under pytest
+        assert cb is None
+    monkeypatch.setattr(progress, "is_interactive", lambda stream=None: True)
+    with progress.progress(True) as cb:
+        assert cb is not None
+        for e in events:
+            cb(e)

@@ -1,0 +1,140 @@
+"""Patches: applying edits, the bytes-outside-spans invariant, diffs, atomic writes; text post-processing."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infill import textops
+from infill.errors import FileChangedError, InfillError, InputError
+from infill.patch import (
+    apply_edits,
+    atomic_write,
+    check_outside_unchanged,
+    decode_utf8,
+    read_source,
+    unified_diff,
+)
+
+
+@dataclass(frozen=True)
+class E:
+    start_byte: int
+    end_byte: int
+    text: str
+
+
+def test_apply_edits() -> None:
+    data = b"abcdef"
+    assert apply_edits(data, [E(4, 5, "XY"), E(1, 2, "")]) == b"acdXYf"
+    with pytest.raises(InfillError):
+        apply_edits(data, [E(1, 3, "x"), E(2, 4, "y")])
+
+
+def test_invariant_catches_a_change_outside() -> None:
+    with pytest.raises(InfillError, match="outside"):
+        check_outside_unchanged(b"abcdef", b"Xbcdef", [E(3, 4, "d")])
+
+
+text_st = st.lists(st.sampled_from([*"ab \t\n\r", "é", "☃", "日", "\r\n"]), max_size=40).map("".join)
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(text=text_st, data=st.data())
+def test_bytes_outside_spans_never_change(text: str, data: st.DataObject) -> None:
+    """Random UTF-8 / CRLF text, random non-overlapping spans on character boundaries, random fills."""
+    raw = text.encode()
+    bounds = sorted({0, len(raw), *[len(text[:i].encode()) for i in range(len(text) + 1)]})
+    cuts = sorted(data.draw(st.lists(st.sampled_from(bounds), max_size=6)))
+    pairs = [(cuts[i], cuts[i + 1]) for i in range(0, len(cuts) - 1, 2)]
+    edits = [E(a, b, data.draw(text_st)) for a, b in pairs]
+    patched = apply_edits(raw, edits)
+    check_outside_unchanged(raw, patched, edits)
+    # independently: the text between edits is kept verbatim, in order
+    at, rebuilt = 0, b""
+    for e in sorted(edits, key=lambda e: e.start_byte):
+        rebuilt += raw[at : e.start_byte] + e.text.encode()
+        at = e.end_byte
+    assert patched == rebuilt + raw[at:]
+    patched.decode("utf-8")  # still valid UTF-8
+
+
+def test_unified_diff() -> None:
+    assert unified_diff("a\n", "a\n", "x.py") == ""
+    d = unified_diff("a\nb\n", "a\nc", "x.py")
+    assert d.startswith("--- a/x.py\n+++ b/x.py\n")
+    assert "-b\n+c\n\\ No newline at end of file\n" in d
+
+
+def test_read_source_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such file"):
+        read_source(str(tmp_path / "missing"))
+    with pytest.raises(InputError, match="directory"):
+        read_source(str(tmp_path))
+    with pytest.raises(InputError, match="binary"):
+        decode_utf8(b"\x00abc", "f")
+    with pytest.raises(InputError, match="not UTF-8"):
+        decode_utf8(b"\xff\xfe", "f")
+
+
+def test_atomic_write_keeps_mode_and_refuses_changed_file(tmp_path: Path) -> None:
+    p = tmp_path / "f.txt"
+    p.write_bytes(b"old\n")
+    os.chmod(p, 0o751)
+    data, snap = read_source(str(p))
+    atomic_write(str(p), b"new\n", snap)
+    assert p.read_bytes() == b"new\n"
+    assert stat.S_IMODE(p.stat().st_mode) == 0o751
+    with pytest.raises(FileChangedError):
+        atomic_write(str(p), b"newer\n", snap)  # the file no longer holds what `snap` saw
+    assert p.read_bytes() == b"new\n"
+    assert sorted(os.listdir(tmp_path)) == ["f.txt"]  # no temp files left behind
+
+
+# --- textops ------------------------------------------------------------------------------------------------
+
+
+def test_newlines() -> None:
+    assert textops.newline_of("a\r\nb\r\n") == "\r\n"
+    assert textops.newline_of("a\nb\n") == "\n"
+    assert textops.restore_newlines("x\ny", "\r\n") == "x\r\ny"
+    assert textops.restore_newlines("x\r\ny", "\n") == "x\ny"
+
+
+def test_reindent_keeps_relative_indentation() -> None:
+    assert textops.reindent("if x:\n    y\nz", "        ") == "        if x:\n            y\n        z"
+    assert textops.reindent("  a\n\n    b", "\t") == "\ta\n\n\t  b"
+
+
+def test_target_indent() -> None:
+    assert textops.target_indent("def f():\n", "", "") == "    "
+    assert textops.target_indent("if x {\n", "", "}\n") == "    "
+    assert textops.target_indent("\tx = 1\n", "", "") == "\t"
+    assert textops.target_indent("", "    old\n", "") == "    "
+    assert textops.target_indent("def f():\n\tif x:\n\t\ty\n", "", "") == "\t\t"
+
+
+def test_drop_repeated_suffix() -> None:
+    assert textops.drop_repeated_suffix("a = 1\nreturn a", "\n    return a\n") == "a = 1"
+    assert textops.drop_repeated_suffix("x + y)", ")\n") == "x + y)"  # one char is no evidence
+    assert textops.drop_repeated_suffix("f(a), g(b)", ", g(b)\n") == "f(a)"
+    assert textops.drop_repeated_suffix("foo()", "()\n") == "foo()"
+    assert textops.drop_repeated_suffix("new", "\nold\n") == "new"
+    # a closing brace of the fill's own block is not a repeat of the function's closing brace
+    assert textops.drop_repeated_suffix("if (x) {\n  y();\n}", "\n}\n") == "if (x) {\n  y();\n}"
+
+
+def test_shape_fill_whole_lines() -> None:
+    fill = textops.shape_fill("x = 1\nreturn x\n\n", "def f():\n", "    pass", "\n")
+    assert fill == "    x = 1\n    return x"
+
+
+def test_syntax_errors() -> None:
+    assert textops.syntax_errors("python", b"def f():\n    return 1\n") == 0
+    assert textops.syntax_errors("python", b"def f(:\n    return (1\n") >= 1

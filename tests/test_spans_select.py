@@ -1,0 +1,225 @@
+"""Selections -> byte spans: line and line:column ranges, markers, tree-sitter definitions in 8 languages."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infill import languages
+from infill.errors import InputError
+from infill.spans import LineIndex, Selection, Span, check_spans, parse_span, resolve, snap_to_lines
+
+
+def text_of(data: bytes, spans: list[Span]) -> list[bytes]:
+    return [data[s.start_byte : s.end_byte] for s in spans]
+
+
+def test_parse_span() -> None:
+    assert parse_span("12:18") == (12, 18)
+    assert parse_span("7") == (7, 7)
+    assert parse_span("3:5-4:1") == (3, 5, 4, 1)
+    with pytest.raises(InputError):
+        parse_span("a:b")
+
+
+def test_line_index_lf_crlf_and_final_line() -> None:
+    data = b"a\r\nbb\n\nccc"
+    idx = LineIndex(data)
+    assert idx.count == 4
+    assert [(idx.start(i), idx.content_end(i)) for i in range(1, 5)] == [(0, 1), (3, 5), (6, 6), (7, 10)]
+    assert LineIndex(b"x\n").count == 1
+    assert LineIndex(b"").count == 0
+
+
+def test_line_span_excludes_line_break() -> None:
+    data = b"one\r\ntwo\r\nthree\r\n"
+    (span,) = resolve(data, [Selection("span", "2:3")])
+    assert data[span.start_byte : span.end_byte] == b"two\r\nthree"
+
+
+def test_line_column_span_counts_characters() -> None:
+    data = "é = 1\nfoo(x, y)\n".encode()
+    (span,) = resolve(data, [Selection("span", "2:5-2:9")])
+    assert data[span.start_byte : span.end_byte] == b"x, y"
+    (ins,) = resolve(data, [Selection("span", "1:2-1:2")])
+    assert ins.start_byte == ins.end_byte == len("é".encode())
+
+
+def test_markers() -> None:
+    data = b"a <F> b <F>\n"
+    spans = resolve(data, [Selection("marker", "<F>")])
+    assert text_of(data, spans) == [b"<F>", b"<F>"]
+    assert all(s.placeholder for s in spans)
+
+
+@pytest.mark.parametrize(
+    ("sels", "needle"),
+    [
+        ([Selection("span", "5:5")], "out of range"),
+        ([Selection("span", "2:1")], "reversed"),
+        ([Selection("span", "1:3-1:1")], "reversed"),
+        ([Selection("span", "1:1"), Selection("span", "1:2")], "overlap"),
+        ([Selection("span", "1:2-1:2"), Selection("span", "1:2-1:2")], "overlap"),
+        ([Selection("marker", "zzz")], "marker not found"),
+        ([], "nothing selected"),
+    ],
+)
+def test_bad_selections(sels: list[Selection], needle: str) -> None:
+    with pytest.raises(InputError, match=needle):
+        resolve(b"one\ntwo\n", sels)
+
+
+def test_check_spans_rejects_split_utf8() -> None:
+    with pytest.raises(InputError, match="inside a UTF-8 character"):
+        check_spans("é".encode(), [Span(1, 2)])
+
+
+def test_snap_to_lines() -> None:
+    data = b"if x {\n    body\n}\n"
+    start, end = snap_to_lines(data, data.index(b"{") + 1, data.index(b"}"))
+    assert data[start:end] == b"    body"
+    start, end = snap_to_lines(b"f() { a }", 5, 8)
+    assert (start, end) == (5, 8)
+
+
+# --- tree-sitter selectors in every supported language ------------------------------------------------------
+
+DEFS = {
+    "a.py": (
+        b'class A:\n    """Doc."""\n\n    def f(self, x):\n'
+        b'        """Return x."""\n        y = x\n        return y\n',
+        [
+            ("function", "f", b"        y = x\n        return y"),
+            ("function", "A.f", b"        y = x\n        return y"),
+            (
+                "class",
+                "A",
+                b'\n    def f(self, x):\n        """Return x."""\n        y = x\n        return y',
+            ),
+        ],
+    ),
+    "a.js": (
+        b"class A {\n  m(x) { return x; }\n}\nfunction f(a) {\n  return a;\n}\n"
+        b"const g = (x) => {\n  return 1;\n};\n",
+        [
+            ("function", "A.m", b" return x; "),
+            ("function", "f", b"  return a;"),
+            ("function", "g", b"  return 1;"),
+            ("class", "A", b"  m(x) { return x; }"),
+        ],
+    ),
+    "a.ts": (
+        b"class A {\n  m(x: number): number {\n    return x;\n  }\n}\ninterface I {\n  a: number;\n}\n",
+        [("function", "m", b"    return x;"), ("class", "I", b"  a: number;")],
+    ),
+    "a.go": (
+        b"package m\n\ntype S struct {\n\tA int\n}\n\nfunc (s *S) M() int {\n\treturn 1\n}\n",
+        [("function", "M", b"\treturn 1"), ("class", "S", b"\tA int")],
+    ),
+    "a.rs": (
+        b"struct P { x: i32 }\nimpl P {\n    fn m(&self) -> i32 {\n        self.x\n    }\n}\n",
+        [("function", "P.m", b"        self.x")],
+    ),
+    "A.java": (
+        b"class A {\n    int m() {\n        return 1;\n    }\n}\n",
+        [
+            ("function", "A.m", b"        return 1;"),
+            ("class", "A", b"    int m() {\n        return 1;\n    }"),
+        ],
+    ),
+    "a.c": (
+        b"struct S { int a; };\nstatic int *g(void) {\r\n  return 0;\r\n}\r\n",
+        [("function", "g", b"  return 0;"), ("class", "S", b" int a; ")],
+    ),
+    "a.cpp": (
+        b"class A { public: int m() { return 1; } };\nint A::n() {\n  return 2;\n}\n",
+        [
+            ("function", "A::n", b"  return 2;"),
+            ("function", "A.m", b" return 1; "),
+            ("class", "A", b" public: int m() { return 1; } "),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEFS))
+def test_definitions(name: str) -> None:
+    data, cases = DEFS[name]
+    lang = languages.detect(name)
+    assert lang is not None
+    for kind, value, expected in cases:
+        spans = resolve(data, [Selection(kind, value)], lang, name)  # type: ignore[arg-type]
+        assert text_of(data, spans) == [expected], (kind, value)
+
+
+def test_class_selector_matches_every_definition() -> None:
+    data = b"struct P { x: i32 }\nimpl P {\n    fn m(&self) -> i32 {\n        self.x\n    }\n}\n"
+    spans = resolve(data, [Selection("class", "P")], "rust", "a.rs")
+    assert text_of(data, spans) == [b" x: i32 ", b"    fn m(&self) -> i32 {\n        self.x\n    }"]
+
+
+@pytest.mark.parametrize("lang", ["python", "javascript", "typescript", "go", "rust", "java", "c", "cpp"])
+def test_every_language_has_queries(lang: str) -> None:
+    names = languages.capture_names(lang)
+    assert {"function", "function.name", "function.body", "class", "class.name", "class.body"} <= set(names)
+
+
+def test_node_selector_any_capture() -> None:
+    data = b"# one\nx = 1  # two\ndef f():\n    pass\n"
+    spans = resolve(data, [Selection("node", "comment")], "python", "a.py")
+    assert text_of(data, spans) == [b"# one", b"# two"]
+    spans = resolve(data, [Selection("node", "function.body")], "python", "a.py")
+    assert text_of(data, spans) == [b"    pass"]
+
+
+def test_function_not_found_lists_names() -> None:
+    with pytest.raises(InputError, match=r"'nope' not found \(f, g\)"):
+        resolve(b"def f(): pass\ndef g(): pass\n", [Selection("function", "nope")], "python", "a.py")
+
+
+def test_selector_on_plain_text_and_unknown_extension() -> None:
+    assert languages.detect("notes.md") is None
+    with pytest.raises(InputError, match="plain text"):
+        resolve(b"def f(): pass\n", [Selection("function", "f")], None, "notes.md")
+
+
+def test_grammars_found_from_source_tree() -> None:
+    root = languages.grammars_root()
+    assert (root / "python" / "definitions.scm").is_file()
+
+
+# --- properties ---------------------------------------------------------------------------------------------
+
+lines_st = st.lists(
+    st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(derandomize=True, max_examples=150, deadline=None)
+@given(lines=lines_st, newline=st.sampled_from(["\n", "\r\n"]), data=st.data())
+def test_line_spans_are_whole_lines(lines: list[str], newline: str, data: st.DataObject) -> None:
+    text = newline.join(lines) + newline
+    raw = text.encode()
+    a = data.draw(st.integers(1, len(lines)))
+    b = data.draw(st.integers(a, len(lines)))
+    (span,) = resolve(raw, [Selection("span", f"{a}:{b}")])
+    assert raw[span.start_byte : span.end_byte].decode() == newline.join(lines[a - 1 : b])
+    assert span.start_byte == 0 or raw[span.start_byte - 1 : span.start_byte] == b"\n"
+
+
+@settings(derandomize=True, max_examples=150, deadline=None)
+@given(lines=lines_st, data=st.data())
+def test_line_column_spans_match_python_slicing(lines: list[str], data: st.DataObject) -> None:
+    lines = [*lines[:-1], lines[-1] + "!"]  # a final line break opens no line; keep the last line real
+    text = "\n".join(lines)
+    a = data.draw(st.integers(1, len(lines)))
+    b = data.draw(st.integers(a, len(lines)))
+    c = data.draw(st.integers(1, len(lines[a - 1]) + 1))
+    d = data.draw(st.integers(c if a == b else 1, len(lines[b - 1]) + 1))
+    (span,) = resolve(text.encode(), [Selection("span", f"{a}:{c}-{b}:{d}")])
+    starts = [sum(len(x) + 1 for x in lines[:i]) for i in range(len(lines))]
+    expected = text[starts[a - 1] + c - 1 : starts[b - 1] + d - 1]
+    assert text.encode()[span.start_byte : span.end_byte].decode() == expected
