@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from infill.cli import main
-from infill.evaluation.filling import FillOutcome, Slot, reference_filler
+from infill.config import DecodeConfig
+from infill.evaluation.filling import Filler, FillOutcome, Slot, reference_filler
 from infill.evaluation.humaneval import SingleLineTask, build_tasks, load_problems, run_single_line
 
 
@@ -69,3 +72,48 @@ def test_cli_reference_self_check(tmp_path: Path) -> None:
         "HumanEval/118/L7",
     ]
     assert report["summary"]["passed"] == 3
+
+
+def _answering(loaded: Any, fill: Filler, answer: Callable[[Slot], str]) -> Filler:
+    """A filler that scripts the model to write answer(slot), then fills through `fill`."""
+
+    def filler(slot: Slot, budget: int | None) -> FillOutcome:
+        loaded.model.answer = loaded.tokenizer.encode(answer(slot))
+        return fill(slot, budget)
+
+    return filler
+
+
+def _scripted_run(tasks: list[SingleLineTask], filler_for: Callable[[Any, DecodeConfig], Filler]) -> None:
+    """A scripted model that writes the reference passes every task; writing a wrong line fails every task."""
+    from infill.evaluation.filling import token_counter
+    from tests.fixtures_eval import scripted_loaded_model
+
+    loaded = scripted_loaded_model()
+    for decoder in ("sequential", "assd"):
+        fill = filler_for(loaded, DecodeConfig(decoder=decoder, k=5, temperature=0.0))
+        good = run_single_line(
+            tasks, _answering(loaded, fill, lambda s: s.reference), budget_of=token_counter(loaded)
+        )
+        assert good["summary"]["passed"] == len(tasks), good["results"]
+        assert all(r["completion"] == r["reference"] and r["nfe"] > 0 for r in good["results"])
+        assert [r["budget"] for r in good["results"]] == [len(t.slot.reference.encode()) for t in tasks]
+        wrong = _answering(loaded, fill, lambda s: _wrong(s, None).completion)
+        bad = run_single_line(tasks, wrong, budget_of=token_counter(loaded))
+        assert bad["summary"]["passed"] == 0 and bad["summary"]["statuses"] == {"failed": len(tasks)}
+
+
+def test_through_fill_text_with_a_scripted_model() -> None:
+    """The users' path (infill.api.fill_text, oracle budget). Tasks whose line keeps the indentation fill_text
+    infers for an insertion point (it re-indents fills there)."""
+    from infill.evaluation.filling import api_filler
+
+    tasks = {t.task_id: t for t in build_tasks(load_problems())}
+    _scripted_run([tasks["HumanEval/2/L0"], tasks["HumanEval/4/L0"], tasks["HumanEval/12/L0"]], api_filler)
+
+
+def test_raw_model_fills_with_a_scripted_model(three_tasks: list[SingleLineTask]) -> None:
+    """Model-only fills keep the model's own indentation, including the dedent of HumanEval/0/L7."""
+    from infill.evaluation.filling import raw_filler
+
+    _scripted_run(three_tasks, raw_filler)

@@ -69,6 +69,12 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--json", "as_json", is_flag=True, help="Print the JSON report to stdout."),
         click.option("-q", "--quiet", is_flag=True, help="No progress on stderr."),
+        click.option(
+            "--raw",
+            is_flag=True,
+            help="Model-only fills: skip fill_text's post-processing (re-indentation, repeated-suffix "
+            "removal, syntax resampling), for comparison with published model-only figures.",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -139,6 +145,12 @@ def _emit(report: dict[str, Any], output: Path | None, as_json: bool, lines: lis
             click.echo(line)
 
 
+def _filler(loaded: Any, decode: DecodeConfig, raw: bool) -> Any:
+    from infill.evaluation.filling import api_filler, raw_filler
+
+    return raw_filler(loaded, decode) if raw else api_filler(loaded, decode, FillOptions())
+
+
 def _command_line() -> str:
     """The command as a user would type it: the subcommand and every option that differs from its default."""
     ctx = click.get_current_context()
@@ -168,6 +180,9 @@ def _header(
         "model": model_name,
         "model_info": dict(loaded.info) if loaded is not None else None,
         "length": "oracle" if oracle else "policy",
+        "fill_path": "raw model (no post-processing)"
+        if click.get_current_context().params.get("raw")
+        else "infill.api.fill_text",
         "decode": asdict(decode) if decode is not None else None,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -196,6 +211,7 @@ def humaneval_single_line(
     output: Path | None,
     as_json: bool,
     quiet: bool,
+    raw: bool,
     timeout: float,
     memory_mb: int,
     reference: bool,
@@ -208,7 +224,7 @@ def humaneval_single_line(
     policy unless --oracle-length. --limit N takes N tasks evenly spaced over the 1,033.
     """
     from infill.evaluation import humaneval
-    from infill.evaluation.filling import Filler, api_filler, reference_filler, token_counter
+    from infill.evaluation.filling import Filler, reference_filler, token_counter
 
     tasks = humaneval.build_tasks(humaneval.load_problems())
     if len(tasks) != humaneval.EXPECTED_TASKS:
@@ -221,7 +237,7 @@ def humaneval_single_line(
     budget_of: Callable[[str], int] | None = None
     if not reference:
         loaded = _load(model_name, device)
-        filler = api_filler(loaded, decode, FillOptions())
+        filler = _filler(loaded, decode, raw)
         budget_of = token_counter(loaded) if oracle_length else None
     progress = _Progress("humaneval-single-line", len(tasks), quiet, "passed")
     start = time.perf_counter()
@@ -303,6 +319,7 @@ def heldout_exact(
     output: Path | None,
     as_json: bool,
     quiet: bool,
+    raw: bool,
     corpus: Path | None,
     dirs: tuple[Path, ...],
     files: tuple[Path, ...],
@@ -316,7 +333,7 @@ def heldout_exact(
     """
     from infill.errors import InputError
     from infill.evaluation import heldout
-    from infill.evaluation.filling import api_filler, token_counter
+    from infill.evaluation.filling import token_counter
 
     if corpus is None and not dirs and not files:
         raise InputError("give --corpus (the training corpus folder), --dir or --files")
@@ -331,7 +348,7 @@ def heldout_exact(
     def crop(slot: Any) -> Any:
         return heldout.crop_slot(slot, count, max_tokens)
 
-    filler = api_filler(loaded, decode, FillOptions())
+    filler = _filler(loaded, decode, raw)
     progress = _Progress("heldout-exact", len(tasks), quiet, "exact")
     start = time.perf_counter()
     try:

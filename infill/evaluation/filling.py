@@ -137,3 +137,53 @@ def token_counter(model: Any) -> Callable[[str], int]:
         return len(tokenizer.encode(text))
 
     return count
+
+
+def raw_filler(model: Any, decode: DecodeConfig, default_tokens: int = 32) -> Filler:
+    """Fill with the model alone: the api's token layout [<bos>] + prefix + [<mask>] * budget + suffix and its
+    3/4 : 1/4 context split, one decode, the fill cut at its first <pad>, and nothing else (no re-indentation,
+    repeated-suffix removal or syntax resampling, which infill.api.fill_text adds for users).
+
+    For model-only comparisons (published figures are model-only). `model` is a LoadedModel of kind "asarm";
+    budget None means `default_tokens`, the insertion-point default of the tool's length policy.
+    """
+    import torch
+
+    from infill.api import split_context
+    from infill.decoding import decode as run_decode
+    from infill.errors import InfillError
+    from infill.models.base import FillProblem
+
+    net, tok = model.model, model.tokenizer
+    head = [net.bos_id] if net.bos_id is not None else []
+
+    def fill(slot: Slot, budget: int | None) -> FillOutcome:
+        m = budget or default_tokens
+        start = time.perf_counter()
+        prefix, suffix = tok.encode(slot.before), tok.encode(slot.after)
+        keep_pre, keep_suf = split_context(max(0, net.max_length - len(head) - m), len(prefix), len(suffix))
+        prefix, suffix = prefix[len(prefix) - keep_pre :], suffix[:keep_suf]
+        ids = head + prefix + [net.mask_id] * m + suffix
+        at = len(head) + len(prefix)
+        problem = FillProblem(
+            torch.tensor(ids, dtype=torch.long),  # (N,)
+            torch.arange(at, at + m, dtype=torch.long),  # (M,)
+            torch.zeros(m, dtype=torch.long),  # (M,) one span
+        )
+        try:
+            tokens, stats = run_decode(net, problem, decode, torch.Generator().manual_seed(decode.seed))
+        except InfillError as exc:
+            return FillOutcome("", seconds=time.perf_counter() - start, budget=budget, error=str(exc))
+        out = tokens.tolist()
+        if net.pad_id is not None and net.pad_id in out:
+            out = out[: out.index(net.pad_id)]
+        return FillOutcome(
+            tok.decode(out),
+            tokens=stats.tokens,
+            nfe=stats.nfe,
+            seconds=time.perf_counter() - start,
+            decode_seconds=stats.seconds,
+            budget=budget,
+        )
+
+    return fill
