@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec  # noqa: E402
-from infill.evaluation.filling import FillOutcome, api_filler, token_counter  # noqa: E402
+from infill.evaluation.filling import FillOutcome, api_filler, raw_filler, token_counter  # noqa: E402
 from infill.evaluation.humaneval import build_tasks, evenly_spaced, load_problems  # noqa: E402
 
 
@@ -55,10 +55,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--oracle-length", action="store_true", help="budget = reference token length")
     parser.add_argument("--json", type=Path, default=None, help="write per-task measurements here")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument(
+        "--raw", action="store_true", help="decode through the model alone (no fill_text post-processing)"
+    )
     args = parser.parse_args(argv)
 
     from infill.models.registry import load
 
+    if args.threads > 0:
+        import torch
+
+        torch.set_num_threads(args.threads)
     loaded = load(ModelSpec(name=args.model, device=args.device))
     tasks = evenly_spaced(build_tasks(load_problems()), args.limit)
     ks = [int(k) for k in args.ks.split(",") if k.strip()]
@@ -68,7 +76,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             decoder="assd", k=k, temperature=args.temperature, seed=args.seed
         )
     options = FillOptions(candidates=1, max_resample=0, syntax_check=False)
-    fillers = {name: api_filler(loaded, cfg, options) for name, cfg in configs.items()}
+    fillers = {
+        name: raw_filler(loaded, cfg) if args.raw else api_filler(loaded, cfg, options)
+        for name, cfg in configs.items()
+    }
     count = token_counter(loaded)
     names = list(configs)
 

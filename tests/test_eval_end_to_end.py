@@ -117,3 +117,11 @@ def test_raw_model_fills_with_a_scripted_model(three_tasks: list[SingleLineTask]
     from infill.evaluation.filling import raw_filler
 
     _scripted_run(three_tasks, raw_filler)
+
+
+def test_cli_input_errors_exit_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["eval", "heldout-exact", "--dir", str(tmp_path), "-q"])
+    assert result.exit_code == 2
+    assert "no non-blank lines" in result.output
+    result = CliRunner().invoke(main, ["eval", "heldout-exact", "-q"])
+    assert result.exit_code == 2 and "--corpus" in result.output
