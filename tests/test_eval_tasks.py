@@ -129,3 +129,27 @@ def test_crop_keeps_whole_lines_around_the_masked_line() -> None:
     assert len(tail.before) > 60  # more than its three-quarter share (60)
     # everything fits: unchanged
     assert crop_slot(slot, count, max_tokens=10_000) == slot
+
+
+def test_heldout_exact_scoring(tmp_path: Path) -> None:
+    from infill.evaluation.filling import FillOutcome, reference_filler
+    from infill.evaluation.heldout import run_heldout_exact
+
+    tasks = sample_line_tasks([_write(tmp_path, "a.py", 30)], 6, seed=1)
+    good = run_heldout_exact(tasks, reference_filler)
+    assert good["summary"]["exact_match"] == 1.0 and good["summary"]["exact"] == 6
+
+    def padded(slot: Slot, budget: int | None) -> FillOutcome:  # right code, wrong indentation
+        return FillOutcome("  " + slot.reference + " ", budget=budget)
+
+    shifted = run_heldout_exact(tasks, padded, budget_of=len)
+    assert shifted["summary"]["exact_match"] == 0.0 and shifted["summary"]["exact_match_stripped"] == 1.0
+    assert [r["budget"] for r in shifted["results"]] == [len(t.slot.reference) for t in tasks]
+    seen: list[int] = []
+
+    def recording(slot: Slot, budget: int | None) -> FillOutcome:
+        seen.append(len(slot.before) + len(slot.after))
+        return reference_filler(slot, budget)
+
+    run_heldout_exact(tasks, recording, crop=lambda s: crop_slot(s, len, 40))
+    assert max(seen) <= 41  # the masked line's terminator is kept on top of the 40-character window
