@@ -24,6 +24,9 @@ class DecodeConfig:
     block_size: int = 4
     threshold: float = 0.9  # confidence threshold tau for dynamic confidence decoding
     routing: str = "min-span"  # S2D2 routing policy name
+    # appended by issue 5 (block diffusion)
+    unmask_per_step: int = 0  # confidence decoding: 0 = dynamic (p > threshold, plus the argmax); n = static
+    gamma: float = 1.0  # S2D2 tempering: accept w.p. min(1, (q/p)^gamma); 1 = exact ratio, < 1 LOSSY-lenient
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ def tiny_xlnet(
     mask_id: int | None = None,
     pad_id: int | None = None,
     max_length: int = 64,
+    cache: bool = True,
 ) -> XLNetAnySubset:
     """A random XLNet whose last id is `<mask>` (unless given). A large `init_scale` makes the conditionals
     peaky and strongly dependent on context, which gives the exactness tests power."""
@@ -41,6 +42,7 @@ def tiny_xlnet(
         max_length=max_length,
         device="cpu",
         bf16=False,
+        cache=cache,
     )
 
 

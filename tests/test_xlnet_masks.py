@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from infill.models import masks as M
@@ -16,8 +17,10 @@ IDS = torch.tensor([0, 1, MASK, MASK, 2, MASK, MASK, 3])
 MASKED = torch.tensor([2, 3, 5, 6])
 
 
-def model() -> XLNetAnySubset:
-    return tiny_xlnet(8, n_layer=2, d_model=16, seed=5, init_scale=0.5)
+@pytest.fixture(params=[True, False], ids=["cached", "full-forward"])
+def model(request: pytest.FixtureRequest) -> XLNetAnySubset:
+    """Both paths: the prompt/KV cache and HF's full forward with perm_mask / target_mapping."""
+    return tiny_xlnet(8, n_layer=2, d_model=16, seed=5, init_scale=0.5, cache=request.param)
 
 
 def with_content(**pos_tok: int) -> torch.Tensor:
@@ -27,8 +30,8 @@ def with_content(**pos_tok: int) -> torch.Tensor:
     return ids
 
 
-def test_draft_targets_do_not_see_each_other() -> None:
-    m = model()
+def test_draft_targets_do_not_see_each_other(model: XLNetAnySubset) -> None:
+    m = model
     targets = MASKED[1:]  # n = 1: position 2 decoded, targets 3, 5, 6
     base = m.draft(with_content(p2=4), MASKED, 1, targets)
     other = m.draft(with_content(p2=4, p3=5, p5=6, p6=0), MASKED, 1, targets)  # other targets' content
@@ -37,8 +40,8 @@ def test_draft_targets_do_not_see_each_other() -> None:
     assert not torch.allclose(base, changed, atol=1e-4)
 
 
-def test_verify_sees_only_earlier_targets() -> None:
-    m = model()
+def test_verify_sees_only_earlier_targets(model: XLNetAnySubset) -> None:
+    m = model
     targets = MASKED[1:]  # 3, 5, 6
     base = m.verify(with_content(p2=4, p3=1, p5=2, p6=3), MASKED, 1, targets)
     later = m.verify(with_content(p2=4, p3=1, p5=6, p6=0), MASKED, 1, targets)  # change 5 and 6
@@ -54,8 +57,8 @@ def test_verify_sees_only_earlier_targets() -> None:
     assert not torch.allclose(base[1], earlier[1], atol=1e-4)  # target 5 sees the draft at 3
 
 
-def test_lemma1_first_draft_equals_oracle() -> None:
-    m = model()
+def test_lemma1_first_draft_equals_oracle(model: XLNetAnySubset) -> None:
+    m = model
     for n in range(4):
         ids = with_content(p2=4, p3=1, p5=2, p6=3)
         ids[MASKED[n:]] = MASK
@@ -67,16 +70,16 @@ def test_lemma1_first_draft_equals_oracle() -> None:
         assert torch.isinf(p[:, MASK]).all() and torch.isinf(q[:, MASK]).all()  # <mask> logit is -inf
 
 
-def test_undecoded_positions_outside_the_window_are_invisible() -> None:
-    m = model()
+def test_undecoded_positions_outside_the_window_are_invisible(model: XLNetAnySubset) -> None:
+    m = model
     a = m.verify(with_content(p2=4, p3=1), MASKED, 0, MASKED[:2])
     b = m.verify(with_content(p2=4, p3=1, p5=6, p6=0), MASKED, 0, MASKED[:2])
     assert torch.allclose(a, b, atol=1e-6)
 
 
-def test_prompt_rows_never_see_masked_content() -> None:
+def test_prompt_rows_never_see_masked_content(model: XLNetAnySubset) -> None:
     """The prompt's content-stream states are identical whatever the masked positions hold (prompt cache)."""
-    m = model()
+    m = model
     masked_bool = torch.zeros(1, IDS.shape[0], dtype=torch.bool)
     masked_bool[0, MASKED] = True
     prompt = ~masked_bool[0]
@@ -97,8 +100,8 @@ def test_prompt_rows_never_see_masked_content() -> None:
         assert torch.allclose(ha, hb, atol=1e-6)
 
 
-def test_nfe_counts_every_forward() -> None:
-    m = model()
+def test_nfe_counts_every_forward(model: XLNetAnySubset) -> None:
+    m = model
     m.draft(IDS, MASKED, 0, MASKED)
     m.verify(IDS, MASKED, 0, MASKED)
     assert m.nfe == 2

@@ -23,6 +23,7 @@ import click
 
 from infill.config import DecodeConfig, DecoderName, DeviceName, FillOptions, ModelSpec
 from infill.errors import InfillError, InputError
+from infill.server.options import daemon_options, fill_command
 from infill.spans import DEFAULT_TOKENS, Selection
 
 EXIT_OK, EXIT_CHANGES, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 123
@@ -386,6 +387,7 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
 @click.option("-v", "--verbose", count=True, help="More detail on stderr (tracebacks with -v).")
 @click.option("--stats", is_flag=True, help="Print decoding stats (NFE, tokens, tokens/NFE, time) on stderr.")
+@daemon_options
 def fill(
     file: str,
     spans: tuple[str, ...],
@@ -413,6 +415,8 @@ def fill(
     quiet: bool,
     verbose: int,
     stats: bool,
+    daemon: str,
+    idle_timeout: float,
 ) -> None:
     """See _HELP."""
     filter_mode = file == "-" and not (diff or check or fmt == "json") and output in (None, "-")
@@ -459,7 +463,9 @@ def fill(
     from infill.progress import progress
 
     show = not quiet and not filter_mode and fmt == "text"
-    with progress(show) as on_progress:
-        result = run_fill(request, on_progress)
+    result = fill_command(request.to_dict(), daemon, idle_timeout)  # None: no daemon, work in-process
+    if result is None:
+        with progress(show) as on_progress:
+            result = run_fill(request, on_progress)
     _write_out(result["stdout"], result["stderr"])
     sys.exit(result["exit_code"])

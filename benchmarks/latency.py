@@ -1,0 +1,192 @@
+"""Latency of a single-line fill, three ways, measured in one run (issue 7):
+
+  cold    `infill fill FILE --span L:L --format json --daemon off`: a fresh process imports torch, loads the model
+  daemon  the same command with `--daemon on` and a warm daemon: a fresh (light) process asks the daemon
+  stdio   one request/response round trip to an `infill serve --stdio` process that already holds the model
+
+Prints the median wall time of each and its ratio to cold; checks that all three give the same edits.
+
+    python benchmarks/latency.py                      # the default model
+    python benchmarks/latency.py --tiny               # a tiny random checkpoint (infill.models.tiny)
+    python benchmarks/latency.py --model PATH --runs 9
+
+The daemon runs in a private runtime directory and is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SOURCE = '''def mean(values):
+    """Return the arithmetic mean of a non-empty list."""
+    total = sum(values)
+    return total / len(values)
+
+
+def variance(values):
+    m = mean(values)
+    return sum((v - m) ** 2 for v in values) / len(values)
+'''
+LINE = 3  # `total = sum(values)`: one line, filled whole
+REPO = Path(__file__).resolve().parent.parent
+
+
+def timed(command: list[str], env: dict[str, str]) -> tuple[float, dict[str, Any]]:
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, timeout=900)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"failed ({done.returncode}): {' '.join(command)}\n{done.stderr.decode()}")
+    return seconds, json.loads(done.stdout)
+
+
+def edits(result: dict[str, Any]) -> list[tuple[int, int, str]]:
+    return [(e["start_byte"], e["end_byte"], e["text"]) for e in result["edits"]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model", default="default", help="model name or folder [default: the embedded model]"
+    )
+    parser.add_argument("--tiny", action="store_true", help="build and use a tiny random checkpoint")
+    parser.add_argument("--runs", type=int, default=7, help="timed runs per mode (after one warm-up) [7]")
+    parser.add_argument("--decoder", default="assd")
+    parser.add_argument(
+        "--no-syntax-check",
+        action="store_true",
+        help="no resampling on syntax errors (on with --tiny: a random model's lines never parse)",
+    )
+    args = parser.parse_args()
+    args.no_syntax_check = args.no_syntax_check or args.tiny
+
+    with tempfile.TemporaryDirectory(prefix="infill-bench-") as scratch:
+        work = Path(scratch)
+        model = args.model
+        if args.tiny:
+            from infill.models.tiny import build_tiny_checkpoint
+
+            model = str(build_tiny_checkpoint(work / "tiny"))
+        source = work / "stats.py"
+        source.write_text(SOURCE)
+        runtime = work / "rt"
+        runtime.mkdir(mode=0o700)
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("CI", "INFILL_NO_DAEMON", "PYTEST_CURRENT_TEST")
+        }
+        env |= {"INFILL_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(REPO)}
+        fill = [
+            sys.executable,
+            "-m",
+            "infill",
+            "fill",
+            str(source),
+            "--span",
+            f"{LINE}:{LINE}",
+            "--format",
+            "json",
+            "--model",
+            model,
+            "--decoder",
+            args.decoder,
+        ] + (["--no-syntax-check"] if args.no_syntax_check else [])
+
+        results: dict[str, list[float]] = {"cold": [], "daemon": [], "stdio": []}
+        inside: dict[str, list[float]] = {
+            "cold": [],
+            "daemon": [],
+            "stdio": [],
+        }  # the fill's own stats.seconds
+        outputs: dict[str, dict[str, Any]] = {}
+        try:
+            for i in range(args.runs + 1):  # cold: every run pays the imports and the model load
+                seconds, outputs["cold"] = timed([*fill, "--daemon", "off"], env)
+                if i:
+                    results["cold"].append(seconds)
+                    inside["cold"].append(outputs["cold"]["stats"]["seconds"])
+            for i in range(args.runs + 1):  # the first run starts the daemon and loads the model
+                seconds, outputs["daemon"] = timed([*fill, "--daemon", "on"], env)
+                if i:
+                    results["daemon"].append(seconds)
+                    inside["daemon"].append(outputs["daemon"]["stats"]["seconds"])
+            results["stdio"], outputs["stdio"], inside["stdio"] = stdio_round_trips(env, model, source, args)
+        finally:
+            subprocess.run(
+                [sys.executable, "-m", "infill", "daemon", "stop"],
+                env=env,
+                cwd=REPO,
+                capture_output=True,
+                timeout=120,
+            )
+
+    same = edits(outputs["cold"]) == edits(outputs["daemon"]) == edits(outputs["stdio"])
+    cold = statistics.median(results["cold"])
+    print(f"model: {model}   decoder: {args.decoder}   runs per mode: {args.runs} (after one warm-up)")
+    print(
+        f"{'mode':<8} {'median ms':>10} {'min ms':>8} {'ratio to cold':>14} {'decode ms':>10} {'other ms':>9}"
+    )
+    for mode, times in results.items():
+        median, decode = statistics.median(times), statistics.median(inside[mode])
+        print(
+            f"{mode:<8} {median * 1000:>10.1f} {min(times) * 1000:>8.1f} {median / cold:>14.3f} "
+            f"{decode * 1000:>10.1f} {(median - decode) * 1000:>9.1f}"
+        )
+    print("decode = the fill's own stats.seconds (median); other = wall time around it")
+    print(f"same edits in all three modes: {same}")
+    print(f"fill: {edits(outputs['cold'])}")
+
+
+def stdio_round_trips(
+    env: dict[str, str], model: str, source: Path, args: argparse.Namespace
+) -> tuple[list[float], dict[str, Any], list[float]]:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "infill", "serve", "--stdio"],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    if server.stdin is None or server.stdout is None:  # never: both are pipes
+        raise SystemExit("could not start serve --stdio")
+    params = {
+        "path": str(source),
+        "span": f"{LINE}:{LINE}",
+        "model": model,
+        "decoder": args.decoder,
+        "syntax_check": not args.no_syntax_check,
+    }
+    times: list[float] = []
+    inside: list[float] = []
+    reply: dict[str, Any] = {}
+    try:
+        for i in range(args.runs + 1):
+            start = time.perf_counter()
+            server.stdin.write(json.dumps({"id": i, "method": "fill", "params": params}).encode() + b"\n")
+            server.stdin.flush()
+            reply = json.loads(server.stdout.readline())
+            seconds = time.perf_counter() - start
+            if "error" in reply:
+                raise SystemExit(f"serve --stdio: {reply['error']}")
+            if i:
+                times.append(seconds)
+                inside.append(reply["stats"]["seconds"])
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
+    return times, reply, inside
+
+
+if __name__ == "__main__":
+    main()

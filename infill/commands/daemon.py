@@ -1,0 +1,85 @@
+"""`infill daemon status|start|stop`: the per-user background server behind `infill fill --daemon auto`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from infill.server import lifecycle
+
+
+@click.group()
+def daemon() -> None:
+    """Inspect, start or stop this user's background model server.
+
+    `infill fill` and `infill docstrings` use it by default (--daemon auto) and start it when needed; it exits
+    after --idle-timeout seconds without a request. Its socket lives in $INFILL_RUNTIME_DIR, else
+    $XDG_RUNTIME_DIR/infill, else /tmp/infill-<uid> (a directory only you can enter).
+    """
+
+
+@daemon.command()
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def status(fmt: str) -> None:
+    """Show the running daemon. Exit 0 if one runs, 1 if none does."""
+    from infill.server import client
+
+    try:
+        info = client.status()
+    except lifecycle.DaemonUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    if fmt == "json":
+        click.echo(json.dumps(info if info is not None else {"running": False}, indent=2))
+    elif info is None:
+        click.echo("no daemon running")
+    else:
+        models = ", ".join(f"{m['name']} ({m['device']})" for m in info.get("models", [])) or "none loaded"
+        idle = info.get("idle_timeout") or 0
+        click.echo(
+            f"running: pid {info.get('pid')}, infill {info.get('version')} (protocol {info.get('protocol')})"
+        )
+        click.echo(f"socket:  {info['socket']}")
+        click.echo(
+            f"uptime:  {info.get('uptime', 0):.0f} s; idle timeout {'never' if not idle else f'{idle:g} s'}"
+        )
+        click.echo(f"models:  {models}")
+        if not info.get("compatible"):
+            click.echo("note:    it runs other code than this infill; the next request restarts it")
+    sys.exit(0 if info is not None else 1)
+
+
+@daemon.command()
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(min=0),
+    default=lifecycle.DEFAULT_IDLE_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Exit after this long without a request (0 = never).",
+)
+def start(idle_timeout: float) -> None:
+    """Start the daemon now (if it is not running), so the first fill does not wait for it."""
+    from infill.server import client
+
+    try:
+        conn = client.connect_daemon(lifecycle.runtime_paths(), spawn=True, idle_timeout=idle_timeout)
+    except (OSError, lifecycle.DaemonUnavailable) as exc:
+        raise click.ClickException(f"could not start the daemon: {exc}") from None
+    if conn is None:  # pragma: no cover - spawn=True either connects or raises
+        raise click.ClickException("could not start the daemon")
+    conn.close()
+    click.echo(f"running: pid {conn.ping.get('pid')}")
+
+
+@daemon.command()
+def stop() -> None:
+    """Stop the daemon (it finishes the request in progress first, if it can within a few seconds)."""
+    from infill.server import client
+
+    try:
+        stopped = client.stop()
+    except (OSError, lifecycle.DaemonUnavailable) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo("stopped" if stopped else "no daemon running")

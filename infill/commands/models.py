@@ -1,0 +1,44 @@
+"""`infill models`: list the models usable offline (packaged, HF cache). Never imports torch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="HF hub cache to scan (default: $HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub).",
+)
+def models(as_json: bool, cache_dir: Path | None) -> None:
+    """List the packaged model(s) and the models in the local Hugging Face cache.
+
+    NAME is what `--model` accepts; cached models with a revision other than main take `--revision REV`.
+    KIND is asarm (XLNet any-subset model: assd, sequential, parallel decoders) or blockdiff
+    (Qwen3/Llama/SDAR block diffusion: confidence, s2d2). Nothing is downloaded; any local model folder
+    also works as --model PATH.
+    """
+    from infill.models.catalog import cached_models, hf_cache_dir, human_size, packaged_models
+
+    entries = packaged_models() + cached_models(cache_dir)
+    if as_json:
+        click.echo(json.dumps([e.as_dict() for e in entries], indent=2))
+        return
+    if not entries:
+        click.echo(
+            f"no models found (packaged weights missing; HF cache {cache_dir or hf_cache_dir()} empty)"
+        )
+        return
+    rows = [("NAME", "REVISION", "KIND", "SIZE", "PARAMS", "PROVENANCE")]
+    for e in entries:
+        params = f"{e.parameters / 1e6:.1f}M" if e.parameters is not None else "?"
+        rows.append((e.name, e.revision or "-", e.kind, human_size(e.size_bytes), params, e.provenance))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])

@@ -1,0 +1,79 @@
+"""`infill serve`: keep models loaded and answer JSON-lines requests (editors, the per-user daemon)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from infill.server import protocol
+
+PROTOCOL_HELP = """Keep models in memory and answer requests, one JSON object per line.
+
+\b
+Request:  {"id": 1, "method": "fill", "params": {...}}
+Response: {"id": 1, ...}  (fill: what `infill fill --format json` prints)
+      or  {"id": 1, "error": {"code": "input_error", "message": "...", "exit_code": 2}}
+
+\b
+Methods: fill, docstrings, models, ping, shutdown. Requests are served in order; a malformed line, an unknown
+method, a bad span or an oversized request gets an error response and the server keeps running.
+Models stay loaded, keyed by model and device.
+
+\b
+--stdio          for an editor plugin that owns the process (see the README for Neovim and VS Code)
+--socket PATH    a Unix socket daemon (mode 0600); `infill fill --daemon auto` starts one per user by itself
+"""
+
+
+@click.command(help=PROTOCOL_HELP)
+@click.option("--stdio", "use_stdio", is_flag=True, help="Serve on stdin/stdout.")
+@click.option(
+    "--socket",
+    "socket_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PATH",
+    help="Serve on a Unix domain socket at PATH.",
+)
+@click.option(
+    "--max-request-bytes",
+    type=click.IntRange(min=1),
+    default=protocol.DEFAULT_MAX_REQUEST_BYTES,
+    show_default=True,
+    help="Longer request lines get a too_large error.",
+)
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --socket: exit after this long without a request (0 = never).",
+)
+def serve(use_stdio: bool, socket_path: Path | None, max_request_bytes: int, idle_timeout: float) -> None:
+    from infill.server.dispatch import Dispatcher, ModelCache, ServerContext, load_plugins
+
+    if use_stdio == (socket_path is not None):
+        raise click.UsageError("give exactly one of --stdio or --socket PATH")
+    context = ServerContext(
+        ModelCache(), transport="stdio" if use_stdio else "socket", idle_timeout=idle_timeout
+    )
+    dispatcher = Dispatcher(max_request_bytes=max_request_bytes, context=context)
+    os.environ["INFILL_NO_DAEMON"] = "1"  # the commands a server runs must never call a daemon themselves
+    plugins = os.environ.get("INFILL_SERVER_PLUGINS")
+    if plugins:
+        load_plugins(dispatcher, plugins)
+    if use_stdio:
+        from infill.server.stdio import serve_stdio
+
+        serve_stdio(dispatcher)
+        return
+    from infill.server.daemon import SocketInUse, serve_socket
+    from infill.server.lifecycle import DaemonUnavailable
+
+    assert socket_path is not None  # checked above (mutually exclusive flags)
+    try:
+        serve_socket(dispatcher, socket_path, idle_timeout)
+    except (SocketInUse, DaemonUnavailable) as exc:
+        raise click.ClickException(str(exc)) from None

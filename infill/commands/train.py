@@ -1,0 +1,309 @@
+"""`infill train`: build the corpus, train the tokenizer, train an AS-ARM, export a model folder.
+
+The `block-diffusion` subcommand lives in infill/commands/train_blockdiff.py (helper "bd") and is attached to
+this group lazily when that module exists.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+
+from infill.errors import InputError
+
+DEFAULT_CORPUS = Path("runs/corpus")
+DEFAULT_RUN = Path("runs/asarm")
+
+
+class TrainGroup(click.Group):
+    """`train` subcommands; `block-diffusion` is loaded from infill.commands.train_blockdiff when present."""
+
+    LAZY = {"block-diffusion": "infill.commands.train_blockdiff:block_diffusion"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = set(super().list_commands(ctx))
+        names.update(n for n in self.LAZY if self._lazy(n) is not None)
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, cmd_name) or self._lazy(cmd_name)
+
+    def _lazy(self, name: str) -> click.Command | None:
+        target = self.LAZY.get(name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                return None
+            raise
+        command = getattr(module, attr, None)
+        return command if isinstance(command, click.Command) else None
+
+
+@click.group(cls=TrainGroup)
+def train() -> None:
+    """Train the models infill ships: corpus, tokenizer, AS-ARM (and block diffusion)."""
+
+
+@train.command("corpus")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_CORPUS,
+    show_default=True,
+    help="Corpus folder to write (train.jsonl, heldout.jsonl, heldout/, manifest.json).",
+)
+@click.option(
+    "--site",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    default=None,
+    help="site-packages folder to read (default: this interpreter's).",
+)
+@click.option(
+    "--heldout-permille",
+    type=click.IntRange(0, 1000),
+    default=20,
+    show_default=True,
+    help="Held-out share in 1/1000, decided by each file's content hash.",
+)
+def corpus_cmd(out: Path, site: Path | None, heldout_permille: int) -> None:
+    """Collect local Python sources (stdlib + installed packages, no tests or eval sets) into a corpus."""
+    from infill.training.corpus import build_corpus
+
+    build_corpus(out, site=site, heldout_permille=heldout_permille)
+
+
+@train.command("tokenizer")
+@click.option(
+    "--corpus",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    default=DEFAULT_CORPUS,
+    show_default=True,
+)
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=Path("runs/tokenizer.json"), show_default=True
+)
+@click.option("--vocab-size", type=click.IntRange(512, 65535), default=8192, show_default=True)
+@click.option(
+    "--sample-bytes-per-package",
+    type=int,
+    default=600_000,
+    show_default=True,
+    help="Training text per package (files in hash order).",
+)
+def tokenizer_cmd(corpus: Path, out: Path, vocab_size: int, sample_bytes_per_package: int) -> None:
+    """Train the byte-level BPE on the corpus's training split and print held-out bytes/token."""
+    from infill.training.corpus import balanced_records, read_split
+    from infill.training.tokenizer import bytes_per_token, save_tokenizer, train_tokenizer
+
+    texts = [r["text"] for r in balanced_records(corpus, "train", sample_bytes_per_package)]
+    tok = train_tokenizer(texts, vocab_size)
+    save_tokenizer(tok, out)
+    held = [r["text"] for r in read_split(corpus, "heldout")]
+    click.echo(f"vocab {vocab_size}: held-out {bytes_per_token(tok, held):.3f} bytes/token -> {out}")
+
+
+def _parse_until(value: str | None) -> float:
+    """'05:25' (UTC today) or an ISO time -> unix time; None -> 0."""
+    if not value:
+        return 0.0
+    try:
+        if len(value) <= 5 and ":" in value:
+            hh, mm = (int(x) for x in value.split(":"))
+            now = datetime.now(timezone.utc)
+            return now.replace(hour=hh, minute=mm, second=0, microsecond=0).timestamp()
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError as exc:
+        raise InputError(f"--until: cannot parse time {value!r} (use HH:MM in UTC or ISO 8601)") from exc
+
+
+@train.command("asarm")
+@click.option(
+    "--corpus",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    default=DEFAULT_CORPUS,
+    show_default=True,
+)
+@click.option(
+    "--tokenizer",
+    "tokenizer_json",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    required=True,
+    help="tokenizer.json from `infill train tokenizer`.",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_RUN,
+    show_default=True,
+    help="Checkpoints (last.pt) go here.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Export the final model folder here (config.json, model.safetensors, tokenizer.json).",
+)
+@click.option("--steps", type=click.IntRange(0), default=0, help="Stop after this many steps (0 = no limit).")
+@click.option(
+    "--minutes",
+    type=click.FloatRange(0),
+    default=0.0,
+    help="Training-time budget across resumes; the LR schedule follows it (0 = none).",
+)
+@click.option("--until", "until", default=None, help="Stop at this UTC time (HH:MM or ISO 8601).")
+@click.option("--resume/--no-resume", default=True, show_default=True, help="Continue from run-dir/last.pt.")
+@click.option("--layers", type=click.IntRange(1), default=6, show_default=True)
+@click.option("--d-model", type=click.IntRange(8), default=256, show_default=True)
+@click.option("--heads", type=click.IntRange(1), default=4, show_default=True)
+@click.option("--d-inner", type=click.IntRange(8), default=1024, show_default=True)
+@click.option("--seq-len", type=click.IntRange(16), default=256, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=16, show_default=True)
+@click.option("--lr", type=float, default=1e-3, show_default=True)
+@click.option("--warmup", type=click.IntRange(0), default=200, show_default=True)
+@click.option("--checkpoint-minutes", type=float, default=5.0, show_default=True)
+@click.option("--eval-sequences", type=click.IntRange(0), default=32, show_default=True)
+@click.option("--threads", type=click.IntRange(1), default=2, show_default=True)
+@click.option("--log-every", type=click.IntRange(1), default=10, show_default=True)
+@click.option(
+    "--max-package-mb",
+    type=click.FloatRange(0.01),
+    default=6.0,
+    show_default=True,
+    help="Per-package cap on training text, in MB (keeps huge repetitive packages from dominating).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--no-bf16", is_flag=True, help="Compute in fp32 instead of bf16 autocast.")
+def asarm(
+    corpus: Path,
+    tokenizer_json: Path,
+    run_dir: Path,
+    out: Path | None,
+    steps: int,
+    minutes: float,
+    until: str | None,
+    resume: bool,
+    layers: int,
+    d_model: int,
+    heads: int,
+    d_inner: int,
+    seq_len: int,
+    batch_size: int,
+    lr: float,
+    warmup: int,
+    checkpoint_minutes: float,
+    eval_sequences: int,
+    threads: int,
+    log_every: int,
+    max_package_mb: float,
+    seed: int,
+    no_bf16: bool,
+) -> None:
+    """Train an any-subset autoregressive XLNet with the joint loss (Eq. 7); resumable."""
+    from infill.training.asarm import ModelShape, TrainConfig
+    from infill.training.asarm import train as run_training
+
+    if d_model % heads:
+        raise InputError(f"--d-model {d_model} is not divisible by --heads {heads}")
+    if not (steps or minutes or until):
+        raise InputError("give --steps, --minutes or --until, or training never stops")
+    cfg = TrainConfig(
+        seq_len=seq_len,
+        batch_size=batch_size,
+        lr=lr,
+        warmup_steps=warmup,
+        steps=steps,
+        minutes=minutes,
+        until=_parse_until(until),
+        seed=seed,
+        checkpoint_minutes=checkpoint_minutes,
+        eval_sequences=eval_sequences,
+        threads=threads,
+        bf16=not no_bf16,
+        log_every=log_every,
+        max_package_bytes=int(max_package_mb * 1e6),
+        shape=ModelShape(d_model=d_model, n_layer=layers, n_head=heads, d_inner=d_inner),
+    )
+    state = run_training(corpus, tokenizer_json, run_dir, cfg, resume=resume, export_to=out)
+    click.echo(
+        json.dumps(
+            {
+                "step": state.step,
+                "tokens_seen": state.tokens_seen,
+                "heldout_nll": state.last_eval,
+                "finished": time.strftime("%H:%M:%S", time.gmtime()),
+            }
+        )
+    )
+
+
+@train.command("export")
+@click.option(
+    "--run-dir",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    default=DEFAULT_RUN,
+    show_default=True,
+)
+@click.option(
+    "--tokenizer",
+    "tokenizer_json",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    required=True,
+)
+@click.option(
+    "--corpus",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    default=DEFAULT_CORPUS,
+    show_default=True,
+)
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+def export_cmd(run_dir: Path, tokenizer_json: Path, corpus: Path, out: Path) -> None:
+    """Export run-dir/last.pt as a model folder."""
+    from infill.training.asarm import export_model, load_checkpoint_model, provenance
+
+    if not (run_dir / "last.pt").exists():
+        raise InputError(f"no checkpoint {run_dir / 'last.pt'}")
+    model, cfg, state = load_checkpoint_model(run_dir)
+    export_model(model, tokenizer_json, out, cfg.seq_len, provenance(cfg, state, corpus))
+    click.echo(f"exported step {state.step} to {out}")
+
+
+@train.command("heldout-nll")
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    required=True,
+    help="An exported model folder (config.json, model.safetensors, tokenizer.json).",
+)
+@click.option(
+    "--corpus",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    default=DEFAULT_CORPUS,
+    show_default=True,
+)
+@click.option("--sequences", type=click.IntRange(1), default=512, show_default=True)
+@click.option("--seed", type=int, default=99, show_default=True)
+@click.option("--threads", type=click.IntRange(1), default=1, show_default=True)
+def heldout_nll_cmd(model_dir: Path, corpus: Path, sequences: int, seed: int, threads: int) -> None:
+    """Held-out NLL per masked token (overall and per mask layout) of an exported model, as JSON."""
+    import torch
+    from transformers import XLNetLMHeadModel
+
+    from infill.training.asarm import measure_heldout
+    from infill.training.tokenizer import load_tokenizer
+
+    torch.set_num_threads(threads)
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    model = XLNetLMHeadModel.from_pretrained(str(model_dir), dtype=torch.float32)
+    tok = load_tokenizer(model_dir / "tokenizer.json")
+    result = measure_heldout(model, tok, corpus, int(config["infill"]["max_length"]), sequences, seed)
+    click.echo(json.dumps(result, indent=1))

@@ -1,0 +1,130 @@
+"""`infill train block-diffusion`: train a small Qwen3-architecture block-diffusion model (FIM formatting) and
+save it in the SDAR folder layout, loadable with `infill fill --model FOLDER --decoder s2d2`.
+
+Attached to the `train` group by infill/commands/train.py. torch is imported only when the command runs."""
+
+from __future__ import annotations
+
+import click
+
+from infill.errors import InputError
+
+
+def _block_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(x) for x in value.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter("block sizes must be >= 1")
+    return sizes
+
+
+@click.command("block-diffusion")
+@click.option(
+    "--data",
+    "data",
+    multiple=True,
+    required=True,
+    type=click.Path(exists=True),
+    help="Training text: files, directories (searched with --glob), or an AS-ARM corpus directory "
+    "(train.jsonl). Repeatable.",
+)
+@click.option("--glob", default="*.py", show_default=True, help="File pattern inside --data directories.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output model folder.")
+@click.option(
+    "--tokenizer",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Reuse this tokenizer.json (e.g. the AS-ARM's); the FIM / mask / end tokens are added to it.",
+)
+@click.option("--vocab-size", default=8192, show_default=True, help="BPE size when no --tokenizer is given.")
+@click.option("--steps", default=1000, show_default=True)
+@click.option("--batch-size", default=16, show_default=True)
+@click.option("--seq-len", default=256, show_default=True)
+@click.option(
+    "--block-sizes",
+    default="1,4,8,16",
+    show_default=True,
+    callback=_block_sizes,
+    help="Block sizes drawn per step; keep 1 so the AR (S2D2 verifier) mode is trained.",
+)
+@click.option("--lr", default=1e-3, show_default=True)
+@click.option("--hidden", default=256, show_default=True)
+@click.option("--layers", default=4, show_default=True)
+@click.option("--heads", default=4, show_default=True)
+@click.option("--kv-heads", default=2, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--bf16/--no-bf16", default=False, show_default=True, help="bf16 autocast (AMX CPUs, CUDA).")
+@click.option("--time-limit", default=0.0, show_default=True, help="Stop after this many minutes (0 = none).")
+@click.option("--threads", default=0, show_default=True, help="torch CPU threads (0 = torch's default).")
+@click.option("--log-every", default=50, show_default=True)
+def block_diffusion(
+    data: tuple[str, ...],
+    glob: str,
+    out: str,
+    tokenizer: str | None,
+    vocab_size: int,
+    steps: int,
+    batch_size: int,
+    seq_len: int,
+    block_sizes: tuple[int, ...],
+    lr: float,
+    hidden: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    seed: int,
+    bf16: bool,
+    time_limit: float,
+    threads: int,
+    log_every: int,
+) -> None:
+    """Train a block-diffusion model (BD3-LM / SDAR objective, fill-in-the-middle formatting)."""
+    from infill.training.blockdiff import ModelShape, TrainConfig, load_texts, train
+
+    if hidden % heads or heads % kv_heads:
+        raise InputError(f"--hidden ({hidden}) must divide by --heads ({heads}), and --heads by --kv-heads")
+    if seq_len < 8 or steps < 1 or batch_size < 1:
+        raise InputError("--seq-len must be >= 8, --steps and --batch-size >= 1")
+    texts = load_texts(data, glob)
+    if not texts:
+        raise InputError(f"no training text found in {', '.join(data)} (pattern {glob})")
+    if threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)
+    cfg = TrainConfig(
+        steps=steps,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        block_sizes=block_sizes,
+        lr=lr,
+        warmup=min(100, max(1, steps // 10)),
+        seed=seed,
+        bf16=bf16,
+        time_limit=time_limit * 60,
+        log_every=log_every,
+    )
+    shape = ModelShape(
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=hidden // heads,
+        intermediate=3 * hidden,
+        max_length=max(512, seq_len),
+    )
+    click.echo(f"block diffusion: {len(texts)} documents -> {out}", err=True)
+    summary = train(
+        texts,
+        out,
+        cfg,
+        shape=shape,
+        tokenizer_path=tokenizer,
+        vocab_size=vocab_size,
+        log=lambda line: click.echo(line, err=True),
+    )
+    click.echo(
+        f"saved {out}: {summary['parameters'] / 1e6:.1f}M parameters, {summary['steps']} steps, "
+        f"loss {summary['final_loss']:.3f}, {summary['seconds']}s"
+    )

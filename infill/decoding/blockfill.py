@@ -1,0 +1,116 @@
+"""Fill the middle between a prefix and a suffix with a block-diffusion model: the entry the api uses for
+LoadedModel(kind="blockdiff").
+
+Prompt formats:
+- "fim": the tokenizer has <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|> (Qwen-family and project models):
+  <|fim_prefix|> prefix <|fim_suffix|> suffix <|fim_middle|>, then the model writes the middle;
+- "chat": otherwise an instruction through the tokenizer's chat template (a code fence around the reply is
+  stripped).
+Generation ends at an end token or after max_tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from infill.errors import DecodeError, ModelError
+
+if TYPE_CHECKING:
+    import torch
+
+    from infill.config import DecodeConfig
+    from infill.decoding.stats import DecodeStats
+    from infill.models.blockdiff import BlockDiffModel, HFTokenizer
+    from infill.models.registry import LoadedModel
+
+FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+HOLE = "<FILL>"
+INSTRUCTION = (
+    "Complete the code: replace {hole} with the missing text, so that the code before and after it fits.\n"
+    "Reply with the missing text only, nothing else.\n\n{prefix}{hole}{suffix}"
+)
+_FENCE = re.compile(r"^\s*```[\w+-]*\n(.*?)\n?```\s*$", re.DOTALL)
+
+
+def generate(
+    model: BlockDiffModel,
+    prompt: torch.Tensor,
+    max_tokens: int,
+    cfg: DecodeConfig,
+    generator: torch.Generator,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[torch.Tensor, DecodeStats]:
+    """Dispatch on cfg.decoder: "confidence" (Algorithms 1-2) or "s2d2" (Algorithm 3)."""
+    if cfg.decoder == "confidence":
+        from infill.decoding.confidence import generate as confidence_generate
+
+        return confidence_generate(model, prompt, max_tokens, cfg, generator, on_step=on_step)
+    if cfg.decoder == "s2d2":
+        from infill.decoding.s2d2 import decode
+
+        return decode(model, prompt, max_tokens, cfg, generator, on_step=on_step)
+    raise DecodeError(f"decoder {cfg.decoder!r} does not run block-diffusion models; use confidence or s2d2")
+
+
+def build_prompt(
+    tokenizer: HFTokenizer, prefix: str, suffix: str, max_prompt: int | None = None
+) -> tuple[list[int], str, bool]:
+    """-> (prompt ids, format "fim" | "chat", truncated). When the prompt would exceed `max_prompt` tokens,
+    the prefix loses its beginning and the suffix its end (the suffix keeps at most a quarter of the room)."""
+    pre_ids, suf_ids = tokenizer.encode(prefix), tokenizer.encode(suffix)
+    fim = [tokenizer.token_id(t) for t in FIM_TOKENS]
+    if all(t is not None for t in fim):
+        overhead = 3
+    elif tokenizer.chat_template:
+        overhead = len(tokenizer.chat_prompt(INSTRUCTION.format(hole=HOLE, prefix="", suffix="")))
+    else:
+        raise ModelError("this block-diffusion model's tokenizer has neither FIM tokens nor a chat template")
+    truncated = False
+    if max_prompt is not None and overhead + len(pre_ids) + len(suf_ids) > max_prompt:
+        room = max(0, max_prompt - overhead)
+        keep_suf = min(len(suf_ids), room // 4)
+        keep_pre = min(len(pre_ids), room - keep_suf)
+        keep_suf = min(len(suf_ids), room - keep_pre)
+        pre_ids, suf_ids, truncated = pre_ids[len(pre_ids) - keep_pre :], suf_ids[:keep_suf], True
+    if overhead == 3:
+        pre, suf, mid = (int(t) for t in fim if t is not None)
+        return [pre, *pre_ids, suf, *suf_ids, mid], "fim", truncated
+    if truncated:
+        prefix, suffix = tokenizer.decode(pre_ids), tokenizer.decode(suf_ids)
+    return (
+        tokenizer.chat_prompt(INSTRUCTION.format(hole=HOLE, prefix=prefix, suffix=suffix)),
+        "chat",
+        truncated,
+    )
+
+
+def fill_middle(
+    loaded: LoadedModel,
+    prefix: str,
+    suffix: str,
+    max_tokens: int,
+    cfg: DecodeConfig,
+    generator: torch.Generator,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[str, DecodeStats]:
+    """The text between `prefix` and `suffix` (without the end token), and the decoding stats. A prompt too
+    long for the model keeps the end of the prefix and the start of the suffix."""
+    import torch
+
+    if loaded.kind != "blockdiff":
+        raise ModelError(f"model {loaded.name!r} is not a block-diffusion model")
+    limit = getattr(loaded.model.model.config, "max_position_embeddings", None)
+    ids, fmt, truncated = build_prompt(
+        loaded.tokenizer, prefix, suffix, None if limit is None else limit - max_tokens
+    )
+    tokens, stats = generate(
+        loaded.model, torch.tensor(ids, dtype=torch.long), max_tokens, cfg, generator, on_step
+    )
+    text = loaded.tokenizer.decode(tokens.tolist())
+    if fmt == "chat":
+        fenced = _FENCE.match(text)
+        text = fenced.group(1) if fenced else text
+    stats.extra.update({"prompt_format": fmt, "prompt_tokens": len(ids), "prompt_truncated": truncated})
+    return text, stats

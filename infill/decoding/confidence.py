@@ -1,0 +1,218 @@
+"""Block-wise decoding of block-diffusion models (S2D2 paper, Algorithm 1) with confidence-threshold denoising
+steps (Algorithm 2).
+
+Outer loop (Algorithm 1): the sequence [prompt ; max_tokens masks] is cut into blocks of B positions aligned
+on absolute positions. The prompt's complete blocks are prefilled into the KV cache; the block holding the
+prompt's tail is the first one decoded. For each block: repeat {draft forward -> denoising step} until no
+position is masked, then commit the block to the cache. The commit forward also drafts the next block
+(infill.models.blockdiff), so block size 1 costs one forward per token: plain AR decoding.
+
+Denoising step (Algorithm 2), at the masked positions of the block:
+- dynamic (cfg.unmask_per_step == 0): sample x^ ~ p, unmask every position whose confidence p(x^) > tau
+  (cfg.threshold), and always the most confident one;
+- static (cfg.unmask_per_step = n > 0): unmask the n most confident positions.
+Confidence is the probability of the sampled token under softmax(logits / T) (T = 1 when greedy), so greedy
+decoding still ranks positions.
+
+Generation stops at the first end token once every position before it is decoded, or after max_tokens.
+Every forward is counted in the stats: prefill, drafts, verifies (S2D2), cache commits.
+stats.extra["logprob"] sums, over the output and its end token, the log-probability each token had when it was
+decoded (confidence probabilities; the verifier's for S2D2-verified tokens): a score for ranking candidates,
+not an exact likelihood.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from infill.decoding.sampling import sample
+from infill.decoding.stats import DecodeStats
+from infill.errors import DecodeError
+
+if TYPE_CHECKING:
+    import torch
+
+    from infill.config import DecodeConfig
+    from infill.models.blockdiff import BlockDiffModel, KVState
+
+
+# ---- sampling: infill.decoding.sampling's transform, the same for drafts and verifiers -----------------
+
+
+def probs(logits: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
+    """(n, V) logits -> (n, V) float64 probabilities after temperature, top-k, top-p (temperature 0 = the
+    one-hot argmax)."""
+    from infill.decoding import sampling
+
+    return sampling.probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+
+
+def confidence_probs(logits: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
+    """(n, V) -> (n, V) probabilities for confidences and routing estimates: softmax(logits / T), with T = 1
+    when greedy (T = 0), so that positions still rank."""
+    import torch
+
+    t = cfg.temperature if cfg.temperature > 0 else 1.0
+    return torch.softmax(logits.detach().to(dtype=torch.float64) / t, dim=-1)
+
+
+# ---- one denoising step --------------------------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    """What a denoising step sees. `block` (L,) and `masked` (L,) are views into the decoder's sequence; a
+    step writes tokens into `block` and clears `masked` where it unmasks."""
+
+    model: BlockDiffModel
+    state: KVState
+    block: torch.Tensor  # (L,) long, mask_id at undecoded positions
+    masked: torch.Tensor  # (L,) bool, True = still to decode
+    generated: torch.Tensor  # (L,) bool, True = a generated (non-prompt) position
+    logits: torch.Tensor  # (L, V) draft predictions, aligned with positions
+    logp: torch.Tensor  # (L,) float64 view: log-probability of each position's token when it was decoded
+    cfg: DecodeConfig
+    generator: torch.Generator
+    stats: DecodeStats
+
+
+StepFn = Callable[[Step], object]
+
+
+def confidence_step(step: Step) -> int:
+    """Algorithm 2: unmask by confidence (static or dynamic, see the module docstring). -> tokens unmasked."""
+    import torch
+
+    cfg = step.cfg
+    idx = step.masked.nonzero().squeeze(-1)  # (m,) masked block positions
+    x_hat = sample(probs(step.logits[idx], cfg), step.generator)  # (m,)
+    conf = confidence_probs(step.logits[idx], cfg).gather(-1, x_hat[:, None]).squeeze(-1)  # (m,)
+    if cfg.unmask_per_step > 0:  # static
+        choose = torch.zeros_like(conf, dtype=torch.bool)
+        choose[torch.topk(conf, min(cfg.unmask_per_step, int(idx.numel()))).indices] = True
+    else:  # dynamic
+        choose = conf > cfg.threshold
+        choose[conf.argmax()] = True
+    step.block[idx[choose]] = x_hat[choose]
+    step.masked[idx[choose]] = False
+    step.logp[idx[choose]] = torch.log(conf[choose])
+    return int(choose.sum())
+
+
+# ---- the outer loop --------------------------------------------------------------------------------------
+
+
+def check_config(cfg: DecodeConfig) -> None:
+    if cfg.block_size < 1:
+        raise DecodeError(f"block size must be >= 1, got {cfg.block_size}")
+    if not 0.0 <= cfg.threshold <= 1.0:
+        raise DecodeError(f"confidence threshold must be in [0, 1], got {cfg.threshold}")
+    if cfg.unmask_per_step < 0:
+        raise DecodeError(f"unmask_per_step must be >= 0 (0 = dynamic), got {cfg.unmask_per_step}")
+    if cfg.temperature < 0:
+        raise DecodeError(f"temperature must be >= 0, got {cfg.temperature}")
+    if cfg.top_k < 0 or not 0.0 < cfg.top_p <= 1.0:
+        raise DecodeError(f"bad top-k / top-p: {cfg.top_k} / {cfg.top_p}")
+    if cfg.gamma < 0:
+        raise DecodeError(f"tempering gamma must be >= 0, got {cfg.gamma}")
+
+
+def _end_of_generation(
+    seq: torch.Tensor, start: int, stop: int, mask_id: int, end_ids: tuple[int, ...]
+) -> int | None:
+    """The first end token's position in seq[start:stop] with every position before it decoded, or None."""
+    import torch
+
+    gen = seq[start:stop]  # (g,)
+    undecoded = (gen == mask_id).nonzero()
+    limit = int(undecoded[0]) if undecoded.numel() else int(gen.numel())
+    if not end_ids or limit == 0:
+        return None
+    ends = torch.isin(gen[:limit], torch.tensor(end_ids, dtype=gen.dtype)).nonzero()
+    return start + int(ends[0]) if ends.numel() else None
+
+
+def generate(
+    model: BlockDiffModel,
+    prompt: torch.Tensor,
+    max_tokens: int,
+    cfg: DecodeConfig,
+    generator: torch.Generator,
+    step_fn: StepFn | None = None,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[torch.Tensor, DecodeStats]:
+    """Algorithm 1. prompt (P,) long -> (generated tokens (n,) long without the end token, stats).
+
+    `step_fn` is the denoising step (default: confidence_step); S2D2 passes its own."""
+    import torch
+
+    check_config(cfg)
+    t0 = time.perf_counter()
+    step: StepFn = step_fn or confidence_step
+    stats = DecodeStats(decoder=cfg.decoder)
+    n_prompt, bsz, mask_id = int(prompt.numel()), cfg.block_size, model.mask_id
+    if n_prompt == 0:
+        raise DecodeError("block-diffusion decoding needs at least one prompt token")
+    if bool((prompt == mask_id).any()):
+        raise DecodeError("the prompt contains the mask token")
+    if max_tokens < 0:
+        raise DecodeError(f"max_tokens must be >= 0, got {max_tokens}")
+    total = n_prompt + max_tokens
+    limit = int(getattr(model.model.config, "max_position_embeddings", total))
+    if total > limit:
+        raise DecodeError(
+            f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's {limit}"
+        )
+    state = model.new_state()
+    seq = torch.cat([prompt.long().cpu(), torch.full((max_tokens,), mask_id, dtype=torch.long)])  # (P+max,)
+    logp = torch.zeros(total, dtype=torch.float64)  # (P+max,)
+    end_at: int | None = None
+    b_start = (n_prompt // bsz) * bsz  # the block holding the prompt's tail (or the first generated one)
+    b_end = min(b_start + bsz, total)
+    logits: torch.Tensor | None = None
+    if max_tokens > 0 and b_start > 0:
+        logits = model.commit(state, seq[:b_start], bsz, draft_ids=seq[b_start:b_end], kind="prefill")
+    steps = blocks = 0
+    while max_tokens > 0:
+        block = seq[b_start:b_end]  # (L,) view
+        generated = torch.arange(b_start, b_end) >= n_prompt  # (L,)
+        masked = block == mask_id  # (L,)
+        while bool(masked.any()):
+            if logits is None:
+                logits = model.draft(state, block)
+            view = logp[b_start:b_end]
+            step(Step(model, state, block, masked, generated, logits, view, cfg, generator, stats))
+            logits = None
+            steps += 1
+            end_at = _end_of_generation(seq, n_prompt, b_end, mask_id, model.end_ids)
+            if on_step is not None:
+                decoded = int((seq[n_prompt:] != mask_id).sum())
+                on_step({"tokens": decoded, "nfe": state.nfe, "block": blocks})
+            if end_at is not None:
+                break
+        blocks += 1
+        if end_at is not None or b_end == total:
+            break
+        nb_end = min(b_end + bsz, total)
+        logits = model.commit(state, block, bsz, draft_ids=seq[b_end:nb_end])
+        b_start, b_end = b_end, nb_end
+    out = seq[n_prompt : end_at if end_at is not None else total].clone()  # (n,)
+    stop = end_at + 1 if end_at is not None else total  # the end token's probability counts too
+    stats.nfe = state.nfe
+    stats.tokens = int(out.numel()) + (1 if end_at is not None else 0)
+    stats.seconds = time.perf_counter() - t0
+    stats.extra.update(
+        {
+            "forwards": dict(state.counts),
+            "steps": steps,
+            "blocks": blocks,
+            "block_size": bsz,
+            "ended": end_at is not None,
+            "mode": "static" if cfg.unmask_per_step > 0 else "dynamic",
+            "logprob": float(logp[n_prompt:stop].sum()),
+        }
+    )
+    return out, stats

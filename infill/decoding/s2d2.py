@@ -1,0 +1,124 @@
+"""S2D2: self-speculative decoding for block-diffusion models (S2D2 paper, Algorithm 3).
+
+At a denoising step the draft forward gave p at every masked position of the block. The router (routing.py,
+Algorithm 4) decides whether to verify:
+- verify: sample drafts x^_i ~ p_i on the FIRST contiguous masked span C_t; the same model in block-size-1
+  (AR) mode gives q_i for the span in one forward (the 2L trick for position-aligned models, the causal view
+  for right-shifted ones; infill.models.blockdiff.BlockDiffModel.verify). Scan left to right: accept x^_i
+  with probability min(1, (q_i(x^_i) / p_i(x^_i))^gamma); at the first rejection resample that position
+  from (q_i - p_i)+ and stop. With gamma = 1 the accepted prefix plus the correction follows the AR
+  verifier exactly (speculative sampling); gamma < 1 accepts more and is lossy.
+- skip: a confidence step (Algorithm 2, confidence.py).
+Variable names follow the paper: p = draft density, q = verifier density.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from infill.decoding.confidence import Step, confidence_probs, confidence_step, generate, probs
+from infill.decoding.routing import Router, RoutingConfig, features, make_router, parse_routing
+from infill.decoding.sampling import residual, sample
+
+if TYPE_CHECKING:
+    import torch
+
+    from infill.config import DecodeConfig
+    from infill.decoding.stats import DecodeStats
+    from infill.models.blockdiff import BlockDiffModel
+
+
+def accept_prefix(
+    p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, generator: torch.Generator, gamma: float = 1.0
+) -> tuple[int, int | None]:
+    """Speculative acceptance over a span. p, q (S, V) probabilities; drafts (S,) with p[i, drafts[i]] > 0.
+
+    Returns (accepted, correction): drafts[:accepted] are kept; `correction` is the token resampled from
+    (q - p)+ at position `accepted` after a rejection, or None when every draft was accepted. S uniforms are
+    drawn up front from `generator`, then one multinomial draw at a rejection."""
+    import torch
+
+    s = int(drafts.numel())
+    r = torch.rand(s, generator=generator, dtype=torch.float64)  # (S,)
+    p_x = p.gather(-1, drafts[:, None]).squeeze(-1).double()  # (S,)
+    q_x = q.gather(-1, drafts[:, None]).squeeze(-1).double()  # (S,)
+    for i in range(s):
+        ratio = float(q_x[i] / p_x[i]) if float(p_x[i]) > 0 else 1.0
+        if float(r[i]) < min(1.0, ratio**gamma):
+            continue
+        fix = torch.multinomial(residual(q[i].double(), p[i].double()), 1, generator=generator)
+        return i, int(fix)
+    return s, None
+
+
+def first_masked_span(masked: torch.Tensor) -> tuple[int, int]:
+    """(L,) bool -> (start, length) of the first contiguous run of True; (0, 0) when nothing is masked."""
+    idx = masked.nonzero().squeeze(-1)
+    if idx.numel() == 0:
+        return 0, 0
+    start = int(idx[0])
+    length = 1
+    while start + length < masked.numel() and bool(masked[start + length]):
+        length += 1
+    return start, length
+
+
+def s2d2_step(step: Step, router: Router, rc: RoutingConfig) -> int:
+    """Algorithm 3: one denoising step, verified or not as the router decides. Returns tokens unmasked."""
+    cfg, model, state = step.cfg, step.model, step.state
+    nfe0 = state.nfe
+    s, n = first_masked_span(step.masked)
+    conf_p = confidence_probs(step.logits, cfg)  # (L, V)
+    masked_conf = conf_p[step.masked].max(dim=-1).values  # (m,) top confidence at each masked position
+    n_gen = int(step.generated.sum())
+    progress = 1.0 - float(step.masked.sum()) / max(n_gen, 1)
+    f = features(conf_p[s : s + n], int((masked_conf > cfg.threshold).sum()), progress, rc)
+    if not router.decide(f):
+        got = confidence_step(step)
+        router.update(False, got, 1 + state.nfe - nfe0)
+        return got
+    p = probs(step.logits[s : s + n], cfg)  # (S, V) draft densities
+    x_hat = sample(p, step.generator)  # (S,)
+    filled = step.block.clone()  # (L,)
+    filled[s : s + n] = x_hat
+    q_logits = model.verify(state, filled, s, n)  # (S, V)
+    q = probs(q_logits, cfg)  # (S, V) verifier densities
+    accepted, fix = accept_prefix(p, q, x_hat, step.generator, cfg.gamma)
+    step.block[s : s + accepted] = x_hat[:accepted]
+    step.masked[s : s + accepted] = False
+    if fix is not None:
+        step.block[s + accepted] = fix
+        step.masked[s + accepted] = False
+    kept = accepted + (fix is not None)
+    step.logp[s : s + kept] = (
+        confidence_probs(q_logits[:kept], cfg).gather(-1, step.block[s : s + kept, None]).log().squeeze(-1)
+    )
+    step.stats.accepted.append(accepted)
+    step.stats.extra["verifications"] = step.stats.extra.get("verifications", 0) + 1
+    step.stats.extra["verified_tokens"] = step.stats.extra.get("verified_tokens", 0) + kept
+    router.update(True, kept, 1 + state.nfe - nfe0)  # cost: the draft forward plus the verifier's
+    return kept
+
+
+def decode(
+    model: BlockDiffModel,
+    prompt: torch.Tensor,
+    max_tokens: int,
+    cfg: DecodeConfig,
+    generator: torch.Generator,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[torch.Tensor, DecodeStats]:
+    """Block-wise S2D2 decoding: prompt (P,) -> (generated tokens (n,), stats). Stats add `verifications`,
+    `verified_tokens` and, in `accepted`, the drafts accepted per verification."""
+    rc = parse_routing(cfg.routing)
+    router = make_router(rc)
+
+    def step_fn(step: Step) -> None:
+        s2d2_step(step, router, rc)
+
+    tokens, stats = generate(model, prompt, max_tokens, cfg, generator, step_fn, on_step)
+    stats.extra.setdefault("verifications", 0)
+    stats.extra.setdefault("verified_tokens", 0)
+    stats.extra["routing"] = cfg.routing
+    return tokens, stats

@@ -1,0 +1,148 @@
+"""What models are available offline, without importing torch: the packaged ones and the HF cache.
+
+Sizes come from the files on disk; parameter counts from the safetensors headers (JSON, read without torch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ASARM_TYPES = {"xlnet"}
+BLOCKDIFF_TYPES = {"qwen3", "qwen2", "llama", "sdar"}
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str  # what to pass to --model
+    kind: str  # "asarm" | "blockdiff" | "unsupported (<model_type>)"
+    size_bytes: int
+    parameters: int | None  # from safetensors headers; None when unknown (e.g. only a .bin file)
+    provenance: str
+    path: str
+    revision: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def hf_cache_dir() -> Path:
+    """The HF hub cache, resolved the way huggingface_hub does (without importing it)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "huggingface" / "hub"
+
+
+def safetensors_parameters(folder: Path) -> int | None:
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for f in files:
+        try:
+            with f.open("rb") as fh:
+                (n,) = struct.unpack("<Q", fh.read(8))
+                header = json.loads(fh.read(n))
+        except (OSError, ValueError, struct.error):
+            return None
+        for key, meta in header.items():
+            if key == "__metadata__":
+                continue
+            count = 1
+            for dim in meta.get("shape", []):
+                count *= int(dim)
+            total += count
+    return total
+
+
+def folder_size(folder: Path) -> int:
+    total = 0
+    for f in folder.rglob("*"):
+        try:
+            if f.is_file():
+                total += f.stat().st_size  # follows the HF cache's symlinks to blobs
+        except OSError:
+            continue
+    return total
+
+
+def _kind(model_type: str | None) -> str:
+    if model_type in ASARM_TYPES:
+        return "asarm"
+    if model_type in BLOCKDIFF_TYPES:
+        return "blockdiff"
+    return f"unsupported ({model_type})"
+
+
+def describe(
+    folder: Path, name: str, default_provenance: str, revision: str | None = None
+) -> ModelEntry | None:
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    meta = cfg.get("infill") or {}
+    return ModelEntry(
+        name=name,
+        kind=_kind(cfg.get("model_type")),
+        size_bytes=folder_size(folder),
+        parameters=safetensors_parameters(folder),
+        provenance=str(meta.get("provenance", default_provenance)),
+        path=str(folder),
+        revision=revision,
+    )
+
+
+def packaged_models(weights_dir: Path | None = None) -> list[ModelEntry]:
+    if weights_dir is None:
+        weights_dir = Path(__file__).resolve().parent.parent / "weights"
+    out = []
+    if weights_dir.is_dir():
+        for folder in sorted(p for p in weights_dir.iterdir() if p.is_dir()):
+            entry = describe(folder, folder.name, "packaged with infill")
+            if entry is not None:
+                out.append(entry)
+    return out
+
+
+def cached_models(cache: Path | None = None) -> list[ModelEntry]:
+    """Every snapshot in the HF hub cache with a config.json; one entry per revision name (refs/*)."""
+    cache = cache or hf_cache_dir()
+    out: list[ModelEntry] = []
+    if not cache.is_dir():
+        return out
+    for repo in sorted(cache.glob("models--*")):
+        repo_id = repo.name[len("models--") :].replace("--", "/")
+        refs = {}
+        for ref in sorted((repo / "refs").glob("*")) if (repo / "refs").is_dir() else []:
+            try:
+                refs[ref.read_text().strip()] = ref.name
+            except OSError:
+                continue
+        for snap in sorted((repo / "snapshots").glob("*")) if (repo / "snapshots").is_dir() else []:
+            rev = refs.get(snap.name, snap.name[:12])
+            entry = describe(
+                snap, repo_id, f"HF cache {repo_id}@{rev}", revision=None if rev == "main" else rev
+            )
+            if entry is not None:
+                out.append(entry)
+    return out
+
+
+def human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"

@@ -1,0 +1,173 @@
+"""`infill serve --socket PATH`: the JSON-lines protocol on a Unix domain socket.
+
+Each connection is read by its own thread, but requests run one at a time under one lock (in arrival order
+per connection), so a model is never used by two requests at once and a long request cannot interleave with
+another.
+The daemon exits on `shutdown`, SIGTERM/SIGINT, or after `idle_timeout` seconds without a request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import stat
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+from infill.server import lifecycle
+from infill.server.dispatch import Dispatcher
+from infill.server.stdio import read_lines
+
+
+class SocketInUse(Exception):
+    """Another server already answers on the socket path."""
+
+
+class SocketServer:
+    def __init__(self, dispatcher: Dispatcher, path: Path, idle_timeout: float = 0.0) -> None:
+        self.dispatcher = dispatcher
+        self.path = path
+        self.idle_timeout = idle_timeout  # 0 = never exit for idleness
+        self.stop = threading.Event()
+        self._work = threading.Lock()
+        self._state = threading.Lock()
+        self._busy = 0
+        self._last_activity = time.monotonic()
+        self._inode: int | None = None
+        self._listener: socket.socket | None = None
+
+    def bind(self) -> socket.socket:
+        """Listen on `path` (mode 0600). A stale socket there is replaced; a live one raises SocketInUse."""
+        if self._listener is not None:
+            return self._listener
+        guard = self.path.with_name(self.path.name + ".lock")
+        with lifecycle.file_lock(guard, timeout=30.0):
+            probe = lifecycle.connect(self.path, timeout=5.0)
+            if probe is not None:
+                probe.close()
+                raise SocketInUse(f"a server is already listening on {self.path}")
+            lifecycle.remove_stale_socket(self.path)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            old_umask = os.umask(0o177)  # the socket is born 0600: no window where others could connect
+            try:
+                listener.bind(os.fsencode(self.path))
+            finally:
+                os.umask(old_umask)
+            os.chmod(self.path, 0o600)
+            listener.listen(64)
+            self._inode = self.path.lstat().st_ino
+            self._listener = listener
+            return listener
+
+    def serve_forever(self) -> None:
+        """Accept connections until stopped; then remove the socket file if it is still ours."""
+        listener = self.bind()
+        try:
+            while not self.stop.is_set():
+                listener.settimeout(self._poll_interval())
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    if self._idle_expired():
+                        return
+                    continue
+                threading.Thread(target=self._serve_connection, args=(conn,), daemon=True).start()
+        finally:
+            listener.close()
+            self._unlink_if_ours()
+
+    def _poll_interval(self) -> float:
+        if self.idle_timeout <= 0:
+            return 1.0
+        with self._state:
+            remaining = self.idle_timeout - (time.monotonic() - self._last_activity)
+        return min(1.0, max(0.05, remaining))
+
+    def _idle_expired(self) -> bool:
+        if self.idle_timeout <= 0:
+            return False
+        with self._state:
+            return self._busy == 0 and time.monotonic() - self._last_activity >= self.idle_timeout
+
+    def _serve_connection(self, conn: socket.socket) -> None:
+        with conn:
+            creds = lifecycle.peer_credentials(conn)
+            if creds is not None and creds[1] != os.getuid():
+                return  # the socket is 0600 in a 0700 directory; this is belt and braces
+            reader = conn.makefile("rb")
+            try:
+                for line in read_lines(reader, self.dispatcher.max_request_bytes):
+                    out = self._handle(line, conn)
+                    if out:
+                        conn.sendall(out)
+                    if self.dispatcher.stop_requested:
+                        self.stop.set()
+                        return
+            except OSError:
+                return  # the client went away; its request (if any) has finished, nothing to clean up
+            finally:
+                reader.close()
+
+    def _handle(self, line: bytes | None, conn: socket.socket) -> bytes:
+        if line is not None and self.dispatcher.is_lock_free(line):
+            return self.dispatcher.handle_line(line)
+        with self._state:
+            self._busy += 1
+        try:
+            with self._work:
+                if self.stop.is_set():
+                    return b""
+                if line is None:
+                    return self.dispatcher.too_large()
+                context = self.dispatcher.context
+                context.cancelled = lambda: _peer_closed(conn)
+                try:
+                    return self.dispatcher.handle_line(line)
+                finally:
+                    context.cancelled = lambda: False
+        finally:
+            with self._state:
+                self._busy -= 1
+                self._last_activity = time.monotonic()
+
+    def _unlink_if_ours(self) -> None:
+        with contextlib.suppress(OSError):
+            st = self.path.lstat()
+            if stat.S_ISSOCK(st.st_mode) and st.st_ino == self._inode:
+                self.path.unlink()
+
+
+def _peer_closed(conn: socket.socket) -> bool:
+    """Whether the client closed its end (a pending request of a gone client need not finish)."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def serve_socket(dispatcher: Dispatcher, path: Path, idle_timeout: float = 0.0) -> None:
+    """Run a socket server in this (main) thread until shutdown, a signal, or idleness."""
+    server = SocketServer(dispatcher, path, idle_timeout)
+    print(f"infill serve: pid {os.getpid()} starting on {path}", file=sys.stderr, flush=True)
+    server.bind()
+    print(
+        f"infill serve: pid {os.getpid()} listening (idle timeout {idle_timeout:g} s)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        server.stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    server.serve_forever()
+    print(f"infill serve: pid {os.getpid()} exiting", file=sys.stderr, flush=True)

@@ -1,0 +1,258 @@
+"""Request line in, response line out: the method table and the model cache shared by every transport.
+
+`Dispatcher.handle_line` never raises, whatever the bytes: a malformed line, an unknown method, a handler that
+fails, or a result JSON cannot hold all become an error response, and the next request is served as if
+nothing happened. Handlers are plain functions `(params, context) -> result dict`; tests and plugins
+register their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import infill
+from infill.config import ModelSpec
+from infill.models import registry
+from infill.server import protocol
+from infill.server.protocol import ProtocolError, Request
+
+
+def _api_load(spec: ModelSpec) -> registry.LoadedModel:
+    """Load through infill.api's per-process cache, the one the fill functions use, so both share one copy."""
+    from infill import api
+
+    load_model = getattr(api, "load_model", None)
+    loaded: registry.LoadedModel = load_model(spec) if load_model is not None else registry.load(spec)
+    return loaded
+
+
+def _api_evict() -> None:
+    from infill import api
+
+    clear = getattr(api, "clear_model_cache", None)
+    if clear is not None:
+        clear()
+
+
+@dataclass
+class ModelCache:
+    """Loaded models kept in memory, keyed by the whole ModelSpec (name, device, bf16, revision).
+
+    A model loaded from a folder is reloaded when its files change on disk, so a daemon never serves stale
+    weights after `infill train` writes a new checkpoint to the same place."""
+
+    loader: Callable[[ModelSpec], registry.LoadedModel] = _api_load
+    evict: Callable[[], None] = _api_evict  # also forget copies held elsewhere (the api's cache)
+    _entries: dict[ModelSpec, tuple[registry.LoadedModel, tuple[tuple[str, float, int], ...]]] = field(
+        default_factory=dict
+    )
+
+    def get(self, spec: ModelSpec) -> registry.LoadedModel:
+        entry = self._entries.get(spec)
+        if entry is not None:
+            if _fingerprint(entry[0]) == entry[1]:
+                return entry[0]
+            self._entries.clear()  # new weights on disk: drop every copy, here and in the api's cache
+            self.evict()
+        loaded = self.loader(spec)
+        self._entries[spec] = (loaded, _fingerprint(loaded))
+        return loaded
+
+    def loaded(self) -> list[dict[str, Any]]:
+        out = []
+        for spec, (model, _) in list(self._entries.items()):  # a snapshot: ping reads it from another thread
+            info = {
+                k: v for k, v in model.info.items() if isinstance(v, str | int | float | bool) or v is None
+            }
+            out.append(
+                {
+                    "name": spec.name,
+                    "device": spec.device,
+                    "bf16": spec.bf16,
+                    "revision": spec.revision,
+                    "kind": model.kind,
+                    "info": info,
+                }
+            )
+        return out
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+def _fingerprint(model: registry.LoadedModel) -> tuple[tuple[str, float, int], ...]:
+    """(file, mtime, size) of a folder model's files; () for models that do not come from a folder."""
+    path = model.info.get("path")
+    if not isinstance(path, str | os.PathLike):
+        return ()
+    folder = Path(path)
+    files = sorted(folder.iterdir()) if folder.is_dir() else [folder]
+    out = []
+    for file in files:
+        try:
+            st = file.stat()
+        except OSError:
+            continue
+        out.append((file.name, st.st_mtime, st.st_size))
+    return tuple(out)
+
+
+@dataclass
+class ServerContext:
+    """What handlers may use besides their params."""
+
+    models: ModelCache
+    transport: str = "stdio"  # "stdio" | "socket" | "inprocess"
+    idle_timeout: float = 0.0
+    started: float = field(default_factory=time.time)
+    # True once the client of the request in progress has gone away (set per request by the socket server);
+    # long handlers poll it through their progress callback and stop before writing anything
+    cancelled: Callable[[], bool] = lambda: False
+
+
+Handler = Callable[[dict[str, Any], ServerContext], dict[str, Any]]
+LOCK_FREE_METHODS = frozenset({"ping"})  # read nothing a running request could be changing
+
+
+class Dispatcher:
+    """The method table. Built-ins: ping, shutdown, models; fill and docstrings run the CLI's code."""
+
+    def __init__(
+        self,
+        methods: Mapping[str, Handler] | None = None,
+        *,
+        max_request_bytes: int = protocol.DEFAULT_MAX_REQUEST_BYTES,
+        context: ServerContext | None = None,
+    ) -> None:
+        from infill.server import handlers
+
+        self.max_request_bytes = max_request_bytes
+        self.context = context if context is not None else ServerContext(ModelCache())
+        self.stop_requested = False
+        self.identity = identity()  # the environment as the server started; requests may not change it
+        self.methods: dict[str, Handler] = {
+            "ping": self._ping,
+            "shutdown": self._shutdown,
+            **handlers.METHODS,
+        }
+        if methods is not None:
+            self.methods.update(methods)
+
+    def is_lock_free(self, line: bytes) -> bool:
+        """Whether a socket server may answer this line without waiting for the request in progress: a ping,
+        so that a client can tell a busy daemon from a dead one."""
+        if len(line) > 4096:
+            return False
+        try:
+            return protocol.parse_request(line).method in LOCK_FREE_METHODS
+        except ProtocolError:
+            return False
+
+    def register(self, name: str, handler: Handler) -> None:
+        self.methods[name] = handler
+
+    def handle_line(self, line: bytes) -> bytes:
+        """One request line -> one response line (b"" for a blank line, which is not a request)."""
+        if not line.strip():
+            return b""
+        if len(line.rstrip(b"\r\n")) > self.max_request_bytes:
+            return self.too_large()
+        try:
+            request = protocol.parse_request(line)
+        except ProtocolError as exc:
+            return protocol.encode(
+                protocol.error_response(exc.request_id, protocol.error_from_exception(exc))
+            )
+        return self.handle(request)
+
+    def handle(self, request: Request) -> bytes:
+        handler = self.methods.get(request.method)
+        try:
+            if handler is None:
+                raise ProtocolError(protocol.UNKNOWN_METHOD, f"unknown method {request.method[:100]!r}")
+            result = handler(request.params, self.context)
+            return protocol.encode(protocol.response(request.id, result))
+        except (Exception, SystemExit) as exc:  # every failure becomes an error response; the server goes on
+            return protocol.encode(protocol.error_response(request.id, protocol.error_from_exception(exc)))
+
+    def too_large(self) -> bytes:
+        message = f"request is longer than --max-request-bytes ({self.max_request_bytes} bytes)"
+        return protocol.encode(
+            protocol.error_response(None, protocol.error_object(protocol.TOO_LARGE, message))
+        )
+
+    def _ping(self, params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
+        return self.identity | {
+            "pong": True,
+            "pid": os.getpid(),
+            "transport": context.transport,
+            "uptime": round(time.time() - context.started, 3),
+            "idle_timeout": context.idle_timeout,
+            "models": [{"name": m["name"], "device": m["device"]} for m in context.models.loaded()],
+        }
+
+    def _shutdown(self, params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
+        self.stop_requested = True
+        return {"shutdown": True}
+
+
+# environment variables that can change what a request computes: a daemon started under others is restarted
+_ENV_PREFIXES = (
+    "INFILL_",
+    "HF_",
+    "TRANSFORMERS_",
+    "TORCH",
+    "PYTORCH_",
+    "CUDA_",
+    "OMP_",
+    "MKL_",
+    "PYTHONHASHSEED",
+)
+_ENV_IGNORED = frozenset(
+    {"INFILL_NO_DAEMON", "INFILL_RUNTIME_DIR", "INFILL_DAEMON_TIMEOUT", "INFILL_DAEMON_IDLE_TIMEOUT"}
+)
+_ENV_IGNORED_PARTS = ("VERBOSITY", "PROGRESS_BARS", "ADVISORY_WARNINGS", "TOKEN")  # logging noise, secrets
+
+
+def _relevant(key: str) -> bool:
+    return (
+        key.startswith(_ENV_PREFIXES)
+        and key not in _ENV_IGNORED
+        and not any(p in key for p in _ENV_IGNORED_PARTS)
+    )
+
+
+def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What a client compares before trusting a daemon: protocol, package version, which copy of the code, and
+    the environment variables that can change a result."""
+    env = os.environ if env is None else env
+    relevant = sorted((k, v) for k, v in env.items() if _relevant(k))
+    digest = hashlib.sha256(json.dumps(relevant).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return {
+        "protocol": protocol.PROTOCOL_VERSION,
+        "version": infill.__version__,
+        "package": str(Path(infill.__file__).resolve().parent),
+        "env": digest,
+    }
+
+
+def load_plugins(dispatcher: Dispatcher, spec: str) -> None:
+    """Call each "module:function" of a comma-separated list with the dispatcher (INFILL_SERVER_PLUGINS).
+
+    This is how tests and extensions add methods or register models inside a daemon they do not own."""
+    import importlib
+
+    from infill.errors import InputError
+
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        module_name, _, attr = item.partition(":")
+        if not attr:
+            raise InputError(f"server plugin {item!r} must look like module:function")
+        getattr(importlib.import_module(module_name), attr)(dispatcher)

@@ -1,0 +1,261 @@
+"""Where the per-user daemon lives and how it is found, started, checked and stopped. Pure standard library.
+
+Files, all in the runtime directory
+($INFILL_RUNTIME_DIR, else $XDG_RUNTIME_DIR/infill, else /tmp/infill-<uid>):
+  daemon.sock   the Unix socket, mode 0600
+  spawn.lock    flock'ed by a client while it starts a daemon, so two clients at once start one daemon
+  daemon.log    the daemon's stderr
+
+The directory must be a real directory (not a symlink) owned by this user with no group/other permissions; one
+that is ours but too open is tightened, one owned by someone else is refused. Locks are flock(2) locks, which
+the kernel drops when their holder dies, so a leftover lock file is never stale; a leftover socket that
+refuses connections is stale and is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import socket
+import stat
+import struct
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # subprocess, signal and tempfile are imported where needed: clients stay quick to start
+    import subprocess
+
+SOCKET_NAME = "daemon.sock"
+SPAWN_LOCK_NAME = "spawn.lock"
+LOG_NAME = "daemon.log"
+DEFAULT_IDLE_TIMEOUT = 600.0  # seconds without a request after which an auto-started daemon exits
+_MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
+_LOG_LIMIT = 1 << 20
+
+
+class DaemonUnavailable(Exception):
+    """No daemon can be used (unsafe directory, spawn failed, timeout...). Clients fall back to in-process."""
+
+
+@dataclass(frozen=True)
+class Paths:
+    directory: Path
+
+    @property
+    def socket(self) -> Path:
+        return self.directory / SOCKET_NAME
+
+    @property
+    def spawn_lock(self) -> Path:
+        return self.directory / SPAWN_LOCK_NAME
+
+    @property
+    def log(self) -> Path:
+        return self.directory / LOG_NAME
+
+
+def runtime_paths(env: Mapping[str, str] | None = None, *, create: bool = True) -> Paths:
+    """The checked runtime directory for this user; raises DaemonUnavailable if it is not safe to use."""
+    env = os.environ if env is None else env
+    uid = os.getuid()
+    if env.get("INFILL_RUNTIME_DIR"):
+        directory = Path(env["INFILL_RUNTIME_DIR"])
+    elif env.get("XDG_RUNTIME_DIR") and _owned_private_dir(Path(env["XDG_RUNTIME_DIR"]), uid):
+        directory = Path(env["XDG_RUNTIME_DIR"]) / "infill"
+    else:
+        import tempfile
+
+        directory = Path(tempfile.gettempdir()) / f"infill-{uid}"
+    if create:
+        try:
+            directory.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise DaemonUnavailable(f"cannot create {directory}: {exc.strerror}") from None
+    check_private_dir(directory)
+    if len(os.fsencode(directory / SOCKET_NAME)) > _MAX_SOCKET_PATH:
+        raise DaemonUnavailable(f"runtime directory path is too long for a Unix socket: {directory}")
+    return Paths(directory)
+
+
+def _owned_private_dir(path: Path, uid: int) -> bool:
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid
+
+
+def check_private_dir(directory: Path) -> None:
+    """Refuse a directory another user could reach into; tighten one of ours that is too open."""
+    try:
+        st = directory.lstat()
+    except OSError as exc:
+        raise DaemonUnavailable(f"cannot use {directory}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise DaemonUnavailable(f"{directory} is not a directory (or is a symlink); refusing to use it")
+    if st.st_uid != os.getuid():
+        raise DaemonUnavailable(f"{directory} is owned by uid {st.st_uid}, not by you; refusing to use it")
+    if st.st_mode & 0o077:
+        try:
+            os.chmod(directory, 0o700)
+        except OSError as exc:
+            raise DaemonUnavailable(f"cannot make {directory} private: {exc.strerror}") from None
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, timeout: float) -> Iterator[None]:
+    """An exclusive flock on `path` (created 0600), waiting at most `timeout` seconds."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise DaemonUnavailable(f"timed out waiting for the lock {path}") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def connect(path: Path, timeout: float) -> socket.socket | None:
+    """A connected socket, or None when nothing listens at `path` (missing or stale socket)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(os.fsencode(path))
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK, errno.EPROTOTYPE):
+            return None
+        raise
+    return sock
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int] | None:
+    """(pid, uid) of the process at the other end of a Unix socket; None where the OS does not tell."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    raw = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    pid, uid, _gid = struct.unpack("3i", raw)
+    return pid, uid
+
+
+def remove_stale_socket(path: Path) -> bool:
+    """Remove `path` if it is a socket nobody listens on. True if it was removed."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISSOCK(st.st_mode):
+        raise DaemonUnavailable(f"{path} exists and is not a socket; refusing to replace it")
+    sock = connect(path, timeout=5.0)
+    if sock is not None:
+        sock.close()
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    return True
+
+
+def spawn_command(socket_path: Path, idle_timeout: float) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "infill",
+        "serve",
+        "--socket",
+        str(socket_path),
+        "--idle-timeout",
+        repr(float(idle_timeout)),
+    ]
+
+
+def spawn_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The daemon's environment: the client's, plus the folder holding this very `infill` package when it is
+    not an installed one, so the daemon runs the same code as the client (the version check confirms it)."""
+    import site
+
+    import infill
+
+    out = dict(env)
+    root = str(Path(infill.__file__).resolve().parent.parent)
+    installed = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    if root not in installed:
+        out["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [out.get("PYTHONPATH")])])
+    out.pop("PYTEST_CURRENT_TEST", None)
+    return out
+
+
+def spawn(paths: Paths, idle_timeout: float, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """Start a detached daemon (own session, stdin closed, output to daemon.log); does not wait for it."""
+    import subprocess
+
+    with contextlib.suppress(OSError):
+        if paths.log.stat().st_size > _LOG_LIMIT:
+            paths.log.unlink()
+    log_fd = os.open(paths.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        return subprocess.Popen(
+            spawn_command(paths.socket, idle_timeout),
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            cwd="/",
+            env=spawn_environment(env),
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        os.close(log_fd)
+
+
+def terminate(pid: int, timeout: float) -> bool:
+    """SIGTERM, then SIGKILL after `timeout`; True once it is gone. Only for pids a socket vouched for."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return True
+        if wait_for_exit(pid, wait):
+            return True
+    return False
+
+
+def wait_for_exit(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)  # reaps it if it is our child
+            if done == pid:
+                return True
+        except ChildProcessError:
+            pass
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        if _is_zombie(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False

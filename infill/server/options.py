@@ -1,0 +1,115 @@
+"""The `--daemon` and `--idle-timeout` options that `infill fill` and `infill docstrings` share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, TypeVar
+
+import click
+
+from infill.server.client import DAEMON_MODES
+from infill.server.lifecycle import DEFAULT_IDLE_TIMEOUT
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def daemon_options(function: F) -> F:
+    """Adds `daemon: str` and `idle_timeout: float` parameters for infill.server.client.request()."""
+    function = click.option(
+        "--idle-timeout",
+        type=click.FloatRange(min=0),
+        default=DEFAULT_IDLE_TIMEOUT,
+        show_default=True,
+        metavar="SECONDS",
+        help="An auto-started daemon exits after this long without a request.",
+    )(function)
+    function = click.option(
+        "--daemon",
+        "daemon",
+        type=click.Choice(DAEMON_MODES),
+        default="auto",
+        show_default=True,
+        help="Use this user's background model server (auto: start it if needed; never in CI or with "
+        "INFILL_NO_DAEMON=1). Any daemon failure falls back to working in-process, with the same output.",
+    )(function)
+    return function
+
+
+def argv_from_params(
+    command: click.Command, params: Mapping[str, Any], skip: Collection[str] = ()
+) -> list[str]:
+    """Parsed parameters -> a command line that parses back to the same values (for running the command in the
+    daemon). Options first, then "--", then the arguments, so no argument is mistaken for an option."""
+    options: list[str] = []
+    arguments: list[str] = []
+    for param in command.params:
+        if param.name is None or param.name in skip or param.name not in params:
+            continue
+        value = params[param.name]
+        if isinstance(param, click.Argument):
+            values = value if param.nargs != 1 else [value]
+            arguments += [_text(v) for v in values if v is not None]
+        elif isinstance(param, click.Option) and value is not None:
+            flag = param.opts[0]
+            if param.count:
+                options += [flag] * int(value)
+            elif param.is_flag and param.secondary_opts:
+                options.append(flag if value else param.secondary_opts[0])
+            elif param.is_flag:  # a plain switch: present means True (or its flag_value)
+                if value is True or (not param.is_bool_flag and value == param.flag_value):
+                    options.append(flag)
+            elif param.multiple:
+                for item in value:
+                    options += [flag, _text(item)]
+            else:
+                options += [flag, _text(value)]
+    return [*options, "--", *arguments]
+
+
+def _text(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def forward_command(
+    ctx: click.Context, mode: str, idle_timeout: float, model: str | None = None
+) -> int | None:
+    """Run the current command in the daemon and print its output here. Returns its exit code, or None: run it
+    in-process (daemon off, unavailable, or failing; the output is then the same as the daemon's would be)."""
+    import os
+    import sys
+
+    from infill.server import client
+
+    if ctx.command.name is None:
+        return None
+    params = {
+        "name": ctx.command.name,
+        "argv": argv_from_params(ctx.command, ctx.params, skip=("daemon", "idle_timeout")),
+        "cwd": os.getcwd(),
+    }
+    out = client.request("command", params, mode, model=model, idle_timeout=idle_timeout)
+    if out is None or not isinstance(out.get("exit_code"), int):
+        return None
+    for stream, text in ((sys.stdout, out.get("stdout")), (sys.stderr, out.get("stderr"))):
+        if isinstance(text, str) and text:
+            stream.flush()
+            stream.buffer.write(text.encode("utf-8", "surrogateescape"))  # the exact bytes the command wrote
+            stream.buffer.flush()
+    exit_code: int = out["exit_code"]
+    return exit_code
+
+
+def fill_command(request: Mapping[str, Any], mode: str, idle_timeout: float) -> dict[str, Any] | None:
+    """`infill fill`'s daemon path: run_fill(request) in the daemon -> its output, or None (in-process)."""
+    from infill.server import client
+
+    model = request.get("model")
+    name = model.get("name") if isinstance(model, Mapping) else None
+    out = client.request("fill_command", request, mode, model=name, idle_timeout=idle_timeout)
+    if out is None or not (
+        isinstance(out.get("exit_code"), int)
+        and isinstance(out.get("stdout"), str)
+        and isinstance(out.get("stderr"), list)
+    ):
+        return None  # not the shape run_fill returns (another version?): do it in-process
+    return out

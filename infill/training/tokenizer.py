@@ -1,0 +1,105 @@
+"""Byte-level BPE for code with an exact round trip, trained with HF `tokenizers`.
+
+Pre-tokenization: every line break ("\\r\\n", "\\r" or "\\n") is its own piece, then GPT-2's byte-level split.
+So a line boundary is always a token boundary (REFERENCE.md, pilot pitfall 1): masking whole lines in training
+and tokenizing prefix / fill / suffix separately at inference give the same tokens. Bytes are mapped to
+printable characters (GPT-2 byte alphabet), so any UTF-8 text round-trips exactly, whitespace included.
+
+Special tokens, in this order so their ids are fixed: "<pad>" = 0 (end-of-fill padding inside a
+variable-length span), "<mask>" = 1, "<bos>" = 2 (always-visible first position). They are never produced from
+text: the literal string "<mask>" in a source file encodes as ordinary bytes (`encode_special_tokens`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer as HFTokenizer
+
+SPECIALS = ("<pad>", "<mask>", "<bos>")
+PAD_ID, MASK_ID, BOS_ID = 0, 1, 2
+LINE_BREAK = r"\r\n|\r|\n"
+
+
+def new_tokenizer() -> HFTokenizer:
+    """An untrained tokenizer with the project's normalization-free byte-level pipeline."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(LINE_BREAK), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int) -> HFTokenizer:
+    """Train the BPE on `texts`; ids 0..2 are the specials, then the 256 byte symbols, then merges."""
+    from tokenizers import pre_tokenizers, trainers
+
+    tok = new_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        min_frequency=2,
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    finish(tok)
+    return tok
+
+
+def finish(tok: HFTokenizer) -> None:
+    """Check the special ids and stop specials from being matched inside text."""
+    for i, s in enumerate(SPECIALS):
+        if tok.token_to_id(s) != i:
+            raise ValueError(f"special token {s!r} must have id {i}, has {tok.token_to_id(s)}")
+    tok.encode_special_tokens = True
+
+
+def load_tokenizer(path: Path) -> HFTokenizer:
+    """A tokenizer.json written by `save_tokenizer` (specials checked, never matched in text)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(path))
+    finish(tok)
+    return tok
+
+
+def save_tokenizer(tok: HFTokenizer, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path))
+
+
+def encode(tok: HFTokenizer, text: str) -> list[int]:
+    return list(tok.encode(text, add_special_tokens=False).ids)
+
+
+def decode(tok: HFTokenizer, ids: list[int]) -> str:
+    return str(tok.decode(ids, skip_special_tokens=False))
+
+
+def bytes_per_token(tok: HFTokenizer, texts: list[str]) -> float:
+    """UTF-8 bytes per token over `texts` (higher = shorter sequences for the same code)."""
+    n_bytes = sum(len(t.encode("utf-8")) for t in texts)
+    n_tokens = sum(len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False))
+    return n_bytes / max(n_tokens, 1)
+
+
+def sample_texts(records: Iterator[dict[str, str]], max_bytes: int) -> list[str]:
+    """The first records' texts up to `max_bytes` in total."""
+    out: list[str] = []
+    total = 0
+    for r in records:
+        out.append(r["text"])
+        total += len(r["text"])
+        if total >= max_bytes:
+            break
+    return out

@@ -1,0 +1,107 @@
+"""`infill train block-diffusion`: the 2N layout matches inference, FIM examples, a few-step smoke run."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import torch
+from click.testing import CliRunner
+
+from infill.commands.train_blockdiff import block_diffusion
+from infill.config import DecodeConfig, ModelSpec
+from infill.decoding.blockfill import fill_middle
+from infill.models.blockdiff import BlockDiffModel, load_folder
+from infill.training.blockdiff import (
+    ModelShape,
+    Specials,
+    build_model,
+    build_tokenizer,
+    fim_example,
+    noise,
+    two_stream_mask,
+)
+
+torch.set_num_threads(1)
+TINY = ModelShape(hidden=32, layers=2, heads=2, kv_heads=1, head_dim=16, intermediate=64, max_length=64)
+
+
+def test_two_stream_mask_structure() -> None:
+    m = two_stream_mask(6, 2).int()  # blocks {0,1} {2,3} {4,5}; rows/cols [noisy 0..5 ; clean 0..5]
+    assert m[2, :6].tolist() == [0, 0, 1, 1, 0, 0]  # noisy row sees its own noisy block
+    assert m[2, 6:].tolist() == [1, 1, 0, 0, 0, 0]  # ... and earlier clean blocks only
+    assert m[6 + 2, :6].sum() == 0  # clean rows never see noisy tokens
+    assert m[6 + 2, 6:].tolist() == [1, 1, 1, 1, 0, 0]  # clean rows: block-causal
+    ar = two_stream_mask(4, 1).int()  # block size 1: the noisy stream is AR with a mask at the target
+    assert ar[2, :4].tolist() == [0, 0, 1, 0] and ar[2, 4:].tolist() == [1, 1, 0, 0]
+
+
+def test_training_view_equals_inference_view() -> None:
+    """The noisy stream's predictions in the one-forward 2N layout equal the decoder's draft of that block
+    over a KV cache holding the clean earlier blocks."""
+    model = build_model(50, TINY, seed=3).eval()
+    mask_id, block, length = 49, 4, 12
+    gen = torch.Generator().manual_seed(0)
+    x0 = torch.randint(0, 48, (1, length), generator=gen)
+    xt, _ = noise(x0, torch.tensor([2]), block, mask_id, 0.3, gen)
+    ids = torch.cat([xt, x0], dim=1)
+    pos = torch.cat([torch.arange(length), torch.arange(length)])[None]
+    with torch.no_grad():
+        h = model.model(
+            input_ids=ids, position_ids=pos, attention_mask=two_stream_mask(length, block)[None, None]
+        )
+        train_logits = model.lm_head(h.last_hidden_state[0, :length])  # (L, V)
+    bk = BlockDiffModel(model, mask_id=mask_id)
+    for b in range(length // block):
+        state = bk.new_state()
+        if b:
+            bk.commit(state, x0[0, : b * block], block, kind="prefill")
+        got = bk.draft(state, xt[0, b * block : (b + 1) * block])
+        want = train_logits[b * block : (b + 1) * block]
+        assert (got - want)[:, :mask_id].abs().max() <= 1e-5
+
+
+def test_fim_example_layout_and_noise_spares_the_prompt() -> None:
+    sp = Specials(end=0, mask=1, fim_prefix=2, fim_suffix=3, fim_middle=4)
+    rng = random.Random(0)
+    doc = list(range(10, 60))
+    for _ in range(20):
+        seq, resp = fim_example(doc, sp, 32, rng, fim_rate=1.0, max_middle=8)
+        assert len(seq) == 32 and seq[0] == sp.fim_prefix and seq[resp - 1] == sp.fim_middle
+        middle_and_end = seq[resp:]
+        assert sp.end in middle_and_end
+        n_mid = middle_and_end.index(sp.end)
+        assert 1 <= n_mid <= 8 and all(t == sp.end for t in middle_and_end[n_mid:])
+        pre, suf = seq[1 : seq.index(sp.fim_suffix)], seq[seq.index(sp.fim_suffix) + 1 : resp - 1]
+        window = pre + middle_and_end[:n_mid] + suf  # the document window, put back together
+        assert window == list(range(window[0], window[0] + len(window)))
+        x0 = torch.tensor([seq])
+        xt, w = noise(x0, torch.tensor([resp]), 4, sp.mask, 0.5, torch.Generator().manual_seed(1))
+        assert torch.equal(xt[0, :resp], x0[0, :resp]) and w[0, :resp].sum() == 0
+        assert torch.equal(w[0] > 0, xt[0] == sp.mask)
+
+
+def test_train_command_smoke(tmp_path: Path) -> None:
+    data = tmp_path / "src"
+    data.mkdir()
+    (data / "a.py").write_text("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n" * 3)
+    (data / "b.py").write_text("for i in range(10):\n    print(i * i)\n" * 4)
+    asarm_tok = build_tokenizer([(data / "a.py").read_text()], vocab_size=280)  # stands in for the AS-ARM's
+    tok_path = tmp_path / "tokenizer.json"
+    asarm_tok.save(str(tok_path))
+    out = tmp_path / "model"
+    args = ["--data", str(data), "--out", str(out), "--tokenizer", str(tok_path), "--steps", "3"]
+    args += ["--batch-size", "2", "--seq-len", "32", "--hidden", "32", "--layers", "1", "--heads", "2"]
+    args += ["--kv-heads", "1", "--log-every", "1", "--block-sizes", "1,4"]
+    result = CliRunner().invoke(block_diffusion, args)
+    assert result.exit_code == 0, result.output
+    provenance = json.loads((out / "config.json").read_text())["infill"]["provenance"]
+    assert provenance["steps"] == 3 and provenance["tokens_seen"] == 3 * 2 * 32
+    loaded = load_folder(out, ModelSpec(device="cpu", bf16=False))
+    assert loaded.tokenizer.token_id("def") == asarm_tok.token_to_id("def")  # the reused vocabulary is kept
+    cfg = DecodeConfig(decoder="s2d2", block_size=4, temperature=0.0)
+    text, stats = fill_middle(loaded, "def add(a, b):\n    return ", "\n", 6, cfg, torch.Generator())
+    assert isinstance(text, str) and stats.tokens <= 6
+    bad = CliRunner().invoke(block_diffusion, ["--data", str(data), "--out", str(out), "--block-sizes", "0"])
+    assert bad.exit_code != 0

@@ -1,0 +1,242 @@
+"""The work methods' adapters: flat fill params -> the CLI's request, the CLI's output -> responses, whole
+commands run in the server with captured output, and parsed parameters -> an equivalent command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+from infill.errors import InputError, ModelError
+from infill.server import handlers, protocol
+from infill.server.dispatch import Dispatcher, ModelCache, ServerContext
+from infill.server.options import argv_from_params
+from infill.server.protocol import ProtocolError
+
+CALLS: list[dict[str, Any]] = []
+
+
+def fake_run_fill(request: dict[str, Any], on_progress: Any = None) -> dict[str, Any]:
+    """The contract of infill.commands.fill.run_fill, faked: a request dict -> the command's whole output."""
+    CALLS.append(request)
+    if on_progress is not None:
+        on_progress({"tokens": 0})
+    selections = request.get("selections", [])
+    if any(s["value"] == "missing" for s in selections):
+        return {
+            "exit_code": 2,
+            "stdout": "",
+            "stderr": ["error: <stdin>: marker 'missing' not found"],
+            "result": None,
+        }
+    if request.get("model", {}).get("name") == "broken":
+        return {
+            "exit_code": 123,
+            "stdout": "",
+            "stderr": ["error: cannot load model 'broken'"],
+            "result": None,
+        }
+    result = {"file": None, "edits": [{"start_line": 1, "text": "x"}], "stats": {"cwd": os.getcwd()}}
+    return {"exit_code": 0, "stdout": json.dumps(result) + "\n", "stderr": [], "result": result}
+
+
+@pytest.fixture
+def dispatcher(monkeypatch: pytest.MonkeyPatch) -> Dispatcher:
+    CALLS.clear()
+    monkeypatch.setattr(handlers, "FILL_FUNCTION", f"{__name__}:fake_run_fill")
+    loads: list[Any] = []
+    cache = ModelCache(loader=lambda spec: loads.append(spec) or _fake_loaded(spec.name), evict=lambda: None)
+    return Dispatcher(context=ServerContext(cache))
+
+
+def _fake_loaded(name: str) -> Any:
+    from infill.models.registry import LoadedModel
+
+    if name == "broken":
+        raise ModelError("cannot load model 'broken'")
+    return LoadedModel(name, "asarm", object(), None)
+
+
+def call(dispatcher: Dispatcher, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    line = json.dumps({"id": 1, "method": method, "params": params}).encode() + b"\n"
+    reply: dict[str, Any] = json.loads(dispatcher.handle_line(line))
+    return reply
+
+
+def test_flat_fill_params_become_a_json_request(dispatcher: Dispatcher) -> None:
+    params = {
+        "text": "a\n",
+        "filename": "a.py",
+        "span": "1:1",
+        "markers": ["<F>", "<G>"],
+        "function": ["f"],
+        "decoder": "sequential",
+        "k": 4,
+        "temperature": 0,
+        "top_p": 0.9,
+        "seed": 3,
+        "tokens": 8,
+        "syntax_check": False,
+        "model": "m1",
+        "device": "cpu",
+    }
+    reply = call(dispatcher, "fill", params)
+    assert reply == {
+        "id": 1,
+        "file": None,
+        "edits": [{"start_line": 1, "text": "x"}],
+        "stats": reply["stats"],
+    }
+    assert CALLS == [
+        {
+            "file": "-",
+            "stdin": "a\n",
+            "stdin_filename": "a.py",
+            "format": "json",
+            "selections": [
+                {"kind": "span", "value": "1:1"},
+                {"kind": "marker", "value": "<F>"},
+                {"kind": "marker", "value": "<G>"},
+                {"kind": "function", "value": "f"},
+            ],
+            "decode": {"decoder": "sequential", "k": 4, "temperature": 0.0, "top_p": 0.9, "seed": 3},
+            "options": {"tokens": 8, "syntax_check": False},
+            "model": {"name": "m1", "device": "cpu"},
+        }
+    ]
+    assert [m["name"] for m in call(dispatcher, "models", {})["loaded"]] == ["m1"]  # preloaded and kept
+
+
+def test_fill_of_a_path_is_never_written(dispatcher: Dispatcher) -> None:
+    call(dispatcher, "fill", {"path": "src/a.py", "cwd": "/tmp", "span": "2:3"})
+    assert CALLS[-1]["file"] == "src/a.py" and CALLS[-1]["cwd"] == "/tmp" and CALLS[-1]["format"] == "json"
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"span": "1:1"},
+        {"text": "a", "path": "b"},
+        {"text": "a", "bogus": 1},
+        {"text": 3},
+        {"text": "a", "k": "ten"},
+        {"text": "a", "k": True},
+        {"text": "a", "span": [1]},
+        {"text": "a", "syntax_check": "no"},
+        {"text": "a", "model": 5},
+    ],
+)
+def test_bad_fill_params_are_input_errors(dispatcher: Dispatcher, params: dict[str, Any]) -> None:
+    reply = call(dispatcher, "fill", params)
+    assert reply["error"]["code"] == protocol.INPUT_ERROR and reply["error"]["exit_code"] == 2
+    assert not CALLS
+
+
+def test_fill_failures_keep_the_commands_message(dispatcher: Dispatcher) -> None:
+    reply = call(dispatcher, "fill", {"text": "a", "marker": "missing"})
+    assert reply["error"] == {
+        "code": "input_error",
+        "message": "<stdin>: marker 'missing' not found",
+        "exit_code": 2,
+    }
+    reply = call(dispatcher, "fill", {"text": "a", "span": "1:1", "model": "broken"})
+    assert reply["error"]["code"] == protocol.MODEL_ERROR and reply["error"]["exit_code"] == 123
+    assert call(dispatcher, "fill", {"text": "a", "span": "1:1"})["edits"]  # and the server goes on
+
+
+def test_fill_command_runs_in_the_clients_directory(dispatcher: Dispatcher, tmp_path: Path) -> None:
+    here = os.getcwd()
+    request = {"file": "x.py", "cwd": str(tmp_path), "selections": [], "model": {"name": "m2"}}
+    reply = call(dispatcher, "fill_command", request)
+    assert reply["exit_code"] == 0 and reply["result"]["stats"]["cwd"] == str(tmp_path)
+    assert os.getcwd() == here
+    assert CALLS == [request]  # passed through untouched
+    gone = call(dispatcher, "fill_command", {**request, "cwd": str(tmp_path / "nope")})
+    assert gone["error"]["code"] == protocol.INTERNAL_ERROR  # the client falls back to in-process
+
+
+@click.command("echo")
+@click.argument("words", nargs=-1)
+@click.option("--fail", type=int, default=0)
+@click.option("--crash", is_flag=True)
+def echo_command(words: tuple[str, ...], fail: int, crash: bool) -> None:
+    if crash:
+        raise RuntimeError("bug")
+    click.echo(" ".join(words) + f" in {os.getcwd()} daemon={os.environ.get('INFILL_NO_DAEMON')}")
+    sys.stdout.flush()
+    sys.stdout.buffer.write(b"\xff raw\n")
+    click.echo("to stderr", err=True)
+    raise SystemExit(fail)
+
+
+def test_run_command_captures_exact_output_exit_code_and_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(handlers.COMMANDS, "echo", f"{__name__}:echo_command")
+    dispatcher = Dispatcher()
+    reply = call(
+        dispatcher,
+        "command",
+        {"name": "echo", "argv": ["--fail", "1", "--", "a", "-b"], "cwd": str(tmp_path)},
+    )
+    assert reply["exit_code"] == 1
+    assert reply["stdout"].encode("utf-8", "surrogateescape") == f"a -b in {tmp_path} daemon=1\n".encode() + (
+        b"\xff raw\n"
+    )
+    assert reply["stderr"] == "to stderr\n"
+    assert (
+        call(dispatcher, "command", {"name": "echo", "argv": ["--crash"]})["error"]["code"]
+        == "internal_error"
+    )
+    assert call(dispatcher, "command", {"name": "train", "argv": []})["error"]["code"] == "unknown_method"
+    assert call(dispatcher, "command", {"name": "echo", "argv": "x"})["error"]["code"] == "input_error"
+
+
+@click.command()
+@click.argument("paths", nargs=-1)
+@click.option("--count", "-c", count=True)
+@click.option("--flag", is_flag=True)
+@click.option("--ignore-x/--include-x", "ignore_x", default=None)
+@click.option("--color/--no-color", default=True)
+@click.option("--many", multiple=True)
+@click.option("--ratio", type=float, default=None)
+@click.option("--name", default="default")
+@click.option("--choice", type=click.Choice(["a", "b"]), default="a")
+@click.option("--daemon", default="auto")
+def sample(**kwargs: Any) -> None:
+    pass
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["x.py", "--", "-y.py"],
+        ["-cc", "--flag", "--include-x", "--no-color", "--many", "1", "--many", "--x", "--ratio", "0.1"],
+        ["--ignore-x", "--name", "", "--choice", "b", "--", "--weird", "-"],
+        ["--ratio", "1e-300", "--daemon", "on", "a"],
+    ],
+)
+def test_argv_from_params_round_trips(argv: list[str]) -> None:
+    parsed = sample.make_context("sample", list(argv)).params
+    rebuilt = argv_from_params(sample, parsed, skip=("daemon",))
+    again = sample.make_context("sample", rebuilt).params
+    assert {k: v for k, v in again.items() if k != "daemon"} == {
+        k: v for k, v in parsed.items() if k != "daemon"
+    }
+    assert "--daemon" not in rebuilt
+
+
+def test_exception_mapping_rebuilds_input_errors() -> None:
+    error = protocol.error_from_exception(InputError("bad span 9:3", path="a.py", line=9))
+    rebuilt = protocol.exception_from_error(error)
+    assert isinstance(rebuilt, InputError) and str(rebuilt) == "a.py:9: bad span 9:3"
+    assert (
+        protocol.exception_from_error(protocol.error_from_exception(ProtocolError("parse_error", "x")))
+        is None
+    )

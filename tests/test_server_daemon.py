@@ -1,0 +1,301 @@
+"""The per-user daemon's life cycle through the real client: real processes, a private runtime dir per test,
+and every daemon stopped afterwards (the runtime_dir fixture). No timing assertions: waits poll with generous
+timeouts."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from infill.errors import InputError
+from infill.server import client, lifecycle
+from infill.server.dispatch import ModelCache, ServerContext
+from tests.fixtures_serve import (
+    REPO_ROOT,
+    fake_fill,
+    pid_alive,
+    plugin_env,
+    runtime_dir,
+    serve_socket_process,
+    wait_until,
+)
+
+_ = runtime_dir  # a fixture
+PARAMS = {"text": "def f(x):\n    return x\n", "spans": [[10, 23]], "file": "f.py", "want_pid": True}
+
+
+def in_process(params: dict[str, Any]) -> dict[str, Any]:
+    """What a command does when the client returns None (the fallback), here with the same fake."""
+    from infill.models import registry
+    from tests.fixtures_serve import FAKE_MODEL, fake_factory
+
+    registry.register(FAKE_MODEL, fake_factory)
+    try:
+        return fake_fill(params, ServerContext(ModelCache()))
+    finally:
+        registry.unregister(FAKE_MODEL)
+
+
+def fill(env: dict[str, str], params: dict[str, Any] = PARAMS, mode: str = "on") -> dict[str, Any] | None:
+    return client.request("fill", params, mode, env=env)
+
+
+def daemon_pid(env: dict[str, str]) -> int:
+    info = client.status(env)
+    assert info is not None
+    return int(info["pid"])
+
+
+def test_start_on_demand_reuse_and_status(runtime_dir: Path) -> None:
+    env = plugin_env(runtime_dir)
+    assert client.status(env) is None
+    first = fill(env)
+    assert first is not None
+    pid = first["stats"].pop("pid")
+    assert pid != os.getpid() and pid == daemon_pid(env)
+    local = in_process(PARAMS)
+    local["stats"].pop("pid")
+    assert first == local  # the daemon's answer is exactly the in-process one
+    second = fill(env)
+    assert second is not None and second["stats"]["pid"] == pid  # reused, not restarted
+    loads = client.request("fake_loads", {}, "on", env=env)
+    assert loads == {"loads": 1, "pid": pid}  # the model stayed loaded between requests
+    st = os.stat(runtime_dir / "daemon.sock")
+    assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(runtime_dir).st_mode) == 0o700
+
+
+def test_input_errors_come_back_as_the_same_exception(runtime_dir: Path) -> None:
+    env = plugin_env(runtime_dir)
+    bad = {"text": "abc", "spans": [[1, 50]]}
+    with pytest.raises(InputError) as from_daemon:
+        fill(env, bad)
+    with pytest.raises(InputError) as local:
+        in_process(bad)
+    assert str(from_daemon.value) == str(local.value) and from_daemon.value.line == 1
+    assert fill(env) is not None  # the daemon is still fine
+
+
+def test_idle_daemon_exits_and_removes_its_socket(runtime_dir: Path) -> None:
+    env = plugin_env(runtime_dir)
+    assert client.request("fill", PARAMS, "on", env=env, idle_timeout=0.5) is not None
+    pid = daemon_pid(env)
+    wait_until(lambda: not pid_alive(pid), what="the idle daemon to exit")
+    assert not (runtime_dir / "daemon.sock").exists()
+    assert "exiting" in (runtime_dir / "daemon.log").read_text()
+
+
+def test_stale_socket_is_replaced(runtime_dir: Path) -> None:
+    env = plugin_env(runtime_dir)
+    path = runtime_dir / "daemon.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))  # bound, never listening, then closed: what a crashed daemon leaves behind
+    dead.close()
+    assert path.exists() and client.status(env) is None
+    result = fill(env)
+    assert result is not None and result["stats"]["pid"] == daemon_pid(env)
+
+
+def test_killed_mid_request_falls_back_with_identical_result(runtime_dir: Path) -> None:
+    die_flag = runtime_dir / "die-next"
+    env = plugin_env(runtime_dir, INFILL_TEST_DIE_FLAG=str(die_flag))
+    params = {**PARAMS, "want_pid": False}
+    healthy = fill(env, params)
+    assert healthy is not None
+    pid = daemon_pid(env)
+    die_flag.touch()  # the daemon SIGKILLs itself inside the next request
+    assert fill(env, params) is None  # the client saw the connection drop: do it in-process
+    assert not die_flag.exists()
+    wait_until(lambda: not pid_alive(pid), what="the killed daemon to be gone")
+    assert in_process(params) == healthy  # what the command prints is the same either way
+    again = fill(env, {**params, "want_pid": True})  # the next request starts a fresh daemon
+    assert again is not None and again["stats"]["pid"] not in (pid, os.getpid())
+
+
+def test_two_concurrent_clients_start_one_daemon(runtime_dir: Path) -> None:
+    env = plugin_env(runtime_dir)
+    barrier = threading.Barrier(3)
+    results: list[dict[str, Any] | None] = [None] * 3
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        results[i] = fill(env)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    assert all(r is not None for r in results)
+    pids = {r["stats"]["pid"] for r in results if r is not None}
+    assert len(pids) == 1
+    log = (runtime_dir / "daemon.log").read_text()
+    assert log.count("starting on") == 1, log
+
+
+def test_concurrent_cli_processes_start_one_daemon(runtime_dir: Path) -> None:
+    env = plugin_env(runtime_dir)
+    code = (
+        "import json, sys; from infill.server import client; "
+        "print(json.dumps(client.request('fill', json.loads(sys.argv[1]), 'on')))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, json.dumps(PARAMS)], env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE
+        )
+        for _ in range(2)
+    ]
+    outs = [json.loads(p.communicate(timeout=180)[0]) for p in procs]
+    assert outs[0] is not None and outs[0] == outs[1]
+    assert (runtime_dir / "daemon.log").read_text().count("starting on") == 1
+
+
+def test_version_mismatch_restarts_the_daemon(runtime_dir: Path) -> None:
+    old = serve_socket_process(runtime_dir, plugin_env(runtime_dir, INFILL_TEST_FAKE_VERSION="0.0.1"))
+    try:
+        env = plugin_env(runtime_dir)
+        info = client.status(env)
+        assert info is not None and info["pid"] == old.pid and info["compatible"] is False
+        result = fill(env)
+        assert result is not None and result["stats"]["pid"] != old.pid
+        old.wait(timeout=60)  # the old daemon was shut down
+        assert client.status(env)["compatible"] is True  # type: ignore[index]
+    finally:
+        if old.poll() is None:
+            old.kill()
+            old.wait()
+
+
+def test_live_socket_is_not_stolen(runtime_dir: Path) -> None:
+    env = plugin_env(runtime_dir)
+    first = serve_socket_process(runtime_dir, env)
+    try:
+        second = subprocess.run(
+            [sys.executable, "-m", "infill", "serve", "--socket", str(runtime_dir / "daemon.sock")],
+            env=env,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            timeout=120,
+        )
+        assert second.returncode == 1 and b"already listening" in second.stderr
+        assert first.poll() is None and daemon_pid(env) == first.pid
+    finally:
+        first.terminate()
+        assert first.wait(timeout=60) == 0  # SIGTERM is a clean exit
+    assert not (runtime_dir / "daemon.sock").exists()
+
+
+@pytest.mark.parametrize(
+    "env_extra",
+    [{"CI": "true"}, {"INFILL_NO_DAEMON": "1"}, {"PYTEST_CURRENT_TEST": "x"}],
+)
+def test_auto_never_spawns_in_ci_or_when_disabled(runtime_dir: Path, env_extra: dict[str, str]) -> None:
+    env = plugin_env(runtime_dir, **env_extra)
+    assert fill(env, mode="auto") is None
+    assert fill(env, mode="off") is None
+    assert not (runtime_dir / "daemon.sock").exists() and not (runtime_dir / "daemon.log").exists()
+
+
+def test_auto_uses_the_daemon_outside_ci(runtime_dir: Path) -> None:
+    result = fill(plugin_env(runtime_dir), mode="auto")
+    assert result is not None and result["stats"]["pid"] != os.getpid()
+
+
+def test_models_registered_in_this_process_stay_in_process(runtime_dir: Path) -> None:
+    from infill.models import registry
+    from tests.fixtures_serve import FAKE_MODEL, fake_factory
+
+    registry.register(FAKE_MODEL, fake_factory)
+    try:
+        assert client.request("fill", PARAMS, "on", model=FAKE_MODEL, env=plugin_env(runtime_dir)) is None
+    finally:
+        registry.unregister(FAKE_MODEL)
+    assert not (runtime_dir / "daemon.sock").exists()
+
+
+def test_unsafe_runtime_dirs_are_refused_or_tightened(tmp_path: Path) -> None:
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)
+    lifecycle.runtime_paths({"INFILL_RUNTIME_DIR": str(open_dir)})
+    assert stat.S_IMODE(os.stat(open_dir).st_mode) == 0o700  # ours but too open: tightened
+    link = tmp_path / "link"
+    link.symlink_to(open_dir)
+    with pytest.raises(lifecycle.DaemonUnavailable, match="symlink"):
+        lifecycle.runtime_paths({"INFILL_RUNTIME_DIR": str(link)})
+    assert client.request("fill", PARAMS, "on", env={"INFILL_RUNTIME_DIR": str(link)}) is None  # falls back
+    if os.getuid() == 0:  # only root can hand a directory to someone else
+        foreign = tmp_path / "foreign"
+        foreign.mkdir(mode=0o700)
+        os.chown(foreign, 65534, 65534)
+        with pytest.raises(lifecycle.DaemonUnavailable, match="owned by uid 65534"):
+            lifecycle.runtime_paths({"INFILL_RUNTIME_DIR": str(foreign)})
+
+
+def test_daemon_cli_status_start_stop(runtime_dir: Path) -> None:
+    from infill.cli import main
+
+    env = plugin_env(runtime_dir)
+    runner = CliRunner()
+    result = runner.invoke(main, ["daemon", "status"], env=env)
+    assert result.exit_code == 1 and "no daemon running" in result.output
+    result = runner.invoke(main, ["daemon", "start", "--idle-timeout", "120"], env=env)
+    assert result.exit_code == 0, result.output
+    pid = daemon_pid(env)
+    result = runner.invoke(main, ["daemon", "status", "--format", "json"], env=env)
+    assert result.exit_code == 0 and json.loads(result.output)["pid"] == pid
+    result = runner.invoke(main, ["daemon", "status"], env=env)
+    assert f"pid {pid}" in result.output and "idle timeout 120 s" in result.output
+    result = runner.invoke(main, ["daemon", "stop"], env=env)
+    assert result.exit_code == 0 and "stopped" in result.output
+    wait_until(lambda: not pid_alive(pid), what="the daemon to stop")
+    assert runner.invoke(main, ["daemon", "stop"], env=env).output.strip() == "no daemon running"
+
+
+def test_client_never_imports_torch(runtime_dir: Path) -> None:
+    code = (
+        "import sys\n"
+        "import infill.server.client as c, infill.server.options\n"
+        "import infill.commands.serve, infill.commands.daemon\n"
+        "r = c.request('fill', {'text': 'ab', 'spans': [[0, 1]]}, 'on')\n"
+        "assert r is not None and r['edits'], r\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers'))\n"
+        "assert not heavy, heavy\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=plugin_env(runtime_dir),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def test_ping_answers_during_a_long_request_and_a_gone_client_cancels_it(runtime_dir: Path) -> None:
+    env = plugin_env(runtime_dir)
+    pid = client.connect_daemon(lifecycle.runtime_paths(env), spawn=True, env=env)
+    assert pid is not None
+    pid.close()
+    marker = runtime_dir / "cancelled"
+    sock = lifecycle.connect(runtime_dir / "daemon.sock", timeout=30)
+    assert sock is not None
+    sock.sendall(
+        json.dumps({"id": 1, "method": "wait_for_cancel", "params": {"marker": str(marker)}}).encode()
+    )
+    sock.sendall(b"\n")
+    assert client.status(env) is not None  # ping is answered while the long request runs
+    assert not marker.exists()
+    sock.close()  # the client goes away mid-request
+    wait_until(marker.exists, what="the request to notice its client left")
+    assert fill(env) is not None  # and the daemon serves the next request

@@ -1,0 +1,96 @@
+"""End to end with a real (tiny, random) checkpoint: `infill fill --daemon on` prints and writes exactly what
+`--daemon off` does, and the socket's public `fill` method returns what `--format json` prints."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from infill.server import client
+from tests.fixtures_serve import plugin_env, runtime_dir
+
+_ = runtime_dir  # a fixture
+
+fill_module = pytest.importorskip("infill.commands.fill")
+if not hasattr(fill_module, "run_fill") or "--daemon" not in str([p.opts for p in fill_module.fill.params]):
+    pytest.skip("infill fill has no --daemon yet", allow_module_level=True)
+
+SOURCE = '''def mean(values):
+    """Return the arithmetic mean."""
+    total = sum(values)
+    return total / len(values)
+'''
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from infill.models.tiny import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def run(args: list[str], env: dict[str, str]) -> tuple[int, bytes, bytes]:
+    """`infill ARGS` in this process (the --daemon off runs reuse this process's torch import)."""
+    from infill.cli import main
+
+    result = CliRunner().invoke(main, args, env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout_bytes, result.stderr_bytes or b""
+
+
+@pytest.mark.slow
+def test_daemon_output_and_writes_equal_in_process(
+    tiny: Path, runtime_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = plugin_env(runtime_dir)
+    del env["INFILL_SERVER_PLUGINS"]  # the real methods, no fakes
+    for name in ("on", "off"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "stats.py").write_text(SOURCE)
+    common = [
+        "fill",
+        "stats.py",
+        "--span",
+        "3:3",
+        "--model",
+        str(tiny),
+        "--no-syntax-check",
+        "--tokens",
+        "12",
+        "-v",
+    ]
+    monkeypatch.chdir(tmp_path / "on")
+    daemon = run([*common, "--daemon", "on"], env)
+    info = client.status(env)
+    assert info is not None and info["pid"] != os.getpid() and info["models"], "the daemon kept the model"
+    monkeypatch.chdir(tmp_path / "off")
+    local = run([*common, "--daemon", "off"], env)
+    assert daemon == local and daemon[0] == 0  # exit code, stdout and stderr bytes
+    assert (tmp_path / "on" / "stats.py").read_bytes() == (tmp_path / "off" / "stats.py").read_bytes()
+    assert (tmp_path / "on" / "stats.py").read_text() != SOURCE  # it did fill (in place, relative path)
+
+    bad = ["fill", "stats.py", "--span", "40:41", "--model", str(tiny)]
+    daemon_bad, local_bad = run([*bad, "--daemon", "on"], env), run([*bad, "--daemon", "off"], env)
+    assert daemon_bad == local_bad and daemon_bad[0] == 2 and daemon_bad[2]
+
+    # the editor-facing method over the same (warm) daemon returns what --format json prints
+    printed = json.loads(run([*common[:-1], "--format", "json", "--daemon", "off"], env)[1])
+    params: dict[str, Any] = {
+        "path": "stats.py",
+        "cwd": str(tmp_path / "off"),
+        "span": "3:3",
+        "model": str(tiny),
+        "syntax_check": False,
+        "tokens": 12,
+    }
+    reply = client.request("fill", params, "on", env=env)
+    assert reply is not None and reply["stats"].pop("seconds") >= 0
+    printed["stats"].pop("seconds")
+    assert reply == printed
+    assert client.status(env)["pid"] == info["pid"]  # type: ignore[index]  # one daemon served it all

@@ -1,0 +1,251 @@
+"""AS-ARM training: mask layouts, end-of-fill pads, the joint loss, learning, resuming, export."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from infill.models import masks
+from infill.training.asarm import (
+    Batches,
+    LayoutSampler,
+    ModelShape,
+    TrainConfig,
+    build_model,
+    collate,
+    evaluate,
+    export_model,
+    joint_loss,
+    line_break_ids,
+    load_checkpoint_model,
+    token_strings,
+    tokenize_stream,
+    train,
+)
+from infill.training.tokenizer import BOS_ID, PAD_ID, save_tokenizer
+from tests.fixtures_train import sample_texts, tiny_tokenizer, write_corpus  # noqa: F401
+
+SHAPE = ModelShape(vocab_size=400, d_model=32, n_layer=2, n_head=2, d_inner=64)
+
+
+def _sampler(tok, seed: int = 0) -> LayoutSampler:  # type: ignore[no-untyped-def]
+    return LayoutSampler(token_strings(tok), line_break_ids(tok), np.random.default_rng(seed))
+
+
+def _examples(tok, count: int = 300, seq_len: int = 96):  # type: ignore[no-untyped-def]
+    stream = tokenize_stream(tok, sample_texts(8))
+    batches = Batches(stream, _sampler(tok), seq_len, 1)
+    return [batches.sampler.example(batches.window(), seq_len) for _ in range(count)]
+
+
+def test_pads_only_end_spans_and_bos_stays_visible(tiny_tokenizer) -> None:  # noqa: F811
+    examples = _examples(tiny_tokenizer)
+    assert {ex.layout for ex in examples} == set(LayoutSampler.LAYOUTS)
+    saw_pads = 0
+    for ex in examples:
+        assert ex.tokens[0] == BOS_ID and not ex.masked[0]
+        assert len(ex.tokens) == len(ex.masked) == len(ex.weight) == len(ex.span) <= 96
+        for t, m in zip(ex.tokens, ex.masked, strict=True):
+            assert not (t == BOS_ID and m), "file separators are never masked"
+            assert t != PAD_ID or m, "pads exist only inside masked spans"
+        for s in set(ex.span) - {-1}:
+            pos = [j for j, x in enumerate(ex.span) if x == s]
+            assert pos == list(range(pos[0], pos[-1] + 1)), "a span is contiguous"
+            toks = [ex.tokens[j] for j in pos]
+            weights = [ex.weight[j] for j in pos]
+            if PAD_ID in toks:
+                first = toks.index(PAD_ID)
+                saw_pads += 1
+                assert all(t == PAD_ID for t in toks[first:]), "after a pad, only pads"
+                assert weights == [1] * (first + 1) + [0] * (len(toks) - first - 1)
+            else:
+                assert weights == [1] * len(toks)
+    assert saw_pads > 50
+
+
+def test_line_layout_masks_line_aligned_text(tiny_tokenizer) -> None:  # noqa: F811
+    for ex in _examples(tiny_tokenizer):
+        if ex.layout != "line":
+            continue
+        for s in set(ex.span) - {-1}:
+            pos = [j for j, x in enumerate(ex.span) if x == s]
+            content = [ex.tokens[j] for j in pos if ex.tokens[j] != PAD_ID]
+            text = tiny_tokenizer.decode(content)
+            before = tiny_tokenizer.decode([t for t in ex.tokens[1 : pos[0]] if t != PAD_ID])
+            assert "\n" not in text.rstrip("\r\n"), "one line at most"
+            # the span starts at a line start or after the line's indentation
+            assert before == "" or before.endswith(("\n", "\r")) or before.split("\n")[-1].strip() == ""
+
+
+def test_docstring_layout_masks_between_quotes(tiny_tokenizer) -> None:  # noqa: F811
+    seen = 0
+    for ex in _examples(tiny_tokenizer):
+        if ex.layout != "docstring" or '"""' not in tiny_tokenizer.decode(ex.tokens[1:]):
+            continue
+        for s in set(ex.span) - {-1}:
+            pos = [j for j, x in enumerate(ex.span) if x == s]
+            if pos[-1] + 1 >= len(ex.tokens):
+                continue  # cut by the sequence end
+            content = tiny_tokenizer.decode([ex.tokens[j] for j in pos if ex.tokens[j] != PAD_ID])
+            if '"""' in tiny_tokenizer.decode([ex.tokens[pos[0] - 1]]):
+                seen += 1
+                assert '"""' not in content
+                assert '"""' in tiny_tokenizer.decode([ex.tokens[pos[-1] + 1]])
+    assert seen > 0
+
+
+def test_golden_ratio_rates_are_even(tiny_tokenizer) -> None:  # noqa: F811
+    sampler = _sampler(tiny_tokenizer)
+    rates = np.array([sampler.rate(0.05, 0.6) for _ in range(1000)])
+    assert rates.min() >= 0.05 and rates.max() < 0.6
+    counts, _ = np.histogram(rates, bins=10, range=(0.05, 0.6))
+    assert counts.min() >= 95 and counts.max() <= 105  # low discrepancy: far more even than iid sampling
+
+
+def test_joint_loss_uses_shared_masks_and_hides_targets(tiny_tokenizer) -> None:  # noqa: F811
+    torch.manual_seed(0)
+    model = build_model(SHAPE, 32).eval()
+    examples = _examples(tiny_tokenizer, count=4, seq_len=32)
+    batch = collate(examples, 32)
+    loss, count = joint_loss(model, batch, bf16=False)
+    assert count == int(sum(sum(ex.weight) for ex in examples))
+    # Changing the token at a masked position changes no logit at or before its rank (it is hidden from itself
+    # and from earlier targets), exactly as the permuted-causal mask of infill.models.masks promises.
+    ids, masked = batch["ids"][:1], batch["masked"][:1]
+    pos = masked[0].nonzero().flatten()
+    last = int(pos[-1])
+    tm = masks.target_mapping(pos[None, :], 32)
+    pm = masks.perm_mask(masked)
+    with torch.no_grad():
+        a = model(input_ids=ids, perm_mask=pm, target_mapping=tm, use_mems=False).logits
+        ids2 = ids.clone()
+        ids2[0, last] = (ids2[0, last] + 7) % SHAPE.vocab_size
+        b = model(input_ids=ids2, perm_mask=pm, target_mapping=tm, use_mems=False).logits
+    assert torch.allclose(a, b, atol=1e-5)
+    if len(pos) > 1:
+        first = int(pos[0])
+        ids3 = ids.clone()
+        ids3[0, first] = (ids3[0, first] + 7) % SHAPE.vocab_size
+        with torch.no_grad():
+            c = model(input_ids=ids3, perm_mask=pm, target_mapping=tm, use_mems=False).logits
+        assert torch.allclose(a[0, 0], c[0, 0], atol=1e-5)  # a target never sees itself
+        assert not torch.allclose(a[0, 1:], c[0, 1:], atol=1e-5)  # later targets see it
+
+
+def _tiny_cfg(**kw: object) -> TrainConfig:
+    base = TrainConfig(
+        seq_len=48,
+        batch_size=8,
+        lr=3e-3,
+        warmup_steps=2,
+        steps=4,
+        checkpoint_minutes=1e9,
+        log_every=1000,
+        eval_sequences=8,
+        threads=1,
+        bf16=False,
+        shape=SHAPE,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture()
+def tiny_corpus(tmp_path: Path, tiny_tokenizer):  # type: ignore[no-untyped-def]  # noqa: F811
+    corpus = write_corpus(tmp_path / "corpus", sample_texts(30), sample_texts(40)[30:])
+    save_tokenizer(tiny_tokenizer, tmp_path / "tokenizer.json")
+    return corpus, tmp_path / "tokenizer.json"
+
+
+def test_few_steps_reduce_heldout_loss(tiny_corpus, tmp_path: Path, tiny_tokenizer) -> None:  # noqa: F811
+    corpus, tok_path = tiny_corpus
+    cfg = _tiny_cfg(steps=40)
+    state = train(corpus, tok_path, tmp_path / "run", cfg, resume=False)
+    assert state.step == 40 and state.tokens_seen == 40 * 8 * 48
+    torch.manual_seed(cfg.seed)
+    fresh = build_model(SHAPE, 48)
+    trained, _, _ = load_checkpoint_model(tmp_path / "run")
+    from infill.training.asarm import heldout_batches
+
+    held = heldout_batches(tiny_tokenizer, corpus, cfg, cfg.eval_sequences)
+    before, after = evaluate(fresh, held, bf16=False), evaluate(trained, held, bf16=False)
+    assert after < before - 1.0, (before, after)
+    assert state.last_eval == pytest.approx(after, rel=1e-4)
+
+
+def test_resume_continues_identically(tiny_corpus, tmp_path: Path) -> None:
+    corpus, tok_path = tiny_corpus
+    train(corpus, tok_path, tmp_path / "straight", _tiny_cfg(steps=4), resume=False)
+    train(corpus, tok_path, tmp_path / "resumed", _tiny_cfg(steps=2), resume=False)
+    state = train(corpus, tok_path, tmp_path / "resumed", _tiny_cfg(steps=4), resume=True)
+    assert state.step == 4
+    a = torch.load(tmp_path / "straight" / "last.pt", weights_only=False)
+    b = torch.load(tmp_path / "resumed" / "last.pt", weights_only=False)
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    assert a["rng"] == b["rng"] and a["counter"] == b["counter"]
+
+
+def test_export_writes_a_model_folder(tiny_corpus, tmp_path: Path) -> None:
+    corpus, tok_path = tiny_corpus
+    train(corpus, tok_path, tmp_path / "run", _tiny_cfg(steps=1, eval_sequences=0), resume=False)
+    model, cfg, state = load_checkpoint_model(tmp_path / "run")
+    out = tmp_path / "model"
+    export_model(model, tok_path, out, cfg.seq_len, {"steps": state.step})
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "xlnet" and config["attn_type"] == "bi"
+    assert config["infill"] == {
+        "mask_id": 1,
+        "pad_id": 0,
+        "bos_id": 2,
+        "max_length": 48,
+        "tokenizer": "byte-bpe",
+        "provenance": {"steps": 1},
+    }
+    assert (out / "tokenizer.json").read_bytes() == tok_path.read_bytes()
+    from transformers import XLNetLMHeadModel
+
+    loaded = XLNetLMHeadModel.from_pretrained(str(out), dtype=torch.float32)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, loaded.state_dict()[name]), name
+
+
+def test_exported_model_loads_and_inference_scores_match_training(tiny_corpus, tmp_path: Path, tiny_tokenizer) -> None:  # noqa: F811
+    """The project loader reads the export, and the inference oracle pass gives the log-probabilities the
+    training loss used for the same masked positions (same masks: infill.models.masks)."""
+    from infill.config import ModelSpec
+    from infill.decoding import score
+    from infill.models.base import FillProblem
+    from infill.models.loading import load_by_name
+
+    corpus, tok_path = tiny_corpus
+    train(corpus, tok_path, tmp_path / "run", _tiny_cfg(steps=3, eval_sequences=0), resume=False)
+    model, cfg, state = load_checkpoint_model(tmp_path / "run")
+    out = tmp_path / "model"
+    export_model(model, tok_path, out, cfg.seq_len, {"steps": state.step})
+    loaded = load_by_name(ModelSpec(name=str(out), device="cpu", bf16=False))
+    assert loaded.kind == "asarm" and loaded.info["provenance"] == {"steps": 3}
+    m = loaded.model
+    assert (m.mask_id, m.pad_id, m.bos_id, m.max_length) == (1, 0, 2, 48)
+    text = "def add(a, b):\n    return a + b\n"
+    assert loaded.tokenizer.encode(text) == tiny_tokenizer.encode(text, add_special_tokens=False).ids
+
+    ex = next(e for e in _examples(tiny_tokenizer, count=50, seq_len=48) if e.layout == "line")
+    batch = collate([ex], 48)
+    masked_pos = batch["masked"][0].nonzero().flatten()  # (M,)
+    ids = batch["ids"][0].clone()
+    truth = ids[masked_pos].clone()
+    ids[masked_pos] = m.mask_id
+    logq = score(m, FillProblem(ids=ids, masked=masked_pos), truth)  # (M,)
+    with torch.no_grad():
+        tm = masks.target_mapping(masked_pos[None, :], 48)
+        logits = model(
+            input_ids=batch["ids"], perm_mask=masks.perm_mask(batch["masked"]), target_mapping=tm, use_mems=False
+        ).logits[0]  # (M, V) teacher-forced, as in training
+    logits[:, m.mask_id] = float("-inf")
+    expected = torch.log_softmax(logits, -1).gather(1, truth[:, None])[:, 0]
+    assert torch.allclose(logq, expected, atol=1e-4)

