@@ -13,7 +13,8 @@ How a fill is built (the data flow: spans -> masked token sequence -> decoder ->
 
 * Tokens. Each region of nearby spans becomes one sequence
   [<bos>] + tok(prefix) + [<mask>] * budget_1 + tok(between_1) + ... + [<mask>] * budget_s + tok(suffix).
-  The model sees "\\n" line endings (CRLF files are converted back on output).
+  The model sees "\\n" line endings (CRLF files are converted back on output). A space right before an
+  in-line span is left for the model to write (byte BPE glues it to the next word; see _heals).
 * Length policy (token budget per span). `FillOptions.tokens` (--tokens N) wins. Otherwise, when the span
   replaces real text, its token length plus slack (a quarter, at least 8 tokens; no slack for models without
   an end-of-fill pad, whose fills always use the whole budget). Otherwise (an insertion point, blank lines
@@ -23,11 +24,11 @@ How a fill is built (the data flow: spans -> masked token sequence -> decoder ->
   spans of one region are never cut. What remains goes 3/4 to the prefix (its end is kept) and 1/4 to the
   suffix (its start is kept); a side that needs less gives the rest to the other. Spans too far apart to share
   one sequence are filled as separate regions, each seeing the original text around it.
-* Candidates. One seeded torch.Generator draws every sample. A candidate is one sample of every span; for
-  code, candidates that add tree-sitter ERROR/MISSING nodes are rejected and resampled (up to
-  FillOptions.max_resample extra samples). The valid candidate with the highest log-likelihood (sum over spans
-  of the fill's token log-probabilities under the model, end-of-fill pad included) wins; if none is valid, the
-  best invalid one is returned with a warning.
+* Candidates. One seeded torch.Generator draws every sample. A candidate is one sample of every span. For
+  code, candidates that add tree-sitter ERROR/MISSING nodes are rejected, and so are fills with broken UTF-8
+  (U+FFFD); rejects are resampled (up to FillOptions.max_resample extra samples). The valid candidate with
+  the highest log-likelihood (sum over spans of the fill's token log-probabilities under the model,
+  end-of-fill pad included) wins; if none is valid, the best invalid one is returned with a warning.
 """
 
 from __future__ import annotations
@@ -41,12 +42,11 @@ from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec
 from infill.errors import DecodeError, InfillError, InputError, ModelError
+from infill.models.registry import LoadedModel
 from infill.spans import LineIndex, Span, check_spans
 
 if TYPE_CHECKING:
     import torch
-
-    from infill.models.registry import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class FillResult:
     text: str  # the whole patched text
     edits: list[Edit]
     stats: dict[str, Any] = field(default_factory=dict)  # decoder, model, nfe, tokens, seconds, ...
-    warnings: list[str] = field(default_factory=list)  # e.g. "no syntactically valid candidate found"
+    warnings: list[str] = field(default_factory=list)  # e.g. "no valid candidate found ..."
 
 
 ProgressCallback = Callable[[dict[str, Any]], None]
@@ -79,15 +79,20 @@ _MODEL_CACHE: dict[ModelSpec, LoadedModel] = {}
 
 
 def load_model(model: Any = None) -> LoadedModel:
-    """A LoadedModel from a ModelSpec (cached per process), a LoadedModel, or None (the default model)."""
-    from infill.models.registry import LoadedModel, load
+    """A LoadedModel from a ModelSpec, a LoadedModel, or None (the default model).
+
+    Folder models are cached per process (keyed by the spec). Registered factories are called on every load:
+    a registration can change (tests, plugins), and a factory that is expensive caches for itself.
+    """
+    from infill.models.registry import load, registered
 
     if isinstance(model, LoadedModel):
         return model
     spec = model if isinstance(model, ModelSpec) else ModelSpec() if model is None else None
     if spec is None:
         raise InputError(f"model must be a ModelSpec or a LoadedModel, not {type(model).__name__}")
-    cached = _MODEL_CACHE.get(spec)
+    cacheable = spec.name not in registered()
+    cached = _MODEL_CACHE.get(spec) if cacheable else None
     if cached is not None:
         return cached
     from infill.progress import quiet_libraries
@@ -98,10 +103,9 @@ def load_model(model: Any = None) -> LoadedModel:
     except InfillError:
         raise
     except (OSError, ValueError, RuntimeError, KeyError) as exc:  # corrupt folder, bad safetensors, bad json
-        raise ModelError(
-            f"cannot load model {spec.name!r}: {type(exc).__name__}: {exc}".splitlines()[0]
-        ) from exc
-    _MODEL_CACHE[spec] = loaded
+        raise ModelError(f"cannot load model {spec.name!r}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+    if cacheable:
+        _MODEL_CACHE[spec] = loaded
     return loaded
 
 
@@ -122,6 +126,7 @@ class _SpanPlan:
     prefix: str  # LF text before the span, up to the previous span (for post-processing)
     replaced: str  # LF text the span replaces
     suffix: str  # LF text after the span, up to the next span
+    healed: bool = False  # the space before the span was moved into the model's fill (see _model_prefix)
 
 
 @dataclass
@@ -160,27 +165,25 @@ def _plan(
         prev_end = spans[i - 1].end_byte if i else 0
         next_start = spans[i + 1].start_byte if i + 1 < len(spans) else len(data)
         replaced = to_model(data[span.start_byte : span.end_byte].decode("utf-8"))
-        budget = token_budget(
-            span, len(tok.encode(replaced)) if replaced.strip() else 0, replaced, options, has_pad
-        )
+        budget = token_budget(span, len(tok.encode(replaced)) if replaced.strip() else 0, replaced, options, has_pad)
         if budget > cap:
             if options.tokens is not None:
                 raise DecodeError(
                     f"{span.label or 'span'}: --tokens {budget} does not fit the model's context of "
                     f"{max_length} tokens (at most {cap})"
                 )
-            warnings.append(
-                f"{span.label or 'span'}: token budget {budget} capped at {cap} (the model's context)"
-            )
+            warnings.append(f"{span.label or 'span'}: token budget {budget} capped at {cap} (the model's context)")
             budget = cap
+        before = to_model(data[prev_end : span.start_byte].decode("utf-8"))
         plans.append(
             _SpanPlan(
                 span,
                 i,
                 budget,
-                to_model(data[prev_end : span.start_byte].decode("utf-8")),
+                before,
                 replaced,
                 to_model(data[span.end_byte : next_start].decode("utf-8")),
+                healed=_heals(before),
             )
         )
     # group neighbouring spans into regions while the masks and the text between them fit
@@ -188,7 +191,7 @@ def _plan(
     regions: list[list[tuple[_SpanPlan, list[int]]]] = []  # each span with the ids of the text before it
     used = 0
     for plan in plans:
-        between = tok.encode(plan.prefix) if regions and not blockdiff else []
+        between = tok.encode(_model_prefix(plan.prefix, plan.healed)) if regions and not blockdiff else []
         cost = len(between) + plan.budget
         if regions and not blockdiff and used + cost <= cap:
             regions[-1].append((plan, between))
@@ -199,7 +202,7 @@ def _plan(
     out = []
     for group in regions:
         first, last = group[0][0].span, group[-1][0].span
-        prefix_ids = tok.encode(to_model(data[: first.start_byte].decode("utf-8")))
+        prefix_ids = tok.encode(_model_prefix(to_model(data[: first.start_byte].decode("utf-8")), group[0][0].healed))
         suffix_ids = tok.encode(to_model(data[last.end_byte :].decode("utf-8")))
         inner = sum(p.budget for p, _ in group) + sum(len(b) for _, b in group[1:])
         free = max(0, max_length - int(has_bos) - inner)
@@ -215,6 +218,21 @@ def _plan(
             )
         )
     return out
+
+
+def _heals(before: str) -> bool:
+    """Whether the text before a span ends in a space that the model should write itself.
+
+    Byte-level BPE with GPT-2 pre-tokenization glues a space to the following word (" foo"), so a prompt that
+    ends in a lone " " (as in "x = <FILL>", or indentation before a column span) is a token sequence the model
+    never saw. The model sees the text without that space and writes " foo"; the space is removed from the fill
+    again (the file keeps its own). Spans at a line start are untouched (the text before ends with "\n").
+    """
+    return before.endswith(" ")
+
+
+def _model_prefix(before: str, healed: bool) -> str:
+    return before[:-1] if healed else before
 
 
 def split_context(free: int, prefix: int, suffix: int) -> tuple[int, int]:
@@ -250,9 +268,7 @@ def _problem(region: _Region, loaded: LoadedModel) -> Any:
         ids += [model.mask_id] * plan.budget
     ids += region.suffix_ids
     if len(masked) >= len(ids):
-        raise DecodeError(
-            "no visible token: the input has no context around the span and the model has no <bos>"
-        )
+        raise DecodeError("no visible token: the input has no context around the span and the model has no <bos>")
     return FillProblem(
         torch.tensor(ids, dtype=torch.long),  # (N,)
         torch.tensor(masked, dtype=torch.long),  # (M,)
@@ -301,7 +317,7 @@ def _sample_asarm(
 
     def on_step(decoded: int, total: int) -> None:
         if on_progress is not None:
-            on_progress({"event": "step", "tokens": totals.tokens + decoded, "nfe": totals.nfe})
+            on_progress({"event": "step", "tokens": totals.tokens + decoded, "base": totals.tokens, "nfe": 0})
 
     tokens, stats = decode(loaded.model, problem, cfg, generator, on_step=on_step)  # (M,)
     logq = score(loaded.model, problem, tokens)  # (M,) log q of each token under the oracle
@@ -343,13 +359,12 @@ def _candidate_edits(
     edits = []
     plans = [p for r in regions for p in r.spans]
     for plan, fill in zip(plans, fills, strict=True):
-        text = restore_newlines(shape_fill(fill.raw, plan.prefix, plan.replaced, plan.suffix), newline)
+        raw = fill.raw[1:] if plan.healed and fill.raw.startswith(" ") else fill.raw
+        text = restore_newlines(shape_fill(raw, plan.prefix, plan.replaced, plan.suffix), newline)
         span = plan.span
         start_line = index.line_of(span.start_byte) if data else 1
         end_line = index.line_of(max(span.start_byte, span.end_byte - 1)) if data else 1
-        edits.append(
-            Edit(span.start_byte, span.end_byte, start_line, end_line, text, fill.score, fill.tokens)
-        )
+        edits.append(Edit(span.start_byte, span.end_byte, start_line, end_line, text, fill.score, fill.tokens))
     return edits
 
 
@@ -382,6 +397,8 @@ def fill_text(
     ordered = check_spans(data, spans)
     if options.candidates < 1:
         raise InputError(f"-n must be at least 1, got {options.candidates}")
+    if on_progress is not None and not isinstance(model, LoadedModel):
+        on_progress({"event": "load", "model": getattr(model, "name", "default")})
     loaded = load_model(model)
     if loaded.kind == "blockdiff" and decode.decoder == "assd":
         # the default decoder; on a block-diffusion model its self-speculative analogue is S2D2
@@ -418,7 +435,7 @@ def fill_text(
     valid: list[tuple[float, list[Edit], str]] = []
     invalid: list[tuple[float, list[Edit], str]] = []
     seen: set[tuple[str, ...]] = set()
-    attempts_left = options.candidates + (max(0, options.max_resample) if check_syntax else 0)
+    attempts_left = options.candidates + max(0, options.max_resample)  # resampling only happens on rejects
     attempts = 0
     if on_progress is not None:
         total = sum(p.budget for r in regions for p in r.spans)
@@ -427,7 +444,7 @@ def fill_text(
         attempts_left -= 1
         attempts += 1
         if on_progress is not None:
-            on_progress({"event": "candidate", "index": attempts, "of": attempts + attempts_left})
+            on_progress({"event": "candidate", "index": attempts, "of": attempts + attempts_left, "nfe": totals.nfe})
         fills: list[_Fill] = []
         for region in regions:
             if loaded.kind == "blockdiff":
@@ -444,14 +461,17 @@ def fill_text(
         patched = apply_edits(data, edits)
         check_outside_unchanged(data, patched, edits)
         total_score = sum(e.score for e in edits)
-        ok = not check_syntax or syntax_errors(str(language), patched) <= baseline
+        # reject fills that split a UTF-8 character (U+FFFD) or add tree-sitter ERROR / MISSING nodes
+        ok = not any("\ufffd" in e.text for e in edits) or "\ufffd" in text
+        ok = ok and (not check_syntax or syntax_errors(str(language), patched) <= baseline)
         (valid if ok else invalid).append((total_score, edits, patched.decode("utf-8")))
     if on_progress is not None:
         on_progress({"event": "done"})
     pool = valid or invalid
     if not valid:
         warnings.append(
-            f"no syntactically valid candidate found in {attempts} sample(s); using the most likely one"
+            f"no valid candidate found in {attempts} sample(s) (syntax errors or broken UTF-8); "
+            "using the most likely one"
         )
     best_score, best_edits, best_text = max(pool, key=lambda c: c[0])
     stats.update(

@@ -32,9 +32,7 @@ LANGUAGES: dict[str, LanguageInfo] = {
     info.name: info
     for info in (
         LanguageInfo("python", "tree_sitter_python", "language", "", (".py", ".pyi", ".pyw")),
-        LanguageInfo(
-            "javascript", "tree_sitter_javascript", "language", "javascript", (".js", ".mjs", ".cjs", ".jsx")
-        ),
+        LanguageInfo("javascript", "tree_sitter_javascript", "language", "javascript", (".js", ".mjs", ".cjs", ".jsx")),
         LanguageInfo(
             "typescript",
             "tree_sitter_typescript",

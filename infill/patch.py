@@ -76,9 +76,7 @@ def read_source(path: str) -> tuple[bytes, Snapshot]:
         raise InputError("permission denied: cannot read file", path=path) from None
     except OSError as exc:
         raise InputError(f"cannot read file: {exc.strerror}", path=path) from None
-    return data, Snapshot(
-        path, len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest(), stat.S_IMODE(st.st_mode)
-    )
+    return data, Snapshot(path, len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest(), stat.S_IMODE(st.st_mode))
 
 
 def check_writable(path: str) -> None:
@@ -113,9 +111,7 @@ def check_outside_unchanged(original: bytes, patched: bytes, edits: Sequence[Byt
     at = 0
     for edit in sorted(edits, key=lambda e: (e.start_byte, e.end_byte)):
         if original[at : edit.start_byte] != patched[at + shift : edit.start_byte + shift]:
-            raise InfillError(
-                f"internal error: bytes outside the edited spans changed before byte {edit.start_byte}"
-            )
+            raise InfillError(f"internal error: bytes outside the edited spans changed before byte {edit.start_byte}")
         new_len = len(edit.text.encode("utf-8"))
         shift += new_len - (edit.end_byte - edit.start_byte)
         at = edit.end_byte
@@ -126,9 +122,7 @@ def check_outside_unchanged(original: bytes, patched: bytes, edits: Sequence[Byt
 def unified_diff(old: str, new: str, path: str | None) -> str:
     """A unified diff (difflib) from `old` to `new`, labelled a/PATH and b/PATH; '' when equal."""
     name = (path or "<stdin>").lstrip("/")
-    lines = difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{name}", f"b/{name}"
-    )
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{name}", f"b/{name}")
     out = []
     for line in lines:
         out.append(line)
@@ -140,10 +134,11 @@ def unified_diff(old: str, new: str, path: str | None) -> str:
 def atomic_write(path: str, data: bytes, expected: Snapshot | None = None) -> None:
     """Replace `path` by `data` atomically: temp file in the same folder, fsync, rename; mode bits kept.
 
-    With `expected`, refuse (FileChangedError) if the file no longer holds what was read.
+    With `expected`, refuse (FileChangedError) if the file no longer holds what was read. A symlink keeps
+    pointing at its (updated) target.
     """
-    p = Path(path)
-    check_writable(path)
+    p = Path(os.path.realpath(path))  # write through a symlink, never replace the link itself
+    check_writable(str(p))
     mode: int | None = None
     if expected is not None:
         try:

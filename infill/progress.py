@@ -5,9 +5,11 @@ progress was not turned off. Decoders report through a plain callback (`on_progr
 else knows how progress is shown.
 
 Events (dicts) sent by infill.api.fill_text:
-  {"event": "start", "spans": int, "tokens": int}        tokens = masked tokens to decode in total
-  {"event": "step", "tokens": int, "nfe": int}           cumulative, for the current candidate
-  {"event": "candidate", "index": int, "of": int}
+  {"event": "load", "model": str}                        before a model is loaded
+  {"event": "start", "spans": int, "tokens": int}        tokens = masked tokens of one candidate
+  {"event": "candidate", "index": int, "of": int, "nfe": int}   nfe = forwards so far (all candidates)
+  {"event": "step", "tokens": int, "base": int, "nfe": int}     tokens = cumulative over candidates; the
+                                                          current candidate has done tokens - base
   {"event": "done"}
 """
 
@@ -70,21 +72,23 @@ def progress(enabled: bool, description: str = "filling") -> Iterator[Callback |
     )
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task(description, total=None, info="")
-        started = time.perf_counter()
-        state: dict[str, Any] = {"spans": 0, "done_tokens": 0}
+        state: dict[str, Any] = {"spans": 0, "started": time.perf_counter(), "nfe": 0}
 
         def on_event(event: dict[str, Any]) -> None:
             kind = event.get("event")
-            if kind == "start":
-                state["spans"] = event.get("spans", 0)
-                bar.update(task, total=event.get("tokens") or None, completed=0)
+            if kind == "load":
+                bar.update(task, description=f"loading {event.get('model', 'model')}")
+            elif kind == "start":
+                state.update(spans=event.get("spans", 0), started=time.perf_counter())
+                bar.update(task, description=description, total=event.get("tokens") or None, completed=0)
             elif kind == "candidate":
+                state["nfe"] = int(event.get("nfe", state["nfe"]))
                 bar.update(task, description=f"{description} ({event['index']}/{event['of']})", completed=0)
             elif kind == "step":
-                elapsed = max(time.perf_counter() - started, 1e-9)
-                tokens, nfe = int(event.get("tokens", 0)), int(event.get("nfe", 0))
-                state["done_tokens"] = tokens
-                info = f"{state['spans']} span(s)  NFE {nfe}  {tokens / elapsed:.1f} tok/s"
-                bar.update(task, completed=tokens, info=info)
+                elapsed = max(time.perf_counter() - state["started"], 1e-9)
+                tokens = int(event.get("tokens", 0))
+                nfe = int(event.get("nfe", 0)) or state["nfe"]
+                info = f"{state['spans']} span(s)  {tokens / elapsed:.1f} tok/s" + (f"  NFE {nfe}" if nfe else "")
+                bar.update(task, completed=tokens - event.get("base", 0), info=info)
 
         yield on_event

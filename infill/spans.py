@@ -36,9 +36,7 @@ class Span:
     end_byte: int
     label: str = ""  # where it came from, e.g. "--span 12:18" or "function foo"
     default_tokens: int = 32  # budget when the span replaces no text (appended field, issue 3)
-    placeholder: bool = (
-        False  # True when the replaced text is a placeholder (a marker), not content to resize
-    )
+    placeholder: bool = False  # True when the replaced text is a placeholder (a marker), not content to resize
 
 
 @dataclass(frozen=True)
@@ -120,9 +118,7 @@ def _span_from_lines(index: LineIndex, sel: Selection) -> Span:
         a, b = parsed
         for line in (a, b):
             if not 1 <= line <= index.count:
-                raise InputError(
-                    f"{sel.label}: line {line} is out of range (the input has {index.count} lines)"
-                )
+                raise InputError(f"{sel.label}: line {line} is out of range (the input has {index.count} lines)")
         if b < a:
             raise InputError(f"{sel.label}: reversed range (end line {b} is before start line {a})")
         return Span(index.start(a), index.content_end(b), sel.label, DEFAULT_TOKENS["span"])
@@ -226,11 +222,7 @@ def _require_language(sel: Selection, language: str | None, filename: str | None
     if language is None:
         from infill.languages import known_extensions
 
-        what = (
-            f"{filename!r} is plain text"
-            if filename
-            else "the input's language is unknown (use --stdin-filename)"
-        )
+        what = f"{filename!r} is plain text" if filename else "the input's language is unknown (use --stdin-filename)"
         raise InputError(
             f"{sel.label}: needs a tree-sitter language, but {what}; known extensions: {known_extensions()}"
         )
@@ -264,22 +256,15 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
         outer = [
             c[2]
             for c in sorted(classes)
-            if c[0] <= node.start_byte
-            and node.end_byte <= c[1]
-            and (c[0], c[1]) != (node.start_byte, node.end_byte)
+            if c[0] <= node.start_byte and node.end_byte <= c[1] and (c[0], c[1]) != (node.start_byte, node.end_byte)
         ]
         full = [p for o in outer for p in _name_parts(o)] + parts
         if full[-len(wanted) :] == wanted and len(full) >= len(wanted):
             found.append((node, body))
     if not found:
         names = sorted({name for _, name, _ in defs})
-        listing = (
-            ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
-            if names
-            else f"no {kind}es"
-            if kind == "class"
-            else f"no {kind}s"
-        )
+        plural = "classes" if kind == "class" else "functions"
+        listing = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "") if names else f"the file has no {plural}"
         raise InputError(f"{sel.label}: {kind} {sel.value!r} not found ({listing})")
     spans = [Span(*body_range(data, body, language), sel.label, DEFAULT_TOKENS[kind]) for _, body in found]
     return _outermost(spans)
@@ -290,9 +275,7 @@ def _spans_from_node(data: bytes, sel: Selection, language: str) -> list[Span]:
 
     available = capture_names(language)
     if sel.value not in available:
-        raise InputError(
-            f"{sel.label}: no query capture named {sel.value!r} for {language} ({', '.join(available)})"
-        )
+        raise InputError(f"{sel.label}: no query capture named {sel.value!r} for {language} ({', '.join(available)})")
     _, matches = _captures(data, language)
     spans = []
     for _, caps in matches:

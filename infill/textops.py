@@ -91,8 +91,8 @@ def reindent(fill: str, indent: str) -> str:
 def drop_repeated_suffix(fill: str, suffix: str) -> str:
     """Remove a tail of `fill` that repeats the start of the text after the span (models often re-emit it).
 
-    Whole lines are compared ignoring surrounding whitespace; the longest repeated run of lines is dropped, if it
-    holds a word of 3+ characters (a lone "}" or ")" closing the fill's own block is no evidence of a repeat).
+    Whole lines are compared ignoring surrounding whitespace; the longest repeated run of lines is dropped, if
+    it holds a word of 3+ characters (a lone "}" or ")" closing the fill's own block is no evidence).
     """
     fill_lines = fill.split("\n")
     suffix_lines = [line.strip() for line in suffix.lstrip("\n").split("\n")]
@@ -111,25 +111,33 @@ def _is_evidence(lines: list[str]) -> bool:
     return any(re.search(r"\w{3}", line) for line in lines)
 
 
+def _trim_tail(fill: str) -> str:
+    """`fill` without trailing line breaks, blank lines and trailing spaces."""
+    lines = fill.rstrip("\n").split("\n")
+    while len(lines) > 1 and not lines[-1].strip():
+        lines.pop()
+    return "\n".join(lines).rstrip(" \t")
+
+
 def shape_fill(fill: str, prefix: str, replaced: str, suffix: str) -> str:
     """Post-process one fill (LF text) for the place it goes: indentation, repeated suffix, line breaks.
 
-    `prefix`, `replaced` and `suffix` are the text before, inside and after the span (LF).
+    `prefix`, `replaced` and `suffix` are the text before, inside and after the span (LF). A span that starts
+    a line gets the enclosing block's indentation. Whole lines (the span ends before a line break) keep the
+    file's line break, so the fill does not end with one; an insertion at the start of a line adds whole
+    lines, so it ends with one. In-line spans keep the fill as the model wrote it.
     """
     fill = drop_repeated_suffix(fill, suffix)
     at_line_start = prefix == "" or prefix.endswith("\n")
-    before_break = suffix == "" or suffix.startswith("\n")
-    if at_line_start:
-        fill = reindent(fill, target_indent(prefix, replaced, suffix))
-    if before_break and at_line_start:
-        # whole lines: the line break after the span is kept from the file, so the fill does not end with one
-        fill = fill.rstrip("\n")
-        lines = fill.split("\n")
-        while lines and len(lines) > 1 and not lines[-1].strip():
-            lines.pop()
-        fill = "\n".join(lines).rstrip(" \t") if fill.strip() else ""
-    elif at_line_start and fill and not fill.endswith("\n"):
-        fill += "\n"  # an insertion at the start of a line must not glue itself to that line
+    if not at_line_start:
+        return fill
+    fill = reindent(fill, target_indent(prefix, replaced, suffix))
+    if not fill.strip():
+        return ""
+    if replaced == "":
+        return _trim_tail(fill) + "\n"  # new lines inserted before whatever follows
+    if suffix == "" or suffix.startswith("\n"):
+        return _trim_tail(fill)
     return fill
 
 

@@ -31,20 +31,21 @@ class ByteTokenizer:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
 
-Alternatives = Sequence[tuple[str, float]]
+Alternatives = Sequence[tuple[str | bytes, float]]  # bytes: raw token bytes, e.g. half a UTF-8 character
 
 
 class ScriptedModel:
     """Span j (0-based, in one sequence) is filled from fills[j % len(fills)], a list of (text, weight)."""
 
     def __init__(self, fills: Sequence[Alternatives], max_length: int = 4096, pad: bool = True) -> None:
-        self.fills = [[(list(t.encode("utf-8")), w) for t, w in alts] for alts in fills]
+        self.fills = [[(list(t.encode("utf-8") if isinstance(t, str) else t), w) for t, w in alts] for alts in fills]
         self.vocab_size = VOCAB
         self.mask_id = MASK
         self.pad_id: int | None = PAD if pad else None
         self.bos_id: int | None = BOS
         self.max_length = max_length
         self.forwards = 0
+        self.last_prompt: list[int] = []  # the ids before the first masked position, as last seen
 
     def _spans(self, masked: torch.Tensor) -> tuple[list[int], list[int]]:
         """Span index and offset in span of every masked index (spans = runs of consecutive positions)."""
@@ -77,6 +78,7 @@ class ScriptedModel:
         self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor, verify: bool
     ) -> torch.Tensor:
         self.forwards += 1
+        self.last_prompt = [int(i) for i in ids[: int(masked[0])]] if len(masked) else []
         span, offset = self._spans(masked)
         rank = {int(p): r for r, p in enumerate(masked.tolist())}
         rows = []

@@ -65,9 +65,7 @@ class Memo:
         self.calls = 0
         self.forwards = 0
 
-    def _get(
-        self, kind: str, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor
-    ) -> torch.Tensor:
+    def _get(self, kind: str, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
         self.calls += 1
         key = (kind, tuple(ids.tolist()), tuple(masked.tolist()), n, tuple(targets.tolist()))
         hit = self._cache.get(key)

@@ -106,12 +106,18 @@ def wait_for_cancel(params: dict[str, Any], context: ServerContext) -> dict[str,
     return {"cancelled": False}
 
 
+def fake_fill_command(params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
+    """run_fill's output shape for `infill fill --daemon on`, without a model."""
+    return {"exit_code": 0, "stdout": f"filled by pid {os.getpid()}\n", "stderr": ["note: fake"], "result": None}
+
+
 def install(dispatcher: Dispatcher) -> None:
     """The plugin hook: a fake model and methods; an optional fake version to test the restart on mismatch."""
     registry.register(FAKE_MODEL, fake_factory)
     dispatcher.register("fill", fake_fill)
     dispatcher.register("fake_loads", fake_loads)
     dispatcher.register("wait_for_cancel", wait_for_cancel)
+    dispatcher.register("fill_command", fake_fill_command)
     fake_version = os.environ.get("INFILL_TEST_FAKE_VERSION")
     if fake_version:
         real_ping = dispatcher.methods["ping"]
@@ -123,9 +129,7 @@ def plugin_env(runtime_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "INFILL_NO_DAEMON", "PYTEST_CURRENT_TEST")}
     env["INFILL_RUNTIME_DIR"] = str(runtime_dir)
     env["INFILL_SERVER_PLUGINS"] = "fixtures_serve:install"
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO_ROOT), str(TESTS_DIR), *filter(None, [env.get("PYTHONPATH")])]
-    )
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(TESTS_DIR), *filter(None, [env.get("PYTHONPATH")])])
     env["INFILL_DAEMON_IDLE_TIMEOUT"] = "120"  # a safety net: even a leaked test daemon goes away by itself
     env.update(extra)
     return env
@@ -175,9 +179,7 @@ def serve_socket_process(
     )
     wait_until(lambda: socket_path.exists() or process.poll() is not None, what="the socket to appear")
     if process.poll() is not None:
-        raise RuntimeError(
-            f"serve --socket exited: {process.stderr.read().decode() if process.stderr else ''}"
-        )
+        raise RuntimeError(f"serve --socket exited: {process.stderr.read().decode() if process.stderr else ''}")
     return process
 
 

@@ -27,9 +27,7 @@ def reference_logits(bk: BlockDiffModel, ids: torch.Tensor, positions: torch.Ten
     if bk.attn_implementation == "eager":
         mask = torch.where(mask, 0.0, torch.finfo(torch.float32).min)
     with torch.no_grad():
-        out = bk.model(
-            input_ids=ids[None], position_ids=positions[None], attention_mask=mask, use_cache=False
-        )
+        out = bk.model(input_ids=ids[None], position_ids=positions[None], attention_mask=mask, use_cache=False)
     return out.logits[0].float()
 
 
@@ -92,9 +90,7 @@ def test_block_causal_reference_is_one_full_forward() -> None:
 
 @pytest.mark.parametrize(("arch", "attn", "shifted"), CASES)
 @pytest.mark.parametrize(("s", "n"), [(0, 4), (1, 3), (2, 1)])
-def test_verifier_equals_per_position_causal_forwards(
-    arch: str, attn: str, shifted: bool, s: int, n: int
-) -> None:
+def test_verifier_equals_per_position_causal_forwards(arch: str, attn: str, shifted: bool, s: int, n: int) -> None:
     bk = tiny_backend(arch, attn, shifted)
     seq = torch.randint(0, V - 2, (12,), generator=torch.Generator().manual_seed(3))
     c, block = 8, 4
@@ -135,9 +131,7 @@ def test_eager_needs_an_additive_mask() -> None:
         (ea, allowed[None, None]),
     ):
         with torch.no_grad():
-            outs.append(
-                bk.model(input_ids=seq[None], position_ids=torch.arange(8)[None], attention_mask=mask).logits
-            )
+            outs.append(bk.model(input_ids=seq[None], position_ids=torch.arange(8)[None], attention_mask=mask).logits)
     assert (outs[0] - outs[1]).abs().max() <= TOL
     assert (outs[2] - outs[1]).abs().max() > 1e-3
 

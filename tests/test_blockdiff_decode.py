@@ -24,9 +24,7 @@ def greedy(**kw: object) -> DecodeConfig:
     return DecodeConfig(temperature=0.0, **kw)  # type: ignore[arg-type]
 
 
-def ar_reference(
-    bk: BlockDiffModel, prompt: torch.Tensor, n: int, logprob: list[float] | None = None
-) -> list[int]:
+def ar_reference(bk: BlockDiffModel, prompt: torch.Tensor, n: int, logprob: list[float] | None = None) -> list[int]:
     """Greedy AR decoding by full causal forwards without a cache (a mask token at the predicted position for
     position-aligned models; the last row for right-shifted ones)."""
     ids = prompt.tolist()
@@ -46,9 +44,7 @@ def ar_reference(
 @pytest.mark.parametrize("decoder", ["confidence", "s2d2"])
 def test_block_size_one_is_ar(arch: str, shifted: bool, decoder: str) -> None:
     bk = tiny_backend(arch, shifted=shifted, end=False)
-    out, stats = generate(
-        bk, PROMPT, 7, greedy(decoder=decoder, block_size=1), torch.Generator().manual_seed(0)
-    )
+    out, stats = generate(bk, PROMPT, 7, greedy(decoder=decoder, block_size=1), torch.Generator().manual_seed(0))
     logprob: list[float] = []
     assert out.tolist() == ar_reference(bk, PROMPT, 7, logprob)
     assert stats.extra["logprob"] == pytest.approx(sum(logprob), abs=1e-4)  # the score of the fill
@@ -132,15 +128,11 @@ def fim_model(fim_folder: Path) -> LoadedModel:
 @pytest.mark.parametrize("decoder", ["confidence", "s2d2"])
 def test_fill_middle_end_to_end(fim_model: LoadedModel, decoder: str) -> None:
     cfg = DecodeConfig(decoder=decoder, block_size=4, temperature=1.0, routing="score-dynamic")
-    text, st = fill_middle(
-        fim_model, "def add(a, b):\n    return ", "\n", 9, cfg, torch.Generator().manual_seed(3)
-    )
+    text, st = fill_middle(fim_model, "def add(a, b):\n    return ", "\n", 9, cfg, torch.Generator().manual_seed(3))
     assert isinstance(text, str) and st.extra["prompt_format"] == "fim"
     assert st.tokens <= 9 and st.nfe >= 1
     # same seed, same text: one generator drives everything
-    again, _ = fill_middle(
-        fim_model, "def add(a, b):\n    return ", "\n", 9, cfg, torch.Generator().manual_seed(3)
-    )
+    again, _ = fill_middle(fim_model, "def add(a, b):\n    return ", "\n", 9, cfg, torch.Generator().manual_seed(3))
     assert again == text
 
 

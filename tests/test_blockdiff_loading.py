@@ -37,9 +37,7 @@ def test_sdar_folder_loads_into_stock_qwen3(sdar_folder: Path) -> None:
     assert loaded.kind == "blockdiff" and loaded.name == "tiny-sdar"
     bk = loaded.model
     assert isinstance(bk, BlockDiffModel)
-    assert type(bk.model).__name__ == "Qwen3ForCausalLM" and type(bk.model).__module__.startswith(
-        "transformers."
-    )
+    assert type(bk.model).__name__ == "Qwen3ForCausalLM" and type(bk.model).__module__.startswith("transformers.")
     assert not bk.shifted and bk.block_size == 8 and loaded.info["block_size"] == 8
     assert bk.mask_id == loaded.tokenizer.token_id("<|MASK|>")
     assert loaded.tokenizer.token_id("<|endoftext|>") in bk.end_ids

@@ -48,9 +48,7 @@ def test_training_view_equals_inference_view() -> None:
     ids = torch.cat([xt, x0], dim=1)
     pos = torch.cat([torch.arange(length), torch.arange(length)])[None]
     with torch.no_grad():
-        h = model.model(
-            input_ids=ids, position_ids=pos, attention_mask=two_stream_mask(length, block)[None, None]
-        )
+        h = model.model(input_ids=ids, position_ids=pos, attention_mask=two_stream_mask(length, block)[None, None])
         train_logits = model.lm_head(h.last_hidden_state[0, :length])  # (L, V)
     bk = BlockDiffModel(model, mask_id=mask_id)
     for b in range(length // block):

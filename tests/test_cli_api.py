@@ -34,8 +34,16 @@ def test_no_valid_candidate_warns_and_uses_most_likely() -> None:
     with fake_model([[("return (x", 0.8), ("return [x", 0.2)]], name="fake-api"):
         r = fill(SRC, [Selection("span", "2:2")], options=FillOptions(max_resample=3))
     assert r.text == "def inc(x):\n    return (x\n"
-    assert any("no syntactically valid candidate" in w for w in r.warnings)
+    assert any("no valid candidate" in w for w in r.warnings)
     assert r.stats["samples"] == 4
+
+
+def test_broken_utf8_is_resampled() -> None:
+    broken = b"caf\xc3"  # half of "\xc3\xa9" (é): decodes to U+FFFD
+    with fake_model([[(broken, 0.5), ("ok", 0.5)]], name="fake-api"):
+        for seed in range(6):
+            r = fill("x = <F>\n", [Selection("marker", "<F>")], language=None, decode=DecodeConfig(seed=seed))
+            assert r.text == "x = ok\n"
 
 
 def test_syntax_check_off_and_plain_text() -> None:
@@ -80,7 +88,7 @@ def test_progress_events_and_bar(monkeypatch: pytest.MonkeyPatch) -> None:
     with fake_model(["return x + 1"], name="fake-api"):
         fill(SRC, [Selection("span", "2:2")], on_progress=events.append)
     kinds = [e["event"] for e in events]
-    assert kinds[0] == "start" and kinds[-1] == "done" and "step" in kinds
+    assert kinds[:2] == ["load", "start"] and kinds[-1] == "done" and "step" in kinds and "candidate" in kinds
     with progress.progress(True) as cb:  # stderr is not a terminal under pytest
         assert cb is None
     monkeypatch.setattr(progress, "is_interactive", lambda stream=None: True)
@@ -88,3 +96,28 @@ def test_progress_events_and_bar(monkeypatch: pytest.MonkeyPatch) -> None:
         assert cb is not None
         for e in events:
             cb(e)
+
+
+def test_space_before_an_inline_span_is_written_by_the_model() -> None:
+    with fake_model([" 42"], name="fake-api") as model:
+        r = fill("x = <F>\n", [Selection("marker", "<F>")], language=None)
+    assert r.text == "x = 42\n"
+    assert bytes(i for i in model.last_prompt if i < 256) == b"x ="  # the prompt ends before the lone space
+    with fake_model(["42"], name="fake-api"):
+        assert fill("x = <F>\n", [Selection("marker", "<F>")], language=None).text == "x = 42\n"
+
+
+def test_registered_models_are_not_cached_across_registrations() -> None:
+    from fixtures_cli import ByteTokenizer, ScriptedModel
+
+    from infill.models.registry import LoadedModel, register, unregister
+
+    text = "x = <F>\n"
+    try:
+        for fill_with in ("1", "2"):
+            model = ScriptedModel([[(fill_with, 1.0)]])
+            register("fake-rereg", lambda spec, m=model: LoadedModel("fake-rereg", "asarm", m, ByteTokenizer()))
+            spans = resolve(text.encode(), [Selection("marker", "<F>")])
+            assert api.fill_text(text, spans, model=ModelSpec("fake-rereg")).text == f"x = {fill_with}\n"
+    finally:
+        unregister("fake-rereg")

@@ -177,14 +177,10 @@ def test_seed_is_fixed_by_default(tmp_path: Path) -> None:
     outs = set()
     with fake_model([[("a1", 0.5), ("b2", 0.5)]], name="fake-seed"):
         for _ in range(3):
-            doc = json.loads(
-                run([str(p), "--marker", "<FILL>", "--model", "fake-seed", "--format", "json"]).stdout
-            )
+            doc = json.loads(run([str(p), "--marker", "<FILL>", "--model", "fake-seed", "--format", "json"]).stdout)
             outs.add(json.dumps(doc["edits"]))
         other = {
-            run(
-                [str(p), "--marker", "<FILL>", "--model", "fake-seed", "--seed", str(s), "--format", "json"]
-            ).stdout
+            run([str(p), "--marker", "<FILL>", "--model", "fake-seed", "--seed", str(s), "--format", "json"]).stdout
             for s in range(8)
         }
     assert len(outs) == 1
@@ -203,9 +199,7 @@ def test_unchanged_file_not_rewritten(tmp_path: Path) -> None:
 # --- bad input: one stderr line, documented exit code, file byte-identical ----------------------------------
 
 
-def assert_refused(
-    r: Result, code: int, needle: str, path: Path | None = None, before: bytes | None = None
-) -> None:
+def assert_refused(r: Result, code: int, needle: str, path: Path | None = None, before: bytes | None = None) -> None:
     assert r.exit_code == code, (r.exit_code, r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
@@ -304,9 +298,7 @@ def test_read_only_file(tmp_path: Path, model: str, monkeypatch: pytest.MonkeyPa
     os.chmod(p, 0o444)
     real_access = os.access
     if os.geteuid() == 0:  # root ignores mode bits; make access() report what a user would see
-        monkeypatch.setattr(
-            os, "access", lambda path, mode: False if Path(path) == p else real_access(path, mode)
-        )
+        monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path) == p else real_access(path, mode))
     try:
         assert_refused(run([str(p), "--span", "3:3", "--model", model]), 2, "read-only", p, SOURCE.encode())
         # --diff does not need to write, so a read-only file is fine
@@ -326,9 +318,7 @@ def test_file_changed_during_run(tmp_path: Path, model: str, monkeypatch: pytest
         return result
 
     monkeypatch.setattr(api, "fill_text", fill_then_edit)
-    assert_refused(
-        run([str(p), "--span", "3:3", "--model", model]), 123, "changed on disk", p, edited.encode()
-    )
+    assert_refused(run([str(p), "--span", "3:3", "--model", model]), 123, "changed on disk", p, edited.encode())
 
 
 def test_model_folder_missing(tmp_path: Path) -> None:
@@ -378,9 +368,7 @@ def test_usage_error_exit_2(model: str) -> None:
 
 def test_blockdiff_decoder_on_asarm_model(tmp_path: Path, model: str) -> None:
     p = write(tmp_path, "a.py", SOURCE)
-    assert_refused(
-        run([str(p), "--span", "3:3", "--model", model, "--decoder", "s2d2"]), 2, "block-diffusion"
-    )
+    assert_refused(run([str(p), "--span", "3:3", "--model", model, "--decoder", "s2d2"]), 2, "block-diffusion")
 
 
 def test_filter_mode_echoes_input_on_failure(model: str) -> None:
@@ -455,9 +443,7 @@ def test_blockdiff_model_uses_fill_middle(tmp_path: Path, monkeypatch: pytest.Mo
 
     calls: list[tuple[str, str, int, str]] = []
 
-    def fill_middle(
-        loaded: object, prefix: str, suffix: str, max_tokens: int, cfg: object, gen: object
-    ) -> object:
+    def fill_middle(loaded: object, prefix: str, suffix: str, max_tokens: int, cfg: object, gen: object) -> object:
         calls.append((prefix, suffix, max_tokens, cfg.decoder))  # type: ignore[attr-defined]
         return "return x * 2", DecodeStats(decoder="s2d2", nfe=3, tokens=12)
 

@@ -65,9 +65,7 @@ def test_golden(case: Path) -> None:
         result = CliRunner().invoke(main, args, input=source)
     got = result.stdout
     if got != expected or result.exit_code != 0:
-        diff = "".join(
-            difflib.unified_diff(expected.splitlines(True), got.splitlines(True), "expected", "got")
-        )
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), got.splitlines(True), "expected", "got"))
         pytest.fail(f"{case.name}: exit {result.exit_code}\n{result.stderr}\n{diff}")
 
 

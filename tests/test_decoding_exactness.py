@@ -64,9 +64,7 @@ def exact_joint(model: Memo, problem: FillProblem, cfg: DecodeConfig) -> dict[tu
     return joint
 
 
-def chi_square_p(
-    model: Memo, layout: str, cfg: DecodeConfig, seed: int = 1234, samples: int = SAMPLES
-) -> float:
+def chi_square_p(model: Memo, layout: str, cfg: DecodeConfig, seed: int = 1234, samples: int = SAMPLES) -> float:
     problem = problem_of(LAYOUTS[layout])
     joint = exact_joint(model, problem, cfg)
     g = torch.Generator().manual_seed(seed)
@@ -100,9 +98,7 @@ EXACT = [
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-@pytest.mark.parametrize(
-    "cfg", EXACT, ids=lambda c: c.decoder if c.decoder == "sequential" else f"assd-k{c.k}"
-)
+@pytest.mark.parametrize("cfg", EXACT, ids=lambda c: c.decoder if c.decoder == "sequential" else f"assd-k{c.k}")
 def test_exact_decoders_match_the_joint(model: Memo, layout: str, cfg: DecodeConfig) -> None:
     assert chi_square_p(model, layout, cfg) > 1e-4
 

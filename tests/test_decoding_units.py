@@ -64,9 +64,7 @@ def test_acceptance_rate_is_min_1_q_over_p() -> None:
     q = torch.tensor([[0.5, 0.5], [0.2, 0.8]], dtype=torch.float64)  # ratio at token 0: 0.25
     g = gen(7)
     trials = 4000
-    accepted = sum(
-        accept_or_reject(p, q, torch.tensor([0, 0]), g, first_exact=True)[0] == 2 for _ in range(trials)
-    )
+    accepted = sum(accept_or_reject(p, q, torch.tensor([0, 0]), g, first_exact=True)[0] == 2 for _ in range(trials))
     assert abs(accepted / trials - 0.25) < 0.03
 
 
@@ -251,7 +249,5 @@ def test_input_errors(
 def test_nothing_to_fill(model: XLNetAnySubset) -> None:
     for decoder in ("assd", "sequential", "parallel"):
         cfg = DecodeConfig(decoder=decoder)  # type: ignore[arg-type]
-        tokens, stats = decode(
-            model, FillProblem(torch.tensor([1, 2]), torch.zeros(0, dtype=torch.long)), cfg, gen()
-        )
+        tokens, stats = decode(model, FillProblem(torch.tensor([1, 2]), torch.zeros(0, dtype=torch.long)), cfg, gen())
         assert tokens.shape == (0,) and stats.nfe == 0

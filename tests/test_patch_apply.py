@@ -97,6 +97,17 @@ def test_atomic_write_keeps_mode_and_refuses_changed_file(tmp_path: Path) -> Non
     assert sorted(os.listdir(tmp_path)) == ["f.txt"]  # no temp files left behind
 
 
+def test_atomic_write_through_symlink(tmp_path: Path) -> None:
+    target = tmp_path / "real.txt"
+    target.write_bytes(b"old\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    _, snap = read_source(str(link))
+    atomic_write(str(link), b"new\n", snap)
+    assert link.is_symlink()
+    assert target.read_bytes() == b"new\n"
+
+
 # --- textops ------------------------------------------------------------------------------------------------
 
 
@@ -133,6 +144,17 @@ def test_drop_repeated_suffix() -> None:
 def test_shape_fill_whole_lines() -> None:
     fill = textops.shape_fill("x = 1\nreturn x\n\n", "def f():\n", "    pass", "\n")
     assert fill == "    x = 1\n    return x"
+
+
+def test_shape_fill_insertions_and_inline() -> None:
+    # insertion at the end of a file that ends with a line break: the new line ends with one too
+    assert textops.shape_fill("return 1", 'def f():\n    """Doc."""\n', "", "") == "    return 1\n"
+    # insertion before a closing brace
+    assert textops.shape_fill("x = 1;", "class A {\n", "", "}\n") == "    x = 1;\n"
+    # a span from column 1 to the middle of a line stays in-line
+    assert textops.shape_fill("bar", "", "foo", "(x)\n") == "bar"
+    # in-line fills are left alone
+    assert textops.shape_fill(" 1 ", "fn one() -> i32 {", " 0 ", "}\n") == " 1 "
 
 
 def test_syntax_errors() -> None:

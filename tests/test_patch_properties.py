@@ -13,9 +13,7 @@ from infill.spans import Selection, resolve
 
 piece = st.sampled_from(["a", "b", " ", "\t", "é", "☃", "日本", "x = 1", "(", ")", ":"])
 line_st = st.lists(piece, max_size=6).map("".join)
-fill_st = st.lists(st.sampled_from(["q", " ", "\n", "ü", "    ", "z(", ")"]), min_size=1, max_size=8).map(
-    "".join
-)
+fill_st = st.lists(st.sampled_from(["q", " ", "\n", "ü", "    ", "z(", ")"]), min_size=1, max_size=8).map("".join)
 
 
 @settings(derandomize=True, max_examples=40, deadline=None)
@@ -34,9 +32,7 @@ def test_outside_bytes_line_endings_and_utf8_survive(
     b = data.draw(st.integers(a, len(lines)))
     spans = resolve(raw, [Selection("span", f"{a}:{b}")])
     with fake_model([fill], name="fake-prop"):
-        result = api.fill_text(
-            text, spans, model=ModelSpec("fake-prop"), decode=DecodeConfig(k=4), language=None
-        )
+        result = api.fill_text(text, spans, model=ModelSpec("fake-prop"), decode=DecodeConfig(k=4), language=None)
     out = result.text.encode()
     (edit,) = result.edits
     assert out[: edit.start_byte] == raw[: edit.start_byte]

@@ -63,9 +63,7 @@ def test_greedy_one_hots_accept_iff_argmax_agrees() -> None:
 def test_tempering_gamma_zero_accepts_anything() -> None:
     """gamma < 1 is lenient (lossy); gamma = 0 accepts even a draft the verifier gives probability 0."""
     p, q = dist(1, 0, 0), dist(0, 1, 0)
-    assert accept_prefix(
-        p[None], q[None], torch.tensor([0]), torch.Generator().manual_seed(0), gamma=0.0
-    ) == (
+    assert accept_prefix(p[None], q[None], torch.tensor([0]), torch.Generator().manual_seed(0), gamma=0.0) == (
         1,
         None,
     )
@@ -73,9 +71,7 @@ def test_tempering_gamma_zero_accepts_anything() -> None:
     rates = []
     for gamma in (1.0, 0.25):
         gen = torch.Generator().manual_seed(1)
-        rates.append(
-            sum(accept_prefix(p2[None], q2[None], torch.tensor([0]), gen, gamma)[0] for _ in range(2000))
-        )
+        rates.append(sum(accept_prefix(p2[None], q2[None], torch.tensor([0]), gen, gamma)[0] for _ in range(2000)))
     assert abs(rates[0] / 2000 - 0.5) < 0.04
     assert abs(rates[1] / 2000 - 0.5**0.25) < 0.04
 

@@ -21,9 +21,7 @@ from infill.decoding.routing import (
 from infill.errors import InputError
 
 
-def feat(
-    span: int = 4, k: float = 2.0, n_hi: int = 0, progress: float = 0.0, entropy: float = 0.0
-) -> RouteFeatures:
+def feat(span: int = 4, k: float = 2.0, n_hi: int = 0, progress: float = 0.0, entropy: float = 0.0) -> RouteFeatures:
     return RouteFeatures(span_len=span, k_hat=k, n_hi=n_hi, progress=progress, entropy=entropy)
 
 

@@ -189,10 +189,7 @@ def test_run_command_captures_exact_output_exit_code_and_directory(
         b"\xff raw\n"
     )
     assert reply["stderr"] == "to stderr\n"
-    assert (
-        call(dispatcher, "command", {"name": "echo", "argv": ["--crash"]})["error"]["code"]
-        == "internal_error"
-    )
+    assert call(dispatcher, "command", {"name": "echo", "argv": ["--crash"]})["error"]["code"] == "internal_error"
     assert call(dispatcher, "command", {"name": "train", "argv": []})["error"]["code"] == "unknown_method"
     assert call(dispatcher, "command", {"name": "echo", "argv": "x"})["error"]["code"] == "input_error"
 
@@ -226,9 +223,7 @@ def test_argv_from_params_round_trips(argv: list[str]) -> None:
     parsed = sample.make_context("sample", list(argv)).params
     rebuilt = argv_from_params(sample, parsed, skip=("daemon",))
     again = sample.make_context("sample", rebuilt).params
-    assert {k: v for k, v in again.items() if k != "daemon"} == {
-        k: v for k, v in parsed.items() if k != "daemon"
-    }
+    assert {k: v for k, v in again.items() if k != "daemon"} == {k: v for k, v in parsed.items() if k != "daemon"}
     assert "--daemon" not in rebuilt
 
 
@@ -236,7 +231,64 @@ def test_exception_mapping_rebuilds_input_errors() -> None:
     error = protocol.error_from_exception(InputError("bad span 9:3", path="a.py", line=9))
     rebuilt = protocol.exception_from_error(error)
     assert isinstance(rebuilt, InputError) and str(rebuilt) == "a.py:9: bad span 9:3"
-    assert (
-        protocol.exception_from_error(protocol.error_from_exception(ProtocolError("parse_error", "x")))
-        is None
+    assert protocol.exception_from_error(protocol.error_from_exception(ProtocolError("parse_error", "x"))) is None
+
+
+@click.command("docstrings")
+@click.argument("paths", nargs=-1)
+@click.option("--format", "output_format", default="text")
+@click.option("--style", default=None)
+@click.option("--update", is_flag=True)
+@click.option("--diff", "show_diff", is_flag=True)
+@click.option("--min-confidence", type=float, default=None)
+@click.option("--config", "config_path", default=None)
+def fake_docstrings(paths: tuple[str, ...], output_format: str, show_diff: bool, **flags: Any) -> None:
+    """Stands in for `infill docstrings`: fills in place, prints the JSON report."""
+    files = []
+    for name in paths:
+        path = Path(name)
+        if not path.exists():
+            click.echo(f"error: {name}: no such file", err=True)
+            raise SystemExit(2)
+        source = path.read_bytes()
+        if not show_diff:
+            path.write_bytes(b'"""Filled."""\r\n' + source)
+        files.append({"path": name, "changed": True, "flags": flags, "cwd": os.getcwd()})
+    click.echo(json.dumps({"files": files, "summary": {"files": len(files)}}, indent=2))
+
+
+def test_docstrings_method_runs_the_command_on_text_or_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(handlers.COMMANDS, "docstrings", f"{__name__}:fake_docstrings")
+    (tmp_path / "pyproject.toml").write_text("[tool.infill]\n")
+    dispatcher = Dispatcher()
+    text = "def f():\r\n    pass\r\n"
+    reply = call(
+        dispatcher,
+        "docstrings",
+        {
+            "text": text,
+            "filename": str(tmp_path / "pkg" / "m.py"),
+            "style": "numpy",
+            "update": True,
+            "min_confidence": -3,
+        },
     )
+    assert reply["text"] == '"""Filled."""\r\n' + text  # CRLF kept
+    entry = reply["files"][0]
+    assert entry["path"] == str(tmp_path / "pkg" / "m.py")  # named after the buffer, not the scratch copy
+    assert entry["flags"] == {
+        "style": "numpy",
+        "update": True,
+        "min_confidence": -3.0,
+        "config_path": str(tmp_path / "pyproject.toml"),
+    }  # the buffer's project config
+
+    (tmp_path / "on_disk.py").write_text("x = 1\n")
+    reply = call(dispatcher, "docstrings", {"path": "on_disk.py", "cwd": str(tmp_path), "diff": True})
+    assert reply["files"][0]["cwd"] == str(tmp_path) and "text" not in reply
+    assert (tmp_path / "on_disk.py").read_text() == "x = 1\n"  # --diff: untouched
+
+    missing = call(dispatcher, "docstrings", {"path": "nope.py", "cwd": str(tmp_path)})
+    assert missing["error"] == {"code": "input_error", "message": "nope.py: no such file", "exit_code": 2}
+    for bad in ({"text": "x", "path": "y"}, {"text": "x", "style": 3}, {"text": "x", "colour": "red"}):
+        assert call(dispatcher, "docstrings", bad)["error"]["code"] == "input_error"

@@ -36,6 +36,7 @@ PARAMS = {"text": "def f(x):\n    return x\n", "spans": [[10, 23]], "file": "f.p
 
 def in_process(params: dict[str, Any]) -> dict[str, Any]:
     """What a command does when the client returns None (the fallback), here with the same fake."""
+    from infill import api
     from infill.models import registry
     from tests.fixtures_serve import FAKE_MODEL, fake_factory
 
@@ -44,6 +45,7 @@ def in_process(params: dict[str, Any]) -> dict[str, Any]:
         return fake_fill(params, ServerContext(ModelCache()))
     finally:
         registry.unregister(FAKE_MODEL)
+        api.clear_model_cache()
 
 
 def fill(env: dict[str, str], params: dict[str, Any] = PARAMS, mode: str = "on") -> dict[str, Any] | None:
@@ -63,6 +65,7 @@ def test_start_on_demand_reuse_and_status(runtime_dir: Path) -> None:
     assert first is not None
     pid = first["stats"].pop("pid")
     assert pid != os.getpid() and pid == daemon_pid(env)
+    assert client.status(env)["idle_timeout"] == 120  # type: ignore[index]  # from INFILL_DAEMON_IDLE_TIMEOUT
     local = in_process(PARAMS)
     local["stats"].pop("pid")
     assert first == local  # the daemon's answer is exactly the in-process one
@@ -101,6 +104,8 @@ def test_stale_socket_is_replaced(runtime_dir: Path) -> None:
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     dead.bind(str(path))  # bound, never listening, then closed: what a crashed daemon leaves behind
     dead.close()
+    (runtime_dir / "spawn.lock").touch()  # lock files left behind are harmless: flock locks die with their holder
+    (runtime_dir / "daemon.sock.lock").touch()
     assert path.exists() and client.status(env) is None
     result = fill(env)
     assert result is not None and result["stats"]["pid"] == daemon_pid(env)
@@ -290,12 +295,27 @@ def test_ping_answers_during_a_long_request_and_a_gone_client_cancels_it(runtime
     marker = runtime_dir / "cancelled"
     sock = lifecycle.connect(runtime_dir / "daemon.sock", timeout=30)
     assert sock is not None
-    sock.sendall(
-        json.dumps({"id": 1, "method": "wait_for_cancel", "params": {"marker": str(marker)}}).encode()
-    )
+    sock.sendall(json.dumps({"id": 1, "method": "wait_for_cancel", "params": {"marker": str(marker)}}).encode())
     sock.sendall(b"\n")
     assert client.status(env) is not None  # ping is answered while the long request runs
     assert not marker.exists()
     sock.close()  # the client goes away mid-request
     wait_until(marker.exists, what="the request to notice its client left")
     assert fill(env) is not None  # and the daemon serves the next request
+
+
+def test_infill_fill_client_process_never_imports_torch(runtime_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "x.py").write_text("a = 1\n")
+    code = (
+        "import atexit, sys\n"
+        "heavy = lambda: sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers'))\n"
+        "atexit.register(lambda: print('HEAVY', heavy(), file=sys.stderr))\n"
+        "from infill.cli import main\n"
+        "main(['fill', 'x.py', '--span', '1:1', '--daemon', 'on'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=plugin_env(runtime_dir), cwd=tmp_path, capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode() == f"filled by pid {daemon_pid(plugin_env(runtime_dir))}\n"
+    assert done.stderr.decode().splitlines() == ["note: fake", "HEAVY []"]

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from infill.cli import main
 from infill.server import client
 from tests.fixtures_serve import plugin_env, runtime_dir
 
@@ -36,8 +37,6 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run(args: list[str], env: dict[str, str]) -> tuple[int, bytes, bytes]:
     """`infill ARGS` in this process (the --daemon off runs reuse this process's torch import)."""
-    from infill.cli import main
-
     result = CliRunner().invoke(main, args, env=env)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
@@ -74,6 +73,11 @@ def test_daemon_output_and_writes_equal_in_process(
     assert daemon == local and daemon[0] == 0  # exit code, stdout and stderr bytes
     assert (tmp_path / "on" / "stats.py").read_bytes() == (tmp_path / "off" / "stats.py").read_bytes()
     assert (tmp_path / "on" / "stats.py").read_text() != SOURCE  # it did fill (in place, relative path)
+
+    # editor filter mode: stdin -> stdout
+    stdin_args = ["fill", "-", "--stdin-filename", "x.py", *common[2:-1]]
+    piped = [CliRunner().invoke(main, [*stdin_args, "--daemon", mode], env=env, input=SOURCE) for mode in ("on", "off")]
+    assert piped[0].stdout_bytes == piped[1].stdout_bytes != SOURCE.encode() and piped[0].exit_code == 0
 
     bad = ["fill", "stats.py", "--span", "40:41", "--model", str(tiny)]
     daemon_bad, local_bad = run([*bad, "--daemon", "on"], env), run([*bad, "--daemon", "off"], env)

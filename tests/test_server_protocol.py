@@ -40,11 +40,15 @@ def call(dispatcher: Dispatcher, obj: Any) -> dict[str, Any]:
 
 @pytest.fixture(autouse=True)
 def _clean_registry() -> Any:
+    from infill import api
+
     fixtures_serve.LOADS.clear()
+    api.clear_model_cache()  # the server loads through the api's per-process cache
     try:
         yield
     finally:
         registry.unregister(FAKE_MODEL)
+        api.clear_model_cache()
 
 
 def test_ping_reports_identity_and_echoes_ids() -> None:
@@ -86,19 +90,24 @@ def test_models_are_cached_by_model_and_device() -> None:
 
 
 def test_model_cache_reloads_a_folder_model_whose_files_change(tmp_path: Path) -> None:
+    """Through the real loader (the api's per-process cache): new weights on disk evict both caches."""
     (tmp_path / "model.safetensors").write_bytes(b"v1")
     loads: list[int] = []
 
-    def loader(spec: ModelSpec) -> registry.LoadedModel:
+    def factory(spec: ModelSpec) -> registry.LoadedModel:
         loads.append(1)
         return registry.LoadedModel("m", "asarm", object(), None, info={"path": str(tmp_path)})
 
-    cache = ModelCache(loader)
-    first = cache.get(ModelSpec(name=str(tmp_path)))
-    assert cache.get(ModelSpec(name=str(tmp_path))) is first
-    (tmp_path / "model.safetensors").write_bytes(b"version 2")  # a new checkpoint written in place
-    assert cache.get(ModelSpec(name=str(tmp_path))) is not first
-    assert len(loads) == 2
+    registry.register("folder-fake", factory)
+    try:
+        cache = ModelCache()
+        first = cache.get(ModelSpec(name="folder-fake"))
+        assert cache.get(ModelSpec(name="folder-fake")) is first and len(loads) == 1
+        (tmp_path / "model.safetensors").write_bytes(b"version 2")  # a new checkpoint written in place
+        assert cache.get(ModelSpec(name="folder-fake")) is not first
+        assert len(loads) == 2  # the api's copy was dropped too, so the factory really ran again
+    finally:
+        registry.unregister("folder-fake")
 
 
 def test_shutdown_answers_then_stops() -> None:
@@ -275,9 +284,7 @@ def _fuzz_lines(rng: random.Random, count: int) -> list[bytes]:
                 data[rng.randrange(len(data))] = rng.randrange(256)
             line = bytes(data)
         elif kind == 3:  # JSON-ish token soup
-            line = "".join(rng.choice(atoms) for _ in range(rng.randrange(1, 30))).encode(
-                "utf-8", "surrogatepass"
-            )
+            line = "".join(rng.choice(atoms) for _ in range(rng.randrange(1, 30))).encode("utf-8", "surrogatepass")
         elif kind == 4:  # valid JSON, wrong shapes
             obj: Any = rng.choice(
                 [
@@ -325,9 +332,7 @@ def test_fuzz_ten_thousand_lines_then_ping() -> None:
 def test_stdio_subprocess_survives_garbage_and_keeps_stdout_clean(tmp_path: Path) -> None:
     rng = random.Random(7)
     lines = _fuzz_lines(rng, 400)
-    lines.insert(
-        200, json.dumps({"id": "p", "method": "fill", "params": {"text": "ab", "print": True}}).encode()
-    )
+    lines.insert(200, json.dumps({"id": "p", "method": "fill", "params": {"text": "ab", "print": True}}).encode())
     lines.append(b"z" * 3000)  # over the limit below
     lines.append(b'{"id": "end", "method": "ping"}')
     stream = b"\n".join(lines) + b"\n"

@@ -87,8 +87,7 @@ def test_snap_to_lines() -> None:
 
 DEFS = {
     "a.py": (
-        b'class A:\n    """Doc."""\n\n    def f(self, x):\n'
-        b'        """Return x."""\n        y = x\n        return y\n',
+        b'class A:\n    """Doc."""\n\n    def f(self, x):\n        """Return x."""\n        y = x\n        return y\n',
         [
             ("function", "f", b"        y = x\n        return y"),
             ("function", "A.f", b"        y = x\n        return y"),
@@ -100,8 +99,7 @@ DEFS = {
         ],
     ),
     "a.js": (
-        b"class A {\n  m(x) { return x; }\n}\nfunction f(a) {\n  return a;\n}\n"
-        b"const g = (x) => {\n  return 1;\n};\n",
+        b"class A {\n  m(x) { return x; }\n}\nfunction f(a) {\n  return a;\n}\nconst g = (x) => {\n  return 1;\n};\n",
         [
             ("function", "A.m", b" return x; "),
             ("function", "f", b"  return a;"),

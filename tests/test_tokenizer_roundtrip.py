@@ -91,11 +91,7 @@ def sp_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @settings(max_examples=200, derandomize=True, deadline=None)
-@given(
-    text=st.lists(st.sampled_from([" ", "  ", "   ", "\t", "\n", "\r\n", *SP_ALPHABET]), max_size=50).map(
-        "".join
-    )
-)
+@given(text=st.lists(st.sampled_from([" ", "  ", "   ", "\t", "\n", "\r\n", *SP_ALPHABET]), max_size=50).map("".join))
 def test_sentencepiece_round_trip_keeps_whitespace(sp_model: Path, text: str) -> None:
     tok = SentencePieceTokenizer(sp_model)
     assert tok.decode(tok.encode(text)) == text

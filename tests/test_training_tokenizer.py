@@ -12,9 +12,7 @@ from tests.fixtures_train import tiny_tokenizer  # noqa: F401  (pytest fixture)
 
 SHIPPED = Path(__file__).resolve().parent.parent / "infill" / "weights" / "default" / "tokenizer.json"
 
-code_like = st.text(
-    alphabet=st.sampled_from(list('def x(a, b):\n\r\t    return \'é中😀"""#<mask>')), max_size=200
-)
+code_like = st.text(alphabet=st.sampled_from(list('def x(a, b):\n\r\t    return \'é中😀"""#<mask>')), max_size=200)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)

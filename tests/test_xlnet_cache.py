@@ -99,3 +99,19 @@ def test_bf16_cached_is_close_to_bf16_full(pair: tuple[XLNetAnySubset, XLNetAnyS
     pa = torch.softmax(c16.verify(ids, masked, 0, masked), -1)
     pb = torch.softmax(p16.verify(ids, masked, 0, masked), -1)
     assert (pa - pb).abs().max() < 0.02
+
+
+def test_accepted_drafts_are_committed_from_the_verify_pass(pair: tuple[XLNetAnySubset, XLNetAnySubset]) -> None:
+    cached, plain = pair
+    assert cached.cache is not None
+    ids = torch.tensor([1, MASK, MASK, MASK, MASK, 2, MASK, MASK, 3])
+    masked = torch.tensor([1, 2, 3, 4, 6, 7])
+    cached.draft(ids, masked, 0, masked[:4])
+    drafted = ids.clone()
+    drafted[masked[:4]] = torch.tensor([5, 6, 7, 8])
+    cached.verify(drafted, masked, 0, masked[:4])
+    before = cached.cache.reused
+    after = ids.clone()
+    after[masked[:3]] = torch.tensor([5, 6, 9])  # two drafts accepted, the third resampled
+    assert close(cached.draft(after, masked, 3, masked[3:]), plain.draft(after, masked, 3, masked[3:]))
+    assert cached.cache.reused == before + 2

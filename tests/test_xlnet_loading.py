@@ -73,9 +73,7 @@ def test_missing_default_is_a_model_error(monkeypatch: pytest.MonkeyPatch, tmp_p
         load(ModelSpec(name="default"))
 
 
-def test_default_loads_from_the_packaged_folder(
-    monkeypatch: pytest.MonkeyPatch, tiny: Path, tmp_path: Path
-) -> None:
+def test_default_loads_from_the_packaged_folder(monkeypatch: pytest.MonkeyPatch, tiny: Path, tmp_path: Path) -> None:
     shutil.copytree(tiny, tmp_path / "default")
     monkeypatch.setattr(loading, "WEIGHTS_DIR", tmp_path)
     lm = load(ModelSpec(name="default", device="cpu"))
@@ -93,9 +91,7 @@ def test_not_a_model_folder(tmp_path: Path) -> None:
         load(ModelSpec(name=str(tmp_path)))
 
 
-def test_other_model_types_go_to_the_blockdiff_backend(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_other_model_types_go_to_the_blockdiff_backend(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text('{"model_type": "qwen3"}')
     calls: list[Path] = []
 

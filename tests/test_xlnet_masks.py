@@ -47,9 +47,7 @@ def test_verify_sees_only_earlier_targets(model: XLNetAnySubset) -> None:
     later = m.verify(with_content(p2=4, p3=1, p5=6, p6=0), MASKED, 1, targets)  # change 5 and 6
     assert torch.allclose(base[0], later[0], atol=1e-6)  # target 3 sees neither
     # target 5 sees neither its own content nor 6 (same 2 and 3, different 5 and 6):
-    assert torch.allclose(
-        base[1], m.verify(with_content(p2=4, p3=1, p5=6, p6=6), MASKED, 1, targets)[1], atol=1e-6
-    )
+    assert torch.allclose(base[1], m.verify(with_content(p2=4, p3=1, p5=6, p6=6), MASKED, 1, targets)[1], atol=1e-6)
     assert not torch.allclose(base[2], later[2], atol=1e-4)  # target 6 sees the draft at 5
     own = m.verify(with_content(p2=4, p3=1, p5=2, p6=5), MASKED, 1, targets)  # change 6's own content
     assert torch.allclose(base[2], own[2], atol=1e-6)  # never its own content

@@ -151,7 +151,10 @@ def run_fill(
 
 
 def _resolve(req: FillRequest, path: str) -> str:
-    return path if os.path.isabs(path) else os.path.join(req.cwd, path)
+    """`path` for this process: relative paths are relative to the request's cwd (a daemon runs elsewhere)."""
+    if os.path.isabs(path) or os.path.realpath(req.cwd) == os.path.realpath(os.getcwd()):
+        return path
+    return os.path.join(req.cwd, path)
 
 
 def _run(
@@ -171,7 +174,11 @@ def _run(
         text = req.stdin
         data = text.encode("utf-8")
     else:
-        data, snapshot = patch.read_source(_resolve(req, req.file))
+        try:
+            data, snapshot = patch.read_source(_resolve(req, req.file))
+        except InputError as exc:
+            exc.path = req.file  # as the user typed it, not resolved against cwd
+            raise
         text = patch.decode_utf8(data, req.file)
     if not data.strip():
         raise InputError("the input is empty; there is no context to fill around", path=display)
@@ -201,10 +208,7 @@ def _run(
         say(f"warning: {display}: {warning}")
     if req.verbosity >= 1:
         for e in result.edits:
-            say(
-                f"{display}:{e.start_line}-{e.end_line}: filled {e.tokens} tokens "
-                f"(log-likelihood {e.score:.2f})"
-            )
+            say(f"{display}:{e.start_line}-{e.end_line}: filled {e.tokens} tokens (log-likelihood {e.score:.2f})")
     if req.stats:
         say(_stats_line(result.stats))
     changed = result.text != text
@@ -307,16 +311,12 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
 
 @click.command("fill", help=_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("file", metavar="FILE|-")
-@click.option(
-    "--span", "spans", multiple=True, metavar="A:B|A:C-B:D", help="Lines A..B, or line:col to line:col."
-)
+@click.option("--span", "spans", multiple=True, metavar="A:B|A:C-B:D", help="Lines A..B, or line:col to line:col.")
 @click.option("--marker", "markers", multiple=True, metavar="TEXT", help="Fill every occurrence of TEXT.")
 @click.option("--function", "functions", multiple=True, metavar="NAME", help="Fill this function's body.")
 @click.option("--class", "classes", multiple=True, metavar="NAME", help="Fill this class's body.")
 @click.option("--node", "nodes", multiple=True, metavar="KIND", help="Fill every query capture KIND.")
-@click.option(
-    "--tokens", type=click.IntRange(min=1), default=None, help="Tokens per span (see length policy)."
-)
+@click.option("--tokens", type=click.IntRange(min=1), default=None, help="Tokens per span (see length policy).")
 @click.option(
     "--decoder",
     type=click.Choice(["assd", "sequential", "parallel", "confidence", "s2d2"]),
@@ -347,9 +347,7 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
     show_default=True,
     help="1 = off.",
 )
-@click.option(
-    "--seed", type=int, default=DecodeConfig.seed, show_default=True, help="Fixed by default: reproducible."
-)
+@click.option("--seed", type=int, default=DecodeConfig.seed, show_default=True, help="Fixed by default: reproducible.")
 @click.option(
     "-n",
     "--candidates",
@@ -366,16 +364,12 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
     help="Extra samples when a candidate adds syntax errors.",
 )
 @click.option("--no-syntax-check", is_flag=True, help="Accept candidates that add tree-sitter errors.")
-@click.option(
-    "--model", default="default", show_default=True, metavar="NAME|PATH", help="Model name or folder."
-)
+@click.option("--model", default="default", show_default=True, metavar="NAME|PATH", help="Model name or folder.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--diff", is_flag=True, help="Print a unified diff; do not write. Exit 1 if it is not empty.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if the file would change.")
 @click.option("-o", "--output", default=None, metavar="PATH", help="Write the result to PATH (- = stdout).")
-@click.option(
-    "--stdin-filename", default=None, metavar="NAME", help="File name for stdin (selects the language)."
-)
+@click.option("--stdin-filename", default=None, metavar="NAME", help="File name for stdin (selects the language).")
 @click.option(
     "--format",
     "fmt",
@@ -416,7 +410,7 @@ def fill(
     verbose: int,
     stats: bool,
     daemon: str,
-    idle_timeout: float,
+    idle_timeout: float | None,
 ) -> None:
     """See _HELP."""
     filter_mode = file == "-" and not (diff or check or fmt == "json") and output in (None, "-")

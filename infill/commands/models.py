@@ -31,9 +31,7 @@ def models(as_json: bool, cache_dir: Path | None) -> None:
         click.echo(json.dumps([e.as_dict() for e in entries], indent=2))
         return
     if not entries:
-        click.echo(
-            f"no models found (packaged weights missing; HF cache {cache_dir or hf_cache_dir()} empty)"
-        )
+        click.echo(f"no models found (packaged weights missing; HF cache {cache_dir or hf_cache_dir()} empty)")
         return
     rows = [("NAME", "REVISION", "KIND", "SIZE", "PARAMS", "PROVENANCE")]
     for e in entries:

@@ -82,9 +82,7 @@ def _kind(model_type: str | None) -> str:
     return f"unsupported ({model_type})"
 
 
-def describe(
-    folder: Path, name: str, default_provenance: str, revision: str | None = None
-) -> ModelEntry | None:
+def describe(folder: Path, name: str, default_provenance: str, revision: str | None = None) -> ModelEntry | None:
     try:
         cfg = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
@@ -131,9 +129,7 @@ def cached_models(cache: Path | None = None) -> list[ModelEntry]:
                 continue
         for snap in sorted((repo / "snapshots").glob("*")) if (repo / "snapshots").is_dir() else []:
             rev = refs.get(snap.name, snap.name[:12])
-            entry = describe(
-                snap, repo_id, f"HF cache {repo_id}@{rev}", revision=None if rev == "main" else rev
-            )
+            entry = describe(snap, repo_id, f"HF cache {repo_id}@{rev}", revision=None if rev == "main" else rev)
             if entry is not None:
                 out.append(entry)
     return out

@@ -31,9 +31,7 @@ def resolve_folder(spec: ModelSpec) -> tuple[Path, str]:
     if name == "default":
         folder = default_folder()
         if not (folder / "config.json").is_file():
-            raise ModelError(
-                f"the packaged default model is missing ({folder}); reinstall infill or pass --model PATH"
-            )
+            raise ModelError(f"the packaged default model is missing ({folder}); reinstall infill or pass --model PATH")
         return folder, "packaged default"
     path = Path(name).expanduser()
     if path.exists():

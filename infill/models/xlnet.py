@@ -90,9 +90,7 @@ class XLNetAnySubset:
         use_cache = self.cache is not None and torch.equal(targets, masked[n : n + targets.shape[0]])
         # On CPU the cached path's few-row matmuls are faster in fp32 than with bf16 casts (benchmarked);
         # bf16 autocast stays for the full forward and for CUDA.
-        autocast = (
-            self._autocast() if not use_cache or self.device.type == "cuda" else contextlib.nullcontext()
-        )
+        autocast = self._autocast() if not use_cache or self.device.type == "cuda" else contextlib.nullcontext()
         with torch.no_grad(), autocast:
             if use_cache:
                 assert self.cache is not None

@@ -49,6 +49,10 @@ class XLNetKVCache:
         self._pos: torch.Tensor | None = None  # (R,) positions of the committed rows
         self._tokens: list[int] = []  # committed masked tokens, rank order
         self._n_prompt = 0
+        # the last verify pass's draft rows: (committed tokens then, draft tokens, per-layer keys, values).
+        # Accepted drafts are committed from here instead of being recomputed (their rows are identical).
+        self._stash: tuple[list[int], list[int], list[torch.Tensor], list[torch.Tensor]] | None = None
+        self.reused = 0  # rows committed from the stash (for tests and benchmarks)
         self._kr: list[torch.Tensor] = []  # per layer (2N - 1, n_head, d_head): relative keys by distance
 
     # --- the building block: one attention sub-layer for a subset of query rows -------------------
@@ -110,6 +114,7 @@ class XLNetKVCache:
         self._values = [torch.empty(0) for _ in self.tr.layer]
         self._pos = p_pos[:0]
         self._tokens = []
+        self._stash = None
         self._n_prompt = p_pos.shape[0]
         P = p_pos.shape[0]
         self._commit(ids[p_pos], p_pos, torch.ones(P, P, dtype=torch.bool, device=ids.device), N)
@@ -123,9 +128,7 @@ class XLNetKVCache:
         h = self.tr.word_embedding(tokens)  # (G, d)
         G = tokens.shape[0]
         old = self._pos.shape[0]
-        allowed = torch.cat(
-            [torch.ones(G, old, dtype=torch.bool, device=h.device), within], dim=1
-        )  # (G, R+G)
+        allowed = torch.cat([torch.ones(G, old, dtype=torch.bool, device=h.device), within], dim=1)  # (G, R+G)
         k_pos = torch.cat([self._pos, pos])
         for li, layer in enumerate(self.tr.layer):
             a = layer.rel_attn
@@ -160,20 +163,30 @@ class XLNetKVCache:
             assert self._pos is not None
             self._pos = self._pos[:R]
             self._tokens = self._tokens[:keep]
+        if keep < n and self._stash is not None and self._stash[0] == self._tokens:
+            _, drafts, s_keys, s_values = self._stash
+            m = 0
+            while keep + m < n and m < len(drafts) and drafts[m] == want[keep + m]:
+                m += 1
+            if m > 0:  # accepted drafts: their rows were computed by the verify pass with this same context
+                self._keys = [torch.cat([k, sk[:m]]) for k, sk in zip(self._keys, s_keys, strict=True)]
+                self._values = [torch.cat([v, sv[:m]]) for v, sv in zip(self._values, s_values, strict=True)]
+                assert self._pos is not None
+                self._pos = torch.cat([self._pos, masked[keep : keep + m]])
+                self._tokens.extend(want[keep : keep + m])
+                self.reused += m
+                keep += m
+        self._stash = None
         if keep < n:
             new = masked[keep:n]
             G = new.shape[0]
-            causal = torch.ones(
-                G, G, dtype=torch.bool, device=ids.device
-            ).tril()  # rank-causal, self included
+            causal = torch.ones(G, G, dtype=torch.bool, device=ids.device).tril()  # rank-causal, self included
             self._commit(ids[new], new, causal, ids.shape[0])
             self._tokens.extend(want[keep:])
 
     # --- the pass ---------------------------------------------------------------------------------
 
-    def logits(
-        self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor, verify: bool
-    ) -> Any:
+    def logits(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor, verify: bool) -> Any:
         """(k, V) logits at `targets` = masked[n:n+k]: draft (targets see prompt + masked[:n]) or verify
         (the drafts written at the targets are seen by later targets)."""
         import torch
@@ -208,14 +221,16 @@ class XLNetKVCache:
             tri = torch.ones(k, k, dtype=torch.bool, device=dev)
             content_allowed = torch.cat([ones, tri.tril()], dim=1)  # drafts see earlier drafts and themselves
             query_allowed = torch.cat([ones, tri.tril(-1)], dim=1)  # targets see earlier drafts only
+            s_keys, s_values = [], []
             for li, layer in enumerate(self.tr.layer):
                 a = layer.rel_attn
-                keys = torch.cat([self._keys[li], torch.einsum("id,dnh->inh", h, a.k)])
-                values = torch.cat([self._values[li], torch.einsum("id,dnh->inh", h, a.v)])
+                s_keys.append(torch.einsum("id,dnh->inh", h, a.k))  # (k, n, dh)
+                s_values.append(torch.einsum("id,dnh->inh", h, a.v))
+                keys = torch.cat([self._keys[li], s_keys[-1]])
+                values = torch.cat([self._values[li], s_values[-1]])
                 g_next = self._attend(layer, g, targets, keys, values, k_pos, query_allowed, self._kr[li], N)
                 if li + 1 < len(self.tr.layer):  # the last layer's content rows feed nothing
-                    h = layer.ff(
-                        self._attend(layer, h, targets, keys, values, k_pos, content_allowed, self._kr[li], N)
-                    )
+                    h = layer.ff(self._attend(layer, h, targets, keys, values, k_pos, content_allowed, self._kr[li], N))
                 g = layer.ff(g_next)
+            self._stash = (list(self._tokens), ids[targets].tolist(), s_keys, s_values)
         return self.hf.lm_loss(g)  # (k, V)

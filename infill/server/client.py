@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -88,6 +89,8 @@ def daemon_allowed(mode: str, env: Mapping[str, str]) -> bool:
         raise ValueError(f"daemon mode must be one of {DAEMON_MODES}, not {mode!r}")
     if mode == "off" or env.get("INFILL_NO_DAEMON", "") not in ("", "0"):
         return False
+    if os.name != "posix" or not hasattr(socket, "AF_UNIX"):
+        return False  # Unix sockets and flock: POSIX only
     if mode == "auto" and (is_ci(env) or env.get("PYTEST_CURRENT_TEST")):
         return False
     return True
@@ -125,7 +128,7 @@ def request(
             return None
         reply = conn.call(method, params, timeout)
     except (OSError, ValueError, TypeError, DaemonUnavailable) as exc:  # json errors are ValueErrors
-        log.debug("daemon unavailable (%s); working in-process", exc)
+        _note(env, f"daemon unavailable ({exc}); working in-process")
         return None
     finally:
         if conn is not None:
@@ -134,7 +137,7 @@ def request(
     if error is not None:
         raised = protocol.exception_from_error(error) if isinstance(error, dict) else None
         if raised is None:
-            log.debug("daemon error %r; working in-process", error)
+            _note(env, f"daemon error {error!r}; working in-process")
             return None
         raise raised
     reply.pop("id", None)
@@ -232,6 +235,13 @@ def stop(env: Mapping[str, str] | None = None) -> bool:
         return False
     retire(Connection(sock))
     return True
+
+
+def _note(env: Mapping[str, str], message: str) -> None:
+    """Why the daemon was not used: logged, and printed to stderr with INFILL_DAEMON_DEBUG=1."""
+    log.debug(message)
+    if env.get("INFILL_DAEMON_DEBUG", "") not in ("", "0"):
+        print(f"infill: {message}", file=sys.stderr)
 
 
 def _existing_paths(env: Mapping[str, str] | None) -> Paths | None:

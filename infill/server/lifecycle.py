@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import socket
 import stat
@@ -111,6 +110,8 @@ def check_private_dir(directory: Path) -> None:
 @contextlib.contextmanager
 def file_lock(path: Path, timeout: float) -> Iterator[None]:
     """An exclusive flock on `path` (created 0600), waiting at most `timeout` seconds."""
+    import fcntl  # POSIX only; clients on other systems never get here (see client.daemon_allowed)
+
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         deadline = time.monotonic() + timeout
@@ -190,7 +191,8 @@ def spawn_environment(env: Mapping[str, str]) -> dict[str, str]:
 
     out = dict(env)
     root = str(Path(infill.__file__).resolve().parent.parent)
-    installed = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    known = [*getattr(site, "getsitepackages", list)(), getattr(site, "getusersitepackages", str)()]
+    installed = {str(Path(p).resolve()) for p in known if p}
     if root not in installed:
         out["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [out.get("PYTHONPATH")])])
     out.pop("PYTEST_CURRENT_TEST", None)

@@ -14,14 +14,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def daemon_options(function: F) -> F:
-    """Adds `daemon: str` and `idle_timeout: float` parameters for infill.server.client.request()."""
+    """Adds `daemon: str` and `idle_timeout: float | None` parameters for infill.server.client.request()."""
     function = click.option(
         "--idle-timeout",
         type=click.FloatRange(min=0),
-        default=DEFAULT_IDLE_TIMEOUT,
-        show_default=True,
+        default=None,
         metavar="SECONDS",
-        help="An auto-started daemon exits after this long without a request.",
+        help=f"A daemon this command starts exits after this long without a request "
+        f"[default: $INFILL_DAEMON_IDLE_TIMEOUT, else {DEFAULT_IDLE_TIMEOUT:g}].",
     )(function)
     function = click.option(
         "--daemon",
@@ -35,9 +35,7 @@ def daemon_options(function: F) -> F:
     return function
 
 
-def argv_from_params(
-    command: click.Command, params: Mapping[str, Any], skip: Collection[str] = ()
-) -> list[str]:
+def argv_from_params(command: click.Command, params: Mapping[str, Any], skip: Collection[str] = ()) -> list[str]:
     """Parsed parameters -> a command line that parses back to the same values (for running the command in the
     daemon). Options first, then "--", then the arguments, so no argument is mistaken for an option."""
     options: list[str] = []
@@ -70,9 +68,7 @@ def _text(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def forward_command(
-    ctx: click.Context, mode: str, idle_timeout: float, model: str | None = None
-) -> int | None:
+def forward_command(ctx: click.Context, mode: str, idle_timeout: float | None, model: str | None = None) -> int | None:
     """Run the current command in the daemon and print its output here. Returns its exit code, or None: run it
     in-process (daemon off, unavailable, or failing; the output is then the same as the daemon's would be)."""
     import os
@@ -99,7 +95,7 @@ def forward_command(
     return exit_code
 
 
-def fill_command(request: Mapping[str, Any], mode: str, idle_timeout: float) -> dict[str, Any] | None:
+def fill_command(request: Mapping[str, Any], mode: str, idle_timeout: float | None) -> dict[str, Any] | None:
     """`infill fill`'s daemon path: run_fill(request) in the daemon -> its output, or None (in-process)."""
     from infill.server import client
 
