@@ -153,3 +153,8 @@ def test_heldout_exact_scoring(tmp_path: Path) -> None:
 
     run_heldout_exact(tasks, recording, crop=lambda s: crop_slot(s, len, 40))
     assert max(seen) <= 41  # the masked line's terminator is kept on top of the 40-character window
+
+
+def test_slot_terminator() -> None:
+    lines = split_lines("a\r\nb\nc")
+    assert [line_slot(lines, i).terminator for i in range(3)] == ["\r\n", "\n", ""]

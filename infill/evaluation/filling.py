@@ -5,8 +5,10 @@ The fill replaces the line's content (indentation included) and need not produce
 answer that stops at the end of the line is complete. Evaluations only ever hand the model `before + after`:
 the reference is kept for scoring and for the oracle budget, never shown to the tool.
 
-`api_filler` fills through `infill.api.fill_text`, the same path `infill fill` takes, with an empty span (an
-insertion point) at the line, so the length policy sees no trace of the reference.
+`api_filler` fills through `infill.api.fill_text`, the same path `infill fill` takes: the masked line is
+removed (with its line break) and an empty span (an insertion point) sits at the start of the line that
+followed, so the length policy sees no trace of the reference. fill_text inserts whole lines there (its fill
+ends with a line break, which is taken off again: the slot keeps the original terminator).
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ class Slot:
     before: str  # everything up to the start of the masked line
     after: str  # the masked line's terminator and everything after it
     reference: str  # the masked line's content, without terminator (never shown to the model)
+
+    @property
+    def terminator(self) -> str:
+        """The masked line's line break ("" for a last line without one)."""
+        return next((t for t in ("\r\n", "\n") if self.after.startswith(t)), "")
 
     def text_with(self, completion: str) -> str:
         return self.before + completion + self.after
@@ -96,10 +103,11 @@ def api_filler(
 
     def fill(slot: Slot, budget: int | None) -> FillOutcome:
         at = len(slot.before.encode("utf-8"))
+        terminator = slot.terminator
         start = time.perf_counter()
         try:
             result = fill_text(
-                slot.before + slot.after,
+                slot.before + slot.after[len(terminator) :],
                 [Span(at, at, "eval")],
                 language=language,
                 model=model,
@@ -110,6 +118,10 @@ def api_filler(
             return FillOutcome("", seconds=time.perf_counter() - start, budget=budget, error=str(exc))
         seconds = time.perf_counter() - start
         completion = result.edits[0].text if result.edits else ""
+        if terminator and completion.endswith(terminator):
+            completion = completion[: -len(terminator)]
+        elif completion.endswith("\n"):
+            completion = completion[:-1]
         return FillOutcome(
             completion,
             tokens=int(result.stats.get("tokens", 0)),
