@@ -249,3 +249,18 @@ def test_exported_model_loads_and_inference_scores_match_training(tiny_corpus, t
     logits[:, m.mask_id] = float("-inf")
     expected = torch.log_softmax(logits, -1).gather(1, truth[:, None])[:, 0]
     assert torch.allclose(logq, expected, atol=1e-4)
+
+
+def test_init_from_exported_weights(tiny_corpus, tmp_path: Path) -> None:
+    import time
+
+    corpus, tok_path = tiny_corpus
+    train(corpus, tok_path, tmp_path / "a", _tiny_cfg(steps=2, eval_sequences=0), resume=False)
+    model, cfg, state = load_checkpoint_model(tmp_path / "a")
+    export_model(model, tok_path, tmp_path / "m", cfg.seq_len, {})
+    cfg0 = _tiny_cfg(until=time.time() - 1, eval_sequences=0, seed=5)  # stops before the first step
+    train(corpus, tok_path, tmp_path / "b", cfg0, resume=False, init_from=tmp_path / "m")
+    again, _, state_b = load_checkpoint_model(tmp_path / "b")
+    assert state_b.step == 0
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, again.state_dict()[name]), name

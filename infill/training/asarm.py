@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer as HFTokenizer
     from transformers import XLNetLMHeadModel
 
+from infill.errors import InputError
 from infill.training.tokenizer import BOS_ID, MASK_ID, PAD_ID
 
 GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # 0.618..., the Kronecker sequence frac(n * GOLDEN) is low-discrepancy
@@ -585,8 +586,13 @@ def train(
     cfg: TrainConfig,
     resume: bool = True,
     export_to: Path | None = None,
+    init_from: Path | None = None,
 ) -> TrainState:
-    """Train (or resume) an AS-ARM on `corpus`; checkpoints in `run_dir/last.pt`; optional export at end."""
+    """Train (or resume) an AS-ARM on `corpus`; checkpoints in `run_dir/last.pt`; optional export at end.
+
+    `init_from`: an exported model folder whose weights start a fresh run (e.g. continue from the shipped
+    weights in a later session, when the checkpoint with optimizer state is gone). Ignored when resuming.
+    """
     import numpy as np
     import torch
 
@@ -629,6 +635,14 @@ def train(
         counter = int(ckpt["counter"])
         random.setstate(ckpt["python_rng"])
         torch.set_rng_state(ckpt["torch_rng"])
+    elif init_from is not None:
+        from safetensors.torch import load_file
+
+        weights = load_file(str(init_from / "model.safetensors"))
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+        if unexpected or any(k != "lm_loss.weight" for k in missing):  # lm_loss.weight is tied to the embedding
+            raise InputError(f"{init_from}: weights do not fit the model shape ({missing[:3]}, {unexpected[:3]})")
+        model.tie_weights()
 
     log = Log(cfg.steps or None)
     t0 = time.time()
