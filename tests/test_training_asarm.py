@@ -264,3 +264,15 @@ def test_init_from_exported_weights(tiny_corpus, tmp_path: Path) -> None:
     assert state_b.step == 0
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, again.state_dict()[name]), name
+
+
+def test_pad_counts_cover_inference_budgets(tiny_tokenizer) -> None:  # noqa: F811
+    """infill's length policy masks len(replaced) + max(8, len/4) tokens, or 32 at an insertion point."""
+    sampler = _sampler(tiny_tokenizer)
+    five = [sampler.extra_pads(5) for _ in range(400)]
+    assert 0 in five and 27 in five and max(five) <= 27
+    assert sum(8 <= e <= 12 for e in five) > 40  # the usual slack of a short line
+    empty = [sampler.extra_pads(0) for _ in range(400)]
+    assert min(empty) == 1 and max(empty) == 32
+    long = [sampler.extra_pads(100) for _ in range(400)]
+    assert max(long) <= 50 and 0 in long
