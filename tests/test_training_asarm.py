@@ -276,3 +276,20 @@ def test_pad_counts_cover_inference_budgets(tiny_tokenizer) -> None:  # noqa: F8
     assert min(empty) == 1 and max(empty) == 32
     long = [sampler.extra_pads(100) for _ in range(400)]
     assert max(long) <= 50 and 0 in long
+
+
+def test_shipped_default_model() -> None:
+    """The embedded default: at most 40 MB, loads offline through the registry, records its provenance."""
+    folder = Path(__file__).resolve().parent.parent / "infill" / "weights" / "default"
+    if not (folder / "model.safetensors").exists():
+        pytest.skip("no shipped weights in this checkout")
+    from infill.config import ModelSpec
+    from infill.models.loading import load_by_name
+
+    assert (folder / "model.safetensors").stat().st_size <= 40 * 2**20
+    loaded = load_by_name(ModelSpec(name="default", device="cpu"))
+    assert loaded.kind == "asarm" and loaded.model.max_length == 256
+    prov = loaded.info["provenance"]
+    assert prov["steps"] > 0 and prov["heldout"]["nll_per_token"] > 0 and prov["corpus"]["files"] > 1000
+    text = "def f(x):\r\n\treturn x  \n"
+    assert loaded.tokenizer.decode(loaded.tokenizer.encode(text)) == text
