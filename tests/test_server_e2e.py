@@ -1,5 +1,6 @@
-"""End to end with a real (tiny, random) checkpoint: `infill fill --daemon on` prints and writes exactly what
-`--daemon off` does, and the socket's public `fill` method returns what `--format json` prints."""
+"""End to end with a real (tiny, random) checkpoint: `infill fill` and `infill docstrings` with `--daemon on`
+print and write exactly what `--daemon off` does, and the socket's public `fill` method returns what
+`--format json` prints."""
 
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ def test_daemon_output_and_writes_equal_in_process(
 ) -> None:
     env = plugin_env(runtime_dir)
     del env["INFILL_SERVER_PLUGINS"]  # the real methods, no fakes
+    env["INFILL_DAEMON_DEBUG"] = "1"  # a --daemon on run that fell back would say so on stderr: outputs would differ
     for name in ("on", "off"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "stats.py").write_text(SOURCE)
@@ -82,6 +84,17 @@ def test_daemon_output_and_writes_equal_in_process(
     bad = ["fill", "stats.py", "--span", "40:41", "--model", str(tiny)]
     daemon_bad, local_bad = run([*bad, "--daemon", "on"], env), run([*bad, "--daemon", "off"], env)
     assert daemon_bad == local_bad and daemon_bad[0] == 2 and daemon_bad[2]
+
+    # infill docstrings: the daemon runs the same command; output and the written files match in-process
+    for name in ("on", "off"):
+        (tmp_path / name / "m.py").write_text("def add(a, b):\n    return a + b\n")
+    doc_args = ["docstrings", "m.py", "--ignore-module", "--model", str(tiny)]
+    monkeypatch.chdir(tmp_path / "on")
+    doc_daemon = run([*doc_args, "--daemon", "on"], env)
+    monkeypatch.chdir(tmp_path / "off")
+    doc_local = run([*doc_args, "--daemon", "off"], env)
+    assert doc_daemon == doc_local and doc_daemon[0] == 0
+    assert (tmp_path / "on" / "m.py").read_text() == (tmp_path / "off" / "m.py").read_text() != "def add"
 
     # the editor-facing method over the same (warm) daemon returns what --format json prints
     printed = json.loads(run([*common[:-1], "--format", "json", "--daemon", "off"], env)[1])
