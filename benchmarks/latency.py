@@ -54,12 +54,8 @@ def edits(result: dict[str, Any]) -> list[tuple[int, int, str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--model", default="default", help="model name or folder [default: the embedded model]"
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="default", help="model name or folder [default: the embedded model]")
     parser.add_argument("--tiny", action="store_true", help="build and use a tiny random checkpoint")
     parser.add_argument("--runs", type=int, default=7, help="timed runs per mode (after one warm-up) [7]")
     parser.add_argument("--decoder", default="assd")
@@ -67,6 +63,9 @@ def main() -> None:
         "--no-syntax-check",
         action="store_true",
         help="no resampling on syntax errors (on with --tiny: a random model's lines never parse)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="OMP_NUM_THREADS for every mode alike (torch's default: one per core)"
     )
     args = parser.parse_args()
     args.no_syntax_check = args.no_syntax_check or args.tiny
@@ -82,10 +81,10 @@ def main() -> None:
         source.write_text(SOURCE)
         runtime = work / "rt"
         runtime.mkdir(mode=0o700)
-        env = {
-            k: v for k, v in os.environ.items() if k not in ("CI", "INFILL_NO_DAEMON", "PYTEST_CURRENT_TEST")
-        }
+        env = {k: v for k, v in os.environ.items() if k not in ("CI", "INFILL_NO_DAEMON", "PYTEST_CURRENT_TEST")}
         env |= {"INFILL_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(REPO)}
+        if args.threads is not None:
+            env["OMP_NUM_THREADS"] = str(args.threads)
         fill = [
             sys.executable,
             "-m",
@@ -103,39 +102,34 @@ def main() -> None:
         ] + (["--no-syntax-check"] if args.no_syntax_check else [])
 
         results: dict[str, list[float]] = {"cold": [], "daemon": [], "stdio": []}
-        inside: dict[str, list[float]] = {
-            "cold": [],
-            "daemon": [],
-            "stdio": [],
-        }  # the fill's own stats.seconds
+        inside: dict[str, list[float]] = {"cold": [], "daemon": [], "stdio": []}  # the fill's own stats.seconds
         outputs: dict[str, dict[str, Any]] = {}
+        stdio = StdioServer(env, model, source, args)
         try:
-            for i in range(args.runs + 1):  # cold: every run pays the imports and the model load
-                seconds, outputs["cold"] = timed([*fill, "--daemon", "off"], env)
-                if i:
-                    results["cold"].append(seconds)
-                    inside["cold"].append(outputs["cold"]["stats"]["seconds"])
-            for i in range(args.runs + 1):  # the first run starts the daemon and loads the model
-                seconds, outputs["daemon"] = timed([*fill, "--daemon", "on"], env)
-                if i:
-                    results["daemon"].append(seconds)
-                    inside["daemon"].append(outputs["daemon"]["stats"]["seconds"])
-            results["stdio"], outputs["stdio"], inside["stdio"] = stdio_round_trips(env, model, source, args)
+            # one warm-up each (starts the daemon, loads the model in both servers), then the modes take turns,
+            # so a change in the machine's load hits all three alike
+            for i in range(args.runs + 1):
+                for mode in ("cold", "daemon", "stdio"):
+                    if mode == "stdio":
+                        seconds, outputs[mode] = stdio.fill(i)
+                    else:
+                        seconds, outputs[mode] = timed([*fill, "--daemon", "off" if mode == "cold" else "on"], env)
+                    if i:
+                        results[mode].append(seconds)
+                        inside[mode].append(outputs[mode]["stats"]["seconds"])
         finally:
+            stdio.close()
             subprocess.run(
-                [sys.executable, "-m", "infill", "daemon", "stop"],
-                env=env,
-                cwd=REPO,
-                capture_output=True,
-                timeout=120,
+                [sys.executable, "-m", "infill", "daemon", "stop"], env=env, cwd=REPO, capture_output=True, timeout=120
             )
 
     same = edits(outputs["cold"]) == edits(outputs["daemon"]) == edits(outputs["stdio"])
     cold = statistics.median(results["cold"])
-    print(f"model: {model}   decoder: {args.decoder}   runs per mode: {args.runs} (after one warm-up)")
     print(
-        f"{'mode':<8} {'median ms':>10} {'min ms':>8} {'ratio to cold':>14} {'decode ms':>10} {'other ms':>9}"
+        f"model: {model}   decoder: {args.decoder}   runs per mode: {args.runs} (after one warm-up; interleaved)"
+        f"   OMP_NUM_THREADS: {args.threads or 'default'}"
     )
+    print(f"{'mode':<8} {'median ms':>10} {'min ms':>8} {'ratio to cold':>14} {'decode ms':>10} {'other ms':>9}")
     for mode, times in results.items():
         median, decode = statistics.median(times), statistics.median(inside[mode])
         print(
@@ -147,45 +141,43 @@ def main() -> None:
     print(f"fill: {edits(outputs['cold'])}")
 
 
-def stdio_round_trips(
-    env: dict[str, str], model: str, source: Path, args: argparse.Namespace
-) -> tuple[list[float], dict[str, Any], list[float]]:
-    server = subprocess.Popen(
-        [sys.executable, "-m", "infill", "serve", "--stdio"],
-        env=env,
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    if server.stdin is None or server.stdout is None:  # never: both are pipes
-        raise SystemExit("could not start serve --stdio")
-    params = {
-        "path": str(source),
-        "span": f"{LINE}:{LINE}",
-        "model": model,
-        "decoder": args.decoder,
-        "syntax_check": not args.no_syntax_check,
-    }
-    times: list[float] = []
-    inside: list[float] = []
-    reply: dict[str, Any] = {}
-    try:
-        for i in range(args.runs + 1):
-            start = time.perf_counter()
-            server.stdin.write(json.dumps({"id": i, "method": "fill", "params": params}).encode() + b"\n")
-            server.stdin.flush()
-            reply = json.loads(server.stdout.readline())
-            seconds = time.perf_counter() - start
-            if "error" in reply:
-                raise SystemExit(f"serve --stdio: {reply['error']}")
-            if i:
-                times.append(seconds)
-                inside.append(reply["stats"]["seconds"])
-    finally:
-        server.stdin.close()
-        server.wait(timeout=60)
-    return times, reply, inside
+class StdioServer:
+    """An `infill serve --stdio` process; fill() is one timed request/response round trip."""
+
+    def __init__(self, env: dict[str, str], model: str, source: Path, args: argparse.Namespace) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "infill", "serve", "--stdio"],
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self.params = {
+            "path": str(source),
+            "span": f"{LINE}:{LINE}",
+            "model": model,
+            "decoder": args.decoder,
+            "syntax_check": not args.no_syntax_check,
+        }
+
+    def fill(self, request_id: int) -> tuple[float, dict[str, Any]]:
+        stdin, stdout = self.process.stdin, self.process.stdout
+        if stdin is None or stdout is None:  # never: both are pipes
+            raise SystemExit("serve --stdio has no pipes")
+        start = time.perf_counter()
+        stdin.write(json.dumps({"id": request_id, "method": "fill", "params": self.params}).encode() + b"\n")
+        stdin.flush()
+        reply: dict[str, Any] = json.loads(stdout.readline())
+        seconds = time.perf_counter() - start
+        if "error" in reply:
+            raise SystemExit(f"serve --stdio: {reply['error']}")
+        return seconds, reply
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(timeout=60)
 
 
 if __name__ == "__main__":
