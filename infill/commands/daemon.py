@@ -37,13 +37,9 @@ def status(fmt: str) -> None:
     else:
         models = ", ".join(f"{m['name']} ({m['device']})" for m in info.get("models", [])) or "none loaded"
         idle = info.get("idle_timeout") or 0
-        click.echo(
-            f"running: pid {info.get('pid')}, infill {info.get('version')} (protocol {info.get('protocol')})"
-        )
+        click.echo(f"running: pid {info.get('pid')}, infill {info.get('version')} (protocol {info.get('protocol')})")
         click.echo(f"socket:  {info['socket']}")
-        click.echo(
-            f"uptime:  {info.get('uptime', 0):.0f} s; idle timeout {'never' if not idle else f'{idle:g} s'}"
-        )
+        click.echo(f"uptime:  {info.get('uptime', 0):.0f} s; idle timeout {'never' if not idle else f'{idle:g} s'}")
         click.echo(f"models:  {models}")
         if not info.get("compatible"):
             click.echo("note:    it runs other code than this infill; the next request restarts it")

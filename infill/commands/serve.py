@@ -56,9 +56,7 @@ def serve(use_stdio: bool, socket_path: Path | None, max_request_bytes: int, idl
 
     if use_stdio == (socket_path is not None):
         raise click.UsageError("give exactly one of --stdio or --socket PATH")
-    context = ServerContext(
-        ModelCache(), transport="stdio" if use_stdio else "socket", idle_timeout=idle_timeout
-    )
+    context = ServerContext(ModelCache(), transport="stdio" if use_stdio else "socket", idle_timeout=idle_timeout)
     dispatcher = Dispatcher(max_request_bytes=max_request_bytes, context=context)
     os.environ["INFILL_NO_DAEMON"] = "1"  # the commands a server runs must never call a daemon themselves
     plugins = os.environ.get("INFILL_SERVER_PLUGINS")

@@ -68,9 +68,7 @@ class ModelCache:
     def loaded(self) -> list[dict[str, Any]]:
         out = []
         for spec, (model, _) in list(self._entries.items()):  # a snapshot: ping reads it from another thread
-            info = {
-                k: v for k, v in model.info.items() if isinstance(v, str | int | float | bool) or v is None
-            }
+            info = {k: v for k, v in model.info.items() if isinstance(v, str | int | float | bool) or v is None}
             out.append(
                 {
                     "name": spec.name,
@@ -167,9 +165,7 @@ class Dispatcher:
         try:
             request = protocol.parse_request(line)
         except ProtocolError as exc:
-            return protocol.encode(
-                protocol.error_response(exc.request_id, protocol.error_from_exception(exc))
-            )
+            return protocol.encode(protocol.error_response(exc.request_id, protocol.error_from_exception(exc)))
         return self.handle(request)
 
     def handle(self, request: Request) -> bytes:
@@ -184,9 +180,7 @@ class Dispatcher:
 
     def too_large(self) -> bytes:
         message = f"request is longer than --max-request-bytes ({self.max_request_bytes} bytes)"
-        return protocol.encode(
-            protocol.error_response(None, protocol.error_object(protocol.TOO_LARGE, message))
-        )
+        return protocol.encode(protocol.error_response(None, protocol.error_object(protocol.TOO_LARGE, message)))
 
     def _ping(self, params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
         return self.identity | {
@@ -222,11 +216,7 @@ _ENV_IGNORED_PARTS = ("VERBOSITY", "PROGRESS_BARS", "ADVISORY_WARNINGS", "TOKEN"
 
 
 def _relevant(key: str) -> bool:
-    return (
-        key.startswith(_ENV_PREFIXES)
-        and key not in _ENV_IGNORED
-        and not any(p in key for p in _ENV_IGNORED_PARTS)
-    )
+    return key.startswith(_ENV_PREFIXES) and key not in _ENV_IGNORED and not any(p in key for p in _ENV_IGNORED_PARTS)
 
 
 def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
