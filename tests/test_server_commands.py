@@ -292,3 +292,63 @@ def test_docstrings_method_runs_the_command_on_text_or_path(monkeypatch: pytest.
     assert missing["error"] == {"code": "input_error", "message": "nope.py: no such file", "exit_code": 2}
     for bad in ({"text": "x", "path": "y"}, {"text": "x", "style": 3}, {"text": "x", "colour": "red"}):
         assert call(dispatcher, "docstrings", bad)["error"]["code"] == "input_error"
+
+
+def test_every_decoding_option_is_a_fill_param_and_builds_a_real_request() -> None:
+    from dataclasses import fields
+
+    from infill.commands.fill import FillRequest
+    from infill.config import DecodeConfig, FillOptions, ModelSpec
+
+    assert {f.name for f in fields(DecodeConfig)} == set(handlers._DECODE)
+    assert {f.name for f in fields(ModelSpec)} == {*handlers._MODEL.values(), "bf16"}  # bf16 <- "precision"
+    assert {f.name for f in fields(FillOptions)} == {*handlers._OPTIONS, "extra"}
+    params = {
+        "text": "x = 1\n",
+        "filename": "x.py",
+        "span": ["1:1"],
+        "node": "body",
+        "decoder": "assd",
+        "k": 5,
+        "temperature": 0.5,
+        "top_k": 3,
+        "top_p": 0.8,
+        "seed": 9,
+        "draft": "ngram",
+        "epsilon": 0.05,
+        "block_size": 4,
+        "threshold": 0.7,
+        "unmask_per_step": 2,
+        "routing": "min-span",
+        "gamma": 1,
+        "tokens": 7,
+        "candidates": 2,
+        "max_resample": 1,
+        "syntax_check": False,
+        "model": "m",
+        "device": "cpu",
+        "revision": "code",
+        "mask_token": "<|MASK|>",
+        "precision": "fp32",
+    }
+    request = FillRequest.from_dict(handlers.fill_request(params))
+    assert request.decode == DecodeConfig(
+        k=5,
+        temperature=0.5,
+        top_k=3,
+        top_p=0.8,
+        seed=9,
+        draft="ngram",
+        epsilon=0.05,
+        block_size=4,
+        threshold=0.7,
+        unmask_per_step=2,
+        routing="min-span",
+        gamma=1.0,
+    )
+    assert request.model == ModelSpec(name="m", device="cpu", bf16=False, revision="code", mask_token="<|MASK|>")
+    assert request.options == FillOptions(tokens=7, candidates=2, max_resample=1, syntax_check=False)
+    assert [(s.kind, s.value) for s in request.selections] == [("span", "1:1"), ("node", "body")]
+    assert (request.file, request.stdin, request.stdin_filename, request.format) == ("-", "x = 1\n", "x.py", "json")
+    with pytest.raises(InputError, match="precision"):
+        handlers.fill_request({"text": "x", "precision": "fp16"})

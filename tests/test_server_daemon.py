@@ -91,8 +91,9 @@ def test_input_errors_come_back_as_the_same_exception(runtime_dir: Path) -> None
 
 def test_idle_daemon_exits_and_removes_its_socket(runtime_dir: Path) -> None:
     env = plugin_env(runtime_dir)
-    assert client.request("fill", PARAMS, "on", env=env, idle_timeout=0.5) is not None
-    pid = daemon_pid(env)
+    result = client.request("fill", PARAMS, "on", env=env, idle_timeout=0.5)
+    assert result is not None
+    pid = result["stats"]["pid"]  # not from a ping: the daemon may be gone already on a loaded machine
     wait_until(lambda: not pid_alive(pid), what="the idle daemon to exit")
     assert not (runtime_dir / "daemon.sock").exists()
     assert "exiting" in (runtime_dir / "daemon.log").read_text()
@@ -319,3 +320,18 @@ def test_infill_fill_client_process_never_imports_torch(runtime_dir: Path, tmp_p
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.decode() == f"filled by pid {daemon_pid(plugin_env(runtime_dir))}\n"
     assert done.stderr.decode().splitlines() == ["note: fake", "HEAVY []"]
+
+
+def test_a_regular_file_at_the_socket_path_is_never_replaced(runtime_dir: Path) -> None:
+    env = plugin_env(runtime_dir)
+    (runtime_dir / "daemon.sock").write_text("not a socket")
+    assert fill(env) is None  # falls back to in-process
+    done = subprocess.run(
+        [sys.executable, "-m", "infill", "serve", "--socket", str(runtime_dir / "daemon.sock")],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and b"not a socket" in done.stderr
+    assert (runtime_dir / "daemon.sock").read_text() == "not a socket"

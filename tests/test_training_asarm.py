@@ -249,3 +249,47 @@ def test_exported_model_loads_and_inference_scores_match_training(tiny_corpus, t
     logits[:, m.mask_id] = float("-inf")
     expected = torch.log_softmax(logits, -1).gather(1, truth[:, None])[:, 0]
     assert torch.allclose(logq, expected, atol=1e-4)
+
+
+def test_init_from_exported_weights(tiny_corpus, tmp_path: Path) -> None:
+    import time
+
+    corpus, tok_path = tiny_corpus
+    train(corpus, tok_path, tmp_path / "a", _tiny_cfg(steps=2, eval_sequences=0), resume=False)
+    model, cfg, state = load_checkpoint_model(tmp_path / "a")
+    export_model(model, tok_path, tmp_path / "m", cfg.seq_len, {})
+    cfg0 = _tiny_cfg(until=time.time() - 1, eval_sequences=0, seed=5)  # stops before the first step
+    train(corpus, tok_path, tmp_path / "b", cfg0, resume=False, init_from=tmp_path / "m")
+    again, _, state_b = load_checkpoint_model(tmp_path / "b")
+    assert state_b.step == 0
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, again.state_dict()[name]), name
+
+
+def test_pad_counts_cover_inference_budgets(tiny_tokenizer) -> None:  # noqa: F811
+    """infill's length policy masks len(replaced) + max(8, len/4) tokens, or 32 at an insertion point."""
+    sampler = _sampler(tiny_tokenizer)
+    five = [sampler.extra_pads(5) for _ in range(400)]
+    assert 0 in five and 27 in five and max(five) <= 27
+    assert sum(8 <= e <= 12 for e in five) > 40  # the usual slack of a short line
+    empty = [sampler.extra_pads(0) for _ in range(400)]
+    assert min(empty) == 1 and max(empty) == 32
+    long = [sampler.extra_pads(100) for _ in range(400)]
+    assert max(long) <= 50 and 0 in long
+
+
+def test_shipped_default_model() -> None:
+    """The embedded default: at most 40 MB, loads offline through the registry, records its provenance."""
+    folder = Path(__file__).resolve().parent.parent / "infill" / "weights" / "default"
+    if not (folder / "model.safetensors").exists():
+        pytest.skip("no shipped weights in this checkout")
+    from infill.config import ModelSpec
+    from infill.models.loading import load_by_name
+
+    assert (folder / "model.safetensors").stat().st_size <= 40 * 2**20
+    loaded = load_by_name(ModelSpec(name="default", device="cpu"))
+    assert loaded.kind == "asarm" and loaded.model.max_length == 256
+    prov = loaded.info["provenance"]
+    assert prov["steps"] > 0 and prov["heldout"]["nll_per_token"] > 0 and prov["corpus"]["files"] > 1000
+    text = "def f(x):\r\n\treturn x  \n"
+    assert loaded.tokenizer.decode(loaded.tokenizer.encode(text)) == text

@@ -95,7 +95,7 @@ def test_other_model_types_go_to_the_blockdiff_backend(monkeypatch: pytest.Monke
     (tmp_path / "config.json").write_text('{"model_type": "qwen3"}')
     calls: list[Path] = []
 
-    def load_folder(path: Path, spec: ModelSpec) -> LoadedModel:
+    def load_folder(path: Path, spec: ModelSpec, **options: object) -> LoadedModel:
         calls.append(path)
         return LoadedModel(name=spec.name, kind="blockdiff", model=None, tokenizer=None)
 

@@ -51,15 +51,23 @@ class SocketServer:
             if probe is not None:
                 probe.close()
                 raise SocketInUse(f"a server is already listening on {self.path}")
-            lifecycle.remove_stale_socket(self.path)
+            with contextlib.suppress(FileNotFoundError):
+                if not stat.S_ISSOCK(self.path.lstat().st_mode):
+                    raise SocketInUse(f"{self.path} exists and is not a socket; refusing to replace it")
+            # bind and listen under a private name, then rename into place: the path only ever names a socket
+            # that accepts connections, so no client can mistake a starting daemon for a stale one
+            staging = self.path.with_name(f"{self.path.name}.{os.getpid()}")
+            with contextlib.suppress(FileNotFoundError):
+                staging.unlink()
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             old_umask = os.umask(0o177)  # the socket is born 0600: no window where others could connect
             try:
-                listener.bind(os.fsencode(self.path))
+                listener.bind(os.fsencode(staging))
             finally:
                 os.umask(old_umask)
-            os.chmod(self.path, 0o600)
+            os.chmod(staging, 0o600)
             listener.listen(64)
+            os.replace(staging, self.path)  # atomically replaces a stale socket, if any
             self._inode = self.path.lstat().st_ino
             self._listener = listener
             return listener

@@ -38,9 +38,7 @@ def _resolve(target: str, method: str) -> Any:
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError):
-        raise ProtocolError(
-            protocol.UNKNOWN_METHOD, f"method {method!r} is not available in this build"
-        ) from None
+        raise ProtocolError(protocol.UNKNOWN_METHOD, f"method {method!r} is not available in this build") from None
 
 
 @contextlib.contextmanager
@@ -83,9 +81,24 @@ _SELECTORS = {
     "node": "node",
     "nodes": "node",
 }
-_DECODE = {"decoder": str, "k": int, "temperature": float, "top_k": int, "top_p": float, "seed": int}
+_DECODE = {
+    "decoder": str,
+    "k": int,
+    "temperature": float,
+    "top_k": int,
+    "top_p": float,
+    "seed": int,
+    "draft": str,
+    "epsilon": float,
+    "block_size": int,
+    "threshold": float,
+    "unmask_per_step": int,
+    "routing": str,
+    "gamma": float,
+}  # DecodeConfig fields, named as the flags
 _OPTIONS = {"tokens": int, "candidates": int, "max_resample": int, "syntax_check": bool}
-_OTHER = {"text", "path", "filename", "cwd", "model", "device"}
+_MODEL = {"model": "name", "device": "device", "revision": "revision", "mask_token": "mask_token"}  # -> ModelSpec
+_OTHER = {"text", "path", "filename", "cwd", "precision", *_MODEL}
 
 
 def _typed(name: str, value: Any, kind: type) -> Any:
@@ -101,8 +114,8 @@ def fill_request(params: dict[str, Any]) -> dict[str, Any]:
 
     {"text": "...", "filename": "x.py", "span": ["3:4"], "marker": "<FILL>", "decoder": "assd", "k": 10,
      "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0, "tokens": 16, "candidates": 1,
-     "model": "default", "device": "auto"}; or "path" (with "cwd") instead of "text" to fill a file on disk,
-     which is not written."""
+     "model": "default", "device": "auto", "precision": "bf16", ...every `infill fill` decoding flag}; or "path"
+     (with "cwd") instead of "text" to fill a file on disk, which is not written."""
     unknown = sorted(set(params) - set(_SELECTORS) - set(_DECODE) - set(_OPTIONS) - _OTHER)
     if unknown:
         raise InputError(f"unknown fill parameter(s): {', '.join(unknown)}")
@@ -122,10 +135,12 @@ def fill_request(params: dict[str, Any]) -> dict[str, Any]:
         "format": "json",
         "decode": {k: _typed(k, params[k], t) for k, t in _DECODE.items() if k in params},
         "options": {k: _typed(k, params[k], t) for k, t in _OPTIONS.items() if k in params},
-        "model": {k: _typed(k, params[k], str) for k in ("model", "device") if k in params},
+        "model": {field: _typed(key, params[key], str) for key, field in _MODEL.items() if key in params},
     }
-    if "model" in request["model"]:
-        request["model"]["name"] = request["model"].pop("model")
+    if "precision" in params:
+        if params["precision"] not in ("bf16", "fp32"):
+            raise InputError('"precision" must be "bf16" or "fp32"')
+        request["model"]["bf16"] = params["precision"] == "bf16"
     if text is not None:
         request["stdin"] = _typed("text", text, str)
         if "filename" in params:

@@ -10,10 +10,10 @@ masked positions, computed in one forward pass:
     L(x) = - sum_{i in masked, in position order} log p(x_i | x_prompt, x_{masked before i})        (Eq. 7)
 
 Variable length: the user does not know how many tokens a fill needs, so a masked span may be longer than its
-content. During training each contiguous masked span gets 0..100% extra `<pad>` positions inserted after its
-content (then the sequence is re-cut to the fixed length); the model learns to end a fill with `<pad>`. Pads
-after the span's first pad carry no loss: inference turns the rest of a span into pad without asking the
-model.
+content. During training each contiguous masked span gets extra `<pad>` positions after its content, sized like
+the budgets of infill's length policy (`LayoutSampler.extra_pads`); then the sequence is re-cut to the fixed
+length. The model learns to end a fill with `<pad>`. Pads after the span's first pad carry no loss: inference
+turns the rest of a span into pad without asking the model.
 
 The mask rate of the random-span and random-subset layouts comes from a golden-ratio (Kronecker) sequence, a
 low-discrepancy sampler, so rates cover their range evenly even over few steps.
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer as HFTokenizer
     from transformers import XLNetLMHeadModel
 
+from infill.errors import InputError
 from infill.training.tokenizer import BOS_ID, MASK_ID, PAD_ID
 
 GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # 0.618..., the Kronecker sequence frac(n * GOLDEN) is low-discrepancy
@@ -243,6 +244,21 @@ class LayoutSampler:
                 out.append((a, b - 1 if window[b - 1] in self.breaks else b))
         return out
 
+    def extra_pads(self, content: int) -> int:
+        """How many `<pad>` positions follow a span's `content` tokens, covering the budgets infill's length
+        policy gives at inference (api.token_budget): the replaced text's length plus max(8, a quarter), or 32
+        tokens for an insertion point; plus exact budgets (no pad) and small random slack."""
+        if content == 0:
+            return int(self.rng.integers(1, 33))  # an empty span: pads only
+        r = self.rng.random()
+        if r < 0.1:
+            return 0
+        if r < 0.55:
+            return int(self.rng.integers(0, max(content // 2, 12) + 1))
+        if content < 32 and r < 0.75:
+            return 32 - content  # an insertion point with the default budget
+        return int(self.rng.integers(0, max(8, content // 4) + 9))
+
     def example(self, window: list[int], seq_len: int) -> Example:
         """Mask `window`, insert end-of-fill pads after each span, re-cut to `seq_len` with <bos> first."""
         layout, spans, subset = self.spans(window)
@@ -260,8 +276,7 @@ class LayoutSampler:
             weight += [0] * (a - pos)
             span += [-1] * (a - pos)
             content = b - a
-            extra = 0 if self.rng.random() < 0.1 else int(self.rng.integers(0, content + 2))
-            extra = max(extra, 1) if content == 0 else extra
+            extra = self.extra_pads(content)
             toks += window[a:b] + [PAD_ID] * extra
             masked += [True] * (content + extra)
             weight += [1] * content + [1] * min(extra, 1) + [0] * max(extra - 1, 0)  # later pads are forced
@@ -585,8 +600,13 @@ def train(
     cfg: TrainConfig,
     resume: bool = True,
     export_to: Path | None = None,
+    init_from: Path | None = None,
 ) -> TrainState:
-    """Train (or resume) an AS-ARM on `corpus`; checkpoints in `run_dir/last.pt`; optional export at end."""
+    """Train (or resume) an AS-ARM on `corpus`; checkpoints in `run_dir/last.pt`; optional export at end.
+
+    `init_from`: an exported model folder whose weights start a fresh run (e.g. continue from the shipped
+    weights in a later session, when the checkpoint with optimizer state is gone). Ignored when resuming.
+    """
     import numpy as np
     import torch
 
@@ -629,6 +649,14 @@ def train(
         counter = int(ckpt["counter"])
         random.setstate(ckpt["python_rng"])
         torch.set_rng_state(ckpt["torch_rng"])
+    elif init_from is not None:
+        from safetensors.torch import load_file
+
+        weights = load_file(str(init_from / "model.safetensors"))
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+        if unexpected or any(k != "lm_loss.weight" for k in missing):  # lm_loss.weight is tied to the embedding
+            raise InputError(f"{init_from}: weights do not fit the model shape ({missing[:3]}, {unexpected[:3]})")
+        model.tie_weights()
 
     log = Log(cfg.steps or None)
     t0 = time.time()

@@ -112,9 +112,7 @@ def site_files(site: Path) -> Iterator[SourceFile]:
     """Non-test, non-evaluation .py files of the distributions installed in `site` (from RECORD files)."""
     from importlib import metadata
 
-    for dist in sorted(
-        metadata.distributions(path=[str(site)]), key=lambda d: str(d.metadata["Name"]).lower()
-    ):
+    for dist in sorted(metadata.distributions(path=[str(site)]), key=lambda d: str(d.metadata["Name"]).lower()):
         name = str(dist.metadata["Name"])
         if name.lower().replace("-", "_") in {p.replace("-", "_") for p in EXCLUDED_PACKAGES}:
             continue

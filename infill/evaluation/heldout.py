@@ -1,0 +1,158 @@
+"""Exact-match rate on single-line infills from held-out source files.
+
+Files come from the corpus's held-out split (infill.training.corpus.heldout_files) or from paths given by
+the user. Lines are sampled deterministically: every non-blank line of every file is a candidate,
+`random.Random(seed)` picks `limit` of them (uniform over lines, so larger files contribute more). Each picked
+line is masked and filled like a HumanEval task (infill.evaluation.filling); the fill matches when
+it equals the line's content exactly (indentation included). "stripped" also reports matches up to
+leading/trailing whitespace.
+
+Long files are cut to a window of whole lines around the masked line that fits the model (`crop_slot`), three
+quarters of the token budget before the line and the rest after it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infill.errors import InputError
+from infill.evaluation.filling import Filler, Slot, line_slot, split_lines
+
+
+@dataclass(frozen=True)
+class LineTask:
+    task_id: str  # "<file>:<line, 1-based>"
+    path: str
+    line: int  # 1-based
+    slot: Slot
+
+
+def corpus_heldout_files(corpus_dir: Path) -> list[Path]:
+    """The corpus's held-out files, as the training code defines them."""
+    try:
+        from infill.training.corpus import heldout_files
+    except ImportError as exc:  # the corpus module is part of the training work (issue 4)
+        raise InputError(f"cannot list the corpus's held-out files ({exc}); pass --dir or --files") from exc
+    if not corpus_dir.is_dir():
+        raise InputError(f"corpus folder not found: {corpus_dir}")
+    return list(heldout_files(corpus_dir))
+
+
+def python_files(files: Sequence[Path], dirs: Sequence[Path]) -> list[Path]:
+    """The given files plus every *.py under the given folders, deduplicated, in a stable (sorted) order."""
+    found: set[Path] = set()
+    for f in files:
+        if not f.is_file():
+            raise InputError(f"not a file: {f}")
+        found.add(f)
+    for d in dirs:
+        if not d.is_dir():
+            raise InputError(f"not a folder: {d}")
+        found.update(p for p in d.rglob("*.py") if p.is_file())
+    return sorted(found, key=str)
+
+
+def sample_line_tasks(paths: Sequence[Path], limit: int, seed: int = 0) -> list[LineTask]:
+    """`limit` non-blank lines drawn without replacement, uniformly over all lines of `paths`; deterministic
+    for a given seed and file list. Files that are not UTF-8 are skipped."""
+    if limit <= 0:
+        raise InputError(f"--limit must be positive, got {limit}")
+    texts: list[list[str]] = []
+    names: list[str] = []
+    candidates: list[tuple[int, int]] = []
+    for path in sorted(paths, key=str):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        lines = split_lines(text)
+        file_index = len(texts)
+        texts.append(lines)
+        names.append(str(path))
+        candidates.extend((file_index, i) for i, line in enumerate(lines) if line.strip())
+    if not candidates:
+        raise InputError("no non-blank lines found in the held-out files")
+    picks = sorted(random.Random(seed).sample(candidates, min(limit, len(candidates))))
+    return [LineTask(f"{names[f]}:{i + 1}", names[f], i + 1, line_slot(texts[f], i)) for f, i in picks]
+
+
+def crop_slot(slot: Slot, count: Callable[[str], int], max_tokens: int, before_share: float = 0.75) -> Slot:
+    """Keep whole lines nearest the masked line while the context fits in `max_tokens` tokens (counted line by
+    line, which is exact when the tokenizer keeps "\\n" as its own piece)."""
+    before = split_lines(slot.before)
+    after = split_lines(slot.after)  # after[0] is the masked line's terminator (kept)
+    terminator, after = (after[0], after[1:]) if after and not after[0].strip() else ("", after)
+    kept_before: list[str] = []
+    kept_after: list[str] = []
+    used = 0
+    room_before = int(max_tokens * before_share)
+    for line in reversed(before):
+        cost = count(line)
+        if used + cost > room_before:
+            break
+        kept_before.append(line)
+        used += cost
+    for line in after:
+        cost = count(line)
+        if used + cost > max_tokens:
+            break
+        kept_after.append(line)
+        used += cost
+    if len(kept_after) == len(after):  # the suffix was short: give the rest back to the prefix
+        for line in reversed(before[: len(before) - len(kept_before)]):
+            cost = count(line)
+            if used + cost > max_tokens:
+                break
+            kept_before.append(line)
+            used += cost
+    return Slot("".join(reversed(kept_before)), terminator + "".join(kept_after), slot.reference)
+
+
+def run_heldout_exact(
+    tasks: Sequence[LineTask],
+    filler: Filler,
+    *,
+    budget_of: Callable[[str], int] | None = None,
+    crop: Callable[[Slot], Slot] | None = None,
+    on_result: Callable[[int, int, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Fill every task; budget_of None = the tool's length policy, else the oracle budget."""
+    results: list[dict[str, Any]] = []
+    for index, task in enumerate(tasks):
+        slot = crop(task.slot) if crop is not None else task.slot
+        budget = budget_of(slot.reference) if budget_of is not None else None
+        outcome = filler(slot, budget)
+        completion = outcome.completion
+        result = {
+            "task_id": task.task_id,
+            "reference": slot.reference,
+            **outcome.as_dict(),
+            "exact": outcome.error is None and completion == slot.reference,
+            "exact_stripped": outcome.error is None and completion.strip() == slot.reference.strip(),
+        }
+        results.append(result)
+        if on_result is not None:
+            on_result(index + 1, len(tasks), result)
+    return {"summary": summarize(results), "results": results}
+
+
+def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    n = len(results)
+    tokens = sum(r["tokens"] for r in results)
+    nfe = sum(r["nfe"] for r in results)
+    return {
+        "tasks": n,
+        "files": len({r["task_id"].rsplit(":", 1)[0] for r in results}),
+        "exact": sum(r["exact"] for r in results),
+        "exact_match": sum(r["exact"] for r in results) / n if n else 0.0,
+        "exact_match_stripped": sum(r["exact_stripped"] for r in results) / n if n else 0.0,
+        "errors": sum(r["error"] is not None for r in results),
+        "tokens": tokens,
+        "nfe": nfe,
+        "tokens_per_nfe": tokens / nfe if nfe else 0.0,
+        "fill_seconds": round(sum(r["fill_seconds"] for r in results), 2),
+    }

