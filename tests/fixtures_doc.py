@@ -52,9 +52,7 @@ class FakeFiller:
             fill = self.text_for(key, qualname)
             tokens = max(len(fill.split()), 1)
             line = data[: span.start_byte].count(b"\n") + 1
-            edits.append(
-                Edit(span.start_byte, span.end_byte, line, line, fill, self.logprob * tokens, tokens)
-            )
+            edits.append(Edit(span.start_byte, span.end_byte, line, line, fill, self.logprob * tokens, tokens))
         return FillResult(text=text, edits=edits, warnings=list(self.warnings))
 
 

@@ -107,9 +107,7 @@ def test_javascript_jsdoc_skeleton_and_idempotence() -> None:
         " */\n"
         "export function area("
     ) in out
-    assert (
-        "  /**\n   * Returns the corners of the input.\n   *\n   * @yields Each item in turn.\n   */\n" in out
-    )
+    assert "  /**\n   * Returns the corners of the input.\n   *\n   * @yields Each item in turn.\n   */\n" in out
     assert "/** Returns the Shape of the input. */\nclass Shape {" in out
     assert " * @param x - The x to use.\n * @returns The computed value.\n */\nconst twice" in out
     again, _ = run(out, "shapes.js", FakeFiller())

@@ -130,9 +130,7 @@ def test_crlf_and_tabs_are_kept() -> None:
     source = "def f(x):\r\n\treturn x\r\n"
     out, _ = fill(source, ignore_module=True)
     assert "\r\n" in out and "\n" not in out.replace("\r\n", "")
-    assert out.startswith(
-        'def f(x):\r\n\t"""Return the f of the input.\r\n\r\n\tArgs:\r\n\t    x: The x to use.'
-    )
+    assert out.startswith('def f(x):\r\n\t"""Return the f of the input.\r\n\r\n\tArgs:\r\n\t    x: The x to use.')
     ast.parse(out.replace("\r\n", "\n"))
 
 

@@ -109,9 +109,7 @@ def test_finds_every_kind_of_definition() -> None:
             "Stack.__init__", "Stack.__len__", "Stack.top", "Stack.get", "Stack.Inner", "Stack.Inner.deep",
             "_Private", "_Private.public_name"} <= set(defs)  # fmt: skip
     fetch = defs["fetch"]
-    assert (
-        fetch.kind == "function" and fetch.line == 10 and fetch.decorators == ("decorator", "other.decorator")
-    )
+    assert fetch.kind == "function" and fetch.line == 10 and fetch.decorators == ("decorator", "other.decorator")
     assert defs["Stack.Inner.deep"].kind == "method"
     assert defs["mod"].kind == "module" and defs["mod"].docstring is not None
 

@@ -42,10 +42,7 @@ def test_unusable_summaries_give_none(raw: str) -> None:
 
 
 def test_class_summary_keeps_its_first_word_and_long_text_is_cut_at_a_word() -> None:
-    assert (
-        text.clean_summary("the stack of items", name="S", is_function=False, limit=80)
-        == "The stack of items."
-    )
+    assert text.clean_summary("the stack of items", name="S", is_function=False, limit=80) == "The stack of items."
     words = " ".join(f"word{i}" for i in range(40))
     long = text.clean_summary("return " + words, name="f", is_function=True, limit=40)
     assert long is not None and len(long) <= 40 and long.endswith("word4.")
