@@ -67,6 +67,49 @@ def target_indent(prefix: str, replaced: str, suffix: str) -> str:
     return indent_of(after[0]) if after else ""
 
 
+def open_levels(prefix: str) -> set[str]:
+    """Indentations a new line after `prefix` may take: the last non-blank line's, every shallower one of the
+    blocks that enclose it (walking back), and one level deeper if the last line opens a block."""
+    lines = [line for line in prefix.split("\n") if line.strip()]
+    if not lines:
+        return {""}
+    levels = {indent_of(lines[-1])}
+    shallowest = indent_of(lines[-1])
+    for line in reversed(lines[:-1]):
+        own = indent_of(line)
+        if len(own) < len(shallowest):
+            levels.add(own)
+            shallowest = own
+            if not own:
+                break
+    if lines[-1].rstrip().endswith(_OPENERS):
+        levels.add(indent_of(lines[-1]) + indent_unit(prefix))
+    return levels
+
+
+def model_indent(fill: str, prefix: str, suffix: str) -> str | None:
+    """The fill's own indentation, when it is a plausible one for a line inserted after `prefix`: one of
+    open_levels(prefix), and not shallower than the next line of `suffix` unless the fill opens a block
+    (which that line is then the body of). None when the fill has none worth keeping."""
+    lines = [line for line in fill.split("\n") if line.strip()]
+    if not lines:
+        return None
+    own = indent_of(lines[0])
+    last = next((line for line in reversed(prefix.split("\n")) if line.strip()), "")
+    if last.rstrip().endswith(_OPENERS) and not lines[0].lstrip().startswith(("}", ")", "]")):
+        # right after a block opener only a deeper line is valid (any depth, in Python)
+        if not (own.startswith(indent_of(last)) and own != indent_of(last)):
+            return None
+    elif own not in open_levels(prefix):
+        return None
+    after = next((line for line in suffix.split("\n") if line.strip()), None)
+    if own == "" and indent_of(last) and (after is None or indent_of(after)):
+        return None  # no indentation at all inside a block is far more often a lapse than a new top-level line
+    if after is not None and len(indent_of(after)) > len(own) and not lines[-1].rstrip().endswith(_OPENERS):
+        return None
+    return own
+
+
 def reindent(fill: str, indent: str) -> str:
     """Shift `fill` so its first non-blank line has `indent`; relative indentation of later lines is kept."""
     lines = fill.split("\n")
@@ -131,7 +174,11 @@ def shape_fill(fill: str, prefix: str, replaced: str, suffix: str) -> str:
     at_line_start = prefix == "" or prefix.endswith("\n")
     if not at_line_start:
         return fill
-    fill = reindent(fill, target_indent(prefix, replaced, suffix))
+    # A span over existing lines keeps their indentation. An insertion point or blank lines have none to
+    # keep: the model's own indentation wins when it is a plausible level (a dedent such as `return` after a
+    # loop, or `else:`), and only a fill without one is shifted to the enclosing block's level.
+    own = model_indent(fill, prefix, suffix) if not replaced.strip() else None
+    fill = reindent(fill, own if own is not None else target_indent(prefix, replaced, suffix))
     if not fill.strip():
         return ""
     if replaced == "":

