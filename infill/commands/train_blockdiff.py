@@ -58,6 +58,9 @@ def _block_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
 @click.option("--time-limit", default=0.0, show_default=True, help="Stop after this many minutes (0 = none).")
 @click.option("--threads", default=0, show_default=True, help="torch CPU threads (0 = torch's default).")
 @click.option("--log-every", default=50, show_default=True)
+@click.option("--save-minutes", default=0.0, show_default=True, help="Also save --out every N minutes (0 = at end).")
+@click.option("--fim-rate", default=0.9, show_default=True, help="Share of fill-in-the-middle examples.")
+@click.option("--max-middle", default=64, show_default=True, help="Longest FIM middle, in tokens.")
 def block_diffusion(
     data: tuple[str, ...],
     glob: str,
@@ -78,12 +81,17 @@ def block_diffusion(
     time_limit: float,
     threads: int,
     log_every: int,
+    save_minutes: float,
+    fim_rate: float,
+    max_middle: int,
 ) -> None:
     """Train a block-diffusion model (BD3-LM / SDAR objective, fill-in-the-middle formatting)."""
     from infill.training.blockdiff import ModelShape, TrainConfig, load_texts, train
 
     if hidden % heads or heads % kv_heads:
         raise InputError(f"--hidden ({hidden}) must divide by --heads ({heads}), and --heads by --kv-heads")
+    if not 0.0 <= fim_rate <= 1.0 or max_middle < 1:
+        raise InputError("--fim-rate must be in [0, 1] and --max-middle >= 1")
     if seq_len < 8 or steps < 1 or batch_size < 1:
         raise InputError("--seq-len must be >= 8, --steps and --batch-size >= 1")
     texts = load_texts(data, glob)
@@ -104,6 +112,9 @@ def block_diffusion(
         bf16=bf16,
         time_limit=time_limit * 60,
         log_every=log_every,
+        save_minutes=save_minutes,
+        fim_rate=fim_rate,
+        max_middle=max_middle,
     )
     shape = ModelShape(
         hidden=hidden,

@@ -24,6 +24,14 @@ def default_folder() -> Path:
     return WEIGHTS_DIR / "default"
 
 
+def packaged_folder(name: str) -> Path | None:
+    """The folder of the model packaged under infill/weights/NAME, or None."""
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        return None
+    folder = WEIGHTS_DIR / name
+    return folder if (folder / "config.json").is_file() else None
+
+
 def resolve_folder(spec: ModelSpec) -> tuple[Path, str]:
     """(folder, provenance) for `spec.name`: "default", an existing path, or an HF repo id in the local
     cache."""
@@ -33,6 +41,8 @@ def resolve_folder(spec: ModelSpec) -> tuple[Path, str]:
         if not (folder / "config.json").is_file():
             raise ModelError(f"the packaged default model is missing ({folder}); reinstall infill or pass --model PATH")
         return folder, "packaged default"
+    if packaged_folder(name) is not None:  # a packaged model's name wins over a same-named folder (use ./NAME)
+        return WEIGHTS_DIR / name, f"packaged {name}"
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir() or not (path / "config.json").is_file():

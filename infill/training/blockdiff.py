@@ -217,8 +217,9 @@ class TrainConfig:
     min_t: float = 0.1  # per-block mask rate t ~ U(min_t, 1]; the loss weight 1/t stays <= 1/min_t
     seed: int = 0
     bf16: bool = False  # bf16 autocast (fast only on CPUs with AMX / avx512_bf16, or CUDA)
-    time_limit: float = 0.0  # seconds; 0 = no limit
+    time_limit: float = 0.0  # seconds; 0 = no limit; with a limit the cosine schedule follows the clock
     log_every: int = 50
+    save_minutes: float = 0.0  # also save the folder every this many minutes (0 = only at the end)
 
 
 @dataclass
@@ -247,15 +248,17 @@ def with_specials(tok: Any) -> Any:
     return tok
 
 
-def load_texts(paths: Sequence[str | Path], glob: str = "*.py") -> list[str]:
+def load_texts(paths: Sequence[str | Path], glob: str = "*.py", max_package_bytes: int = 6_000_000) -> list[str]:
     """Texts from files, from directories (files matching `glob`, recursively, sorted), and from corpus
-    directories holding a train.jsonl of {"text": ...} records (the AS-ARM corpus layout)."""
+    directories holding a train.jsonl (the AS-ARM corpus layout: only its TRAIN split is read, at most
+    `max_package_bytes` per package, as the AS-ARM's training reads it)."""
+    from infill.training.corpus import balanced_records
+
     texts: list[str] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir() and (path / "train.jsonl").exists():
-            with open(path / "train.jsonl", encoding="utf-8") as f:
-                texts.extend(json.loads(line)["text"] for line in f if line.strip())
+            texts.extend(r["text"] for r in balanced_records(path, "train", max_package_bytes))
         elif path.is_dir():
             for file in sorted(path.rglob(glob)):
                 if file.is_file():
@@ -368,7 +371,7 @@ def train(
     tok = Tokenizer.from_file(str(tokenizer_path)) if tokenizer_path else build_tokenizer(texts, vocab_size)
     tok = with_specials(tok)
     sp = specials_of(tok)
-    docs = [d for d in (tok.encode(t).ids for t in texts) if len(d) >= 2]
+    docs = [d for d in (e.ids for e in tok.encode_batch(list(texts))) if len(d) >= 2]
     weights = [len(d) for d in docs]  # sample documents by length
     model = build_model(tok.get_vocab_size(), replace(shape, max_length=max(shape.max_length, cfg.seq_len)))
     model.train()
@@ -382,9 +385,33 @@ def train(
     device_type = "cpu"
     losses: list[float] = []
     step = 0
+    last_save = time.perf_counter()
+
+    def summary_now() -> dict[str, Any]:
+        return {
+            "objective": "block diffusion (BD3-LM / SDAR 2N layout), FIM formatting",
+            "steps": step,
+            "tokens_seen": step * cfg.batch_size * cfg.seq_len,
+            "final_loss": sum(losses[-50:]) / max(len(losses[-50:]), 1),
+            "documents": len(docs),
+            "corpus_tokens": sum(weights),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "seconds": round(time.perf_counter() - t0, 1),
+            "config": {k: v for k, v in asdict(cfg).items()},
+            "shape": asdict(shape),
+            "tokenizer": str(tokenizer_path)
+            if tokenizer_path
+            else f"byte-level BPE, {tok.get_vocab_size()} tokens",
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        }
+
+    t_train = time.perf_counter()
     for step in range(1, cfg.steps + 1):
+        progress = step / cfg.steps
+        if cfg.time_limit:
+            progress = max(progress, (time.perf_counter() - t_train) / cfg.time_limit)
         lr = cfg.lr * min(1.0, step / max(cfg.warmup, 1))
-        lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, step / cfg.steps))) * 0.9 + 0.1
+        lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, progress))) * 0.9 + 0.1
         for group in opt.param_groups:
             group["lr"] = lr
         batch = [
@@ -405,27 +432,22 @@ def train(
         losses.append(float(loss.detach()))
         if step % cfg.log_every == 0 or step == cfg.steps:
             recent = losses[-cfg.log_every :]
-            elapsed = time.perf_counter() - t0
-            log(f"step {step}/{cfg.steps}  loss {sum(recent) / len(recent):.3f}  lr {lr:.2e}  {elapsed:.0f}s")
-        if cfg.time_limit and time.perf_counter() - t0 > cfg.time_limit:
+            elapsed = time.perf_counter() - t_train
+            rate = step * cfg.batch_size * cfg.seq_len / max(elapsed, 1e-9)
+            log(
+                f"step {step}/{cfg.steps}  loss {sum(recent) / len(recent):.3f}  lr {lr:.2e}  "
+                f"{elapsed:.0f}s  {rate:.0f} positions/s"
+            )
+        if cfg.save_minutes and time.perf_counter() - last_save > cfg.save_minutes * 60:
+            model.eval()
+            save_folder(out, model, tok, block_size=4, provenance=summary_now())
+            model.train()
+            last_save = time.perf_counter()
+            log(f"saved {out} at step {step}")
+        if cfg.time_limit and time.perf_counter() - t_train > cfg.time_limit:
             log(f"time limit reached after {step} steps")
             break
     model.eval()
-    summary = {
-        "objective": "block diffusion (BD3-LM / SDAR 2N layout), FIM formatting",
-        "steps": step,
-        "tokens_seen": step * cfg.batch_size * cfg.seq_len,
-        "final_loss": sum(losses[-50:]) / max(len(losses[-50:]), 1),
-        "documents": len(docs),
-        "corpus_tokens": sum(weights),
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "seconds": round(time.perf_counter() - t0, 1),
-        "config": {k: v for k, v in asdict(cfg).items()},
-        "shape": asdict(shape),
-        "tokenizer": str(tokenizer_path)
-        if tokenizer_path
-        else f"byte-level BPE, {tok.get_vocab_size()} tokens",
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-    }
+    summary = summary_now()
     save_folder(out, model, tok, block_size=4, provenance=summary)
     return summary
