@@ -43,13 +43,9 @@ def ratio(a: float, b: float) -> float:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--model", default="default", help="model name or folder (default: the embedded model)"
-    )
+    parser.add_argument("--model", default="default", help="model name or folder (default: the embedded model)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument(
-        "--limit", type=int, default=100, help="tasks, evenly spaced over the 1,033 (default 100)"
-    )
+    parser.add_argument("--limit", type=int, default=100, help="tasks, evenly spaced over the 1,033 (default 100)")
     parser.add_argument("--ks", default="5,10,15", help="ASSD speculation widths (default 5,10,15)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--seed", type=int, default=0)
@@ -72,13 +68,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ks = [int(k) for k in args.ks.split(",") if k.strip()]
     configs = {"sequential": DecodeConfig(decoder="sequential", temperature=args.temperature, seed=args.seed)}
     for k in ks:
-        configs[f"assd k={k}"] = DecodeConfig(
-            decoder="assd", k=k, temperature=args.temperature, seed=args.seed
-        )
+        configs[f"assd k={k}"] = DecodeConfig(decoder="assd", k=k, temperature=args.temperature, seed=args.seed)
     options = FillOptions(candidates=1, max_resample=0, syntax_check=False)
     fillers = {
-        name: raw_filler(loaded, cfg) if args.raw else api_filler(loaded, cfg, options)
-        for name, cfg in configs.items()
+        name: raw_filler(loaded, cfg) if args.raw else api_filler(loaded, cfg, options) for name, cfg in configs.items()
     }
     count = token_counter(loaded)
     names = list(configs)
@@ -109,13 +102,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "tokens_total": sum(out[i].tokens for i in ok),
                 "speedup_median": median([ratio(seq[i].seconds, out[i].seconds) for i in ok]),
                 "speedup_total": ratio(sum(seq[i].seconds for i in ok), sum(out[i].seconds for i in ok)),
-                "decoder_speedup_median": median(
-                    [ratio(seq[i].decode_seconds, out[i].decode_seconds) for i in ok]
-                ),
+                "decoder_speedup_median": median([ratio(seq[i].decode_seconds, out[i].decode_seconds) for i in ok]),
                 "seconds_total": sum(out[i].seconds for i in ok),
-                "same_as_sequential": sum(out[i].completion == seq[i].completion for i in ok) / len(ok)
-                if ok
-                else 0.0,
+                "same_as_sequential": sum(out[i].completion == seq[i].completion for i in ok) / len(ok) if ok else 0.0,
                 "errors": sum(o.error is not None for o in out),
             }
         )
@@ -137,8 +126,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{r['decoder_speedup_median']:>7.2f}x {r['same_as_sequential']:>6.0%}"
         )
     report = {
-        "command": "python benchmarks/assd_vs_sequential.py "
-        + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python benchmarks/assd_vs_sequential.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "model": args.model,
         "tasks": [t.task_id for t in tasks],
         "configs": {name: asdict(cfg) for name, cfg in configs.items()},

@@ -25,9 +25,32 @@ def test_flags_reach_the_request(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     src = tmp_path / "a.py"
     src.write_text("x = 1\n")
     args = [
-        "fill", str(src), "--span", "1:1", "--decoder", "s2d2", "--draft", "ngram", "--epsilon", "0.05",
-        "--block-size", "8", "--threshold", "0.8", "--unmask-per-step", "2", "--routing", "hysteresis",
-        "--gamma", "0.5", "--revision", "code", "--mask-token", "<|MASK|>", "--precision", "fp32",
+        "fill",
+        str(src),
+        "--span",
+        "1:1",
+        "--decoder",
+        "s2d2",
+        "--draft",
+        "ngram",
+        "--epsilon",
+        "0.05",
+        "--block-size",
+        "8",
+        "--threshold",
+        "0.8",
+        "--unmask-per-step",
+        "2",
+        "--routing",
+        "hysteresis",
+        "--gamma",
+        "0.5",
+        "--revision",
+        "code",
+        "--mask-token",
+        "<|MASK|>",
+        "--precision",
+        "fp32",
     ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output

@@ -92,9 +92,7 @@ def _scripted_run(tasks: list[SingleLineTask], filler_for: Callable[[Any, Decode
     loaded = scripted_loaded_model()
     for decoder in ("sequential", "assd"):
         fill = filler_for(loaded, DecodeConfig(decoder=decoder, k=5, temperature=0.0))
-        good = run_single_line(
-            tasks, _answering(loaded, fill, lambda s: s.reference), budget_of=token_counter(loaded)
-        )
+        good = run_single_line(tasks, _answering(loaded, fill, lambda s: s.reference), budget_of=token_counter(loaded))
         assert good["summary"]["passed"] == len(tasks), good["results"]
         assert all(r["completion"] == r["reference"] and r["nfe"] > 0 for r in good["results"])
         assert [r["budget"] for r in good["results"]] == [len(t.slot.reference.encode()) for t in tasks]

@@ -40,9 +40,7 @@ def test_memory_hog_is_stopped_by_the_address_space_limit() -> None:
 
 def test_runs_in_a_temporary_directory_with_destructive_calls_removed(tmp_path: object) -> None:
     here = os.getcwd()
-    result = run_program(
-        f"import os\nassert os.getcwd() != {here!r}\nassert os.listdir('.') == ['candidate.py']\n"
-    )
+    result = run_program(f"import os\nassert os.getcwd() != {here!r}\nassert os.listdir('.') == ['candidate.py']\n")
     assert result.passed, result.detail
     guarded = run_program("import shutil\nshutil.rmtree('/tmp/nothing-here')\n")
     assert guarded.status == "failed" and "NoneType" in guarded.detail

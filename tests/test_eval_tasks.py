@@ -83,9 +83,7 @@ def test_split_lines_only_on_newline() -> None:
 
 def _write(folder: Path, name: str, n: int) -> Path:
     path = folder / name
-    path.write_text(
-        "".join(f"line_{name}_{i} = {i}\n" if i % 3 else "\n" for i in range(n)), encoding="utf-8"
-    )
+    path.write_text("".join(f"line_{name}_{i} = {i}\n" if i % 3 else "\n" for i in range(n)), encoding="utf-8")
     return path
 
 

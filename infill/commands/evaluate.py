@@ -33,9 +33,7 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
             show_default=True,
             help="Model name or folder (as for `infill fill --model`).",
         ),
-        click.option(
-            "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True
-        ),
+        click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
         click.option("--decoder", type=click.Choice(DECODERS), default="assd", show_default=True),
         click.option("-k", "k", type=int, default=10, show_default=True, help="Speculation width (ASSD)."),
         click.option(
@@ -57,9 +55,7 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
             is_flag=True,
             help="Token budget = the reference line's token length, instead of the tool's length policy.",
         ),
-        click.option(
-            "--limit", type=int, default=None, help="Evaluate a deterministic subset of this many tasks."
-        ),
+        click.option("--limit", type=int, default=None, help="Evaluate a deterministic subset of this many tasks."),
         click.option(
             "-o",
             "--output",
@@ -194,9 +190,7 @@ def _command_line() -> str:
     return shlex.join(words)
 
 
-def _header(
-    name: str, model_name: str, decode: DecodeConfig | None, oracle: bool, loaded: Any
-) -> dict[str, Any]:
+def _header(name: str, model_name: str, decode: DecodeConfig | None, oracle: bool, loaded: Any) -> dict[str, Any]:
     return {
         "eval": name,
         "command": _command_line(),
@@ -215,9 +209,7 @@ def _header(
 @evaluate.command("humaneval-single-line")
 @_model_options
 @click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds per candidate program.")
-@click.option(
-    "--memory-mb", type=int, default=1024, show_default=True, help="Address-space limit per program."
-)
+@click.option("--memory-mb", type=int, default=1024, show_default=True, help="Address-space limit per program.")
 @click.option(
     "--reference",
     is_flag=True,
@@ -297,8 +289,7 @@ def humaneval_single_line(
             f"humaneval-single-line pass@1 {s['pass_at_1']:.1%} ({s['passed']}/{s['tasks']} tasks, {length}, "
             f"{decoder} k={k} T={temperature:g}); exact line {s['exact_match']:.1%}; "
             f"statuses {s['statuses']}",
-            f"tokens/NFE {s['tokens_per_nfe']:.2f}; fill {s['fill_seconds']:.0f} s, "
-            f"exec {s['exec_seconds']:.0f} s",
+            f"tokens/NFE {s['tokens_per_nfe']:.2f}; fill {s['fill_seconds']:.0f} s, exec {s['exec_seconds']:.0f} s",
         ],
     )
 

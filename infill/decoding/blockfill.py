@@ -102,12 +102,8 @@ def fill_middle(
     if loaded.kind != "blockdiff":
         raise ModelError(f"model {loaded.name!r} is not a block-diffusion model")
     limit = getattr(loaded.model.model.config, "max_position_embeddings", None)
-    ids, fmt, truncated = build_prompt(
-        loaded.tokenizer, prefix, suffix, None if limit is None else limit - max_tokens
-    )
-    tokens, stats = generate(
-        loaded.model, torch.tensor(ids, dtype=torch.long), max_tokens, cfg, generator, on_step
-    )
+    ids, fmt, truncated = build_prompt(loaded.tokenizer, prefix, suffix, None if limit is None else limit - max_tokens)
+    tokens, stats = generate(loaded.model, torch.tensor(ids, dtype=torch.long), max_tokens, cfg, generator, on_step)
     text = loaded.tokenizer.decode(tokens.tolist())
     if fmt == "chat":
         fenced = _FENCE.match(text)

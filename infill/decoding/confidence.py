@@ -120,9 +120,7 @@ def check_config(cfg: DecodeConfig) -> None:
         raise DecodeError(f"tempering gamma must be >= 0, got {cfg.gamma}")
 
 
-def _end_of_generation(
-    seq: torch.Tensor, start: int, stop: int, mask_id: int, end_ids: tuple[int, ...]
-) -> int | None:
+def _end_of_generation(seq: torch.Tensor, start: int, stop: int, mask_id: int, end_ids: tuple[int, ...]) -> int | None:
     """The first end token's position in seq[start:stop] with every position before it decoded, or None."""
     import torch
 
@@ -163,9 +161,7 @@ def generate(
     total = n_prompt + max_tokens
     limit = int(getattr(model.model.config, "max_position_embeddings", total))
     if total > limit:
-        raise DecodeError(
-            f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's {limit}"
-        )
+        raise DecodeError(f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's {limit}")
     state = model.new_state()
     seq = torch.cat([prompt.long().cpu(), torch.full((max_tokens,), mask_id, dtype=torch.long)])  # (P+max,)
     logp = torch.zeros(total, dtype=torch.float64)  # (P+max,)

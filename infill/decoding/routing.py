@@ -60,14 +60,10 @@ def parse_routing(spec: str) -> RoutingConfig:
         key, eq, value = item.partition("=")
         key = key.strip().replace("-", "_")
         if not eq or key not in types or key == "policy":
-            raise InputError(
-                f"bad routing option {item!r}; options: {', '.join(sorted(set(types) - {'policy'}))}"
-            )
+            raise InputError(f"bad routing option {item!r}; options: {', '.join(sorted(set(types) - {'policy'}))}")
         value = value.strip()
         try:
-            typed: Any = (
-                int(value) if types[key] == "int" else float(value) if types[key] == "float" else value
-            )
+            typed: Any = int(value) if types[key] == "int" else float(value) if types[key] == "float" else value
         except ValueError:
             raise InputError(f"routing option {key} needs a number, got {value!r}") from None
         if key == "estimator" and typed not in ("entropy", "margin"):

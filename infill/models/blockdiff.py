@@ -58,9 +58,7 @@ class KVState:
     length: int = 0
     next_logits: torch.Tensor | None = None  # (V,) right-shifted models: the prediction for position `length`
     nfe: int = 0
-    counts: dict[str, int] = field(
-        default_factory=lambda: {"prefill": 0, "draft": 0, "verify": 0, "commit": 0}
-    )
+    counts: dict[str, int] = field(default_factory=lambda: {"prefill": 0, "draft": 0, "verify": 0, "commit": 0})
 
 
 class BlockDiffModel:
@@ -91,9 +89,7 @@ class BlockDiffModel:
         self.shifted = shifted
         self.end_ids = end_ids
         self.block_size = block_size
-        self.clean_attention: Literal["block", "causal"] = clean_attention or (
-            "causal" if shifted else "block"
-        )
+        self.clean_attention: Literal["block", "causal"] = clean_attention or ("causal" if shifted else "block")
         self.bf16 = bf16
         self.vocab_size = int(model.config.vocab_size)
 
@@ -157,9 +153,7 @@ class BlockDiffModel:
         import torch
 
         if state.cache.get_seq_length() != state.length:
-            raise ModelError(
-                f"block-diffusion cache out of sync: {state.cache.get_seq_length()} != {state.length}"
-            )
+            raise ModelError(f"block-diffusion cache out of sync: {state.cache.get_seq_length()} != {state.length}")
         dev = self.device
         with torch.no_grad(), torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=self.bf16):
             out = self.model(
@@ -207,9 +201,7 @@ class BlockDiffModel:
         allowed[n:, :] = True  # the next block sees everything committed and itself
         inp = ids if draft_ids is None else torch.cat([ids, draft_ids])  # (L+D,)
         keep = max(1, d + 1 if self.shifted else d)  # rows needed: the draft's (and the last clean one's)
-        logits = self.forward(
-            state, inp, torch.arange(start, start + n + d), allowed, kind, keep
-        )  # (keep, V)
+        logits = self.forward(state, inp, torch.arange(start, start + n + d), allowed, kind, keep)  # (keep, V)
         state.length = start + n
         self._rollback(state)
         if self.shifted:
@@ -373,9 +365,7 @@ def load_folder(
     section: dict[str, Any] = raw["infill"] if isinstance(raw.get("infill"), dict) else {}
     model_type = str(raw.get("model_type", "")).lower()
     if model_type not in ARCHITECTURES:
-        raise ModelError(
-            f"{folder}: unsupported model_type {model_type!r} (known: {', '.join(sorted(ARCHITECTURES))})"
-        )
+        raise ModelError(f"{folder}: unsupported model_type {model_type!r} (known: {', '.join(sorted(ARCHITECTURES))})")
     class_name, default_shift = ARCHITECTURES[model_type]
     is_shifted = shifted if shifted is not None else bool(section.get("shifted", default_shift))
 
@@ -400,9 +390,7 @@ def load_folder(
         if mask_id is None and getattr(tokenizer.hf, "mask_token_id", None) is not None:
             mask_id = int(tokenizer.hf.mask_token_id)
     if mask_id is None:
-        raise ModelError(
-            f"{folder}: no mask token found (looked for {', '.join(MASK_TOKEN_CANDIDATES)}); pass one"
-        )
+        raise ModelError(f"{folder}: no mask token found (looked for {', '.join(MASK_TOKEN_CANDIDATES)}); pass one")
     bsize = (
         block_size
         or _first_int(

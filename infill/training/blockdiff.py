@@ -173,9 +173,7 @@ def tiny_checkpoint(
     """A tiny RANDOM SDAR-layout checkpoint for tests and benchmarks (untrained: its fills are noise).
 
     fim=False leaves the FIM tokens out of the vocabulary, so fills go through the chat template."""
-    shape = shape or ModelShape(
-        hidden=32, layers=2, heads=2, kv_heads=1, head_dim=16, intermediate=64, max_length=256
-    )
+    shape = shape or ModelShape(hidden=32, layers=2, heads=2, kv_heads=1, head_dim=16, intermediate=64, max_length=256)
     corpus = list(texts) or [
         "def add(a, b):\n    return a + b\n",
         "for i in range(10):\n    print(i)\n",
@@ -399,9 +397,7 @@ def train(
             "seconds": round(time.perf_counter() - t0, 1),
             "config": {k: v for k, v in asdict(cfg).items()},
             "shape": asdict(shape),
-            "tokenizer": str(tokenizer_path)
-            if tokenizer_path
-            else f"byte-level BPE, {tok.get_vocab_size()} tokens",
+            "tokenizer": str(tokenizer_path) if tokenizer_path else f"byte-level BPE, {tok.get_vocab_size()} tokens",
             "date": time.strftime("%Y-%m-%d", time.gmtime()),
         }
 
