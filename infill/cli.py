@@ -4,6 +4,9 @@ so `infill --help` and shell completion never import torch or transformers."""
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from typing import Any
 
 import click
 
@@ -24,6 +27,31 @@ COMMANDS: dict[str, str] = {
 
 class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; an error no command handled itself becomes one line on stderr and the documented
+        exit code (2 for bad input, 123 for anything else), never a traceback (INFILL_DEBUG=1 shows it)."""
+        from infill.errors import InfillError
+
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except InfillError as exc:
+            if os.environ.get("INFILL_DEBUG"):
+                raise
+            click.echo(f"infill: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except OSError as exc:
+            if os.environ.get("INFILL_DEBUG"):
+                raise
+            click.echo(f"infill: error: {exc}", err=True)
+            sys.exit(2)
+        except Exception as exc:  # noqa: BLE001 - our bug: one line and exit 123, as documented
+            if os.environ.get("INFILL_DEBUG"):
+                raise
+            click.echo(f"infill: internal error: {type(exc).__name__}: {exc} (INFILL_DEBUG=1 shows where)", err=True)
+            sys.exit(123)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(name for name in COMMANDS if self._load(name) is not None)
