@@ -28,7 +28,8 @@ def test_unexpected_exception_is_one_line_and_exit_123(tmp_path: Path, monkeypat
 
     monkeypatch.setattr(bd, "load_texts", boom)
     monkeypatch.delenv("INFILL_DEBUG", raising=False)
-    result = CliRunner().invoke(main, ["train", "block-diffusion", "--data", str(tmp_path), "--out", str(tmp_path / "o")])
+    args = ["train", "block-diffusion", "--data", str(tmp_path), "--out", str(tmp_path / "o")]
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 123
     assert result.stderr.strip() == "infill: internal error: RuntimeError: kaput (INFILL_DEBUG=1 shows where)"
     assert "Traceback" not in result.stderr
@@ -42,5 +43,6 @@ def test_debug_env_shows_the_exception(tmp_path: Path, monkeypatch: pytest.Monke
 
     monkeypatch.setattr(bd, "load_texts", boom)
     monkeypatch.setenv("INFILL_DEBUG", "1")
-    result = CliRunner().invoke(main, ["train", "block-diffusion", "--data", str(tmp_path), "--out", str(tmp_path / "o")])
+    args = ["train", "block-diffusion", "--data", str(tmp_path), "--out", str(tmp_path / "o")]
+    result = CliRunner().invoke(main, args)
     assert isinstance(result.exception, RuntimeError)
