@@ -17,6 +17,8 @@ from infill.docstrings import text
         ('  """Loads "config" files\\n"""', 'Load "config" files.'),
         ("pushes an item!", "Push an item."),
         ("- gets the value:", "Get the value."),
+        ("Return the new value of the new value of the new value.", "Return the new value."),
+        ("returns the current module to the current module", "Return the current module."),
     ],
 )
 def test_function_summaries_are_imperative_sentences(raw: str, expected: str) -> None:
@@ -56,6 +58,16 @@ def test_descriptions() -> None:
     assert text.clean_description("it (maybe", subject="p") == "It maybe."
     assert text.clean_description("data data data data data data", subject="p") is None
     assert text.clean_description("the number of items in the list", subject="p") == "The number of items in the list."
+    assert text.clean_description("the module of the module of the", subject="p") == "The module."
+    for code in ("Str | None = None.", "bool = False", "x == 1", "values[0] is kept", "call f() first", "Int.", "str"):
+        assert text.clean_description(code, subject="p") is None, code
+
+
+def test_cut_repetition() -> None:
+    assert text.cut_repetition("a b c a b c") == "a b c"
+    assert text.cut_repetition("read the file and the file name") == "read the file and the file name"
+    assert text.cut_repetition("the the the the") == ""
+    assert text.cut_repetition("Return the item of the item of the item.") == "Return the item"
 
 
 def test_fallbacks_are_neutral_and_derived_from_names() -> None:

@@ -87,6 +87,36 @@ def degenerate(text: str) -> bool:
     return len(words) >= 6 and len({w.lower() for w in words}) <= len(words) // 3
 
 
+_DANGLING = {
+    "a", "an", "the", "of", "to", "and", "or", "for", "with", "in", "on", "at", "by", "from", "as", "is", "that",
+}  # fmt: skip
+
+
+def cut_repetition(text: str, n: int = 3) -> str:
+    """Cut `text` before the first run of `n` words that already occurred in it (a small model's loop), and drop
+    the words a cut leaves dangling: "Return the new value of the new value." -> "Return the new value". Less than
+    two words left gives "" (nothing usable)."""
+    words = text.split(" ")
+    keys = [re.sub(r"\W", "", w).lower() for w in words]
+    seen: set[tuple[str, ...]] = set()
+    for i in range(len(words) - n + 1):
+        gram = tuple(keys[i : i + n])
+        if gram in seen:
+            kept = words[:i]
+            while kept and re.sub(r"\W", "", kept[-1]).lower() in _DANGLING:
+                kept.pop()
+            return " ".join(kept) if len(kept) >= 2 else ""
+        seen.add(gram)
+    return text
+
+
+def code_like(text: str) -> bool:
+    """A "description" that is really code the model copied: an annotation, a default, a call."""
+    if re.fullmatch(r"(?i)(int|str|bool|float|list|dict|tuple|set|bytes|none|any|object|callable)\.?", text.strip()):
+        return True  # a bare type name
+    return bool(re.search(r"\s=\s|==|\w\[|\w\(\)|^\w+\s*\|\s*\w+", text))
+
+
 def _finish(text: str) -> str:
     text = text.strip().rstrip(",;:-–(\"'` ")
     if text.count("`") % 2:
@@ -119,8 +149,10 @@ def _truncate(text: str, limit: int) -> str:
 def clean_summary(raw: str, *, name: str, is_function: bool, limit: int) -> str | None:
     """A one-sentence summary from model output, or None when nothing usable is left."""
     text = _first_sentence(one_line(raw))
-    text = _LEADING_FILLER.sub("", text).strip()
-    if not text or degenerate(text):
+    if degenerate(text):
+        return None
+    text = _LEADING_FILLER.sub("", cut_repetition(text)).strip()
+    if not text:
         return None
     words = text.split(" ", 1)
     first = re.sub(r"\W", "", words[0])
@@ -146,8 +178,11 @@ def clean_description(raw: str, *, subject: str = "") -> str | None:
     text = one_line(raw)
     if subject:  # the model may repeat the entry's head: "x: the value" or "x (int): ..."
         text = re.sub(rf"^\*{{0,2}}{re.escape(subject.lstrip('*'))}\s*(\([^)]*\))?\s*:\s*", "", text)
-    text = _finish(_first_sentence(text))
-    if not re.search(r"[A-Za-z]{2,}", text) or degenerate(text):
+    text = _first_sentence(text)
+    if degenerate(text):
+        return None
+    text = _finish(cut_repetition(text))
+    if not re.search(r"[A-Za-z]{2,}", text) or code_like(text):
         return None
     return _truncate(text, 200)
 
