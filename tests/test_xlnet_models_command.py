@@ -71,3 +71,20 @@ def test_listing_does_not_import_torch(tmp_path: Path) -> None:
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)
+
+
+def test_provenance_records_become_one_short_line() -> None:
+    from infill.models.catalog import provenance_line
+
+    record = {
+        "trainer": "infill train asarm",
+        "steps": 2534,
+        "tokens_seen": 10379264,
+        "heldout": {"nll_per_token": 3.2311},
+        "corpus": {"files": 10103},
+    }
+    assert provenance_line(record) == "infill train asarm, 2,534 steps, 10.4M tokens, held-out NLL 3.23"
+    bd = {"objective": "block diffusion (BD3-LM / SDAR 2N layout), FIM formatting", "steps": 7, "date": "2026-11-23"}
+    assert provenance_line(bd) == "block diffusion (BD3-LM / SDAR 2N layout), 7 steps, 2026-11-23"
+    assert provenance_line({"random": True, "seed": 0}) == "random weights (untrained)"
+    assert provenance_line("packaged with infill") == "packaged with infill"

@@ -82,6 +82,26 @@ def _kind(model_type: str | None) -> str:
     return f"unsupported ({model_type})"
 
 
+def provenance_line(value: object) -> str:
+    """One short line for `infill models` from a config's provenance record (a string, or the dict that
+    `infill train` writes: trainer, steps, tokens seen, held-out NLL)."""
+    if not isinstance(value, dict):
+        return str(value)
+    if value.get("random"):
+        return "random weights (untrained)"
+    parts = [str(value.get("trainer") or value.get("objective") or "trained").split(",")[0]]
+    if isinstance(value.get("steps"), int):
+        parts.append(f"{value['steps']:,} steps")
+    if isinstance(value.get("tokens_seen"), int):
+        parts.append(f"{value['tokens_seen'] / 1e6:.1f}M tokens")
+    heldout = value.get("heldout")
+    if isinstance(heldout, dict) and isinstance(heldout.get("nll_per_token"), (int, float)):
+        parts.append(f"held-out NLL {heldout['nll_per_token']:.2f}")
+    if isinstance(value.get("date"), str):
+        parts.append(value["date"])
+    return ", ".join(parts)
+
+
 def describe(folder: Path, name: str, default_provenance: str, revision: str | None = None) -> ModelEntry | None:
     try:
         cfg = json.loads((folder / "config.json").read_text())
@@ -95,7 +115,7 @@ def describe(folder: Path, name: str, default_provenance: str, revision: str | N
         kind=_kind(cfg.get("model_type")),
         size_bytes=folder_size(folder),
         parameters=safetensors_parameters(folder),
-        provenance=str(meta.get("provenance", default_provenance)),
+        provenance=provenance_line(meta.get("provenance", default_provenance)),
         path=str(folder),
         revision=revision,
     )
