@@ -181,9 +181,11 @@ def shape_fill(fill: str, prefix: str, replaced: str, suffix: str) -> str:
     fill = reindent(fill, own if own is not None else target_indent(prefix, replaced, suffix))
     if not fill.strip():
         return ""
+    if suffix.startswith("\n"):
+        return _trim_tail(fill)  # the span ends a line (an empty line too): that line break stays the file's
     if replaced == "":
-        return _trim_tail(fill) + "\n"  # new lines inserted before whatever follows
-    if suffix == "" or suffix.startswith("\n"):
+        return _trim_tail(fill) + "\n"  # new lines inserted before whatever follows (or at the end of the file)
+    if suffix == "":
         return _trim_tail(fill)
     return fill
 

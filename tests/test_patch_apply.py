@@ -155,6 +155,9 @@ def test_shape_fill_insertions_and_inline() -> None:
     assert textops.shape_fill("bar", "", "foo", "(x)\n") == "bar"
     # in-line fills are left alone
     assert textops.shape_fill(" 1 ", "fn one() -> i32 {", " 0 ", "}\n") == " 1 "
+    # an empty line (--span N:N on a blank line) keeps its own line break: no extra blank line appears
+    assert textops.shape_fill("    return x\n", "def f(x):\n", "", "\n\ny = 1\n") == "    return x"
+    assert textops.shape_fill("return x", "def f(x):\n", "", "\n") == "    return x"
 
 
 def test_syntax_errors() -> None:

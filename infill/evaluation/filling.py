@@ -5,10 +5,10 @@ The fill replaces the line's content (indentation included) and need not produce
 answer that stops at the end of the line is complete. Evaluations only ever hand the model `before + after`:
 the reference is kept for scoring and for the oracle budget, never shown to the tool.
 
-`api_filler` fills through `infill.api.fill_text`, the same path `infill fill` takes: the masked line is
-removed (with its line break) and an empty span (an insertion point) sits at the start of the line that
-followed, so the length policy sees no trace of the reference. fill_text inserts whole lines there (its fill
-ends with a line break, which is taken off again: the slot keeps the original terminator).
+`api_filler` fills through `infill.api.fill_text`, the same path `infill fill` takes, the way a user fills one
+line from an editor: the masked line is emptied (its line break stays) and the span is that empty line, as
+`infill fill --span N:N` selects it, so the length policy sees no trace of the reference (an empty line gets
+the span default). The model thus sees the line break after the slot, as in training's single-line layouts.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def api_filler(
         start = time.perf_counter()
         try:
             result = fill_text(
-                slot.before + slot.after[len(terminator) :],
+                slot.before + slot.after,
                 [Span(at, at, "eval")],
                 language=language,
                 model=model,
