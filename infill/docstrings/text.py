@@ -94,19 +94,24 @@ _DANGLING = {
 
 def cut_repetition(text: str, n: int = 3) -> str:
     """Cut `text` before the first run of `n` words that already occurred in it (a small model's loop), and drop
-    the words a cut leaves dangling: "Return the new value of the new value." -> "Return the new value". Less than
+    the words a cut leaves dangling: "Return the new value of the new value." -> "Return the new value". A noun
+    phrase that starts with an article repeats from two words on ("the model to the model"). Less than
     two words left gives "" (nothing usable)."""
     words = text.split(" ")
     keys = [re.sub(r"\W", "", w).lower() for w in words]
     seen: set[tuple[str, ...]] = set()
-    for i in range(len(words) - n + 1):
+    for i in range(len(words) - 1):
         gram = tuple(keys[i : i + n])
-        if gram in seen:
+        # a repeated noun phrase ("the model of the model") counts from two words on
+        short = tuple(keys[i : i + 2]) if keys[i] in ("the", "a", "an") else None
+        if (len(gram) == n and gram in seen) or (short is not None and short in seen):
             kept = words[:i]
             while kept and re.sub(r"\W", "", kept[-1]).lower() in _DANGLING:
                 kept.pop()
             return " ".join(kept) if len(kept) >= 2 else ""
         seen.add(gram)
+        if short is not None:
+            seen.add(short)
     return text
 
 
