@@ -37,6 +37,8 @@ def test_function_summaries_are_imperative_sentences(raw: str, expected: str) ->
         "Blockblockblockblockblockblock",  # degenerate repetition
         "return the the the the the the the value",
         "return " + "x" * 50,
+        "Return",
+        "returns.",
     ],
 )
 def test_unusable_summaries_give_none(raw: str) -> None:
@@ -59,7 +61,8 @@ def test_descriptions() -> None:
     assert text.clean_description("data data data data data data", subject="p") is None
     assert text.clean_description("the number of items in the list", subject="p") == "The number of items in the list."
     assert text.clean_description("the module of the module of the", subject="p") == "The module."
-    for code in ("Str | None = None.", "bool = False", "x == 1", "values[0] is kept", "call f() first", "Int.", "str"):
+    copied_code = ("Str | None = None.", "bool = False", "x == 1", "values[0] is kept", "call f() first")
+    for code in (*copied_code, "Int.", "str", "N: int."):
         assert text.clean_description(code, subject="p") is None, code
 
 

@@ -119,6 +119,8 @@ def code_like(text: str) -> bool:
     """A "description" that is really code the model copied: an annotation, a default, a call."""
     if re.fullmatch(r"(?i)(int|str|bool|float|list|dict|tuple|set|bytes|none|any|object|callable)\.?", text.strip()):
         return True  # a bare type name
+    if re.fullmatch(r"\w+\s*:\s*\w+\.?", text.strip()):
+        return True  # "n: int", an annotation
     return bool(re.search(r"\s=\s|==|\w\[|\w\(\)|^\w+\s*\|\s*\w+", text))
 
 
@@ -175,6 +177,8 @@ def clean_summary(raw: str, *, name: str, is_function: bool, limit: int) -> str 
         return None
     if not re.search(r"[A-Za-z]{2,}", text):
         return None
+    if is_function and len(text.split()) < 2:
+        return None  # "Return." says nothing
     return _truncate(text, limit)
 
 
