@@ -1,0 +1,60 @@
+"""The packaged block-diffusion model (infill/weights/blockdiff): listed, selectable by name, and usable end to
+end with `infill fill --model blockdiff --decoder s2d2` on a file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from infill import api
+from infill.cli import main
+from infill.models.catalog import packaged_models
+from infill.models.loading import WEIGHTS_DIR, packaged_folder
+
+SOURCE = "def mean(values):\n    total = 0\n    for value in values:\n        total += value\n    return total\n"
+
+
+def test_packaged_blockdiff_is_listed_and_small() -> None:
+    entries = {e.name: e for e in packaged_models()}
+    assert {"default", "blockdiff"} <= set(entries)
+    entry = entries["blockdiff"]
+    assert entry.kind == "blockdiff" and entry.parameters is not None and entry.parameters > 1_000_000
+    for f in (WEIGHTS_DIR / "blockdiff").iterdir():
+        assert f.stat().st_size <= 40 * 1024 * 1024, f
+    cfg = json.loads((WEIGHTS_DIR / "blockdiff" / "config.json").read_text())
+    assert cfg["model_type"] == "sdar" and cfg["infill"]["provenance"]["steps"] > 100  # trained, not random
+
+
+def test_packaged_names_resolve_and_paths_do_not() -> None:
+    assert packaged_folder("blockdiff") == WEIGHTS_DIR / "blockdiff"
+    for name in ("./blockdiff", "../blockdiff", "a/blockdiff", "no-such-model", ""):
+        assert packaged_folder(name) is None
+
+
+def test_fill_a_file_with_the_packaged_blockdiff_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "blockdiff").mkdir()  # a same-named folder in the working directory does not shadow the model
+    monkeypatch.chdir(tmp_path)
+    p = tmp_path / "m.py"
+    p.write_text(SOURCE)
+    api.clear_model_cache()
+    # one decode per run (no syntax resampling), so the stats describe exactly one 16-token fill
+    common = ["--span", "4:4", "--model", "blockdiff", "--tokens", "16", "--daemon", "off", "--no-syntax-check"]
+    r = CliRunner().invoke(main, ["fill", str(p), *common, "--decoder", "s2d2", "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    (edit,) = doc["edits"]
+    assert (edit["start_line"], edit["end_line"]) == (4, 4)
+    stats = doc["stats"]
+    assert stats["decoder"] == "s2d2" and stats["model"] == "blockdiff"
+    assert 1 <= stats["nfe"] and 1 <= stats["tokens"] <= 16
+    assert p.read_text() == SOURCE  # --format json writes nothing
+    # the written file changes line 4 only
+    out = tmp_path / "out.py"
+    r = CliRunner().invoke(main, ["fill", str(p), *common, "-o", str(out)])
+    assert r.exit_code == 0, r.stderr
+    new = out.read_text().split("\n")
+    old = SOURCE.split("\n")
+    assert new[:3] == old[:3] and new[-2:] == old[-2:]
