@@ -118,3 +118,52 @@ def test_transformed_sampling_is_exact_for_the_transformed_joint(model: Memo) ->
 def test_mean_field_parallel_fails(model: Memo, layout: str) -> None:
     """Power: sampling every position independently from one draft pass is visibly not the joint."""
     assert chi_square_p(model, layout, DecodeConfig(decoder="parallel", k=10)) < 1e-6
+
+
+# --- variable length: a pad ends its span, and the rest of the span is pad without asking the model ---------
+PAD = 0
+
+
+def padded_joint(model: Memo, problem: FillProblem) -> dict[tuple[int, ...], float]:
+    """joint(x) = prod_{i <= first pad} q_i(x_i), over fillings whose tokens after the first pad are all pad:
+    the distribution `sequential` defines when a sampled pad ends its span."""
+    M = problem.masked.shape[0]
+    joint = {}
+    for x in itertools.product(range(V_REAL), repeat=M):
+        stop = x.index(PAD) + 1 if PAD in x else M
+        if any(t != PAD for t in x[stop:]):
+            continue
+        ids = problem.ids.clone()
+        ids[problem.masked] = torch.tensor(x)
+        q = probs(model.verify(ids, problem.masked, 0, problem.masked), 1.0, 0, 1.0)
+        joint[x] = float(torch.prod(q[torch.arange(stop), torch.tensor(x[:stop])]))
+    assert abs(sum(joint.values()) - 1.0) < 1e-6
+    return joint
+
+
+@pytest.mark.parametrize("cfg", EXACT[:3], ids=lambda c: c.decoder if c.decoder == "sequential" else f"assd-k{c.k}")
+def test_variable_length_fills_match_the_joint(cfg: DecodeConfig) -> None:
+    padded = Memo(tiny_xlnet(V_REAL + 1, n_layer=2, d_model=16, seed=3, init_scale=0.3, pad_id=PAD))
+    layout = [1, None, None, None, None, 2]  # one span of 4 masked positions
+    ids = torch.tensor([MASK if t is None else t for t in layout])
+    masked = torch.tensor([i for i, t in enumerate(layout) if t is None])
+    problem = FillProblem(ids=ids, masked=masked, span_of=torch.zeros(masked.shape[0], dtype=torch.long))
+    joint = padded_joint(padded, problem)
+    assert 0.1 < sum(p for x, p in joint.items() if PAD in x) < 0.9  # early ends matter in this layout
+    g = torch.Generator().manual_seed(1234)
+    counts: Counter[tuple[int, ...]] = Counter()
+    for _ in range(SAMPLES):
+        tokens, _ = decode(padded, problem, cfg, g)
+        counts[tuple(tokens.tolist())] += 1
+    assert set(counts) <= set(joint)  # nothing but pad ever follows a pad
+    observed, expected, pooled_o, pooled_e = [], [], 0.0, 0.0
+    for x, pr in joint.items():
+        if pr * SAMPLES >= 5:
+            observed.append(counts[x])
+            expected.append(pr * SAMPLES)
+        else:
+            pooled_o += counts[x]
+            pooled_e += pr * SAMPLES
+    observed.append(pooled_o)
+    expected.append(pooled_e)
+    assert chisquare(observed, expected).pvalue > 1e-4
