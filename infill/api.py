@@ -19,7 +19,8 @@ How a fill is built (the data flow: spans -> masked token sequence -> decoder ->
   replaces real text, its token length plus slack (a quarter, at least 8 tokens; no slack for models without
   an end-of-fill pad, whose fills always use the whole budget). Otherwise (an insertion point, blank lines
   or a --marker) the selector's default: span 32, marker 32, function 96, class 192, node 64 tokens.
-  Models with a pad token end fills early: everything from the first <pad> of a span on is cut.
+  Models with a pad token end fills early: everything from the first <pad> of a span on is cut. A span of
+  one whole line (`--span N`, `--span N:N`) gets one line back: the fill is cut at its first line break.
 * Context truncation. A sequence may hold `model.max_length` tokens. The masked tokens and the text between
   spans of one region are never cut. What remains goes 3/4 to the prefix (its end is kept) and 1/4 to the
   suffix (its start is kept); a side that needs less gives the rest to the other. Spans too far apart to share
@@ -354,12 +355,14 @@ def _sample_blockdiff(
 def _candidate_edits(
     data: bytes, regions: list[_Region], fills: list[_Fill], newline: str, index: LineIndex
 ) -> list[Edit]:
-    from infill.textops import restore_newlines, shape_fill
+    from infill.textops import first_line, restore_newlines, shape_fill
 
     edits = []
     plans = [p for r in regions for p in r.spans]
     for plan, fill in zip(plans, fills, strict=True):
         raw = fill.raw[1:] if plan.healed and fill.raw.startswith(" ") else fill.raw
+        if plan.span.one_line:
+            raw = first_line(raw)
         text = restore_newlines(shape_fill(raw, plan.prefix, plan.replaced, plan.suffix), newline)
         span = plan.span
         start_line = index.line_of(span.start_byte) if data else 1

@@ -37,6 +37,7 @@ class Span:
     label: str = ""  # where it came from, e.g. "--span 12:18" or "function foo"
     default_tokens: int = 32  # budget when the span replaces no text (appended field, issue 3)
     placeholder: bool = False  # True when the replaced text is a placeholder (a marker), not content to resize
+    one_line: bool = False  # --span N (one whole line): the fill is one line too (cut at its first line break)
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def _span_from_lines(index: LineIndex, sel: Selection) -> Span:
                 raise InputError(f"{sel.label}: line {line} is out of range (the input has {index.count} lines)")
         if b < a:
             raise InputError(f"{sel.label}: reversed range (end line {b} is before start line {a})")
-        return Span(index.start(a), index.content_end(b), sel.label, DEFAULT_TOKENS["span"])
+        return Span(index.start(a), index.content_end(b), sel.label, DEFAULT_TOKENS["span"], one_line=a == b)
     a, c, b, d = parsed
     for line in (a, b):
         if not 1 <= line <= index.count:

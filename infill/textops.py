@@ -131,6 +131,16 @@ def reindent(fill: str, indent: str) -> str:
     return "\n".join(out)
 
 
+def first_line(fill: str) -> str:
+    """`fill` up to its first line break after some text (leading blank lines are dropped): what a selection of
+    one line gets back. A fill with no text at all is returned as it is."""
+    lines = fill.split("\n")
+    for line in lines:
+        if line.strip():
+            return line
+    return fill
+
+
 def drop_repeated_suffix(fill: str, suffix: str) -> str:
     """Remove a tail of `fill` that repeats the start of the text after the span (models often re-emit it).
 

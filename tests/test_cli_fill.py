@@ -141,11 +141,22 @@ def test_crlf_preserved(tmp_path: Path, model: str) -> None:
     src = SOURCE.replace("\n", "\r\n").encode()
     p = write(tmp_path, "a.py", src)
     with fake_model(["return x\n* 2"], name="fake-crlf"):
-        r = run([str(p), "--span", "3:3", "--model", "fake-crlf"])
+        r = run([str(p), "--span", "3:4", "--model", "fake-crlf"])
     assert r.exit_code == 0, r.stderr
     out = p.read_bytes()
-    assert out == src.replace(b"    return 0", b"    return x\r\n    * 2")
+    assert out == src.replace(b"    return 0\r\n\r\n", b"    return x\r\n    * 2\r\n")
     assert b"\n" not in out.replace(b"\r\n", b"")
+
+
+def test_one_selected_line_gets_one_line_back(tmp_path: Path) -> None:
+    p = write(tmp_path, "a.py", SOURCE)
+    with fake_model(["\nreturn x * 2\nprint(x)\n"], name="fake-lines"):
+        one = run([str(p), "--span", "3", "--model", "fake-lines", "--diff", "--tokens", "40"])
+        two = run([str(p), "--span", "3:4", "--model", "fake-lines", "--diff", "--tokens", "40"])
+    assert one.exit_code == 1 and two.exit_code == 1, (one.stderr, two.stderr)
+    assert "+    return x * 2\n" in one.stdout and "print(x)" not in one.stdout
+    assert "+    return x * 2\n" in two.stdout and "+    print(x)\n" in two.stdout
+    assert p.read_text() == SOURCE  # --diff writes nothing
 
 
 def test_crlf_preserved_in_filter_mode(model: str) -> None:

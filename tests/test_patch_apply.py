@@ -160,6 +160,13 @@ def test_shape_fill_insertions_and_inline() -> None:
     assert textops.shape_fill("return x", "def f(x):\n", "", "\n") == "    return x"
 
 
+def test_first_line() -> None:
+    assert textops.first_line("a = 1\nb = 2\n") == "a = 1"
+    assert textops.first_line("\n\n    x\ny") == "    x"
+    assert textops.first_line("\n \n") == "\n \n"
+    assert textops.first_line("") == ""
+
+
 def test_syntax_errors() -> None:
     assert textops.syntax_errors("python", b"def f():\n    return 1\n") == 0
     assert textops.syntax_errors("python", b"def f(:\n    return (1\n") >= 1

@@ -265,6 +265,7 @@ Length policy (tokens per span): --tokens N if given; else the replaced text's
 token length plus 25% slack (at least 8; the model ends a fill early with <pad>);
 for insertions, blank lines and markers: span {DEFAULT_TOKENS["span"]}, marker {DEFAULT_TOKENS["marker"]},
 function {DEFAULT_TOKENS["function"]}, class {DEFAULT_TOKENS["class"]}, node {DEFAULT_TOKENS["node"]}.
+A single selected line (--span 12) gets one line back; select more lines for more.
 Context beyond the model's length is truncated around the spans (3/4 prefix,
 1/4 suffix), never the spans.
 

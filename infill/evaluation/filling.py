@@ -8,7 +8,8 @@ the reference is kept for scoring and for the oracle budget, never shown to the 
 `api_filler` fills through `infill.api.fill_text`, the same path `infill fill` takes, the way a user fills one
 line from an editor: the masked line is emptied (its line break stays) and the span is that empty line, as
 `infill fill --span N:N` selects it, so the length policy sees no trace of the reference (an empty line gets
-the span default). The model thus sees the line break after the slot, as in training's single-line layouts.
+the span default, and one selected line gets one line back). The model sees the line break after the slot, as
+in training's single-line layouts.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def api_filler(
         try:
             result = fill_text(
                 slot.before + slot.after,
-                [Span(at, at, "eval")],
+                [Span(at, at, "eval", one_line=True)],
                 language=language,
                 model=model,
                 decode=decode,
