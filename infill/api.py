@@ -26,7 +26,8 @@ How a fill is built (the data flow: spans -> masked token sequence -> decoder ->
   suffix (its start is kept); a side that needs less gives the rest to the other. Spans too far apart to share
   one sequence are filled as separate regions, each seeing the original text around it.
 * Candidates. One seeded torch.Generator draws every sample. A candidate is one sample of every span. For
-  code, candidates that add tree-sitter ERROR/MISSING nodes are rejected, and so are fills with broken UTF-8
+  code, candidates that add tree-sitter ERROR/MISSING nodes are rejected (for Python input that CPython's parser
+  accepts, also candidates it rejects: tree-sitter takes `if x:` with no body), and so are fills with broken UTF-8
   (U+FFFD); rejects are resampled (up to FillOptions.max_resample extra samples). The valid candidate with
   the highest log-likelihood (sum over spans of the fill's token log-probabilities under the model,
   end-of-fill pad included) wins; if none is valid, the best invalid one is returned with a warning.
@@ -394,7 +395,7 @@ def fill_text(
 ) -> FillResult:
     """Fill every span of `text`; see the module docstring."""
     from infill.patch import apply_edits, check_outside_unchanged
-    from infill.textops import newline_of, syntax_errors
+    from infill.textops import newline_of, python_parses, syntax_errors
 
     data = text.encode("utf-8")
     ordered = check_spans(data, spans)
@@ -426,6 +427,7 @@ def fill_text(
     generator = torch.Generator().manual_seed(decode.seed)
     check_syntax = False
     baseline = 0
+    check_python = False  # the input parses with CPython's parser: candidates must keep it so
     if options.syntax_check and language is not None:
         check_syntax = True
         try:
@@ -433,6 +435,7 @@ def fill_text(
         except InputError as exc:  # grammar extra missing: fill without the check
             warnings.append(f"syntax check skipped: {exc.message}")
             check_syntax = False
+        check_python = check_syntax and language == "python" and python_parses(data)
     newline, index = newline_of(text), LineIndex(data)
     totals = _Totals()
     valid: list[tuple[float, list[Edit], str]] = []
@@ -467,6 +470,7 @@ def fill_text(
         # reject fills that split a UTF-8 character (U+FFFD) or add tree-sitter ERROR / MISSING nodes
         ok = not any("\ufffd" in e.text for e in edits) or "\ufffd" in text
         ok = ok and (not check_syntax or syntax_errors(str(language), patched) <= baseline)
+        ok = ok and (not check_python or python_parses(patched))
         (valid if ok else invalid).append((total_score, edits, patched.decode("utf-8")))
     if on_progress is not None:
         on_progress({"event": "done"})

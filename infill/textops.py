@@ -200,6 +200,21 @@ def shape_fill(fill: str, prefix: str, replaced: str, suffix: str) -> str:
     return fill
 
 
+def python_parses(source: bytes) -> bool:
+    """Whether CPython's own parser accepts `source`. Tree-sitter's Python grammar accepts some invalid code
+    (a block opener with no body, `if x:` before a dedent), so Python fills are checked with both."""
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarning (e.g. invalid escapes) must not reach stderr
+            ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
 def syntax_errors(language: str, source: bytes) -> int:
     """Number of tree-sitter ERROR and MISSING nodes in `source`."""
     from infill.languages import parse

@@ -30,6 +30,22 @@ def test_syntax_errors_are_resampled() -> None:
     assert resampled > 0  # some seeds drew the broken candidate first
 
 
+def test_python_that_only_cpython_rejects_is_resampled() -> None:
+    """Tree-sitter accepts `if x:` with no body before a dedent; CPython's parser does not."""
+    src = "def inc(x):\n    pass\n\n\ndef g():\n    return 1\n"
+    with fake_model([[("if x:", 0.5), ("return x + 1", 0.5)]], name="fake-api"):
+        for seed in range(8):
+            r = fill(
+                src, [Selection("span", "2:2")], decode=DecodeConfig(seed=seed), options=FillOptions(max_resample=12)
+            )
+            assert r.text == src.replace("pass", "return x + 1"), seed
+    # input that does not parse already is checked with tree-sitter only: `if x:` is then accepted
+    broken = src + "def h(:\n"
+    with fake_model(["if x:"], name="fake-api"):
+        r = fill(broken, [Selection("span", "2:2")])
+    assert r.text == broken.replace("pass", "if x:") and not r.warnings
+
+
 def test_no_valid_candidate_warns_and_uses_most_likely() -> None:
     with fake_model([[("return (x", 0.8), ("return [x", 0.2)]], name="fake-api"):
         r = fill(SRC, [Selection("span", "2:2")], options=FillOptions(max_resample=3))

@@ -167,6 +167,13 @@ def test_first_line() -> None:
     assert textops.first_line("") == ""
 
 
+def test_python_parses() -> None:
+    assert textops.python_parses(b"def f():\n    return 1\n")
+    assert not textops.python_parses(b"def f():\n    if x:\n\ny = 1\n")
+    assert not textops.python_parses(b"x = 1\x00\n")
+    assert textops.python_parses(b"s = '\\d'\n")  # a SyntaxWarning is not an error (and is not printed)
+
+
 def test_syntax_errors() -> None:
     assert textops.syntax_errors("python", b"def f():\n    return 1\n") == 0
     assert textops.syntax_errors("python", b"def f(:\n    return (1\n") >= 1
