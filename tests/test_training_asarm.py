@@ -119,22 +119,24 @@ def test_joint_loss_uses_shared_masks_and_hides_targets(tiny_tokenizer) -> None:
     ids, masked = batch["ids"][:1], batch["masked"][:1]
     pos = masked[0].nonzero().flatten()
     last = int(pos[-1])
-    tm = masks.target_mapping(pos[None, :], 32)
-    pm = masks.perm_mask(masked)
+
+    def logits(x: torch.Tensor) -> torch.Tensor:
+        return model.lm_loss(model.train_hidden(x, masked, pos[None, :]))
+
     with torch.no_grad():
-        a = model(input_ids=ids, perm_mask=pm, target_mapping=tm, use_mems=False).logits
+        a = logits(ids)
         ids2 = ids.clone()
         ids2[0, last] = (ids2[0, last] + 7) % SHAPE.vocab_size
-        b = model(input_ids=ids2, perm_mask=pm, target_mapping=tm, use_mems=False).logits
+        b = logits(ids2)
     assert torch.allclose(a, b, atol=1e-5)
     if len(pos) > 1:
         first = int(pos[0])
         ids3 = ids.clone()
         ids3[0, first] = (ids3[0, first] + 7) % SHAPE.vocab_size
         with torch.no_grad():
-            c = model(input_ids=ids3, perm_mask=pm, target_mapping=tm, use_mems=False).logits
-        assert torch.allclose(a[0, 0], c[0, 0], atol=1e-5)  # a target never sees itself
-        assert not torch.allclose(a[0, 1:], c[0, 1:], atol=1e-5)  # later targets see it
+            c = logits(ids3)
+        assert torch.allclose(a[0], c[0], atol=1e-5)  # a target never sees itself
+        assert not torch.allclose(a[1:], c[1:], atol=1e-5)  # later targets see it
 
 
 def _tiny_cfg(**kw: object) -> TrainConfig:
@@ -242,10 +244,7 @@ def test_exported_model_loads_and_inference_scores_match_training(tiny_corpus, t
     ids[masked_pos] = m.mask_id
     logq = score(m, FillProblem(ids=ids, masked=masked_pos), truth)  # (M,)
     with torch.no_grad():
-        tm = masks.target_mapping(masked_pos[None, :], 48)
-        logits = model(
-            input_ids=batch["ids"], perm_mask=masks.perm_mask(batch["masked"]), target_mapping=tm, use_mems=False
-        ).logits[0]  # (M, V) teacher-forced, as in training
+        logits = model.lm_loss(model.train_hidden(batch["ids"], batch["masked"], masked_pos[None, :]))  # (M, V)
     logits[:, m.mask_id] = float("-inf")
     expected = torch.log_softmax(logits, -1).gather(1, truth[:, None])[:, 0]
     assert torch.allclose(logq, expected, atol=1e-4)

@@ -64,8 +64,8 @@ def train() -> None:
 @click.option(
     "--site",
     type=click.Path(path_type=Path, exists=True, file_okay=False),
-    default=None,
-    help="site-packages folder to read (default: this interpreter's).",
+    multiple=True,
+    help="site-packages folder to read; repeat for several (default: this interpreter's).",
 )
 @click.option(
     "--heldout-permille",
@@ -74,11 +74,18 @@ def train() -> None:
     show_default=True,
     help="Held-out share in 1/1000, decided by each file's content hash.",
 )
-def corpus_cmd(out: Path, site: Path | None, heldout_permille: int) -> None:
+@click.option(
+    "--near-dup",
+    type=click.FloatRange(0.5, 1.0),
+    default=0.85,
+    show_default=True,
+    help="Drop files this similar (estimated Jaccard of word 5-grams) to a file kept earlier; 1 = exact only.",
+)
+def corpus_cmd(out: Path, site: tuple[Path, ...], heldout_permille: int, near_dup: float) -> None:
     """Collect local Python sources (stdlib + installed packages, no tests or eval sets) into a corpus."""
     from infill.training.corpus import build_corpus
 
-    build_corpus(out, site=site, heldout_permille=heldout_permille)
+    build_corpus(out, site=list(site) or None, heldout_permille=heldout_permille, near_dup_threshold=near_dup)
 
 
 @train.command("tokenizer")
@@ -193,7 +200,18 @@ def _parse_until(value: str | None) -> float:
     help="Per-package cap on training text, in MB (keeps huge repetitive packages from dominating).",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--no-bf16", is_flag=True, help="Compute in fp32 instead of bf16 autocast.")
+@click.option(
+    "--bf16/--no-bf16",
+    default=None,
+    help="bf16 autocast over fp32 weights [default: on for CUDA and AMX / AVX512-BF16 CPUs, where it is fast].",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default="cpu",
+    show_default=True,
+    help="Where to train (docs/training.md has the CUDA recipe).",
+)
 def asarm(
     corpus: Path,
     tokenizer_json: Path,
@@ -218,9 +236,11 @@ def asarm(
     log_every: int,
     max_package_mb: float,
     seed: int,
-    no_bf16: bool,
+    bf16: bool | None,
+    device: str,
 ) -> None:
     """Train an any-subset autoregressive XLNet with the joint loss (Eq. 7); resumable."""
+    from infill.hardware import fast_bf16
     from infill.training.asarm import ModelShape, TrainConfig
     from infill.training.asarm import train as run_training
 
@@ -240,7 +260,8 @@ def asarm(
         checkpoint_minutes=checkpoint_minutes,
         eval_sequences=eval_sequences,
         threads=threads,
-        bf16=not no_bf16,
+        bf16=fast_bf16(device) if bf16 is None else bf16,
+        device=device,
         log_every=log_every,
         max_package_bytes=int(max_package_mb * 1e6),
         shape=ModelShape(d_model=d_model, n_layer=layers, n_head=heads, d_inner=d_inner),
@@ -306,17 +327,23 @@ def export_cmd(run_dir: Path, tokenizer_json: Path, corpus: Path, out: Path) -> 
 @click.option("--sequences", type=click.IntRange(1), default=512, show_default=True)
 @click.option("--seed", type=int, default=99, show_default=True)
 @click.option("--threads", type=click.IntRange(1), default=1, show_default=True)
-def heldout_nll_cmd(model_dir: Path, corpus: Path, sequences: int, seed: int, threads: int) -> None:
+@click.option(
+    "--seq-len",
+    type=click.IntRange(16),
+    default=None,
+    help="Window length in tokens [default: the model's max_length]; compare models at the same length.",
+)
+def heldout_nll_cmd(model_dir: Path, corpus: Path, sequences: int, seed: int, threads: int, seq_len: int | None) -> None:
     """Held-out NLL per masked token (overall and per mask layout) of an exported model, as JSON."""
     import torch
-    from transformers import XLNetLMHeadModel
 
+    from infill.models.twostream import load_folder
     from infill.training.asarm import measure_heldout
     from infill.training.tokenizer import load_tokenizer
 
     torch.set_num_threads(threads)
-    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    model = XLNetLMHeadModel.from_pretrained(str(model_dir), dtype=torch.float32)
+    model, config = load_folder(model_dir)
     tok = load_tokenizer(model_dir / "tokenizer.json")
-    result = measure_heldout(model, tok, corpus, int(config["infill"]["max_length"]), sequences, seed)
+    length = seq_len or int(config["infill"]["max_length"])
+    result = measure_heldout(model, tok, corpus, length, sequences, seed)
     click.echo(json.dumps(result, indent=1))

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from infill.config import ModelSpec
 from infill.errors import InputError, ModelError
+from infill.hardware import fast_bf16
 from infill.models.registry import LoadedModel
 
 if TYPE_CHECKING:
@@ -443,7 +444,7 @@ def load_folder(
         end_ids=tuple(sorted(end_ids)),
         block_size=bsize,
         clean_attention=section.get("clean_attention"),
-        bf16=bool(spec.bf16) and (device == "cuda" or _cpu_has_fast_bf16()),
+        bf16=bool(spec.bf16) and fast_bf16(device),
     )
     info = {
         "path": str(folder),
@@ -473,12 +474,3 @@ def _quiet_transformers() -> Iterator[None]:
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
-
-
-def _cpu_has_fast_bf16() -> bool:
-    """bf16 autocast only pays off on CPUs with AMX / avx512_bf16; elsewhere it is slower than fp32."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags

