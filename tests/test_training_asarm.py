@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from infill.models import masks
 from infill.training.asarm import (
     Batches,
     LayoutSampler,

@@ -333,7 +333,9 @@ def export_cmd(run_dir: Path, tokenizer_json: Path, corpus: Path, out: Path) -> 
     default=None,
     help="Window length in tokens [default: the model's max_length]; compare models at the same length.",
 )
-def heldout_nll_cmd(model_dir: Path, corpus: Path, sequences: int, seed: int, threads: int, seq_len: int | None) -> None:
+def heldout_nll_cmd(
+    model_dir: Path, corpus: Path, sequences: int, seed: int, threads: int, seq_len: int | None
+) -> None:
     """Held-out NLL per masked token (overall and per mask layout) of an exported model, as JSON."""
     import torch
 

@@ -27,7 +27,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -239,6 +239,9 @@ class TwoStreamXLNet(nn.Module):
                 else:
                     p.normal_(0.0, std, generator=generator)
 
+    def layers(self) -> list[Layer]:
+        return cast("list[Layer]", list(self.transformer.layer))
+
     # --- relative keys -------------------------------------------------------------------------------------
 
     def distances(self, N: int, device: torch.device) -> torch.Tensor:
@@ -286,8 +289,9 @@ class TwoStreamXLNet(nn.Module):
         tr = self.transformer
         h = tr.word_embedding(ids)  # (B, N, d)
         g = tr.mask_emb[0].expand(sum(counts_of), -1)  # (S, d)
-        last = len(tr.layer) - 1
-        for li, layer in enumerate(tr.layer):
+        layers = self.layers()
+        last = len(layers) - 1
+        for li, layer in enumerate(layers):
             kr = self.relative_keys(layer, N, dev)  # (2N-1, n, dh)
             if li < last:
                 q_h, k, v = layer.project(h, "qkv").unbind(-3)  # each (B, N, n, dh)

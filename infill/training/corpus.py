@@ -114,7 +114,9 @@ def _license_of(meta: object) -> str:
 
 # Training text must be permissively licensed: MIT, BSD, Apache, PSF, ISC, public domain and the like. Weak and
 # strong copyleft (MPL, LGPL, GPL) and packages without a license statement are left out.
-_PERMISSIVE = re.compile(r"\b(MIT|BSD|Apache|PSF|Python Software Foundation|ISC|Public Domain|Unlicense|HPND|Zlib|CC0)", re.I)
+_PERMISSIVE = re.compile(
+    r"\b(MIT|BSD|Apache|PSF|Python Software Foundation|ISC|Public Domain|Unlicense|HPND|Zlib|CC0)", re.I
+)
 _COPYLEFT = re.compile(r"GPL|MPL|Mozilla|EUPL|CDDL|EPL|Eclipse", re.I)
 KNOWN_LICENSES = {"torch": "BSD-3-Clause"}  # metadata without a License field; the wheel's LICENSE file says BSD
 

@@ -162,8 +162,8 @@ class Contamination:
         return {
             "method": (
                 "file removed when it defines the problem's function and holds >= half of its informative "
-                "canonical-solution lines (>= 12 chars, not only keywords/builtins, >= 2 lines); overlap = problems whose canonical solution shares a 13-gram of "
-                "word tokens with a kept file"
+                "canonical-solution lines (>= 12 chars, not only keywords/builtins, >= 2 lines); overlap = "
+                "problems whose canonical solution shares a 13-gram of word tokens with a kept file"
             ),
             "problems": len(self.problems),
             "removed_files": len(removed),
