@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from infill.models.tiny import xlnet_config
+from infill.models.tiny import random_xlnet, xlnet_shape
 from infill.models.xlnet import XLNetAnySubset
 
 
@@ -25,18 +25,10 @@ def tiny_xlnet(
 ) -> XLNetAnySubset:
     """A random XLNet whose last id is `<mask>` (unless given). A large `init_scale` makes the conditionals
     peaky and strongly dependent on context, which gives the exactness tests power."""
-    from transformers import XLNetLMHeadModel
-
     torch.manual_seed(seed)
-    hf = XLNetLMHeadModel(xlnet_config(vocab, n_layer, d_model, n_head))
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "layer_norm" in name:
-                continue
-            p.copy_(torch.randn(p.shape, generator=gen) * init_scale)
+    net = random_xlnet(xlnet_shape(vocab, n_layer, d_model, n_head), seed=seed, init_scale=init_scale)
     return XLNetAnySubset(
-        hf,
+        net,
         mask_id=vocab - 1 if mask_id is None else mask_id,
         pad_id=pad_id,
         max_length=max_length,

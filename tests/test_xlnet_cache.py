@@ -20,7 +20,7 @@ V, MASK = 40, 39
 @pytest.fixture(scope="module")
 def pair() -> tuple[XLNetAnySubset, XLNetAnySubset]:
     cached = tiny_xlnet(V, n_layer=2, d_model=32, n_head=4, seed=4, init_scale=0.3, max_length=64)
-    plain = XLNetAnySubset(cached.hf, mask_id=MASK, device="cpu", cache=False)
+    plain = XLNetAnySubset(cached.net, mask_id=MASK, device="cpu", cache=False)
     assert cached.cache is not None and plain.cache is None
     return cached, plain
 
@@ -92,8 +92,8 @@ def test_same_fills_with_and_without_cache(pair: tuple[XLNetAnySubset, XLNetAnyS
 
 def test_bf16_cached_is_close_to_bf16_full(pair: tuple[XLNetAnySubset, XLNetAnySubset]) -> None:
     cached, _ = pair
-    c16 = XLNetAnySubset(cached.hf, mask_id=MASK, device="cpu", bf16=True)
-    p16 = XLNetAnySubset(cached.hf, mask_id=MASK, device="cpu", bf16=True, cache=False)
+    c16 = XLNetAnySubset(cached.net, mask_id=MASK, device="cpu", bf16=True)
+    p16 = XLNetAnySubset(cached.net, mask_id=MASK, device="cpu", bf16=True, cache=False)
     ids = torch.tensor([1, MASK, MASK, 2, MASK, 5])
     masked = torch.tensor([1, 2, 4])
     pa = torch.softmax(c16.verify(ids, masked, 0, masked), -1)

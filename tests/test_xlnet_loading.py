@@ -49,13 +49,16 @@ def test_load_folder_and_fill_end_to_end(tiny: Path) -> None:
 
 
 def test_bf16_autocast_runs_and_stays_close(tiny: Path) -> None:
+    from infill.hardware import fast_bf16
+
     fp32 = load(ModelSpec(name=str(tiny), device="cpu", bf16=False)).model
     bf16 = load(ModelSpec(name=str(tiny), device="cpu", bf16=True)).model
+    assert bf16.bf16 == fast_bf16("cpu")  # asked for, used only where bf16 is fast (AMX / AVX512-BF16)
     ids = torch.tensor([2, 40, 41, 1, 1, 1, 42])
     masked = torch.tensor([3, 4, 5])
     a = torch.softmax(fp32.verify(ids, masked, 0, masked), -1)
     b = torch.softmax(bf16.verify(ids, masked, 0, masked), -1)
-    assert b.dtype == torch.float32 and next(bf16.hf.parameters()).dtype == torch.float32  # fp32 weights
+    assert b.dtype == torch.float32 and next(bf16.net.parameters()).dtype == torch.float32  # fp32 weights
     assert (a - b).abs().max() < 0.05
 
 

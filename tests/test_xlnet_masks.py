@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infill.models import masks as M
 from infill.models.xlnet import XLNetAnySubset
 from tests.fixtures_decode import tiny_xlnet
 
@@ -19,7 +18,7 @@ MASKED = torch.tensor([2, 3, 5, 6])
 
 @pytest.fixture(params=[True, False], ids=["cached", "full-forward"])
 def model(request: pytest.FixtureRequest) -> XLNetAnySubset:
-    """Both paths: the prompt/KV cache and HF's full forward with perm_mask / target_mapping."""
+    """Both paths: the prompt/KV cache and the full forward."""
     return tiny_xlnet(8, n_layer=2, d_model=16, seed=5, init_scale=0.5, cache=request.param)
 
 
@@ -82,20 +81,17 @@ def test_prompt_rows_never_see_masked_content(model: XLNetAnySubset) -> None:
     masked_bool[0, MASKED] = True
     prompt = ~masked_bool[0]
 
-    def content_states(ids: torch.Tensor) -> list[torch.Tensor]:
-        out = m.hf(
-            input_ids=ids[None],
-            perm_mask=M.perm_mask(masked_bool),
-            target_mapping=M.target_mapping(MASKED[None], IDS.shape[0]),
-            use_mems=False,
-            output_hidden_states=True,
-        )
-        return [h[0, prompt] for h in out.hidden_states[0::2]]  # (h, g) pairs per layer: h is the content
+    prompt_pos = prompt.nonzero().squeeze(-1)
 
-    a = content_states(with_content(p2=4, p3=1, p5=2, p6=3))
-    b = content_states(with_content(p2=0, p3=6, p5=5, p6=1))
-    for ha, hb in zip(a, b, strict=True):
-        assert torch.allclose(ha, hb, atol=1e-6)
+    def prompt_rows(ids: torch.Tensor) -> torch.Tensor:
+        # query-stream rows at prompt positions see only the prompt's content states, at every layer
+        return m.net.train_hidden(ids[None], masked_bool, prompt_pos[None])
+
+    a = prompt_rows(with_content(p2=4, p3=1, p5=2, p6=3))
+    b = prompt_rows(with_content(p2=0, p3=6, p5=5, p6=1))
+    assert torch.allclose(a, b, atol=1e-6)
+    c = prompt_rows(with_content(p0=3, p2=4, p3=1, p5=2, p6=3))  # negative control: a prompt token changes them
+    assert not torch.allclose(a, c, atol=1e-3)
 
 
 def test_nfe_counts_every_forward(model: XLNetAnySubset) -> None:

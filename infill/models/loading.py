@@ -101,11 +101,8 @@ def load_by_name(spec: ModelSpec) -> LoadedModel:
 
 
 def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], provenance: str) -> LoadedModel:
-    import torch
-    from transformers import XLNetLMHeadModel
-    from transformers.utils import logging as hf_logging
-
     from infill.models.tokenizer import load_tokenizer
+    from infill.models.twostream import TwoStreamXLNet, XLNetShape
     from infill.models.xlnet import XLNetAnySubset
 
     tokenizer = load_tokenizer(folder)
@@ -113,17 +110,16 @@ def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], proven
     mask_id = meta.get("mask_id", tokenizer.mask_id)
     if mask_id is None:
         raise ModelError(f"{folder}: no <mask> token (config.json infill.mask_id or the tokenizer)")
-    was = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
     try:
-        hf = XLNetLMHeadModel.from_pretrained(str(folder), dtype=torch.float32, local_files_only=True)
-    except Exception as exc:  # safetensors / OSError / ValueError on a missing or corrupt weights file
-        raise ModelError(f"cannot load XLNet weights from {folder}: {exc}") from exc
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()
+        net = TwoStreamXLNet(XLNetShape.from_config(cfg))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelError(f"{folder}: unsupported XLNet config: {exc}") from exc
+    try:
+        net.load_file_state(_weights(folder))
+    except Exception as exc:  # safetensors / OSError / ValueError on a missing, corrupt or mismatched file
+        raise ModelError(f"cannot load XLNet weights from {folder}: {exc}".splitlines()[0]) from exc
     model = XLNetAnySubset(
-        hf,
+        net,
         mask_id=int(mask_id),
         pad_id=meta.get("pad_id", tokenizer.pad_id),
         bos_id=meta.get("bos_id", tokenizer.bos_id),
@@ -138,8 +134,23 @@ def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], proven
         "source": provenance,
         "parameters": params,
         "device": str(model.device),
-        "bf16": spec.bf16,
+        "bf16": model.bf16,
         "tokenizer": type(tokenizer).__name__,
         "max_length": model.max_length,
     }
     return LoadedModel(name=spec.name, kind="asarm", model=model, tokenizer=tokenizer, info=info)
+
+
+def _weights(folder: Path) -> dict[str, Any]:
+    """The folder's tensors as fp32: model.safetensors, or a published checkpoint's pytorch_model.bin."""
+    import torch
+
+    if (folder / "model.safetensors").is_file():
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(folder / "model.safetensors"))
+    elif (folder / "pytorch_model.bin").is_file():
+        tensors = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    else:
+        raise OSError("no model.safetensors or pytorch_model.bin")
+    return {k: v.float() for k, v in tensors.items()}

@@ -37,8 +37,8 @@ def ranks(masked: torch.Tensor) -> torch.Tensor:
     return torch.where(masked, r, torch.full_like(r, -1))
 
 
-def perm_mask(masked: torch.Tensor, n_decoded: int | None = None) -> torch.Tensor:
-    """Permuted-causal `perm_mask` (B, N, N) float; 1 = may not attend.
+def blocked(masked: torch.Tensor, n_decoded: int | None = None) -> torch.Tensor:
+    """(B, N, N) bool, True where row i may NOT see position j.
 
     masked: (B, N) bool. With `n_decoded=None` this is the oracle / verify / training mask. With an integer it is
     the draft mask: rows of masked positions of rank >= n_decoded see only the prompt and ranks < n_decoded.
@@ -50,8 +50,12 @@ def perm_mask(masked: torch.Tensor, n_decoded: int | None = None) -> torch.Tenso
     if n_decoded is not None:
         limit = torch.clamp(limit, max=n_decoded)
     # blocked[b, i, j] = masked[b, j] and rank[b, j] >= limit[b, i]
-    blocked = masked[:, None, :] & (r[:, None, :] >= limit[:, :, None])  # (B, N, N)
-    return blocked.float()
+    return masked[:, None, :] & (r[:, None, :] >= limit[:, :, None])  # (B, N, N)
+
+
+def perm_mask(masked: torch.Tensor, n_decoded: int | None = None) -> torch.Tensor:
+    """HF XLNet's permuted-causal `perm_mask` (B, N, N) float; 1 = may not attend (see `blocked`)."""
+    return blocked(masked, n_decoded).float()
 
 
 def target_mapping(positions: torch.Tensor, seq_len: int) -> torch.Tensor:

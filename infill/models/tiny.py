@@ -6,7 +6,6 @@ Folder format (README "Model folder format"): HF XLNet `config.json` with an "in
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -39,22 +38,32 @@ The quick brown fox jumps over the lazy dog. Any-subset models fill the masked p
 '''
 
 
-def xlnet_config(vocab_size: int, n_layer: int, d_model: int, n_head: int, d_inner: int | None = None) -> Any:
-    """A small `XLNetConfig` (bidirectional attention, no mems, no dropout)."""
-    from transformers import XLNetConfig
+def xlnet_shape(vocab_size: int, n_layer: int, d_model: int, n_head: int, d_inner: int | None = None) -> Any:
+    """A small XLNetShape (bidirectional attention, no memory, no dropout)."""
+    from infill.models.twostream import XLNetShape
 
-    return XLNetConfig(
-        vocab_size=vocab_size,
-        d_model=d_model,
-        n_layer=n_layer,
-        n_head=n_head,
-        d_inner=d_inner or 4 * d_model,
-        attn_type="bi",
-        mem_len=None,
-        dropout=0.0,
-        use_mems_eval=False,
-        use_mems_train=False,
-    )
+    d_inner = d_inner or 4 * d_model
+    return XLNetShape(vocab_size=vocab_size, d_model=d_model, n_layer=n_layer, n_head=n_head, d_inner=d_inner)
+
+
+def random_xlnet(shape: Any, *, seed: int = 0, init_scale: float = 0.02) -> Any:
+    """A TwoStreamXLNet with weights drawn from N(0, init_scale) by a generator seeded with `seed`; layer norms
+    are the identity. A large `init_scale` makes the conditionals peaky and context-dependent."""
+    import torch
+
+    from infill.models.twostream import TwoStreamXLNet
+
+    model = TwoStreamXLNet(shape)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "layer_norm" in name and name.endswith("weight"):
+                p.fill_(1.0)
+            elif "layer_norm" in name:
+                p.zero_()
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * init_scale)
+    return model.eval()
 
 
 def build_tiny_checkpoint(
@@ -74,10 +83,8 @@ def build_tiny_checkpoint(
     `vocab_size` >= 259 (256 bytes + 3 specials). `init_scale` is the weight init std; larger values give
     peakier, less uniform distributions. Deterministic for a given seed.
     """
-    import torch
-    from transformers import XLNetLMHeadModel
-
     from infill.models.tokenizer import SPECIALS, ByteBPETokenizer, train_byte_bpe
+    from infill.models.twostream import save_folder
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -85,24 +92,10 @@ def build_tiny_checkpoint(
     tok.save(str(folder / "tokenizer.json"))
     wrapped = ByteBPETokenizer.from_file(folder / "tokenizer.json")
     real_vocab = wrapped.vocab_size  # BPE may stop below vocab_size on little text
-
-    config = xlnet_config(real_vocab, n_layer, d_model, n_head)
-    config.initializer_range = init_scale
-    config.pad_token_id = wrapped.pad_id
-    config.bos_token_id = wrapped.bos_id
-    config.eos_token_id = None
-    gen = torch.Generator().manual_seed(seed)
-    model = XLNetLMHeadModel(config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "layer_norm" in name and name.endswith("weight"):
-                p.fill_(1.0)
-            elif "layer_norm" in name or name.endswith(".bias"):
-                p.zero_()
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) * init_scale)
-    _quiet_save(model, folder)
-    cfg = json.loads((folder / "config.json").read_text())
+    shape = xlnet_shape(real_vocab, n_layer, d_model, n_head)
+    model = random_xlnet(shape, seed=seed, init_scale=init_scale)
+    cfg = shape.hf_config(pad_id=wrapped.pad_id, bos_id=wrapped.bos_id)
+    cfg["initializer_range"] = init_scale
     cfg["infill"] = {
         "mask_id": wrapped.mask_id,
         "pad_id": wrapped.pad_id,
@@ -112,20 +105,5 @@ def build_tiny_checkpoint(
         "specials": list(SPECIALS),
         "provenance": f"random tiny XLNet from infill.models.tiny (seed {seed}); untrained",
     }
-    (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    gen_cfg = folder / "generation_config.json"
-    if gen_cfg.exists():
-        gen_cfg.unlink()
+    save_folder(model, folder, cfg)
     return folder
-
-
-def _quiet_save(model: Any, folder: Path) -> None:
-    from transformers.utils import logging as hf_logging
-
-    was = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        model.save_pretrained(str(folder), safe_serialization=True)
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()

@@ -136,64 +136,82 @@ class Layer(nn.Module):
         super().__init__()
         self.rel_attn = RelAttention(s)
         self.ff = FeedForward(s)
+        # weights in the shapes the products use, made once by `freeze()` for inference (empty while training)
+        self._frozen: dict[str, torch.Tensor] = {}
+
+    def _derived(self, name: str) -> torch.Tensor:
+        """A weight in product shape: 'q' / 'kv' / 'qkv' (d, c*n*dh) stacked projections, 'o' (n*dh, d),
+        'rr' / 'rw' (n, 1, 1, dh) biases times the scale."""
+        w = self._frozen.get(name)
+        if w is not None:
+            return w
+        a = self.rel_attn
+        if name == "o":
+            return a.o.reshape(a.o.shape[0], -1).t()
+        if name in ("rr", "rw"):
+            return (a.r_r_bias if name == "rr" else a.r_w_bias)[:, None, None, :] * a.scale
+        stacked = torch.stack([getattr(a, c) for c in name], dim=1)  # (d, c, n, dh)
+        return stacked.reshape(stacked.shape[0], -1)
+
+    def freeze(self) -> None:
+        with torch.no_grad():
+            self._frozen = {}
+            self._frozen = {n: self._derived(n).contiguous() for n in ("q", "kv", "qkv", "o", "rr", "rw")}
 
     def project(self, x: torch.Tensor, which: str) -> torch.Tensor:
         """x (..., d) times the stacked weights of `which` ('q', 'kv', 'qkv'): (..., len(which), n, dh)."""
         a = self.rel_attn
-        w = torch.stack([getattr(a, c) for c in which], dim=1)  # (d, c, n, dh)
-        d, c, n, dh = w.shape
-        return (x @ w.reshape(d, c * n * dh)).unflatten(-1, (c, n, dh))
+        return (x @ self._derived(which)).unflatten(-1, (len(which), a.q.shape[1], a.q.shape[2]))
 
     def attend(
         self,
         x: torch.Tensor,  # (B, Q, d) stream input of the query rows
         q: torch.Tensor,  # (B, Q, n, dh) their queries
-        k: torch.Tensor,  # (B, R, n, dh)
-        v: torch.Tensor,  # (B, R, n, dh)
+        kt: torch.Tensor,  # (n, B, dh, R) keys, head-major and transposed (any strides)
+        vh: torch.Tensor,  # (n, B, R, dh) values, head-major (any strides)
         kr: torch.Tensor,  # (P, n, dh) relative keys by distance, descending: index p <-> distance (P-1)/2 - p
         rel: torch.Tensor | None,  # (B, Q, R) long index into kr, or None: rows and keys are both 0..N-1
-        neg: torch.Tensor,  # (B, Q, R) additive mask: 0 allowed, -1e30 blocked
+        neg: torch.Tensor | None,  # (B, Q, R) additive mask: 0 allowed, -1e30 blocked; None: all allowed
     ) -> torch.Tensor:
         """One attention sub-layer with residual and layer norm: (B, Q, d)."""
-        return self.post(x, self.attention(q, k, v, kr, rel, neg))
+        return self.post(x, self.attention(q, kt, vh, kr, rel, neg))
 
     def post(self, x: torch.Tensor, vec: torch.Tensor) -> torch.Tensor:
         """Output projection, residual and layer norm: x (..., d), vec (..., n*dh) -> (..., d)."""
-        a = self.rel_attn
-        return a.layer_norm(vec @ a.o.reshape(x.shape[-1], -1).t() + x)
+        out = torch.addmm(x.reshape(-1, x.shape[-1]), vec.reshape(-1, vec.shape[-1]), self._derived("o"))
+        return self.rel_attn.layer_norm(out.view(x.shape))
 
     def attention(
         self,
         q: torch.Tensor,  # (B, Q, n, dh)
-        k: torch.Tensor,  # (B, R, n, dh)
-        v: torch.Tensor,  # (B, R, n, dh)
+        kt: torch.Tensor,  # (n, B, dh, R)
+        vh: torch.Tensor,  # (n, B, R, dh)
         kr: torch.Tensor,  # (P, n, dh)
         rel: torch.Tensor | None,  # (B, Q, R) or None
-        neg: torch.Tensor,  # (B, Q, R)
+        neg: torch.Tensor | None,  # (B, Q, R) or None
     ) -> torch.Tensor:
         """softmax(score) v before the output projection: (B, Q, n*dh). Arguments as for `attend`.
 
         Head-major layout (n, B, ...) throughout, so every large (Q, R) tensor is made contiguous by the
         operation that produces it and never copied.
         """
-        a = self.rel_attn
         B, Q, n, dh = q.shape
-        R = k.shape[1]
-        qs = q.permute(2, 0, 1, 3) * a.scale  # (n, B, Q, dh), the 1/sqrt(d_head) folded in
-        by_dist = (qs + a.r_r_bias[:, None, None, :] * a.scale).reshape(n, B * Q, dh) @ kr.permute(1, 2, 0)
-        P = by_dist.shape[-1]  # by_dist: (n, B*Q, P)
+        R = kt.shape[-1]
+        qs = q.permute(2, 0, 1, 3) * self.rel_attn.scale  # (n, B, Q, dh), the 1/sqrt(d_head) folded in
+        by_dist = (qs + self._derived("rr")).reshape(n, B * Q, dh) @ kr.permute(1, 2, 0)  # (n, B*Q, P)
+        P = by_dist.shape[-1]
         if rel is None:  # row i needs distances i - j, j = 0..N-1: a contiguous window of each row (a view)
             bd = by_dist.as_strided((n, B, Q, R), (B * Q * P, Q * P, P - 1, 1), by_dist.storage_offset() + (P - 1) // 2)
         else:
             bd = by_dist.view(n, B, Q, P).gather(3, rel[None].expand(n, -1, -1, -1))  # (n, B, Q, R)
-        base = bd + neg[None]  # (n, B, Q, R)
+        base = bd if neg is None else bd + neg[None]  # (n, B, Q, R)
         score = torch.baddbmm(  # base + (q + r_w) . k, one fused product per (head, batch)
-            base.view(n * B, Q, R),
-            (qs + a.r_w_bias[:, None, None, :] * a.scale).reshape(n * B, Q, dh),
-            k.permute(2, 0, 3, 1).reshape(n * B, dh, R),
+            base.reshape(n * B, Q, R),
+            (qs + self._derived("rw")).reshape(n * B, Q, dh),
+            kt.reshape(n * B, dh, R),
         )
         prob = torch.softmax(score, dim=-1)  # (n*B, Q, R)
-        vec = prob @ v.permute(2, 0, 1, 3).reshape(n * B, R, dh)  # (n*B, Q, dh)
+        vec = prob @ vh.reshape(n * B, R, dh)  # (n*B, Q, dh)
         return vec.view(n, B, Q, dh).permute(1, 2, 0, 3).reshape(B, Q, n * dh)  # (B, Q, n*dh)
 
 
@@ -239,6 +257,19 @@ class TwoStreamXLNet(nn.Module):
                 else:
                     p.normal_(0.0, std, generator=generator)
 
+    def freeze(self) -> TwoStreamXLNet:
+        """Eval mode, with each layer's weights kept in product shape (inference; `train()` undoes it)."""
+        self.eval()
+        for layer in self.layers():
+            layer.freeze()
+        return self
+
+    def train(self, mode: bool = True) -> TwoStreamXLNet:
+        if mode:
+            for layer in self.layers():
+                layer._frozen = {}
+        return super().train(mode)
+
     def layers(self) -> list[Layer]:
         return cast("list[Layer]", list(self.transformer.layer))
 
@@ -260,21 +291,23 @@ class TwoStreamXLNet(nn.Module):
 
     # --- training / scoring forward ------------------------------------------------------------------------
 
-    def train_hidden(self, ids: torch.Tensor, masked: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def train_hidden(
+        self, ids: torch.Tensor, masked: torch.Tensor, targets: torch.Tensor, n_decoded: int | None = None
+    ) -> torch.Tensor:
         """Teacher-forced two-stream forward: query-stream outputs (S, d) of the S valid targets, packed in
         (sequence, target) order.
 
         ids (B, N) long with the true tokens; masked (B, N) bool; targets (B, T) long positions, -1 = padding.
-        The mask is `masks.perm_mask(masked)`. Target rows are packed: a batch pads T to its longest sequence,
-        often 3-4x the mean, and the query stream would otherwise attend for every padding row.
+        The mask is `masks.perm_mask(masked, n_decoded)`: the oracle mask, or with `n_decoded` the draft mask
+        (masked positions of rank >= n_decoded see only the prompt and ranks < n_decoded). Target rows are packed:
+        a batch pads T to its longest sequence, often 3-4x the mean, and the query stream would otherwise attend
+        for every padding row.
         """
-        from infill.models.masks import ranks
+        from infill.models.masks import blocked as blocked_mask
 
         B, N = ids.shape
         dev = ids.device
-        r = ranks(masked)  # (B, N)
-        limit = torch.where(masked, r, torch.zeros_like(r))
-        blocked = masked[:, None, :] & (r[:, None, :] >= limit[:, :, None])  # (B, N, N)
+        blocked = blocked_mask(masked, n_decoded)  # (B, N, N)
         eye = torch.eye(N, dtype=torch.bool, device=dev)
         neg_h = (blocked & ~eye).to(torch.float32) * -NEG  # (B, N, N) a content row sees itself
         counts = (targets >= 0).sum(1).tolist()  # targets per sequence
@@ -297,17 +330,18 @@ class TwoStreamXLNet(nn.Module):
                 q_h, k, v = layer.project(h, "qkv").unbind(-3)  # each (B, N, n, dh)
             else:  # the last layer's content rows feed nothing
                 k, v = layer.project(h, "kv").unbind(-3)
+            kt, vh = k.permute(2, 0, 3, 1), v.permute(2, 0, 1, 3)  # (n, B, dh, N), (n, B, N, dh) views
             q_g = layer.project(g, "q").squeeze(-3)  # (S, n, dh)
             # per sequence: split/unbind keep the backward to one concatenation (slices would each add a full grad)
-            k_b, v_b, q_b = k.unbind(0), v.unbind(0), q_g.split(counts_of)
+            k_b, v_b, q_b = kt.unbind(1), vh.unbind(1), q_g.split(counts_of)
             vec = torch.cat(
                 [
-                    layer.attention(q_b[i][None], k_b[b][None], v_b[b][None], kr, rel, neg)[0]
+                    layer.attention(q_b[i][None], k_b[b][:, None], v_b[b][:, None], kr, rel, neg)[0]
                     for i, (b, rel, neg) in enumerate(zip(seqs, rel_g, neg_g, strict=True))
                 ]
             )  # (S, n*dh)
             if li < last:
-                h = layer.ff(layer.attend(h, q_h, k, v, kr, None, neg_h))
+                h = layer.ff(layer.attend(h, q_h, kt, vh, kr, None, neg_h))
             g = layer.ff(layer.post(g, vec))
         return g
 

@@ -1,14 +1,13 @@
-"""The any-subset model over HF `XLNetLMHeadModel` (two-stream attention, REFERENCE.md "Attention").
+"""The any-subset model: XLNet two-stream attention (infill.models.twostream) behind the AnySubsetModel protocol.
 
-The masks come from infill.models.masks (shared with training):
-  draft:  perm_mask(masked, n_decoded=n): every target sees the prompt and the n decoded tokens, never
-          another target, so the k drafts are conditionally independent and the first is exact (Lemma 1);
-  verify: perm_mask(masked): permuted causal; with the drafts written in, target i sees the drafts before
-          it, giving the oracle q_i for all targets in one pass.
-Weights stay fp32; bf16 is autocast only (bf16 weights crash HF XLNet with a target_mapping), and
-target_mapping is cast to the compute dtype. `use_mems=False` everywhere. The `<mask>` logit is -inf before
-any softmax. By default passes go through the prompt/KV cache (xlnet_cache.py), which returns the same logits
-as HF's full forward (tests: <= 1e-5) at a fraction of the cost; `cache=False` keeps the full forward.
+The masks are those of infill.models.masks (shared with training):
+  draft:  every target sees the prompt and the n decoded tokens, never another target, so the k drafts are
+          conditionally independent and the first is exact (Lemma 1);
+  verify: permuted causal; with the drafts written in, target i sees the drafts before it, giving the oracle
+          q_i for all targets in one pass.
+Passes go through the prompt/KV cache (xlnet_cache.py), which returns the same logits as the full forward
+(tests: <= 1e-5) at a fraction of the cost; `cache=False` keeps the full forward. The `<mask>` logit is -inf
+before any softmax. Weights stay fp32; bf16 autocast is used only where it is fast (infill.hardware).
 """
 
 from __future__ import annotations
@@ -17,10 +16,11 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from infill.errors import ModelError
-from infill.models import masks as M
 
 if TYPE_CHECKING:
     import torch
+
+    from infill.models.twostream import TwoStreamXLNet
 
 
 def resolve_device(device: str) -> torch.device:
@@ -37,14 +37,14 @@ def resolve_device(device: str) -> torch.device:
 
 
 class XLNetAnySubset:
-    """infill.models.base.AnySubsetModel over a transformers `XLNetLMHeadModel`.
+    """infill.models.base.AnySubsetModel over a TwoStreamXLNet.
 
     `nfe` counts forward passes (draft and verify alike); decoders read differences of it.
     """
 
     def __init__(
         self,
-        hf_model: Any,
+        net: TwoStreamXLNet,
         *,
         mask_id: int,
         pad_id: int | None = None,
@@ -56,19 +56,19 @@ class XLNetAnySubset:
     ) -> None:
         import torch
 
-        from infill.models.xlnet_cache import XLNetKVCache, supports
+        from infill.hardware import fast_bf16
+        from infill.models.xlnet_cache import XLNetKVCache
 
         self.device = resolve_device(device)
-        self.hf = hf_model.to(device=self.device, dtype=torch.float32).eval()
-        self.vocab_size: int = int(hf_model.config.vocab_size)
+        self.net = net.to(device=self.device, dtype=torch.float32).freeze()
+        self.vocab_size: int = int(net.shape.vocab_size)
         self.mask_id = int(mask_id)
         self.pad_id = pad_id
         self.bos_id = bos_id
         self.max_length = int(max_length)
-        self.bf16 = bool(bf16)
+        self.bf16 = bool(bf16) and fast_bf16(self.device.type)  # bf16 is 65x slower than fp32 on AVX2 CPUs
         self.nfe = 0
-        # the prompt / decoded-token cache (xlnet_cache.py); None = HF's full forward every pass
-        self.cache = XLNetKVCache(self.hf) if cache and supports(hf_model.config) else None
+        self.cache = XLNetKVCache(self.net) if cache else None  # None = the full forward every pass
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch
@@ -88,8 +88,7 @@ class XLNetAnySubset:
 
         ids, masked, targets = ids.to(self.device), masked.to(self.device), targets.to(self.device)
         use_cache = self.cache is not None and torch.equal(targets, masked[n : n + targets.shape[0]])
-        # On CPU the cached path's few-row matmuls are faster in fp32 than with bf16 casts (benchmarked);
-        # bf16 autocast stays for the full forward and for CUDA.
+        # On CPU the cached path's few-row products are faster in fp32 than with bf16 casts (benchmarked)
         autocast = self._autocast() if not use_cache or self.device.type == "cuda" else contextlib.nullcontext()
         with torch.no_grad(), autocast:
             if use_cache:
@@ -105,18 +104,13 @@ class XLNetAnySubset:
     def _full_forward(
         self, ids: torch.Tensor, masked: torch.Tensor, n_decoded: int | None, targets: torch.Tensor
     ) -> torch.Tensor:
-        """HF's forward over all N positions (the reference path the cache is tested against)."""
+        """The whole sequence in one pass (the reference the cache is tested against): (k, V) logits."""
         import torch
 
-        N = ids.shape[0]
-        masked_bool = torch.zeros(1, N, dtype=torch.bool, device=self.device)  # (1, N)
+        masked_bool = torch.zeros(1, ids.shape[0], dtype=torch.bool, device=self.device)  # (1, N)
         masked_bool[0, masked] = True
-        perm = M.perm_mask(masked_bool, n_decoded=n_decoded)  # (1, N, N)
-        tmap = M.target_mapping(targets[None, :], N)  # (1, k, N)
-        if self.bf16:
-            tmap = tmap.to(torch.bfloat16)  # must match the autocast compute dtype
-        out = self.hf(input_ids=ids[None, :], perm_mask=perm, target_mapping=tmap, use_mems=False)
-        return out.logits[0]
+        g = self.net.train_hidden(ids[None], masked_bool, targets[None], n_decoded=n_decoded)  # (k, d)
+        return self.net.lm_loss(g)
 
     def draft(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
         """p(x_i | prompt, masked[:n]) independently for each target i: (k, V) logits."""
@@ -127,4 +121,4 @@ class XLNetAnySubset:
         return self.logits(ids, masked, n, targets, verify=True)
 
     def parameter_count(self) -> int:
-        return sum(p.numel() for p in self.hf.parameters())
+        return sum(p.numel() for p in self.net.parameters())
