@@ -79,5 +79,16 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="infill")
-def main() -> None:
+@click.option(
+    "--threads",
+    type=click.IntRange(1),
+    default=None,
+    envvar="INFILL_THREADS",
+    show_envvar=True,
+    help="CPU threads for decoding [default: 1, fastest for models this size and never slowed by a busy core]. "
+    "Training commands have their own --threads.",
+)
+def main(threads: int | None) -> None:
     """Fill code and text spans with lossless parallel decoding (any-subset speculative decoding)."""
+    if threads is not None:
+        os.environ["INFILL_THREADS"] = str(threads)  # read where models load (infill.hardware), daemons inherit it

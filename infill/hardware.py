@@ -43,3 +43,13 @@ def decode_threads(requested: int | None = None) -> int:
     if value.isdigit() and int(value) > 0:
         return int(value)
     return DECODE_THREADS
+
+
+def configure_decode_threads(requested: int | None = None) -> int:
+    """Set torch's intra-op threads for decoding (see `decode_threads`); returns the count."""
+    import torch
+
+    threads = decode_threads(requested)
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return threads

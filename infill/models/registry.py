@@ -49,6 +49,9 @@ def registered() -> list[str]:
 
 def load(spec: ModelSpec) -> LoadedModel:
     """Load the model named by `spec.name`: a registered name first, then the folder loaders (see load_folder)."""
+    from infill.hardware import configure_decode_threads
+
+    configure_decode_threads()  # every model that decodes loads here: fill, docstrings, server, eval
     factory = _FACTORIES.get(spec.name)
     if factory is not None:
         return factory(spec)
