@@ -74,7 +74,7 @@ ProgressCallback = Callable[[dict[str, Any]], None]
 
 PREFIX_SHARE = 0.75  # share of the free context given to the prefix (the suffix gets the rest)
 MIN_CONTEXT = 16  # tokens of context a region keeps at least, when spans are grouped into regions
-ASARM_DECODERS = ("assd", "sequential", "parallel")
+ASARM_DECODERS = ("assd", "sequential", "parallel", "beam")
 BLOCKDIFF_DECODERS = ("confidence", "s2d2")
 
 _MODEL_CACHE: dict[ModelSpec, LoadedModel] = {}
@@ -271,10 +271,13 @@ def _problem(region: _Region, loaded: LoadedModel) -> Any:
     ids += region.suffix_ids
     if len(masked) >= len(ids):
         raise DecodeError("no visible token: the input has no context around the span and the model has no <bos>")
+    breaks, blank = token_sets(loaded.tokenizer, int(model.vocab_size))
     return FillProblem(
         torch.tensor(ids, dtype=torch.long),  # (N,)
         torch.tensor(masked, dtype=torch.long),  # (M,)
         torch.tensor(span_of, dtype=torch.long),  # (M,)
+        stops=tuple(breaks if plan.span.one_line else frozenset() for plan in region.spans),  # one line back
+        blank=blank,
     )
 
 
@@ -294,15 +297,44 @@ class _Totals:
     nfe: int = 0
     tokens: int = 0
     accepted: list[int] = field(default_factory=list)
+    nbest: dict[int, list[list[int]]] = field(default_factory=dict)  # beam: region -> fills, best first
 
 
-def _cut_at_pad(tokens: list[int], logq: list[float] | None, pad_id: int | None) -> tuple[list[int], float]:
-    """Tokens before the first pad, and the log-likelihood of those tokens plus the terminating pad."""
-    end = len(tokens)
-    if pad_id is not None and pad_id in tokens:
-        end = tokens.index(pad_id)
+def _cut_at_pad(
+    tokens: list[int],
+    logq: list[float] | None,
+    pad_id: int | None,
+    stops: frozenset[int] = frozenset(),
+    blank: frozenset[int] = frozenset(),
+) -> tuple[list[int], float]:
+    """Tokens before the first pad (or stop token after some text, see FillProblem), and the log-likelihood of
+    those tokens plus the one that ended the fill."""
+    end, text = len(tokens), False
+    for i, t in enumerate(tokens):
+        if t == pad_id or (t in stops and text):
+            end = i
+            break
+        text = text or t not in blank
     scored = min(len(tokens), end + 1)
     return tokens[:end], float(sum(logq[:scored])) if logq is not None else 0.0
+
+
+_TOKEN_SETS: dict[int, tuple[frozenset[int], frozenset[int]]] = {}
+
+
+def token_sets(tokenizer: Any, vocab_size: int) -> tuple[frozenset[int], frozenset[int]]:
+    """(line breaks, blanks): ids of the tokens whose text holds a line break, and of whitespace-only tokens
+    (cached per tokenizer). A line break after some text ends a one-line span."""
+    key = id(tokenizer)
+    found = _TOKEN_SETS.get(key)
+    if found is None:
+        texts = [tokenizer.decode([i]) for i in range(vocab_size)]
+        found = (
+            frozenset(i for i, t in enumerate(texts) if "\n" in t),
+            frozenset(i for i, t in enumerate(texts) if t and not t.strip()),
+        )
+        _TOKEN_SETS[key] = found
+    return found
 
 
 def _sample_asarm(
@@ -312,7 +344,11 @@ def _sample_asarm(
     generator: torch.Generator,
     totals: _Totals,
     on_progress: ProgressCallback | None,
+    attempt: int = 0,
 ) -> list[_Fill]:
+    """One candidate fill of every span of `region` (beam search: the attempt-th best beam)."""
+    import torch
+
     from infill.decoding import decode, score
 
     problem = _problem(region, loaded)
@@ -321,16 +357,24 @@ def _sample_asarm(
         if on_progress is not None:
             on_progress({"event": "step", "tokens": totals.tokens + decoded, "base": totals.tokens, "nfe": 0})
 
-    tokens, stats = decode(loaded.model, problem, cfg, generator, on_step=on_step)  # (M,)
+    if cfg.decoder == "beam" and id(region) in totals.nbest:  # a later candidate: the next best beam
+        ranked = totals.nbest[id(region)]
+        tokens = torch.tensor(ranked[min(attempt, len(ranked) - 1)], dtype=torch.long)
+    else:
+        tokens, stats = decode(loaded.model, problem, cfg, generator, on_step=on_step)  # (M,)
+        totals.nfe += int(stats.nfe)
+        totals.tokens += int(stats.tokens)
+        totals.accepted += list(stats.accepted)
+        if cfg.decoder == "beam":
+            totals.nbest[id(region)] = [fill for _, fill in stats.extra["nbest"]]
     logq = score(loaded.model, problem, tokens)  # (M,) log q of each token under the oracle
-    totals.nfe += int(stats.nfe) + 1  # + the scoring pass
-    totals.tokens += int(stats.tokens)
-    totals.accepted += list(stats.accepted)
+    totals.nfe += 1  # the scoring pass
     fills = []
     at = 0
     flat, flat_q = tokens.tolist(), logq.tolist()
-    for plan in region.spans:
-        kept, s = _cut_at_pad(flat[at : at + plan.budget], flat_q[at : at + plan.budget], loaded.model.pad_id)
+    for plan, stops in zip(region.spans, problem.stops or (), strict=True):
+        piece, piece_q = flat[at : at + plan.budget], flat_q[at : at + plan.budget]
+        kept, s = _cut_at_pad(piece, piece_q, loaded.model.pad_id, stops, problem.blank)
         fills.append(_Fill(loaded.tokenizer.decode(kept), s, len(kept)))
         at += plan.budget
     return fills
@@ -456,12 +500,12 @@ def fill_text(
             if loaded.kind == "blockdiff":
                 fills += _sample_blockdiff(region, loaded, decode, generator, totals)
             else:
-                fills += _sample_asarm(region, loaded, decode, generator, totals, on_progress)
+                fills += _sample_asarm(region, loaded, decode, generator, totals, on_progress, attempts - 1)
         edits = _candidate_edits(data, regions, fills, newline, index)
         key = tuple(e.text for e in edits)
         if key in seen:
-            if decode.temperature == 0:
-                break  # greedy decoding: every further sample is the same
+            if decode.temperature == 0 or decode.decoder == "beam":
+                break  # deterministic: no further candidate is new
             continue
         seen.add(key)
         patched = apply_edits(data, edits)

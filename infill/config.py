@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-DecoderName = Literal["assd", "sequential", "parallel", "confidence", "s2d2"]
+DecoderName = Literal["assd", "sequential", "parallel", "beam", "confidence", "s2d2"]
 DraftName = Literal["model", "ngram"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 
@@ -20,6 +20,7 @@ class DecodeConfig:
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
     seed: int = 0  # one torch.Generator is seeded with this
+    beam: int = 4  # beam width of decoder "beam" (the most likely fill instead of a sample)
     # block diffusion (issue 5)
     block_size: int = 0  # block-diffusion block size; 0 = the model's own (from its config), 1 = plain AR
     threshold: float = 0.9  # confidence threshold tau for dynamic confidence decoding

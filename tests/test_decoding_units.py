@@ -251,3 +251,72 @@ def test_nothing_to_fill(model: XLNetAnySubset) -> None:
         cfg = DecodeConfig(decoder=decoder)  # type: ignore[arg-type]
         tokens, stats = decode(model, FillProblem(torch.tensor([1, 2]), torch.zeros(0, dtype=torch.long)), cfg, gen())
         assert tokens.shape == (0,) and stats.nfe == 0
+
+
+# --- stop tokens: a one-line span ends at its first line break after some text ----------------------
+
+
+class _ScriptedModel:
+    """An AnySubsetModel whose logits at position i put almost all mass on script[i] (context-free)."""
+
+    def __init__(self, script: dict[int, int], vocab: int = 8, pad_id: int = 0) -> None:
+        self.script, self.vocab_size, self.mask_id, self.pad_id, self.bos_id, self.max_length = (
+            script,
+            vocab,
+            vocab - 1,
+            pad_id,
+            None,
+            64,
+        )
+        self.nfe = 0
+
+    def _logits(self, targets: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(targets.shape[0], self.vocab_size)
+        for row, pos in enumerate(targets.tolist()):
+            out[row, self.script[pos]] = 8.0
+        out[:, self.mask_id] = float("-inf")
+        self.nfe += 1
+        return out
+
+    def draft(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
+        return self._logits(targets)
+
+    def verify(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
+        return self._logits(targets)
+
+
+BLANK, BREAK, WORD = 4, 5, 6
+
+
+@pytest.mark.parametrize(
+    ("script", "expected", "passes"),
+    [
+        # text, then a line break: the span ends there, the rest is pad, no pass after the break
+        ([WORD, WORD, BREAK, WORD, WORD, WORD], [WORD, WORD, BREAK, 0, 0, 0], 3),
+        # leading blank and a line break before any text do not end it (first_line skips leading blank lines)
+        ([BLANK, BREAK, WORD, BREAK, WORD, WORD], [BLANK, BREAK, WORD, BREAK, 0, 0], 4),
+        # no line break: the whole budget
+        ([WORD, BLANK, WORD, WORD, WORD, WORD], [WORD, BLANK, WORD, WORD, WORD, WORD], 6),
+    ],
+)
+def test_stop_token_after_text_ends_the_span(script: list[int], expected: list[int], passes: int) -> None:
+    ids = torch.tensor([1, *[7] * 6, 2])
+    masked = torch.arange(1, 7)
+    problem = FillProblem(
+        ids,
+        masked,
+        span_of=torch.zeros(6, dtype=torch.long),
+        stops=(frozenset({BREAK}),),
+        blank=frozenset({BLANK, BREAK}),
+    )
+    model = _ScriptedModel({pos: tok for pos, tok in zip(range(1, 7), script, strict=True)})
+    out, stats = decode(model, problem, DecodeConfig(decoder="sequential", temperature=0), gen())
+    assert out.tolist() == expected and stats.nfe == passes
+    for k in (2, 3, 6):
+        fast, _ = decode(model, problem, DecodeConfig(decoder="assd", k=k, temperature=0), gen(k))
+        assert fast.tolist() == expected
+    par, _ = decode(model, problem, DecodeConfig(decoder="parallel", k=6, temperature=0), gen())
+    assert par.tolist() == expected
+    unstopped = FillProblem(ids, masked, span_of=problem.span_of)  # negative control: no stops, no cut
+    full, _ = decode(model, unstopped, DecodeConfig(decoder="sequential", temperature=0), gen())
+    assert full.tolist() == script

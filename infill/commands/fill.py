@@ -399,6 +399,13 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
     help="S2D2 tempering of q/p; values below 1 are LOSSY.",
 )
 @click.option(
+    "--beam",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Beam search of width N for the most likely fill (AS-ARM models; 0 = sample with --decoder).",
+)
+@click.option(
     "-n",
     "--candidates",
     type=click.IntRange(min=1),
@@ -462,6 +469,7 @@ def fill(
     unmask_per_step: int,
     routing: str,
     gamma: float,
+    beam: int,
     candidates: int,
     max_resample: int,
     no_syntax_check: bool,
@@ -504,7 +512,8 @@ def fill(
         stdin_filename=stdin_filename,
         cwd=os.getcwd(),
         decode=DecodeConfig(
-            decoder=cast(DecoderName, decoder),
+            decoder=cast(DecoderName, "beam" if beam else decoder),
+            beam=beam or DecodeConfig.beam,
             k=k,
             temperature=temperature,
             top_k=top_k,

@@ -1,7 +1,7 @@
 """Any-subset decoders: pure functions (model, problem, cfg, generator, on_step) -> (tokens, stats).
 
 - `decode()` dispatches on cfg.decoder: "assd" (Algorithm 1, exact), "sequential" (exact, one forward per
-  token), "parallel" (mean-field baseline, not exact).
+  token), "parallel" (mean-field baseline, not exact), "beam" (the most likely fill, width cfg.beam).
 - `score()` gives the per-token log q of a finished fill in one oracle pass (for ranking candidates).
 
 Importing this package does not import torch.
@@ -48,8 +48,12 @@ def decode(
         from infill.decoding.parallel import parallel
 
         return parallel(model, problem, cfg, generator, on_step)
+    if cfg.decoder == "beam":
+        from infill.decoding.beam import beam_search
+
+        return beam_search(model, problem, cfg, generator, on_step)
     raise DecodeError(
-        f"decoder {cfg.decoder!r} is not an any-subset decoder (use assd, sequential or parallel; "
+        f"decoder {cfg.decoder!r} is not an any-subset decoder (use assd, sequential, parallel or beam; "
         "confidence and s2d2 run block-diffusion models)"
     )
 

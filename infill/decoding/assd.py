@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from infill.decoding.problem import StepCallback, check_problem, force_pads, is_pad, pads_enabled
+from infill.decoding.problem import StepCallback, check_problem, ends_span, force_pads, pads_enabled
 from infill.decoding.sampling import check_sampling, probs, residual, sample, uniform
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError
@@ -184,7 +184,7 @@ def assd(
             stats.extra["rejections"] += 1
         if pads:  # an accepted / resampled pad ends its span: stop the scan there, pad the rest of the span
             for j in range(n, new_n):
-                if is_pad(model, int(ids[masked[j]])):
+                if ends_span(model, problem, ids, j, int(ids[masked[j]])):
                     new_n = force_pads(ids, model, problem, j)
                     break
         ids[masked[new_n:t]] = model.mask_id  # discard drafts after the stop

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from infill.decoding.problem import StepCallback, check_problem, force_pads, is_pad, pads_enabled
+from infill.decoding.problem import StepCallback, check_problem, ends_span, force_pads, pads_enabled
 from infill.decoding.sampling import check_sampling, probs, sample
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError
@@ -52,7 +52,7 @@ def parallel(
         if pads:  # a pad ends its span: overwrite the rest of that span (and later spans keep their samples)
             j = before
             while j < n:
-                if is_pad(model, int(ids[masked[j]])):
+                if ends_span(model, problem, ids, j, int(ids[masked[j]])):
                     j = force_pads(ids, model, problem, j)
                 else:
                     j += 1

@@ -47,7 +47,8 @@ def pads_enabled(model: AnySubsetModel, problem: FillProblem) -> bool:
 
 
 def force_pads(ids: torch.Tensor, model: AnySubsetModel, problem: FillProblem, j: int) -> int:
-    """The token at masked[j] is a pad: write pad over the rest of its span; return the next undecoded index.
+    """The token at masked[j] ends its span (`ends_span`): write pad over the rest of the span; return the next
+    undecoded index.
 
     Spans are contiguous in decoding order (positions ascend and a span is a range), so the rest of the span
     is masked[j + 1 : end) for the first end whose span differs.
@@ -64,3 +65,21 @@ def force_pads(ids: torch.Tensor, model: AnySubsetModel, problem: FillProblem, j
 
 def is_pad(model: AnySubsetModel, token: int) -> bool:
     return model.pad_id is not None and token == model.pad_id
+
+
+def ends_span(model: AnySubsetModel, problem: FillProblem, ids: torch.Tensor, j: int, token: int) -> bool:
+    """Whether `token` at masked[j] ends its span: a pad, or one of the span's stop tokens after some text
+    (a token outside `problem.blank` earlier in the span; `ids` holds the decoded tokens)."""
+    if is_pad(model, token):
+        return True
+    if problem.stops is None or problem.span_of is None:
+        return False
+    span = int(problem.span_of[j])
+    if token not in problem.stops[span]:
+        return False
+    i = j - 1
+    while i >= 0 and int(problem.span_of[i]) == span:
+        if int(ids[problem.masked[i]]) not in problem.blank:
+            return True
+        i -= 1
+    return False

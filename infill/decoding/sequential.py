@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from infill.decoding.problem import StepCallback, check_problem, force_pads, is_pad, pads_enabled
+from infill.decoding.problem import StepCallback, check_problem, ends_span, force_pads, pads_enabled
 from infill.decoding.sampling import check_sampling, probs, sample
 from infill.decoding.stats import DecodeStats
 
@@ -44,7 +44,7 @@ def sequential(
         ids[masked[n]] = x
         before = n
         n += 1
-        if pads and is_pad(model, x):
+        if pads and ends_span(model, problem, ids, n - 1, x):
             n = force_pads(ids, model, problem, n - 1)
         stats.accepted.append(n - before)
         if on_step is not None:

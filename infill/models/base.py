@@ -28,12 +28,18 @@ class FillProblem:
     masked:  (M,) long. Masked positions in ascending order = decoding order.
     span_of: (M,) long or None. Which span each masked position belongs to. When set together with the model's
              `pad_id`, decoding a pad ends that span: its remaining positions become pad without forward passes
-             (variable-length fills, issue 4). None disables this (the exactness tests use None).
+             (variable-length fills). None disables this (the exactness tests use None).
+    stops:   per span, more tokens that end it like a pad (the token itself stays) once the span holds a token
+             outside `blank`: the line breaks of a one-line span, whose text is cut at its first line break after
+             some text anyway. Decoding stays exact for the fill up to its end; what would follow is never sampled.
+    blank:   whitespace-only tokens (see `stops`).
     """
 
     ids: torch.Tensor
     masked: torch.Tensor
     span_of: torch.Tensor | None = None
+    stops: tuple[frozenset[int], ...] | None = None
+    blank: frozenset[int] = frozenset()
 
 
 class AnySubsetModel(Protocol):

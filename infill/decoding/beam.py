@@ -1,0 +1,91 @@
+"""Beam search over the AS-ARM's left-to-right order (Eq. 4): the most likely fills, not samples.
+
+Each hypothesis fills masked positions in decoding order; a step scores every live hypothesis's next position
+with one draft pass (one target: the exact conditional q(x_n | prompt, x_{<n})), extends each by its
+`width` best tokens, and keeps the `width` best extensions by total log-probability. A token that ends its span
+(a pad, or a stop token after some text: `problem.ends_span`) pads the rest of the span at no cost, so a
+hypothesis's score is the joint log-probability of the fill up to and including the token that ended it, the
+same score `infill.api` ranks candidates by. Search stops when no live hypothesis can beat the best finished
+one (log-probabilities only decrease).
+
+Hypotheses are visited in lexicographic order of their tokens, so consecutive passes share the longest prefix
+and the model's prompt cache recomputes only the rows that differ.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from infill.decoding.problem import StepCallback, check_problem, ends_span, force_pads, pads_enabled
+from infill.decoding.stats import DecodeStats
+from infill.errors import DecodeError
+
+if TYPE_CHECKING:
+    import torch
+
+    from infill.config import DecodeConfig
+    from infill.models.base import AnySubsetModel, FillProblem
+
+
+def beam_search(
+    model: AnySubsetModel,
+    problem: FillProblem,
+    cfg: DecodeConfig,
+    generator: torch.Generator,
+    on_step: StepCallback | None = None,
+) -> tuple[torch.Tensor, DecodeStats]:
+    """The best fill found with beam width cfg.beam (>= 1; 1 = greedy). Returns (tokens (M,) long, stats);
+    stats.extra["nbest"] lists up to `width` finished fills as (log-probability, tokens), best first.
+
+    `generator` is unused (the search is deterministic); it is taken for the decoders' common signature.
+    """
+    import torch
+
+    width = cfg.beam
+    if width < 1:
+        raise DecodeError(f"beam width must be at least 1, got {width}")
+    check_problem(model, problem)
+    start = time.perf_counter()
+    stats = DecodeStats(decoder="beam", extra={"beam": width})
+    masked = problem.masked.detach().to("cpu")  # (M,)
+    M = masked.shape[0]
+    pads = pads_enabled(model, problem)
+    live: list[tuple[float, torch.Tensor, int]] = [(0.0, problem.ids.detach().to("cpu").clone(), 0)]
+    finished: list[tuple[float, torch.Tensor]] = []
+    if M == 0:
+        finished.append((0.0, live[0][1]))
+        live = []
+    while live:
+        extensions: list[tuple[float, torch.Tensor, int]] = []
+        for score, ids, n in sorted(live, key=lambda h: h[1][masked[: h[2]]].tolist()):
+            logits = model.draft(ids, masked, n, masked[n : n + 1])  # (1, V)
+            stats.nfe += 1
+            logq = torch.log_softmax(logits[0].double(), dim=-1)  # (V,)
+            top = torch.topk(logq, min(width, int(torch.isfinite(logq).sum())))
+            for lq, x in zip(top.values.tolist(), top.indices.tolist(), strict=True):
+                nxt = ids.clone()
+                nxt[masked[n]] = x
+                m = n + 1
+                if pads and ends_span(model, problem, nxt, n, x):
+                    m = force_pads(nxt, model, problem, n)
+                extensions.append((score + lq, nxt, m))
+        extensions.sort(key=lambda h: -h[0])
+        live = []
+        for score, ids, n in extensions[:width]:
+            if n >= M:
+                finished.append((score, ids))
+            else:
+                live.append((score, ids, n))
+        best = max((s for s, _ in finished), default=float("-inf"))
+        live = [h for h in live if h[0] > best]  # a longer fill only loses probability
+        if on_step is not None:
+            on_step(max((n for _, _, n in live), default=M), M)
+    finished.sort(key=lambda h: -h[0])
+    score, ids = finished[0]
+    stats.tokens = M
+    stats.accepted.append(M)
+    stats.extra["logprob"] = score
+    stats.extra["nbest"] = [(s, f[masked].tolist()) for s, f in finished[:width]]  # best first
+    stats.seconds = time.perf_counter() - start
+    return ids[masked], stats
