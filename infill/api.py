@@ -397,6 +397,34 @@ def _sample_blockdiff(
     return [_Fill(text, score, len(tok.encode(text)) if text else 0)]
 
 
+def _retrieved_fills(regions: list[_Region], loaded: LoadedModel, options: FillOptions, totals: _Totals) -> list[_Fill]:
+    """Lines from the user's code (infill.retrieval) as fills of a lone one-line span, each scored by its exact
+    log-likelihood in the span (one oracle pass) the way sampled fills are: tokens plus the ending pad."""
+    import torch
+
+    from infill.decoding import score
+    from infill.retrieval import line_candidates
+
+    if len(regions) != 1 or len(regions[0].spans) != 1:
+        return []
+    region, plan = regions[0], regions[0].spans[0]
+    pad = loaded.model.pad_id
+    if not plan.span.one_line or plan.healed or pad is None or (plan.prefix and not plan.prefix.endswith("\n")):
+        return []
+    problem = _problem(region, loaded)
+    out = []
+    for text in line_candidates(plan.prefix, plan.suffix, options.context):
+        if text.strip() == plan.replaced.strip():
+            continue  # refilling a line with itself changes nothing
+        ids = loaded.tokenizer.encode(text)
+        if len(ids) >= plan.budget:
+            continue
+        logq = score(loaded.model, problem, torch.tensor(ids + [pad] * (plan.budget - len(ids))))
+        totals.nfe += 1
+        out.append(_Fill(text, float(logq[: len(ids) + 1].sum()), len(ids)))
+    return out
+
+
 def _candidate_edits(
     data: bytes, regions: list[_Region], fills: list[_Fill], newline: str, index: LineIndex
 ) -> list[Edit]:
@@ -490,6 +518,23 @@ def fill_text(
     if on_progress is not None:
         total = sum(p.budget for r in regions for p in r.spans)
         on_progress({"event": "start", "spans": len(ordered), "tokens": total})
+
+    def consider(fills: list[_Fill]) -> bool:
+        """Check one candidate (a fill per span) and file it as valid or invalid; False if seen before."""
+        edits = _candidate_edits(data, regions, fills, newline, index)
+        key = tuple(e.text for e in edits)
+        if key in seen:
+            return False
+        seen.add(key)
+        patched = apply_edits(data, edits)
+        check_outside_unchanged(data, patched, edits)
+        # reject fills that split a UTF-8 character (U+FFFD) or add tree-sitter ERROR / MISSING nodes
+        ok = not any("\ufffd" in e.text for e in edits) or "\ufffd" in text
+        ok = ok and (not check_syntax or syntax_errors(str(language), patched) <= baseline)
+        ok = ok and (not check_python or python_parses(patched))
+        (valid if ok else invalid).append((sum(e.score for e in edits), edits, patched.decode("utf-8")))
+        return True
+
     while attempts_left > 0 and len(valid) < options.candidates:
         attempts_left -= 1
         attempts += 1
@@ -501,21 +546,12 @@ def fill_text(
                 fills += _sample_blockdiff(region, loaded, decode, generator, totals)
             else:
                 fills += _sample_asarm(region, loaded, decode, generator, totals, on_progress, attempts - 1)
-        edits = _candidate_edits(data, regions, fills, newline, index)
-        key = tuple(e.text for e in edits)
-        if key in seen:
-            if decode.temperature == 0 or decode.decoder == "beam":
-                break  # deterministic: no further candidate is new
-            continue
-        seen.add(key)
-        patched = apply_edits(data, edits)
-        check_outside_unchanged(data, patched, edits)
-        total_score = sum(e.score for e in edits)
-        # reject fills that split a UTF-8 character (U+FFFD) or add tree-sitter ERROR / MISSING nodes
-        ok = not any("\ufffd" in e.text for e in edits) or "\ufffd" in text
-        ok = ok and (not check_syntax or syntax_errors(str(language), patched) <= baseline)
-        ok = ok and (not check_python or python_parses(patched))
-        (valid if ok else invalid).append((total_score, edits, patched.decode("utf-8")))
+        if not consider(fills) and (decode.temperature == 0 or decode.decoder == "beam"):
+            break  # deterministic: no further candidate is new
+    retrieved = 0
+    if options.retrieve and loaded.kind == "asarm":
+        for fill in _retrieved_fills(regions, loaded, options, totals):
+            retrieved += consider([fill])
     if on_progress is not None:
         on_progress({"event": "done"})
     pool = valid or invalid
@@ -530,6 +566,7 @@ def fill_text(
         tokens=totals.tokens,
         seconds=round(time.perf_counter() - started, 4),
         samples=attempts,
+        retrieved=retrieved,
         valid=len(valid),
         score=best_score,
         regions=len(regions),

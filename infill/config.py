@@ -45,4 +45,6 @@ class FillOptions:
     candidates: int = 1  # -n: candidates ranked by log-likelihood
     max_resample: int = 4  # extra samples when a candidate adds syntax errors
     syntax_check: bool = True
+    retrieve: bool = True  # also rank lines from the user's code as candidates for a one-line span
+    context: tuple[str, ...] = ()  # texts of other files to take candidate lines from (--context)
     extra: dict[str, str] = field(default_factory=dict)

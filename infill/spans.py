@@ -5,7 +5,8 @@ Selectors (each match becomes one masked span):
                       break, so line endings (LF or CRLF) are never part of a fill.
   --span A:C-B:D      line:column to line:column; columns are 1-based and count characters; the end column is
                       exclusive, so 3:5-3:5 is an insertion point before column 5 of line 3.
-  --marker TEXT       every occurrence of TEXT (the marker itself is replaced).
+  --marker TEXT       every occurrence of TEXT (the marker itself is replaced; a marker alone on its line
+                      stands for the whole line, which gets one line back, as with --span N).
   --function NAME     the body of that function/method (tree-sitter); NAME may be qualified (A.f or A::f).
   --class NAME        the body of that class/struct/trait/...
   --node KIND         every capture named KIND in grammars/<lang>/*.scm (e.g. function.body, class, comment).
@@ -140,8 +141,18 @@ def _spans_from_marker(data: bytes, sel: Selection) -> list[Span]:
     spans = []
     at = data.find(needle)
     while at >= 0:
-        spans.append(Span(at, at + len(needle), sel.label, DEFAULT_TOKENS["marker"], placeholder=True))
-        at = data.find(needle, at + len(needle))
+        end = at + len(needle)
+        line_start = data.rfind(b"\n", 0, at) + 1
+        line_end = data.find(b"\n", end)
+        line_end = len(data) if line_end < 0 else line_end
+        if line_end > line_start and data[line_end - 1 : line_end] == b"\r":
+            line_end -= 1
+        if not data[line_start:at].strip() and not data[end:line_end].strip():
+            # a marker alone on its line asks for a line: the whole line is the span, as with --span N
+            spans.append(Span(line_start, line_end, sel.label, DEFAULT_TOKENS["marker"], True, one_line=True))
+        else:
+            spans.append(Span(at, end, sel.label, DEFAULT_TOKENS["marker"], placeholder=True))
+        at = data.find(needle, end)
     if not spans:
         raise InputError(f"{sel.label}: marker not found")
     return spans

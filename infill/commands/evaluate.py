@@ -50,6 +50,18 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
             show_default=True,
             help="Decoding seed (and line sampling seed for heldout-exact).",
         ),
+        click.option("--beam", type=click.IntRange(min=0), default=0, help="Beam search of this width (0 = off)."),
+        click.option(
+            "-n", "--candidates", type=click.IntRange(min=1), default=1, show_default=True, help="As for fill."
+        ),
+        click.option("--retrieve/--no-retrieve", default=FillOptions.retrieve, show_default=True, help="As for fill."),
+        click.option(
+            "--form",
+            type=click.Choice(["span", "marker"]),
+            default="span",
+            show_default=True,
+            help="How the line is selected: emptied and --span N:N, or a <FILL> line and --marker.",
+        ),
         click.option(
             "--oracle-length",
             is_flag=True,
@@ -101,7 +113,9 @@ def evaluate() -> None:
     """Measure a model: HumanEval single-line infilling pass@1, held-out exact match."""
 
 
-def _decode_config(decoder: str, k: int, temperature: float, seed: int) -> DecodeConfig:
+def _decode_config(decoder: str, k: int, temperature: float, seed: int, beam: int = 0) -> DecodeConfig:
+    if beam:
+        return DecodeConfig(decoder="beam", beam=beam, k=k, temperature=temperature, seed=seed)
     return DecodeConfig(decoder=decoder, k=k, temperature=temperature, seed=seed)  # type: ignore[arg-type]
 
 
@@ -167,7 +181,11 @@ def _emit(report: dict[str, Any], output: Path | None, as_json: bool, lines: lis
 def _filler(loaded: Any, decode: DecodeConfig, raw: bool) -> Any:
     from infill.evaluation.filling import api_filler, raw_filler
 
-    return raw_filler(loaded, decode) if raw else api_filler(loaded, decode, FillOptions())
+    if raw:
+        return raw_filler(loaded, decode)
+    params = click.get_current_context().params
+    options = FillOptions(candidates=params["candidates"], retrieve=params["retrieve"])
+    return api_filler(loaded, decode, options, form=params["form"])
 
 
 def _command_line() -> str:
@@ -221,6 +239,10 @@ def humaneval_single_line(
     k: int,
     temperature: float,
     seed: int,
+    beam: int,
+    candidates: int,
+    retrieve: bool,
+    form: str,
     oracle_length: bool,
     limit: int | None,
     output: Path | None,
@@ -247,7 +269,7 @@ def humaneval_single_line(
         click.echo(f"warning: built {len(tasks)} tasks, expected {humaneval.EXPECTED_TASKS}", err=True)
     total = len(tasks)
     tasks = humaneval.evenly_spaced(tasks, limit)
-    decode = _decode_config(decoder, k, temperature, seed)
+    decode = _decode_config(decoder, k, temperature, seed, beam)
     loaded = None
     filler: Filler = reference_filler
     budget_of: Callable[[str], int] | None = None
@@ -329,6 +351,10 @@ def heldout_exact(
     k: int,
     temperature: float,
     seed: int,
+    beam: int,
+    candidates: int,
+    retrieve: bool,
+    form: str,
     oracle_length: bool,
     limit: int | None,
     output: Path | None,
@@ -356,7 +382,7 @@ def heldout_exact(
     paths = heldout.corpus_heldout_files(corpus) if corpus is not None else []
     paths += heldout.python_files(list(files), list(dirs))
     tasks = heldout.sample_line_tasks(paths, limit or 500, seed)
-    decode = _decode_config(decoder, k, temperature, seed)
+    decode = _decode_config(decoder, k, temperature, seed, beam)
     loaded = _load(model_name, device, threads)
     count = token_counter(loaded)
     max_tokens = context_tokens or max(32, int(getattr(loaded.model, "max_length", 512)) - 64)

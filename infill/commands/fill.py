@@ -66,8 +66,15 @@ class FillRequest:
         kw["decode"] = DecodeConfig(**d.get("decode", {}))
         kw["model"] = ModelSpec(**d.get("model", {}))
         opts = dict(d.get("options", {}))
+        opts["context"] = tuple(opts.get("context", ()))  # JSON turns the tuple into a list
         kw["options"] = FillOptions(**opts)
         return cls(**kw)
+
+
+def _read_context(path: str) -> str:
+    """A --context file's text (undecodable bytes replaced: it only supplies candidate lines)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
 
 
 def result_json(result: Any, file: str | None) -> dict[str, Any]:
@@ -421,6 +428,21 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
     help="Extra samples when a candidate adds syntax errors.",
 )
 @click.option("--no-syntax-check", is_flag=True, help="Accept candidates that add tree-sitter errors.")
+@click.option(
+    "--retrieve/--no-retrieve",
+    default=FillOptions.retrieve,
+    show_default=True,
+    help="For a one-line fill, also rank lines of your own code that sit between similar lines (from the file "
+    "and --context files) by the model's likelihood, next to its samples.",
+)
+@click.option(
+    "--context",
+    "context_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    metavar="FILE",
+    help="Another file to take candidate lines from (repeatable).",
+)
 @click.option("--model", default="default", show_default=True, metavar="NAME|PATH", help="Model name or folder.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--revision", default=None, metavar="REV", help="HF-cache revision of --model (e.g. code, nlp).")
@@ -473,6 +495,8 @@ def fill(
     candidates: int,
     max_resample: int,
     no_syntax_check: bool,
+    retrieve: bool,
+    context_files: tuple[str, ...],
     model: str,
     device: str,
     revision: str | None,
@@ -535,7 +559,12 @@ def fill(
             mask_token=mask_token,
         ),
         options=FillOptions(
-            tokens=tokens, candidates=candidates, max_resample=max_resample, syntax_check=not no_syntax_check
+            tokens=tokens,
+            candidates=candidates,
+            max_resample=max_resample,
+            syntax_check=not no_syntax_check,
+            retrieve=retrieve,
+            context=tuple(_read_context(path) for path in context_files),
         ),
         diff=diff,
         check=check,

@@ -90,26 +90,41 @@ class FillOutcome:
 Filler = Callable[[Slot, "int | None"], FillOutcome]
 
 
+MARKER = "<FILL>"
+
+
 def api_filler(
     model: Any,
     decode: DecodeConfig,
     options: FillOptions | None = None,
     language: str = "python",
+    form: str = "span",
 ) -> Filler:
-    """Fill through infill.api.fill_text with `model` (a LoadedModel or a ModelSpec) and `decode`."""
+    """Fill through infill.api.fill_text with `model` (a LoadedModel or a ModelSpec) and `decode`.
+
+    form "span": the line is emptied and selected as `infill fill --span N:N` selects it; "marker": the line
+    holds `<FILL>` at the reference's indentation and is selected as `--marker '<FILL>'` selects it.
+    """
     base = options if options is not None else FillOptions()
     from infill.api import fill_text
     from infill.errors import InfillError
-    from infill.spans import Span
+    from infill.spans import Selection, Span, resolve
 
     def fill(slot: Slot, budget: int | None) -> FillOutcome:
-        at = len(slot.before.encode("utf-8"))
         terminator = slot.terminator
+        if form == "marker":
+            indent = slot.reference[: len(slot.reference) - len(slot.reference.lstrip())]
+            text = slot.before + indent + MARKER + slot.after
+            spans = resolve(text.encode("utf-8"), [Selection("marker", MARKER)], language)
+        else:
+            at = len(slot.before.encode("utf-8"))
+            text = slot.before + slot.after
+            spans = [Span(at, at, "eval", one_line=True)]
         start = time.perf_counter()
         try:
             result = fill_text(
-                slot.before + slot.after,
-                [Span(at, at, "eval", one_line=True)],
+                text,
+                spans,
                 language=language,
                 model=model,
                 decode=decode,

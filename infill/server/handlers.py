@@ -95,8 +95,16 @@ _DECODE = {
     "unmask_per_step": int,
     "routing": str,
     "gamma": float,
+    "beam": int,
 }  # DecodeConfig fields, named as the flags
-_OPTIONS = {"tokens": int, "candidates": int, "max_resample": int, "syntax_check": bool}
+_OPTIONS = {
+    "tokens": int,
+    "candidates": int,
+    "max_resample": int,
+    "syntax_check": bool,
+    "retrieve": bool,
+    "context": list,
+}
 _MODEL = {"model": "name", "device": "device", "revision": "revision", "mask_token": "mask_token"}  # -> ModelSpec
 _OTHER = {"text", "path", "filename", "cwd", "precision", *_MODEL}
 
@@ -137,6 +145,11 @@ def fill_request(params: dict[str, Any]) -> dict[str, Any]:
         "options": {k: _typed(k, params[k], t) for k, t in _OPTIONS.items() if k in params},
         "model": {field: _typed(key, params[key], str) for key, field in _MODEL.items() if key in params},
     }
+    context = request["options"].get("context")
+    if context is not None:
+        if not all(isinstance(c, str) for c in context):
+            raise InputError('"context" must be a list of strings (texts of other files)')
+        request["options"]["context"] = tuple(context)
     if "precision" in params:
         if params["precision"] not in ("bf16", "fp32"):
             raise InputError('"precision" must be "bf16" or "fp32"')
