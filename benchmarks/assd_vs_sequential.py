@@ -1,6 +1,8 @@
-"""ASSD versus sequential decoding on the same model and the same HumanEval single-line tasks, in one run.
+"""ASSD versus sequential decoding on the same model and the same single-line tasks, in one run.
 
-For every task, each decoder (sequential, then ASSD at each k) fills the same slot through
+Tasks: HumanEval single-line tasks, and with --heldout CORPUS also lines of the corpus's held-out files. For
+every task, each decoder (sequential, ASSD with model drafts at each k, ASSD with lookup drafts at each
+lookup k) fills the same slot through
 infill.api.fill_text with the same seed and budget; their order is rotated from task to task so that load
 drift on a shared machine hits all of them alike. One untimed warm-up fill comes first. Syntax checking and
 resampling are off so that each fill is exactly one decode.
@@ -22,7 +24,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +48,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--model", default="default", help="model name or folder (default: the embedded model)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--limit", type=int, default=100, help="tasks, evenly spaced over the 1,033 (default 100)")
-    parser.add_argument("--ks", default="5,10,15", help="ASSD speculation widths (default 5,10,15)")
+    parser.add_argument("--ks", default="5,10", help="ASSD speculation widths, model drafts (default 5,10)")
+    parser.add_argument("--lookup-ks", default="4,8", help="longest lookup drafts (default 4,8; '' = none)")
+    parser.add_argument("--heldout", type=Path, default=None, help="corpus folder: add held-out lines")
+    parser.add_argument("--heldout-limit", type=int, default=100, help="held-out lines (default 100)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--oracle-length", action="store_true", help="budget = reference token length")
     parser.add_argument("--json", type=Path, default=None, help="write per-task measurements here")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads (0 = infill's default, 1)")
     parser.add_argument(
         "--raw", action="store_true", help="decode through the model alone (no fill_text post-processing)"
     )
@@ -60,16 +65,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from infill.models.registry import load
 
     if args.threads > 0:
-        import torch
+        import os
 
-        torch.set_num_threads(args.threads)
+        os.environ["INFILL_THREADS"] = str(args.threads)
     loaded = load(ModelSpec(name=args.model, device=args.device))
-    tasks = evenly_spaced(build_tasks(load_problems()), args.limit)
+    tasks: list[Any] = evenly_spaced(build_tasks(load_problems()), args.limit)
+    if args.heldout is not None:
+        from infill.evaluation import heldout
+
+        count_tokens = token_counter(loaded)
+        picked = heldout.sample_line_tasks(heldout.corpus_heldout_files(args.heldout), args.heldout_limit)
+        room = int(loaded.model.max_length) - 64
+        tasks += [replace(t, slot=heldout.crop_slot(t.slot, count_tokens, room)) for t in picked]
     ks = [int(k) for k in args.ks.split(",") if k.strip()]
     configs = {"sequential": DecodeConfig(decoder="sequential", temperature=args.temperature, seed=args.seed)}
     for k in ks:
-        configs[f"assd k={k}"] = DecodeConfig(decoder="assd", k=k, temperature=args.temperature, seed=args.seed)
-    options = FillOptions(candidates=1, max_resample=0, syntax_check=False)
+        configs[f"assd k={k}"] = DecodeConfig(
+            decoder="assd", k=k, draft="model", temperature=args.temperature, seed=args.seed
+        )
+    for k in [int(k) for k in args.lookup_ks.split(",") if k.strip()]:
+        configs[f"lookup k={k}"] = DecodeConfig(
+            decoder="assd", draft="lookup", k=k, temperature=args.temperature, seed=args.seed
+        )
+    options = FillOptions(candidates=1, max_resample=0, syntax_check=False, retrieve=False)
     fillers = {
         name: raw_filler(loaded, cfg) if args.raw else api_filler(loaded, cfg, options) for name, cfg in configs.items()
     }
@@ -100,6 +118,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "tokens_per_nfe_total": ratio(sum(out[i].tokens for i in ok), sum(out[i].nfe for i in ok)),
                 "nfe_total": sum(out[i].nfe for i in ok),
                 "tokens_total": sum(out[i].tokens for i in ok),
+                "speedup_min": min((ratio(seq[i].seconds, out[i].seconds) for i in ok), default=float("nan")),
                 "speedup_median": median([ratio(seq[i].seconds, out[i].seconds) for i in ok]),
                 "speedup_total": ratio(sum(seq[i].seconds for i in ok), sum(out[i].seconds for i in ok)),
                 "decoder_speedup_median": median([ratio(seq[i].decode_seconds, out[i].decode_seconds) for i in ok]),
@@ -110,18 +129,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
 
     print(
-        f"model {args.model}, {len(tasks)} HumanEval single-line tasks, T={args.temperature:g}, "
+        f"model {args.model}, {len(tasks)} single-line tasks, T={args.temperature:g}, "
         f"{'oracle length' if args.oracle_length else 'length policy'}, {platform.machine()}, "
         f"{time.perf_counter() - started:.0f} s"
     )
     header = (
-        f"{'decoder':<12} {'tok/NFE med':>11} {'tok/NFE tot':>11} {'NFE tot':>8} {'speedup med':>11} "
+        f"{'decoder':<13} {'tok/NFE med':>11} {'tok/NFE tot':>11} {'NFE tot':>8} {'speedup med':>11} "
         f"{'speedup tot':>11} {'dec. med':>8} {'same':>6}"
     )
     print(header)
     for r in rows:
         print(
-            f"{r['decoder']:<12} {r['tokens_per_nfe_median']:>11.2f} {r['tokens_per_nfe_total']:>11.2f} "
+            f"{r['decoder']:<13} {r['tokens_per_nfe_median']:>11.2f} {r['tokens_per_nfe_total']:>11.2f} "
             f"{r['nfe_total']:>8d} {r['speedup_median']:>10.2f}x {r['speedup_total']:>10.2f}x "
             f"{r['decoder_speedup_median']:>7.2f}x {r['same_as_sequential']:>6.0%}"
         )

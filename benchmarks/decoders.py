@@ -108,7 +108,7 @@ def main() -> None:
 
     configs = [("sequential", DecodeConfig(decoder="sequential", temperature=args.temperature))]
     for k in (3, 5, 10):
-        configs.append((f"assd k={k}", DecodeConfig(decoder="assd", k=k, temperature=args.temperature)))
+        configs.append((f"assd k={k}", DecodeConfig(decoder="assd", k=k, draft="model", temperature=args.temperature)))
     for k in (5, 10):
         cfg = DecodeConfig(decoder="assd", k=k, draft="ngram", temperature=args.temperature)
         configs.append((f"assd ngram k={k}", cfg))

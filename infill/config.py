@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 DecoderName = Literal["assd", "sequential", "parallel", "beam", "confidence", "s2d2"]
-DraftName = Literal["model", "ngram"]
+DraftName = Literal["model", "ngram", "lookup"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 
 
@@ -14,7 +14,9 @@ DeviceName = Literal["auto", "cpu", "cuda"]
 class DecodeConfig:
     decoder: DecoderName = "assd"
     k: int = 10  # speculation width (ASSD) or chunk size (parallel); must be >= 2 for assd
-    draft: DraftName = "model"  # "ngram" = Algorithm 2 of the ASSD paper (bigram draft from the visible context)
+    # "ngram" = Algorithm 2 of the ASSD paper (bigram draft from the visible context); "lookup" = copy what followed
+    # the same tokens elsewhere in the text, verified in one pass (infill.decoding.lookup)
+    draft: DraftName = "lookup"
     epsilon: float = 0.0  # LOSSY acceptance tolerance r < min(1, q/p + eps); 0 keeps sampling exact
     temperature: float = 1.0  # 0 means greedy (argmax) everywhere
     top_k: int = 0  # 0 = off

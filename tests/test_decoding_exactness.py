@@ -91,9 +91,9 @@ def chi_square_p(model: Memo, layout: str, cfg: DecodeConfig, seed: int = 1234, 
 
 EXACT = [
     DecodeConfig(decoder="sequential"),
-    DecodeConfig(decoder="assd", k=2),
-    DecodeConfig(decoder="assd", k=3),
-    DecodeConfig(decoder="assd", k=5),
+    DecodeConfig(decoder="assd", k=2, draft="model"),
+    DecodeConfig(decoder="assd", k=3, draft="model"),
+    DecodeConfig(decoder="assd", k=5, draft="model"),
 ]
 
 
@@ -110,7 +110,7 @@ def test_ngram_draft_is_exact(model: Memo) -> None:
 
 
 def test_transformed_sampling_is_exact_for_the_transformed_joint(model: Memo) -> None:
-    cfg = DecodeConfig(decoder="assd", k=3, temperature=1.3, top_k=3, top_p=0.9)
+    cfg = DecodeConfig(decoder="assd", k=3, draft="model", temperature=1.3, top_k=3, top_p=0.9)
     assert chi_square_p(model, "empty-suffix", cfg) > 1e-4
 
 
@@ -167,3 +167,82 @@ def test_variable_length_fills_match_the_joint(cfg: DecodeConfig) -> None:
     observed.append(pooled_o)
     expected.append(pooled_e)
     assert chisquare(observed, expected).pvalue > 1e-4
+
+
+# --- prompt-lookup drafts (infill.decoding.lookup) --------------------------------------------------------
+
+LOOKUP_LAYOUTS: dict[str, list[int | None]] = {
+    "match-before-gap": [0, 1, 2, 3, 0, 1, None, None, None],  # drafts [2, 3] from the start
+    "match-mid-fill": [0, 1, 2, 3, None, None, None, None],  # a match appears once the fill starts "0 1"
+}
+
+
+def _lookup_problem(name: str) -> FillProblem:
+    layout = LOOKUP_LAYOUTS[name]
+    ids = torch.tensor([MASK if t is None else t for t in layout])
+    return FillProblem(ids=ids, masked=torch.tensor([i for i, t in enumerate(layout) if t is None]))
+
+
+def _chi_square_of(model: Memo, problem: FillProblem, cfg: DecodeConfig, draw: object, samples: int) -> float:
+    joint = exact_joint(model, problem, cfg)
+    g = torch.Generator().manual_seed(99)
+    counts: Counter[tuple[int, ...]] = Counter(tuple(draw(problem, g)) for _ in range(samples))  # type: ignore[operator]
+    observed, expected, po, pe = [], [], 0.0, 0.0
+    for x, pr in joint.items():
+        if pr * samples >= 5:
+            observed.append(counts[x])
+            expected.append(pr * samples)
+        else:
+            po, pe = po + counts[x], pe + pr * samples
+    observed.append(po)
+    expected.append(pe)
+    return float(chisquare(observed, expected).pvalue)
+
+
+@pytest.mark.parametrize("layout", sorted(LOOKUP_LAYOUTS))
+def test_lookup_drafts_are_exact_and_fire(model: Memo, layout: str) -> None:
+    from infill.decoding.lookup import lookup_decode
+
+    cfg = DecodeConfig(decoder="assd", draft="lookup", k=4)
+    problem = _lookup_problem(layout)
+    drafted = 0
+
+    def draw(p: FillProblem, g: torch.Generator) -> list[int]:
+        nonlocal drafted
+        tokens, stats = lookup_decode(model, p, cfg, g)
+        drafted += stats.extra["drafted"]
+        return tokens.tolist()
+
+    assert _chi_square_of(model, problem, cfg, draw, 12_000) > 1e-4
+    assert drafted > 100  # the lookup really proposed drafts (else this only tests sequential steps)
+
+
+def test_lookup_drafts_accepted_without_verification_fail(model: Memo) -> None:
+    """Negative control: copying the looked-up tokens without the acceptance test is visibly not the joint."""
+    from infill.decoding.lookup import lookup
+    from infill.decoding.sampling import sample
+
+    cfg = DecodeConfig(decoder="assd", draft="lookup", k=4)
+    problem = _lookup_problem("match-before-gap")
+
+    def draw(p: FillProblem, g: torch.Generator) -> list[int]:
+        ids, masked = p.ids.clone(), p.masked
+        visible = [True] * ids.shape[0]
+        for m in masked.tolist():
+            visible[m] = False
+        n = 0
+        while n < masked.shape[0]:
+            copied = lookup(ids.tolist(), visible, int(masked[n]), masked.shape[0] - n)
+            if copied:  # taken as is
+                for t in copied[: masked.shape[0] - n]:
+                    ids[masked[n]] = t
+                    visible[int(masked[n])] = True
+                    n += 1
+                continue
+            q = probs(model.draft(ids, masked, n, masked[n : n + 1]), 1.0)
+            ids[masked[n]] = int(sample(q, g)[0])
+            visible[int(masked[n])] = True
+            n += 1
+        return ids[masked].tolist()
+
+    assert _chi_square_of(model, problem, cfg, draw, 12_000) < 1e-6

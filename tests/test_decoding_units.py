@@ -111,7 +111,7 @@ def test_theorem1_nfe_at_most_tokens(
 ) -> None:
     ids = torch.tensor([MASK if m else i % 9 for i, m in enumerate(layout)])
     masked = torch.tensor([i for i, m in enumerate(layout) if m])
-    cfg = DecodeConfig(decoder="assd", k=k, temperature=0.0 if greedy else 1.0)
+    cfg = DecodeConfig(decoder="assd", k=k, draft="model", temperature=0.0 if greedy else 1.0)
     before = model.nfe
     tokens, stats = decode(model, FillProblem(ids, masked), cfg, gen(seed))
     assert stats.nfe <= masked.shape[0] == stats.tokens == tokens.shape[0]
@@ -200,10 +200,10 @@ SCRIPT = {1: 0, 2: 2, 3: 1, 4: 1, 6: 1, 7: 0}
     [
         (DecodeConfig(decoder="sequential"), 4),  # positions 3, 4 need no forward
         (
-            DecodeConfig(decoder="assd", k=10),
+            DecodeConfig(decoder="assd", k=10, draft="model"),
             4,
         ),  # draft+verify [1..7] stops at the pad; then draft+verify 6, 7
-        (DecodeConfig(decoder="assd", k=2), 4),
+        (DecodeConfig(decoder="assd", k=2, draft="model"), 4),
         (DecodeConfig(decoder="parallel", k=10), 1),
     ],
     ids=["sequential", "assd-k10", "assd-k2", "parallel"],
@@ -227,7 +227,7 @@ def test_pads_are_not_forced_without_span_of() -> None:
 @pytest.mark.parametrize(
     "ids, masked, cfg, message",
     [
-        ([1, MASK, MASK], [1, 2], DecodeConfig(decoder="assd", k=1), "k >= 2"),
+        ([1, MASK, MASK], [1, 2], DecodeConfig(decoder="assd", k=1, draft="model"), "k >= 2"),
         ([MASK, MASK, MASK], [0, 1, 2], DecodeConfig(), "no visible token"),
         ([1] + [MASK] * 16, list(range(1, 17)), DecodeConfig(), "maximum length"),
         ([1, MASK, MASK], [2, 1], DecodeConfig(), "ascending"),

@@ -291,3 +291,36 @@ def test_shipped_default_model() -> None:
     assert prov["steps"] > 0 and prov["heldout"]["nll_per_token"] > 0 and prov["corpus"]["files"] > 1000
     text = "def f(x):\r\n\treturn x  \n"
     assert loaded.tokenizer.decode(loaded.tokenizer.encode(text)) == text
+
+
+def test_packed_training_set_and_sharded_bf16_export(tiny_corpus, tmp_path: Path, tiny_tokenizer) -> None:  # noqa: F811
+    """The GPU recipe's pieces on CPU: a size-capped pack of the corpus trains like the corpus, and an export in
+    bf16 shards (with HF's index file) loads in infill and in transformers with the same weights."""
+    from infill.config import ModelSpec
+    from infill.models.loading import load_by_name
+    from infill.models.twostream import INDEX, read_weights
+    from infill.training.asarm import pack_streams
+
+    corpus, tok_path = tiny_corpus
+    pack = tmp_path / "pack.npz"
+    meta = pack_streams(tiny_tokenizer, tok_path, corpus, pack, 6_000_000, max_mb=1.0)
+    assert pack.stat().st_size <= 1e6 and meta["train_tokens"] == meta["train_tokens_available"] > 1000
+    state = train(pack, tok_path, tmp_path / "run", _tiny_cfg(steps=3, eval_sequences=8), resume=False)
+    assert state.step == 3 and state.last_eval is not None  # the held-out loss came from the pack
+    model, cfg, _ = load_checkpoint_model(tmp_path / "run")
+    out = tmp_path / "model"
+    export_model(model, tok_path, out, cfg.seq_len, {}, dtype=torch.bfloat16, shard_mb=0.1)
+    shards = sorted(out.glob("model-*-of-*.safetensors"))
+    assert len(shards) >= 2 and all(s.stat().st_size <= 0.1e6 for s in shards) and (out / INDEX).is_file()
+    weights = read_weights(out)
+    for name, tensor in model.state_for_file().items():
+        assert torch.equal(weights[name], tensor.to(torch.bfloat16).float()), name  # bf16 round trip
+    assert load_by_name(ModelSpec(name=str(out), device="cpu", bf16=False)).kind == "asarm"
+    from transformers import XLNetLMHeadModel
+
+    hf = XLNetLMHeadModel.from_pretrained(str(out), dtype=torch.float32)
+    assert torch.equal(
+        hf.state_dict()["transformer.word_embedding.weight"], weights["transformer.word_embedding.weight"]
+    )
+    tiny = pack_streams(tiny_tokenizer, tok_path, corpus, tmp_path / "small.npz", 6_000_000, max_mb=0.001)
+    assert tiny["train_tokens"] < meta["train_tokens"]  # the cap cuts the training stream

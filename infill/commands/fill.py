@@ -358,10 +358,11 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
 @click.option("--seed", type=int, default=DecodeConfig.seed, show_default=True, help="Fixed by default: reproducible.")
 @click.option(
     "--draft",
-    type=click.Choice(["model", "ngram"]),
-    default="model",
+    type=click.Choice(["model", "ngram", "lookup"]),
+    default=DecodeConfig.draft,
     show_default=True,
-    help="ASSD draft: the model itself, or a bigram of the visible text (Algorithm 2).",
+    help="ASSD draft: the model itself, a bigram of the visible text (Algorithm 2), or copies of what followed the "
+    "same tokens elsewhere in the text (lookup; one verify pass per step).",
 )
 @click.option(
     "--epsilon",

@@ -130,12 +130,39 @@ def _parse_until(value: str | None) -> float:
         raise InputError(f"--until: cannot parse time {value!r} (use HH:MM in UTC or ISO 8601)") from exc
 
 
-@train.command("asarm")
+@train.command("pack")
 @click.option(
     "--corpus",
     type=click.Path(path_type=Path, exists=True, file_okay=False),
     default=DEFAULT_CORPUS,
     show_default=True,
+)
+@click.option(
+    "--tokenizer",
+    "tokenizer_json",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    required=True,
+)
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="The .npz file to write.")
+@click.option("--max-mb", type=click.FloatRange(1), default=60.0, show_default=True, help="Size cap of the file.")
+@click.option("--max-package-mb", type=click.FloatRange(0.01), default=6.0, show_default=True)
+def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_package_mb: float) -> None:
+    """Tokenize the corpus into one compressed file (train + held-out streams) that travels to a GPU machine;
+    `infill train asarm --corpus FILE.npz` trains from it."""
+    from infill.training.asarm import pack_streams
+    from infill.training.tokenizer import load_tokenizer
+
+    meta = pack_streams(load_tokenizer(tokenizer_json), tokenizer_json, corpus, out, int(max_package_mb * 1e6), max_mb)
+    click.echo(json.dumps(meta))
+
+
+@train.command("asarm")
+@click.option(
+    "--corpus",
+    type=click.Path(path_type=Path, exists=True),
+    default=DEFAULT_CORPUS,
+    show_default=True,
+    help="A corpus folder, or a packed training set from `infill train pack`.",
 )
 @click.option(
     "--tokenizer",
@@ -294,19 +321,38 @@ def asarm(
 )
 @click.option(
     "--corpus",
-    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    type=click.Path(path_type=Path, exists=True),
     default=DEFAULT_CORPUS,
     show_default=True,
 )
 @click.option("--out", type=click.Path(path_type=Path), required=True)
-def export_cmd(run_dir: Path, tokenizer_json: Path, corpus: Path, out: Path) -> None:
+@click.option("--bf16", is_flag=True, help="Store the weights in bf16 (half the size; loaded back as fp32).")
+@click.option(
+    "--shard-mb",
+    type=click.FloatRange(1),
+    default=None,
+    help="Split the weights into safetensors shards of at most this many MB (with an index file).",
+)
+def export_cmd(
+    run_dir: Path, tokenizer_json: Path, corpus: Path, out: Path, bf16: bool, shard_mb: float | None
+) -> None:
     """Export run-dir/last.pt as a model folder."""
+    import torch
+
     from infill.training.asarm import export_model, load_checkpoint_model, provenance
 
     if not (run_dir / "last.pt").exists():
         raise InputError(f"no checkpoint {run_dir / 'last.pt'}")
     model, cfg, state = load_checkpoint_model(run_dir)
-    export_model(model, tokenizer_json, out, cfg.seq_len, provenance(cfg, state, corpus))
+    export_model(
+        model,
+        tokenizer_json,
+        out,
+        cfg.seq_len,
+        provenance(cfg, state, corpus),
+        dtype=torch.bfloat16 if bf16 else None,
+        shard_mb=shard_mb,
+    )
     click.echo(f"exported step {state.step} to {out}")
 
 

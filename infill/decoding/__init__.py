@@ -1,6 +1,7 @@
 """Any-subset decoders: pure functions (model, problem, cfg, generator, on_step) -> (tokens, stats).
 
-- `decode()` dispatches on cfg.decoder: "assd" (Algorithm 1, exact), "sequential" (exact, one forward per
+- `decode()` dispatches on cfg.decoder: "assd" (Algorithm 1, exact; with draft="lookup" the drafts are copied
+  from the visible text and verified in one pass: infill.decoding.lookup), "sequential" (exact, one forward per
   token), "parallel" (mean-field baseline, not exact), "beam" (the most likely fill, width cfg.beam).
 - `score()` gives the per-token log q of a finished fill in one oracle pass (for ranking candidates).
 
@@ -36,6 +37,10 @@ def decode(
     `on_step(decoded, total)` is called after every iteration. Raises DecodeError for a malformed problem or
     config.
     """
+    if cfg.decoder == "assd" and cfg.draft == "lookup":
+        from infill.decoding.lookup import lookup_decode
+
+        return lookup_decode(model, problem, cfg, generator, on_step)
     if cfg.decoder == "assd":
         from infill.decoding.assd import assd
 

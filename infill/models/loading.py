@@ -102,7 +102,7 @@ def load_by_name(spec: ModelSpec) -> LoadedModel:
 
 def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], provenance: str) -> LoadedModel:
     from infill.models.tokenizer import load_tokenizer
-    from infill.models.twostream import TwoStreamXLNet, XLNetShape
+    from infill.models.twostream import TwoStreamXLNet, XLNetShape, read_weights
     from infill.models.xlnet import XLNetAnySubset
 
     tokenizer = load_tokenizer(folder)
@@ -115,7 +115,7 @@ def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], proven
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelError(f"{folder}: unsupported XLNet config: {exc}") from exc
     try:
-        net.load_file_state(_weights(folder))
+        net.load_file_state(read_weights(folder))
     except Exception as exc:  # safetensors / OSError / ValueError on a missing, corrupt or mismatched file
         raise ModelError(f"cannot load XLNet weights from {folder}: {exc}".splitlines()[0]) from exc
     model = XLNetAnySubset(
@@ -139,18 +139,3 @@ def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], proven
         "max_length": model.max_length,
     }
     return LoadedModel(name=spec.name, kind="asarm", model=model, tokenizer=tokenizer, info=info)
-
-
-def _weights(folder: Path) -> dict[str, Any]:
-    """The folder's tensors as fp32: model.safetensors, or a published checkpoint's pytorch_model.bin."""
-    import torch
-
-    if (folder / "model.safetensors").is_file():
-        from safetensors.torch import load_file
-
-        tensors = load_file(str(folder / "model.safetensors"))
-    elif (folder / "pytorch_model.bin").is_file():
-        tensors = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    else:
-        raise OSError("no model.safetensors or pytorch_model.bin")
-    return {k: v.float() for k, v in tensors.items()}

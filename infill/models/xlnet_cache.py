@@ -7,7 +7,12 @@ those "committed" rows are kept in preallocated buffers; a pass then computes on
   - the content rows of newly decoded tokens (appended to the buffers, rank-causal among themselves),
   - for verify, the content rows of the k drafts (written after the committed rows, not committed),
   - the query stream of the k targets,
-each with the layer functions of infill.models.twostream (the same code that trains the model).
+with the layer functions of infill.models.twostream (the same code that trains the model).
+
+One pass, one trip through the weights. The new content rows and the query rows are different rows of the
+same layer: they are stacked and go through each projection, attention and feed-forward product together,
+each row with its own visibility. On a CPU a pass of a few rows is bound by reading the weights from memory,
+so stacking the two streams costs about one stream's time instead of two.
 
 Accepted drafts are committed for free: a verify pass leaves the drafts' keys and values right after the
 committed rows, and they are exactly the rows a commit of those tokens would compute.
@@ -49,6 +54,51 @@ class XLNetKVCache:
         # drafts whose rows the last verify pass left at _R..: (committed tokens then, draft tokens)
         self._stash: tuple[list[int], list[int]] | None = None
 
+    # --- the fused pass ---------------------------------------------------------------------------
+
+    def _pass(
+        self,
+        tokens: torch.Tensor,
+        pos: torch.Tensor,
+        targets: torch.Tensor,
+        sees: torch.Tensor,
+        bidirectional: bool = False,
+    ) -> torch.Tensor | None:
+        """Content rows for `tokens` (G,) at `pos` (G,), rank-causal among themselves (all-visible when
+        `bidirectional`: the prompt), written at _R.._R+G-1 of every layer (the caller commits them or not), and
+        query rows for `targets` (k,); `sees` (k, G) bool says which new rows each query row sees (every row sees
+        the committed rows). Returns the targets' (k, d) final states, or None when k == 0."""
+        import torch
+
+        from infill.models.twostream import NEG
+
+        assert self._keys is not None and self._values is not None and self._pos is not None
+        R, G, k = self._R, tokens.shape[0], targets.shape[0]
+        dev = tokens.device
+        width = R + G
+        self._pos[R:width] = pos
+        q_pos = torch.cat([pos, targets])  # (G+k,) the rows' positions
+        rel = ((self._N - 1) - (q_pos[:, None] - self._pos[None, :width]))[None]  # (1, G+k, width)
+        within = torch.ones(G, G, dtype=torch.bool, device=dev)
+        blocked = torch.cat([~within if bidirectional else ~within.tril(), ~sees])  # (G+k, G)
+        neg = torch.zeros(1, G + k, width, device=dev)
+        neg[0, :, R:] = blocked.to(neg.dtype) * -NEG
+        x = torch.cat([self.net.transformer.word_embedding(tokens), self.net.transformer.mask_emb[0].expand(k, -1)])
+        last = len(self.layers) - 1
+        for li, layer in enumerate(self.layers):
+            q, key, value = layer.project(x, "qkv").unbind(-3)  # each (G+k, n, dh): one product for both streams
+            self._keys[li, :, R:width] = key[:G].transpose(0, 1)
+            self._values[li, :, R:width] = value[:G].transpose(0, 1)
+            rows = slice(G, G + k) if li == last else slice(0, G + k)  # the last layer's content rows feed nothing
+            if li == last and k == 0:
+                return None
+            kt = self._keys[li, :, None, :width].transpose(-1, -2)  # (n, 1, dh, width) views
+            vh = self._values[li, :, None, :width]
+            x = layer.ff(
+                layer.attend(x[rows][None], q[rows][None], kt, vh, self._kr[li], rel[:, rows], neg[:, rows])[0]
+            )
+        return x if k else None
+
     # --- cache maintenance ------------------------------------------------------------------------
 
     def _reset(self, ids: torch.Tensor, masked: torch.Tensor) -> None:
@@ -71,55 +121,15 @@ class XLNetKVCache:
         self._tokens = []
         self._stash = None
         self._n_prompt = p_pos.shape[0]
-        P = p_pos.shape[0]
-        self._rows(ids[p_pos], p_pos, torch.ones(P, P, dtype=torch.bool, device=ids.device))
-        self._R = P
+        none = torch.zeros(0, dtype=torch.long, device=ids.device)
+        self._pass(ids[p_pos], p_pos, none, torch.zeros(0, p_pos.shape[0], dtype=torch.bool), bidirectional=True)
+        self._R = p_pos.shape[0]  # the prompt block is bidirectional: every prompt row sees every other
         self.prefills += 1
 
-    def _rows(self, tokens: torch.Tensor, pos: torch.Tensor, within: torch.Tensor) -> None:
-        """Compute content rows (G,) for `tokens` at `pos` and write their keys/values at _R.._R+G-1 of every
-        layer (not committed: _R is unchanged). `within` (G, G) says which new rows see which; every row sees
-        the committed rows."""
-        import torch
-
-        from infill.models.twostream import NEG
-
-        assert self._keys is not None and self._values is not None and self._pos is not None
-        R, G = self._R, tokens.shape[0]
-        self._pos[R : R + G] = pos
-        k_pos = self._pos[: R + G]
-        rel = ((self._N - 1) - (pos[:, None] - k_pos[None, :]))[None]  # (1, G, R+G)
-        neg = torch.zeros(1, G, R + G, device=tokens.device)
-        neg[0, :, R:] = (~within).to(neg.dtype) * -NEG
-        h = self.net.transformer.word_embedding(tokens)  # (G, d)
-        last = len(self.layers) - 1
-        for li, layer in enumerate(self.layers):
-            if li < last:
-                q, k, v = layer.project(h, "qkv").unbind(-3)  # each (G, n, dh)
-            else:  # the last layer's content rows feed nothing: keys and values only
-                k, v = layer.project(h, "kv").unbind(-3)
-            self._keys[li, :, R : R + G] = k.transpose(0, 1)
-            self._values[li, :, R : R + G] = v.transpose(0, 1)
-            if li < last:
-                kt, vh = self._heads(li, R + G)
-                h = layer.ff(layer.attend(h[None], q[None], kt, vh, self._kr[li], rel, neg)[0])
-
-    def _heads(self, li: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer li's first `width` keys as (n, 1, dh, width) and values as (n, 1, width, dh): views."""
-        assert self._keys is not None and self._values is not None
-        return self._keys[li, :, None, :width].transpose(-1, -2), self._values[li, :, None, :width]
-
-    def _commit(self, tokens: torch.Tensor, pos: torch.Tensor) -> None:
-        """Append decoded rows (rank-causal among themselves) to the cache."""
-        import torch
-
-        G = tokens.shape[0]
-        self._rows(tokens, pos, torch.ones(G, G, dtype=torch.bool, device=tokens.device).tril())
-        self._R += G
-        self._stash = None  # the rows after _R were overwritten
-
-    def _sync(self, ids: torch.Tensor, masked: torch.Tensor, n: int) -> None:
-        """Make the cache hold exactly the prompt + masked[:n] with the tokens in `ids`."""
+    def _sync(self, ids: torch.Tensor, masked: torch.Tensor, n: int) -> torch.Tensor:
+        """Make the cache hold the prompt + the longest committed prefix of masked[:n] that matches `ids`, using
+        a verify pass's stashed drafts where they were accepted. Returns the positions masked[c:n] still to
+        commit (the caller computes them in its pass)."""
         import torch
 
         key = (ids.shape[0], tuple(masked.tolist()))
@@ -149,10 +159,7 @@ class XLNetKVCache:
                 self.reused += m
                 keep += m
         self._stash = None
-        if keep < n:
-            new = masked[keep:n]
-            self._commit(ids[new], new)
-            self._tokens.extend(want[keep:])
+        return masked[keep:n]
 
     # --- the pass ---------------------------------------------------------------------------------
 
@@ -163,26 +170,26 @@ class XLNetKVCache:
         (the drafts written at the targets are seen by later targets)."""
         import torch
 
-        from infill.models.twostream import NEG
-
-        self._sync(ids, masked, n)
-        assert self._keys is not None and self._values is not None and self._pos is not None
-        R, k = self._R, targets.shape[0]
-        g = self.net.transformer.mask_emb[0].expand(k, -1)  # (k, d) the query stream starts from mask_emb
-        neg: torch.Tensor | None = None  # draft: every target sees every committed row
-        if verify:  # the drafts' content rows go right after the committed rows
-            tri = torch.ones(k, k, dtype=torch.bool, device=ids.device)
-            self._rows(ids[targets], targets, tri.tril())  # drafts see earlier drafts and themselves
-            self._stash = (list(self._tokens), ids[targets].tolist())
-            width = R + k
-            neg = torch.zeros(1, k, width, device=ids.device)
-            neg[0, :, R:] = (~tri.tril(-1)).to(neg.dtype) * -NEG  # targets see earlier drafts only
+        pending = self._sync(ids, masked, n)  # (G,) decoded positions not in the cache yet
+        G, k = pending.shape[0], targets.shape[0]
+        dev = ids.device
+        if verify:  # new rows: the pending commits, then the drafts; target i sees the commits and drafts < i
+            rows = torch.cat([pending, targets])
+            sees = torch.cat(
+                [
+                    torch.ones(k, G, dtype=torch.bool, device=dev),
+                    torch.ones(k, k, dtype=torch.bool, device=dev).tril(-1),
+                ],
+                dim=1,
+            )
         else:
-            width = R
-        rel = ((self._N - 1) - (targets[:, None] - self._pos[None, :width]))[None]  # (1, k, width)
-        for li, layer in enumerate(self.layers):
-            q = layer.project(g, "q").squeeze(-3)  # (k, n, dh)
-            kt, vh = self._heads(li, width)
-            g = layer.ff(layer.attend(g[None], q[None], kt, vh, self._kr[li], rel, neg)[0])
+            rows = pending
+            sees = torch.ones(k, G, dtype=torch.bool, device=dev)
+        g = self._pass(ids[rows], rows, targets, sees)
+        self._R += G
+        self._tokens.extend(ids[pending].tolist())
+        if verify:
+            self._stash = (list(self._tokens), ids[targets].tolist())
+        assert g is not None
         out: torch.Tensor = self.net.lm_loss(g)  # (k, V)
         return out

@@ -452,10 +452,17 @@ def save_checkpoint(
 
 
 def export_model(
-    model: TwoStreamXLNet, tokenizer_json: Path, folder: Path, seq_len: int, provenance: dict[str, Any]
+    model: TwoStreamXLNet,
+    tokenizer_json: Path,
+    folder: Path,
+    seq_len: int,
+    provenance: dict[str, Any],
+    dtype: torch.dtype | None = None,
+    shard_mb: float | None = None,
 ) -> None:
-    """Write a model folder: config.json (HF XLNet + "infill" section), model.safetensors (fp32), tokenizer.json.
-    The folder also loads with transformers' `XLNetLMHeadModel.from_pretrained`."""
+    """Write a model folder: config.json (HF XLNet + "infill" section), model.safetensors (fp32 unless
+    `dtype`; HF-style shards with an index when `shard_mb`), tokenizer.json. The folder also loads with
+    transformers' `XLNetLMHeadModel.from_pretrained`."""
     import shutil
 
     from infill.models.twostream import save_folder
@@ -469,7 +476,7 @@ def export_model(
         "tokenizer": "byte-bpe",
         "provenance": provenance,
     }
-    save_folder(model.float(), folder, config)
+    save_folder(model.float(), folder, config, dtype=dtype, shard_mb=shard_mb)
     if tokenizer_json.resolve() != (folder / "tokenizer.json").resolve():
         shutil.copyfile(tokenizer_json, folder / "tokenizer.json")
 
@@ -511,16 +518,57 @@ class Log:
 def heldout_batches(
     tok: HFTokenizer, corpus: Path, cfg: TrainConfig, count: int, seed: int = 1234
 ) -> list[dict[str, torch.Tensor]]:
-    """Fixed held-out batches (same layouts and seed every time) for comparable held-out losses."""
+    """Fixed held-out batches (same layouts and seed every time) for comparable held-out losses. `corpus` is a
+    corpus folder or a packed training set (`pack_streams`)."""
+    import numpy as np
+
+    stream = heldout_stream(tok, corpus)
+    sampler = LayoutSampler(token_strings(tok), line_break_ids(tok), np.random.default_rng(seed))
+    b = Batches(stream, sampler, cfg.seq_len, min(cfg.batch_size, count))
+    return [b.next() for _ in range(max(1, count // b.batch_size))]
+
+
+def heldout_stream(tok: HFTokenizer, corpus: Path) -> np.ndarray:
+    """The held-out split as one token stream (from a corpus folder, or from a pack)."""
     import numpy as np
 
     from infill.training.corpus import read_split
 
-    texts = [r["text"] for r in read_split(corpus, "heldout")]
-    stream = tokenize_stream(tok, texts)
-    sampler = LayoutSampler(token_strings(tok), line_break_ids(tok), np.random.default_rng(seed))
-    b = Batches(stream, sampler, cfg.seq_len, min(cfg.batch_size, count))
-    return [b.next() for _ in range(max(1, count // b.batch_size))]
+    if corpus.is_file():
+        return np.load(corpus)["heldout"]
+    return tokenize_stream(tok, [r["text"] for r in read_split(corpus, "heldout")])
+
+
+def pack_streams(
+    tok: HFTokenizer, tokenizer_json: Path, corpus: Path, out: Path, max_package_bytes: int, max_mb: float
+) -> dict[str, Any]:
+    """Write the training and held-out token streams of `corpus` to one compressed .npz of at most `max_mb` MB
+    (the training stream is cut to fit), for training where the corpus is not available (a GPU machine)."""
+    import hashlib
+
+    import numpy as np
+
+    from infill.training.corpus import balanced_records
+
+    train = tokenize_stream(tok, [r["text"] for r in balanced_records(corpus, "train", max_package_bytes)])
+    held = heldout_stream(tok, corpus)
+    meta = {
+        "tokenizer_sha256": hashlib.sha256(tokenizer_json.read_bytes()).hexdigest(),
+        "corpus": str(corpus),
+        "max_package_bytes": max_package_bytes,
+        "train_tokens_available": int(len(train)),
+    }
+    keep = len(train)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        meta["train_tokens"] = int(keep)
+        np.savez_compressed(out, train=train[:keep], heldout=held, meta=np.array(json.dumps(meta)))
+        size = out.stat().st_size / 1e6
+        if size <= max_mb or keep < 1000:
+            break
+        keep = int(keep * max_mb / size * 0.98)
+    meta["megabytes"] = round(out.stat().st_size / 1e6, 2)
+    return meta
 
 
 def evaluate(model: TwoStreamXLNet, batches: list[dict[str, torch.Tensor]], bf16: bool = False) -> float:
@@ -540,13 +588,19 @@ def cached_stream(
     tok: HFTokenizer, tokenizer_json: Path, corpus: Path, max_package_bytes: int, run_dir: Path
 ) -> tuple[np.ndarray, int]:
     """The training token stream, cached in run_dir keyed by tokenizer, corpus and package cap (resumes skip
-    the tokenization); returns (stream, number of files)."""
+    the tokenization); returns (stream, number of files). A packed training set (`pack_streams`) is used as is."""
     import hashlib
 
     import numpy as np
 
     from infill.training.corpus import balanced_records
 
+    if corpus.is_file():
+        data = np.load(corpus)
+        meta = json.loads(str(data["meta"]))
+        if meta["tokenizer_sha256"] != hashlib.sha256(tokenizer_json.read_bytes()).hexdigest():
+            raise InputError(f"{corpus} was packed with another tokenizer than {tokenizer_json}")
+        return data["train"], 0
     key = hashlib.sha256()
     key.update(tokenizer_json.read_bytes())
     key.update(str((corpus / "train.jsonl").stat().st_size).encode())
@@ -715,7 +769,11 @@ def provenance(cfg: TrainConfig, state: TrainState, corpus: Path) -> dict[str, A
     """What produced these weights: corpus summary, steps, tokens, held-out NLL."""
     summary: dict[str, Any] = {}
     manifest = corpus / "manifest.json"
-    if manifest.exists():
+    if corpus.is_file():
+        import numpy as np
+
+        summary = {"pack": corpus.name, **json.loads(str(np.load(corpus)["meta"]))}
+    elif manifest.exists():
         m = json.loads(manifest.read_text(encoding="utf-8"))
         summary = {
             "files": m["totals"]["files"],
@@ -766,9 +824,7 @@ def measure_heldout(
     import numpy as np
     import torch
 
-    from infill.training.corpus import read_split
-
-    stream = tokenize_stream(tok, [r["text"] for r in read_split(corpus, "heldout")])
+    stream = heldout_stream(tok, corpus)
     sampler = LayoutSampler(token_strings(tok), line_break_ids(tok), np.random.default_rng(seed))
     batches = Batches(stream, sampler, seq_len, 1)
     by_layout: dict[str, list[Example]] = {}
