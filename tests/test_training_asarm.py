@@ -324,3 +324,32 @@ def test_packed_training_set_and_sharded_bf16_export(tiny_corpus, tmp_path: Path
     )
     tiny = pack_streams(tiny_tokenizer, tok_path, corpus, tmp_path / "small.npz", 6_000_000, max_mb=0.001)
     assert tiny["train_tokens"] < meta["train_tokens"]  # the cap cuts the training stream
+
+
+def test_a_signal_stops_training_with_a_checkpoint(tiny_corpus, tmp_path: Path) -> None:
+    """SIGUSR1 (or SIGTERM / Ctrl-C) ends the run after the current step with a checkpoint, so a long run can be
+    restarted with other settings without losing work."""
+    import os
+    import signal
+    import threading
+    import time
+
+    corpus, tok_path = tiny_corpus
+
+    def send_when_listening() -> None:  # the default action of SIGUSR1 would end the test process
+        for _ in range(6000):
+            if signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL:
+                os.kill(os.getpid(), signal.SIGUSR1)
+                return
+            time.sleep(0.01)
+
+    sender = threading.Thread(target=send_when_listening)
+    sender.start()
+    try:
+        state = train(corpus, tok_path, tmp_path / "run", _tiny_cfg(steps=100_000, eval_sequences=0), resume=False)
+    finally:
+        sender.join()
+    assert 0 < state.step < 100_000
+    _, _, saved = load_checkpoint_model(tmp_path / "run")
+    assert saved.step == state.step
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # the handler is restored

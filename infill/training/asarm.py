@@ -719,8 +719,16 @@ def train(
     model.train()
     last_ckpt = time.time()
     window_loss, window_n, window_tok, window_t = 0.0, 0, 0, time.time()
+    stop: list[int] = []  # a signal asked to stop: checkpoint after the current step and return
+
+    def request_stop(signum: int, frame: Any) -> None:
+        stop.append(signum)
+
+    import signal
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
     try:
-        while True:
+        while not stop:
             if cfg.steps and state.step >= cfg.steps:
                 break
             if cfg.minutes and state.elapsed >= cfg.minutes * 60:
@@ -758,7 +766,12 @@ def train(
                 last_ckpt = time.time()
     finally:
         log.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     checkpoint()
+    if stop:
+        log.line(f"stopped by signal {stop[0]} at step {state.step}; resume with the same command")
+        return state
     if export_to is not None:
         export_model(model, tokenizer_json, export_to, cfg.seq_len, provenance(cfg, state, corpus))
         log.line(f"exported to {export_to}")
