@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from infill.decoding.problem import StepCallback, check_problem, ends_span, force_pads, pads_enabled
+from infill.decoding.problem import StepCallback, check_problem, pads_enabled, settle
 from infill.decoding.sampling import check_sampling, probs, residual, sample, uniform
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError
@@ -182,12 +182,7 @@ def assd(
             ids[targets[a]] = x_res
             new_n += 1
             stats.extra["rejections"] += 1
-        if pads:  # an accepted / resampled pad ends its span: stop the scan there, pad the rest of the span
-            for j in range(n, new_n):
-                if ends_span(model, problem, ids, j, int(ids[masked[j]])):
-                    new_n = force_pads(ids, model, problem, j)
-                    break
-        ids[masked[new_n:t]] = model.mask_id  # discard drafts after the stop
+        new_n = settle(model, problem, ids, n, new_n, pads)
         visible[masked[n:new_n]] = True
         stats.accepted.append(new_n - n)
         n = new_n

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from infill.decoding.problem import StepCallback, check_problem, ends_span, force_pads, pads_enabled
+from infill.decoding.problem import StepCallback, check_problem, pads_enabled, settle
 from infill.decoding.sampling import check_sampling, probs, residual, sample, uniform
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError
@@ -120,12 +120,7 @@ def lookup_decode(
                 ids[targets[L]] = int(sample(q[L : L + 1], generator)[0])
                 window = min(cfg.k, 2 * window)
             new_n = n + a + 1
-        if pads:  # a token that ends its span stops the scan there; the rest of the span is pad
-            for j in range(n, new_n):
-                if ends_span(model, problem, ids, j, int(ids[masked[j]])):
-                    new_n = force_pads(ids, model, problem, j)
-                    break
-        ids[masked[new_n:M]] = model.mask_id  # drop drafts after the stop
+        new_n = settle(model, problem, ids, n, new_n, pads)
         visible[masked[n:new_n]] = True
         stats.accepted.append(new_n - n)
         n = new_n

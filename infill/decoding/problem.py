@@ -83,3 +83,15 @@ def ends_span(model: AnySubsetModel, problem: FillProblem, ids: torch.Tensor, j:
             return True
         i -= 1
     return False
+
+
+def settle(model: AnySubsetModel, problem: FillProblem, ids: torch.Tensor, n: int, new_n: int, pads: bool) -> int:
+    """After an iteration decoded masked[n:new_n] (accepted or resampled tokens): a token that ends its span
+    stops the scan there and pads the rest of the span; later drafts are reset to <mask>. Returns the new n."""
+    if pads:
+        for j in range(n, new_n):
+            if ends_span(model, problem, ids, j, int(ids[problem.masked[j]])):
+                new_n = force_pads(ids, model, problem, j)
+                break
+    ids[problem.masked[new_n:]] = model.mask_id  # drafts after the stop
+    return new_n
