@@ -13,14 +13,19 @@ _OPENERS = (":", "{", "(", "[", "=>", "->")
 
 
 def newline_of(text: str) -> str:
-    """The file's dominant line ending: "\\r\\n" if most line breaks are CRLF, else "\\n"."""
+    """The file's dominant line ending: "\r\n" if most line breaks are CRLF, "\r" if most are lone CRs (classic
+    Mac files), else "\n"."""
     crlf = text.count("\r\n")
-    return "\r\n" if crlf and crlf * 2 >= text.count("\n") else "\n"
+    lf, cr = text.count("\n") - crlf, text.count("\r") - crlf
+    if cr > crlf and cr > lf:
+        return "\r"
+    return "\r\n" if crlf and crlf >= lf else "\n"
 
 
 def to_model(text: str) -> str:
-    """The model's view of context text: CRLF -> LF (the tokenizer and the model were trained on LF)."""
-    return text.replace("\r\n", "\n")
+    """The model's view of context text: CRLF and lone CR -> LF (the tokenizer and the model were trained on
+    LF)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def restore_newlines(fill: str, newline: str) -> str:

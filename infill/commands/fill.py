@@ -24,6 +24,7 @@ import click
 from infill.config import DecodeConfig, DecoderName, DeviceName, DraftName, FillOptions, ModelSpec
 from infill.errors import InfillError, InputError
 from infill.server.options import daemon_options, fill_command
+from infill import spans as spans_mod
 from infill.spans import DEFAULT_TOKENS, Selection
 
 EXIT_OK, EXIT_CHANGES, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 123
@@ -180,7 +181,7 @@ def _run(
             exc.path = req.file  # as the user typed it, not resolved against cwd
             raise
         text = patch.decode_utf8(data, req.file)
-    if not data.strip():
+    if not data.removeprefix(spans_mod.BOM).strip():
         raise InputError("the input is empty; there is no context to fill around", path=display)
     writes_in_place = req.file != "-" and not (req.diff or req.check or req.format == "json" or req.output)
     if writes_in_place:
