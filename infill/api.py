@@ -30,7 +30,8 @@ How a fill is built (the data flow: spans -> masked token sequence -> decoder ->
   accepts, also candidates it rejects: tree-sitter takes `if x:` with no body), and so are fills with broken UTF-8
   (U+FFFD); rejects are resampled (up to FillOptions.max_resample extra samples). The valid candidate with
   the highest log-likelihood (sum over spans of the fill's token log-probabilities under the model,
-  end-of-fill pad included) wins; if none is valid, the best invalid one is returned with a warning.
+  end-of-fill pad included) wins. If none is valid, NoValidFillError names the failing spans (exit code 3:
+  nothing is written); with FillOptions.allow_syntax_errors the most likely one is returned with a warning.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec
-from infill.errors import DecodeError, InfillError, InputError, ModelError
+from infill.errors import DecodeError, InfillError, InputError, ModelError, NoValidFillError
 from infill.models.registry import LoadedModel
 from infill.spans import LineIndex, Span, check_spans
 
@@ -437,6 +438,18 @@ def fill_text(
             check_syntax = False
         check_python = check_syntax and language == "python" and python_parses(data)
     newline, index = newline_of(text), LineIndex(data)
+
+    def rejection(patched: bytes, edits: list[Edit]) -> str | None:
+        """Why a candidate is rejected, or None: it splits a UTF-8 character (U+FFFD), adds tree-sitter ERROR /
+        MISSING nodes, or (Python that parsed before) no longer parses with CPython's parser."""
+        if any("\ufffd" in e.text for e in edits) and "\ufffd" not in text:
+            return "splits a UTF-8 character"
+        if check_syntax and syntax_errors(str(language), patched) > baseline:
+            return "adds syntax errors"
+        if check_python and not python_parses(patched):
+            return "does not parse"
+        return None
+
     totals = _Totals()
     valid: list[tuple[float, list[Edit], str]] = []
     invalid: list[tuple[float, list[Edit], str]] = []
@@ -467,20 +480,17 @@ def fill_text(
         patched = apply_edits(data, edits)
         check_outside_unchanged(data, patched, edits)
         total_score = sum(e.score for e in edits)
-        # reject fills that split a UTF-8 character (U+FFFD) or add tree-sitter ERROR / MISSING nodes
-        ok = not any("\ufffd" in e.text for e in edits) or "\ufffd" in text
-        ok = ok and (not check_syntax or syntax_errors(str(language), patched) <= baseline)
-        ok = ok and (not check_python or python_parses(patched))
+        ok = rejection(patched, edits) is None
         (valid if ok else invalid).append((total_score, edits, patched.decode("utf-8")))
     if on_progress is not None:
         on_progress({"event": "done"})
     pool = valid or invalid
-    if not valid:
+    best_score, best_edits, best_text = max(pool, key=lambda c: c[0])
+    if not valid and options.allow_syntax_errors:
         warnings.append(
             f"no valid candidate found in {attempts} sample(s) (syntax errors or broken UTF-8); "
-            "using the most likely one"
+            "using the most likely one (--allow-syntax-errors)"
         )
-    best_score, best_edits, best_text = max(pool, key=lambda c: c[0])
     stats.update(
         nfe=totals.nfe,
         tokens=totals.tokens,
@@ -491,7 +501,54 @@ def fill_text(
         regions=len(regions),
         accepted_histogram=_histogram(totals.accepted),
     )
+    if not valid and not options.allow_syntax_errors:
+        raise _no_valid_fill(data, ordered, best_edits, attempts, rejection, stats)
     return FillResult(best_text, best_edits, stats, warnings)
+
+
+def _no_valid_fill(
+    data: bytes,
+    spans: list[Span],
+    edits: list[Edit],
+    attempts: int,
+    rejection: Callable[[bytes, list[Edit]], str | None],
+    stats: dict[str, Any],
+) -> NoValidFillError:
+    """The error for a fill whose every candidate was rejected, naming the edits of the most likely candidate
+    that fail on their own (all of them when only their combination fails)."""
+    from infill.patch import apply_edits
+
+    failed = []
+    for span, edit in zip(spans, edits, strict=True):
+        reason = rejection(apply_edits(data, [edit]), [edit])
+        if reason is not None:
+            failed.append((span, edit, reason))
+    if not failed:
+        reason = rejection(apply_edits(data, edits), edits) or "is rejected"
+        failed = [(span, edit, reason) for span, edit in zip(spans, edits, strict=True)]
+    where = ", ".join(f"{s.label or 'span'} (line {_lines(e)}) {reason}" for s, e, reason in failed)
+    return NoValidFillError(
+        f"no valid fill in {attempts} sample(s): {where}; nothing was written "
+        "(--allow-syntax-errors accepts the most likely one)",
+        failed=[
+            {
+                "label": s.label,
+                "start_line": e.start_line,
+                "end_line": e.end_line,
+                "start_byte": e.start_byte,
+                "end_byte": e.end_byte,
+                "text": e.text,
+                "score": e.score,
+                "reason": reason,
+            }
+            for s, e, reason in failed
+        ],
+        stats=dict(stats),
+    )
+
+
+def _lines(edit: Edit) -> str:
+    return str(edit.start_line) if edit.start_line == edit.end_line else f"{edit.start_line}-{edit.end_line}"
 
 
 def _histogram(accepted: list[int]) -> dict[int, int]:

@@ -45,3 +45,6 @@ class FillOptions:
     max_resample: int = 4  # extra samples when a candidate adds syntax errors
     syntax_check: bool = True
     extra: dict[str, str] = field(default_factory=dict)
+    # when no candidate passes the checks: False raises NoValidFillError (nothing is written); True returns the
+    # most likely candidate with a warning (`--allow-syntax-errors`)
+    allow_syntax_errors: bool = False

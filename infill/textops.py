@@ -243,3 +243,18 @@ def syntax_errors(language: str, source: bytes) -> int:
             visited_children = True
         else:
             return count
+
+
+def breaks_syntax(language: str | None, before: bytes, after: bytes) -> bool:
+    """Whether `after` is syntactically worse than `before`: Python that CPython parsed no longer parses, or
+    more tree-sitter ERROR / MISSING nodes. Plain text (language None), or a missing grammar extra, never is."""
+    if language is None:
+        return False
+    if language == "python" and python_parses(before):
+        return not python_parses(after)
+    from infill.errors import InputError
+
+    try:
+        return syntax_errors(language, after) > syntax_errors(language, before)
+    except InputError:  # the grammar extra is not installed: nothing to check with
+        return False

@@ -6,8 +6,10 @@ test_reliability_bad_inputs.py and test_reliability_server_fuzz.py.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from fixtures_cli import fake_model
 from fixtures_doc import FakeFiller
@@ -55,3 +57,86 @@ def test_item11b_lone_cr_line_endings_are_lines(tmp_path: Path) -> None:
         r = CliRunner().invoke(main, ["fill", str(p), "--span", "2", "--model", "fake-cr"])
     assert r.exit_code == 0, r.output
     assert p.read_bytes() == b"a = 1\rb = 20\rc = 3\r"
+
+
+# --- item 2: no candidate parses -> nothing is written, exit 3, the failing edits are named ----------------------
+
+STACK = "class Stack:\n    pass\n\n\ndef top(s):\n    return s[-1]\n"
+UNTERMINATED = '"""oops'  # an unterminated string, short enough for the token budget
+
+
+def test_item02_unparseable_fill_is_not_written(tmp_path: Path) -> None:
+    p = tmp_path / "stack.py"
+    p.write_text(STACK)
+    with fake_model([UNTERMINATED], name="fake-bad"):
+        r = CliRunner().invoke(main, ["fill", str(p), "--class", "Stack", "--model", "fake-bad"])
+    assert r.exit_code == 3, r.output
+    assert p.read_text() == STACK
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("error: ") and "--class Stack (line 2)" in line and "nothing was written" in line
+
+
+def test_item02_allow_syntax_errors_writes_the_most_likely(tmp_path: Path) -> None:
+    p = tmp_path / "stack.py"
+    p.write_text(STACK)
+    with fake_model([UNTERMINATED], name="fake-bad"):
+        args = ["fill", str(p), "--class", "Stack", "--model", "fake-bad", "--allow-syntax-errors"]
+        r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert UNTERMINATED in p.read_text()
+    assert "warning:" in r.stderr and "--allow-syntax-errors" in r.stderr
+
+
+def test_item02_json_and_diff_name_the_failed_edit(tmp_path: Path) -> None:
+    p = tmp_path / "stack.py"
+    p.write_text(STACK)
+    # two spans: the class body gets a valid fill, the function body an unterminated string
+    with fake_model(["x = 1", UNTERMINATED], name="fake-half"):
+        base = ["fill", str(p), "--class", "Stack", "--function", "top", "--model", "fake-half"]
+        rj = CliRunner().invoke(main, [*base, "--format", "json"])
+        rd = CliRunner().invoke(main, [*base, "--diff"])
+    assert rj.exit_code == 3 and rd.exit_code == 3, (rj.output, rd.output)
+    doc = json.loads(rj.stdout)
+    assert doc["edits"] == [] and doc["error"]["code"] == "no_valid_fill" and doc["error"]["exit_code"] == 3
+    (failed,) = doc["failed"]  # only the function body's edit breaks the file
+    assert failed["label"] == "--function top" and (failed["start_line"], failed["end_line"]) == (6, 6)
+    assert failed["text"].strip() == UNTERMINATED and failed["reason"]
+    assert rd.stdout == "" and "--function top (line 6)" in rd.stderr and "--class" not in rd.stderr
+    assert p.read_text() == STACK
+
+
+def test_item02_filter_mode_echoes_the_input(tmp_path: Path) -> None:
+    with fake_model([UNTERMINATED], name="fake-bad"):
+        r = CliRunner().invoke(
+            main, ["fill", "-", "--stdin-filename", "s.py", "--class", "Stack", "--model", "fake-bad"], STACK
+        )
+    assert (r.exit_code, r.stdout, r.stderr) == (3, STACK, "")
+
+
+def test_item02_server_answers_no_valid_fill() -> None:
+    from infill.server.dispatch import Dispatcher
+
+    request = {"id": 1, "method": "fill", "params": {"text": STACK, "filename": "s.py", "class": "Stack"}}
+    with fake_model([UNTERMINATED], name="fake-bad"):
+        request["params"]["model"] = "fake-bad"
+        reply = json.loads(Dispatcher().handle_line(json.dumps(request).encode()))
+    error = reply["error"]
+    assert (error["code"], error["exit_code"]) == ("no_valid_fill", 3)
+    assert [f["label"] for f in error["failed"]] == ["--class Stack"]
+
+
+def test_item02_docstrings_never_write_an_unparseable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import infill.commands.docstrings as command
+    from infill.docstrings.engine import FileResult
+
+    p = tmp_path / "m.py"
+    p.write_text("def f():\n    pass\n")
+
+    def broken(source: str, path: str, *args: object, **kwargs: object) -> FileResult:
+        return FileResult(path, source, source.replace("pass", '"""unterminated\n    pass'), [], "google")
+
+    monkeypatch.setattr(command, "process_source", broken)
+    result = CliRunner().invoke(docstrings, [str(p)], obj={"slot_filler": FakeFiller()})
+    assert result.exit_code == 3, result.output
+    assert p.read_text() == "def f():\n    pass\n"
+    assert "would break the file's syntax" in result.stderr

@@ -15,8 +15,9 @@ from infill.docstrings.comments import COMMENT_LANGUAGES
 from infill.docstrings.config import STYLES, DocstringConfig, build_config, find_pyproject
 from infill.docstrings.engine import FileResult, process_source
 from infill.docstrings.fill import SlotFiller
-from infill.errors import InfillError, InputError
+from infill.errors import InfillError, InputError, NoValidFillError
 from infill.server.options import daemon_options, forward_command
+from infill.textops import breaks_syntax
 
 SUFFIXES = tuple(ext for name in ("python", *COMMENT_LANGUAGES) for ext in languages.LANGUAGES[name].extensions)
 SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "node_modules", "build", "dist"}
@@ -157,7 +158,8 @@ def docstrings(
 
     The structure (parameters, Returns/Yields, Raises) comes from the code; the model writes only the text.
     Exit codes: 0 ok, 1 changes needed (--check with a missing docstring, --diff with a change),
-    2 usage or input error, 123 internal or model error.
+    2 usage or input error, 3 a file's new docstrings would not parse (it is left unchanged),
+    123 internal or model error.
     Configure defaults in [tool.infill.docstrings] of pyproject.toml.
     """
     try:
@@ -200,13 +202,20 @@ def _run(
     if not check:
         filler = injected if injected is not None else _real_filler(cfg)
     results: list[FileResult] = []
-    errors = 0
+    errors = invalid = 0
     for path in files:
         try:
             data, snapshot = patch.read_source(str(path))
             result = process_source(patch.decode_utf8(data, str(path)), str(path), cfg, filler, update=update)
+            if result.changed and breaks_syntax(languages.detect(str(path)), data, result.text.encode("utf-8")):
+                raise NoValidFillError("the new docstrings would break the file's syntax; nothing was written")
             if filler is not None and result.changed and not show_diff:
                 patch.atomic_write(str(path), result.text.encode("utf-8"), snapshot)
+        except NoValidFillError as exc:
+            exc.path = str(path)
+            click.echo(f"error: {exc}", err=True)
+            invalid += 1
+            continue
         except InputError as exc:
             click.echo(f"error: {exc}", err=True)
             errors += 1
@@ -219,13 +228,20 @@ def _run(
     if output_format == "json":
         report = {
             "files": [_outcome_json(r) | ({"diff": _diff(r)} if show_diff else {}) for r in results],
-            "summary": {"files": len(results), "changed": changed, "missing": missing, "errors": errors},
+            "summary": {
+                "files": len(results),
+                "changed": changed,
+                "missing": missing,
+                "errors": errors + invalid,
+            },
         }
         click.echo(json.dumps(report, indent=2))
     elif not quiet:
         _summary(results, check, show_diff, changed, missing)
     if errors:
         return 2
+    if invalid:
+        return 3
     if (check and missing) or (show_diff and changed):
         return 1
     return 0

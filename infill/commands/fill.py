@@ -22,12 +22,11 @@ from typing import Any, BinaryIO, cast
 import click
 
 from infill.config import DecodeConfig, DecoderName, DeviceName, DraftName, FillOptions, ModelSpec
-from infill.errors import InfillError, InputError
+from infill.errors import InfillError, InputError, NoValidFillError
 from infill.server.options import daemon_options, fill_command
-from infill import spans as spans_mod
-from infill.spans import DEFAULT_TOKENS, Selection
+from infill.spans import BOM, DEFAULT_TOKENS, Selection
 
-EXIT_OK, EXIT_CHANGES, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 123
+EXIT_OK, EXIT_CHANGES, EXIT_USAGE, EXIT_NO_VALID_FILL, EXIT_INTERNAL = 0, 1, 2, 3, 123
 
 
 @dataclass(frozen=True)
@@ -90,6 +89,17 @@ def result_json(result: Any, file: str | None) -> dict[str, Any]:
     }
 
 
+def no_valid_fill_json(exc: NoValidFillError, file: str | None) -> dict[str, Any]:
+    """The `--format json` document when no candidate was valid: no edits, the rejected ones under "failed"."""
+    return {
+        "file": file,
+        "edits": [],
+        "stats": {k: exc.stats.get(k) for k in ("decoder", "model", "nfe", "tokens", "seconds")},
+        "failed": exc.failed,
+        "error": {"code": "no_valid_fill", "message": str(exc), "exit_code": exc.exit_code},
+    }
+
+
 def _stats_line(stats: dict[str, Any]) -> str:
     nfe, tokens = stats.get("nfe", 0) or 0, stats.get("tokens", 0) or 0
     secs = stats.get("seconds", 0.0) or 0.0
@@ -133,6 +143,17 @@ def run_fill(
     original: str | None = req.stdin if req.file == "-" else None
     try:
         _run(req, out, say, on_progress)
+    except NoValidFillError as exc:  # exit 3: nothing written; --format json also lists the failed edits
+        out["exit_code"] = exc.exit_code
+        out["result"] = no_valid_fill_json(exc, None if req.file == "-" else req.file)
+        if req.filter_mode and req.verbosity < 1:
+            out["stderr"] = []
+        else:
+            out["stderr"].append(f"error: {exc}")
+        if req.filter_mode and original is not None:
+            out["stdout"] = original
+        else:
+            out["stdout"] = json.dumps(out["result"], ensure_ascii=False) + "\n" if req.format == "json" else ""
     except InfillError as exc:
         out["exit_code"] = exc.exit_code
         if req.filter_mode and req.verbosity < 1:
@@ -181,7 +202,7 @@ def _run(
             exc.path = req.file  # as the user typed it, not resolved against cwd
             raise
         text = patch.decode_utf8(data, req.file)
-    if not data.removeprefix(spans_mod.BOM).strip():
+    if not data.removeprefix(BOM).strip():
         raise InputError("the input is empty; there is no context to fill around", path=display)
     writes_in_place = req.file != "-" and not (req.diff or req.check or req.format == "json" or req.output)
     if writes_in_place:
@@ -278,7 +299,8 @@ prints only the text, and echoes the input unchanged on any failure.
 
 \b
 Exit codes: 0 ok, 1 changes needed (--check, or --diff with a change),
-2 usage or input error, 123 internal or model error.
+2 usage or input error, 3 no valid fill (every candidate breaks the
+syntax; nothing written), 123 internal or model error.
 """
 
 
@@ -415,6 +437,11 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
     help="Extra samples when a candidate adds syntax errors.",
 )
 @click.option("--no-syntax-check", is_flag=True, help="Accept candidates that add tree-sitter errors.")
+@click.option(
+    "--allow-syntax-errors",
+    is_flag=True,
+    help="When no candidate parses, use the most likely one anyway (default: exit 3 and write nothing).",
+)
 @click.option("--model", default="default", show_default=True, metavar="NAME|PATH", help="Model name or folder.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--revision", default=None, metavar="REV", help="HF-cache revision of --model (e.g. code, nlp).")
@@ -466,6 +493,7 @@ def fill(
     candidates: int,
     max_resample: int,
     no_syntax_check: bool,
+    allow_syntax_errors: bool,
     model: str,
     device: str,
     revision: str | None,
@@ -527,7 +555,11 @@ def fill(
             mask_token=mask_token,
         ),
         options=FillOptions(
-            tokens=tokens, candidates=candidates, max_resample=max_resample, syntax_check=not no_syntax_check
+            tokens=tokens,
+            candidates=candidates,
+            max_resample=max_resample,
+            syntax_check=not no_syntax_check,
+            allow_syntax_errors=allow_syntax_errors,
         ),
         diff=diff,
         check=check,

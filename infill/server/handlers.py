@@ -96,7 +96,7 @@ _DECODE = {
     "routing": str,
     "gamma": float,
 }  # DecodeConfig fields, named as the flags
-_OPTIONS = {"tokens": int, "candidates": int, "max_resample": int, "syntax_check": bool}
+_OPTIONS = {"tokens": int, "candidates": int, "max_resample": int, "syntax_check": bool, "allow_syntax_errors": bool}
 _MODEL = {"model": "name", "device": "device", "revision": "revision", "mask_token": "mask_token"}  # -> ModelSpec
 _OTHER = {"text", "path", "filename", "cwd", "precision", *_MODEL}
 
@@ -202,6 +202,12 @@ def _error(out: dict[str, Any]) -> Exception:
     code = out.get("exit_code")
     if code == 2:
         return InputError(message)
+    if code == 3:
+        from infill.errors import NoValidFillError
+
+        result = out.get("result")
+        failed = result.get("failed") if isinstance(result, dict) else None
+        return NoValidFillError(message, failed=failed if isinstance(failed, list) else [])
     from infill.errors import ModelError
 
     if code == 123 and not message.startswith("internal error"):

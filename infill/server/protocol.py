@@ -28,6 +28,7 @@ INPUT_ERROR = "input_error"  # infill.errors.InputError: bad span, marker not fo
 DECODE_ERROR = "decode_error"  # infill.errors.DecodeError
 MODEL_ERROR = "model_error"  # infill.errors.ModelError
 FILE_CHANGED = "file_changed"  # infill.errors.FileChangedError
+NO_VALID_FILL = "no_valid_fill"  # infill.errors.NoValidFillError: every candidate breaks the syntax (exit 3)
 INFILL_ERROR = "infill_error"  # any other infill.errors.InfillError
 INTERNAL_ERROR = "internal_error"  # a bug: an unexpected exception in a handler
 
@@ -37,6 +38,7 @@ _ERROR_CODES: tuple[tuple[type[errors.InfillError], str], ...] = (
     (errors.DecodeError, DECODE_ERROR),
     (errors.ModelError, MODEL_ERROR),
     (errors.FileChangedError, FILE_CHANGED),
+    (errors.NoValidFillError, NO_VALID_FILL),
     (errors.InfillError, INFILL_ERROR),
 )
 _CODE_CLASSES: dict[str, type[errors.InfillError]] = {code: cls for cls, code in _ERROR_CODES}
@@ -115,6 +117,8 @@ def error_from_exception(exc: BaseException) -> dict[str, Any]:
             value = getattr(exc, key)
             if value is not None:
                 obj[key] = value
+        if isinstance(exc, errors.NoValidFillError):
+            obj["failed"] = exc.failed  # the rejected edits, so an editor can show them or apply them anyway
         return obj
     return error_object(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], 123)
 
@@ -127,6 +131,13 @@ def exception_from_error(error: dict[str, Any]) -> errors.InfillError | None:
     if cls is None or not isinstance(message, str):
         return None
     path, line, column = error.get("path"), error.get("line"), error.get("column")
+    if cls is errors.NoValidFillError:
+        failed = error.get("failed")
+        return errors.NoValidFillError(
+            message,
+            path=path if isinstance(path, str) else None,
+            failed=[f for f in failed if isinstance(f, dict)] if isinstance(failed, list) else [],
+        )
     return cls(
         message,
         path=path if isinstance(path, str) else None,
