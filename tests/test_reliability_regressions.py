@@ -140,3 +140,54 @@ def test_item02_docstrings_never_write_an_unparseable_file(tmp_path: Path, monke
     assert result.exit_code == 3, result.output
     assert p.read_text() == "def f():\n    pass\n"
     assert "would break the file's syntax" in result.stderr
+
+
+# --- item 3: the editor filter echoes its input on usage errors too ---------------------------------------------
+
+FILTER_SOURCE = "def f(x):\r\n    return x\r\n"  # CRLF: echoed byte for byte
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--span", "3", "--tokens", "0"],  # a value out of range
+        ["--span", "1", "--bogus"],  # an unknown option
+        ["--span", "1", "--decoder", "nope"],  # a bad choice
+        ["--span", "1", "--temperature"],  # a missing value
+    ],
+)
+def test_item03_filter_mode_echoes_input_on_usage_errors(flags: list[str]) -> None:
+    r = CliRunner().invoke(main, ["fill", "-", "--stdin-filename", "f.py", *flags], FILTER_SOURCE.encode())
+    assert r.exit_code == 2
+    assert r.stdout_bytes == FILTER_SOURCE.encode()
+    assert r.stderr == ""  # filter mode is silent on stderr unless -v
+    rv = CliRunner().invoke(main, ["fill", "-", "-v", "--stdin-filename", "f.py", *flags], FILTER_SOURCE.encode())
+    assert rv.exit_code == 2 and rv.stdout_bytes == FILTER_SOURCE.encode()
+    assert len(rv.stderr.splitlines()) == 1 and rv.stderr.startswith("error: ")
+
+
+def test_item03_not_filter_mode_prints_nothing_on_stdout() -> None:
+    args = ["fill", "-", "--stdin-filename", "f.py", "--span", "3", "--tokens", "0", "--diff"]
+    r = CliRunner().invoke(main, args, FILTER_SOURCE.encode())
+    assert r.exit_code == 2 and r.stdout == ""  # --diff is not the filter: no echo
+
+
+# --- item 11e: every error is one line, Click usage errors included --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["fill", "a.py", "--bogus"], "No such option '--bogus'"),
+        (["fill", "a.py", "--tokens", "0"], "Invalid value for '--tokens'"),
+        (["--bogus"], "No such option '--bogus'"),
+        (["nosuchcommand"], "No such command 'nosuchcommand'"),
+        (["daemon", "bogus"], "No such command 'bogus'"),
+        (["serve"], "give exactly one of --stdio or --socket PATH"),
+    ],
+)
+def test_item11e_usage_errors_are_one_line(args: list[str], needle: str) -> None:
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("error: ") and needle in line and "--help" in line

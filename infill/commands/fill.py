@@ -333,7 +333,73 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
         click.echo(line, err=True)
 
 
-@click.command("fill", help=_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+def _filter_mode_args(command: click.Command, args: list[str]) -> tuple[bool, bool]:
+    """(filter mode, verbose) read from raw arguments that Click could not parse: FILE is "-" and the output
+    is stdout text (no --diff, --check, --format json, or -o PATH). Options that take a value skip it."""
+    takes_value: dict[str, bool] = {}
+    for param in command.params:
+        if isinstance(param, click.Option):
+            for opt in (*param.opts, *param.secondary_opts):
+                takes_value[opt] = not param.is_flag and not param.count
+    positional: list[str] = []
+    diff = check = json_format = verbose = False
+    output: str | None = None
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            positional += args[i + 1 :]
+            break
+        name, eq, inline = arg.partition("=")
+        if arg.startswith("--") and takes_value.get(name):
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            i += 1 if eq else 2
+            json_format = json_format or (name == "--format" and value == "json")
+            output = value if name == "--output" else output
+            continue
+        if arg.startswith("-") and arg != "-" and not arg.startswith("--"):
+            short = arg[:2]
+            if takes_value.get(short):  # -o PATH, -oPATH, -k 5
+                value = arg[2:] or (args[i + 1] if i + 1 < len(args) else "")
+                i += 1 if arg[2:] else 2
+                output = value if short == "-o" else output
+                continue
+            verbose = verbose or "v" in arg[1:]
+            i += 1
+            continue
+        diff, check = diff or arg == "--diff", check or arg == "--check"
+        verbose = verbose or arg == "--verbose"
+        if not arg.startswith("--"):
+            positional.append(arg)
+        i += 1
+    filter_mode = positional[:1] == ["-"] and not (diff or check or json_format) and output in (None, "-")
+    return filter_mode, verbose
+
+
+class FillCommand(click.Command):
+    """`infill fill`, whose editor filter mode survives usage errors: a bad flag or value with FILE "-" echoes
+    stdin unchanged to stdout (and exits 2), so `:%!infill fill - ...` can never wipe the buffer."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)  # Click's parser consumes the list it is given
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.ClickException as exc:
+            filter_mode, verbose = _filter_mode_args(self, given)
+            if not filter_mode or sys.stdin is None or sys.stdin.isatty():
+                raise
+            from infill.cli import error_line
+
+            raw = _binary("stdin").read()
+            if raw:
+                _binary("stdout").write(raw)
+                _binary("stdout").flush()
+            if verbose:
+                click.echo(error_line(exc), err=True)
+            raise click.exceptions.Exit(EXIT_USAGE) from None
+
+
+@click.command("fill", cls=FillCommand, help=_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("file", metavar="FILE|-")
 @click.option("--span", "spans", multiple=True, metavar="A:B|A:C-B:D", help="Lines A..B, or line:col to line:col.")
 @click.option("--marker", "markers", multiple=True, metavar="TEXT", help="Fill every occurrence of TEXT.")
@@ -572,7 +638,10 @@ def fill(
     from infill.progress import progress
 
     show = not quiet and not filter_mode and fmt == "text"
-    result = fill_command(request.to_dict(), daemon, idle_timeout)  # None: no daemon, work in-process
+    try:
+        result = fill_command(request.to_dict(), daemon, idle_timeout)  # None: no daemon, work in-process
+    except InfillError:  # the daemon reported an error: redo it here, so filter mode can echo the input
+        result = None
     if result is None:
         with progress(show) as on_progress:
             result = run_fill(request, on_progress)
