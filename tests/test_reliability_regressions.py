@@ -7,6 +7,8 @@ test_reliability_bad_inputs.py and test_reliability_server_fuzz.py.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from infill.cli import main
 from infill.commands.docstrings import docstrings
 
 BOM = b"\xef\xbb\xbf"
+SIMPLE = "x = 1\ny = 2\n"
 
 
 # --- item 1: `infill docstrings` on a file that starts with a UTF-8 BOM ---------------------------------------
@@ -191,3 +194,93 @@ def test_item11e_usage_errors_are_one_line(args: list[str], needle: str) -> None
     assert r.exit_code == 2
     (line,) = r.stderr.splitlines()
     assert line.startswith("error: ") and needle in line and "--help" in line
+
+
+# --- item 5: read-only files and folders are refused even for root (mode bits, not only os.access) ------------
+
+
+def test_item05_read_only_file_is_refused_by_mode_bits(tmp_path: Path) -> None:
+    p = tmp_path / "ro.py"
+    p.write_text(SIMPLE)
+    p.chmod(0o444)
+    try:
+        with fake_model(["x = 2"], name="fake-ro"):
+            r = CliRunner().invoke(main, ["fill", str(p), "--span", "1", "--model", "fake-ro"])
+    finally:
+        p.chmod(0o644)
+    assert r.exit_code == 2, r.output
+    (line,) = r.stderr.splitlines()
+    assert "read-only" in line and "nothing was written" in line
+    assert p.read_text() == SIMPLE
+
+
+def test_item05_read_only_folder_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    p = folder / "a.py"
+    p.write_text(SIMPLE)
+    folder.chmod(0o555)
+    try:
+        with fake_model(["x = 2"], name="fake-ro"):
+            r = CliRunner().invoke(main, ["fill", str(p), "--span", "1", "--model", "fake-ro"])
+            listing = sorted(os.listdir(folder))
+    finally:
+        folder.chmod(0o755)
+    assert r.exit_code == 2, r.output
+    assert "folder is read-only" in r.stderr and len(r.stderr.splitlines()) == 1
+    assert p.read_text() == SIMPLE and listing == ["a.py"]
+
+
+# --- item 6: writing keeps owner, group, mode and hard links --------------------------------------------------
+
+
+def fill_line_1(p: Path) -> None:
+    with fake_model(["x = 2"], name="fake-meta"):
+        r = CliRunner().invoke(main, ["fill", str(p), "--span", "1", "--model", "fake-meta"])
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="only root can chown to another user")
+def test_item06_owner_and_group_are_kept(tmp_path: Path) -> None:
+    p = tmp_path / "theirs.py"
+    p.write_text(SIMPLE)
+    os.chown(p, 65534, 65534)  # nobody:nogroup
+    p.chmod(0o640)
+    fill_line_1(p)
+    st = p.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (65534, 65534, 0o640)
+    assert p.read_text() == SIMPLE.replace("x = 1", "x = 2")
+
+
+def test_item06_without_chown_rights_the_file_is_rewritten_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from infill import patch
+
+    p = tmp_path / "a.py"
+    p.write_text(SIMPLE)
+    before = p.stat()
+    monkeypatch.setattr(patch, "_take_metadata", lambda tmp, st: False)  # as for a user who cannot chown
+    fill_line_1(p)
+    assert p.stat().st_ino == before.st_ino  # same file: owner and group untouched
+    assert p.read_text() == SIMPLE.replace("x = 1", "x = 2")
+
+
+def test_item06_hard_links_see_the_new_content(tmp_path: Path) -> None:
+    p = tmp_path / "a.py"
+    p.write_text(SIMPLE)
+    other = tmp_path / "link.py"
+    os.link(p, other)
+    fill_line_1(p)
+    assert other.read_text() == p.read_text() == SIMPLE.replace("x = 1", "x = 2")
+    assert os.path.samefile(p, other)
+    assert not [x for x in os.listdir(tmp_path) if x.endswith(".infill-tmp")]
+
+
+def test_item06_symlink_stays_a_link_to_the_updated_target(tmp_path: Path) -> None:
+    target = tmp_path / "real.py"
+    target.write_text(SIMPLE)
+    link = tmp_path / "link.py"
+    link.symlink_to(target)
+    fill_line_1(link)
+    assert link.is_symlink() and target.read_text() == SIMPLE.replace("x = 1", "x = 2")
