@@ -284,3 +284,83 @@ def test_item06_symlink_stays_a_link_to_the_updated_target(tmp_path: Path) -> No
     link.symlink_to(target)
     fill_line_1(link)
     assert link.is_symlink() and target.read_text() == SIMPLE.replace("x = 1", "x = 2")
+
+
+# --- item 7: large inputs: only the model's window around the spans is tokenized and checked ------------------
+
+
+def big_python(functions: int) -> str:
+    return "".join(
+        f"def function_{i}(values):\n    total = {i}\n    for v in values:\n        total += v\n    return total\n\n\n"
+        for i in range(functions)
+    )
+
+
+def test_item07_only_the_window_is_tokenized(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fixtures_cli import ByteTokenizer
+
+    from infill import api, textops
+
+    source = big_python(40_000)  # 2.9 MB
+    p = tmp_path / "big.py"
+    p.write_text(source)
+    encoded: list[int] = []
+    real_encode = ByteTokenizer.encode
+    monkeypatch.setattr(ByteTokenizer, "encode", lambda tok, text: encoded.append(len(text)) or real_encode(tok, text))
+    parsed: list[int] = []
+    real_parses = textops.python_parses
+    monkeypatch.setattr(textops, "python_parses", lambda src: parsed.append(len(src)) or real_parses(src))
+    line = source[: source.index("total = 20000")].count("\n") + 1
+    with fake_model(["total = 1"], name="fake-big", max_length=256):
+        r = CliRunner().invoke(main, ["fill", str(p), "--span", str(line), "--model", "fake-big"])
+    assert r.exit_code == 0, r.output
+    assert p.read_text() == source.replace("total = 20000\n", "total = 1\n")
+    window = 256 * api.WINDOW_BYTES_PER_TOKEN
+    assert encoded and sum(encoded) <= 3 * window  # the old code tokenized the whole 2.9 MB
+    assert parsed and max(parsed) < 10_000  # CPython parsed the blocks around the span, not the file
+
+
+def test_item07_large_inputs_still_reject_unparseable_fills(tmp_path: Path) -> None:
+    from infill import textops
+
+    source = big_python(12_000)  # over LOCAL_CHECK_BYTES: checked around the edit only
+    assert len(source) > textops.LOCAL_CHECK_BYTES
+    p = tmp_path / "big.py"
+    p.write_text(source)
+    line = source[: source.index("total = 6000")].count("\n") + 1
+    with fake_model([UNTERMINATED], name="fake-big-bad", max_length=256):
+        r = CliRunner().invoke(main, ["fill", str(p), "--span", str(line), "--model", "fake-big-bad"])
+    assert r.exit_code == 3, r.output
+    assert p.read_text() == source
+
+
+def test_item07_local_check_chunks_are_top_level_blocks() -> None:
+    from infill import textops
+
+    data = b"import os\n\n\ndef f():\n    x = 1\n\n    return x\n\n\nclass A:\n    y = 2\n"
+    check = textops.SyntaxCheck("python", data)
+    at = data.index(b"x = 1")
+    edit = type("E", (), {"start_byte": at, "end_byte": at + 5, "text": "x = 2"})()
+    assert check.chunks([edit]) == [(data.index(b"def f"), data.index(b"class A"))]
+    first = type("E", (), {"start_byte": 0, "end_byte": 9, "text": "import re"})()
+    assert check.chunks([first]) == [(0, data.index(b"def f"))]
+
+
+# --- item 11d: "context truncated" says what was cut, and warns only when the block's start is cut -------------
+
+
+def test_item11d_truncation_warning_only_when_the_block_start_is_cut(tmp_path: Path) -> None:
+    short = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(10))  # 40 lines
+    p = tmp_path / "short.py"
+    p.write_text(short)
+    long_body = "def g(x):\n" + "".join(f"    x = x + {i}\n" for i in range(60)) + "    return x\n"
+    q = tmp_path / "long.py"
+    q.write_text(long_body)
+    with fake_model(["return x"], name="fake-window", max_length=256):
+        quiet = CliRunner().invoke(main, ["fill", str(p), "--span", "22", "--model", "fake-window", "--diff"])
+        verbose = CliRunner().invoke(main, ["fill", str(p), "--span", "22", "--model", "fake-window", "--diff", "-v"])
+        cut = CliRunner().invoke(main, ["fill", str(q), "--span", "55", "--model", "fake-window", "--diff"])
+    assert quiet.exit_code == 1 and "truncated" not in quiet.stderr  # the function around line 22 was in sight
+    assert "note:" in verbose.stderr and "it saw lines" in verbose.stderr and "of 40" in verbose.stderr
+    (warning,) = [line for line in cut.stderr.splitlines() if "truncated" in line]
+    assert "it saw lines" in warning and "of 62" in warning and "not the start of the block" in warning

@@ -229,6 +229,8 @@ def _run(
     for warning in result.warnings:
         say(f"warning: {display}: {warning}")
     if req.verbosity >= 1:
+        for note in getattr(result, "notes", []):
+            say(f"note: {display}: {note}")
         for e in result.edits:
             say(f"{display}:{e.start_line}-{e.end_line}: filled {e.tokens} tokens (log-likelihood {e.score:.2f})")
     if req.stats:
