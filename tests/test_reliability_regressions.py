@@ -364,3 +364,48 @@ def test_item11d_truncation_warning_only_when_the_block_start_is_cut(tmp_path: P
     assert "note:" in verbose.stderr and "it saw lines" in verbose.stderr and "of 40" in verbose.stderr
     (warning,) = [line for line in cut.stderr.splitlines() if "truncated" in line]
     assert "it saw lines" in warning and "of 62" in warning and "not the start of the block" in warning
+
+
+# --- item 8: one large request cannot hold the daemon: inputs over --max-input-bytes are refused ----------------
+
+
+def test_item08_socket_server_refuses_large_inputs_before_any_work(tmp_path: Path) -> None:
+    from infill.commands.fill import FillRequest
+    from infill.server import protocol
+    from infill.server.dispatch import Dispatcher
+    from infill.spans import Selection
+
+    big = "x = 1\n" * (protocol.DEFAULT_MAX_INPUT_BYTES // 6 + 1)
+    (tmp_path / "big.py").write_text(big)
+    dispatcher = Dispatcher(max_input_bytes=protocol.DEFAULT_MAX_INPUT_BYTES)  # `infill serve --socket`'s default
+    with fake_model(["x = 2"], name="fake-daemon") as model:
+        spec = {"name": "fake-daemon"}
+        stdin = FillRequest("-", (Selection("span", "1"),), stdin=big).to_dict() | {"model": spec}
+        by_path = {"text": None, "path": str(tmp_path / "big.py"), "span": "1", "model": "fake-daemon"}
+        docs = {"name": "docstrings", "argv": ["--", str(tmp_path)], "cwd": str(tmp_path)}
+        replies = [
+            json.loads(dispatcher.handle_line(json.dumps({"id": i, "method": m, "params": p}).encode()))
+            for i, (m, p) in enumerate(
+                [("fill_command", stdin), ("fill", {k: v for k, v in by_path.items() if v}), ("command", docs)]
+            )
+        ]
+        assert model.forwards == 0  # refused before any model ran
+        small = {"text": "x = 1\n", "filename": "a.py", "span": "1", "model": "fake-daemon"}
+        ok = json.loads(dispatcher.handle_line(json.dumps({"id": 9, "method": "fill", "params": small}).encode()))
+    for reply in replies:
+        assert reply["error"]["code"] == "too_large" and reply["error"]["exit_code"] == 2, reply
+        assert "--max-input-bytes" in reply["error"]["message"]
+    assert ok["edits"][0]["text"] == "x = 2"
+
+
+def test_item08_the_client_fills_large_inputs_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from infill.server import client, protocol
+
+    asked: list[str] = []
+    monkeypatch.setattr(client, "request", lambda method, *a, **k: asked.append(method))  # a daemon, if asked
+    p = tmp_path / "big.py"
+    p.write_text("x = 1\n" * (protocol.DEFAULT_MAX_INPUT_BYTES // 6 + 1))
+    with fake_model(["x = 2"], name="fake-daemon"):
+        r = CliRunner().invoke(main, ["fill", str(p), "--span", "1", "--model", "fake-daemon", "--daemon", "on"])
+    assert r.exit_code == 0, r.output
+    assert asked == [] and p.read_text().startswith("x = 2\n")

@@ -195,7 +195,8 @@ def _run(
     files = collect_files(paths)
     injected = (ctx.obj or {}).get("slot_filler") if isinstance(ctx.obj, dict) else None
     if not check and injected is None:  # a warm model in this user's daemon, if there is one (or may be)
-        forwarded = forward_command(ctx, daemon, idle_timeout, model=cfg.model)
+        size = sum(f.stat().st_size for f in files if f.is_file())
+        forwarded = forward_command(ctx, daemon, idle_timeout, model=cfg.model, input_bytes=size)
         if forwarded is not None:
             return forwarded
     filler: SlotFiller | None = None

@@ -18,12 +18,16 @@ from infill import errors
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+# The per-user daemon serves one request at a time, so it refuses (too_large) work on inputs above this size (a
+# fill's text or file, the files of a docstrings run); `infill fill` / `infill docstrings` then do that work in
+# their own process and no other client waits for it. `infill serve --max-input-bytes` changes it.
+DEFAULT_MAX_INPUT_BYTES = 1024 * 1024
 
 # error codes (strings, stable; clients branch on them)
 PARSE_ERROR = "parse_error"  # not UTF-8 or not JSON
 INVALID_REQUEST = "invalid_request"  # JSON, but not a request object
 UNKNOWN_METHOD = "unknown_method"
-TOO_LARGE = "too_large"  # longer than --max-request-bytes
+TOO_LARGE = "too_large"  # longer than --max-request-bytes, or input over --max-input-bytes
 INPUT_ERROR = "input_error"  # infill.errors.InputError: bad span, marker not found, ...
 DECODE_ERROR = "decode_error"  # infill.errors.DecodeError
 MODEL_ERROR = "model_error"  # infill.errors.ModelError
