@@ -9,16 +9,19 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from fixtures_cli import fake_model
 from fixtures_doc import FakeFiller
+from fixtures_serve import runtime_dir
 
 from infill.cli import main
 from infill.commands.docstrings import docstrings
 
+_ = runtime_dir  # a fixture (a private daemon runtime folder, its daemon stopped afterwards)
 BOM = b"\xef\xbb\xbf"
 SIMPLE = "x = 1\ny = 2\n"
 
@@ -409,3 +412,49 @@ def test_item08_the_client_fills_large_inputs_in_process(tmp_path: Path, monkeyp
         r = CliRunner().invoke(main, ["fill", str(p), "--span", "1", "--model", "fake-daemon", "--daemon", "on"])
     assert r.exit_code == 0, r.output
     assert asked == [] and p.read_text().startswith("x = 2\n")
+
+
+# --- item 9: two installations keep separate daemons instead of restarting each other's -----------------------
+
+
+def test_item09_each_installation_has_its_own_daemon_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from infill.server import lifecycle
+
+    env = {"INFILL_RUNTIME_DIR": str(tmp_path / "rt")}
+    mine = lifecycle.runtime_paths(env).socket
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "hook-env"))  # a pre-commit hook's virtualenv
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "hook-env" / "bin" / "python"))
+    theirs = lifecycle.runtime_paths(env).socket
+    assert mine != theirs and mine.parent.parent == theirs.parent.parent == tmp_path / "rt"
+    assert stat.S_IMODE(theirs.parent.stat().st_mode) == 0o700
+
+
+def test_item09_another_installation_does_not_restart_our_daemon(runtime_dir: Path, tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    from fixtures_serve import REPO_ROOT, TESTS_DIR, pid_alive, plugin_env
+
+    from infill.server import client
+
+    env = plugin_env(runtime_dir)
+    params = {"text": "ab", "spans": [[0, 1]], "want_pid": True}
+    ours = client.request("fill", params, "on", env=env)
+    assert ours is not None
+    our_pid = ours["stats"]["pid"]
+    other = tmp_path / "other-install"  # the same code installed elsewhere (a hook's temporary environment)
+    shutil.copytree(REPO_ROOT / "infill", other / "infill", ignore=shutil.ignore_patterns("weights", "__pycache__"))
+    shutil.copytree(REPO_ROOT / "grammars", other / "grammars")
+    code = (
+        "import json, sys; from infill.server import client; "
+        "r = client.request('fill', json.loads(sys.argv[1]), 'on'); print(r['stats']['pid']); client.stop()"
+    )
+    other_env = {**env, "PYTHONPATH": os.pathsep.join([str(other), str(TESTS_DIR)])}
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(params)], env=other_env, cwd=tmp_path, capture_output=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert int(done.stdout.split()[-1]) != our_pid  # it started its own daemon ...
+    assert pid_alive(our_pid)  # ... and left ours alone (before: it stopped ours as "incompatible")
+    again = client.request("fill", params, "on", env=env)
+    assert again is not None and again["stats"]["pid"] == our_pid
