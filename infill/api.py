@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infill.config import DecodeConfig, FillOptions, ModelSpec
+from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode
 from infill.errors import DecodeError, InfillError, InputError, ModelError, NoValidFillError
 from infill.models.registry import LoadedModel
 from infill.spans import LineIndex, Span, check_spans
@@ -462,6 +462,7 @@ def fill_text(
 
     data = text.encode("utf-8")
     ordered = check_spans(data, spans)
+    check_decode(decode)  # nan, inf, out-of-range numbers: exit 2 before any model runs
     if options.candidates < 1:
         raise InputError(f"-n must be at least 1, got {options.candidates}")
     if on_progress is not None and not isinstance(model, LoadedModel):

@@ -458,3 +458,64 @@ def test_item09_another_installation_does_not_restart_our_daemon(runtime_dir: Pa
     assert pid_alive(our_pid)  # ... and left ours alone (before: it stopped ours as "incompatible")
     again = client.request("fill", params, "on", env=env)
     assert again is not None and again["stats"]["pid"] == our_pid
+
+
+# --- item 10: nan / inf are usage errors (exit 2, invalid_request), and an empty line gets a reply --------------
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "NaN", "1e999"])
+def test_item10_cli_refuses_non_finite_numbers(tmp_path: Path, value: str) -> None:
+    p = tmp_path / "a.py"
+    p.write_text(SIMPLE)
+    with fake_model(["x = 2"], name="fake-nan"):
+        r = CliRunner().invoke(main, ["fill", str(p), "--span", "1", "--model", "fake-nan", "--temperature", value])
+    assert r.exit_code == 2, r.output
+    (line,) = r.stderr.splitlines()
+    assert "--temperature" in line and "finite" in line
+    assert p.read_text() == SIMPLE
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--top-p", "nan"), ("--epsilon", "inf"), ("--gamma", "nan"), ("--threshold", "nan")]
+)
+def test_item10_every_float_flag_is_finite(flag: str, value: str) -> None:
+    r = CliRunner().invoke(main, ["fill", "a.py", "--span", "1", flag, value])
+    assert r.exit_code == 2 and "finite" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_item10_api_refuses_non_finite_settings() -> None:
+    from infill import api
+    from infill.config import DecodeConfig, ModelSpec
+    from infill.errors import InputError
+    from infill.spans import Span
+
+    with fake_model(["x"], name="fake-nan"):
+        for bad in (DecodeConfig(temperature=float("nan")), DecodeConfig(top_p=float("inf")), DecodeConfig(seed=2**70)):
+            with pytest.raises(InputError):
+                api.fill_text("a = 1\n", [Span(4, 5)], model=ModelSpec("fake-nan"), decode=bad)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"id": 1, "method": "fill", "params": {"text": "a = 1\\n", "span": "1", "temperature": NaN}}',
+        b'{"id": 1, "method": "fill", "params": {"text": "a = 1\\n", "span": "1", "temperature": Infinity}}',
+        b'{"id": 1, "method": "fill", "params": {"text": "a = 1\\n", "span": "1", "top_p": -Infinity}}',
+        b'{"id": 1, "method": "fill", "params": {"text": "a = 1\\n", "span": "1", "temperature": 1e999}}',
+        b'{"id": 1, "method": "fill", "params": {"text": "a = 1\\n", "span": "1", "candidates": 100000}}',
+    ],
+)
+def test_item10_server_answers_invalid_request(line: bytes) -> None:
+    from infill.server.dispatch import Dispatcher
+
+    with fake_model(["x"], name="fake-nan") as model:
+        reply = json.loads(Dispatcher().handle_line(line.replace(b'"span"', b'"model": "fake-nan", "span"')))
+    assert reply["error"]["code"] == "invalid_request" and reply["error"]["exit_code"] == 2, reply
+    assert model.forwards == 0
+
+
+def test_item10_an_empty_request_line_gets_a_reply() -> None:
+    from infill.server.dispatch import Dispatcher
+
+    reply = json.loads(Dispatcher().handle_line(b"\n"))
+    assert reply == {"id": None, "error": {"code": "invalid_request", "message": "empty request line", "exit_code": 2}}

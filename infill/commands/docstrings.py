@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from infill import languages, patch
+from infill.clitypes import FINITE_FLOAT, SEED
 from infill.docstrings.comments import COMMENT_LANGUAGES
 from infill.docstrings.config import STYLES, DocstringConfig, build_config, find_pyproject
 from infill.docstrings.engine import FileResult, process_source
@@ -114,7 +115,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
 @click.option("--model", default=None, help="Model name or folder [default: the embedded model].")
 @click.option(
     "--min-confidence",
-    type=float,
+    type=FINITE_FLOAT,
     default=None,
     help="Leave a docstring missing (and report it) when the mean token log-probability of its text is below "
     "this (e.g. -3.5), or when the model could not write its summary.",
@@ -129,7 +130,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
 @_bool_flag("module", "Skip module docstrings [default: include].")
 @_bool_flag("property-decorators", "Skip @property getters [default: include]; setters are always skipped.")
 @click.option("--line-length", type=int, default=None, help="Wrap descriptions at this width [default: 88].")
-@click.option("--seed", type=int, default=None, help="Sampling seed [default: 0]; fixed so local and CI runs agree.")
+@click.option("--seed", type=SEED, default=None, help="Sampling seed [default: 0]; fixed so local and CI runs agree.")
 @click.option(
     "--config",
     "config_path",

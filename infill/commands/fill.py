@@ -21,6 +21,7 @@ from typing import Any, BinaryIO, cast
 
 import click
 
+from infill.clitypes import SEED, FiniteFloatRange
 from infill.config import DecodeConfig, DecoderName, DeviceName, DraftName, FillOptions, ModelSpec
 from infill.errors import InfillError, InputError, NoValidFillError
 from infill.server.options import daemon_options, fill_command
@@ -426,7 +427,7 @@ class FillCommand(click.Command):
 )
 @click.option(
     "--temperature",
-    type=click.FloatRange(min=0.0),
+    type=FiniteFloatRange(min=0.0),
     default=DecodeConfig.temperature,
     show_default=True,
     help="0 = greedy.",
@@ -434,12 +435,12 @@ class FillCommand(click.Command):
 @click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True, help="0 = off.")
 @click.option(
     "--top-p",
-    type=click.FloatRange(min=0.0, max=1.0, min_open=True),
+    type=FiniteFloatRange(min=0.0, max=1.0, min_open=True),
     default=1.0,
     show_default=True,
     help="1 = off.",
 )
-@click.option("--seed", type=int, default=DecodeConfig.seed, show_default=True, help="Fixed by default: reproducible.")
+@click.option("--seed", type=SEED, default=DecodeConfig.seed, show_default=True, help="Fixed by default: reproducible.")
 @click.option(
     "--draft",
     type=click.Choice(["model", "ngram"]),
@@ -449,7 +450,7 @@ class FillCommand(click.Command):
 )
 @click.option(
     "--epsilon",
-    type=click.FloatRange(min=0.0),
+    type=FiniteFloatRange(min=0.0),
     default=0.0,
     show_default=True,
     help="LOSSY: accept drafts if r < q/p + EPSILON. 0 keeps sampling exact.",
@@ -463,7 +464,7 @@ class FillCommand(click.Command):
 )
 @click.option(
     "--threshold",
-    type=click.FloatRange(min=0.0, max=1.0),
+    type=FiniteFloatRange(min=0.0, max=1.0),
     default=DecodeConfig.threshold,
     show_default=True,
     help="Block-diffusion models: confidence threshold tau of dynamic decoding.",
@@ -484,7 +485,7 @@ class FillCommand(click.Command):
 )
 @click.option(
     "--gamma",
-    type=click.FloatRange(min=0.0, min_open=True),
+    type=FiniteFloatRange(min=0.0, min_open=True),
     default=1.0,
     show_default=True,
     help="S2D2 tempering of q/p; values below 1 are LOSSY.",

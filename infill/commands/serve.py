@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from infill.clitypes import FiniteFloatRange
 from infill.server import protocol
 
 PROTOCOL_HELP = """Keep models in memory and answer requests, one JSON object per line.
@@ -54,7 +55,7 @@ Models stay loaded, keyed by model and device.
 )
 @click.option(
     "--idle-timeout",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=0.0,
     show_default=True,
     metavar="SECONDS",

@@ -159,9 +159,7 @@ class Dispatcher:
         self.methods[name] = handler
 
     def handle_line(self, line: bytes) -> bytes:
-        """One request line -> one response line (b"" for a blank line, which is not a request)."""
-        if not line.strip():
-            return b""
+        """One request line -> one response line; an empty line too gets one (invalid_request)."""
         if len(line.rstrip(b"\r\n")) > self.max_request_bytes:
             return self.too_large()
         try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -101,11 +102,18 @@ _MODEL = {"model": "name", "device": "device", "revision": "revision", "mask_tok
 _OTHER = {"text", "path", "filename", "cwd", "precision", *_MODEL}
 
 
+MAX_SAMPLES = 100  # "candidates" and "max_resample" above this would hold the server for too long
+
+
 def _typed(name: str, value: Any, kind: type) -> Any:
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value) if abs(value) < 2**1023 else math.inf
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise InputError(f'"{name}" must be {"a number" if kind is float else f"a {kind.__name__}"}')
+    if isinstance(value, float) and not math.isfinite(value):  # 1e999 parses as inf
+        raise ProtocolError(protocol.INVALID_REQUEST, f'"{name}" must be a finite number')
+    if name in ("candidates", "max_resample") and isinstance(value, int) and value > MAX_SAMPLES:
+        raise ProtocolError(protocol.INVALID_REQUEST, f'"{name}" must be at most {MAX_SAMPLES} in a server request')
     return value
 
 

@@ -74,8 +74,10 @@ def parse_request(line: bytes) -> Request:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProtocolError(PARSE_ERROR, f"request is not UTF-8 (byte {exc.start})") from None
+    if not text.strip():
+        raise ProtocolError(INVALID_REQUEST, "empty request line")
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_constant=_no_constant)
     except (json.JSONDecodeError, RecursionError) as exc:
         detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
         raise ProtocolError(PARSE_ERROR, f"request is not JSON: {detail}") from None
@@ -95,6 +97,11 @@ def parse_request(line: bytes) -> Request:
     if not isinstance(params, dict):
         raise ProtocolError(INVALID_REQUEST, '"params" must be an object', request_id)
     return Request(request_id, method, params)
+
+
+def _no_constant(name: str) -> Any:
+    """NaN, Infinity and -Infinity are not JSON numbers (Python's json accepts them by default)."""
+    raise ProtocolError(INVALID_REQUEST, f"{name} is not a valid JSON number")
 
 
 def _is_clean(text: str) -> bool:
