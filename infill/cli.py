@@ -46,6 +46,20 @@ def exit_on_click_error(exc: click.ClickException) -> NoReturn:
     raise click.exceptions.Exit(exc.exit_code)
 
 
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a tool killed by SIGPIPE (128 + 13), e.g. `git log | head`
+
+
+def _quiet_broken_pipe() -> NoReturn:
+    """Stop quietly when stdout's reader went away. Pointing stdout at /dev/null keeps the interpreter's final
+    flush from printing "Exception ignored ... BrokenPipeError" (the recipe of Python's signal docs)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    sys.exit(EXIT_BROKEN_PIPE)
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use."""
 
@@ -56,6 +70,8 @@ class LazyGroup(click.Group):
             raise
         except click.exceptions.ClickException as exc:  # `infill --bogus`
             exit_on_click_error(exc)
+        except BrokenPipeError:  # `infill --help | head -1`
+            _quiet_broken_pipe()
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; an error no command handled itself becomes one line on stderr and the documented
@@ -70,6 +86,8 @@ class LazyGroup(click.Group):
             exit_on_click_error(exc)
         except (click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except BrokenPipeError:  # `infill ... | head -1`: the reader has all it wants
+            _quiet_broken_pipe()
         except InfillError as exc:
             if os.environ.get("INFILL_DEBUG"):
                 raise

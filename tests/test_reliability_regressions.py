@@ -519,3 +519,22 @@ def test_item10_an_empty_request_line_gets_a_reply() -> None:
 
     reply = json.loads(Dispatcher().handle_line(b"\n"))
     assert reply == {"id": None, "error": {"code": "invalid_request", "message": "empty request line", "exit_code": 2}}
+
+
+# --- item 11a: a closed stdout pipe (`| head -1`) ends a command quietly ------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["daemon", "status"], ["fill", "--help"], ["--help"]])
+def test_item11a_broken_pipe_is_quiet(args: list[str], tmp_path: Path) -> None:
+    import subprocess
+
+    from fixtures_serve import REPO_ROOT
+
+    env = {**os.environ, "INFILL_RUNTIME_DIR": str(tmp_path / "rt"), "PYTHONPATH": str(REPO_ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "infill", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # the reader is gone before the command writes
+    assert process.wait(timeout=120) == 141  # as a shell reports a tool killed by SIGPIPE
+    assert process.stderr.read() == b""  # no "Broken pipe" message, no traceback
