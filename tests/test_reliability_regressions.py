@@ -538,3 +538,30 @@ def test_item11a_broken_pipe_is_quiet(args: list[str], tmp_path: Path) -> None:
     process.stdout.close()  # the reader is gone before the command writes
     assert process.wait(timeout=120) == 141  # as a shell reports a tool killed by SIGPIPE
     assert process.stderr.read() == b""  # no "Broken pipe" message, no traceback
+
+
+# --- item 11c: a request that fails without a model never starts (or waits for) a daemon -----------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["missing.py", "--span", "1"], "no such file"),
+        (["a.py", "--span", "9"], "out of range"),
+        (["a.py", "--marker", "<NOPE>"], "marker not found"),
+        (["empty.py", "--span", "1"], "empty"),
+    ],
+)
+def test_item11c_input_errors_never_ask_a_daemon(
+    args: list[str], needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from infill.server import client
+
+    asked: list[str] = []
+    monkeypatch.setattr(client, "request", lambda method, *a, **k: asked.append(method))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text(SIMPLE)
+    (tmp_path / "empty.py").write_text("")
+    r = CliRunner().invoke(main, ["fill", *args, "--daemon", "on", "--model", "not-registered-here"])
+    assert r.exit_code == 2 and needle in r.stderr and len(r.stderr.splitlines()) == 1, r.output
+    assert asked == []  # before: a daemon was started (seconds) just to report this

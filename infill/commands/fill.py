@@ -180,13 +180,21 @@ def _resolve(req: FillRequest, path: str) -> str:
     return os.path.join(req.cwd, path)
 
 
-def _run(
-    req: FillRequest,
-    out: dict[str, Any],
-    say: Callable[[str], None],
-    on_progress: Callable[[dict[str, Any]], None] | None,
-) -> None:
-    from infill import api, languages, patch, spans
+@dataclass
+class _Input:
+    text: str
+    data: bytes
+    snapshot: Any  # infill.patch.Snapshot of the file, None for stdin
+    name: str | None  # names the language
+    display: str  # names the input in messages
+    language: str | None
+    selected: list[Any]  # infill.spans.Span
+
+
+def _prepare(req: FillRequest, tree_sitter: bool = True) -> _Input:
+    """Read and check the input and resolve the selections; InputError for anything unusable. Needs no model,
+    so a client runs it before asking a daemon (`tree_sitter=False` skips selectors that parse the file)."""
+    from infill import languages, patch, spans
 
     name = req.stdin_filename if req.file == "-" else req.file
     display = req.file if req.file != "-" else (req.stdin_filename or "<stdin>")
@@ -211,12 +219,38 @@ def _run(
     elif req.output and req.output != "-":
         patch.check_writable(_resolve(req, req.output))
     language = languages.detect(name)
+    selected: list[Any] = []
+    if tree_sitter or all(s.kind in ("span", "marker") for s in req.selections):
+        try:
+            selected = spans.resolve(data, req.selections, language, name)
+        except InputError as exc:
+            if exc.path is None:
+                exc.path = display
+            raise
+    return _Input(text, data, snapshot, name, display, language, selected)
+
+
+def preflight(req: FillRequest) -> bool:
+    """Whether the request gets past the checks that need no model (a missing file, a bad span...). A client
+    asks a daemon only then: a request that fails them fails in-process in milliseconds, as it would there."""
     try:
-        selected = spans.resolve(data, req.selections, language, name)
-    except InputError as exc:
-        if exc.path is None:
-            exc.path = display
-        raise
+        _prepare(req, tree_sitter=False)
+    except InfillError:
+        return False
+    return True
+
+
+def _run(
+    req: FillRequest,
+    out: dict[str, Any],
+    say: Callable[[str], None],
+    on_progress: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    from infill import api, patch
+
+    given = _prepare(req)
+    text, snapshot, display = given.text, given.snapshot, given.display
+    language, selected = given.language, given.selected
     result = api.fill_text(
         text,
         selected,
@@ -641,10 +675,12 @@ def fill(
     from infill.progress import progress
 
     show = not quiet and not filter_mode and fmt == "text"
-    try:
-        result = fill_command(request.to_dict(), daemon, idle_timeout)  # None: no daemon, work in-process
-    except InfillError:  # the daemon reported an error: redo it here, so filter mode can echo the input
-        result = None
+    result = None  # None: no daemon, work in-process
+    if preflight(request):  # a missing file or a bad span fails here, without starting a daemon for it
+        try:
+            result = fill_command(request.to_dict(), daemon, idle_timeout)
+        except InfillError:  # the daemon reported an error: redo it here, so filter mode can echo the input
+            result = None
     if result is None:
         with progress(show) as on_progress:
             result = run_fill(request, on_progress)
