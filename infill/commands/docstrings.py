@@ -238,7 +238,7 @@ def _run(
             },
         }
         click.echo(json.dumps(report, indent=2))
-    elif not quiet:
+    elif not quiet and (results or not (errors or invalid)):  # no "0 of 0 files" after the error lines
         _summary(results, check, show_diff, changed, missing)
     if errors:
         return 2
