@@ -178,9 +178,8 @@ class Dispatcher:
                 if size > self.max_input_bytes:
                     raise ProtocolError(
                         protocol.TOO_LARGE,
-                        f"the input is {size:,} bytes, over this server's --max-input-bytes "
-                        f"({self.max_input_bytes:,}); `infill fill` and `infill docstrings` fill it in their own "
-                        "process",
+                        f"the input is larger than this server's --max-input-bytes ({self.max_input_bytes:,}); "
+                        "`infill fill` and `infill docstrings` do such work in their own process",
                     )
             result = handler(request.params, self.context)
             return protocol.encode(protocol.response(request.id, result))
@@ -210,8 +209,10 @@ SIZED_METHODS = frozenset({"fill", "fill_command", "docstrings", "command"})  # 
 
 
 def input_bytes(method: str, params: Mapping[str, Any], limit: int = 0) -> int:
-    """The size of what a request would work on: its text, or the file(s) it names (relative to its "cwd").
-    Stops counting once over `limit` (when given). Unreadable paths count 0: the handler reports them."""
+    """The size of what a request would work on: its text, or the file it names (relative to its "cwd"), or for
+    a docstrings run the files under the folders it names. Counting stops once over `limit` (when given), and
+    a folder of more than _MAX_FILES files counts as over it. Unreadable paths count 0: the handler reports them.
+    """
     cwd = params.get("cwd")
     base = Path(cwd) if isinstance(cwd, str) else Path.cwd()
     total = 0
@@ -223,27 +224,35 @@ def input_bytes(method: str, params: Mapping[str, Any], limit: int = 0) -> int:
     argv = params.get("argv")
     if method == "command" and isinstance(argv, list) and "--" in argv:
         paths += [a for a in argv[argv.index("--") + 1 :] if isinstance(a, str)]
+    folders = method in ("docstrings", "command")  # `infill docstrings PATH...` walks folders; a fill never does
     for raw in paths:
         path = Path(raw) if Path(raw).is_absolute() else base / raw
-        total += _tree_bytes(path, limit - total if limit else 0)
+        total += _tree_bytes(path, limit - total if limit else 0, folders)
         if limit and total > limit:
             break
     return total
 
 
-def _tree_bytes(path: Path, limit: int) -> int:
-    """Bytes of a file, or of the files under a folder (stops past `limit` when given)."""
+_MAX_FILES = 10_000  # files under the folders of one docstrings request
+
+
+def _tree_bytes(path: Path, limit: int, folders: bool) -> int:
+    """Bytes of a regular file, or (with `folders`) of the files under a folder, skipping hidden folders as
+    `infill docstrings` does; stops past `limit` (when given) and after _MAX_FILES files."""
     try:
         if path.is_file():
             return path.stat().st_size
-        if not path.is_dir():
+        if not folders or not path.is_dir():
             return 0
     except OSError:
         return 0
-    total = 0
+    total = files_seen = 0
     for root, dirs, files in os.walk(path):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         for name in files:
+            files_seen += 1
+            if files_seen > _MAX_FILES:
+                return max(total, limit + 1)
             try:
                 total += (Path(root) / name).stat().st_size
             except OSError:

@@ -145,6 +145,8 @@ def fill_request(params: dict[str, Any]) -> dict[str, Any]:
         "options": {k: _typed(k, params[k], t) for k, t in _OPTIONS.items() if k in params},
         "model": {field: _typed(key, params[key], str) for key, field in _MODEL.items() if key in params},
     }
+    if request["model"].get("device", "auto") not in ("auto", "cpu", "cuda"):
+        raise InputError('"device" must be "auto", "cpu" or "cuda"')
     if "precision" in params:
         if params["precision"] not in ("bf16", "fp32"):
             raise InputError('"precision" must be "bf16" or "fp32"')
