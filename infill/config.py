@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Literal
+from typing import Literal, get_args
 
 DecoderName = Literal["assd", "sequential", "parallel", "confidence", "s2d2"]
 DraftName = Literal["model", "ngram"]
@@ -78,7 +78,10 @@ def check_decode(cfg: DecodeConfig) -> None:
         (cfg.block_size < 0, f"block_size must be >= 0, got {cfg.block_size}"),
         (cfg.unmask_per_step < 0, f"unmask_per_step must be >= 0, got {cfg.unmask_per_step}"),
         (not -(2**63) <= cfg.seed <= 2**64 - 1, f"seed must fit in 64 bits, got {cfg.seed}"),
-        (cfg.draft not in ("model", "ngram"), f"draft must be model or ngram, got {cfg.draft!r}"),
+        (
+            cfg.draft not in get_args(DraftName),
+            f"draft must be one of {', '.join(get_args(DraftName))}, got {cfg.draft!r}",
+        ),
     ]
     for bad, message in problems:
         if bad:
