@@ -30,7 +30,8 @@ How a fill is built (the data flow: spans -> masked token sequence -> decoder ->
   accepts, also candidates it rejects: tree-sitter takes `if x:` with no body), and so are fills with broken UTF-8
   (U+FFFD); rejects are resampled (up to FillOptions.max_resample extra samples). The valid candidate with
   the highest log-likelihood (sum over spans of the fill's token log-probabilities under the model,
-  end-of-fill pad included) wins; if none is valid, the best invalid one is returned with a warning.
+  end-of-fill pad included) wins. If none is valid, NoValidFillError names the failing spans (exit code 3:
+  nothing is written); with FillOptions.allow_syntax_errors the most likely one is returned with a warning.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infill.config import DecodeConfig, FillOptions, ModelSpec
-from infill.errors import DecodeError, InfillError, InputError, ModelError
+from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode
+from infill.errors import DecodeError, InfillError, InputError, ModelError, NoValidFillError
 from infill.models.registry import LoadedModel
 from infill.spans import LineIndex, Span, check_spans
 
@@ -68,12 +69,16 @@ class FillResult:
     edits: list[Edit]
     stats: dict[str, Any] = field(default_factory=dict)  # decoder, model, nfe, tokens, seconds, ...
     warnings: list[str] = field(default_factory=list)  # e.g. "no valid candidate found ..."
+    notes: list[str] = field(default_factory=list)  # details for -v, e.g. which lines the model saw
 
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 
 PREFIX_SHARE = 0.75  # share of the free context given to the prefix (the suffix gets the rest)
 MIN_CONTEXT = 16  # tokens of context a region keeps at least, when spans are grouped into regions
+# A generous bound on the UTF-8 bytes of one token (byte-level BPE tokens of code average 3-4): context more than
+# max_length * this many bytes away from a span cannot fit the model's window, so it is never even tokenized.
+WINDOW_BYTES_PER_TOKEN = 64
 ASARM_DECODERS = ("assd", "sequential", "parallel", "beam")
 BLOCKDIFF_DECODERS = ("confidence", "s2d2")
 
@@ -125,10 +130,11 @@ class _SpanPlan:
     span: Span
     index: int  # position in the sorted span list
     budget: int
-    prefix: str  # LF text before the span, up to the previous span (for post-processing)
+    prefix: str  # LF text before the span, up to the previous span or the window (for post-processing)
     replaced: str  # LF text the span replaces
-    suffix: str  # LF text after the span, up to the next span
+    suffix: str  # LF text after the span, up to the next span or the window
     healed: bool = False  # the space before the span was moved into the model's fill (see _model_prefix)
+    gap: int = 0  # bytes between the previous span (or the start) and this one
 
 
 @dataclass
@@ -138,6 +144,8 @@ class _Region:
     between_ids: list[list[int]]  # len(spans) - 1 pieces
     suffix_ids: list[int]
     truncated: bool = False
+    seen: tuple[int, int] = (0, 0)  # when truncated: the first and last line the model saw (1-based)
+    block_cut: bool = False  # when truncated: the cut hid the start of the block around the spans (a warning)
 
 
 def token_budget(span: Span, replaced_tokens: int, replaced: str, options: FillOptions, has_pad: bool) -> int:
@@ -153,21 +161,28 @@ def token_budget(span: Span, replaced_tokens: int, replaced: str, options: FillO
 
 
 def _plan(
-    data: bytes, spans: list[Span], loaded: LoadedModel, options: FillOptions, warnings: list[str]
+    data: bytes, spans: list[Span], loaded: LoadedModel, options: FillOptions, warnings: list[str], index: LineIndex
 ) -> list[_Region]:
-    from infill.textops import to_model
-
     tok, model = loaded.tokenizer, loaded.model
     max_length = int(getattr(model, "max_length", 0) or 0) or 1 << 30
     has_bos = getattr(model, "bos_id", None) is not None
     has_pad = getattr(model, "pad_id", None) is not None
     cap = max_length - int(has_bos) - MIN_CONTEXT
+    # Only text within `window` bytes of a span can reach the model, so nothing farther is decoded, tokenized
+    # or post-processed: a fill in a 10 MB file does the work of a fill in a small one.
+    window = max_length * WINDOW_BYTES_PER_TOKEN
     plans = []
     for i, span in enumerate(spans):
         prev_end = spans[i - 1].end_byte if i else 0
         next_start = spans[i + 1].start_byte if i + 1 < len(spans) else len(data)
-        replaced = to_model(data[span.start_byte : span.end_byte].decode("utf-8"))
-        budget = token_budget(span, len(tok.encode(replaced)) if replaced.strip() else 0, replaced, options, has_pad)
+        replaced = _model_text(data, span.start_byte, span.end_byte)
+        if options.tokens is not None or not replaced.strip():
+            replaced_tokens = 0  # not needed by the length policy
+        elif span.end_byte - span.start_byte > window:
+            replaced_tokens = cap + 1  # more than fits: capped below without tokenizing it all
+        else:
+            replaced_tokens = len(tok.encode(replaced))
+        budget = token_budget(span, replaced_tokens, replaced, options, has_pad)
         if budget > cap:
             if options.tokens is not None:
                 raise DecodeError(
@@ -176,26 +191,20 @@ def _plan(
                 )
             warnings.append(f"{span.label or 'span'}: token budget {budget} capped at {cap} (the model's context)")
             budget = cap
-        before = to_model(data[prev_end : span.start_byte].decode("utf-8"))
-        plans.append(
-            _SpanPlan(
-                span,
-                i,
-                budget,
-                before,
-                replaced,
-                to_model(data[span.end_byte : next_start].decode("utf-8")),
-                healed=_heals(before),
-            )
-        )
+        before = _model_text(data, *_tail(data, prev_end, span.start_byte, window))
+        after = _model_text(data, *_head(data, span.end_byte, next_start, window))
+        plan = _SpanPlan(span, i, budget, before, replaced, after, healed=_heals(before))
+        plan.gap = span.start_byte - prev_end
+        plans.append(plan)
     # group neighbouring spans into regions while the masks and the text between them fit
     blockdiff = loaded.kind == "blockdiff"
     regions: list[list[tuple[_SpanPlan, list[int]]]] = []  # each span with the ids of the text before it
     used = 0
     for plan in plans:
-        between = tok.encode(_model_prefix(plan.prefix, plan.healed)) if regions and not blockdiff else []
+        near = regions and not blockdiff and plan.gap <= window  # farther apart never fits: not tokenized
+        between = tok.encode(_model_prefix(plan.prefix, plan.healed)) if near else []
         cost = len(between) + plan.budget
-        if regions and not blockdiff and used + cost <= cap:
+        if near and used + cost <= cap:
             regions[-1].append((plan, between))
             used += cost
         else:
@@ -204,22 +213,76 @@ def _plan(
     out = []
     for group in regions:
         first, last = group[0][0].span, group[-1][0].span
-        prefix_ids = tok.encode(_model_prefix(to_model(data[: first.start_byte].decode("utf-8")), group[0][0].healed))
-        suffix_ids = tok.encode(to_model(data[last.end_byte :].decode("utf-8")))
+        pre_start, pre_end = _tail(data, 0, first.start_byte, window)
+        suf_start, suf_end = _head(data, last.end_byte, len(data), window)
+        prefix_ids = tok.encode(_model_prefix(_model_text(data, pre_start, pre_end), group[0][0].healed))
+        suffix_ids = tok.encode(_model_text(data, suf_start, suf_end))
         inner = sum(p.budget for p, _ in group) + sum(len(b) for _, b in group[1:])
         free = max(0, max_length - int(has_bos) - inner)
         keep_pre, keep_suf = split_context(free, len(prefix_ids), len(suffix_ids))
-        truncated = keep_pre < len(prefix_ids) or keep_suf < len(suffix_ids)
-        out.append(
-            _Region(
-                [p for p, _ in group],
-                prefix_ids[len(prefix_ids) - keep_pre :] if keep_pre else [],
-                [b for _, b in group[1:]],
-                suffix_ids[:keep_suf],
-                truncated,
-            )
-        )
+        kept_pre = prefix_ids[len(prefix_ids) - keep_pre :] if keep_pre else []
+        kept_suf = suffix_ids[:keep_suf]
+        cut_pre = keep_pre < len(prefix_ids) or pre_start > 0
+        cut_suf = keep_suf < len(suffix_ids) or suf_end < len(data)
+        region = _Region([p for p, _ in group], kept_pre, [b for _, b in group[1:]], kept_suf, cut_pre or cut_suf)
+        if region.truncated:
+            region.seen, region.block_cut = _what_was_seen(index, region, tok, cut_pre)
+        out.append(region)
     return out
+
+
+def _model_text(data: bytes, start: int, end: int) -> str:
+    """The model's view of data[start:end]: LF line endings, and no byte order mark at the start of the file."""
+    from infill.textops import to_model
+
+    text = to_model(data[start:end].decode("utf-8"))
+    return text.removeprefix("\ufeff") if start == 0 else text
+
+
+def _tail(data: bytes, start: int, end: int, window: int) -> tuple[int, int]:
+    """The last `window` bytes or fewer of data[start:end], beginning at a line start (else a character)."""
+    if end - start <= window:
+        return start, end
+    cut = end - window
+    newline = data.find(b"\n", cut, end)
+    if newline >= 0:
+        return newline + 1, end
+    while cut < end and data[cut] & 0xC0 == 0x80:  # not inside a UTF-8 character
+        cut += 1
+    return cut, end
+
+
+def _head(data: bytes, start: int, end: int, window: int) -> tuple[int, int]:
+    """The first `window` bytes or fewer of data[start:end], ending after a line break (else at a character)."""
+    if end - start <= window:
+        return start, end
+    cut = start + window
+    newline = data.rfind(b"\n", start, cut)
+    if newline >= 0:
+        return start, newline + 1
+    while cut > start and data[cut] & 0xC0 == 0x80:
+        cut -= 1
+    return start, cut
+
+
+def _what_was_seen(index: LineIndex, region: _Region, tok: Any, cut_pre: bool) -> tuple[tuple[int, int], bool]:
+    """The lines the model saw around a truncated region, and whether the cut hid the start of the block its
+    spans are in (the definition's header): no line in column 1 (a definition, a top-level statement, a closing
+    brace) is left in sight between the cut and the spans."""
+    before = tok.decode(region.prefix_ids) if region.prefix_ids else ""
+    after = tok.decode(region.suffix_ids) if region.suffix_ids else ""
+    first_seen = index.line_of(region.spans[0].span.start_byte) - before.count("\n")
+    last_seen = index.line_of(region.spans[-1].span.end_byte) + after.count("\n") - int(after.endswith("\n"))
+    lines = before.split("\n")
+    lines[-1] += region.spans[0].replaced.split("\n", 1)[0]  # the spans' own first line
+    if cut_pre:
+        lines = lines[1:]  # the first line seen may be partial
+    block_cut = cut_pre and not any(_column_one(line) for line in lines)
+    return (max(1, first_seen), last_seen), block_cut
+
+
+def _column_one(line: str) -> bool:
+    return bool(line[:1].strip()) and not line.startswith(("#", "//", "/*", "*"))
 
 
 def _heals(before: str) -> bool:
@@ -467,10 +530,11 @@ def fill_text(
 ) -> FillResult:
     """Fill every span of `text`; see the module docstring."""
     from infill.patch import apply_edits, check_outside_unchanged
-    from infill.textops import newline_of, python_parses, syntax_errors
+    from infill.textops import SyntaxCheck, newline_of
 
     data = text.encode("utf-8")
     ordered = check_spans(data, spans)
+    check_decode(decode)  # nan, inf, out-of-range numbers: exit 2 before any model runs
     if options.candidates < 1:
         raise InputError(f"-n must be at least 1, got {options.candidates}")
     if on_progress is not None and not isinstance(model, LoadedModel):
@@ -491,24 +555,36 @@ def fill_text(
     }
     if not ordered:
         return FillResult(text, [], stats, warnings)
-    regions = _plan(data, ordered, loaded, options, warnings)
+    index = LineIndex(data)
+    regions = _plan(data, ordered, loaded, options, warnings, index)
+    notes: list[str] = []
     if any(r.truncated for r in regions):
-        warnings.append(f"context truncated to the model's {loaded.model.max_length} tokens around the spans")
+        # a small model's window is often shorter than the file: only worth a warning when it hides the start of
+        # the block the spans are in (e.g. the signature of the function being filled); otherwise a note for -v
+        lines = ", ".join(f"lines {r.seen[0]}-{r.seen[1]}" for r in regions if r.truncated)
+        message = f"context truncated to the model's {loaded.model.max_length} tokens: it saw {lines} of {index.count}"
+        if any(r.block_cut for r in regions):
+            warnings.append(f"{message}, not the start of the block around the span(s)")
+        else:
+            notes.append(message)
     import torch
 
     generator = torch.Generator().manual_seed(decode.seed)
-    check_syntax = False
-    baseline = 0
-    check_python = False  # the input parses with CPython's parser: candidates must keep it so
+    syntax: SyntaxCheck | None = None  # the input's syntax, analysed once; candidates may not make it worse
     if options.syntax_check and language is not None:
-        check_syntax = True
         try:
-            baseline = syntax_errors(language, data)
+            syntax = SyntaxCheck(language, data)
         except InputError as exc:  # grammar extra missing: fill without the check
             warnings.append(f"syntax check skipped: {exc.message}")
-            check_syntax = False
-        check_python = check_syntax and language == "python" and python_parses(data)
-    newline, index = newline_of(text), LineIndex(data)
+    newline = newline_of(text)
+
+    def rejection(patched: bytes, edits: list[Edit]) -> str | None:
+        """Why a candidate is rejected, or None: it splits a UTF-8 character (U+FFFD), adds tree-sitter ERROR /
+        MISSING nodes, or (Python that parsed before) no longer parses with CPython's parser."""
+        if any("\ufffd" in e.text for e in edits) and "\ufffd" not in text:
+            return "splits a UTF-8 character"
+        return syntax.rejection(patched, edits) if syntax is not None else None
+
     totals = _Totals()
     valid: list[tuple[float, list[Edit], str]] = []
     invalid: list[tuple[float, list[Edit], str]] = []
@@ -528,10 +604,7 @@ def fill_text(
         seen.add(key)
         patched = apply_edits(data, edits)
         check_outside_unchanged(data, patched, edits)
-        # reject fills that split a UTF-8 character (U+FFFD) or add tree-sitter ERROR / MISSING nodes
-        ok = not any("\ufffd" in e.text for e in edits) or "\ufffd" in text
-        ok = ok and (not check_syntax or syntax_errors(str(language), patched) <= baseline)
-        ok = ok and (not check_python or python_parses(patched))
+        ok = rejection(patched, edits) is None
         (valid if ok else invalid).append((sum(e.score for e in edits), edits, patched.decode("utf-8")))
         return True
 
@@ -555,12 +628,12 @@ def fill_text(
     if on_progress is not None:
         on_progress({"event": "done"})
     pool = valid or invalid
-    if not valid:
+    best_score, best_edits, best_text = max(pool, key=lambda c: c[0])
+    if not valid and options.allow_syntax_errors:
         warnings.append(
             f"no valid candidate found in {attempts} sample(s) (syntax errors or broken UTF-8); "
-            "using the most likely one"
+            "using the most likely one (--allow-syntax-errors)"
         )
-    best_score, best_edits, best_text = max(pool, key=lambda c: c[0])
     stats.update(
         nfe=totals.nfe,
         tokens=totals.tokens,
@@ -572,7 +645,54 @@ def fill_text(
         regions=len(regions),
         accepted_histogram=_histogram(totals.accepted),
     )
-    return FillResult(best_text, best_edits, stats, warnings)
+    if not valid and not options.allow_syntax_errors:
+        raise _no_valid_fill(data, ordered, best_edits, attempts, rejection, stats)
+    return FillResult(best_text, best_edits, stats, warnings, notes)
+
+
+def _no_valid_fill(
+    data: bytes,
+    spans: list[Span],
+    edits: list[Edit],
+    attempts: int,
+    rejection: Callable[[bytes, list[Edit]], str | None],
+    stats: dict[str, Any],
+) -> NoValidFillError:
+    """The error for a fill whose every candidate was rejected, naming the edits of the most likely candidate
+    that fail on their own (all of them when only their combination fails)."""
+    from infill.patch import apply_edits
+
+    failed = []
+    for span, edit in zip(spans, edits, strict=True):
+        reason = rejection(apply_edits(data, [edit]), [edit])
+        if reason is not None:
+            failed.append((span, edit, reason))
+    if not failed:
+        reason = rejection(apply_edits(data, edits), edits) or "is rejected"
+        failed = [(span, edit, reason) for span, edit in zip(spans, edits, strict=True)]
+    where = ", ".join(f"{s.label or 'span'} (line {_lines(e)}) {reason}" for s, e, reason in failed)
+    return NoValidFillError(
+        f"no valid fill in {attempts} sample(s): {where}; nothing was written "
+        "(--allow-syntax-errors accepts the most likely one)",
+        failed=[
+            {
+                "label": s.label,
+                "start_line": e.start_line,
+                "end_line": e.end_line,
+                "start_byte": e.start_byte,
+                "end_byte": e.end_byte,
+                "text": e.text,
+                "score": e.score,
+                "reason": reason,
+            }
+            for s, e, reason in failed
+        ],
+        stats=dict(stats),
+    )
+
+
+def _lines(edit: Edit) -> str:
+    return str(edit.start_line) if edit.start_line == edit.end_line else f"{edit.start_line}-{edit.end_line}"
 
 
 def _histogram(accepted: list[int]) -> dict[int, int]:

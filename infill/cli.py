@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -25,8 +25,53 @@ COMMANDS: dict[str, str] = {
 }
 
 
+# `infill` or `infill daemon` alone print their help; that is not an error to shorten (click >= 8.2)
+_HELP_NOT_ERROR: tuple[type[BaseException], ...] = tuple(
+    cls for cls in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if cls is not None
+)
+
+
+def error_line(exc: click.ClickException) -> str:
+    """A Click error as the one stderr line every `infill` error is: `error: MESSAGE`, with a pointer to the
+    command's --help for usage errors (Click's own format is four lines: usage, hint, blank, error)."""
+    message = " ".join(exc.format_message().split())
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        message += f" (see '{exc.ctx.command_path} --help')"
+    return f"error: {message}"
+
+
+def exit_on_click_error(exc: click.ClickException) -> NoReturn:
+    """Print `exc` as one line and exit with its code (2 for usage errors, as documented)."""
+    click.echo(error_line(exc), err=True)
+    raise click.exceptions.Exit(exc.exit_code)
+
+
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a tool killed by SIGPIPE (128 + 13), e.g. `git log | head`
+
+
+def _quiet_broken_pipe() -> NoReturn:
+    """Stop quietly when stdout's reader went away. Pointing stdout at /dev/null keeps the interpreter's final
+    flush from printing "Exception ignored ... BrokenPipeError" (the recipe of Python's signal docs)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    sys.exit(EXIT_BROKEN_PIPE)
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except _HELP_NOT_ERROR:
+            raise
+        except click.exceptions.ClickException as exc:  # `infill --bogus`
+            exit_on_click_error(exc)
+        except BrokenPipeError:  # `infill --help | head -1`
+            _quiet_broken_pipe()
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; an error no command handled itself becomes one line on stderr and the documented
@@ -35,8 +80,14 @@ class LazyGroup(click.Group):
 
         try:
             return super().invoke(ctx)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        except _HELP_NOT_ERROR:
             raise
+        except click.exceptions.ClickException as exc:  # a bad flag or value of a subcommand: one line, exit 2
+            exit_on_click_error(exc)
+        except (click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except BrokenPipeError:  # `infill ... | head -1`: the reader has all it wants
+            _quiet_broken_pipe()
         except InfillError as exc:
             if os.environ.get("INFILL_DEBUG"):
                 raise

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+import math
+from dataclasses import dataclass, field, fields
+from typing import Literal, get_args
 
 DecoderName = Literal["assd", "sequential", "parallel", "beam", "confidence", "s2d2"]
 DraftName = Literal["model", "ngram", "lookup"]
@@ -50,3 +51,44 @@ class FillOptions:
     retrieve: bool = True  # also rank lines from the user's code as candidates for a one-line span
     context: tuple[str, ...] = ()  # texts of other files to take candidate lines from (--context)
     extra: dict[str, str] = field(default_factory=dict)
+    # when no candidate passes the checks: False raises NoValidFillError (nothing is written); True returns the
+    # most likely candidate with a warning (`--allow-syntax-errors`)
+    allow_syntax_errors: bool = False
+
+
+def check_decode(cfg: DecodeConfig) -> None:
+    """InputError (exit 2) for settings no decoder can use: a non-finite or out-of-range number, a wrong type, an
+    unknown draft, a seed torch cannot take. Checked before any model runs (fill_text)."""
+    from infill.errors import InputError
+
+    kinds: dict[str, tuple[tuple[type, ...], str]] = {
+        "float": ((int, float), "a number"),
+        "int": ((int,), "an integer"),
+    }
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        expected, what = kinds.get(str(f.type), ((str,), "a string"))  # str and the Literal names
+        if isinstance(value, bool) or not isinstance(value, expected):
+            raise InputError(f"{f.name} must be {what}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{f.name} must be a finite number, got {value!r}")
+    problems = [
+        (cfg.temperature < 0, f"temperature must be >= 0, got {cfg.temperature}"),
+        (not 0 < cfg.top_p <= 1, f"top_p must be in (0, 1], got {cfg.top_p}"),
+        (cfg.top_k < 0, f"top_k must be >= 0, got {cfg.top_k}"),
+        (cfg.k < 1, f"k must be >= 1, got {cfg.k}"),
+        (cfg.epsilon < 0, f"epsilon must be >= 0, got {cfg.epsilon}"),
+        (not 0 <= cfg.threshold <= 1, f"threshold must be in [0, 1], got {cfg.threshold}"),
+        (cfg.gamma <= 0, f"gamma must be > 0, got {cfg.gamma}"),
+        (cfg.block_size < 0, f"block_size must be >= 0, got {cfg.block_size}"),
+        (cfg.unmask_per_step < 0, f"unmask_per_step must be >= 0, got {cfg.unmask_per_step}"),
+        (cfg.beam < 1, f"beam must be >= 1, got {cfg.beam}"),
+        (not -(2**63) <= cfg.seed <= 2**64 - 1, f"seed must fit in 64 bits, got {cfg.seed}"),
+        (
+            cfg.draft not in get_args(DraftName),
+            f"draft must be one of {', '.join(get_args(DraftName))}, got {cfg.draft!r}",
+        ),
+    ]
+    for bad, message in problems:
+        if bad:
+            raise InputError(message)

@@ -1,12 +1,14 @@
 """Small exceptions that carry a location. The CLI converts them to exit codes; nothing else does.
 
 Exit codes (documented in `infill fill --help` and the README):
-  0 ok, 1 changes needed (--check, or --diff with a change), 2 usage / input error, 123 internal or model error.
+  0 ok, 1 changes needed (--check, or --diff with a change), 2 usage / input error, 3 no valid fill (every
+  candidate would break the file's syntax; nothing was written), 123 internal or model error.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -57,3 +59,15 @@ class FileChangedError(InfillError):
     """The file changed on disk between reading it and writing the result; nothing was written."""
 
     exit_code = 123
+
+
+@dataclass
+class NoValidFillError(InfillError):
+    """Every candidate fill was rejected (it adds syntax errors or splits a UTF-8 character), so nothing is
+    written. `failed` describes the rejected edits of the most likely candidate (label, lines, bytes, text,
+    score, reason); `stats` are the decoding statistics of the attempt."""
+
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    exit_code = 3

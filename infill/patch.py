@@ -1,4 +1,5 @@
-"""Reading inputs safely, applying edits, unified diffs, atomic writes that refuse to clobber changed files.
+"""Reading inputs safely, applying edits, unified diffs, atomic writes that refuse to clobber changed files
+and keep the file's owner, group, mode, hard links and symlinks.
 
 Invariant (checked on every patch, `check_outside_unchanged`): bytes outside the edited spans never change.
 """
@@ -79,16 +80,24 @@ def read_source(path: str) -> tuple[bytes, Snapshot]:
     return data, Snapshot(path, len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest(), stat.S_IMODE(st.st_mode))
 
 
+_WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+
+
 def check_writable(path: str) -> None:
-    """InputError unless `path` (an existing file, or a new one in an existing folder) can be replaced."""
+    """InputError unless `path` (an existing file, or a new one in an existing folder) can be replaced.
+
+    A file or folder without any write bit (chmod a-w) counts as read-only even for root, whom os.access
+    lets write anywhere: the mode bits say what the owner wants."""
     p = Path(path)
     folder = p.parent if str(p.parent) else Path(".")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise InputError("file is read-only; nothing was written (use --diff or -o PATH)", path=path)
+    if p.exists():
+        mode = p.stat().st_mode
+        if not os.access(p, os.W_OK) or not mode & _WRITE_BITS:
+            raise InputError("file is read-only; nothing was written (use --diff or -o PATH)", path=path)
     if not folder.is_dir():
         raise InputError("output folder does not exist", path=path)
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError("cannot write in this folder (needed for an atomic replace)", path=path)
+    if not os.access(folder, os.W_OK | os.X_OK) or not folder.stat().st_mode & _WRITE_BITS:
+        raise InputError("folder is read-only; nothing was written (use --diff or -o PATH)", path=path)
 
 
 def apply_edits(data: bytes, edits: Sequence[ByteEdit]) -> bytes:
@@ -132,14 +141,18 @@ def unified_diff(old: str, new: str, path: str | None) -> str:
 
 
 def atomic_write(path: str, data: bytes, expected: Snapshot | None = None) -> None:
-    """Replace `path` by `data` atomically: temp file in the same folder, fsync, rename; mode bits kept.
+    """Replace the contents of `path` by `data`, keeping what the file is: its mode, owner and group, its hard
+    links, and a symlink (which keeps pointing at its target, whose contents change).
 
-    With `expected`, refuse (FileChangedError) if the file no longer holds what was read. A symlink keeps
-    pointing at its (updated) target.
+    The usual way is atomic: a temporary file in the same folder, fsync, chown/chmod to the original's owner,
+    group and mode, rename over it. A file with several hard links, or one whose owner or group this process
+    cannot give the temporary file, is rewritten in place instead (as black and ruff do), since a rename would
+    detach the other links or change the owner. With `expected`, refuse (FileChangedError) if the file no
+    longer holds what was read.
     """
     p = Path(os.path.realpath(path))  # write through a symlink, never replace the link itself
     check_writable(str(p))
-    mode: int | None = None
+    st: os.stat_result | None = None
     if expected is not None:
         try:
             st = p.stat()
@@ -150,9 +163,11 @@ def atomic_write(path: str, data: bytes, expected: Snapshot | None = None) -> No
             ) from None
         if not expected.matches(current, st):
             raise FileChangedError("file changed on disk since it was read; nothing written", path=path)
-        mode = stat.S_IMODE(st.st_mode)
     elif p.exists():
-        mode = stat.S_IMODE(p.stat().st_mode)
+        st = p.stat()
+    if st is not None and st.st_nlink > 1:
+        _write_in_place(p, data)
+        return
     folder = str(p.parent) if str(p.parent) else "."
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".infill-tmp", dir=folder)
     try:
@@ -160,8 +175,10 @@ def atomic_write(path: str, data: bytes, expected: Snapshot | None = None) -> No
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+        if st is not None and not _take_metadata(tmp, st):
+            os.unlink(tmp)
+            _write_in_place(p, data)
+            return
         os.replace(tmp, p)
     except BaseException:
         try:
@@ -179,3 +196,24 @@ def atomic_write(path: str, data: bytes, expected: Snapshot | None = None) -> No
         pass
     finally:
         os.close(dir_fd)
+
+
+def _take_metadata(tmp: str, original: os.stat_result) -> bool:
+    """Give `tmp` the original's owner, group and mode bits; False if the owner or group cannot be given."""
+    mine = os.stat(tmp)
+    if (mine.st_uid, mine.st_gid) != (original.st_uid, original.st_gid):
+        try:
+            os.chown(tmp, original.st_uid, original.st_gid)
+        except (PermissionError, AttributeError):  # not root, or a group we are not in; no chown on Windows
+            return False
+    os.chmod(tmp, stat.S_IMODE(original.st_mode))  # after chown, which clears set-user-ID bits
+    return True
+
+
+def _write_in_place(p: Path, data: bytes) -> None:
+    """Overwrite the file itself (same inode: hard links, owner and mode stay); not atomic."""
+    with open(p, "r+b") as fh:
+        fh.write(data)
+        fh.truncate()
+        fh.flush()
+        os.fsync(fh.fileno())

@@ -53,12 +53,20 @@ class Selection:
         return f"--{self.kind} {self.value}"
 
 
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark: never part of a line's text, so never part of a span
+_LINE_BREAK = re.compile(rb"\r\n|\r|\n")  # CRLF, LF, and a lone CR (classic Mac), as editors and Python count
+
+
 class LineIndex:
-    """Byte offsets of line starts in UTF-8 `data`; lines are 1-based; a final line break opens no line."""
+    """Byte offsets of line starts in UTF-8 `data`; lines are 1-based; a final line break opens no line.
+
+    Line 1 starts after a UTF-8 BOM, so a selection of line 1 never replaces it. Lines end at "\n", "\r\n"
+    or a lone "\r"."""
 
     def __init__(self, data: bytes) -> None:
         self.data = data
-        self.starts = [0] + [m.end() for m in re.finditer(rb"\n", data)]
+        first = len(BOM) if data.startswith(BOM) else 0
+        self.starts = [first] + [m.end() for m in _LINE_BREAK.finditer(data)]
         if len(self.starts) > 1 and self.starts[-1] == len(data):
             self.starts.pop()  # "a\n" has one line
         self.count = 0 if not data else len(self.starts)
@@ -67,12 +75,15 @@ class LineIndex:
         return self.starts[line - 1]
 
     def content_end(self, line: int) -> int:
-        """Byte offset of line `line`'s end, before its "\\n" or "\\r\\n"."""
+        """Byte offset of line `line`'s end, before its "\n", "\r\n" or "\r"."""
+        start = self.starts[line - 1]
         end = self.starts[line] if line < len(self.starts) else len(self.data)
-        if end > self.starts[line - 1] and self.data[end - 1 : end] == b"\n":
+        if end > start and self.data[end - 1 : end] == b"\n":
             end -= 1
-            if end > self.starts[line - 1] and self.data[end - 1 : end] == b"\r":
+            if end > start and self.data[end - 1 : end] == b"\r":
                 end -= 1
+        elif end > start and self.data[end - 1 : end] == b"\r":
+            end -= 1
         return end
 
     def line_of(self, offset: int) -> int:

@@ -7,20 +7,27 @@ endings only; `restore_newlines` puts the file's own line ending back into a fil
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Any
 
 _INDENT = re.compile(r"^[ \t]*")
 _OPENERS = (":", "{", "(", "[", "=>", "->")
 
 
 def newline_of(text: str) -> str:
-    """The file's dominant line ending: "\\r\\n" if most line breaks are CRLF, else "\\n"."""
+    """The file's dominant line ending: "\r\n" if most line breaks are CRLF, "\r" if most are lone CRs (classic
+    Mac files), else "\n"."""
     crlf = text.count("\r\n")
-    return "\r\n" if crlf and crlf * 2 >= text.count("\n") else "\n"
+    lf, cr = text.count("\n") - crlf, text.count("\r") - crlf
+    if cr > crlf and cr > lf:
+        return "\r"
+    return "\r\n" if crlf and crlf >= lf else "\n"
 
 
 def to_model(text: str) -> str:
-    """The model's view of context text: CRLF -> LF (the tokenizer and the model were trained on LF)."""
-    return text.replace("\r\n", "\n")
+    """The model's view of context text: CRLF and lone CR -> LF (the tokenizer and the model were trained on
+    LF)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def restore_newlines(fill: str, newline: str) -> str:
@@ -219,7 +226,11 @@ def syntax_errors(language: str, source: bytes) -> int:
     """Number of tree-sitter ERROR and MISSING nodes in `source`."""
     from infill.languages import parse
 
-    root = parse(language, source).root_node
+    return _error_nodes(parse(language, source).root_node)
+
+
+def _error_nodes(root: Any) -> int:
+    """ERROR and MISSING nodes under `root`; subtrees without an error (has_error False) are skipped whole."""
     if not root.has_error:
         return 0
     count = 0
@@ -230,7 +241,7 @@ def syntax_errors(language: str, source: bytes) -> int:
         if not visited_children:
             if node is not None and (node.type == "ERROR" or node.is_missing):
                 count += 1
-            if cursor.goto_first_child():
+            if node is not None and node.has_error and cursor.goto_first_child():
                 continue
         if cursor.goto_next_sibling():
             visited_children = False
@@ -238,3 +249,120 @@ def syntax_errors(language: str, source: bytes) -> int:
             visited_children = True
         else:
             return count
+
+
+# Inputs above this size are checked around the edits only (see SyntaxCheck): a whole-file parse per candidate
+# of a 10 MB file took seconds and over a GB (CPython's AST), for a fill of a few tokens.
+LOCAL_CHECK_BYTES = 1 << 20
+_MAX_CHUNK_SCAN = 1 << 18  # how far to look for a top-level block boundary on each side of an edit
+
+
+class SyntaxCheck:
+    """Whether a candidate makes the input's syntax worse, for one fill (the original is analysed once).
+
+    Up to LOCAL_CHECK_BYTES the whole file is checked: a candidate may not add tree-sitter ERROR / MISSING nodes,
+    and Python that CPython's parser accepted must still be accepted. Larger inputs are checked the same way on
+    the top-level blocks around the edits only ("chunks": from a column-1 line after a blank line before the
+    edit to the next such line after it), which is exact whenever those lines are statement boundaries.
+    """
+
+    def __init__(self, language: str, data: bytes) -> None:
+        self.language = language
+        self.data = data
+        self.local = len(data) > LOCAL_CHECK_BYTES
+        self._chunks: dict[tuple[int, int], tuple[int, bool]] = {}  # (errors, CPython parses) of original chunks
+        if not self.local:
+            self.baseline = syntax_errors(language, data)  # InputError when the grammar extra is missing
+            self.python = language == "python" and python_parses(data)
+        else:
+            syntax_errors(language, b"")  # fail early (InputError) when the grammar extra is missing
+
+    def rejection(self, patched: bytes, edits: Sequence[Any]) -> str | None:
+        """Why the candidate (the patched input and its edits, which index the original) is worse, or None."""
+        if not self.local:
+            if syntax_errors(self.language, patched) > self.baseline:
+                return "adds syntax errors"
+            if self.python and not python_parses(patched):
+                return "does not parse"
+            return None
+        for start, end in self.chunks(edits):
+            original = self.data[start:end]
+            inside = [e for e in edits if start <= e.start_byte and e.end_byte <= end]
+            new = _apply_shifted(original, inside, start)
+            if (start, end) not in self._chunks:
+                self._chunks[start, end] = (syntax_errors(self.language, original), self._parses(original))
+            errors, parses = self._chunks[start, end]
+            if syntax_errors(self.language, new) > errors:
+                return "adds syntax errors"
+            if parses and not python_parses(new):
+                return "does not parse"
+        return None
+
+    def _parses(self, chunk: bytes) -> bool:
+        return self.language == "python" and python_parses(chunk)
+
+    def chunks(self, edits: Sequence[Any]) -> list[tuple[int, int]]:
+        """Merged [start, end) byte ranges of the original around the edits, on block boundaries."""
+        ranges = sorted((_block_start(self.data, e.start_byte), _block_end(self.data, e.end_byte)) for e in edits)
+        merged: list[tuple[int, int]] = []
+        for start, end in ranges:
+            if merged and start <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+            else:
+                merged.append((start, end))
+        return merged
+
+
+def _is_boundary(data: bytes, line_start: int) -> bool:
+    """A line that starts a top-level block: text in column 1 (not a closing bracket, comment or quote) after a
+    blank line."""
+    first = data[line_start : line_start + 1]
+    if line_start == 0:
+        return True
+    if not first or first in b" \t\r\n)]}#\"'/*":
+        return False
+    prev_end = line_start - 1  # the "\n" ending the previous line
+    prev_start = data.rfind(b"\n", 0, prev_end) + 1
+    return not data[prev_start:prev_end].strip()
+
+
+def _block_start(data: bytes, offset: int) -> int:
+    at = data.rfind(b"\n", 0, offset) + 1
+    limit = max(0, offset - _MAX_CHUNK_SCAN)
+    while at > limit and not _is_boundary(data, at):
+        at = data.rfind(b"\n", 0, at - 1) + 1
+    return at if at > limit or at == 0 else 0
+
+
+def _block_end(data: bytes, offset: int) -> int:
+    limit = min(len(data), offset + _MAX_CHUNK_SCAN)
+    at = data.find(b"\n", offset)
+    while 0 <= at < limit:
+        if _is_boundary(data, at + 1) and at + 1 < len(data):
+            return at + 1
+        at = data.find(b"\n", at + 1)
+    return len(data)
+
+
+def _apply_shifted(chunk: bytes, edits: Sequence[Any], offset: int) -> bytes:
+    out, at = [], 0
+    for e in sorted(edits, key=lambda e: (e.start_byte, e.end_byte)):
+        out += [chunk[at : e.start_byte - offset], e.text.encode("utf-8")]
+        at = e.end_byte - offset
+    out.append(chunk[at:])
+    return b"".join(out)
+
+
+def breaks_syntax(language: str | None, before: bytes, after: bytes) -> bool:
+    """Whether `after` is syntactically worse than `before`: Python that CPython parsed no longer parses, or
+    more tree-sitter ERROR / MISSING nodes. Plain text (language None), or a missing grammar extra, never is."""
+    if language is None:
+        return False
+    if language == "python" and python_parses(before):
+        return not python_parses(after)
+    from infill.errors import InputError
+
+    try:
+        return syntax_errors(language, after) > syntax_errors(language, before)
+    except InputError:  # the grammar extra is not installed: nothing to check with
+        return False

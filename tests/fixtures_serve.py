@@ -155,11 +155,19 @@ def stop_daemon(directory: Path) -> None:
         pass
 
 
+def daemon_dir(runtime_dir: Path) -> Path:
+    """Where the daemon of this installation lives under `runtime_dir` (INFILL_RUNTIME_DIR): a subfolder keyed
+    by installation, so two installs never share (and restart) one daemon."""
+    from infill.server import lifecycle
+
+    return lifecycle.runtime_paths(plugin_env(runtime_dir)).directory
+
+
 def serve_socket_process(
     runtime_dir: Path, env: dict[str, str], idle_timeout: float = 120.0
 ) -> subprocess.Popen[bytes]:
     """Start `infill serve --socket` by hand on the runtime dir's socket (for tests needing a given one)."""
-    socket_path = runtime_dir / "daemon.sock"
+    socket_path = daemon_dir(runtime_dir) / "daemon.sock"
     process = subprocess.Popen(
         [
             sys.executable,

@@ -9,6 +9,7 @@ from fixtures_cli import fake_model
 
 from infill import api, progress
 from infill.config import DecodeConfig, FillOptions, ModelSpec
+from infill.errors import NoValidFillError
 from infill.spans import Selection, Span, resolve
 
 SRC = "def inc(x):\n    pass\n"
@@ -46,9 +47,19 @@ def test_python_that_only_cpython_rejects_is_resampled() -> None:
     assert r.text == broken.replace("pass", "if x:") and not r.warnings
 
 
-def test_no_valid_candidate_warns_and_uses_most_likely() -> None:
+def test_no_valid_candidate_is_an_error() -> None:
+    """Issue 12: a file that parsed is never handed back unparseable unless the caller opts in."""
     with fake_model([[("return (x", 0.8), ("return [x", 0.2)]], name="fake-api"):
-        r = fill(SRC, [Selection("span", "2:2")], options=FillOptions(max_resample=3))
+        with pytest.raises(NoValidFillError) as info:
+            fill(SRC, [Selection("span", "2:2")], options=FillOptions(max_resample=3))
+    assert info.value.exit_code == 3 and "no valid fill in 4 sample(s)" in str(info.value)
+    (failed,) = info.value.failed
+    assert failed["label"] == "--span 2:2" and failed["text"] == "    return (x"
+
+
+def test_no_valid_candidate_allowed_warns_and_uses_most_likely() -> None:
+    with fake_model([[("return (x", 0.8), ("return [x", 0.2)]], name="fake-api"):
+        r = fill(SRC, [Selection("span", "2:2")], options=FillOptions(max_resample=3, allow_syntax_errors=True))
     assert r.text == "def inc(x):\n    return (x\n"
     assert any("no valid candidate" in w for w in r.warnings)
     assert r.stats["samples"] == 4

@@ -44,6 +44,7 @@ def test_json_edit_on_tiny_xlnet(tiny: Path, tmp_path: Path) -> None:
         "--no-syntax-check",
         "--max-resample",
         "0",  # one sample: a random model often splits a UTF-8 character, which would be resampled
+        "--allow-syntax-errors",  # ... and then refused (exit 3) without this flag
     )
     assert code == 0, err
     doc = json.loads(out)
@@ -72,6 +73,7 @@ def test_filter_mode_keeps_everything_outside_the_span(tiny: Path) -> None:
             "--tokens",
             "10",
             "--no-syntax-check",
+            "--allow-syntax-errors",  # a random model's fill may split a UTF-8 character
             input=SOURCE,
         )
         assert code == 0, err

@@ -140,11 +140,11 @@ def test_quiet(tmp_path: Path, model: str) -> None:
 def test_crlf_preserved(tmp_path: Path, model: str) -> None:
     src = SOURCE.replace("\n", "\r\n").encode()
     p = write(tmp_path, "a.py", src)
-    with fake_model(["return x\n* 2"], name="fake-crlf"):
+    with fake_model(["return x\nx * 2"], name="fake-crlf"):
         r = run([str(p), "--span", "3:4", "--model", "fake-crlf"])
     assert r.exit_code == 0, r.stderr
     out = p.read_bytes()
-    assert out == src.replace(b"    return 0\r\n\r\n", b"    return x\r\n    * 2\r\n")
+    assert out == src.replace(b"    return 0\r\n\r\n", b"    return x\r\n    x * 2\r\n")
     assert b"\n" not in out.replace(b"\r\n", b"")
 
 

@@ -189,7 +189,8 @@ def test_model_runs_are_forwarded_to_the_daemon_but_check_is_not(tmp_path: Path,
 
     calls: list[tuple[str, str | None]] = []
 
-    def fake_forward(ctx: Any, mode: str, idle_timeout: float, model: str | None = None) -> int:
+    def fake_forward(ctx: Any, mode: str, idle_timeout: float, model: str | None = None, input_bytes: int = 0) -> int:
+        assert 0 < input_bytes < 10_000  # the size of the files, so a large run is never sent to the daemon
         calls.append((mode, model))
         return 0
 

@@ -22,6 +22,7 @@ from infill.server import client, lifecycle
 from infill.server.dispatch import ModelCache, ServerContext
 from tests.fixtures_serve import (
     REPO_ROOT,
+    daemon_dir,
     fake_fill,
     pid_alive,
     plugin_env,
@@ -73,9 +74,10 @@ def test_start_on_demand_reuse_and_status(runtime_dir: Path) -> None:
     assert second is not None and second["stats"]["pid"] == pid  # reused, not restarted
     loads = client.request("fake_loads", {}, "on", env=env)
     assert loads == {"loads": 1, "pid": pid}  # the model stayed loaded between requests
-    st = os.stat(runtime_dir / "daemon.sock")
+    st = os.stat(daemon_dir(runtime_dir) / "daemon.sock")
     assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
     assert stat.S_IMODE(os.stat(runtime_dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(daemon_dir(runtime_dir)).st_mode) == 0o700
 
 
 def test_input_errors_come_back_as_the_same_exception(runtime_dir: Path) -> None:
@@ -95,18 +97,19 @@ def test_idle_daemon_exits_and_removes_its_socket(runtime_dir: Path) -> None:
     assert result is not None
     pid = result["stats"]["pid"]  # not from a ping: the daemon may be gone already on a loaded machine
     wait_until(lambda: not pid_alive(pid), what="the idle daemon to exit")
-    assert not (runtime_dir / "daemon.sock").exists()
-    assert "exiting" in (runtime_dir / "daemon.log").read_text()
+    assert not (daemon_dir(runtime_dir) / "daemon.sock").exists()
+    assert "exiting" in (daemon_dir(runtime_dir) / "daemon.log").read_text()
 
 
 def test_stale_socket_is_replaced(runtime_dir: Path) -> None:
     env = plugin_env(runtime_dir)
-    path = runtime_dir / "daemon.sock"
+    path = daemon_dir(runtime_dir) / "daemon.sock"
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     dead.bind(str(path))  # bound, never listening, then closed: what a crashed daemon leaves behind
     dead.close()
-    (runtime_dir / "spawn.lock").touch()  # lock files left behind are harmless: flock locks die with their holder
-    (runtime_dir / "daemon.sock.lock").touch()
+    # lock files left behind are harmless: flock locks die with their holder
+    (daemon_dir(runtime_dir) / "spawn.lock").touch()
+    (daemon_dir(runtime_dir) / "daemon.sock.lock").touch()
     assert path.exists() and client.status(env) is None
     result = fill(env)
     assert result is not None and result["stats"]["pid"] == daemon_pid(env)
@@ -145,7 +148,7 @@ def test_two_concurrent_clients_start_one_daemon(runtime_dir: Path) -> None:
     assert all(r is not None for r in results)
     pids = {r["stats"]["pid"] for r in results if r is not None}
     assert len(pids) == 1
-    log = (runtime_dir / "daemon.log").read_text()
+    log = (daemon_dir(runtime_dir) / "daemon.log").read_text()
     assert log.count("starting on") == 1, log
 
 
@@ -163,7 +166,7 @@ def test_concurrent_cli_processes_start_one_daemon(runtime_dir: Path) -> None:
     ]
     outs = [json.loads(p.communicate(timeout=180)[0]) for p in procs]
     assert outs[0] is not None and outs[0] == outs[1]
-    assert (runtime_dir / "daemon.log").read_text().count("starting on") == 1
+    assert (daemon_dir(runtime_dir) / "daemon.log").read_text().count("starting on") == 1
 
 
 def test_version_mismatch_restarts_the_daemon(runtime_dir: Path) -> None:
@@ -187,7 +190,7 @@ def test_live_socket_is_not_stolen(runtime_dir: Path) -> None:
     first = serve_socket_process(runtime_dir, env)
     try:
         second = subprocess.run(
-            [sys.executable, "-m", "infill", "serve", "--socket", str(runtime_dir / "daemon.sock")],
+            [sys.executable, "-m", "infill", "serve", "--socket", str(daemon_dir(runtime_dir) / "daemon.sock")],
             env=env,
             cwd=REPO_ROOT,
             capture_output=True,
@@ -198,7 +201,7 @@ def test_live_socket_is_not_stolen(runtime_dir: Path) -> None:
     finally:
         first.terminate()
         assert first.wait(timeout=60) == 0  # SIGTERM is a clean exit
-    assert not (runtime_dir / "daemon.sock").exists()
+    assert not (daemon_dir(runtime_dir) / "daemon.sock").exists()
 
 
 @pytest.mark.parametrize(
@@ -209,7 +212,8 @@ def test_auto_never_spawns_in_ci_or_when_disabled(runtime_dir: Path, env_extra: 
     env = plugin_env(runtime_dir, **env_extra)
     assert fill(env, mode="auto") is None
     assert fill(env, mode="off") is None
-    assert not (runtime_dir / "daemon.sock").exists() and not (runtime_dir / "daemon.log").exists()
+    folder = daemon_dir(runtime_dir)
+    assert not (folder / "daemon.sock").exists() and not (folder / "daemon.log").exists()
 
 
 def test_auto_uses_the_daemon_outside_ci(runtime_dir: Path) -> None:
@@ -226,7 +230,7 @@ def test_models_registered_in_this_process_stay_in_process(runtime_dir: Path) ->
         assert client.request("fill", PARAMS, "on", model=FAKE_MODEL, env=plugin_env(runtime_dir)) is None
     finally:
         registry.unregister(FAKE_MODEL)
-    assert not (runtime_dir / "daemon.sock").exists()
+    assert not (daemon_dir(runtime_dir) / "daemon.sock").exists()
 
 
 def test_unsafe_runtime_dirs_are_refused_or_tightened(tmp_path: Path) -> None:
@@ -294,7 +298,7 @@ def test_ping_answers_during_a_long_request_and_a_gone_client_cancels_it(runtime
     assert pid is not None
     pid.close()
     marker = runtime_dir / "cancelled"
-    sock = lifecycle.connect(runtime_dir / "daemon.sock", timeout=30)
+    sock = lifecycle.connect(daemon_dir(runtime_dir) / "daemon.sock", timeout=30)
     assert sock is not None
     sock.sendall(json.dumps({"id": 1, "method": "wait_for_cancel", "params": {"marker": str(marker)}}).encode())
     sock.sendall(b"\n")
@@ -324,14 +328,14 @@ def test_infill_fill_client_process_never_imports_torch(runtime_dir: Path, tmp_p
 
 def test_a_regular_file_at_the_socket_path_is_never_replaced(runtime_dir: Path) -> None:
     env = plugin_env(runtime_dir)
-    (runtime_dir / "daemon.sock").write_text("not a socket")
+    (daemon_dir(runtime_dir) / "daemon.sock").write_text("not a socket")
     assert fill(env) is None  # falls back to in-process
     done = subprocess.run(
-        [sys.executable, "-m", "infill", "serve", "--socket", str(runtime_dir / "daemon.sock")],
+        [sys.executable, "-m", "infill", "serve", "--socket", str(daemon_dir(runtime_dir) / "daemon.sock")],
         env=env,
         cwd=REPO_ROOT,
         capture_output=True,
         timeout=120,
     )
     assert done.returncode == 1 and b"not a socket" in done.stderr
-    assert (runtime_dir / "daemon.sock").read_text() == "not a socket"
+    assert (daemon_dir(runtime_dir) / "daemon.sock").read_text() == "not a socket"

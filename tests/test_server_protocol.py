@@ -228,11 +228,16 @@ def test_read_lines_bounds_memory_and_keeps_an_unterminated_last_line() -> None:
     assert list(read_lines(io.BytesIO(b"0123456789\n"), limit=10)) == [b"0123456789\n"]  # the newline is free
 
 
-def test_blank_lines_are_not_requests() -> None:
+def test_blank_lines_get_an_invalid_request_reply() -> None:
+    """Issue 12: an empty request line used to get no reply, leaving a client that sent one waiting."""
     dispatcher = make_dispatcher()
     out = io.BytesIO()
     serve_stream(dispatcher, io.BytesIO(b'\n  \n\r\n{"id":1,"method":"ping"}\n'), out)
-    assert len(out.getvalue().splitlines()) == 1
+    replies = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert len(replies) == 4 and replies[-1]["pong"] is True
+    for reply in replies[:3]:
+        assert reply["id"] is None and reply["error"]["code"] == "invalid_request"
+        assert reply["error"]["message"] == "empty request line"
 
 
 def _fuzz_lines(rng: random.Random, count: int) -> list[bytes]:
@@ -318,7 +323,7 @@ def test_fuzz_ten_thousand_lines_then_ping() -> None:
     dispatcher = make_dispatcher(max_request_bytes=4000)
     lines = _fuzz_lines(rng, 10_000)
     stream = b"\n".join(lines) + b"\n"
-    expected = [line for line in stream.split(b"\n") if line.strip()]
+    expected = stream.split(b"\n")[:-1]  # every line gets a reply, an empty one too
     out = io.BytesIO()
     serve_stream(dispatcher, io.BytesIO(stream + b'{"id": "last", "method": "ping"}\n'), out)
     replies = [json.loads(line) for line in out.getvalue().decode("ascii").splitlines()]
@@ -336,7 +341,7 @@ def test_stdio_subprocess_survives_garbage_and_keeps_stdout_clean(tmp_path: Path
     lines.append(b"z" * 3000)  # over the limit below
     lines.append(b'{"id": "end", "method": "ping"}')
     stream = b"\n".join(lines) + b"\n"
-    expected = [line for line in stream.split(b"\n") if line.strip()]
+    expected = stream.split(b"\n")[:-1]  # every line gets a reply, an empty one too
     env = fixtures_serve.plugin_env(tmp_path)
     done = subprocess.run(
         [sys.executable, "-m", "infill", "serve", "--stdio", "--max-request-bytes", "2000"],

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from infill.clitypes import FiniteFloatRange
 from infill.server import lifecycle
 
 
@@ -49,7 +50,7 @@ def status(fmt: str) -> None:
 @daemon.command()
 @click.option(
     "--idle-timeout",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=lifecycle.DEFAULT_IDLE_TIMEOUT,
     show_default=True,
     metavar="SECONDS",

@@ -11,12 +11,14 @@ from typing import Any
 import click
 
 from infill import languages, patch
+from infill.clitypes import FINITE_FLOAT, SEED
 from infill.docstrings.comments import COMMENT_LANGUAGES
 from infill.docstrings.config import STYLES, DocstringConfig, build_config, find_pyproject
 from infill.docstrings.engine import FileResult, process_source
 from infill.docstrings.fill import SlotFiller
-from infill.errors import InfillError, InputError
+from infill.errors import InfillError, InputError, NoValidFillError
 from infill.server.options import daemon_options, forward_command
+from infill.textops import breaks_syntax
 
 SUFFIXES = tuple(ext for name in ("python", *COMMENT_LANGUAGES) for ext in languages.LANGUAGES[name].extensions)
 SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "node_modules", "build", "dist"}
@@ -113,7 +115,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
 @click.option("--model", default=None, help="Model name or folder [default: the embedded model].")
 @click.option(
     "--min-confidence",
-    type=float,
+    type=FINITE_FLOAT,
     default=None,
     help="Leave a docstring missing (and report it) when the mean token log-probability of its text is below "
     "this (e.g. -3.5), or when the model could not write its summary.",
@@ -128,7 +130,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
 @_bool_flag("module", "Skip module docstrings [default: include].")
 @_bool_flag("property-decorators", "Skip @property getters [default: include]; setters are always skipped.")
 @click.option("--line-length", type=int, default=None, help="Wrap descriptions at this width [default: 88].")
-@click.option("--seed", type=int, default=None, help="Sampling seed [default: 0]; fixed so local and CI runs agree.")
+@click.option("--seed", type=SEED, default=None, help="Sampling seed [default: 0]; fixed so local and CI runs agree.")
 @click.option(
     "--config",
     "config_path",
@@ -157,7 +159,8 @@ def docstrings(
 
     The structure (parameters, Returns/Yields, Raises) comes from the code; the model writes only the text.
     Exit codes: 0 ok, 1 changes needed (--check with a missing docstring, --diff with a change),
-    2 usage or input error, 123 internal or model error.
+    2 usage or input error, 3 a file's new docstrings would not parse (it is left unchanged),
+    123 internal or model error.
     Configure defaults in [tool.infill.docstrings] of pyproject.toml.
     """
     try:
@@ -193,20 +196,28 @@ def _run(
     files = collect_files(paths)
     injected = (ctx.obj or {}).get("slot_filler") if isinstance(ctx.obj, dict) else None
     if not check and injected is None:  # a warm model in this user's daemon, if there is one (or may be)
-        forwarded = forward_command(ctx, daemon, idle_timeout, model=cfg.model)
+        size = sum(f.stat().st_size for f in files if f.is_file())
+        forwarded = forward_command(ctx, daemon, idle_timeout, model=cfg.model, input_bytes=size)
         if forwarded is not None:
             return forwarded
     filler: SlotFiller | None = None
     if not check:
         filler = injected if injected is not None else _real_filler(cfg)
     results: list[FileResult] = []
-    errors = 0
+    errors = invalid = 0
     for path in files:
         try:
             data, snapshot = patch.read_source(str(path))
             result = process_source(patch.decode_utf8(data, str(path)), str(path), cfg, filler, update=update)
+            if result.changed and breaks_syntax(languages.detect(str(path)), data, result.text.encode("utf-8")):
+                raise NoValidFillError("the new docstrings would break the file's syntax; nothing was written")
             if filler is not None and result.changed and not show_diff:
                 patch.atomic_write(str(path), result.text.encode("utf-8"), snapshot)
+        except NoValidFillError as exc:
+            exc.path = str(path)
+            click.echo(f"error: {exc}", err=True)
+            invalid += 1
+            continue
         except InputError as exc:
             click.echo(f"error: {exc}", err=True)
             errors += 1
@@ -219,13 +230,20 @@ def _run(
     if output_format == "json":
         report = {
             "files": [_outcome_json(r) | ({"diff": _diff(r)} if show_diff else {}) for r in results],
-            "summary": {"files": len(results), "changed": changed, "missing": missing, "errors": errors},
+            "summary": {
+                "files": len(results),
+                "changed": changed,
+                "missing": missing,
+                "errors": errors + invalid,
+            },
         }
         click.echo(json.dumps(report, indent=2))
-    elif not quiet:
+    elif not quiet and (results or not (errors or invalid)):  # no "0 of 0 files" after the error lines
         _summary(results, check, show_diff, changed, missing)
     if errors:
         return 2
+    if invalid:
+        return 3
     if (check and missing) or (show_diff and changed):
         return 1
     return 0

@@ -21,12 +21,13 @@ from typing import Any, BinaryIO, cast
 
 import click
 
+from infill.clitypes import SEED, FiniteFloatRange
 from infill.config import DecodeConfig, DecoderName, DeviceName, DraftName, FillOptions, ModelSpec
-from infill.errors import InfillError, InputError
+from infill.errors import InfillError, InputError, NoValidFillError
 from infill.server.options import daemon_options, fill_command
-from infill.spans import DEFAULT_TOKENS, Selection
+from infill.spans import BOM, DEFAULT_TOKENS, Selection
 
-EXIT_OK, EXIT_CHANGES, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 123
+EXIT_OK, EXIT_CHANGES, EXIT_USAGE, EXIT_NO_VALID_FILL, EXIT_INTERNAL = 0, 1, 2, 3, 123
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,17 @@ def result_json(result: Any, file: str | None) -> dict[str, Any]:
     }
 
 
+def no_valid_fill_json(exc: NoValidFillError, file: str | None) -> dict[str, Any]:
+    """The `--format json` document when no candidate was valid: no edits, the rejected ones under "failed"."""
+    return {
+        "file": file,
+        "edits": [],
+        "stats": {k: exc.stats.get(k) for k in ("decoder", "model", "nfe", "tokens", "seconds")},
+        "failed": exc.failed,
+        "error": {"code": "no_valid_fill", "message": str(exc), "exit_code": exc.exit_code},
+    }
+
+
 def _stats_line(stats: dict[str, Any]) -> str:
     nfe, tokens = stats.get("nfe", 0) or 0, stats.get("tokens", 0) or 0
     secs = stats.get("seconds", 0.0) or 0.0
@@ -139,6 +151,17 @@ def run_fill(
     original: str | None = req.stdin if req.file == "-" else None
     try:
         _run(req, out, say, on_progress)
+    except NoValidFillError as exc:  # exit 3: nothing written; --format json also lists the failed edits
+        out["exit_code"] = exc.exit_code
+        out["result"] = no_valid_fill_json(exc, None if req.file == "-" else req.file)
+        if req.filter_mode and req.verbosity < 1:
+            out["stderr"] = []
+        else:
+            out["stderr"].append(f"error: {exc}")
+        if req.filter_mode and original is not None:
+            out["stdout"] = original
+        else:
+            out["stdout"] = json.dumps(out["result"], ensure_ascii=False) + "\n" if req.format == "json" else ""
     except InfillError as exc:
         out["exit_code"] = exc.exit_code
         if req.filter_mode and req.verbosity < 1:
@@ -164,13 +187,21 @@ def _resolve(req: FillRequest, path: str) -> str:
     return os.path.join(req.cwd, path)
 
 
-def _run(
-    req: FillRequest,
-    out: dict[str, Any],
-    say: Callable[[str], None],
-    on_progress: Callable[[dict[str, Any]], None] | None,
-) -> None:
-    from infill import api, languages, patch, spans
+@dataclass
+class _Input:
+    text: str
+    data: bytes
+    snapshot: Any  # infill.patch.Snapshot of the file, None for stdin
+    name: str | None  # names the language
+    display: str  # names the input in messages
+    language: str | None
+    selected: list[Any]  # infill.spans.Span
+
+
+def _prepare(req: FillRequest, tree_sitter: bool = True) -> _Input:
+    """Read and check the input and resolve the selections; InputError for anything unusable. Needs no model,
+    so a client runs it before asking a daemon (`tree_sitter=False` skips selectors that parse the file)."""
+    from infill import languages, patch, spans
 
     name = req.stdin_filename if req.file == "-" else req.file
     display = req.file if req.file != "-" else (req.stdin_filename or "<stdin>")
@@ -187,7 +218,7 @@ def _run(
             exc.path = req.file  # as the user typed it, not resolved against cwd
             raise
         text = patch.decode_utf8(data, req.file)
-    if not data.strip():
+    if not data.removeprefix(BOM).strip():
         raise InputError("the input is empty; there is no context to fill around", path=display)
     writes_in_place = req.file != "-" and not (req.diff or req.check or req.format == "json" or req.output)
     if writes_in_place:
@@ -195,12 +226,38 @@ def _run(
     elif req.output and req.output != "-":
         patch.check_writable(_resolve(req, req.output))
     language = languages.detect(name)
+    selected: list[Any] = []
+    if tree_sitter or all(s.kind in ("span", "marker") for s in req.selections):
+        try:
+            selected = spans.resolve(data, req.selections, language, name)
+        except InputError as exc:
+            if exc.path is None:
+                exc.path = display
+            raise
+    return _Input(text, data, snapshot, name, display, language, selected)
+
+
+def preflight(req: FillRequest) -> bool:
+    """Whether the request gets past the checks that need no model (a missing file, a bad span...). A client
+    asks a daemon only then: a request that fails them fails in-process in milliseconds, as it would there."""
     try:
-        selected = spans.resolve(data, req.selections, language, name)
-    except InputError as exc:
-        if exc.path is None:
-            exc.path = display
-        raise
+        _prepare(req, tree_sitter=False)
+    except InfillError:
+        return False
+    return True
+
+
+def _run(
+    req: FillRequest,
+    out: dict[str, Any],
+    say: Callable[[str], None],
+    on_progress: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    from infill import api, patch
+
+    given = _prepare(req)
+    text, snapshot, display = given.text, given.snapshot, given.display
+    language, selected = given.language, given.selected
     result = api.fill_text(
         text,
         selected,
@@ -214,6 +271,8 @@ def _run(
     for warning in result.warnings:
         say(f"warning: {display}: {warning}")
     if req.verbosity >= 1:
+        for note in getattr(result, "notes", []):
+            say(f"note: {display}: {note}")
         for e in result.edits:
             say(f"{display}:{e.start_line}-{e.end_line}: filled {e.tokens} tokens (log-likelihood {e.score:.2f})")
     if req.stats:
@@ -284,7 +343,8 @@ prints only the text, and echoes the input unchanged on any failure.
 
 \b
 Exit codes: 0 ok, 1 changes needed (--check, or --diff with a change),
-2 usage or input error, 123 internal or model error.
+2 usage or input error, 3 no valid fill (every candidate breaks the
+syntax; nothing written), 123 internal or model error.
 """
 
 
@@ -317,7 +377,73 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
         click.echo(line, err=True)
 
 
-@click.command("fill", help=_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+def _filter_mode_args(command: click.Command, args: list[str]) -> tuple[bool, bool]:
+    """(filter mode, verbose) read from raw arguments that Click could not parse: FILE is "-" and the output
+    is stdout text (no --diff, --check, --format json, or -o PATH). Options that take a value skip it."""
+    takes_value: dict[str, bool] = {}
+    for param in command.params:
+        if isinstance(param, click.Option):
+            for opt in (*param.opts, *param.secondary_opts):
+                takes_value[opt] = not param.is_flag and not param.count
+    positional: list[str] = []
+    diff = check = json_format = verbose = False
+    output: str | None = None
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            positional += args[i + 1 :]
+            break
+        name, eq, inline = arg.partition("=")
+        if arg.startswith("--") and takes_value.get(name):
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            i += 1 if eq else 2
+            json_format = json_format or (name == "--format" and value == "json")
+            output = value if name == "--output" else output
+            continue
+        if arg.startswith("-") and arg != "-" and not arg.startswith("--"):
+            short = arg[:2]
+            if takes_value.get(short):  # -o PATH, -oPATH, -k 5
+                value = arg[2:] or (args[i + 1] if i + 1 < len(args) else "")
+                i += 1 if arg[2:] else 2
+                output = value if short == "-o" else output
+                continue
+            verbose = verbose or "v" in arg[1:]
+            i += 1
+            continue
+        diff, check = diff or arg == "--diff", check or arg == "--check"
+        verbose = verbose or arg == "--verbose"
+        if not arg.startswith("--"):
+            positional.append(arg)
+        i += 1
+    filter_mode = positional[:1] == ["-"] and not (diff or check or json_format) and output in (None, "-")
+    return filter_mode, verbose
+
+
+class FillCommand(click.Command):
+    """`infill fill`, whose editor filter mode survives usage errors: a bad flag or value with FILE "-" echoes
+    stdin unchanged to stdout (and exits 2), so `:%!infill fill - ...` can never wipe the buffer."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)  # Click's parser consumes the list it is given
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.ClickException as exc:
+            filter_mode, verbose = _filter_mode_args(self, given)
+            if not filter_mode or sys.stdin is None or sys.stdin.isatty():
+                raise
+            from infill.cli import error_line
+
+            raw = _binary("stdin").read()
+            if raw:
+                _binary("stdout").write(raw)
+                _binary("stdout").flush()
+            if verbose:
+                click.echo(error_line(exc), err=True)
+            raise click.exceptions.Exit(EXIT_USAGE) from None
+
+
+@click.command("fill", cls=FillCommand, help=_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("file", metavar="FILE|-")
 @click.option("--span", "spans", multiple=True, metavar="A:B|A:C-B:D", help="Lines A..B, or line:col to line:col.")
 @click.option("--marker", "markers", multiple=True, metavar="TEXT", help="Fill every occurrence of TEXT.")
@@ -342,7 +468,7 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
 )
 @click.option(
     "--temperature",
-    type=click.FloatRange(min=0.0),
+    type=FiniteFloatRange(min=0.0),
     default=DecodeConfig.temperature,
     show_default=True,
     help="0 = greedy.",
@@ -350,12 +476,12 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
 @click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True, help="0 = off.")
 @click.option(
     "--top-p",
-    type=click.FloatRange(min=0.0, max=1.0, min_open=True),
+    type=FiniteFloatRange(min=0.0, max=1.0, min_open=True),
     default=1.0,
     show_default=True,
     help="1 = off.",
 )
-@click.option("--seed", type=int, default=DecodeConfig.seed, show_default=True, help="Fixed by default: reproducible.")
+@click.option("--seed", type=SEED, default=DecodeConfig.seed, show_default=True, help="Fixed by default: reproducible.")
 @click.option(
     "--draft",
     type=click.Choice(["model", "ngram", "lookup"]),
@@ -366,7 +492,7 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
 )
 @click.option(
     "--epsilon",
-    type=click.FloatRange(min=0.0),
+    type=FiniteFloatRange(min=0.0),
     default=0.0,
     show_default=True,
     help="LOSSY: accept drafts if r < q/p + EPSILON. 0 keeps sampling exact.",
@@ -380,7 +506,7 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
 )
 @click.option(
     "--threshold",
-    type=click.FloatRange(min=0.0, max=1.0),
+    type=FiniteFloatRange(min=0.0, max=1.0),
     default=DecodeConfig.threshold,
     show_default=True,
     help="Block-diffusion models: confidence threshold tau of dynamic decoding.",
@@ -401,7 +527,7 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
 )
 @click.option(
     "--gamma",
-    type=click.FloatRange(min=0.0, min_open=True),
+    type=FiniteFloatRange(min=0.0, min_open=True),
     default=1.0,
     show_default=True,
     help="S2D2 tempering of q/p; values below 1 are LOSSY.",
@@ -443,6 +569,11 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
     type=click.Path(exists=True, dir_okay=False),
     metavar="FILE",
     help="Another file to take candidate lines from (repeatable).",
+)
+@click.option(
+    "--allow-syntax-errors",
+    is_flag=True,
+    help="When no candidate parses, use the most likely one anyway (default: exit 3 and write nothing).",
 )
 @click.option("--model", default="default", show_default=True, metavar="NAME|PATH", help="Model name or folder.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
@@ -498,6 +629,7 @@ def fill(
     no_syntax_check: bool,
     retrieve: bool,
     context_files: tuple[str, ...],
+    allow_syntax_errors: bool,
     model: str,
     device: str,
     revision: str | None,
@@ -566,6 +698,7 @@ def fill(
             syntax_check=not no_syntax_check,
             retrieve=retrieve,
             context=tuple(_read_context(path) for path in context_files),
+            allow_syntax_errors=allow_syntax_errors,
         ),
         diff=diff,
         check=check,
@@ -578,7 +711,12 @@ def fill(
     from infill.progress import progress
 
     show = not quiet and not filter_mode and fmt == "text"
-    result = fill_command(request.to_dict(), daemon, idle_timeout)  # None: no daemon, work in-process
+    result = None  # None: no daemon, work in-process
+    if preflight(request):  # a missing file or a bad span fails here, without starting a daemon for it
+        try:
+            result = fill_command(request.to_dict(), daemon, idle_timeout)
+        except InfillError:  # the daemon reported an error: redo it here, so filter mode can echo the input
+            result = None
     if result is None:
         with progress(show) as on_progress:
             result = run_fill(request, on_progress)

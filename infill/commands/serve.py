@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from infill.clitypes import FiniteFloatRange
 from infill.server import protocol
 
 PROTOCOL_HELP = """Keep models in memory and answer requests, one JSON object per line.
@@ -17,8 +18,9 @@ Response: {"id": 1, ...}  (fill: what `infill fill --format json` prints)
       or  {"id": 1, "error": {"code": "input_error", "message": "...", "exit_code": 2}}
 
 \b
-Methods: fill, docstrings, models, ping, shutdown. Requests are served in order; a malformed line, an unknown
-method, a bad span or an oversized request gets an error response and the server keeps running.
+Methods: fill, docstrings, models, ping, shutdown. Requests are served in order, one at a time; a malformed
+line, an unknown method, a bad span or an oversized request gets an error response and the server keeps
+running. With --socket, inputs over --max-input-bytes are refused (too_large), so no client waits long.
 Models stay loaded, keyed by model and device.
 
 \b
@@ -44,20 +46,36 @@ Models stay loaded, keyed by model and device.
     help="Longer request lines get a too_large error.",
 )
 @click.option(
+    "--max-input-bytes",
+    type=click.IntRange(min=0),
+    default=None,
+    help=f"Refuse (too_large) fills and docstrings runs on a larger input: text, file, or files "
+    f"[default: {protocol.DEFAULT_MAX_INPUT_BYTES} with --socket, since its clients wait for each other; "
+    "0 (no limit) with --stdio].",
+)
+@click.option(
     "--idle-timeout",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=0.0,
     show_default=True,
     metavar="SECONDS",
     help="With --socket: exit after this long without a request (0 = never).",
 )
-def serve(use_stdio: bool, socket_path: Path | None, max_request_bytes: int, idle_timeout: float) -> None:
+def serve(
+    use_stdio: bool,
+    socket_path: Path | None,
+    max_request_bytes: int,
+    max_input_bytes: int | None,
+    idle_timeout: float,
+) -> None:
     from infill.server.dispatch import Dispatcher, ModelCache, ServerContext, load_plugins
 
     if use_stdio == (socket_path is not None):
         raise click.UsageError("give exactly one of --stdio or --socket PATH")
     context = ServerContext(ModelCache(), transport="stdio" if use_stdio else "socket", idle_timeout=idle_timeout)
-    dispatcher = Dispatcher(max_request_bytes=max_request_bytes, context=context)
+    if max_input_bytes is None:
+        max_input_bytes = 0 if use_stdio else protocol.DEFAULT_MAX_INPUT_BYTES
+    dispatcher = Dispatcher(max_request_bytes=max_request_bytes, max_input_bytes=max_input_bytes, context=context)
     os.environ["INFILL_NO_DAEMON"] = "1"  # the commands a server runs must never call a daemon themselves
     plugins = os.environ.get("INFILL_SERVER_PLUGINS")
     if plugins:

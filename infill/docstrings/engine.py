@@ -18,6 +18,7 @@ from infill.docstrings.skeleton import Skeleton, build_skeleton, init_method
 
 Status = Literal["missing", "filled", "low-confidence", "left-missing", "updated"]
 CONTEXT_LINES = 60  # lines of a definition shown to the model after the docstring
+BOM = "\ufeff"  # a UTF-8 byte order mark, as decoded text
 
 
 @dataclass
@@ -239,6 +240,11 @@ def process_source(
     from infill.docstrings import comments
     from infill.docstrings import update as updating
 
+    if source_text.startswith(BOM):
+        # a UTF-8 byte order mark is not code: work on the text after it and put it back in front, so a module
+        # docstring never lands before it (U+FEFF anywhere else does not compile)
+        inner = process_source(source_text[len(BOM) :], path, cfg, filler, update)
+        return FileResult(path, source_text, BOM + inner.text, inner.outcomes, inner.style)
     other_language = languages.detect(path)
     if other_language in comments.COMMENT_LANGUAGES:
         return comments.process_comments(source_text, path, other_language, cfg, filler)

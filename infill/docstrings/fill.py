@@ -35,7 +35,9 @@ def slot_span(start: int, end: int, label: str, budget: int) -> Span:
 def options_for(summary_tokens: int, description_tokens: int) -> FillOptions:
     """Fill options for slots: per-span budgets when available, else the largest budget for every slot."""
     tokens = None if SPAN_BUDGETS else max(summary_tokens, description_tokens)
-    return FillOptions(tokens=tokens, syntax_check=False)
+    # the engine cleans every slot's text and the command checks that the file still parses before writing it,
+    # so a rejected (broken UTF-8) candidate is better cleaned than refused
+    return FillOptions(tokens=tokens, syntax_check=False, allow_syntax_errors=True)
 
 
 class SlotFiller(Protocol):

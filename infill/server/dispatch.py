@@ -127,11 +127,13 @@ class Dispatcher:
         methods: Mapping[str, Handler] | None = None,
         *,
         max_request_bytes: int = protocol.DEFAULT_MAX_REQUEST_BYTES,
+        max_input_bytes: int = 0,
         context: ServerContext | None = None,
     ) -> None:
         from infill.server import handlers
 
         self.max_request_bytes = max_request_bytes
+        self.max_input_bytes = max_input_bytes  # 0: no limit (see protocol.DEFAULT_MAX_INPUT_BYTES)
         self.context = context if context is not None else ServerContext(ModelCache())
         self.stop_requested = False
         self.identity = identity()  # the environment as the server started; requests may not change it
@@ -157,9 +159,7 @@ class Dispatcher:
         self.methods[name] = handler
 
     def handle_line(self, line: bytes) -> bytes:
-        """One request line -> one response line (b"" for a blank line, which is not a request)."""
-        if not line.strip():
-            return b""
+        """One request line -> one response line; an empty line too gets one (invalid_request)."""
         if len(line.rstrip(b"\r\n")) > self.max_request_bytes:
             return self.too_large()
         try:
@@ -173,6 +173,14 @@ class Dispatcher:
         try:
             if handler is None:
                 raise ProtocolError(protocol.UNKNOWN_METHOD, f"unknown method {request.method[:100]!r}")
+            if self.max_input_bytes and request.method in SIZED_METHODS:
+                size = input_bytes(request.method, request.params, self.max_input_bytes)
+                if size > self.max_input_bytes:
+                    raise ProtocolError(
+                        protocol.TOO_LARGE,
+                        f"the input is larger than this server's --max-input-bytes ({self.max_input_bytes:,}); "
+                        "`infill fill` and `infill docstrings` do such work in their own process",
+                    )
             result = handler(request.params, self.context)
             return protocol.encode(protocol.response(request.id, result))
         except (Exception, SystemExit) as exc:  # every failure becomes an error response; the server goes on
@@ -195,6 +203,63 @@ class Dispatcher:
     def _shutdown(self, params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
         self.stop_requested = True
         return {"shutdown": True}
+
+
+SIZED_METHODS = frozenset({"fill", "fill_command", "docstrings", "command"})  # methods that read an input
+
+
+def input_bytes(method: str, params: Mapping[str, Any], limit: int = 0) -> int:
+    """The size of what a request would work on: its text, or the file it names (relative to its "cwd"), or for
+    a docstrings run the files under the folders it names. Counting stops once over `limit` (when given), and
+    a folder of more than _MAX_FILES files counts as over it. Unreadable paths count 0: the handler reports them.
+    """
+    cwd = params.get("cwd")
+    base = Path(cwd) if isinstance(cwd, str) else Path.cwd()
+    total = 0
+    for key in ("text", "stdin"):
+        value = params.get(key)
+        if isinstance(value, str):
+            total += len(value.encode("utf-8", "surrogatepass"))
+    paths = [params[k] for k in ("path", "file") if isinstance(params.get(k), str) and params[k] != "-"]
+    argv = params.get("argv")
+    if method == "command" and isinstance(argv, list) and "--" in argv:
+        paths += [a for a in argv[argv.index("--") + 1 :] if isinstance(a, str)]
+    folders = method in ("docstrings", "command")  # `infill docstrings PATH...` walks folders; a fill never does
+    for raw in paths:
+        path = Path(raw) if Path(raw).is_absolute() else base / raw
+        total += _tree_bytes(path, limit - total if limit else 0, folders)
+        if limit and total > limit:
+            break
+    return total
+
+
+_MAX_FILES = 10_000  # files under the folders of one docstrings request
+
+
+def _tree_bytes(path: Path, limit: int, folders: bool) -> int:
+    """Bytes of a regular file, or (with `folders`) of the files under a folder, skipping hidden folders as
+    `infill docstrings` does; stops past `limit` (when given) and after _MAX_FILES files."""
+    try:
+        if path.is_file():
+            return path.stat().st_size
+        if not folders or not path.is_dir():
+            return 0
+    except OSError:
+        return 0
+    total = files_seen = 0
+    for root, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            files_seen += 1
+            if files_seen > _MAX_FILES:
+                return max(total, limit + 1)
+            try:
+                total += (Path(root) / name).stat().st_size
+            except OSError:
+                continue
+            if limit and total > limit:
+                return total
+    return total
 
 
 # environment variables that can change what a request computes: a daemon started under others is restarted

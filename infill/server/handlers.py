@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -104,16 +105,24 @@ _OPTIONS = {
     "syntax_check": bool,
     "retrieve": bool,
     "context": list,
+    "allow_syntax_errors": bool,
 }
 _MODEL = {"model": "name", "device": "device", "revision": "revision", "mask_token": "mask_token"}  # -> ModelSpec
 _OTHER = {"text", "path", "filename", "cwd", "precision", *_MODEL}
 
 
+MAX_SAMPLES = 100  # "candidates" and "max_resample" above this would hold the server for too long
+
+
 def _typed(name: str, value: Any, kind: type) -> Any:
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value) if abs(value) < 2**1023 else math.inf
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise InputError(f'"{name}" must be {"a number" if kind is float else f"a {kind.__name__}"}')
+    if isinstance(value, float) and not math.isfinite(value):  # 1e999 parses as inf
+        raise ProtocolError(protocol.INVALID_REQUEST, f'"{name}" must be a finite number')
+    if name in ("candidates", "max_resample") and isinstance(value, int) and value > MAX_SAMPLES:
+        raise ProtocolError(protocol.INVALID_REQUEST, f'"{name}" must be at most {MAX_SAMPLES} in a server request')
     return value
 
 
@@ -150,6 +159,8 @@ def fill_request(params: dict[str, Any]) -> dict[str, Any]:
         if not all(isinstance(c, str) for c in context):
             raise InputError('"context" must be a list of strings (texts of other files)')
         request["options"]["context"] = tuple(context)
+    if request["model"].get("device", "auto") not in ("auto", "cpu", "cuda"):
+        raise InputError('"device" must be "auto", "cpu" or "cuda"')
     if "precision" in params:
         if params["precision"] not in ("bf16", "fp32"):
             raise InputError('"precision" must be "bf16" or "fp32"')
@@ -215,6 +226,12 @@ def _error(out: dict[str, Any]) -> Exception:
     code = out.get("exit_code")
     if code == 2:
         return InputError(message)
+    if code == 3:
+        from infill.errors import NoValidFillError
+
+        result = out.get("result")
+        failed = result.get("failed") if isinstance(result, dict) else None
+        return NoValidFillError(message, failed=failed if isinstance(failed, list) else [])
     from infill.errors import ModelError
 
     if code == 123 and not message.startswith("internal error"):

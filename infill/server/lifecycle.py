@@ -1,7 +1,9 @@
 """Where the per-user daemon lives and how it is found, started, checked and stopped. Pure standard library.
 
-Files, all in the runtime directory
-($INFILL_RUNTIME_DIR, else $XDG_RUNTIME_DIR/infill, else /tmp/infill-<uid>):
+Files, all in the runtime directory: the base ($INFILL_RUNTIME_DIR, else $XDG_RUNTIME_DIR/infill, else
+/tmp/infill-<uid>) plus one folder per installation (installation_key(): the interpreter, its prefix, the
+package's folder and version), so two installs (a pre-commit hook's environment and the user's own) each have
+their own daemon instead of restarting each other's:
   daemon.sock   the Unix socket, mode 0600
   spawn.lock    flock'ed by a client while it starts a daemon, so two clients at once start one daemon
   daemon.log    the daemon's stderr
@@ -60,7 +62,8 @@ class Paths:
 
 
 def runtime_paths(env: Mapping[str, str] | None = None, *, create: bool = True) -> Paths:
-    """The checked runtime directory for this user; raises DaemonUnavailable if it is not safe to use."""
+    """The checked runtime directory of this user's daemon for this installation (see installation_key); raises
+    DaemonUnavailable if it is not safe to use."""
     env = os.environ if env is None else env
     uid = os.getuid()
     if env.get("INFILL_RUNTIME_DIR"):
@@ -71,15 +74,28 @@ def runtime_paths(env: Mapping[str, str] | None = None, *, create: bool = True) 
         import tempfile
 
         directory = Path(tempfile.gettempdir()) / f"infill-{uid}"
-    if create:
-        try:
-            directory.mkdir(mode=0o700, exist_ok=True)
-        except OSError as exc:
-            raise DaemonUnavailable(f"cannot create {directory}: {exc.strerror}") from None
-    check_private_dir(directory)
+    for folder in (directory, directory / installation_key()):
+        if create:
+            try:
+                folder.mkdir(mode=0o700, exist_ok=True)
+            except OSError as exc:
+                raise DaemonUnavailable(f"cannot create {folder}: {exc.strerror}") from None
+        check_private_dir(folder)
+    directory = directory / installation_key()
     if len(os.fsencode(directory / SOCKET_NAME)) > _MAX_SOCKET_PATH:
         raise DaemonUnavailable(f"runtime directory path is too long for a Unix socket: {directory}")
     return Paths(directory)
+
+
+def installation_key() -> str:
+    """A short name for this installation of infill: a hash of the interpreter, its environment's prefix, the
+    package's folder and its version. A daemon is only ever shared by clients of the same installation."""
+    import hashlib
+
+    import infill
+
+    parts = (sys.executable, sys.prefix, str(Path(infill.__file__).resolve().parent), infill.__version__)
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
 
 def _owned_private_dir(path: Path, uid: int) -> bool:

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
+from infill.clitypes import FiniteFloatRange
 from infill.server.client import DAEMON_MODES
 from infill.server.lifecycle import DEFAULT_IDLE_TIMEOUT
 
@@ -17,7 +18,7 @@ def daemon_options(function: F) -> F:
     """Adds `daemon: str` and `idle_timeout: float | None` parameters for infill.server.client.request()."""
     function = click.option(
         "--idle-timeout",
-        type=click.FloatRange(min=0),
+        type=FiniteFloatRange(min=0),
         default=None,
         metavar="SECONDS",
         help=f"A daemon this command starts exits after this long without a request "
@@ -68,15 +69,22 @@ def _text(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def forward_command(ctx: click.Context, mode: str, idle_timeout: float | None, model: str | None = None) -> int | None:
+def forward_command(
+    ctx: click.Context,
+    mode: str,
+    idle_timeout: float | None,
+    model: str | None = None,
+    input_bytes: int = 0,
+) -> int | None:
     """Run the current command in the daemon and print its output here. Returns its exit code, or None: run it
-    in-process (daemon off, unavailable, or failing; the output is then the same as the daemon's would be)."""
+    in-process (daemon off, unavailable, or failing; the output is then the same as the daemon's would be).
+    An input over the daemon's size limit (`input_bytes`: the files it would read) is never sent."""
     import os
     import sys
 
-    from infill.server import client
+    from infill.server import client, protocol
 
-    if ctx.command.name is None:
+    if ctx.command.name is None or input_bytes > protocol.DEFAULT_MAX_INPUT_BYTES:
         return None
     params = {
         "name": ctx.command.name,
@@ -96,9 +104,13 @@ def forward_command(ctx: click.Context, mode: str, idle_timeout: float | None, m
 
 
 def fill_command(request: Mapping[str, Any], mode: str, idle_timeout: float | None) -> dict[str, Any] | None:
-    """`infill fill`'s daemon path: run_fill(request) in the daemon -> its output, or None (in-process)."""
-    from infill.server import client
+    """`infill fill`'s daemon path: run_fill(request) in the daemon -> its output, or None (in-process).
+    An input over the daemon's size limit is never sent (the daemon would refuse it: too_large)."""
+    from infill.server import client, protocol
+    from infill.server.dispatch import input_bytes
 
+    if input_bytes("fill_command", request, protocol.DEFAULT_MAX_INPUT_BYTES) > protocol.DEFAULT_MAX_INPUT_BYTES:
+        return None
     model = request.get("model")
     name = model.get("name") if isinstance(model, Mapping) else None
     out = client.request("fill_command", request, mode, model=name, idle_timeout=idle_timeout)

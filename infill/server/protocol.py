@@ -18,16 +18,21 @@ from infill import errors
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+# The per-user daemon serves one request at a time, so it refuses (too_large) work on inputs above this size (a
+# fill's text or file, the files of a docstrings run); `infill fill` / `infill docstrings` then do that work in
+# their own process and no other client waits for it. `infill serve --max-input-bytes` changes it.
+DEFAULT_MAX_INPUT_BYTES = 1024 * 1024
 
 # error codes (strings, stable; clients branch on them)
 PARSE_ERROR = "parse_error"  # not UTF-8 or not JSON
 INVALID_REQUEST = "invalid_request"  # JSON, but not a request object
 UNKNOWN_METHOD = "unknown_method"
-TOO_LARGE = "too_large"  # longer than --max-request-bytes
+TOO_LARGE = "too_large"  # longer than --max-request-bytes, or input over --max-input-bytes
 INPUT_ERROR = "input_error"  # infill.errors.InputError: bad span, marker not found, ...
 DECODE_ERROR = "decode_error"  # infill.errors.DecodeError
 MODEL_ERROR = "model_error"  # infill.errors.ModelError
 FILE_CHANGED = "file_changed"  # infill.errors.FileChangedError
+NO_VALID_FILL = "no_valid_fill"  # infill.errors.NoValidFillError: every candidate breaks the syntax (exit 3)
 INFILL_ERROR = "infill_error"  # any other infill.errors.InfillError
 INTERNAL_ERROR = "internal_error"  # a bug: an unexpected exception in a handler
 
@@ -37,6 +42,7 @@ _ERROR_CODES: tuple[tuple[type[errors.InfillError], str], ...] = (
     (errors.DecodeError, DECODE_ERROR),
     (errors.ModelError, MODEL_ERROR),
     (errors.FileChangedError, FILE_CHANGED),
+    (errors.NoValidFillError, NO_VALID_FILL),
     (errors.InfillError, INFILL_ERROR),
 )
 _CODE_CLASSES: dict[str, type[errors.InfillError]] = {code: cls for cls, code in _ERROR_CODES}
@@ -68,8 +74,10 @@ def parse_request(line: bytes) -> Request:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProtocolError(PARSE_ERROR, f"request is not UTF-8 (byte {exc.start})") from None
+    if not text.strip():
+        raise ProtocolError(INVALID_REQUEST, "empty request line")
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_constant=_no_constant)
     except (json.JSONDecodeError, RecursionError) as exc:
         detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
         raise ProtocolError(PARSE_ERROR, f"request is not JSON: {detail}") from None
@@ -89,6 +97,11 @@ def parse_request(line: bytes) -> Request:
     if not isinstance(params, dict):
         raise ProtocolError(INVALID_REQUEST, '"params" must be an object', request_id)
     return Request(request_id, method, params)
+
+
+def _no_constant(name: str) -> Any:
+    """NaN, Infinity and -Infinity are not JSON numbers (Python's json accepts them by default)."""
+    raise ProtocolError(INVALID_REQUEST, f"{name} is not a valid JSON number")
 
 
 def _is_clean(text: str) -> bool:
@@ -115,6 +128,8 @@ def error_from_exception(exc: BaseException) -> dict[str, Any]:
             value = getattr(exc, key)
             if value is not None:
                 obj[key] = value
+        if isinstance(exc, errors.NoValidFillError):
+            obj["failed"] = exc.failed  # the rejected edits, so an editor can show them or apply them anyway
         return obj
     return error_object(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], 123)
 
@@ -127,6 +142,13 @@ def exception_from_error(error: dict[str, Any]) -> errors.InfillError | None:
     if cls is None or not isinstance(message, str):
         return None
     path, line, column = error.get("path"), error.get("line"), error.get("column")
+    if cls is errors.NoValidFillError:
+        failed = error.get("failed")
+        return errors.NoValidFillError(
+            message,
+            path=path if isinstance(path, str) else None,
+            failed=[f for f in failed if isinstance(f, dict)] if isinstance(failed, list) else [],
+        )
     return cls(
         message,
         path=path if isinstance(path, str) else None,
