@@ -1,6 +1,6 @@
 """Library entry points used by the CLI, the server, the docstring filler and tests.
 
-Contract (owned by the fill/CLI work, issue 3; other modules code against these signatures):
+Contract (other modules code against these signatures):
 
     fill_text(text, spans, *, language=None, model=ModelSpec(), decode=DecodeConfig(), options=FillOptions(),
               on_progress=None) -> FillResult

@@ -24,11 +24,10 @@ class DecodeConfig:
     top_p: float = 1.0  # 1.0 = off
     seed: int = 0  # one torch.Generator is seeded with this
     beam: int = 4  # beam width of decoder "beam" (the most likely fill instead of a sample)
-    # block diffusion (issue 5)
+    # block diffusion (docs/blockdiff.md)
     block_size: int = 0  # block-diffusion block size; 0 = the model's own (from its config), 1 = plain AR
     threshold: float = 0.9  # confidence threshold tau for dynamic confidence decoding
     routing: str = "min-span"  # S2D2 routing policy name
-    # appended by issue 5 (block diffusion)
     unmask_per_step: int = 0  # confidence decoding: 0 = dynamic (p > threshold, plus the argmax); n = static
     gamma: float = 1.0  # S2D2 tempering: accept w.p. min(1, (q/p)^gamma); 1 = exact ratio, < 1 LOSSY-lenient
 

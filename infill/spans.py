@@ -36,7 +36,7 @@ class Span:
     start_byte: int
     end_byte: int
     label: str = ""  # where it came from, e.g. "--span 12:18" or "function foo"
-    default_tokens: int = 32  # budget when the span replaces no text (appended field, issue 3)
+    default_tokens: int = 32  # budget when the span replaces no text
     placeholder: bool = False  # True when the replaced text is a placeholder (a marker), not content to resize
     one_line: bool = False  # --span N (one whole line): the fill is one line too (cut at its first line break)
 

@@ -39,3 +39,30 @@ def test_readme_example_parses(example: str) -> None:
     with fill.make_context("fill", args) as ctx:
         assert ctx.params["file"]
     assert isinstance(fill, click.Command)
+
+
+def runnable() -> list[str]:
+    """The README's `infill fill` examples that work on this repository's files (examples/...)."""
+    return [e for e in examples() if e.startswith("examples/")]
+
+
+def test_readme_examples_run_against_the_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each `infill fill examples/...` line of the README runs with the embedded model on a copy of examples/
+    and ends with a documented outcome: 0 (written), 1 (a diff / a change found) or 3 (no candidate parsed: the
+    small model's fill is refused, nothing written); never a usage, input or internal error."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from infill.cli import main
+
+    found = runnable()
+    assert len(found) >= 5
+    runner = CliRunner()
+    for i, example in enumerate(found):
+        shutil.copytree(README.parent / "examples", tmp_path / str(i) / "examples")
+        monkeypatch.chdir(tmp_path / str(i))
+        result = runner.invoke(main, ["fill", *shlex.split(example), "--daemon", "off"])
+        assert result.exit_code in (0, 1, 3), (example, result.output)
+        if result.exit_code != 3:
+            assert not re.search(r"^(infill: )?(internal )?error", result.output, re.M), (example, result.output)

@@ -332,7 +332,7 @@ def test_item07_large_inputs_still_reject_unparseable_fills(tmp_path: Path) -> N
     p.write_text(source)
     line = source[: source.index("total = 6000")].count("\n") + 1
     with fake_model([UNTERMINATED], name="fake-big-bad", max_length=256):
-        r = CliRunner().invoke(main, ["fill", str(p), "--span", str(line), "--model", "fake-big-bad"])
+        r = CliRunner().invoke(main, ["fill", str(p), "--span", str(line), "--model", "fake-big-bad", "--no-retrieve"])
     assert r.exit_code == 3, r.output
     assert p.read_text() == source
 

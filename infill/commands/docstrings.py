@@ -53,7 +53,7 @@ def _real_filler(cfg: DocstringConfig) -> SlotFiller:
     return model_filler(
         ModelSpec(name=cfg.model),
         DecodeConfig(seed=cfg.seed, temperature=cfg.temperature),
-        options_for(cfg.summary_tokens, cfg.description_tokens),
+        options_for(),
     )
 
 

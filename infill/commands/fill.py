@@ -2,7 +2,7 @@
 
 All work after flag parsing happens in `run_fill`, a function of a plain JSON-serialisable request (a
 dict, or a FillRequest). It returns a plain dict {"exit_code", "stdout", "stderr", "result"}; the command
-only prints it. A daemon (`--daemon`, issue 7) can therefore ship `FillRequest.to_dict()` to a warm server,
+only prints it. A daemon (`--daemon`) can therefore ship `FillRequest.to_dict()` to a warm server,
 call `run_fill` there in-process, and print the same dict on the client. The command reads stdin; the
 request carries its text.
 

@@ -1,4 +1,4 @@
-"""Logits -> probabilities -> samples, with one seeded `torch.Generator` (REFERENCE.md "Randomness").
+"""Logits -> probabilities -> samples, with one seeded `torch.Generator` (docs/decoding.md).
 
 The same `probs()` transform (temperature, top-k, top-p) must be applied to the draft p and the oracle q; the
 exactness guarantee then holds for the transformed joint. Temperature 0 is greedy: a one-hot distribution at

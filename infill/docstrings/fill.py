@@ -9,9 +9,8 @@ Click's context object: `docstrings.main(args, obj={"slot_filler": fake})`.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec
 from infill.spans import Span
@@ -20,24 +19,16 @@ if TYPE_CHECKING:
     from infill.api import FillResult
 
 
-# Per-span token budgets: Span.default_tokens is appended by issue 3 (the budget of a span that replaces no
-# text). Until that lands, every slot gets FillOptions.tokens.
-SPAN_BUDGETS = "default_tokens" in {f.name for f in dataclasses.fields(Span)}
-
-
 def slot_span(start: int, end: int, label: str, budget: int) -> Span:
-    """The Span of an empty slot, with its own token budget where Span supports one."""
-    span = Span(start, end, label)
-    budgets: dict[str, Any] = {"default_tokens": budget} if SPAN_BUDGETS else {}
-    return dataclasses.replace(span, **budgets)
+    """The Span of an empty slot, with its own token budget."""
+    return Span(start, end, label, default_tokens=budget)
 
 
-def options_for(summary_tokens: int, description_tokens: int) -> FillOptions:
-    """Fill options for slots: per-span budgets when available, else the largest budget for every slot."""
-    tokens = None if SPAN_BUDGETS else max(summary_tokens, description_tokens)
+def options_for() -> FillOptions:
+    """Fill options for slots (each slot has its own budget, see `slot_span`)."""
     # the engine cleans every slot's text and the command checks that the file still parses before writing it,
     # so a rejected (broken UTF-8) candidate is better cleaned than refused
-    return FillOptions(tokens=tokens, syntax_check=False, allow_syntax_errors=True)
+    return FillOptions(syntax_check=False, allow_syntax_errors=True)
 
 
 class SlotFiller(Protocol):

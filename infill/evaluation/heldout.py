@@ -33,10 +33,8 @@ class LineTask:
 
 def corpus_heldout_files(corpus_dir: Path) -> list[Path]:
     """The corpus's held-out files, as the training code defines them."""
-    try:
-        from infill.training.corpus import heldout_files
-    except ImportError as exc:  # the corpus module is part of the training work (issue 4)
-        raise InputError(f"cannot list the corpus's held-out files ({exc}); pass --dir or --files") from exc
+    from infill.training.corpus import heldout_files
+
     if not corpus_dir.is_dir():
         raise InputError(f"corpus folder not found: {corpus_dir}")
     return list(heldout_files(corpus_dir))

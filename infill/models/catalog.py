@@ -12,8 +12,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from infill.models.blockdiff import ARCHITECTURES  # imports no torch
+
 ASARM_TYPES = {"xlnet"}
-BLOCKDIFF_TYPES = {"qwen3", "qwen2", "llama", "sdar"}
+BLOCKDIFF_TYPES = set(ARCHITECTURES)  # what infill.models.blockdiff loads
 
 
 @dataclass(frozen=True)

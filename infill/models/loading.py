@@ -88,16 +88,9 @@ def load_by_name(spec: ModelSpec) -> LoadedModel:
         return load_xlnet_folder(folder, spec, cfg, provenance)
     if model_type is None:
         raise ModelError(f"{folder / 'config.json'} has no model_type")
-    import importlib
+    from infill.models import blockdiff
 
-    try:  # the block-diffusion backend (issue 5); imported by name so this module does not depend on it
-        blockdiff = importlib.import_module("infill.models.blockdiff")
-    except ModuleNotFoundError as exc:
-        if exc.name != "infill.models.blockdiff":
-            raise
-        raise ModelError(f"{folder}: model_type {model_type!r} needs the block-diffusion backend") from exc
-    loaded: LoadedModel = blockdiff.load_folder(folder, spec, mask_token=spec.mask_token)
-    return loaded
+    return blockdiff.load_folder(folder, spec, mask_token=spec.mask_token)
 
 
 def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], provenance: str) -> LoadedModel:

@@ -1,6 +1,6 @@
 """Attention masks of the any-subset autoregressive model (AS-ARM), shared by training and inference.
 
-Training and inference must build *identical* masks (REFERENCE.md, "Keep the inference masks identical to the
+Training and inference must build *identical* masks (docs/decoding.md: "Keep the inference masks identical to the
 training masks"), so both import this module and nothing else builds a `perm_mask`.
 
 Conventions (HF `XLNetLMHeadModel`):

@@ -5,7 +5,7 @@
   normalizer runs. Special-token strings in the text ("<mask>" in a source file) are tokenized as ordinary
   text, never as the special id.
 - `SentencePieceTokenizer`: XLNet's sentencepiece model for the published checkpoints. Sentencepiece
-  normalizes whitespace away (newlines, tabs, runs of spaces; REFERENCE.md pitfalls), so this wrapper never
+  normalizes whitespace away (newlines, tabs, runs of spaces), so this wrapper never
   lets it see any: the text is cut into whitespace and non-whitespace runs, whitespace is encoded by this
   module, and decoding is the concatenation of per-id surface strings defined here (not sentencepiece's
   decode). The round trip is exact for every text whose non-whitespace characters the vocabulary covers;
@@ -100,8 +100,7 @@ class ByteBPETokenizer:
 def train_byte_bpe(texts: Iterable[str], vocab_size: int, specials: tuple[str, ...] = SPECIALS) -> Any:
     """Train a byte-level BPE (`tokenizers.Tokenizer`) whose pre-tokenizer keeps "\\n" as its own piece.
 
-    Line boundaries are then token boundaries, so a line span maps to whole tokens (REFERENCE.md pilot
-    pitfall).
+    Line boundaries are then token boundaries, so a line span maps to whole tokens (docs/training.md).
     `specials` get ids 0, 1, ... in order.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -28,17 +28,13 @@ def _api_load(spec: ModelSpec) -> registry.LoadedModel:
     """Load through infill.api's per-process cache, the one the fill functions use, so both share one copy."""
     from infill import api
 
-    load_model = getattr(api, "load_model", None)
-    loaded: registry.LoadedModel = load_model(spec) if load_model is not None else registry.load(spec)
-    return loaded
+    return api.load_model(spec)
 
 
 def _api_evict() -> None:
     from infill import api
 
-    clear = getattr(api, "clear_model_cache", None)
-    if clear is not None:
-        clear()
+    api.clear_model_cache()
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Byte-level BPE for code with an exact round trip, trained with HF `tokenizers`.
 
 Pre-tokenization: every line break ("\\r\\n", "\\r" or "\\n") is its own piece, then GPT-2's byte-level split.
-So a line boundary is always a token boundary (REFERENCE.md, pilot pitfall 1): masking whole lines in training
+So a line boundary is always a token boundary (docs/training.md, "Tokenizer"): masking whole lines in training
 and tokenizing prefix / fill / suffix separately at inference give the same tokens. Bytes are mapped to
 printable characters (GPT-2 byte alphabet), so any UTF-8 text round-trips exactly, whitespace included.
 
