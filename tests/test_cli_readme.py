@@ -6,7 +6,6 @@ import re
 import shlex
 from pathlib import Path
 
-import click
 import pytest
 
 from infill.commands.fill import fill
@@ -38,7 +37,7 @@ def test_readme_example_parses(example: str) -> None:
     args = shlex.split(example)
     with fill.make_context("fill", args) as ctx:
         assert ctx.params["file"]
-    assert isinstance(fill, click.Command)
+        assert any(ctx.params[k] for k in ("spans", "markers", "functions", "classes", "nodes"))  # selects something
 
 
 def runnable() -> list[str]:

@@ -18,9 +18,6 @@ from tests.fixtures_serve import plugin_env, runtime_dir
 
 _ = runtime_dir  # a fixture
 
-fill_module = pytest.importorskip("infill.commands.fill")
-if not hasattr(fill_module, "run_fill") or "--daemon" not in str([p.opts for p in fill_module.fill.params]):
-    pytest.skip("infill fill has no --daemon yet", allow_module_level=True)
 
 SOURCE = '''def mean(values):
     """Return the arithmetic mean."""

@@ -1,4 +1,4 @@
-"""Both runtime tokenizers round-trip text exactly, whitespace included (REFERENCE.md pitfalls)."""
+"""Both runtime tokenizers round-trip text exactly, whitespace included (docs/training.md, "Tokenizer")."""
 
 from __future__ import annotations
 

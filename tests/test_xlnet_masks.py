@@ -1,4 +1,4 @@
-"""The XLNet backend builds the conditional independences the decoders rely on (REFERENCE.md "Attention")."""
+"""The XLNet backend builds the conditional independences the decoders rely on (docs/decoding.md, "The model")."""
 
 from __future__ import annotations
 
