@@ -146,25 +146,71 @@ def test_fill_middle_without_fim_tokens_uses_the_chat_template(tmp_path: Path) -
         fill_middle(not_bd, "a", "b", 3, greedy(), torch.Generator())
 
 
+def verifier_logits(bk: BlockDiffModel, ids: list[int], block: int) -> torch.Tensor:
+    """(V,) logits for position j = len(ids), without a cache, in the AR view S2D2 verifies with: complete
+    blocks before j's block block-causal (as committed), j's block causal up to j, a mask AT j."""
+    j = len(ids)
+    start = (j // block) * block
+    t = torch.tensor(ids + [MASK])
+    q = torch.arange(j + 1)[:, None]
+    k = torch.arange(j + 1)[None, :]
+    allowed = torch.where(q < start, k // block <= q // block, k <= q)
+    with torch.no_grad():
+        out = bk.model(input_ids=t[None], position_ids=torch.arange(j + 1)[None], attention_mask=allowed[None, None])
+    logits = out.logits[0, -1]
+    logits[MASK] = float("-inf")
+    return logits
+
+
 def verifier_reference(bk: BlockDiffModel, prompt: torch.Tensor, n: int, block: int) -> list[int]:
-    """Greedy decoding where position j is predicted, without a cache, by the AR view S2D2 verifies with:
-    complete blocks before j's block block-causal (as committed), j's block causal up to j, a mask AT j."""
+    """Greedy decoding with `verifier_logits`."""
     ids = prompt.tolist()
     for _ in range(n):
-        j = len(ids)
-        start = (j // block) * block
-        t = torch.tensor(ids + [MASK])
-        q = torch.arange(j + 1)[:, None]
-        k = torch.arange(j + 1)[None, :]
-        allowed = torch.where(q < start, k // block <= q // block, k <= q)
-        with torch.no_grad():
-            out = bk.model(
-                input_ids=t[None], position_ids=torch.arange(j + 1)[None], attention_mask=allowed[None, None]
-            )
-        logits = out.logits[0, -1]
-        logits[MASK] = float("-inf")
-        ids.append(int(logits.argmax()))
+        ids.append(int(verifier_logits(bk, ids, block).argmax()))
     return ids[len(prompt) :]
+
+
+def test_s2d2_sampling_follows_the_verifiers_joint_by_enumeration() -> None:
+    """S2D2 verifying every step samples the block-size-1 verifier's joint exactly (top-k 3 keeps the support
+    small enough to enumerate: 3^3 fillings); static two-tokens-per-step confidence decoding, which samples
+    two positions independently from one draft pass, fails the same test."""
+    import itertools
+    from collections import Counter
+
+    from scipy.stats import chisquare
+
+    from infill.decoding.sampling import probs
+
+    bk = tiny_backend("qwen3", end=False)
+    prompt, n, block, samples = PROMPT[:4], 3, 4, 2000
+    joint: dict[tuple[int, ...], float] = {}
+
+    def expand(prefix: tuple[int, ...], pr: float) -> None:
+        if len(prefix) == n:
+            joint[prefix] = pr
+            return
+        q = probs(verifier_logits(bk, prompt.tolist() + list(prefix), block)[None], 1.0, 3)[0]  # (V,)
+        for x in q.nonzero().squeeze(-1).tolist():
+            expand((*prefix, x), pr * float(q[x]))
+
+    expand((), 1.0)
+    assert len(joint) == 27 and abs(sum(joint.values()) - 1) < 1e-9
+
+    def p_value(cfg: DecodeConfig, samples: int) -> float:
+        g = torch.Generator().manual_seed(5)
+        counts = Counter(tuple(generate(bk, prompt, n, cfg, g)[0].tolist()) for _ in range(samples))
+        if not set(counts) <= set(joint):
+            return 0.0  # a filling the joint gives probability 0
+        cells = [x for x in joint if joint[x] * samples >= 5]
+        rest = [x for x in joint if joint[x] * samples < 5]
+        observed = [counts[x] for x in cells] + ([sum(counts[x] for x in rest)] if rest else [])
+        expected = [joint[x] * samples for x in cells] + ([sum(joint[x] for x in rest) * samples] if rest else [])
+        return float(chisquare(observed, expected).pvalue)
+
+    base = dict(block_size=block, temperature=1.0, top_k=3)
+    assert p_value(DecodeConfig(decoder="s2d2", routing="always", **base), samples) > 1e-4  # type: ignore[arg-type]
+    control = DecodeConfig(decoder="confidence", unmask_per_step=2, **base)  # type: ignore[arg-type]
+    assert p_value(control, samples // 4) < 1e-6
 
 
 @pytest.mark.parametrize("block", [2, 4])
