@@ -13,7 +13,7 @@ from infill.decoding.confidence import _end_of_generation
 from infill.errors import DecodeError, ModelError
 from infill.models.blockdiff import BlockDiffModel, load_folder
 from infill.models.registry import LoadedModel
-from infill.training.blockdiff import tiny_checkpoint
+from infill.models.tiny import tiny_blockdiff_checkpoint as tiny_checkpoint
 from tests.fixtures_bd import END, MASK, V, tiny_backend
 
 torch.set_num_threads(1)

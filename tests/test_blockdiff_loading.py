@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from infill.config import ModelSpec
 from infill.errors import InputError, ModelError
 from infill.models.blockdiff import BlockDiffModel, load_folder
-from infill.training.blockdiff import tiny_checkpoint
+from infill.models.tiny import tiny_blockdiff_checkpoint as tiny_checkpoint
 
 torch.set_num_threads(1)
 CPU = dict(device="cpu", bf16=False)

@@ -17,7 +17,6 @@ from infill.training.asarm import (
     TrainConfig,
     build_model,
     collate,
-    evaluate,
     export_model,
     joint_loss,
     line_break_ids,
@@ -26,6 +25,7 @@ from infill.training.asarm import (
     tokenize_stream,
     train,
 )
+from infill.training.measure import evaluate
 from infill.training.tokenizer import BOS_ID, PAD_ID, save_tokenizer
 from tests.fixtures_train import sample_texts, tiny_tokenizer, write_corpus  # noqa: F401
 

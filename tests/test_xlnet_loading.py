@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -102,9 +100,9 @@ def test_other_model_types_go_to_the_blockdiff_backend(monkeypatch: pytest.Monke
         calls.append(path)
         return LoadedModel(name=spec.name, kind="blockdiff", model=None, tokenizer=None)
 
-    fake = types.ModuleType("infill.models.blockdiff")
-    fake.load_folder = load_folder  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "infill.models.blockdiff", fake)
+    import infill.models.blockdiff as blockdiff
+
+    monkeypatch.setattr(blockdiff, "load_folder", load_folder)
     assert load(ModelSpec(name=str(tmp_path))).kind == "blockdiff"
     assert calls == [tmp_path]
 

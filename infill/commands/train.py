@@ -386,7 +386,7 @@ def heldout_nll_cmd(
     import torch
 
     from infill.models.twostream import load_folder
-    from infill.training.asarm import measure_heldout
+    from infill.training.measure import measure_heldout
     from infill.training.tokenizer import load_tokenizer
 
     torch.set_num_threads(threads)

@@ -160,44 +160,6 @@ def save_folder(
     return out
 
 
-def tiny_checkpoint(
-    folder: str | Path,
-    *,
-    seed: int = 0,
-    block_size: int = 4,
-    fim: bool = True,
-    shape: ModelShape | None = None,
-    texts: Sequence[str] = (),
-    vocab_size: int = 300,
-) -> Path:
-    """A tiny RANDOM SDAR-layout checkpoint for tests and benchmarks (untrained: its fills are noise).
-
-    fim=False leaves the FIM tokens out of the vocabulary, so fills go through the chat template."""
-    shape = shape or ModelShape(hidden=32, layers=2, heads=2, kv_heads=1, head_dim=16, intermediate=64, max_length=256)
-    corpus = list(texts) or [
-        "def add(a, b):\n    return a + b\n",
-        "for i in range(10):\n    print(i)\n",
-        "class Point:\n    def __init__(self, x, y):\n        self.x = x\n",
-    ]
-    tok = build_tokenizer(corpus, vocab_size=vocab_size)
-    if not fim:
-        tok = _without_tokens(tok, (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE))
-    model = build_model(tok.get_vocab_size(), shape, seed=seed)
-    return save_folder(folder, model, tok, block_size=block_size, provenance={"random": True, "seed": seed})
-
-
-def _without_tokens(tok: Any, drop: Sequence[str]) -> Any:
-    """A copy of `tok` whose added-token list lacks `drop` (their ids stay unused)."""
-    from tokenizers import Tokenizer
-
-    data = json.loads(tok.to_str())
-    data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] not in drop]
-    vocab = data["model"]["vocab"]
-    for t in drop:
-        vocab.pop(t, None)
-    return Tokenizer.from_str(json.dumps(data))
-
-
 # ---- training ----------------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,106 @@
+"""Token streams for training and held-out measurement: tokenized once and cached per run, or packed into one
+compressed file that travels to a GPU machine (docs/training.md, "On a GPU")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from tokenizers import Tokenizer as HFTokenizer
+
+    from infill.training.asarm import TrainConfig
+
+from infill.errors import InputError
+from infill.training.layouts import Batches, LayoutSampler, line_break_ids, token_strings, tokenize_stream
+
+
+def heldout_batches(
+    tok: HFTokenizer, corpus: Path, cfg: TrainConfig, count: int, seed: int = 1234
+) -> list[dict[str, torch.Tensor]]:
+    """Fixed held-out batches (same layouts and seed every time) for comparable held-out losses. `corpus` is a
+    corpus folder or a packed training set (`pack_streams`)."""
+    import numpy as np
+
+    stream = heldout_stream(tok, corpus)
+    sampler = LayoutSampler(token_strings(tok), line_break_ids(tok), np.random.default_rng(seed))
+    b = Batches(stream, sampler, cfg.seq_len, min(cfg.batch_size, count))
+    return [b.next() for _ in range(max(1, count // b.batch_size))]
+
+
+def heldout_stream(tok: HFTokenizer, corpus: Path) -> np.ndarray:
+    """The held-out split as one token stream (from a corpus folder, or from a pack)."""
+    import numpy as np
+
+    from infill.training.corpus import read_split
+
+    if corpus.is_file():
+        return np.load(corpus)["heldout"]
+    return tokenize_stream(tok, [r["text"] for r in read_split(corpus, "heldout")])
+
+
+def pack_streams(
+    tok: HFTokenizer, tokenizer_json: Path, corpus: Path, out: Path, max_package_bytes: int, max_mb: float
+) -> dict[str, Any]:
+    """Write the training and held-out token streams of `corpus` to one compressed .npz of at most `max_mb` MB
+    (the training stream is cut to fit), for training where the corpus is not available (a GPU machine)."""
+    import hashlib
+
+    import numpy as np
+
+    from infill.training.corpus import balanced_records
+
+    train = tokenize_stream(tok, [r["text"] for r in balanced_records(corpus, "train", max_package_bytes)])
+    held = heldout_stream(tok, corpus)
+    meta = {
+        "tokenizer_sha256": hashlib.sha256(tokenizer_json.read_bytes()).hexdigest(),
+        "corpus": str(corpus),
+        "max_package_bytes": max_package_bytes,
+        "train_tokens_available": int(len(train)),
+    }
+    keep = len(train)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        meta["train_tokens"] = int(keep)
+        np.savez_compressed(out, train=train[:keep], heldout=held, meta=np.array(json.dumps(meta)))
+        size = out.stat().st_size / 1e6
+        if size <= max_mb or keep < 1000:
+            break
+        keep = int(keep * max_mb / size * 0.98)
+    meta["megabytes"] = round(out.stat().st_size / 1e6, 2)
+    return meta
+
+
+def cached_stream(
+    tok: HFTokenizer, tokenizer_json: Path, corpus: Path, max_package_bytes: int, run_dir: Path
+) -> tuple[np.ndarray, int]:
+    """The training token stream, cached in run_dir keyed by tokenizer, corpus and package cap (resumes skip
+    the tokenization); returns (stream, number of files). A packed training set (`pack_streams`) is used as is."""
+    import hashlib
+
+    import numpy as np
+
+    from infill.training.corpus import balanced_records
+
+    if corpus.is_file():
+        data = np.load(corpus)
+        meta = json.loads(str(data["meta"]))
+        if meta["tokenizer_sha256"] != hashlib.sha256(tokenizer_json.read_bytes()).hexdigest():
+            raise InputError(f"{corpus} was packed with another tokenizer than {tokenizer_json}")
+        return data["train"], 0
+    key = hashlib.sha256()
+    key.update(tokenizer_json.read_bytes())
+    key.update(str((corpus / "train.jsonl").stat().st_size).encode())
+    key.update(str(max_package_bytes).encode())
+    path = run_dir / f"stream-{key.hexdigest()[:16]}.npz"
+    if path.exists():
+        data = np.load(path)
+        return data["stream"], int(data["files"])
+    records = balanced_records(corpus, "train", max_package_bytes)
+    stream = tokenize_stream(tok, [r["text"] for r in records])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    np.savez(path, stream=stream, files=np.array(len(records)))
+    return stream, len(records)
