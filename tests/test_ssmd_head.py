@@ -165,3 +165,19 @@ def test_infill_fill_with_decoder_ssmd(tmp_path: Path) -> None:
     assert missing.exit_code == 2
     lines = [line for line in missing.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "needs an SSMD head" in lines[0]
+
+
+def test_server_fill_request_with_decoder_ssmd(tmp_path: Path) -> None:
+    """The server's flat fill params carry the SSMD fields to the same fill path."""
+    from infill.commands.fill import run_fill
+    from infill.server.handlers import fill_request
+
+    folder = folder_with_head(tmp_path / "m")
+    params = {"text": "x = 1\n\ny = 2\n", "span": "2:2", "decoder": "ssmd", "ssmd_passes": 1, "ssmd_window": 3}
+    params |= {"tokens": 8, "model": str(folder), "device": "cpu", "syntax_check": False, "temperature": 0}
+    request = fill_request(params)
+    assert request["decode"]["ssmd_passes"] == 1 and request["decode"]["ssmd_window"] == 3
+    request["options"]["allow_syntax_errors"] = True  # a random model's fill may split a UTF-8 character
+    out = run_fill(request)
+    assert out["exit_code"] == 0, out["stderr"]
+    assert out["result"]["stats"]["decoder"] == "ssmd" and out["result"]["stats"]["nfe"] > 0
