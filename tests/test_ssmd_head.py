@@ -181,3 +181,19 @@ def test_server_fill_request_with_decoder_ssmd(tmp_path: Path) -> None:
     out = run_fill(request)
     assert out["exit_code"] == 0, out["stderr"]
     assert out["result"]["stats"]["decoder"] == "ssmd" and out["result"]["stats"]["nfe"] > 0
+
+
+def test_packaged_model_ships_its_head() -> None:
+    """--model blockdiff loads with its head; the head's recorded held-out causal cross-entropy is below the
+    non-causal one (the reason it ships), and it decodes."""
+    from infill.api import load_model
+
+    loaded = load_model(ModelSpec(name="blockdiff", device="cpu", bf16=False))
+    head = loaded.model.ssmd_head
+    assert head is not None and loaded.info["ssmd_head"] == head.parameters_count < 2_000_000
+    _, prov = read_head(Path(str(loaded.info["path"])) / HEAD_FILE)
+    held = prov["heldout"]["all"]
+    assert held["targets"] > 1000 and held["causal"] < held["noncausal"] - 0.1
+    prompt = torch.tensor(loaded.tokenizer.encode("def add(a, b):\n    return"))
+    tokens, st = generate(loaded.model, prompt, 8, DecodeConfig(decoder="ssmd", temperature=0.0), torch.Generator())
+    assert tokens.numel() <= 8 and st.tokens > 0 and st.extra["head_passes"] > 0
