@@ -31,7 +31,7 @@ class DecodeConfig:
     # appended by issue 5 (block diffusion)
     unmask_per_step: int = 0  # confidence decoding: 0 = dynamic (p > threshold, plus the argmax); n = static
     gamma: float = 1.0  # S2D2 tempering: accept w.p. min(1, (q/p)^gamma); 1 = exact ratio, < 1 LOSSY-lenient
-    # appended by issue 16 (SSMD, infill.decoding.ssmd; needs a model folder with ssmd_head.safetensors)
+    # SSMD (docs/ssmd.md, infill.decoding.ssmd; needs a model folder with ssmd_head.safetensors)
     ssmd_passes: int = 2  # K: causal-head passes per full forward (each verifies drafts up to one rejection)
     ssmd_window: int = 0  # drafted positions per full forward; 0 = a cosine schedule over the block
 
