@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Literal, get_args
 
-DecoderName = Literal["assd", "sequential", "parallel", "beam", "confidence", "s2d2"]
+DecoderName = Literal["assd", "sequential", "parallel", "beam", "confidence", "s2d2", "ssmd"]
 DraftName = Literal["model", "ngram", "lookup"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 
@@ -30,6 +30,9 @@ class DecodeConfig:
     routing: str = "min-span"  # S2D2 routing policy name
     unmask_per_step: int = 0  # confidence decoding: 0 = dynamic (p > threshold, plus the argmax); n = static
     gamma: float = 1.0  # S2D2 tempering: accept w.p. min(1, (q/p)^gamma); 1 = exact ratio, < 1 LOSSY-lenient
+    # SSMD (docs/ssmd.md, infill.decoding.ssmd; needs a model folder with ssmd_head.safetensors)
+    ssmd_passes: int = 2  # K: causal-head passes per full forward (each verifies drafts up to one rejection)
+    ssmd_window: int = 0  # drafted positions per full forward; 0 = a cosine schedule over the block
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ def check_decode(cfg: DecodeConfig) -> None:
         (cfg.block_size < 0, f"block_size must be >= 0, got {cfg.block_size}"),
         (cfg.unmask_per_step < 0, f"unmask_per_step must be >= 0, got {cfg.unmask_per_step}"),
         (cfg.beam < 1, f"beam must be >= 1, got {cfg.beam}"),
+        (cfg.ssmd_passes < 1, f"ssmd_passes must be >= 1, got {cfg.ssmd_passes}"),
+        (cfg.ssmd_window < 0, f"ssmd_window must be >= 0 (0 = cosine schedule), got {cfg.ssmd_window}"),
         (not -(2**63) <= cfg.seed <= 2**64 - 1, f"seed must fit in 64 bits, got {cfg.seed}"),
         (
             cfg.draft not in get_args(DraftName),

@@ -453,10 +453,12 @@ class FillCommand(click.Command):
 @click.option("--tokens", type=click.IntRange(min=1), default=None, help="Tokens per span (see length policy).")
 @click.option(
     "--decoder",
-    type=click.Choice(["assd", "sequential", "parallel", "confidence", "s2d2"]),
+    type=click.Choice(["assd", "sequential", "parallel", "confidence", "s2d2", "ssmd"]),
     default="assd",
     show_default=True,
-    help="assd/sequential are exact; parallel is not; confidence/s2d2 are for block-diffusion models.",
+    help="assd/sequential are exact; parallel is not; confidence/s2d2/ssmd are for block-diffusion models "
+    "(ssmd needs a model with an SSMD head; it is exact per speculative step, not with respect to one fixed "
+    "model's joint).",
 )
 @click.option(
     "-k",
@@ -531,6 +533,20 @@ class FillCommand(click.Command):
     default=1.0,
     show_default=True,
     help="S2D2 tempering of q/p; values below 1 are LOSSY.",
+)
+@click.option(
+    "--causal-passes",
+    type=click.IntRange(min=1),
+    default=DecodeConfig.ssmd_passes,
+    show_default=True,
+    help="SSMD: causal-head passes K per full forward (each verifies drafts up to one rejection).",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(min=0),
+    default=DecodeConfig.ssmd_window,
+    show_default=True,
+    help="SSMD: positions drafted per full forward (0 = a cosine schedule over the block).",
 )
 @click.option(
     "--beam",
@@ -623,6 +639,8 @@ def fill(
     unmask_per_step: int,
     routing: str,
     gamma: float,
+    causal_passes: int,
+    window: int,
     beam: int,
     candidates: int,
     max_resample: int,
@@ -683,6 +701,8 @@ def fill(
             unmask_per_step=unmask_per_step,
             routing=routing,
             gamma=gamma,
+            ssmd_passes=causal_passes,
+            ssmd_window=window,
         ),
         model=ModelSpec(
             name=model,

@@ -42,7 +42,7 @@ def generate(
     generator: torch.Generator,
     on_step: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[torch.Tensor, DecodeStats]:
-    """Dispatch on cfg.decoder: "confidence" (Algorithms 1-2) or "s2d2" (Algorithm 3)."""
+    """Dispatch on cfg.decoder: "confidence" (Algorithms 1-2), "s2d2" (Algorithm 3) or "ssmd" (infill.decoding.ssmd)."""
     if cfg.decoder == "confidence":
         from infill.decoding.confidence import generate as confidence_generate
 
@@ -51,7 +51,11 @@ def generate(
         from infill.decoding.s2d2 import decode
 
         return decode(model, prompt, max_tokens, cfg, generator, on_step=on_step)
-    raise DecodeError(f"decoder {cfg.decoder!r} does not run block-diffusion models; use confidence or s2d2")
+    if cfg.decoder == "ssmd":
+        from infill.decoding.ssmd import decode as ssmd_decode
+
+        return ssmd_decode(model, prompt, max_tokens, cfg, generator, on_step=on_step)
+    raise DecodeError(f"decoder {cfg.decoder!r} does not run block-diffusion models; use confidence, s2d2 or ssmd")
 
 
 def build_prompt(

@@ -141,10 +141,12 @@ def generate(
     generator: torch.Generator,
     step_fn: StepFn | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
+    hidden: bool = False,
 ) -> tuple[torch.Tensor, DecodeStats]:
     """Algorithm 1. prompt (P,) long -> (generated tokens (n,) long without the end token, stats).
 
-    `step_fn` is the denoising step (default: confidence_step); S2D2 passes its own."""
+    `step_fn` is the denoising step (default: confidence_step); S2D2 and SSMD pass their own. `hidden` keeps
+    the draft forwards' last hidden states in `step.state.hidden` (SSMD's causal head reads them)."""
     import torch
 
     check_config(cfg)
@@ -163,6 +165,7 @@ def generate(
     if total > limit:
         raise DecodeError(f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's {limit}")
     state = model.new_state()
+    state.want_hidden = hidden
     seq = torch.cat([prompt.long().cpu(), torch.full((max_tokens,), mask_id, dtype=torch.long)])  # (P+max,)
     logp = torch.zeros(total, dtype=torch.float64)  # (P+max,)
     end_at: int | None = None

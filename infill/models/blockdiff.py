@@ -60,6 +60,10 @@ class KVState:
     next_logits: torch.Tensor | None = None  # (V,) right-shifted models: the prediction for position `length`
     nfe: int = 0
     counts: dict[str, int] = field(default_factory=lambda: {"prefill": 0, "draft": 0, "verify": 0, "commit": 0})
+    # SSMD (infill.decoding.ssmd): when want_hidden is set, every forward also keeps the last hidden states of the
+    # rows it returns logits for (after the final norm: what the LM head reads), as `hidden` (rows, D) fp32
+    want_hidden: bool = False
+    hidden: torch.Tensor | None = None
 
 
 class BlockDiffModel:
@@ -93,6 +97,7 @@ class BlockDiffModel:
         self.clean_attention: Literal["block", "causal"] = clean_attention or ("causal" if shifted else "block")
         self.bf16 = bf16
         self.vocab_size = int(model.config.vocab_size)
+        self.ssmd_head: Any = None  # an infill.models.ssmd.SSMDHead when the folder ships one
 
     @property
     def device(self) -> torch.device:
@@ -157,17 +162,29 @@ class BlockDiffModel:
             raise ModelError(f"block-diffusion cache out of sync: {state.cache.get_seq_length()} != {state.length}")
         dev = self.device
         with torch.no_grad(), torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=self.bf16):
-            out = self.model(
-                input_ids=ids[None].to(dev),  # (1, L)
-                position_ids=positions[None].to(dev),  # (1, L)
-                attention_mask=self.attention_mask(allowed),  # (1, 1, L, C+L)
-                past_key_values=state.cache,
-                use_cache=True,
-                logits_to_keep=keep,
-            )
+            if state.want_hidden:  # the same computation as the causal-LM class's forward, split in two
+                base = self.model.model(
+                    input_ids=ids[None].to(dev),  # (1, L)
+                    position_ids=positions[None].to(dev),  # (1, L)
+                    attention_mask=self.attention_mask(allowed),  # (1, 1, L, C+L)
+                    past_key_values=state.cache,
+                    use_cache=True,
+                )
+                hidden = base.last_hidden_state[:, -keep:] if keep > 0 else base.last_hidden_state  # (1, L|keep, D)
+                out_logits = self.model.lm_head(hidden)  # (1, L|keep, V)
+                state.hidden = hidden[0].float().cpu()  # (L|keep, D)
+            else:
+                out_logits = self.model(
+                    input_ids=ids[None].to(dev),  # (1, L)
+                    position_ids=positions[None].to(dev),  # (1, L)
+                    attention_mask=self.attention_mask(allowed),  # (1, 1, L, C+L)
+                    past_key_values=state.cache,
+                    use_cache=True,
+                    logits_to_keep=keep,
+                ).logits
         state.nfe += 1
         state.counts[kind] += 1
-        logits = out.logits[0].float().cpu()  # (L, V) or (keep, V)
+        logits = out_logits[0].float().cpu()  # (L, V) or (keep, V)
         logits[:, self.mask_id] = float("-inf")
         return logits
 
@@ -446,6 +463,9 @@ def load_folder(
         clean_attention=section.get("clean_attention"),
         bf16=bool(spec.bf16) and fast_bf16(device),
     )
+    from infill.models.ssmd import attach_head
+
+    head = attach_head(folder, backend)  # None without ssmd_head.safetensors
     info = {
         "path": str(folder),
         "architecture": class_name,
@@ -456,6 +476,7 @@ def load_folder(
         "parameters": sum(p.numel() for p in model.parameters()),
         "device": device,
         "provenance": section.get("provenance"),
+        "ssmd_head": None if head is None else head["parameters"],
     }
     return LoadedModel(name=spec.name, kind="blockdiff", model=backend, tokenizer=tokenizer, info=info)
 

@@ -97,6 +97,8 @@ _DECODE = {
     "routing": str,
     "gamma": float,
     "beam": int,
+    "ssmd_passes": int,
+    "ssmd_window": int,
 }  # DecodeConfig fields, named as the flags
 _OPTIONS = {
     "tokens": int,

@@ -1,0 +1,146 @@
+"""`infill train ssmd`: train an SSMD head (infill.models.ssmd) on a frozen block-diffusion model, so that
+`infill fill --decoder ssmd` can run it. Resumable: a second run with the same --out continues from its
+checkpoint.
+
+Attached to the `train` group by infill/commands/train.py. torch is imported only when the command runs."""
+
+from __future__ import annotations
+
+import click
+
+from infill.errors import InputError
+
+
+def _sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(x) for x in value.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+    if not sizes or min(sizes) < 2:
+        raise click.BadParameter("block sizes must be >= 2 (a block of 1 has nothing to verify)")
+    return sizes
+
+
+@click.command("ssmd")
+@click.option("--model", "model_name", default="blockdiff", show_default=True, help="Block-diffusion model (frozen).")
+@click.option(
+    "--data",
+    required=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Corpus directory (train.jsonl, heldout.jsonl) as `infill train corpus` writes it.",
+)
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Run folder: checkpoint.pt, log.jsonl, and ssmd_head.safetensors at the end. Copy the head beside "
+    "the model's weights to use it.",
+)
+@click.option("--steps", default=3000, show_default=True)
+@click.option("--batch-size", default=16, show_default=True)
+@click.option("--seq-len", default=256, show_default=True, help="Tokens per example (a multiple of the blocks).")
+@click.option("--block-sizes", default="4,8,16", show_default=True, callback=_sizes, help="Drawn one per step.")
+@click.option("--lr", default=1e-3, show_default=True)
+@click.option("--heads", default=4, show_default=True, help="Attention heads of the causal layer.")
+@click.option("--intermediate", default=512, show_default=True, help="Feed-forward width of the causal layer.")
+@click.option("--max-block", default=32, show_default=True, help="Largest block size the head will decode.")
+@click.option("--fim-rate", default=0.5, show_default=True, help="Share of fill-in-the-middle examples.")
+@click.option("--max-docs", default=2000, show_default=True, help="Training documents drawn from the corpus.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--time-limit", default=0.0, show_default=True, help="Stop after this many minutes (0 = none).")
+@click.option("--threads", default=1, show_default=True, help="torch CPU threads.")
+@click.option("--log-every", default=25, show_default=True)
+@click.option("--eval-every", default=250, show_default=True, help="Held-out cross-entropy every N steps.")
+@click.option("--eval-examples", default=48, show_default=True)
+@click.option("--resume/--no-resume", default=True, show_default=True, help="Continue from --out's checkpoint.")
+def ssmd(
+    model_name: str,
+    data: str,
+    out: str,
+    steps: int,
+    batch_size: int,
+    seq_len: int,
+    block_sizes: tuple[int, ...],
+    lr: float,
+    heads: int,
+    intermediate: int,
+    max_block: int,
+    fim_rate: float,
+    max_docs: int,
+    seed: int,
+    time_limit: float,
+    threads: int,
+    log_every: int,
+    eval_every: int,
+    eval_examples: int,
+    resume: bool,
+) -> None:
+    """Train an SSMD causal head on a frozen block-diffusion model (teacher-forced causal cross-entropy)."""
+    from pathlib import Path
+
+    if steps < 1 or batch_size < 1 or eval_examples < 1 or log_every < 1 or eval_every < 1:
+        raise InputError("--steps, --batch-size, --eval-examples, --log-every and --eval-every must be >= 1")
+    if not 0.0 <= fim_rate <= 1.0:
+        raise InputError(f"--fim-rate must be in [0, 1], got {fim_rate}")
+    if any(seq_len % b for b in block_sizes) or max(block_sizes) > max_block:
+        raise InputError(f"--seq-len ({seq_len}) must be a multiple of every block size, each <= --max-block")
+    import torch
+    from tokenizers import Tokenizer
+
+    from infill.api import load_model
+    from infill.config import ModelSpec
+    from infill.models.ssmd import HeadShape
+    from infill.training.blockdiff import load_texts
+    from infill.training.corpus import balanced_records
+    from infill.training.ssmd import SSMDTrainConfig, train_head
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    loaded = load_model(ModelSpec(name=model_name, device="cpu", bf16=False))
+    if loaded.kind != "blockdiff":
+        raise InputError(f"--model {model_name} is not a block-diffusion model")
+    folder = Path(str(loaded.info["path"]))
+    base = loaded.model.model
+    hidden = int(base.config.hidden_size)
+    if hidden % heads:
+        raise InputError(f"the model's width {hidden} does not divide by --heads {heads}")
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    texts = load_texts([data])
+    heldout = [r["text"] for r in balanced_records(Path(data), "heldout", 6_000_000) if r["text"].strip()]
+    if not texts or not heldout:
+        raise InputError(f"{data}: needs a train and a held-out split")
+    cfg = SSMDTrainConfig(
+        steps=steps,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        block_sizes=block_sizes,
+        lr=lr,
+        warmup=min(50, max(1, steps // 10)),
+        fim_rate=fim_rate,
+        max_docs=max_docs,
+        seed=seed,
+        time_limit=time_limit * 60,
+        log_every=log_every,
+        eval_every=eval_every,
+        eval_examples=eval_examples,
+        save_every=max(1, min(100, eval_every)),
+    )
+    shape = HeadShape(hidden=hidden, heads=heads, intermediate=intermediate, max_block=max_block)
+    click.echo(f"SSMD head on {folder} (frozen): {len(texts)} documents -> {out}", err=True)
+    summary = train_head(
+        base,
+        tokenizer,
+        texts,
+        heldout,
+        out,
+        cfg,
+        shape=shape,
+        resume=resume,
+        base_info={"path": str(folder), "provenance_date": (loaded.info.get("provenance") or {}).get("date")},
+        log=lambda line: click.echo(line, err=True),
+    )
+    ho = summary["heldout"]["all"]
+    click.echo(
+        f"saved {Path(out) / 'ssmd_head.safetensors'}: {summary['parameters'] / 1e6:.2f}M parameters, "
+        f"{summary['steps']} steps, held-out causal CE {ho['causal']:.3f} vs non-causal {ho['noncausal']:.3f}"
+    )
