@@ -453,10 +453,11 @@ class FillCommand(click.Command):
 @click.option("--tokens", type=click.IntRange(min=1), default=None, help="Tokens per span (see length policy).")
 @click.option(
     "--decoder",
-    type=click.Choice(["assd", "sequential", "parallel", "confidence", "s2d2"]),
+    type=click.Choice(["assd", "sequential", "parallel", "confidence", "s2d2", "ptp"]),
     default="assd",
     show_default=True,
-    help="assd/sequential are exact; parallel is not; confidence/s2d2 are for block-diffusion models.",
+    help="assd/sequential are exact; parallel is not; confidence/s2d2/ptp are for block-diffusion models "
+    "(ptp: exact, needs a PTP adapter).",
 )
 @click.option(
     "-k",

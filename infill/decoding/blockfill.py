@@ -42,7 +42,8 @@ def generate(
     generator: torch.Generator,
     on_step: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[torch.Tensor, DecodeStats]:
-    """Dispatch on cfg.decoder: "confidence" (Algorithms 1-2) or "s2d2" (Algorithm 3)."""
+    """Dispatch on cfg.decoder: "confidence" (Algorithms 1-2), "s2d2" (Algorithm 3) or "ptp" (parallel token
+    prediction, infill.decoding.ptp)."""
     if cfg.decoder == "confidence":
         from infill.decoding.confidence import generate as confidence_generate
 
@@ -51,7 +52,11 @@ def generate(
         from infill.decoding.s2d2 import decode
 
         return decode(model, prompt, max_tokens, cfg, generator, on_step=on_step)
-    raise DecodeError(f"decoder {cfg.decoder!r} does not run block-diffusion models; use confidence or s2d2")
+    if cfg.decoder == "ptp":
+        from infill.decoding.ptp import decode as ptp_decode
+
+        return ptp_decode(model, prompt, max_tokens, cfg, generator, on_step=on_step)
+    raise DecodeError(f"decoder {cfg.decoder!r} does not run block-diffusion models; use confidence, s2d2 or ptp")
 
 
 def build_prompt(
