@@ -23,7 +23,10 @@ DEFAULT_RUN = Path("runs/asarm")
 class TrainGroup(click.Group):
     """`train` subcommands; `block-diffusion` is loaded from infill.commands.train_blockdiff when present."""
 
-    LAZY = {"block-diffusion": "infill.commands.train_blockdiff:block_diffusion"}
+    LAZY = {
+        "block-diffusion": "infill.commands.train_blockdiff:block_diffusion",
+        "ptp": "infill.commands.train_ptp:ptp",
+    }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         names = set(super().list_commands(ctx))

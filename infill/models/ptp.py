@@ -1,11 +1,12 @@
 """The PTP drafter: a small adapter over a FROZEN block-diffusion teacher run as a causal LM (block size 1).
 
 Slot rows. The drafter predicts the tokens at positions i, i+1, ..., i+N-1 (N slots) in one forward. Slot k's
-input is the teacher's mask-token embedding plus U(bits(u_{i+k})), U = Linear(32 -> d) of the 32 bits of its
-sampling uniform (zeros in "independent" mode: the same drafter with u replaced by nothing, the baseline that
-guesses every slot from the context alone). Slots see the committed tokens and every slot of their group
-(bidirectional, like the teacher's own block-diffusion draft: the zero-initialised adapter IS that draft; the
-u's of later slots carry no information about earlier tokens, so seeing them costs nothing).
+input is the teacher's mask-token embedding plus U(bits(u_{i+k})), U = Linear(32 -> d, no bias) of the 32 bits
+(+-1) of its sampling uniform. Zero bits give a zero embedding: the "independent" mode, the same drafter with u
+replaced by nothing, the baseline that guesses every slot from the context alone. Slots see the committed
+tokens and every slot of their group (bidirectional, like the teacher's own block-diffusion draft: the
+zero-initialised adapter IS that draft; the u's of later slots carry no information about earlier tokens, so
+seeing them costs nothing).
 
 Gated LoRA. Every attention / MLP projection of every layer (q, k, v, o, gate, up, down) gets a rank-r update
 B·A·x·(alpha/r), applied ONLY to the slot rows of a forward (rows >= `start`): committed rows and the teacher's
@@ -15,7 +16,7 @@ module is never modified and the shared teacher is untouched between forwards (w
 in place would change the model every other decoder uses). B starts at zero.
 
 File: a safetensors file beside the model (ptp_adapter.safetensors), tensors `u_embed.weight` (d, 32),
-`u_embed.bias` (d,), `lora.<layer>.<target>.a` (r, d_in), `lora.<layer>.<target>.b` (d_out, r); its metadata
+`lora.<layer>.<target>.a` (r, d_in), `lora.<layer>.<target>.b` (d_out, r); its metadata
 "infill_ptp" holds the JSON config (rank, alpha, slots, teacher shape, provenance).
 
 Shapes: B = batch, L = rows of one forward, S = slot rows, d = hidden size, V = vocabulary size.
@@ -70,9 +71,8 @@ class PTPAdapter(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.use_u = True
-        self.u_embed = nn.Linear(U_BITS, cfg.hidden)
+        self.u_embed = nn.Linear(U_BITS, cfg.hidden, bias=False)  # no bias: zero bits = no u (independent)
         nn.init.zeros_(self.u_embed.weight)
-        nn.init.zeros_(self.u_embed.bias)
         self.a = nn.ParameterDict()
         self.b = nn.ParameterDict()
         gen = torch.Generator().manual_seed(0)
@@ -98,7 +98,7 @@ class PTPAdapter(nn.Module):
 
     def slot_embeddings(self, bits: torch.Tensor | None, count: int) -> torch.Tensor:
         """What is added to the mask-token embedding of `count` slot rows: U(bits) (..., S, d) from bits
-        (..., S, 32), or zeros without u (independent mode, or bits None)."""
+        (..., S, 32), or zeros without u (independent mode, or bits None; zero bits give zeros too)."""
         if bits is None or not self.use_u:
             return torch.zeros(count, self.cfg.hidden, dtype=self.u_embed.weight.dtype)
         return self.u_embed(bits.to(self.u_embed.weight.dtype))
@@ -139,10 +139,7 @@ class PTPAdapter(nn.Module):
         cfg = asdict(self.cfg)
         if provenance is not None:
             cfg["provenance"] = provenance
-        tensors = {
-            "u_embed.weight": self.u_embed.weight.detach().contiguous(),
-            "u_embed.bias": self.u_embed.bias.detach().contiguous(),
-        }
+        tensors = {"u_embed.weight": self.u_embed.weight.detach().contiguous()}
         for key in self.a:
             name = key.replace("__", ".")
             tensors[f"lora.{name}.a"] = self.a[key].detach().contiguous()
@@ -194,7 +191,7 @@ def load_adapter(path: str | Path, teacher: Any) -> PTPAdapter:
             f"the model has {teacher_shape}"
         )
     adapter = PTPAdapter(cfg, target_shapes(teacher, cfg.targets))
-    state = {"u_embed.weight": tensors.pop("u_embed.weight", None), "u_embed.bias": tensors.pop("u_embed.bias", None)}
+    state = {"u_embed.weight": tensors.pop("u_embed.weight", None)}
     for key in adapter.a:
         name = key.replace("__", ".")
         state[f"a.{key}"] = tensors.pop(f"lora.{name}.a", None)
