@@ -127,6 +127,7 @@ def test_greedy_ptp_is_greedy_ar(backend: BlockDiffModel) -> None:
     ar, _ = generate(backend, PROMPT, 12, ar_cfg, torch.Generator())
     out, st = generate(backend, PROMPT, 12, DecodeConfig(decoder="ptp", temperature=0.0), torch.Generator())
     assert out.tolist() == ar.tolist() and st.decoder == "ptp"
+    assert st.extra["drafter"] == "independent"  # at T = 0 u carries nothing: the drafter runs without it
     ptp.attach(backend, None)
 
 
@@ -210,6 +211,14 @@ def test_infill_fill_with_decoder_ptp(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, [*args[:-4], "--decoder", "ptp", "--daemon", "off", "--format", "json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["stats"]["decoder"] == "ptp"
+    # the server's fill request takes the same path
+    from infill.server.dispatch import Dispatcher, ModelCache, ServerContext
+
+    server = Dispatcher(context=ServerContext(ModelCache()))
+    params = {"text": src, "span": "2:2", "model": str(folder), "decoder": "ptp", "syntax_check": False}
+    line = json.dumps({"id": 1, "method": "fill", "params": {**params, "allow_syntax_errors": True}})
+    reply = json.loads(server.handle_line(line.encode() + b"\n"))
+    assert reply["stats"]["decoder"] == "ptp" and reply["edits"][0]["start_line"] == 2, reply
     api.clear_model_cache()
 
 

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from infill.decoding.coupling import coupled_accept, draw_u, pick, u_bits
+from infill.decoding.coupling import U_BITS, coupled_accept, draw_u, pick, u_bits
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError, InputError, ModelError
 
@@ -109,14 +109,19 @@ def adapter_of(model: BlockDiffModel) -> PTPAdapter:
 
 class KVSession:
     """Session over a position-aligned BlockDiffModel at block size 1. Drafts come from `adapter` (the fused
-    F1 forward) or from `draft_fn` (tests: the teacher row is then a commit fused with one mask row)."""
+    F1 forward; `use_u` False feeds it zero bits: the independent-slot mode) or from `draft_fn` (tests: the
+    teacher row is then a commit fused with one mask row)."""
 
     def __init__(
-        self, model: BlockDiffModel, adapter: PTPAdapter | None = None, draft_fn: DraftFn | None = None
+        self,
+        model: BlockDiffModel,
+        adapter: PTPAdapter | None = None,
+        draft_fn: DraftFn | None = None,
+        use_u: bool = True,
     ) -> None:
         if (adapter is None) == (draft_fn is None):
             raise DecodeError("a PTP session needs exactly one of an adapter and a draft function")
-        self.model, self.adapter, self.draft_fn = model, adapter, draft_fn
+        self.model, self.adapter, self.draft_fn, self.use_u = model, adapter, draft_fn, use_u
         self.state = model.new_state()
         self.state.counts.setdefault("draft", 0)
         self.first = True
@@ -153,7 +158,8 @@ class KVSession:
         allowed[p + 1 :, start + p + 1 :] = True  # ... and every slot of the group, not the teacher row
         ids = torch.cat([pending.long(), mask.repeat(1 + n)])  # (R,)
         positions = torch.cat([torch.arange(start, i + 1), torch.arange(i, i + n)])  # (R,)
-        logits = self._slot_forward(ids, positions, allowed, p + 1, u_bits(u), kind)  # (1+n, V)
+        bits = u_bits(u) if self.use_u else torch.zeros(n, U_BITS)  # (n, 32)
+        logits = self._slot_forward(ids, positions, allowed, p + 1, bits, kind)  # (1+n, V)
         state.length = i
         model._rollback(state)
         return logits[0], logits[2:].argmax(dim=-1)  # (V,), (n-1,)
@@ -322,8 +328,9 @@ def decode(
     """PTP decoding: prompt (P,) -> (generated tokens (n,) without the end token, stats). Slots per iteration:
     min(cfg.k, the adapter's trained slots) (cfg.k with `draft_fn`); k = 1 is autoregressive sampling by
     inverse CDF. stats.accepted holds the drafts accepted per iteration; stats.extra adds `iterations`,
-    `tokens_per_iteration`, `slots`, `drafter` ("ptp" or "independent") and `logprob` (as confidence
-    decoding reports it)."""
+    `tokens_per_iteration`, `slots`, `drafter` ("ptp", or "independent": the adapter without u, which is what
+    runs at temperature 0 or when `adapter.use_u` is False) and `logprob` (as confidence decoding reports
+    it)."""
     import torch
 
     check_config(cfg)
@@ -342,9 +349,12 @@ def decode(
         raise DecodeError(f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's {limit}")
     adapter = None if draft_fn is not None else adapter_of(model)
     slots = cfg.k if adapter is None else min(cfg.k, adapter.cfg.slots)
-    session = KVSession(model, adapter=adapter, draft_fn=draft_fn)
+    # at temperature 0 pick is the argmax and u carries nothing: the drafter then guesses without u (its
+    # independent mode), since with u it was trained to guess the SAMPLED path, not the greedy one
+    use_u = adapter is not None and adapter.use_u and cfg.temperature > 0
+    session = KVSession(model, adapter=adapter, draft_fn=draft_fn, use_u=use_u)
     u = draw_u(max_tokens, generator)  # (max_tokens,) one per generated position, fixed before decoding
     tokens, stats = run(session, prompt.cpu(), max_tokens, u, cfg, slots, model.end_ids, on_step)
     stats.seconds = time.perf_counter() - t0
-    stats.extra["drafter"] = "function" if adapter is None else ("ptp" if adapter.use_u else "independent")
+    stats.extra["drafter"] = "function" if adapter is None else ("ptp" if use_u else "independent")
     return torch.tensor(tokens, dtype=torch.long), stats
