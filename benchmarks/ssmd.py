@@ -61,14 +61,15 @@ def main() -> None:
     from infill.evaluation import heldout, humaneval
     from infill.evaluation.filling import api_filler
     from infill.models.ssmd import HEAD_FILE, HeadShape, SSMDHead, save_head
-    from infill.training.blockdiff import ModelShape, tiny_checkpoint
+    from infill.models.tiny import tiny_blockdiff_checkpoint
+    from infill.training.blockdiff import ModelShape
 
     torch.set_num_threads(args.threads)
     tmp = tempfile.TemporaryDirectory()
     if args.random:
         shape = ModelShape(hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, intermediate=768)
         texts = [f.read_text(encoding="utf-8") for f in sorted((ROOT / "infill").rglob("*.py"))]
-        folder = tiny_checkpoint(Path(tmp.name) / "random", seed=args.seed, shape=shape, texts=texts)
+        folder = tiny_blockdiff_checkpoint(Path(tmp.name) / "random", seed=args.seed, shape=shape, texts=texts)
         torch.manual_seed(args.seed)
         head = SSMDHead(HeadShape(hidden=shape.hidden))
         torch.nn.init.normal_(head.out.weight, std=0.02)

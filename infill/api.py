@@ -80,7 +80,7 @@ MIN_CONTEXT = 16  # tokens of context a region keeps at least, when spans are gr
 # max_length * this many bytes away from a span cannot fit the model's window, so it is never even tokenized.
 WINDOW_BYTES_PER_TOKEN = 64
 ASARM_DECODERS = ("assd", "sequential", "parallel", "beam")
-BLOCKDIFF_DECODERS = ("confidence", "s2d2", "ssmd")
+BLOCKDIFF_DECODERS = ("confidence", "s2d2", "ssmd", "ptp")
 
 _MODEL_CACHE: dict[ModelSpec, LoadedModel] = {}
 

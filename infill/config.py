@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Literal, get_args
 
-DecoderName = Literal["assd", "sequential", "parallel", "beam", "confidence", "s2d2", "ssmd"]
+DecoderName = Literal["assd", "sequential", "parallel", "beam", "confidence", "s2d2", "ssmd", "ptp"]
 DraftName = Literal["model", "ngram", "lookup"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 

@@ -113,7 +113,7 @@ def tiny_backend(seed: int = 0, head: SSMDHead | None = None, memo: bool = True)
 
 def folder_with_head(folder: Path, seed: int = 0, scale: float = 0.5) -> Path:
     """A tiny random SDAR-layout checkpoint (FIM tokens, 300-token BPE) with a random SSMD head beside it."""
-    from infill.training.blockdiff import tiny_checkpoint
+    from infill.models.tiny import tiny_blockdiff_checkpoint as tiny_checkpoint
 
     path = tiny_checkpoint(folder, seed=seed)
     import json

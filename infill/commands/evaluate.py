@@ -20,7 +20,7 @@ import click
 from infill import __version__
 from infill.config import DecodeConfig, FillOptions, ModelSpec
 
-DECODERS = ["assd", "sequential", "parallel", "confidence", "s2d2", "ssmd"]
+DECODERS = ["assd", "sequential", "parallel", "confidence", "s2d2", "ssmd", "ptp"]
 
 
 def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:

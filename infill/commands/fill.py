@@ -453,12 +453,12 @@ class FillCommand(click.Command):
 @click.option("--tokens", type=click.IntRange(min=1), default=None, help="Tokens per span (see length policy).")
 @click.option(
     "--decoder",
-    type=click.Choice(["assd", "sequential", "parallel", "confidence", "s2d2", "ssmd"]),
+    type=click.Choice(["assd", "sequential", "parallel", "confidence", "s2d2", "ssmd", "ptp"]),
     default="assd",
     show_default=True,
-    help="assd/sequential are exact; parallel is not; confidence/s2d2/ssmd are for block-diffusion models "
-    "(ssmd needs a model with an SSMD head; it is exact per speculative step, not with respect to one fixed "
-    "model's joint).",
+    help="assd/sequential are exact; parallel is not; confidence/s2d2/ssmd/ptp are for block-diffusion models "
+    "(ptp: exact, needs a PTP adapter; ssmd needs a model with an SSMD head and is exact per speculative step, "
+    "not with respect to one fixed model's joint).",
 )
 @click.option(
     "-k",

@@ -26,6 +26,7 @@ class TrainGroup(click.Group):
     LAZY = {
         "block-diffusion": "infill.commands.train_blockdiff:block_diffusion",
         "ssmd": "infill.commands.train_ssmd:ssmd",
+        "ptp": "infill.commands.train_ptp:ptp",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

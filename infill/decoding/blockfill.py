@@ -42,7 +42,8 @@ def generate(
     generator: torch.Generator,
     on_step: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[torch.Tensor, DecodeStats]:
-    """Dispatch on cfg.decoder: "confidence" (Algorithms 1-2), "s2d2" (Algorithm 3) or "ssmd" (infill.decoding.ssmd)."""
+    """Dispatch on cfg.decoder: "confidence" (Algorithms 1-2), "s2d2" (Algorithm 3), "ssmd" (infill.decoding.ssmd)
+    or "ptp" (parallel token prediction, infill.decoding.ptp)."""
     if cfg.decoder == "confidence":
         from infill.decoding.confidence import generate as confidence_generate
 
@@ -55,7 +56,11 @@ def generate(
         from infill.decoding.ssmd import decode as ssmd_decode
 
         return ssmd_decode(model, prompt, max_tokens, cfg, generator, on_step=on_step)
-    raise DecodeError(f"decoder {cfg.decoder!r} does not run block-diffusion models; use confidence, s2d2 or ssmd")
+    if cfg.decoder == "ptp":
+        from infill.decoding.ptp import decode as ptp_decode
+
+        return ptp_decode(model, prompt, max_tokens, cfg, generator, on_step=on_step)
+    raise DecodeError(f"decoder {cfg.decoder!r} does not run block-diffusion models; use confidence, s2d2, ssmd or ptp")
 
 
 def build_prompt(

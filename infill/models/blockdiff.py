@@ -76,6 +76,7 @@ class BlockDiffModel:
     clean_attention: how committed tokens attend to each other: "block" (block-causal, SDAR / BD3-LM
                training) or "causal" (Fast-dLLM v2 style, whose prompt is processed like an AR model's).
     bf16:      bf16 autocast over fp32 weights.
+    folder:    the folder it was loaded from, if any.
     """
 
     def __init__(
@@ -88,6 +89,7 @@ class BlockDiffModel:
         block_size: int = 4,
         clean_attention: Literal["block", "causal"] | None = None,
         bf16: bool = False,
+        folder: Path | None = None,
     ) -> None:
         self.model = model
         self.mask_id = mask_id
@@ -98,6 +100,7 @@ class BlockDiffModel:
         self.bf16 = bf16
         self.vocab_size = int(model.config.vocab_size)
         self.ssmd_head: Any = None  # an infill.models.ssmd.SSMDHead when the folder ships one
+        self.folder = folder  # where it was loaded from (optional files beside it: ptp_adapter.safetensors)
 
     @property
     def device(self) -> torch.device:
@@ -462,6 +465,7 @@ def load_folder(
         block_size=bsize,
         clean_attention=section.get("clean_attention"),
         bf16=bool(spec.bf16) and fast_bf16(device),
+        folder=folder,
     )
     from infill.models.ssmd import attach_head
 

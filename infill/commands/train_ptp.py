@@ -1,0 +1,115 @@
+"""`infill train ptp`: train a Parallel Token Prediction drafter (an adapter over a frozen block-diffusion model
+run at block size 1) by distillation, and write ptp_adapter.safetensors for `infill fill --decoder ptp`.
+
+Attached to the `train` group by infill/commands/train.py. torch is imported only when the command runs."""
+
+from __future__ import annotations
+
+import click
+
+from infill.errors import InputError
+
+
+@click.command("ptp")
+@click.option(
+    "--teacher",
+    default="blockdiff",
+    show_default=True,
+    help="Block-diffusion model name or folder (frozen; its tokenizer must have the FIM tokens).",
+)
+@click.option(
+    "--corpus",
+    required=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Corpus folder (train.jsonl, heldout.jsonl), as built by `infill train corpus`.",
+)
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Run folder: ptp_adapter.safetensors, ptp_checkpoint.pt, ptp_log.jsonl. Copy the adapter beside the model.",
+)
+@click.option("--resume", is_flag=True, help="Continue from --out/ptp_checkpoint.pt when it exists.")
+@click.option("--steps", default=100_000, show_default=True)
+@click.option("--minutes", default=0.0, show_default=True, help="Stop after this many minutes of this run (0 = none).")
+@click.option("--batch-size", default=8, show_default=True)
+@click.option("--slots", default=8, show_default=True, help="N: slot rows per group (tokens guessed per call).")
+@click.option("--splits", default=8, show_default=True, help="Split points (slot groups) per sequence.")
+@click.option("--rank", default=32, show_default=True, help="LoRA rank.")
+@click.option("--lr", default=1e-3, show_default=True)
+@click.option("--teacher-share", default=0.5, show_default=True, help="Share of middles sampled by the teacher.")
+@click.option(
+    "--independent-share",
+    default=0.5,
+    show_default=True,
+    help="Share of slot groups trained without u (the independent-slot baseline of the same adapter).",
+)
+@click.option("--package-bytes", default=150_000, show_default=True, help="Training text read per corpus package.")
+@click.option("--threads", default=1, show_default=True, help="torch CPU threads.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--log-every", default=25, show_default=True)
+@click.option("--eval-every", default=100, show_default=True)
+@click.option("--save-every", default=100, show_default=True)
+def ptp(
+    teacher: str,
+    corpus: str,
+    out: str,
+    resume: bool,
+    steps: int,
+    minutes: float,
+    batch_size: int,
+    slots: int,
+    splits: int,
+    rank: int,
+    lr: float,
+    teacher_share: float,
+    independent_share: float,
+    package_bytes: int,
+    threads: int,
+    seed: int,
+    log_every: int,
+    eval_every: int,
+    save_every: int,
+) -> None:
+    """Train a PTP drafter for a block-diffusion model (O-PTP distillation, gated LoRA on the slot rows)."""
+    from infill.models.loading import packaged_folder
+    from infill.training.ptp import PTPTrainConfig, train
+
+    if slots < 2 or splits < 1 or rank < 1 or batch_size < 1 or steps < 1:
+        raise InputError("--slots must be >= 2; --splits, --rank, --batch-size, --steps >= 1")
+    if not (0.0 <= teacher_share <= 1.0 and 0.0 <= independent_share < 1.0):
+        raise InputError("--teacher-share must be in [0, 1] and --independent-share in [0, 1)")
+    folder = packaged_folder(teacher) or teacher
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+    cfg = PTPTrainConfig(
+        steps=steps,
+        batch_size=batch_size,
+        slots=slots,
+        splits=splits,
+        rank=rank,
+        lr=lr,
+        teacher_share=teacher_share,
+        independent_share=independent_share,
+        seed=seed,
+        time_limit=minutes * 60,
+        log_every=log_every,
+        eval_every=eval_every,
+        save_every=save_every,
+    )
+    summary = train(
+        folder,
+        corpus,
+        out,
+        cfg,
+        resume=resume,
+        max_package_bytes=package_bytes,
+        log=lambda line: click.echo(line, err=True),
+    )
+    ev = summary["heldout_tokens_per_iteration"] or {}
+    click.echo(
+        f"saved {out}/ptp_adapter.safetensors: {summary['adapter_parameters'] / 1e6:.2f}M parameters, "
+        f"{summary['steps']} steps, {summary['seconds']}s; held-out tokens/iteration ptp "
+        f"{ev.get('ptp', 0):.3f} vs independent {ev.get('independent', 0):.3f}"
+    )

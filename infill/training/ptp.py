@@ -1,0 +1,543 @@
+"""Training a PTP drafter (infill.models.ptp) by distillation from a frozen block-diffusion teacher run at block
+size 1 (O-PTP, the one-hot variant).
+
+Data: fill-in-the-middle sequences <fim_prefix> prefix <fim_suffix> suffix <fim_middle> middle <end> cut from the
+corpus, the same format decoding uses. The middle is either corpus text (whole lines, or a random span) or a
+sample of the teacher itself at temperature 1 from that prompt (`teacher_share`): teacher samples are the
+distribution the drafter meets when decoding.
+
+One step:
+1. Teacher pass, no gradients: the clean sequence (causal, block size 1) plus one mask row per middle position
+   (mask row k sees the clean tokens < k: the teacher's q_k there). u_k = extract_u(t_k, q_k, noise), noise ~
+   U[0, 1): for a teacher sample this is exactly the posterior of the sampling uniform, so training sees the u's
+   decoding draws. The clean rows' KV cache is kept (cropped to the clean part).
+2. Student pass over the cache: `splits` groups of N slot rows per sequence, group g at a random split point
+   i_g in the middle, slots at i_g..i_g+N-1 (mask token + U(bits(u_k))), seeing the clean tokens < i_g and their
+   own group. A share of the groups (`independent_share`) gets no u: the same adapter is trained as the
+   independent-slot baseline too, which makes the comparison "with u vs without u" one of the same network.
+3. Loss (Eq. 10 of O-PTP): cross-entropy of t_k at every slot row whose position is in the middle (up to and
+   including its end token).
+
+The held-out metric, logged as training goes: for fixed held-out prompts with TEACHER-SAMPLED middles (so the
+u's make decoding follow exactly that path), at every split point i of the middle the tokens one decoding
+iteration would produce there: t_i, the drafts d_{i+1}.. while each equals the teacher's token, then one more
+(correction or bonus), capped at the end of the middle. Its mean is "tokens per iteration", for the drafter
+with u ("ptp") and without ("independent").
+
+Shapes: B = sequences, L = clean length, M = mask rows, G = split groups, N = slots, V = vocabulary size.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from infill.models.ptp import PTPAdapter
+
+
+@dataclass(frozen=True)
+class PTPTrainConfig:
+    steps: int = 100_000
+    batch_size: int = 8
+    slots: int = 8  # N
+    splits: int = 8  # split groups per sequence
+    rank: int = 32
+    lr: float = 1e-3
+    warmup: int = 50
+    weight_decay: float = 0.0
+    context: int = 192  # prefix + suffix tokens at most
+    max_middle: int = 32  # single lines and short blocks: what one-line infilling asks for
+    line_share: float = 0.6  # corpus middles: whole lines (else a random span)
+    teacher_share: float = 0.5  # middles sampled by the teacher at temperature 1
+    independent_share: float = 0.5  # slot groups trained without u (the baseline mode of the same adapter)
+    seed: int = 0
+    time_limit: float = 0.0  # seconds for this run; 0 = none
+    log_every: int = 25
+    eval_every: int = 100
+    eval_sequences: int = 32
+    save_every: int = 100
+
+
+@dataclass
+class Special:
+    end: int
+    mask: int
+    pre: int
+    suf: int
+    mid: int
+    newline: int
+
+
+@dataclass
+class Example:
+    """One FIM sequence: tokens (prompt + middle (+ end)), where the middle starts, where it stops."""
+
+    ids: list[int]
+    start: int  # index of the first middle token
+    stop: int  # index after the last target (the end token's index + 1 when the middle ended)
+
+
+def specials(tokenizer: Any, mask_id: int) -> Special:
+    ids = [tokenizer.token_to_id(t) for t in ("<|endoftext|>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")]
+    nl = tokenizer.encode("\n").ids
+    if any(i is None for i in ids) or len(nl) != 1:
+        raise ValueError("the teacher's tokenizer lacks the FIM / end tokens or a single newline token")
+    end, pre, suf, mid = (int(i) for i in ids)
+    return Special(end=end, mask=mask_id, pre=pre, suf=suf, mid=mid, newline=int(nl[0]))
+
+
+def fim_prompt(doc: Sequence[int], sp: Special, cfg: PTPTrainConfig, rng: random.Random) -> tuple[list[int], list[int]]:
+    """A (prompt, corpus middle) pair cut from a tokenized document."""
+    span = cfg.context + cfg.max_middle
+    start = rng.randrange(max(1, len(doc) - span + 1))
+    window = list(doc[start : start + span])
+    lines = [k + 1 for k, t in enumerate(window) if t == sp.newline]  # indices where a line starts
+    mid_a = mid_b = -1
+    if rng.random() < cfg.line_share and len(lines) >= 2:
+        a = rng.randrange(len(lines) - 1)
+        b = min(len(lines) - 1, a + rng.choice((1, 1, 1, 2, 3)))
+        mid_a, mid_b = lines[a], lines[b]
+    if not 0 < mid_b - mid_a <= cfg.max_middle:
+        n = rng.randint(1, max(1, min(cfg.max_middle, len(window) - 2)))
+        mid_a = rng.randint(0, max(0, len(window) - n))
+        mid_b = mid_a + n
+    pre, mid, suf = window[:mid_a], window[mid_a:mid_b], window[mid_b:]
+    room = cfg.context
+    keep_suf = min(len(suf), room // 4)
+    keep_pre = min(len(pre), room - keep_suf)
+    pre, suf = pre[len(pre) - keep_pre :], suf[: room - keep_pre]
+    return [sp.pre, *pre, sp.suf, *suf, sp.mid], mid
+
+
+# ---- the teacher ---------------------------------------------------------------------------------------------
+
+
+def _sdpa_rows_safe(allowed: torch.Tensor) -> torch.Tensor:
+    """Padding rows that may attend to nothing would give NaN: let every row see at least its own column."""
+    import torch
+
+    b, rows, keys = allowed.shape
+    eye = torch.zeros(rows, keys, dtype=torch.bool)
+    eye[torch.arange(rows), torch.arange(keys - rows, keys)] = True
+    return allowed | (eye[None] & ~allowed.any(-1, keepdim=True))
+
+
+def sample_middles(
+    teacher: Any, prompts: list[list[int]], sp: Special, max_new: int, gen: torch.Generator
+) -> list[list[int]]:
+    """Teacher samples at temperature 1, batched with left padding: each prompt -> its middle, ending with the
+    end token when the teacher wrote one within max_new tokens."""
+    import torch
+    from transformers import DynamicCache
+
+    b = len(prompts)
+    width = max(len(p) for p in prompts)
+    pad = [width - len(p) for p in prompts]
+    ids = torch.tensor([[sp.end] * k + p for k, p in zip(pad, prompts, strict=True)])  # (B, W)
+    valid = torch.arange(width)[None, :] >= torch.tensor(pad)[:, None]  # (B, W)
+    pos0 = (torch.arange(width)[None, :] - torch.tensor(pad)[:, None]).clamp(min=0)  # (B, W)
+    lengths = torch.tensor([len(p) for p in prompts])  # (B,)
+    cache = DynamicCache(config=teacher.config)
+    out: list[list[int]] = [[] for _ in range(b)]
+    done = torch.zeros(b, dtype=torch.bool)
+    # step 0: the prompts (causal over valid columns) and one mask row after each
+    causal = torch.tril(torch.ones(width, width, dtype=torch.bool))[None] & valid[:, None, :]  # (B, W, W)
+    allowed = torch.zeros(b, width + 1, width + 1, dtype=torch.bool)
+    allowed[:, :width, :width] = causal
+    allowed[:, width, :width] = valid
+    allowed[:, width, width] = True
+    inp = torch.cat([ids, torch.full((b, 1), sp.mask)], dim=1)  # (B, W+1)
+    positions = torch.cat([pos0, lengths[:, None]], dim=1)  # (B, W+1)
+    keys_valid = valid
+    with torch.no_grad():
+        for step in range(max_new):
+            mask4 = _sdpa_rows_safe(allowed)[:, None]  # (B, 1, R, C+R)
+            o = teacher(
+                input_ids=inp, position_ids=positions, attention_mask=mask4, past_key_values=cache, use_cache=True
+            )
+            cache.crop(-1)  # drop the mask row
+            logits = o.logits[:, -1].float()  # (B, V)
+            logits[:, sp.mask] = float("-inf")
+            tok = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen).squeeze(-1)  # (B,)
+            for k in range(b):
+                if not done[k]:
+                    out[k].append(int(tok[k]))
+                    done[k] = int(tok[k]) == sp.end
+            if bool(done.all()):
+                break
+            c = cache.get_seq_length()
+            keys_valid = torch.cat([keys_valid, torch.ones(b, 1, dtype=torch.bool)], dim=1)  # (B, C+1)
+            allowed = torch.zeros(b, 2, c + 2, dtype=torch.bool)
+            allowed[:, :, :c] = keys_valid[:, None, :c]
+            allowed[:, 0, c] = True
+            allowed[:, 1, c : c + 2] = True
+            inp = torch.stack([tok, torch.full((b,), sp.mask)], dim=1)  # (B, 2)
+            positions = torch.stack([lengths + step, lengths + step + 1], dim=1)  # (B, 2)
+    return out
+
+
+@dataclass
+class Batch:
+    """Teacher-side tensors of one batch."""
+
+    cache: Any  # DynamicCache of the clean rows (B, L)
+    tokens: torch.Tensor  # (B, T) long: ids with the targets, right-padded (T >= max stop)
+    u: torch.Tensor  # (B, T) float64: extracted u at target positions, random elsewhere
+    start: torch.Tensor  # (B,) long
+    stop: torch.Tensor  # (B,) long
+    clean_len: int  # L
+
+
+def teacher_pass(teacher: Any, examples: list[Example], sp: Special, gen: torch.Generator) -> Batch:
+    """Clean rows [0, stop-1) causal + mask rows at the middle positions [start, stop); q at the mask rows ->
+    u at every target. Keeps the clean KV cache."""
+    import torch
+    from transformers import DynamicCache
+
+    from infill.decoding.coupling import draw_u, extract_u
+
+    b = len(examples)
+    clean_len = max(e.stop - 1 for e in examples)
+    m_max = max(e.stop - e.start for e in examples)
+    total = max(e.stop for e in examples) + 64  # room for slots past the end
+    tokens = torch.full((b, total), sp.end, dtype=torch.long)
+    for k, e in enumerate(examples):
+        tokens[k, : len(e.ids)] = torch.tensor(e.ids)
+    rows = clean_len + m_max
+    ids = torch.full((b, rows), sp.mask, dtype=torch.long)
+    ids[:, :clean_len] = tokens[:, :clean_len]
+    positions = torch.zeros(b, rows, dtype=torch.long)
+    positions[:, :clean_len] = torch.arange(clean_len)
+    allowed = torch.zeros(b, rows, rows, dtype=torch.bool)
+    allowed[:, :clean_len, :clean_len] = torch.tril(torch.ones(clean_len, clean_len, dtype=torch.bool))
+    for k, e in enumerate(examples):
+        for r in range(e.stop - e.start):
+            pos = e.start + r
+            positions[k, clean_len + r] = pos
+            allowed[k, clean_len + r, :pos] = True
+            allowed[k, clean_len + r, clean_len + r] = True
+    cache = DynamicCache(config=teacher.config)
+    with torch.no_grad():
+        hidden = teacher.model(
+            input_ids=ids,
+            position_ids=positions,
+            attention_mask=_sdpa_rows_safe(allowed)[:, None],
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state  # (B, L+M, d)
+        logits = teacher.lm_head(hidden[:, clean_len:]).double()  # (B, M, V)
+    cache.crop(-m_max)  # keep the clean rows
+    logits[..., sp.mask] = float("-inf")
+    q = torch.softmax(logits, dim=-1)  # (B, M, V)
+    u = draw_u(b * total, gen).view(b, total)  # (B, T) random where there is no target
+    for k, e in enumerate(examples):
+        n = e.stop - e.start
+        t = tokens[k, e.start : e.stop]  # (n,)
+        noise = torch.rand(n, generator=gen, dtype=torch.float64)
+        u[k, e.start : e.stop] = extract_u(t, q[k, :n], noise)
+    stop = torch.tensor([e.stop for e in examples])
+    return Batch(cache, tokens, u, torch.tensor([e.start for e in examples]), stop, clean_len)
+
+
+def slot_logits(
+    teacher: Any,
+    adapter: PTPAdapter,
+    batch: Batch,
+    splits: torch.Tensor,
+    with_u: torch.Tensor,
+    slots: int,
+    sp: Special,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Student pass: splits (B, G) split points, with_u (B, G) bool -> (logits (B, G*N, V), targets (B, G*N)
+    with -100 where the slot's position is outside the middle)."""
+    import torch
+
+    from infill.decoding.coupling import u_bits
+    from infill.models.ptp import slot_forward
+
+    b, g = splits.shape
+    n = slots
+    rows = g * n
+    c = batch.clean_len
+    pos = (splits[:, :, None] + torch.arange(n)[None, None, :]).reshape(b, rows)  # (B, G*N)
+    group = torch.arange(rows) // n  # (G*N,)
+    allowed = torch.zeros(b, rows, c + rows, dtype=torch.bool)
+    allowed[:, :, :c] = torch.arange(c)[None, None, :] < splits.repeat_interleave(n, dim=1)[:, :, None]
+    allowed[:, :, c:] = (group[:, None] == group[None, :])[None]
+    u = batch.u.gather(1, pos)  # (B, G*N)
+    bits = u_bits(u) * with_u.repeat_interleave(n, dim=1)[:, :, None].float()  # (B, G*N, 32); 0 = no u
+    ids = torch.full((b, rows), sp.mask, dtype=torch.long)
+    cache = _copy_cache(batch.cache, teacher)
+    hidden = slot_forward(teacher, adapter, ids, pos, allowed[:, None], 0, bits, cache=cache)  # (B, G*N, d)
+    targets = batch.tokens.gather(1, pos)  # (B, G*N)
+    inside = (pos >= batch.start[:, None]) & (pos < batch.stop[:, None])
+    targets = torch.where(inside, targets, torch.full_like(targets, -100))
+    return teacher.lm_head(hidden), targets
+
+
+def _copy_cache(cache: Any, teacher: Any) -> Any:
+    """A DynamicCache with the same (detached) entries: the student pass appends to its own copy."""
+    from transformers import DynamicCache
+
+    fresh = DynamicCache(config=teacher.config)
+    for idx, layer in enumerate(cache.layers):
+        fresh.update(layer.keys, layer.values, idx)
+    return fresh
+
+
+def iteration_tokens(logits: torch.Tensor, targets: torch.Tensor, slots: int) -> torch.Tensor:
+    """Tokens one decoding iteration yields at each group's split point, teacher-forced: 1 (the teacher's
+    token) + matched drafts + 1 (correction or bonus), capped at the middle's end. logits (B, G*N, V),
+    targets (B, G*N) -> (B, G) float."""
+    import torch
+
+    b = targets.shape[0]
+    n = slots
+    pred = logits.argmax(-1).view(b, -1, n)  # (B, G, N)
+    tgt = targets.view(b, -1, n)  # (B, G, N)
+    inside = tgt != -100
+    match = (pred[:, :, 1:] == tgt[:, :, 1:]) & inside[:, :, 1:]  # (B, G, N-1) drafts 1..N-1
+    accepted = torch.cumprod(match.long(), dim=-1).sum(-1)  # (B, G)
+    left = inside.long().sum(-1)  # (B, G) positions of the window inside the middle (the split's included)
+    return torch.minimum(accepted + 2, left).float()
+
+
+# ---- the loop ---------------------------------------------------------------------------------------------------
+
+
+def load_docs(corpus: Path, split: str, tokenizer: Any, max_package_bytes: int, limit: int = 0) -> list[list[int]]:
+    from infill.training.corpus import balanced_records, read_split
+
+    if split == "train":
+        texts = [r["text"] for r in balanced_records(corpus, "train", max_package_bytes)]
+    else:
+        texts = [r["text"] for r in read_split(corpus, split)]
+    if limit:
+        texts = texts[:limit]
+    return [e.ids for e in tokenizer.encode_batch(texts) if len(e.ids) >= 16]
+
+
+def make_examples(
+    teacher: Any,
+    docs: list[list[int]],
+    sp: Special,
+    cfg: PTPTrainConfig,
+    rng: random.Random,
+    gen: torch.Generator,
+    count: int,
+    teacher_share: float,
+) -> list[Example]:
+    if count == 0:
+        return []
+    weights = [len(d) for d in docs]
+    pairs = [fim_prompt(rng.choices(docs, weights)[0], sp, cfg, rng) for _ in range(count)]
+    # corpus middles end with the end token; a teacher sample ends with it when the teacher wrote it, and has no
+    # end target when it was cut at max_middle
+    bodies = [[*mid, sp.end] for _, mid in pairs]
+    sampled = [k for k in range(count) if rng.random() < teacher_share]
+    if sampled:
+        mids = sample_middles(teacher, [pairs[k][0] for k in sampled], sp, cfg.max_middle, gen)
+        for k, mid in zip(sampled, mids, strict=True):
+            bodies[k] = mid
+    return [
+        Example(ids=p + body, start=len(p), stop=len(p) + len(body)) for (p, _), body in zip(pairs, bodies, strict=True)
+    ]
+
+
+def evaluate(
+    teacher: Any, adapter: PTPAdapter, held: list[Example], sp: Special, cfg: PTPTrainConfig
+) -> dict[str, float]:
+    """Held-out tokens per iteration (teacher-forced, every split point of every middle), with and without u."""
+    import torch
+
+    gen = torch.Generator().manual_seed(12345)
+    result: dict[str, float] = {}
+    totals = {"ptp": [0.0, 0], "independent": [0.0, 0]}
+    was = adapter.training
+    adapter.eval()
+    with torch.no_grad():
+        for s in range(0, len(held), cfg.batch_size):
+            chunk = held[s : s + cfg.batch_size]
+            batch = teacher_pass(teacher, chunk, sp, gen)
+            span = int((batch.stop - batch.start).max())
+            splits = batch.start[:, None] + torch.arange(span)[None, :]  # (B, S) every split point
+            splits = torch.minimum(splits, batch.stop[:, None] - 1)
+            valid = (batch.start[:, None] + torch.arange(span)[None, :]) < batch.stop[:, None]  # (B, S)
+            for mode, flag in (("ptp", True), ("independent", False)):
+                with_u = torch.full(splits.shape, flag)
+                logits, targets = slot_logits(teacher, adapter, batch, splits, with_u, cfg.slots, sp)
+                per = iteration_tokens(logits, targets, cfg.slots)  # (B, S)
+                totals[mode][0] += float(per[valid].sum())
+                totals[mode][1] += int(valid.sum())
+    adapter.train(was)
+    for mode, (tot, cnt) in totals.items():
+        result[mode] = tot / max(cnt, 1)
+    return result
+
+
+def train(
+    teacher_folder: str | Path,
+    corpus: str | Path,
+    out: str | Path,
+    cfg: PTPTrainConfig,
+    *,
+    resume: bool = False,
+    max_package_bytes: int = 150_000,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Train an adapter for the block-diffusion model in `teacher_folder`. Writes into the folder `out`:
+    ptp_adapter.safetensors (the adapter), ptp_checkpoint.pt (adapter + optimizer + step, for --resume) and
+    ptp_log.jsonl (one line per evaluation). Returns the summary stored in the adapter's provenance."""
+    import torch
+    import torch.nn.functional as F
+    from tokenizers import Tokenizer
+
+    from infill.config import ModelSpec
+    from infill.models.blockdiff import load_folder
+    from infill.models.ptp import ADAPTER_FILE, PTPAdapter
+
+    t_start = time.perf_counter()
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    loaded = load_folder(teacher_folder, ModelSpec(name=str(teacher_folder), device="cpu", bf16=False))
+    teacher = loaded.model.model
+    teacher.eval()
+    for prm in teacher.parameters():
+        prm.requires_grad_(False)
+    tok = Tokenizer.from_file(str(Path(teacher_folder) / "tokenizer.json"))
+    sp = specials(tok, loaded.model.mask_id)
+    rng = random.Random(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    log(f"reading {corpus} ...")
+    docs = load_docs(Path(corpus), "train", tok, max_package_bytes)
+    held_docs = load_docs(Path(corpus), "heldout", tok, 0, limit=400)
+    log(f"{len(docs)} training documents, {sum(len(d) for d in docs)} tokens; {len(held_docs)} held-out documents")
+    held_rng = random.Random(1000 + cfg.seed)
+    held = make_examples(
+        teacher,
+        held_docs,
+        sp,
+        cfg,
+        held_rng,
+        torch.Generator().manual_seed(1000),
+        cfg.eval_sequences,
+        teacher_share=1.0,
+    )
+    adapter = PTPAdapter.for_teacher(teacher, rank=cfg.rank, alpha=float(cfg.rank), slots=cfg.slots)
+    adapter.train()
+    opt = torch.optim.AdamW(adapter.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
+    ckpt_path = out_dir / "ptp_checkpoint.pt"
+    log_path = out_dir / "ptp_log.jsonl"
+    step, elapsed_before = 0, 0.0
+    if resume and ckpt_path.exists():
+        state = torch.load(ckpt_path, weights_only=False)
+        adapter.load_state_dict(state["adapter"])
+        opt.load_state_dict(state["optimizer"])
+        step, elapsed_before = int(state["step"]), float(state["seconds"])
+        rng.setstate(state["rng"])
+        gen.set_state(state["gen"])
+        log(f"resumed from {ckpt_path} at step {step} ({elapsed_before:.0f}s trained)")
+    history: list[dict[str, Any]] = []
+    losses: list[float] = []
+    pool: list[Example] = []  # teacher-sampled examples not used yet
+    t_run = time.perf_counter()
+
+    def seconds() -> float:
+        return elapsed_before + time.perf_counter() - t_run
+
+    def summary(last_eval: dict[str, float] | None) -> dict[str, Any]:
+        return {
+            "objective": "O-PTP distillation (one-hot), gated LoRA on slot rows, u bits embedding",
+            "teacher": str(teacher_folder),
+            "steps": step,
+            "seconds": round(seconds(), 1),
+            "config": asdict(cfg),
+            "heldout_tokens_per_iteration": last_eval,
+            "adapter_parameters": sum(p.numel() for p in adapter.parameters()),
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        }
+
+    def save(last_eval: dict[str, float] | None) -> None:
+        adapter.save(out_dir / ADAPTER_FILE, provenance=summary(last_eval))
+        torch.save(
+            {
+                "adapter": adapter.state_dict(),
+                "optimizer": opt.state_dict(),
+                "step": step,
+                "seconds": seconds(),
+                "rng": rng.getstate(),
+                "gen": gen.get_state(),
+            },
+            ckpt_path,
+        )
+
+    last_eval = evaluate(teacher, adapter, held, sp, cfg) if step == 0 else None
+    if last_eval is not None:
+        log(
+            f"step 0  held-out tokens/iteration: ptp {last_eval['ptp']:.3f}  independent {last_eval['independent']:.3f}"
+        )
+        with log_path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": 0, "seconds": 0.0, **last_eval}) + "\n")
+    horizon = cfg.time_limit + elapsed_before if cfg.time_limit else 0.0
+    while step < cfg.steps:
+        if cfg.time_limit and time.perf_counter() - t_run > cfg.time_limit:
+            log(f"time limit reached after {step} steps")
+            break
+        step += 1
+        progress = step / cfg.steps
+        if horizon:
+            progress = max(progress, seconds() / horizon)
+        lr = (
+            cfg.lr
+            * min(1.0, step / max(cfg.warmup, 1))
+            * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+        )
+        for group in opt.param_groups:
+            group["lr"] = lr
+        n_sampled = sum(rng.random() < cfg.teacher_share for _ in range(cfg.batch_size))
+        if len(pool) < n_sampled:  # teacher samples in batches of 32: one sampling step costs about what 4 do
+            pool += make_examples(teacher, docs, sp, cfg, rng, gen, 32, teacher_share=1.0)
+        examples = make_examples(teacher, docs, sp, cfg, rng, gen, cfg.batch_size - n_sampled, 0.0)
+        examples += [pool.pop() for _ in range(n_sampled)]
+        batch = teacher_pass(teacher, examples, sp, gen)
+        span = (batch.stop - batch.start).clamp(min=1)  # (B,)
+        offs = (torch.rand(len(examples), cfg.splits, generator=gen) * span[:, None]).long()  # (B, G)
+        splits = batch.start[:, None] + offs
+        with_u = torch.rand(len(examples), cfg.splits, generator=gen) >= cfg.independent_share
+        logits, targets = slot_logits(teacher, adapter, batch, splits, with_u, cfg.slots, sp)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(adapter.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        if step % cfg.log_every == 0:
+            recent = losses[-cfg.log_every :]
+            log(f"step {step}  loss {sum(recent) / len(recent):.3f}  lr {lr:.2e}  {seconds():.0f}s")
+        if step % cfg.eval_every == 0:
+            last_eval = evaluate(teacher, adapter, held, sp, cfg)
+            log(
+                f"step {step}  held-out tokens/iteration: ptp {last_eval['ptp']:.3f}  "
+                f"independent {last_eval['independent']:.3f}"
+            )
+            entry = {"step": step, "seconds": round(seconds(), 1), "loss": sum(losses[-50:]) / len(losses[-50:])}
+            history.append({**entry, **last_eval})
+            with log_path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(history[-1]) + "\n")
+        if step % cfg.save_every == 0:
+            save(last_eval)
+    last_eval = evaluate(teacher, adapter, held, sp, cfg)
+    log(f"final  held-out tokens/iteration: ptp {last_eval['ptp']:.3f}  independent {last_eval['independent']:.3f}")
+    save(last_eval)
+    result = summary(last_eval)
+    result["wall_seconds"] = round(time.perf_counter() - t_start, 1)
+    return result
