@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode
+from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode, decoders_for
 from infill.errors import DecodeError, InfillError, InputError, ModelError, NoValidFillError
 from infill.models.registry import LoadedModel
 from infill.spans import LineIndex, Span, check_spans
@@ -79,8 +79,8 @@ MIN_CONTEXT = 16  # tokens of context a region keeps at least, when spans are gr
 # A generous bound on the UTF-8 bytes of one token (byte-level BPE tokens of code average 3-4): context more than
 # max_length * this many bytes away from a span cannot fit the model's window, so it is never even tokenized.
 WINDOW_BYTES_PER_TOKEN = 64
-ASARM_DECODERS = ("assd", "sequential", "parallel", "beam")
-BLOCKDIFF_DECODERS = ("confidence", "s2d2", "ssmd", "ptp")
+ASARM_DECODERS = decoders_for("asarm")
+BLOCKDIFF_DECODERS = decoders_for("blockdiff")
 
 _MODEL_CACHE: dict[ModelSpec, LoadedModel] = {}
 

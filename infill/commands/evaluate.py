@@ -18,9 +18,7 @@ from typing import Any
 import click
 
 from infill import __version__
-from infill.config import DecodeConfig, FillOptions, ModelSpec
-
-DECODERS = ["assd", "sequential", "parallel", "confidence", "s2d2", "ssmd", "ptp"]
+from infill.config import CHOOSABLE_DECODERS, DecodeConfig, FillOptions, ModelSpec
 
 
 def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -34,7 +32,7 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="Model name or folder (as for `infill fill --model`).",
         ),
         click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
-        click.option("--decoder", type=click.Choice(DECODERS), default="assd", show_default=True),
+        click.option("--decoder", type=click.Choice(CHOOSABLE_DECODERS), default="assd", show_default=True),
         click.option("-k", "k", type=int, default=10, show_default=True, help="Speculation width (ASSD)."),
         click.option(
             "--temperature",

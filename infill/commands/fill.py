@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, cast
 import click
 
 from infill.clitypes import SEED, FiniteFloatRange
-from infill.config import DecodeConfig, DecoderName, DeviceName, DraftName, FillOptions, ModelSpec
+from infill.config import CHOOSABLE_DECODERS, DecodeConfig, DecoderName, DeviceName, DraftName, FillOptions, ModelSpec
 from infill.errors import InfillError, InputError, NoValidFillError
 from infill.server.options import daemon_options, fill_command
 from infill.spans import BOM, DEFAULT_TOKENS, Selection
@@ -453,7 +453,7 @@ class FillCommand(click.Command):
 @click.option("--tokens", type=click.IntRange(min=1), default=None, help="Tokens per span (see length policy).")
 @click.option(
     "--decoder",
-    type=click.Choice(["assd", "sequential", "parallel", "confidence", "s2d2", "ssmd", "ptp"]),
+    type=click.Choice(CHOOSABLE_DECODERS),
     default="assd",
     show_default=True,
     help="assd/sequential are exact; parallel is not; confidence/s2d2/ssmd/ptp are for block-diffusion models "

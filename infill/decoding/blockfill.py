@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from infill.errors import DecodeError, ModelError
+from infill.errors import ModelError
 
 if TYPE_CHECKING:
     import torch
@@ -42,25 +42,13 @@ def generate(
     generator: torch.Generator,
     on_step: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[torch.Tensor, DecodeStats]:
-    """Dispatch on cfg.decoder: "confidence" (Algorithms 1-2), "s2d2" (Algorithm 3), "ssmd" (infill.decoding.ssmd)
-    or "ptp" (parallel token prediction, infill.decoding.ptp)."""
-    if cfg.decoder == "confidence":
-        from infill.decoding.confidence import generate as confidence_generate
+    """Run cfg.decoder (infill.decoding.registry): "confidence" (Algorithms 1-2), "s2d2" (Algorithm 3), "ssmd"
+    (infill.decoding.ssmd) or "ptp" (parallel token prediction, infill.decoding.ptp)."""
+    from infill.decoding.registry import decoder_function
 
-        return confidence_generate(model, prompt, max_tokens, cfg, generator, on_step=on_step)
-    if cfg.decoder == "s2d2":
-        from infill.decoding.s2d2 import decode
-
-        return decode(model, prompt, max_tokens, cfg, generator, on_step=on_step)
-    if cfg.decoder == "ssmd":
-        from infill.decoding.ssmd import decode as ssmd_decode
-
-        return ssmd_decode(model, prompt, max_tokens, cfg, generator, on_step=on_step)
-    if cfg.decoder == "ptp":
-        from infill.decoding.ptp import decode as ptp_decode
-
-        return ptp_decode(model, prompt, max_tokens, cfg, generator, on_step=on_step)
-    raise DecodeError(f"decoder {cfg.decoder!r} does not run block-diffusion models; use confidence, s2d2, ssmd or ptp")
+    function = decoder_function(cfg, "blockdiff")
+    tokens, stats = function(model, prompt, max_tokens, cfg, generator, on_step=on_step)
+    return tokens, stats
 
 
 def build_prompt(

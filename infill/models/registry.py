@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from infill.config import ModelSpec
+from infill.config import ModelKind, ModelSpec
 
-ModelKind = Literal["asarm", "blockdiff"]
+__all__ = ["Factory", "LoadedModel", "ModelKind", "load", "register", "registered", "unregister"]
 
 
 @dataclass
