@@ -50,6 +50,10 @@ class DecodeConfig:
     ssmd_window: int = 0  # drafted positions per full forward; 0 = a cosine schedule over the block
 
 
+# `infill eval`'s decoding defaults: greedy, so that a measurement is one number, not a sample of one
+EVAL_DECODE = DecodeConfig(temperature=0.0)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str = "default"  # packaged model name, a local folder path, or an HF repo id already in the local cache

@@ -299,10 +299,14 @@ def test_every_decoding_option_is_a_fill_param_and_builds_a_real_request() -> No
 
     from infill.commands.fill import FillRequest
     from infill.config import DecodeConfig, FillOptions, ModelSpec
+    from infill.options import OPTIONS
 
-    assert {f.name for f in fields(DecodeConfig)} == set(handlers._DECODE)
-    assert {f.name for f in fields(ModelSpec)} == {*handlers._MODEL.values(), "bf16"}  # bf16 <- "precision"
-    assert {f.name for f in fields(FillOptions)} == {*handlers._OPTIONS, "extra"}
+    def params_of(section: str) -> set[str]:
+        return {o.field for o in OPTIONS if o.section == section}
+
+    assert {f.name for f in fields(DecodeConfig)} == params_of("decode")
+    assert {f.name for f in fields(ModelSpec)} == params_of("model")  # name <- "model", bf16 <- "precision"
+    assert {f.name for f in fields(FillOptions)} == {*params_of("options"), "extra"}
     params = {
         "text": "x = 1\n",
         "filename": "x.py",

@@ -11,12 +11,13 @@ from typing import Any
 import click
 
 from infill import languages, patch
-from infill.clitypes import FINITE_FLOAT, SEED
+from infill.clitypes import FINITE_FLOAT
 from infill.docstrings.comments import COMMENT_LANGUAGES
 from infill.docstrings.config import STYLES, DocstringConfig, build_config, find_pyproject
 from infill.docstrings.engine import FileResult, process_source
 from infill.docstrings.fill import SlotFiller
 from infill.errors import InfillError, InputError, NoValidFillError
+from infill.options import click_options
 from infill.server.options import daemon_options, forward_command
 from infill.textops import breaks_syntax
 
@@ -112,7 +113,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
     default=None,
     help="Docstring style [default: google]; auto follows the file's existing docstrings.",
 )
-@click.option("--model", default=None, help="Model name or folder [default: the embedded model].")
+@click_options(("model",), help={"model": "Model name or folder [default: the embedded model]."}, unset=True)
 @click.option(
     "--min-confidence",
     type=FINITE_FLOAT,
@@ -130,7 +131,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
 @_bool_flag("module", "Skip module docstrings [default: include].")
 @_bool_flag("property-decorators", "Skip @property getters [default: include]; setters are always skipped.")
 @click.option("--line-length", type=int, default=None, help="Wrap descriptions at this width [default: 88].")
-@click.option("--seed", type=SEED, default=None, help="Sampling seed [default: 0]; fixed so local and CI runs agree.")
+@click_options(("seed",), help={"seed": "Sampling seed [default: 0]; fixed so local and CI runs agree."}, unset=True)
 @click.option(
     "--config",
     "config_path",

@@ -21,9 +21,9 @@ from typing import Any, BinaryIO, cast
 
 import click
 
-from infill.clitypes import SEED, FiniteFloatRange
-from infill.config import CHOOSABLE_DECODERS, DecodeConfig, DecoderName, DeviceName, DraftName, FillOptions, ModelSpec
+from infill.config import DecodeConfig, FillOptions, ModelSpec
 from infill.errors import InfillError, InputError, NoValidFillError
+from infill.options import click_options, from_flags
 from infill.server.options import daemon_options, fill_command
 from infill.spans import BOM, DEFAULT_TOKENS, Selection
 
@@ -70,12 +70,6 @@ class FillRequest:
         opts["context"] = tuple(opts.get("context", ()))  # JSON turns the tuple into a list
         kw["options"] = FillOptions(**opts)
         return cls(**kw)
-
-
-def _read_context(path: str) -> str:
-    """A --context file's text (undecodable bytes replaced: it only supplies candidate lines)."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read()
 
 
 def result_json(result: Any, file: str | None) -> dict[str, Any]:
@@ -450,158 +444,7 @@ class FillCommand(click.Command):
 @click.option("--function", "functions", multiple=True, metavar="NAME", help="Fill this function's body.")
 @click.option("--class", "classes", multiple=True, metavar="NAME", help="Fill this class's body.")
 @click.option("--node", "nodes", multiple=True, metavar="KIND", help="Fill every query capture KIND.")
-@click.option("--tokens", type=click.IntRange(min=1), default=None, help="Tokens per span (see length policy).")
-@click.option(
-    "--decoder",
-    type=click.Choice(CHOOSABLE_DECODERS),
-    default="assd",
-    show_default=True,
-    help="assd/sequential are exact; parallel is not; confidence/s2d2/ssmd/ptp are for block-diffusion models "
-    "(ptp: exact, needs a PTP adapter; ssmd needs a model with an SSMD head and is exact per speculative step, "
-    "not with respect to one fixed model's joint).",
-)
-@click.option(
-    "-k",
-    "k",
-    type=click.IntRange(min=1),
-    default=DecodeConfig.k,
-    show_default=True,
-    help="Speculation width (tokens drafted per step).",
-)
-@click.option(
-    "--temperature",
-    type=FiniteFloatRange(min=0.0),
-    default=DecodeConfig.temperature,
-    show_default=True,
-    help="0 = greedy.",
-)
-@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True, help="0 = off.")
-@click.option(
-    "--top-p",
-    type=FiniteFloatRange(min=0.0, max=1.0, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="1 = off.",
-)
-@click.option("--seed", type=SEED, default=DecodeConfig.seed, show_default=True, help="Fixed by default: reproducible.")
-@click.option(
-    "--draft",
-    type=click.Choice(["model", "ngram", "lookup"]),
-    default=DecodeConfig.draft,
-    show_default=True,
-    help="ASSD draft: the model itself, a bigram of the visible text (Algorithm 2), or copies of what followed the "
-    "same tokens elsewhere in the text (lookup; one verify pass per step).",
-)
-@click.option(
-    "--epsilon",
-    type=FiniteFloatRange(min=0.0),
-    default=0.0,
-    show_default=True,
-    help="LOSSY: accept drafts if r < q/p + EPSILON. 0 keeps sampling exact.",
-)
-@click.option(
-    "--block-size",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Block-diffusion models: block size (0 = the model's own, 1 = autoregressive).",
-)
-@click.option(
-    "--threshold",
-    type=FiniteFloatRange(min=0.0, max=1.0),
-    default=DecodeConfig.threshold,
-    show_default=True,
-    help="Block-diffusion models: confidence threshold tau of dynamic decoding.",
-)
-@click.option(
-    "--unmask-per-step",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Block-diffusion models: tokens per step (0 = dynamic, by --threshold).",
-)
-@click.option(
-    "--routing",
-    default=DecodeConfig.routing,
-    show_default=True,
-    metavar="POLICY",
-    help="S2D2 routing: always, never, min-span, score-static, score-dynamic, hysteresis, ucb (opts as POLICY:k=v,..).",
-)
-@click.option(
-    "--gamma",
-    type=FiniteFloatRange(min=0.0, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="S2D2 tempering of q/p; values below 1 are LOSSY.",
-)
-@click.option(
-    "--causal-passes",
-    type=click.IntRange(min=1),
-    default=DecodeConfig.ssmd_passes,
-    show_default=True,
-    help="SSMD: causal-head passes K per full forward (each verifies drafts up to one rejection).",
-)
-@click.option(
-    "--window",
-    type=click.IntRange(min=0),
-    default=DecodeConfig.ssmd_window,
-    show_default=True,
-    help="SSMD: positions drafted per full forward (0 = a cosine schedule over the block).",
-)
-@click.option(
-    "--beam",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Beam search of width N for the most likely fill (AS-ARM models; 0 = sample with --decoder).",
-)
-@click.option(
-    "-n",
-    "--candidates",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Sample N candidates; keep the most likely.",
-)
-@click.option(
-    "--max-resample",
-    type=click.IntRange(min=0),
-    default=FillOptions.max_resample,
-    show_default=True,
-    help="Extra samples when a candidate adds syntax errors.",
-)
-@click.option("--no-syntax-check", is_flag=True, help="Accept candidates that add tree-sitter errors.")
-@click.option(
-    "--retrieve/--no-retrieve",
-    default=FillOptions.retrieve,
-    show_default=True,
-    help="For a one-line fill, also rank lines of your own code that sit between similar lines (from the file "
-    "and --context files) by the model's likelihood, next to its samples.",
-)
-@click.option(
-    "--context",
-    "context_files",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    metavar="FILE",
-    help="Another file to take candidate lines from (repeatable).",
-)
-@click.option(
-    "--allow-syntax-errors",
-    is_flag=True,
-    help="When no candidate parses, use the most likely one anyway (default: exit 3 and write nothing).",
-)
-@click.option("--model", default="default", show_default=True, metavar="NAME|PATH", help="Model name or folder.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--revision", default=None, metavar="REV", help="HF-cache revision of --model (e.g. code, nlp).")
-@click.option("--mask-token", default=None, metavar="TOKEN", help="Block-diffusion models: mask token override.")
-@click.option(
-    "--precision",
-    type=click.Choice(["bf16", "fp32"]),
-    default="bf16",
-    show_default=True,
-    help="Compute precision (bf16 autocast over fp32 weights).",
-)
+@click_options()
 @click.option("--diff", is_flag=True, help="Print a unified diff; do not write. Exit 1 if it is not empty.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if the file would change.")
 @click.option("-o", "--output", default=None, metavar="PATH", help="Write the result to PATH (- = stdout).")
@@ -625,34 +468,6 @@ def fill(
     functions: tuple[str, ...],
     classes: tuple[str, ...],
     nodes: tuple[str, ...],
-    tokens: int | None,
-    decoder: str,
-    k: int,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    seed: int,
-    draft: str,
-    epsilon: float,
-    block_size: int,
-    threshold: float,
-    unmask_per_step: int,
-    routing: str,
-    gamma: float,
-    causal_passes: int,
-    window: int,
-    beam: int,
-    candidates: int,
-    max_resample: int,
-    no_syntax_check: bool,
-    retrieve: bool,
-    context_files: tuple[str, ...],
-    allow_syntax_errors: bool,
-    model: str,
-    device: str,
-    revision: str | None,
-    mask_token: str | None,
-    precision: str,
     diff: bool,
     check: bool,
     output: str | None,
@@ -663,8 +478,9 @@ def fill(
     stats: bool,
     daemon: str,
     idle_timeout: float | None,
+    **decoding: Any,
 ) -> None:
-    """See _HELP."""
+    """See _HELP. `decoding` holds the options of infill.options (flags named after their config fields)."""
     filter_mode = file == "-" and not (diff or check or fmt == "json") and output in (None, "-")
     stdin_text: str | None = None
     if file == "-":
@@ -680,46 +496,16 @@ def fill(
                     err=True,
                 )
             sys.exit(EXIT_USAGE)
+    decode, options, model = from_flags(decoding)
     request = FillRequest(
         file=file,
         selections=_selections(spans, markers, functions, classes, nodes),
         stdin=stdin_text,
         stdin_filename=stdin_filename,
         cwd=os.getcwd(),
-        decode=DecodeConfig(
-            decoder=cast(DecoderName, "beam" if beam else decoder),
-            beam=beam or DecodeConfig.beam,
-            k=k,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-            draft=cast(DraftName, draft),
-            epsilon=epsilon,
-            block_size=block_size,
-            threshold=threshold,
-            unmask_per_step=unmask_per_step,
-            routing=routing,
-            gamma=gamma,
-            ssmd_passes=causal_passes,
-            ssmd_window=window,
-        ),
-        model=ModelSpec(
-            name=model,
-            device=cast(DeviceName, device),
-            bf16=precision == "bf16",
-            revision=revision,
-            mask_token=mask_token,
-        ),
-        options=FillOptions(
-            tokens=tokens,
-            candidates=candidates,
-            max_resample=max_resample,
-            syntax_check=not no_syntax_check,
-            retrieve=retrieve,
-            context=tuple(_read_context(path) for path in context_files),
-            allow_syntax_errors=allow_syntax_errors,
-        ),
+        decode=decode,
+        model=model,
+        options=options,
         diff=diff,
         check=check,
         output=output,

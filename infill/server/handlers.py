@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from infill import options
 from infill.errors import InputError
 from infill.models import registry
 from infill.server import protocol
@@ -82,50 +82,8 @@ _SELECTORS = {
     "node": "node",
     "nodes": "node",
 }
-_DECODE = {
-    "decoder": str,
-    "k": int,
-    "temperature": float,
-    "top_k": int,
-    "top_p": float,
-    "seed": int,
-    "draft": str,
-    "epsilon": float,
-    "block_size": int,
-    "threshold": float,
-    "unmask_per_step": int,
-    "routing": str,
-    "gamma": float,
-    "beam": int,
-    "ssmd_passes": int,
-    "ssmd_window": int,
-}  # DecodeConfig fields, named as the flags
-_OPTIONS = {
-    "tokens": int,
-    "candidates": int,
-    "max_resample": int,
-    "syntax_check": bool,
-    "retrieve": bool,
-    "context": list,
-    "allow_syntax_errors": bool,
-}
-_MODEL = {"model": "name", "device": "device", "revision": "revision", "mask_token": "mask_token"}  # -> ModelSpec
-_OTHER = {"text", "path", "filename", "cwd", "precision", *_MODEL}
-
-
-MAX_SAMPLES = 100  # "candidates" and "max_resample" above this would hold the server for too long
-
-
-def _typed(name: str, value: Any, kind: type) -> Any:
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value) if abs(value) < 2**1023 else math.inf
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise InputError(f'"{name}" must be {"a number" if kind is float else f"a {kind.__name__}"}')
-    if isinstance(value, float) and not math.isfinite(value):  # 1e999 parses as inf
-        raise ProtocolError(protocol.INVALID_REQUEST, f'"{name}" must be a finite number')
-    if name in ("candidates", "max_resample") and isinstance(value, int) and value > MAX_SAMPLES:
-        raise ProtocolError(protocol.INVALID_REQUEST, f'"{name}" must be at most {MAX_SAMPLES} in a server request')
-    return value
+_OTHER = {"text", "path", "filename", "cwd"}
+_typed = options.typed
 
 
 def fill_request(params: dict[str, Any]) -> dict[str, Any]:
@@ -133,9 +91,9 @@ def fill_request(params: dict[str, Any]) -> dict[str, Any]:
 
     {"text": "...", "filename": "x.py", "span": ["3:4"], "marker": "<FILL>", "decoder": "assd", "k": 10,
      "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0, "tokens": 16, "candidates": 1,
-     "model": "default", "device": "auto", "precision": "bf16", ...every `infill fill` decoding flag}; or "path"
-     (with "cwd") instead of "text" to fill a file on disk, which is not written."""
-    unknown = sorted(set(params) - set(_SELECTORS) - set(_DECODE) - set(_OPTIONS) - _OTHER)
+     "model": "default", "device": "auto", "precision": "bf16", ...every option of infill.options, named after
+     its config field}; or "path" (with "cwd") instead of "text" to fill a file on disk, which is not written."""
+    unknown = sorted(set(params) - set(_SELECTORS) - set(options.BY_NAME) - _OTHER)
     if unknown:
         raise InputError(f"unknown fill parameter(s): {', '.join(unknown)}")
     text, path = params.get("text"), params.get("path")
@@ -152,21 +110,8 @@ def fill_request(params: dict[str, Any]) -> dict[str, Any]:
         "file": "-" if text is not None else _typed("path", path, str),
         "selections": selections,
         "format": "json",
-        "decode": {k: _typed(k, params[k], t) for k, t in _DECODE.items() if k in params},
-        "options": {k: _typed(k, params[k], t) for k, t in _OPTIONS.items() if k in params},
-        "model": {field: _typed(key, params[key], str) for key, field in _MODEL.items() if key in params},
+        **options.from_params(params),
     }
-    context = request["options"].get("context")
-    if context is not None:
-        if not all(isinstance(c, str) for c in context):
-            raise InputError('"context" must be a list of strings (texts of other files)')
-        request["options"]["context"] = tuple(context)
-    if request["model"].get("device", "auto") not in ("auto", "cpu", "cuda"):
-        raise InputError('"device" must be "auto", "cpu" or "cuda"')
-    if "precision" in params:
-        if params["precision"] not in ("bf16", "fp32"):
-            raise InputError('"precision" must be "bf16" or "fp32"')
-        request["model"]["bf16"] = params["precision"] == "bf16"
     if text is not None:
         request["stdin"] = _typed("text", text, str)
         if "filename" in params:
