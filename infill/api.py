@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode, decoders_for
-from infill.errors import DecodeError, InfillError, InputError, ModelError, NoValidFillError
+from infill.errors import DecodeError, InputError, NoValidFillError
 from infill.models.registry import LoadedModel
 from infill.spans import LineIndex, Span, check_spans
 
@@ -82,43 +82,25 @@ WINDOW_BYTES_PER_TOKEN = 64
 ASARM_DECODERS = decoders_for("asarm")
 BLOCKDIFF_DECODERS = decoders_for("blockdiff")
 
-_MODEL_CACHE: dict[ModelSpec, LoadedModel] = {}
-
 
 def load_model(model: Any = None) -> LoadedModel:
-    """A LoadedModel from a ModelSpec, a LoadedModel, or None (the default model).
-
-    Folder models are cached per process (keyed by the spec). Registered factories are called on every load:
-    a registration can change (tests, plugins), and a factory that is expensive caches for itself.
-    """
-    from infill.models.registry import load, registered
+    """A LoadedModel from a ModelSpec, a LoadedModel, or None (the default model), through the one per-process
+    model cache (infill.models.cache.SHARED, which the server shares)."""
+    from infill.models import cache
 
     if isinstance(model, LoadedModel):
         return model
     spec = model if isinstance(model, ModelSpec) else ModelSpec() if model is None else None
     if spec is None:
         raise InputError(f"model must be a ModelSpec or a LoadedModel, not {type(model).__name__}")
-    cacheable = spec.name not in registered()
-    cached = _MODEL_CACHE.get(spec) if cacheable else None
-    if cached is not None:
-        return cached
-    from infill.progress import quiet_libraries
-
-    quiet_libraries()
-    try:
-        loaded = load(spec)
-    except InfillError:
-        raise
-    except (OSError, ValueError, RuntimeError, KeyError) as exc:  # corrupt folder, bad safetensors, bad json
-        raise ModelError(f"cannot load model {spec.name!r}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
-    if cacheable:
-        _MODEL_CACHE[spec] = loaded
-    return loaded
+    return cache.SHARED.get(spec)
 
 
 def clear_model_cache() -> None:
     """Forget loaded models (tests that register and unregister fake models call this)."""
-    _MODEL_CACHE.clear()
+    from infill.models import cache
+
+    cache.SHARED.clear()
 
 
 # ------------------------------------------------------------------------------------------------------------

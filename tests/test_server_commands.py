@@ -50,7 +50,7 @@ def dispatcher(monkeypatch: pytest.MonkeyPatch) -> Dispatcher:
     CALLS.clear()
     monkeypatch.setattr(handlers, "FILL_FUNCTION", f"{__name__}:fake_run_fill")
     loads: list[Any] = []
-    cache = ModelCache(loader=lambda spec: loads.append(spec) or _fake_loaded(spec.name), evict=lambda: None)
+    cache = ModelCache(loader=lambda spec: loads.append(spec) or _fake_loaded(spec.name))
     return Dispatcher(context=ServerContext(cache))
 
 

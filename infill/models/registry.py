@@ -11,7 +11,7 @@ from typing import Any
 
 from infill.config import ModelKind, ModelSpec
 
-__all__ = ["Factory", "LoadedModel", "ModelKind", "load", "register", "registered", "unregister"]
+__all__ = ["Factory", "LoadedModel", "ModelKind", "factory_of", "load", "register", "registered", "unregister"]
 
 
 @dataclass
@@ -45,6 +45,11 @@ def unregister(name: str) -> None:
 
 def registered() -> list[str]:
     return sorted(_FACTORIES)
+
+
+def factory_of(name: str) -> Factory | None:
+    """The factory registered under `name`, or None (a folder model)."""
+    return _FACTORIES.get(name)
 
 
 def load(spec: ModelSpec) -> LoadedModel:
