@@ -42,7 +42,8 @@ LOCK_FREE_METHODS = frozenset({"ping"})  # read nothing a running request could 
 
 
 class Dispatcher:
-    """The method table. Built-ins: ping, shutdown, models; fill and docstrings run the CLI's code."""
+    """The method table. Built-ins: ping, shutdown, models; fill and docstrings run what the CLI runs
+    (infill.core)."""
 
     def __init__(
         self,
@@ -127,7 +128,7 @@ class Dispatcher:
         return {"shutdown": True}
 
 
-SIZED_METHODS = frozenset({"fill", "fill_command", "docstrings", "command"})  # methods that read an input
+SIZED_METHODS = frozenset({"fill", "fill_command", "docstrings", "docstrings_command"})  # methods that read an input
 
 
 def input_bytes(method: str, params: Mapping[str, Any], limit: int = 0) -> int:
@@ -143,10 +144,10 @@ def input_bytes(method: str, params: Mapping[str, Any], limit: int = 0) -> int:
         if isinstance(value, str):
             total += len(value.encode("utf-8", "surrogatepass"))
     paths = [params[k] for k in ("path", "file") if isinstance(params.get(k), str) and params[k] != "-"]
-    argv = params.get("argv")
-    if method == "command" and isinstance(argv, list) and "--" in argv:
-        paths += [a for a in argv[argv.index("--") + 1 :] if isinstance(a, str)]
-    folders = method in ("docstrings", "command")  # `infill docstrings PATH...` walks folders; a fill never does
+    listed = params.get("paths")
+    if method == "docstrings_command" and isinstance(listed, list):
+        paths += [p for p in listed if isinstance(p, str)]
+    folders = method in ("docstrings", "docstrings_command")  # `infill docstrings PATH...` walks folders
     for raw in paths:
         path = Path(raw) if Path(raw).is_absolute() else base / raw
         total += _tree_bytes(path, limit - total if limit else 0, folders)
