@@ -100,7 +100,7 @@ def ssmd(
     if loaded.kind != "blockdiff":
         raise InputError(f"--model {model_name} is not a block-diffusion model")
     folder = Path(str(loaded.info["path"]))
-    base = loaded.model.model
+    base = loaded.blockdiff.model
     hidden = int(base.config.hidden_size)
     if hidden % heads:
         raise InputError(f"the model's width {hidden} does not divide by --heads {heads}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from infill.errors import ModelError
 
@@ -96,12 +96,12 @@ def fill_middle(
     long for the model keeps the end of the prefix and the start of the suffix."""
     import torch
 
-    if loaded.kind != "blockdiff":
-        raise ModelError(f"model {loaded.name!r} is not a block-diffusion model")
-    limit = getattr(loaded.model.model.config, "max_position_embeddings", None)
-    ids, fmt, truncated = build_prompt(loaded.tokenizer, prefix, suffix, None if limit is None else limit - max_tokens)
-    tokens, stats = generate(loaded.model, torch.tensor(ids, dtype=torch.long), max_tokens, cfg, generator, on_step)
-    text = loaded.tokenizer.decode(tokens.tolist())
+    model = loaded.blockdiff  # ModelError for an any-subset model
+    tokenizer = cast("HFTokenizer", loaded.tokenizer)  # block-diffusion folders load an HFTokenizer
+    limit = getattr(model.model.config, "max_position_embeddings", None)
+    ids, fmt, truncated = build_prompt(tokenizer, prefix, suffix, None if limit is None else limit - max_tokens)
+    tokens, stats = generate(model, torch.tensor(ids, dtype=torch.long), max_tokens, cfg, generator, on_step)
+    text = tokenizer.decode(tokens.tolist())
     if fmt == "chat":
         fenced = _FENCE.match(text)
         text = fenced.group(1) if fenced else text

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from infill.config import ModelKind, ModelSpec
+from infill.errors import ModelError
+
+if TYPE_CHECKING:
+    from infill.models.base import AnySubsetModel, Tokenizer
+    from infill.models.blockdiff import BlockDiffModel
 
 __all__ = ["Factory", "LoadedModel", "ModelKind", "factory_of", "load", "register", "registered", "unregister"]
 
@@ -18,15 +23,30 @@ __all__ = ["Factory", "LoadedModel", "ModelKind", "factory_of", "load", "registe
 class LoadedModel:
     """A model ready to decode, with its tokenizer.
 
-    kind "asarm": `model` implements infill.models.base.AnySubsetModel.
-    kind "blockdiff": `model` is a block-diffusion backend (infill.models.blockdiff).
+    kind "asarm": `model` implements infill.models.base.AnySubsetModel (read it as `.asarm`).
+    kind "blockdiff": `model` is a block-diffusion backend, infill.models.blockdiff.BlockDiffModel (`.blockdiff`).
+    What the fill core does with each kind is infill.core.backends.
     """
 
     name: str
     kind: ModelKind
-    model: Any
-    tokenizer: Any  # infill.models.base.Tokenizer
+    model: AnySubsetModel | BlockDiffModel
+    tokenizer: Tokenizer
     info: dict[str, Any] = field(default_factory=dict)  # size, provenance, path, device ...
+
+    @property
+    def asarm(self) -> AnySubsetModel:
+        """The any-subset model; ModelError for a block-diffusion one."""
+        if self.kind != "asarm":
+            raise ModelError(f"model {self.name!r} is not an any-subset (AS-ARM) model")
+        return cast("AnySubsetModel", self.model)
+
+    @property
+    def blockdiff(self) -> BlockDiffModel:
+        """The block-diffusion model; ModelError for an any-subset one."""
+        if self.kind != "blockdiff":
+            raise ModelError(f"model {self.name!r} is not a block-diffusion model")
+        return cast("BlockDiffModel", self.model)
 
 
 Factory = Callable[[ModelSpec], LoadedModel]

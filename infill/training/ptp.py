@@ -409,7 +409,7 @@ def train(
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     loaded = load_folder(teacher_folder, ModelSpec(name=str(teacher_folder), device="cpu", bf16=False))
-    teacher = loaded.model.model
+    teacher = loaded.blockdiff.model
     teacher.eval()
     for prm in teacher.parameters():
         prm.requires_grad_(False)
