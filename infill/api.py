@@ -4,7 +4,6 @@ Contract (other modules code against these signatures):
 
     fill_text(text, spans, *, language=None, model=ModelSpec(), decode=DecodeConfig(), options=FillOptions(),
               on_progress=None) -> FillResult
-    fill_file(path, spans, ...) -> FillResult   (reads, fills, does not write; writing is infill.patch's job)
 
 `model` may be a ModelSpec (loaded through infill.models.registry, cached per process) or an already
 LoadedModel. Edits index the ORIGINAL text: bytes of its UTF-8 encoding, lines 1-based.
@@ -40,11 +39,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode, decoders_for
-from infill.core.backends import Fill, Totals, backend_of
+from infill.core.backends import Fill, Run, backend_of
 from infill.core.plan import (
     MIN_CONTEXT,
     PREFIX_SHARE,
@@ -72,6 +70,11 @@ class Edit:
     score: float  # log-likelihood of the fill's tokens under the model (natural log, summed)
     tokens: int  # number of tokens in the fill (score / tokens = mean token log-probability)
 
+    def to_json(self) -> dict[str, Any]:
+        """The edit as `infill fill --format json` and the server print it."""
+        keys = ("start_line", "end_line", "start_byte", "end_byte", "text", "score")
+        return {key: getattr(self, key) for key in keys}
+
 
 @dataclass
 class FillResult:
@@ -96,7 +99,6 @@ __all__ = [
     "Edit",
     "FillResult",
     "clear_model_cache",
-    "fill_file",
     "fill_text",
     "load_model",
     "split_context",
@@ -209,7 +211,8 @@ def fill_text(
             return "splits a UTF-8 character"
         return syntax.rejection(patched, edits) if syntax is not None else None
 
-    totals = Totals()
+    run = Run(loaded, decode, generator, on_progress=on_progress)
+    totals = run.totals
     valid: list[tuple[float, list[Edit], str]] = []
     invalid: list[tuple[float, list[Edit], str]] = []
     seen: set[tuple[str, ...]] = set()
@@ -239,11 +242,11 @@ def fill_text(
             on_progress({"event": "candidate", "index": attempts, "of": attempts + attempts_left, "nfe": totals.nfe})
         fills: list[Fill] = []
         for region in regions:
-            fills += backend.sample(region, loaded, decode, generator, totals, on_progress, attempts - 1)
+            fills += backend.sample(region, run, attempts - 1)
         if not consider(fills) and (decode.temperature == 0 or decode.decoder == "beam"):
             break  # deterministic: no further candidate is new
     retrieved = 0
-    for fill in backend.ranked_lines(regions, loaded, options, totals):
+    for fill in backend.ranked_lines(regions, run, options):
         retrieved += consider([fill])
     if on_progress is not None:
         on_progress({"event": "done"})
@@ -294,19 +297,7 @@ def _no_valid_fill(
     return NoValidFillError(
         f"no valid fill in {attempts} sample(s): {where}; nothing was written "
         "(--allow-syntax-errors accepts the most likely one)",
-        failed=[
-            {
-                "label": s.label,
-                "start_line": e.start_line,
-                "end_line": e.end_line,
-                "start_byte": e.start_byte,
-                "end_byte": e.end_byte,
-                "text": e.text,
-                "score": e.score,
-                "reason": reason,
-            }
-            for s, e, reason in failed
-        ],
+        failed=[{"label": s.label, **e.to_json(), "reason": reason} for s, e, reason in failed],
         stats=dict(stats),
     )
 
@@ -320,30 +311,3 @@ def _histogram(accepted: list[int]) -> dict[int, int]:
     for a in accepted:
         hist[a] = hist.get(a, 0) + 1
     return dict(sorted(hist.items()))
-
-
-def fill_file(
-    path: str | Path,
-    spans: Sequence[Span],
-    *,
-    language: str | None = None,
-    model: Any = None,
-    decode: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so a shared default is safe)
-    options: FillOptions = FillOptions(),  # noqa: B008
-    on_progress: ProgressCallback | None = None,
-) -> FillResult:
-    """Read `path` (UTF-8), fill `spans` (byte offsets of the file), return the result. Nothing is written."""
-    from infill.languages import detect
-    from infill.patch import decode_utf8, read_source
-
-    data, _ = read_source(str(path))
-    text = decode_utf8(data, str(path))
-    return fill_text(
-        text,
-        spans,
-        language=language if language is not None else detect(str(path)),
-        model=model,
-        decode=decode,
-        options=options,
-        on_progress=on_progress,
-    )

@@ -90,6 +90,17 @@ def token_sets(tokenizer: Tokenizer, vocab_size: int) -> tuple[frozenset[int], f
     return found
 
 
+@dataclass
+class Run:
+    """One fill's decoding: the model, its settings, the one generator every sample draws from, the counts."""
+
+    loaded: LoadedModel
+    cfg: DecodeConfig
+    generator: torch.Generator
+    totals: Totals = field(default_factory=Totals)
+    on_progress: ProgressCallback | None = None
+
+
 class Backend(Protocol):
     """What the fill core needs from a model kind. Both kinds tokenize through `loaded.tokenizer`
     (infill.models.base.Tokenizer)."""
@@ -104,22 +115,11 @@ class Backend(Protocol):
         """How a fill's sequence is laid out for this model (planning: infill.core.plan)."""
         ...
 
-    def sample(
-        self,
-        region: Region,
-        loaded: LoadedModel,
-        cfg: DecodeConfig,
-        generator: torch.Generator,
-        totals: Totals,
-        on_progress: ProgressCallback | None,
-        attempt: int,
-    ) -> list[Fill]:
+    def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
         """One candidate fill of every span of `region`, each with its score (a log-likelihood)."""
         ...
 
-    def ranked_lines(
-        self, regions: list[Region], loaded: LoadedModel, options: FillOptions, totals: Totals
-    ) -> list[Fill]:
+    def ranked_lines(self, regions: list[Region], run: Run, options: FillOptions) -> list[Fill]:
         """Lines of the user's code as scored fills, ranked with the samples (none where the kind cannot score
         a given text)."""
         ...
@@ -152,21 +152,13 @@ class AnySubset:
         has_pad = getattr(model, "pad_id", None) is not None
         return Window(max_length, has_bos, has_pad, groups_spans=True)
 
-    def sample(
-        self,
-        region: Region,
-        loaded: LoadedModel,
-        cfg: DecodeConfig,
-        generator: torch.Generator,
-        totals: Totals,
-        on_progress: ProgressCallback | None,
-        attempt: int,
-    ) -> list[Fill]:
+    def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
         """One candidate fill of every span of `region` (beam search: the attempt-th best beam)."""
         import torch
 
         from infill.decoding import decode, score
 
+        loaded, cfg, totals, on_progress = run.loaded, run.cfg, run.totals, run.on_progress
         model = loaded.asarm
         problem = _problem(region, loaded)
 
@@ -178,7 +170,7 @@ class AnySubset:
             ranked = totals.nbest[id(region)]
             tokens = torch.tensor(ranked[min(attempt, len(ranked) - 1)], dtype=torch.long)
         else:
-            tokens, stats = decode(model, problem, cfg, generator, on_step=on_step)  # (M,)
+            tokens, stats = decode(model, problem, cfg, run.generator, on_step=on_step)  # (M,)
             totals.add(stats)
             if cfg.decoder == "beam":
                 totals.nbest[id(region)] = [fill for _, fill in stats.extra["nbest"]]
@@ -194,9 +186,7 @@ class AnySubset:
             at += plan.budget
         return fills
 
-    def ranked_lines(
-        self, regions: list[Region], loaded: LoadedModel, options: FillOptions, totals: Totals
-    ) -> list[Fill]:
+    def ranked_lines(self, regions: list[Region], run: Run, options: FillOptions) -> list[Fill]:
         """Lines from the user's code (infill.retrieval) as fills of a lone one-line span, each scored by its
         exact log-likelihood in the span (one oracle pass) the way sampled fills are: tokens plus the ending
         pad."""
@@ -208,6 +198,7 @@ class AnySubset:
         if not options.retrieve or len(regions) != 1 or len(regions[0].spans) != 1:
             return []
         region, plan = regions[0], regions[0].spans[0]
+        loaded = run.loaded
         model = loaded.asarm
         pad = model.pad_id
         if not plan.span.one_line or plan.healed or pad is None or (plan.prefix and not plan.prefix.endswith("\n")):
@@ -221,7 +212,7 @@ class AnySubset:
             if len(ids) >= plan.budget:
                 continue
             logq = score(model, problem, torch.tensor(ids + [pad] * (plan.budget - len(ids))))
-            totals.nfe += 1
+            run.totals.nfe += 1
             out.append(Fill(text, float(logq[: len(ids) + 1].sum()), len(ids)))
         return out
 
@@ -270,30 +261,24 @@ class BlockDiffusion:
         # no limit here: infill.decoding.blockfill fits the prompt to the model's positions
         return Window(1 << 30, has_bos=False, has_pad=False, groups_spans=False)
 
-    def sample(
-        self,
-        region: Region,
-        loaded: LoadedModel,
-        cfg: DecodeConfig,
-        generator: torch.Generator,
-        totals: Totals,
-        on_progress: ProgressCallback | None,
-        attempt: int,
-    ) -> list[Fill]:
+    def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
         from infill.decoding.blockfill import fill_middle
 
         (plan,) = region.spans  # block-diffusion regions hold one span each
-        tok = loaded.tokenizer
+        tok = run.loaded.tokenizer
         text, stats = fill_middle(
-            loaded, tok.decode(region.prefix_ids), tok.decode(region.suffix_ids), plan.budget, cfg, generator
+            run.loaded,
+            tok.decode(region.prefix_ids),
+            tok.decode(region.suffix_ids),
+            plan.budget,
+            run.cfg,
+            run.generator,
         )  # (decoded text, stats); the score is the decoder's own log-probability where it reports one, else 0
-        totals.add(stats)
+        run.totals.add(stats)
         score = float(stats.extra.get("logprob", 0.0)) if isinstance(stats.extra, dict) else 0.0
         return [Fill(text, score, len(tok.encode(text)) if text else 0)]
 
-    def ranked_lines(
-        self, regions: list[Region], loaded: LoadedModel, options: FillOptions, totals: Totals
-    ) -> list[Fill]:
+    def ranked_lines(self, regions: list[Region], run: Run, options: FillOptions) -> list[Fill]:
         return []  # no exact likelihood of a given text: retrieval is for any-subset models
 
 

@@ -71,17 +71,7 @@ def result_json(result: Any, file: str | None) -> dict[str, Any]:
     """The `--format json` document (exactly the keys the issue specifies)."""
     return {
         "file": file,
-        "edits": [
-            {
-                "start_line": e.start_line,
-                "end_line": e.end_line,
-                "start_byte": e.start_byte,
-                "end_byte": e.end_byte,
-                "text": e.text,
-                "score": e.score,
-            }
-            for e in result.edits
-        ],
+        "edits": [e.to_json() for e in result.edits],
         "stats": {k: result.stats.get(k) for k in ("decoder", "model", "nfe", "tokens", "seconds")},
     }
 
