@@ -96,10 +96,11 @@ def docstrings(
     123 internal or model error.
     Configure defaults in [tool.infill.docstrings] of pyproject.toml.
     """
+    request = DocstringsRequest(
+        paths, check, show_diff, update, config_path, output_format, quiet, overrides, cwd=os.getcwd()
+    )
     try:
-        code = _run(
-            ctx, paths, check, show_diff, update, config_path, output_format, quiet, overrides, daemon, idle_timeout
-        )
+        code = _run(ctx, request, daemon, idle_timeout)
     except InfillError as exc:
         click.echo(f"error: {exc}", err=True)
         code = exc.exit_code
@@ -109,31 +110,16 @@ def docstrings(
     ctx.exit(code)
 
 
-def _run(
-    ctx: click.Context,
-    paths: tuple[str, ...],
-    check: bool,
-    show_diff: bool,
-    update: bool,
-    config_path: str | None,
-    output_format: str,
-    quiet: bool,
-    overrides: dict[str, Any],
-    daemon: str = "off",
-    idle_timeout: float = 0.0,
-) -> int:
-    request = DocstringsRequest(
-        paths, check, show_diff, update, config_path, output_format, quiet, overrides, cwd=os.getcwd()
-    )
+def _run(ctx: click.Context, request: DocstringsRequest, daemon: str = "off", idle_timeout: float = 0.0) -> int:
     cfg, files = plan(request)
     injected = (ctx.obj or {}).get("slot_filler") if isinstance(ctx.obj, dict) else None
-    if not check and injected is None:  # a warm model in this user's daemon, if there is one (or may be)
+    if not request.check and injected is None:  # a warm model in this user's daemon, if there is one (or may be)
         size = sum(f.stat().st_size for f in files if f.is_file())
         forwarded = forward_docstrings(request.to_dict(), daemon, idle_timeout, model=cfg.model, input_bytes=size)
         if forwarded is not None:
             return forwarded
     filler: SlotFiller | None = None
-    if not check:
+    if not request.check:
         filler = injected if injected is not None else model_filler_for(cfg)
     return process(request, cfg, files, filler, _echo).exit_code
 

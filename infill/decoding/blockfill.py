@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from infill.errors import ModelError
+from infill.models.blockdiff import FIM_TOKENS
 
 if TYPE_CHECKING:
     import torch
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from infill.models.blockdiff import BlockDiffModel, HFTokenizer
     from infill.models.registry import LoadedModel
 
-FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
 HOLE = "<FILL>"
 INSTRUCTION = (
     "Complete the code: replace {hole} with the missing text, so that the code before and after it fits.\n"
