@@ -6,7 +6,6 @@ this group lazily when that module exists.
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
 from collections.abc import Callable
@@ -51,18 +50,10 @@ class TrainGroup(click.Group):
         return super().get_command(ctx, cmd_name) or self._lazy(cmd_name)
 
     def _lazy(self, name: str) -> click.Command | None:
+        from infill.cli import load_command
+
         target = self.LAZY.get(name)
-        if target is None:
-            return None
-        module_name, attr = target.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                return None
-            raise
-        command = getattr(module, attr, None)
-        return command if isinstance(command, click.Command) else None
+        return None if target is None else load_command(target)
 
 
 @click.group(cls=TrainGroup)

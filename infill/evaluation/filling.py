@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -216,3 +216,15 @@ def raw_filler(model: Any, decode: DecodeConfig, default_tokens: int = 32) -> Fi
         )
 
     return fill
+
+
+def fill_costs(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What the fills of an evaluation cost, for its summary: tokens, forward passes, and fill time."""
+    tokens = sum(r["tokens"] for r in results)
+    nfe = sum(r["nfe"] for r in results)
+    return {
+        "tokens": tokens,
+        "nfe": nfe,
+        "tokens_per_nfe": tokens / nfe if nfe else 0.0,
+        "fill_seconds": round(sum(r["fill_seconds"] for r in results), 2),
+    }

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from infill.errors import InputError
-from infill.evaluation.filling import Filler, Slot, line_slot, split_lines
+from infill.evaluation.filling import Filler, Slot, fill_costs, line_slot, split_lines
 
 
 @dataclass(frozen=True)
@@ -140,8 +140,6 @@ def run_heldout_exact(
 
 def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     n = len(results)
-    tokens = sum(r["tokens"] for r in results)
-    nfe = sum(r["nfe"] for r in results)
     return {
         "tasks": n,
         "files": len({r["task_id"].rsplit(":", 1)[0] for r in results}),
@@ -149,8 +147,5 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "exact_match": sum(r["exact"] for r in results) / n if n else 0.0,
         "exact_match_stripped": sum(r["exact_stripped"] for r in results) / n if n else 0.0,
         "errors": sum(r["error"] is not None for r in results),
-        "tokens": tokens,
-        "nfe": nfe,
-        "tokens_per_nfe": tokens / nfe if nfe else 0.0,
-        "fill_seconds": round(sum(r["fill_seconds"] for r in results), 2),
+        **fill_costs(results),
     }

@@ -22,7 +22,7 @@ from typing import Any
 
 from infill.errors import InputError
 from infill.evaluation.execute import run_program
-from infill.evaluation.filling import Filler, Slot, line_slot, split_lines
+from infill.evaluation.filling import Filler, Slot, fill_costs, line_slot, split_lines
 
 EXPECTED_TASKS = 1033  # non-blank canonical-solution lines of HumanEval's 164 problems
 
@@ -146,8 +146,6 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     statuses: dict[str, int] = {}
     for r in results:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-    tokens = sum(r["tokens"] for r in results)
-    nfe = sum(r["nfe"] for r in results)
     return {
         "tasks": n,
         "passed": passed,
@@ -155,9 +153,6 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "exact_match": sum(r["completion"] == r["reference"] for r in results) / n if n else 0.0,
         "statuses": dict(sorted(statuses.items())),
         "problems": len({r["task_id"].rsplit("/", 1)[0] for r in results}),
-        "tokens": tokens,
-        "nfe": nfe,
-        "tokens_per_nfe": tokens / nfe if nfe else 0.0,
-        "fill_seconds": round(sum(r["fill_seconds"] for r in results), 2),
+        **fill_costs(results),
         "exec_seconds": round(sum(r["exec_seconds"] for r in results), 2),
     }
