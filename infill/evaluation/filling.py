@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from infill.config import DecodeConfig, FillOptions
 
@@ -228,3 +228,21 @@ def fill_costs(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "tokens_per_nfe": tokens / nfe if nfe else 0.0,
         "fill_seconds": round(sum(r["fill_seconds"] for r in results), 2),
     }
+
+
+T = TypeVar("T")
+
+
+def run_tasks(
+    tasks: Sequence[T],
+    one: Callable[[T], dict[str, Any]],
+    on_result: Callable[[int, int, dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """`one(task)` for every task, in order -> the per-task results; on_result(done, total, result) after each."""
+    results: list[dict[str, Any]] = []
+    for index, task in enumerate(tasks):
+        result = one(task)
+        results.append(result)
+        if on_result is not None:
+            on_result(index + 1, len(tasks), result)
+    return results
