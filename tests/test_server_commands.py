@@ -298,3 +298,30 @@ def test_every_decoding_option_is_a_fill_param_and_builds_a_real_request() -> No
     assert (request.file, request.stdin, request.stdin_filename, request.format) == ("-", "x = 1\n", "x.py", "json")
     with pytest.raises(InputError, match="precision"):
         handlers.fill_request({"text": "x", "precision": "fp16"})
+
+
+def test_the_server_and_the_fills_share_one_model_cache() -> None:
+    from infill import api
+    from infill.config import ModelSpec
+    from infill.models import cache, registry
+
+    loads: list[ModelSpec] = []
+
+    def factory(spec: ModelSpec) -> registry.LoadedModel:
+        loads.append(spec)
+        return _fake_loaded(spec.name)
+
+    registry.register("shared-fake", factory)
+    try:
+        dispatcher = Dispatcher()
+        assert dispatcher.context.models is cache.SHARED
+        first = api.load_model(ModelSpec("shared-fake"))  # what every fill does
+        assert "shared-fake" in [m["name"] for m in call(dispatcher, "models", {})["loaded"]]
+        assert dispatcher.context.models.get(ModelSpec("shared-fake")) is first and len(loads) == 1
+        registry.register("shared-fake", factory)  # re-registered (a new factory object is not needed)
+        assert api.load_model(ModelSpec("shared-fake")) is first
+        registry.register("shared-fake", lambda spec: factory(spec))  # another factory: loaded again
+        assert api.load_model(ModelSpec("shared-fake")) is not first and len(loads) == 2
+    finally:
+        registry.unregister("shared-fake")
+        api.clear_model_cache()
