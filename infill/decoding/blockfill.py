@@ -98,7 +98,7 @@ def fill_middle(
 
     model = loaded.blockdiff  # ModelError for an any-subset model
     tokenizer = cast("HFTokenizer", loaded.tokenizer)  # block-diffusion folders load an HFTokenizer
-    limit = getattr(model.model.config, "max_position_embeddings", None)
+    limit = model.max_positions
     ids, fmt, truncated = build_prompt(tokenizer, prefix, suffix, None if limit is None else limit - max_tokens)
     tokens, stats = generate(model, torch.tensor(ids, dtype=torch.long), max_tokens, cfg, generator, on_step)
     text = tokenizer.decode(tokens.tolist())

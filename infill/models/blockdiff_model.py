@@ -87,6 +87,12 @@ class BlockDiffModel:
         return next(self.model.parameters()).device
 
     @property
+    def max_positions(self) -> int | None:
+        """The longest sequence the network's positions allow (config.max_position_embeddings), if it says."""
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        return None if limit is None else int(limit)
+
+    @property
     def attn_implementation(self) -> str:
         return str(self.model.config._attn_implementation)
 
