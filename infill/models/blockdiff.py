@@ -7,7 +7,6 @@ BlockDiffModel, KVState and ForwardKind are importable from here too.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +16,7 @@ from infill.config import ModelSpec
 from infill.errors import InputError, ModelError
 from infill.hardware import fast_bf16
 from infill.models.blockdiff_model import BlockDiffModel, ForwardKind, KVState
+from infill.models.loading import read_json
 from infill.models.registry import LoadedModel
 
 __all__ = [
@@ -77,16 +77,6 @@ class HFTokenizer:
         return list(self.hf.encode(text, add_special_tokens=False))
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ModelError(f"{path} is not a JSON object")
-    return data
-
-
 def _load_tokenizer(folder: Path) -> HFTokenizer:
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -102,7 +92,7 @@ def _load_tokenizer(folder: Path) -> HFTokenizer:
         tok = PreTrainedTokenizerFast(tokenizer_file=str(tok_file))
         tcfg = folder / "tokenizer_config.json"
         if tcfg.exists():
-            template = _read_json(tcfg).get("chat_template")
+            template = read_json(tcfg).get("chat_template")
             if isinstance(template, str):
                 tok.chat_template = template
     return HFTokenizer(tok)
@@ -140,7 +130,7 @@ def load_folder(
     folder = Path(path)
     if not folder.is_dir():
         raise ModelError(f"model folder not found: {folder}")
-    raw = _read_json(folder / "config.json")
+    raw = read_json(folder / "config.json")
     section: dict[str, Any] = raw["infill"] if isinstance(raw.get("infill"), dict) else {}
     model_type = str(raw.get("model_type", "")).lower()
     if model_type not in ARCHITECTURES:
@@ -152,7 +142,7 @@ def load_folder(
     config_cls = cls.config_class
     config = config_cls(**{k: v for k, v in raw.items() if k not in _CONFIG_DROP})
     gen_path = folder / "generation_config.json"
-    gen = _read_json(gen_path) if gen_path.exists() else {}
+    gen = read_json(gen_path) if gen_path.exists() else {}
 
     with _quiet_transformers():
         tokenizer = _load_tokenizer(folder)
