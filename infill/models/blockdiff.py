@@ -14,7 +14,7 @@ from typing import Any
 
 from infill.config import ModelSpec
 from infill.errors import InputError, ModelError
-from infill.hardware import fast_bf16
+from infill.hardware import fast_bf16, resolve_device
 from infill.models.blockdiff_model import BlockDiffModel, ForwardKind, KVState
 from infill.models.loading import read_json
 from infill.models.registry import LoadedModel
@@ -189,9 +189,7 @@ def load_folder(
             end_ids.add(tid)
     end_ids.discard(mask_id)
 
-    device = spec.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(spec.device).type  # ModelError for cuda without a GPU
     try:
         with _quiet_transformers():  # "a model of type sdar ..." is expected here: that is the point
             model = cls.from_pretrained(
