@@ -52,6 +52,7 @@ from infill.core.plan import (
     split_context,
     token_budget,
 )
+from infill.decoding.stats import histogram
 from infill.errors import InputError, NoValidFillError
 from infill.models.registry import LoadedModel
 from infill.spans import LineIndex, Span, check_spans
@@ -266,7 +267,7 @@ def fill_text(
         valid=len(valid),
         score=best_score,
         regions=len(regions),
-        accepted_histogram=_histogram(totals.accepted),
+        accepted_histogram=histogram(totals.accepted),
     )
     if not valid and not options.allow_syntax_errors:
         raise _no_valid_fill(data, ordered, best_edits, attempts, rejection, stats)
@@ -304,10 +305,3 @@ def _no_valid_fill(
 
 def _lines(edit: Edit) -> str:
     return str(edit.start_line) if edit.start_line == edit.end_line else f"{edit.start_line}-{edit.end_line}"
-
-
-def _histogram(accepted: list[int]) -> dict[int, int]:
-    hist: dict[int, int] = {}
-    for a in accepted:
-        hist[a] = hist.get(a, 0) + 1
-    return dict(sorted(hist.items()))
