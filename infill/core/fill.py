@@ -16,11 +16,14 @@ import os
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec
 from infill.errors import InfillError, InputError, NoValidFillError
 from infill.spans import BOM, Selection
+
+if TYPE_CHECKING:
+    from infill.api import FillResult
 
 EXIT_OK, EXIT_CHANGES, EXIT_USAGE, EXIT_NO_VALID_FILL, EXIT_INTERNAL = 0, 1, 2, 3, 123
 
@@ -67,8 +70,8 @@ class FillRequest:
         return cls(**kw)
 
 
-def result_json(result: Any, file: str | None) -> dict[str, Any]:
-    """The `--format json` document (exactly the keys the issue specifies)."""
+def result_json(result: FillResult, file: str | None) -> dict[str, Any]:
+    """The `--format json` document: the file, its edits (Edit.to_json) and the decoding stats."""
     return {
         "file": file,
         "edits": [e.to_json() for e in result.edits],
@@ -226,7 +229,7 @@ def preflight(req: FillRequest) -> bool:
     return True
 
 
-def _fill(req: FillRequest, on_progress: Callable[[dict[str, Any]], None] | None) -> tuple[_Input, Any]:
+def _fill(req: FillRequest, on_progress: Callable[[dict[str, Any]], None] | None) -> tuple[_Input, FillResult]:
     """Read and check the input, then fill it -> (the input, infill.api.FillResult). Writes nothing."""
     from infill import api
 
