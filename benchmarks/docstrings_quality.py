@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/docstrings_quality.json"))
     args = parser.parse_args()
 
-    from infill.commands.docstrings import _real_filler
+    from infill.core.docstrings import model_filler_for as _real_filler
 
     cfg = DocstringConfig(style=args.style, model=args.model, ignore_module=True, seed=args.seed)
     filler = _real_filler(cfg)

@@ -113,19 +113,23 @@ class LazyGroup(click.Group):
     @staticmethod
     def _load(name: str) -> click.Command | None:
         target = COMMANDS.get(name)
-        if target is None:
+        return None if target is None else load_command(target)
+
+
+def load_command(target: str) -> click.Command | None:
+    """The Click command at "module:attribute", imported now; None when that module does not exist (a command
+    not written yet, or an optional one). The `infill` group and `infill train` load their commands this way."""
+    module_name, attr = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
             return None
-        module_name, attr = target.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:  # command not written yet
-                return None
-            raise
-        command = getattr(module, attr)
-        if not isinstance(command, click.Command):
-            raise TypeError(f"{target} is not a click command")
-        return command
+        raise
+    command = getattr(module, attr)
+    if not isinstance(command, click.Command):
+        raise TypeError(f"{target} is not a click command")
+    return command
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

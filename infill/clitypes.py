@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -23,3 +24,19 @@ class FiniteFloatRange(click.FloatRange):
 
 FINITE_FLOAT = FiniteFloatRange()
 SEED = click.IntRange(SEED_MIN, SEED_MAX)
+
+
+def block_sizes(minimum: int, why: str = "") -> Callable[[click.Context, click.Parameter, str], tuple[int, ...]]:
+    """A Click callback parsing comma-separated block sizes ("4,8,16"), each at least `minimum` (`why` says why
+    in the error)."""
+
+    def parse(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, ...]:
+        try:
+            sizes = tuple(int(x) for x in value.split(",") if x.strip())
+        except ValueError:
+            raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+        if not sizes or min(sizes) < minimum:
+            raise click.BadParameter(f"block sizes must be >= {minimum}{why}")
+        return sizes
+
+    return parse

@@ -7,6 +7,21 @@ from dataclasses import dataclass, field, fields
 from typing import Literal, get_args
 
 DecoderName = Literal["assd", "sequential", "parallel", "beam", "confidence", "s2d2", "ssmd", "ptp"]
+ModelKind = Literal["asarm", "blockdiff"]  # any-subset autoregressive (XLNet) or block diffusion
+# The model kind each decoder runs (its function: infill.decoding.registry). Every other list of decoder names
+# (the --decoder choices, the server's checks, the eval flags, the error messages) is derived from this table.
+DECODER_KIND: dict[DecoderName, ModelKind] = {
+    "assd": "asarm",
+    "sequential": "asarm",
+    "parallel": "asarm",
+    "beam": "asarm",
+    "confidence": "blockdiff",
+    "s2d2": "blockdiff",
+    "ssmd": "blockdiff",
+    "ptp": "blockdiff",
+}
+# `--decoder` offers every decoder but beam search, which `--beam N` selects (with its width)
+CHOOSABLE_DECODERS: tuple[DecoderName, ...] = tuple(d for d in get_args(DecoderName) if d != "beam")
 DraftName = Literal["model", "ngram", "lookup"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 
@@ -35,6 +50,10 @@ class DecodeConfig:
     ssmd_window: int = 0  # drafted positions per full forward; 0 = a cosine schedule over the block
 
 
+# `infill eval`'s decoding defaults: greedy, so that a measurement is one number, not a sample of one
+EVAL_DECODE = DecodeConfig(temperature=0.0)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str = "default"  # packaged model name, a local folder path, or an HF repo id already in the local cache
@@ -56,6 +75,15 @@ class FillOptions:
     # when no candidate passes the checks: False raises NoValidFillError (nothing is written); True returns the
     # most likely candidate with a warning (`--allow-syntax-errors`)
     allow_syntax_errors: bool = False
+
+
+def decoders_for(kind: ModelKind) -> tuple[DecoderName, ...]:
+    """The decoders that run a model of `kind`, in DecoderName's order."""
+    return tuple(d for d in get_args(DecoderName) if DECODER_KIND[d] == kind)
+
+
+if set(DECODER_KIND) != set(get_args(DecoderName)):  # pragma: no cover - a decoder added to one list only
+    raise AssertionError("DECODER_KIND must name every DecoderName")
 
 
 def check_decode(cfg: DecodeConfig) -> None:

@@ -1,4 +1,4 @@
-"""What this machine's CPU does well: the one place that decides on bf16 and thread counts.
+"""What this machine's CPU does well: the one place that decides on the device, bf16 and thread counts.
 
 bf16 matrix products are fast only on CPUs with AMX or AVX512-BF16 (0.4-0.9 TFLOP/s measured); on AVX2-only CPUs
 they run about 65x slower than fp32. Decoding runs many tiny matrix products, where one intra-op thread beats
@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from infill.errors import ModelError
+
+if TYPE_CHECKING:
+    import torch
 
 THREADS_ENV = "INFILL_THREADS"
 DECODE_THREADS = 1  # decoding default (docs/performance.md has the 1 vs 2 thread measurements)
@@ -53,3 +59,16 @@ def configure_decode_threads(requested: int | None = None) -> int:
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return threads
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto' -> cuda when available, else cpu. 'cuda' without a GPU is a ModelError."""
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelError("--device cuda was asked for, but torch sees no CUDA device")
+    if device not in ("cpu", "cuda"):
+        raise ModelError(f"unknown device {device!r} (expected auto, cpu or cuda)")
+    return torch.device(device)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -189,12 +190,15 @@ def test_model_runs_are_forwarded_to_the_daemon_but_check_is_not(tmp_path: Path,
 
     calls: list[tuple[str, str | None]] = []
 
-    def fake_forward(ctx: Any, mode: str, idle_timeout: float, model: str | None = None, input_bytes: int = 0) -> int:
+    def fake_forward(
+        request: dict[str, Any], mode: str, idle_timeout: float, model: str | None = None, input_bytes: int = 0
+    ) -> int:
         assert 0 < input_bytes < 10_000  # the size of the files, so a large run is never sent to the daemon
+        assert request["paths"] == [str(root)] and request["cwd"] == os.getcwd()  # JSON-ready, run where asked
         calls.append((mode, model))
         return 0
 
-    monkeypatch.setattr(command, "forward_command", fake_forward)
+    monkeypatch.setattr(command, "forward_docstrings", fake_forward)
     root = project(tmp_path)
     result = CliRunner().invoke(docstrings, ["--daemon", "on", "--model", "tiny", str(root)])
     assert result.exit_code == 0 and calls == [("on", "tiny")]

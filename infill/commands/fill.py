@@ -1,317 +1,36 @@
 """`infill fill`: flags -> one FillRequest -> run_fill(request) -> rendered output and an exit code.
 
-All work after flag parsing happens in `run_fill`, a function of a plain JSON-serialisable request (a
-dict, or a FillRequest). It returns a plain dict {"exit_code", "stdout", "stderr", "result"}; the command
-only prints it. A daemon (`--daemon`) can therefore ship `FillRequest.to_dict()` to a warm server,
+All work after flag parsing happens in infill.core.fill.run_fill, a function of a plain JSON-serialisable
+request (a dict, or a FillRequest). It returns a plain dict {"exit_code", "stdout", "stderr", "result"}; the
+command only prints it. A daemon (`--daemon`) can therefore ship `FillRequest.to_dict()` to a warm server,
 call `run_fill` there in-process, and print the same dict on the client. The command reads stdin; the
-request carries its text.
+request carries its text. The decoding flags are generated from infill.options.
 
 This module imports neither torch nor rich.progress at import time: `infill fill --help` stays fast.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import traceback
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
 from typing import Any, BinaryIO, cast
 
 import click
 
-from infill.clitypes import SEED, FiniteFloatRange
-from infill.config import DecodeConfig, DecoderName, DeviceName, DraftName, FillOptions, ModelSpec
-from infill.errors import InfillError, InputError, NoValidFillError
+from infill.core.fill import (
+    EXIT_USAGE,
+    FillRequest,
+    no_valid_fill_json,
+    preflight,
+    result_json,
+    run_fill,
+)
+from infill.errors import InfillError
+from infill.options import click_options, from_flags
 from infill.server.options import daemon_options, fill_command
-from infill.spans import BOM, DEFAULT_TOKENS, Selection
+from infill.spans import DEFAULT_TOKENS, Selection
 
-EXIT_OK, EXIT_CHANGES, EXIT_USAGE, EXIT_NO_VALID_FILL, EXIT_INTERNAL = 0, 1, 2, 3, 123
-
-
-@dataclass(frozen=True)
-class FillRequest:
-    """Everything `infill fill` was asked to do; plain data, JSON round-trippable via to_dict / from_dict."""
-
-    file: str  # a path as the user typed it, or "-" for stdin
-    selections: tuple[Selection, ...]
-    stdin: str | None = None  # the input text when file == "-"
-    stdin_filename: str | None = None  # names the language (and the diff label) for stdin
-    cwd: str = "."  # relative paths are resolved against this (the daemon runs elsewhere)
-    decode: DecodeConfig = DecodeConfig()
-    model: ModelSpec = ModelSpec()
-    options: FillOptions = FillOptions()
-    diff: bool = False
-    check: bool = False
-    output: str | None = None  # -o PATH ("-" = stdout)
-    format: str = "text"  # "text" | "json"
-    verbosity: int = 0  # -1 quiet, 0 normal, 1+ verbose
-    stats: bool = False
-    filter_mode: bool = False  # editor filter: stdin -> stdout; stdout only text; echo the input on failure
-    extra: dict[str, Any] = field(default_factory=dict)  # room for later flags (e.g. the daemon's)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["selections"] = [asdict(s) for s in self.selections]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> FillRequest:
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise InputError(f"unknown request field(s): {', '.join(sorted(unknown))}")
-        kw = dict(d)
-        kw["selections"] = tuple(Selection(s["kind"], s["value"]) for s in d.get("selections", ()))
-        kw["decode"] = DecodeConfig(**d.get("decode", {}))
-        kw["model"] = ModelSpec(**d.get("model", {}))
-        opts = dict(d.get("options", {}))
-        opts["context"] = tuple(opts.get("context", ()))  # JSON turns the tuple into a list
-        kw["options"] = FillOptions(**opts)
-        return cls(**kw)
-
-
-def _read_context(path: str) -> str:
-    """A --context file's text (undecodable bytes replaced: it only supplies candidate lines)."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read()
-
-
-def result_json(result: Any, file: str | None) -> dict[str, Any]:
-    """The `--format json` document (exactly the keys the issue specifies)."""
-    return {
-        "file": file,
-        "edits": [
-            {
-                "start_line": e.start_line,
-                "end_line": e.end_line,
-                "start_byte": e.start_byte,
-                "end_byte": e.end_byte,
-                "text": e.text,
-                "score": e.score,
-            }
-            for e in result.edits
-        ],
-        "stats": {k: result.stats.get(k) for k in ("decoder", "model", "nfe", "tokens", "seconds")},
-    }
-
-
-def no_valid_fill_json(exc: NoValidFillError, file: str | None) -> dict[str, Any]:
-    """The `--format json` document when no candidate was valid: no edits, the rejected ones under "failed"."""
-    return {
-        "file": file,
-        "edits": [],
-        "stats": {k: exc.stats.get(k) for k in ("decoder", "model", "nfe", "tokens", "seconds")},
-        "failed": exc.failed,
-        "error": {"code": "no_valid_fill", "message": str(exc), "exit_code": exc.exit_code},
-    }
-
-
-def _stats_line(stats: dict[str, Any]) -> str:
-    nfe, tokens = stats.get("nfe", 0) or 0, stats.get("tokens", 0) or 0
-    secs = stats.get("seconds", 0.0) or 0.0
-    parts = [
-        f"decoder={stats.get('decoder')}",
-        f"model={stats.get('model')}",
-        f"nfe={nfe}",
-        f"tokens={tokens}",
-        f"tokens/nfe={tokens / nfe:.2f}" if nfe else "tokens/nfe=-",
-        f"seconds={secs:.3f}",
-        f"tokens/s={tokens / secs:.1f}" if secs else "tokens/s=-",
-        f"samples={stats.get('samples', 1)}",
-        f"score={stats.get('score', 0.0):.3f}",
-    ]
-    if stats.get("accepted_histogram"):
-        parts.append("accepted=" + ",".join(f"{k}:{v}" for k, v in stats["accepted_histogram"].items()))
-    return "stats: " + " ".join(parts)
-
-
-def run_fill(
-    request: FillRequest | dict[str, Any], on_progress: Callable[[dict[str, Any]], None] | None = None
-) -> dict[str, Any]:
-    """Do one `infill fill` request -> {"exit_code", "stdout": str, "stderr": [str], "result": dict | None}.
-
-    Never raises for input, model or internal errors: they become an exit code and one stderr line. In filter
-    mode stdout is the patched text, or the unchanged input on failure; stderr stays empty unless verbose.
-    """
-    out: dict[str, Any] = {"exit_code": EXIT_OK, "stdout": "", "stderr": [], "result": None}
-    try:
-        req = request if isinstance(request, FillRequest) else FillRequest.from_dict(request)
-    except (InfillError, TypeError, KeyError, ValueError) as exc:
-        out["exit_code"] = EXIT_USAGE
-        out["stderr"].append(f"error: bad request: {exc}")
-        return out
-    quiet_stderr = req.verbosity < 0 or (req.filter_mode and req.verbosity < 1)
-
-    def say(line: str) -> None:
-        if not quiet_stderr:
-            out["stderr"].append(line)
-
-    original: str | None = req.stdin if req.file == "-" else None
-    try:
-        _run(req, out, say, on_progress)
-    except NoValidFillError as exc:  # exit 3: nothing written; --format json also lists the failed edits
-        out["exit_code"] = exc.exit_code
-        out["result"] = no_valid_fill_json(exc, None if req.file == "-" else req.file)
-        if req.filter_mode and req.verbosity < 1:
-            out["stderr"] = []
-        else:
-            out["stderr"].append(f"error: {exc}")
-        if req.filter_mode and original is not None:
-            out["stdout"] = original
-        else:
-            out["stdout"] = json.dumps(out["result"], ensure_ascii=False) + "\n" if req.format == "json" else ""
-    except InfillError as exc:
-        out["exit_code"] = exc.exit_code
-        if req.filter_mode and req.verbosity < 1:
-            out["stderr"] = []
-        else:
-            out["stderr"].append(f"error: {exc}")
-        out["stdout"] = original if req.filter_mode and original is not None else ""
-    except Exception as exc:  # a bug or a backend failure: exit 123 with one line (traceback with -v)
-        out["exit_code"] = EXIT_INTERNAL
-        out["stderr"] = [] if req.filter_mode and req.verbosity < 1 else out["stderr"]
-        if not (req.filter_mode and req.verbosity < 1):
-            out["stderr"].append(f"error: internal error: {type(exc).__name__}: {exc}".splitlines()[0])
-            if req.verbosity >= 1:
-                out["stderr"].append(traceback.format_exc().rstrip())
-        out["stdout"] = original if req.filter_mode and original is not None else ""
-    return out
-
-
-def _resolve(req: FillRequest, path: str) -> str:
-    """`path` for this process: relative paths are relative to the request's cwd (a daemon runs elsewhere)."""
-    if os.path.isabs(path) or os.path.realpath(req.cwd) == os.path.realpath(os.getcwd()):
-        return path
-    return os.path.join(req.cwd, path)
-
-
-@dataclass
-class _Input:
-    text: str
-    data: bytes
-    snapshot: Any  # infill.patch.Snapshot of the file, None for stdin
-    name: str | None  # names the language
-    display: str  # names the input in messages
-    language: str | None
-    selected: list[Any]  # infill.spans.Span
-
-
-def _prepare(req: FillRequest, tree_sitter: bool = True) -> _Input:
-    """Read and check the input and resolve the selections; InputError for anything unusable. Needs no model,
-    so a client runs it before asking a daemon (`tree_sitter=False` skips selectors that parse the file)."""
-    from infill import languages, patch, spans
-
-    name = req.stdin_filename if req.file == "-" else req.file
-    display = req.file if req.file != "-" else (req.stdin_filename or "<stdin>")
-    snapshot = None
-    if req.file == "-":
-        if req.stdin is None:
-            raise InputError("no stdin text in the request")
-        text = req.stdin
-        data = text.encode("utf-8")
-    else:
-        try:
-            data, snapshot = patch.read_source(_resolve(req, req.file))
-        except InputError as exc:
-            exc.path = req.file  # as the user typed it, not resolved against cwd
-            raise
-        text = patch.decode_utf8(data, req.file)
-    if not data.removeprefix(BOM).strip():
-        raise InputError("the input is empty; there is no context to fill around", path=display)
-    writes_in_place = req.file != "-" and not (req.diff or req.check or req.format == "json" or req.output)
-    if writes_in_place:
-        patch.check_writable(_resolve(req, req.file))
-    elif req.output and req.output != "-":
-        patch.check_writable(_resolve(req, req.output))
-    language = languages.detect(name)
-    selected: list[Any] = []
-    if tree_sitter or all(s.kind in ("span", "marker") for s in req.selections):
-        try:
-            selected = spans.resolve(data, req.selections, language, name)
-        except InputError as exc:
-            if exc.path is None:
-                exc.path = display
-            raise
-    return _Input(text, data, snapshot, name, display, language, selected)
-
-
-def preflight(req: FillRequest) -> bool:
-    """Whether the request gets past the checks that need no model (a missing file, a bad span...). A client
-    asks a daemon only then: a request that fails them fails in-process in milliseconds, as it would there."""
-    try:
-        _prepare(req, tree_sitter=False)
-    except InfillError:
-        return False
-    return True
-
-
-def _run(
-    req: FillRequest,
-    out: dict[str, Any],
-    say: Callable[[str], None],
-    on_progress: Callable[[dict[str, Any]], None] | None,
-) -> None:
-    from infill import api, patch
-
-    given = _prepare(req)
-    text, snapshot, display = given.text, given.snapshot, given.display
-    language, selected = given.language, given.selected
-    result = api.fill_text(
-        text,
-        selected,
-        language=language,
-        model=req.model,
-        decode=req.decode,
-        options=req.options,
-        on_progress=on_progress,
-    )
-    out["result"] = result_json(result, None if req.file == "-" else req.file)
-    for warning in result.warnings:
-        say(f"warning: {display}: {warning}")
-    if req.verbosity >= 1:
-        for note in getattr(result, "notes", []):
-            say(f"note: {display}: {note}")
-        for e in result.edits:
-            say(f"{display}:{e.start_line}-{e.end_line}: filled {e.tokens} tokens (log-likelihood {e.score:.2f})")
-    if req.stats:
-        say(_stats_line(result.stats))
-    changed = result.text != text
-    if req.format == "json":
-        out["stdout"] = json.dumps(out["result"], ensure_ascii=False) + "\n"
-    if req.diff:
-        diff = patch.unified_diff(text, result.text, display)
-        if req.format != "json":
-            out["stdout"] = diff
-        out["exit_code"] = EXIT_CHANGES if changed else EXIT_OK
-    if req.check:
-        if changed:
-            say(f"would fill {display} ({len(result.edits)} span(s))")
-        out["exit_code"] = EXIT_CHANGES if changed else EXIT_OK
-    if req.diff or req.check:
-        return
-    if req.output:
-        if req.output == "-":
-            if req.format != "json":
-                out["stdout"] = result.text
-        else:
-            target = _resolve(req, req.output)
-            same = req.file != "-" and os.path.realpath(target) == os.path.realpath(_resolve(req, req.file))
-            patch.atomic_write(target, result.text.encode("utf-8"), snapshot if same else None)
-            say(f"wrote {req.output}")
-        return
-    if req.format == "json":
-        return
-    if req.file == "-":
-        out["stdout"] = result.text
-        return
-    if changed:
-        patch.atomic_write(_resolve(req, req.file), result.text.encode("utf-8"), snapshot)
-        say(f"filled {display} ({len(result.edits)} span(s))")
-    else:
-        say(f"unchanged {display}")
-
+__all__ = ["FillRequest", "fill", "no_valid_fill_json", "preflight", "result_json", "run_fill"]
 
 # ------------------------------------------------------------------------------------------------------------
 # the Click command: flags -> FillRequest -> run_fill -> print
@@ -450,158 +169,7 @@ class FillCommand(click.Command):
 @click.option("--function", "functions", multiple=True, metavar="NAME", help="Fill this function's body.")
 @click.option("--class", "classes", multiple=True, metavar="NAME", help="Fill this class's body.")
 @click.option("--node", "nodes", multiple=True, metavar="KIND", help="Fill every query capture KIND.")
-@click.option("--tokens", type=click.IntRange(min=1), default=None, help="Tokens per span (see length policy).")
-@click.option(
-    "--decoder",
-    type=click.Choice(["assd", "sequential", "parallel", "confidence", "s2d2", "ssmd", "ptp"]),
-    default="assd",
-    show_default=True,
-    help="assd/sequential are exact; parallel is not; confidence/s2d2/ssmd/ptp are for block-diffusion models "
-    "(ptp: exact, needs a PTP adapter; ssmd needs a model with an SSMD head and is exact per speculative step, "
-    "not with respect to one fixed model's joint).",
-)
-@click.option(
-    "-k",
-    "k",
-    type=click.IntRange(min=1),
-    default=DecodeConfig.k,
-    show_default=True,
-    help="Speculation width (tokens drafted per step).",
-)
-@click.option(
-    "--temperature",
-    type=FiniteFloatRange(min=0.0),
-    default=DecodeConfig.temperature,
-    show_default=True,
-    help="0 = greedy.",
-)
-@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True, help="0 = off.")
-@click.option(
-    "--top-p",
-    type=FiniteFloatRange(min=0.0, max=1.0, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="1 = off.",
-)
-@click.option("--seed", type=SEED, default=DecodeConfig.seed, show_default=True, help="Fixed by default: reproducible.")
-@click.option(
-    "--draft",
-    type=click.Choice(["model", "ngram", "lookup"]),
-    default=DecodeConfig.draft,
-    show_default=True,
-    help="ASSD draft: the model itself, a bigram of the visible text (Algorithm 2), or copies of what followed the "
-    "same tokens elsewhere in the text (lookup; one verify pass per step).",
-)
-@click.option(
-    "--epsilon",
-    type=FiniteFloatRange(min=0.0),
-    default=0.0,
-    show_default=True,
-    help="LOSSY: accept drafts if r < q/p + EPSILON. 0 keeps sampling exact.",
-)
-@click.option(
-    "--block-size",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Block-diffusion models: block size (0 = the model's own, 1 = autoregressive).",
-)
-@click.option(
-    "--threshold",
-    type=FiniteFloatRange(min=0.0, max=1.0),
-    default=DecodeConfig.threshold,
-    show_default=True,
-    help="Block-diffusion models: confidence threshold tau of dynamic decoding.",
-)
-@click.option(
-    "--unmask-per-step",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Block-diffusion models: tokens per step (0 = dynamic, by --threshold).",
-)
-@click.option(
-    "--routing",
-    default=DecodeConfig.routing,
-    show_default=True,
-    metavar="POLICY",
-    help="S2D2 routing: always, never, min-span, score-static, score-dynamic, hysteresis, ucb (opts as POLICY:k=v,..).",
-)
-@click.option(
-    "--gamma",
-    type=FiniteFloatRange(min=0.0, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="S2D2 tempering of q/p; values below 1 are LOSSY.",
-)
-@click.option(
-    "--causal-passes",
-    type=click.IntRange(min=1),
-    default=DecodeConfig.ssmd_passes,
-    show_default=True,
-    help="SSMD: causal-head passes K per full forward (each verifies drafts up to one rejection).",
-)
-@click.option(
-    "--window",
-    type=click.IntRange(min=0),
-    default=DecodeConfig.ssmd_window,
-    show_default=True,
-    help="SSMD: positions drafted per full forward (0 = a cosine schedule over the block).",
-)
-@click.option(
-    "--beam",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Beam search of width N for the most likely fill (AS-ARM models; 0 = sample with --decoder).",
-)
-@click.option(
-    "-n",
-    "--candidates",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Sample N candidates; keep the most likely.",
-)
-@click.option(
-    "--max-resample",
-    type=click.IntRange(min=0),
-    default=FillOptions.max_resample,
-    show_default=True,
-    help="Extra samples when a candidate adds syntax errors.",
-)
-@click.option("--no-syntax-check", is_flag=True, help="Accept candidates that add tree-sitter errors.")
-@click.option(
-    "--retrieve/--no-retrieve",
-    default=FillOptions.retrieve,
-    show_default=True,
-    help="For a one-line fill, also rank lines of your own code that sit between similar lines (from the file "
-    "and --context files) by the model's likelihood, next to its samples.",
-)
-@click.option(
-    "--context",
-    "context_files",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    metavar="FILE",
-    help="Another file to take candidate lines from (repeatable).",
-)
-@click.option(
-    "--allow-syntax-errors",
-    is_flag=True,
-    help="When no candidate parses, use the most likely one anyway (default: exit 3 and write nothing).",
-)
-@click.option("--model", default="default", show_default=True, metavar="NAME|PATH", help="Model name or folder.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--revision", default=None, metavar="REV", help="HF-cache revision of --model (e.g. code, nlp).")
-@click.option("--mask-token", default=None, metavar="TOKEN", help="Block-diffusion models: mask token override.")
-@click.option(
-    "--precision",
-    type=click.Choice(["bf16", "fp32"]),
-    default="bf16",
-    show_default=True,
-    help="Compute precision (bf16 autocast over fp32 weights).",
-)
+@click_options()
 @click.option("--diff", is_flag=True, help="Print a unified diff; do not write. Exit 1 if it is not empty.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if the file would change.")
 @click.option("-o", "--output", default=None, metavar="PATH", help="Write the result to PATH (- = stdout).")
@@ -625,34 +193,6 @@ def fill(
     functions: tuple[str, ...],
     classes: tuple[str, ...],
     nodes: tuple[str, ...],
-    tokens: int | None,
-    decoder: str,
-    k: int,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    seed: int,
-    draft: str,
-    epsilon: float,
-    block_size: int,
-    threshold: float,
-    unmask_per_step: int,
-    routing: str,
-    gamma: float,
-    causal_passes: int,
-    window: int,
-    beam: int,
-    candidates: int,
-    max_resample: int,
-    no_syntax_check: bool,
-    retrieve: bool,
-    context_files: tuple[str, ...],
-    allow_syntax_errors: bool,
-    model: str,
-    device: str,
-    revision: str | None,
-    mask_token: str | None,
-    precision: str,
     diff: bool,
     check: bool,
     output: str | None,
@@ -663,8 +203,9 @@ def fill(
     stats: bool,
     daemon: str,
     idle_timeout: float | None,
+    **decoding: Any,
 ) -> None:
-    """See _HELP."""
+    """See _HELP. `decoding` holds the options of infill.options (flags named after their config fields)."""
     filter_mode = file == "-" and not (diff or check or fmt == "json") and output in (None, "-")
     stdin_text: str | None = None
     if file == "-":
@@ -680,46 +221,16 @@ def fill(
                     err=True,
                 )
             sys.exit(EXIT_USAGE)
+    decode, options, model = from_flags(decoding)
     request = FillRequest(
         file=file,
         selections=_selections(spans, markers, functions, classes, nodes),
         stdin=stdin_text,
         stdin_filename=stdin_filename,
         cwd=os.getcwd(),
-        decode=DecodeConfig(
-            decoder=cast(DecoderName, "beam" if beam else decoder),
-            beam=beam or DecodeConfig.beam,
-            k=k,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-            draft=cast(DraftName, draft),
-            epsilon=epsilon,
-            block_size=block_size,
-            threshold=threshold,
-            unmask_per_step=unmask_per_step,
-            routing=routing,
-            gamma=gamma,
-            ssmd_passes=causal_passes,
-            ssmd_window=window,
-        ),
-        model=ModelSpec(
-            name=model,
-            device=cast(DeviceName, device),
-            bf16=precision == "bf16",
-            revision=revision,
-            mask_token=mask_token,
-        ),
-        options=FillOptions(
-            tokens=tokens,
-            candidates=candidates,
-            max_resample=max_resample,
-            syntax_check=not no_syntax_check,
-            retrieve=retrieve,
-            context=tuple(_read_context(path) for path in context_files),
-            allow_syntax_errors=allow_syntax_errors,
-        ),
+        decode=decode,
+        model=model,
+        options=options,
         diff=diff,
         check=check,
         output=output,

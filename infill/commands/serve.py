@@ -68,11 +68,11 @@ def serve(
     max_input_bytes: int | None,
     idle_timeout: float,
 ) -> None:
-    from infill.server.dispatch import Dispatcher, ModelCache, ServerContext, load_plugins
+    from infill.server.dispatch import Dispatcher, ServerContext, load_plugins
 
     if use_stdio == (socket_path is not None):
         raise click.UsageError("give exactly one of --stdio or --socket PATH")
-    context = ServerContext(ModelCache(), transport="stdio" if use_stdio else "socket", idle_timeout=idle_timeout)
+    context = ServerContext(transport="stdio" if use_stdio else "socket", idle_timeout=idle_timeout)
     if max_input_bytes is None:
         max_input_bytes = 0 if use_stdio else protocol.DEFAULT_MAX_INPUT_BYTES
     dispatcher = Dispatcher(max_request_bytes=max_request_bytes, max_input_bytes=max_input_bytes, context=context)

@@ -6,18 +6,30 @@ this group lazily when that module exists.
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from infill.errors import InputError
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 DEFAULT_CORPUS = Path("runs/corpus")
 DEFAULT_RUN = Path("runs/asarm")
+
+
+def _path_option(*names: str, help: str | None = None, **kwargs: Any) -> Callable[[F], F]:  # noqa: A002
+    """A path option: click.Path's own checks (exists, file_okay, dir_okay) from `kwargs`, the rest
+    (default, required) passed on; a default is shown in --help."""
+    checks = {k: kwargs.pop(k) for k in ("exists", "file_okay", "dir_okay") if k in kwargs}
+    if "default" in kwargs:
+        kwargs["show_default"] = True
+    return click.option(*names, type=click.Path(path_type=Path, **checks), help=help, **kwargs)
 
 
 class TrainGroup(click.Group):
@@ -38,18 +50,10 @@ class TrainGroup(click.Group):
         return super().get_command(ctx, cmd_name) or self._lazy(cmd_name)
 
     def _lazy(self, name: str) -> click.Command | None:
+        from infill.cli import load_command
+
         target = self.LAZY.get(name)
-        if target is None:
-            return None
-        module_name, attr = target.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                return None
-            raise
-        command = getattr(module, attr, None)
-        return command if isinstance(command, click.Command) else None
+        return None if target is None else load_command(target)
 
 
 @click.group(cls=TrainGroup)
@@ -58,11 +62,9 @@ def train() -> None:
 
 
 @train.command("corpus")
-@click.option(
+@_path_option(
     "--out",
-    type=click.Path(path_type=Path),
     default=DEFAULT_CORPUS,
-    show_default=True,
     help="Corpus folder to write (train.jsonl, heldout.jsonl, heldout/, manifest.json).",
 )
 @click.option(
@@ -93,12 +95,7 @@ def corpus_cmd(out: Path, site: tuple[Path, ...], heldout_permille: int, near_du
 
 
 @train.command("tokenizer")
-@click.option(
-    "--corpus",
-    type=click.Path(path_type=Path, exists=True, file_okay=False),
-    default=DEFAULT_CORPUS,
-    show_default=True,
-)
+@_path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
 @click.option("--out", type=click.Path(path_type=Path), default=Path("runs/tokenizer.json"), show_default=True)
 @click.option("--vocab-size", type=click.IntRange(512, 65535), default=8192, show_default=True)
 @click.option(
@@ -135,18 +132,8 @@ def _parse_until(value: str | None) -> float:
 
 
 @train.command("pack")
-@click.option(
-    "--corpus",
-    type=click.Path(path_type=Path, exists=True, file_okay=False),
-    default=DEFAULT_CORPUS,
-    show_default=True,
-)
-@click.option(
-    "--tokenizer",
-    "tokenizer_json",
-    type=click.Path(path_type=Path, exists=True, dir_okay=False),
-    required=True,
-)
+@_path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
+@_path_option("--tokenizer", "tokenizer_json", exists=True, dir_okay=False, required=True)
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="The .npz file to write.")
 @click.option("--max-mb", type=click.FloatRange(1), default=60.0, show_default=True, help="Size cap of the file.")
 @click.option("--max-package-mb", type=click.FloatRange(0.01), default=6.0, show_default=True)
@@ -161,30 +148,23 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
 
 
 @train.command("asarm")
-@click.option(
+@_path_option(
     "--corpus",
-    type=click.Path(path_type=Path, exists=True),
+    exists=True,
     default=DEFAULT_CORPUS,
-    show_default=True,
     help="A corpus folder, or a packed training set from `infill train pack`.",
 )
-@click.option(
+@_path_option(
     "--tokenizer",
     "tokenizer_json",
-    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    exists=True,
+    dir_okay=False,
     required=True,
     help="tokenizer.json from `infill train tokenizer`.",
 )
-@click.option(
-    "--run-dir",
-    type=click.Path(path_type=Path),
-    default=DEFAULT_RUN,
-    show_default=True,
-    help="Checkpoints (last.pt) go here.",
-)
-@click.option(
+@_path_option("--run-dir", default=DEFAULT_RUN, help="Checkpoints (last.pt) go here.")
+@_path_option(
     "--out",
-    type=click.Path(path_type=Path),
     default=None,
     help="Export the final model folder here (config.json, model.safetensors, tokenizer.json).",
 )
@@ -311,24 +291,9 @@ def asarm(
 
 
 @train.command("export")
-@click.option(
-    "--run-dir",
-    type=click.Path(path_type=Path, exists=True, file_okay=False),
-    default=DEFAULT_RUN,
-    show_default=True,
-)
-@click.option(
-    "--tokenizer",
-    "tokenizer_json",
-    type=click.Path(path_type=Path, exists=True, dir_okay=False),
-    required=True,
-)
-@click.option(
-    "--corpus",
-    type=click.Path(path_type=Path, exists=True),
-    default=DEFAULT_CORPUS,
-    show_default=True,
-)
+@_path_option("--run-dir", exists=True, file_okay=False, default=DEFAULT_RUN)
+@_path_option("--tokenizer", "tokenizer_json", exists=True, dir_okay=False, required=True)
+@_path_option("--corpus", exists=True, default=DEFAULT_CORPUS)
 @click.option("--out", type=click.Path(path_type=Path), required=True)
 @click.option("--bf16", is_flag=True, help="Store the weights in bf16 (half the size; loaded back as fp32).")
 @click.option(
@@ -361,19 +326,15 @@ def export_cmd(
 
 
 @train.command("heldout-nll")
-@click.option(
+@_path_option(
     "--model",
     "model_dir",
-    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    exists=True,
+    file_okay=False,
     required=True,
     help="An exported model folder (config.json, model.safetensors, tokenizer.json).",
 )
-@click.option(
-    "--corpus",
-    type=click.Path(path_type=Path, exists=True, file_okay=False),
-    default=DEFAULT_CORPUS,
-    show_default=True,
-)
+@_path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
 @click.option("--sequences", type=click.IntRange(1), default=512, show_default=True)
 @click.option("--seed", type=int, default=99, show_default=True)
 @click.option("--threads", type=click.IntRange(1), default=1, show_default=True)

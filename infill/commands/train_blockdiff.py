@@ -7,17 +7,8 @@ from __future__ import annotations
 
 import click
 
+from infill.clitypes import block_sizes
 from infill.errors import InputError
-
-
-def _block_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, ...]:
-    try:
-        sizes = tuple(int(x) for x in value.split(",") if x.strip())
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise click.BadParameter("block sizes must be >= 1")
-    return sizes
 
 
 @click.command("block-diffusion")
@@ -45,7 +36,7 @@ def _block_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
     "--block-sizes",
     default="1,4,8,16",
     show_default=True,
-    callback=_block_sizes,
+    callback=block_sizes(1),
     help="Block sizes drawn per step; keep 1 so the AR (S2D2 verifier) mode is trained.",
 )
 @click.option("--lr", default=1e-3, show_default=True)

@@ -8,17 +8,8 @@ from __future__ import annotations
 
 import click
 
+from infill.clitypes import block_sizes
 from infill.errors import InputError
-
-
-def _sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, ...]:
-    try:
-        sizes = tuple(int(x) for x in value.split(",") if x.strip())
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
-    if not sizes or min(sizes) < 2:
-        raise click.BadParameter("block sizes must be >= 2 (a block of 1 has nothing to verify)")
-    return sizes
 
 
 @click.command("ssmd")
@@ -39,7 +30,13 @@ def _sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[in
 @click.option("--steps", default=3000, show_default=True)
 @click.option("--batch-size", default=16, show_default=True)
 @click.option("--seq-len", default=256, show_default=True, help="Tokens per example (a multiple of the blocks).")
-@click.option("--block-sizes", default="4,8,16", show_default=True, callback=_sizes, help="Drawn one per step.")
+@click.option(
+    "--block-sizes",
+    default="4,8,16",
+    show_default=True,
+    callback=block_sizes(2, " (a block of 1 has nothing to verify)"),
+    help="Drawn one per step.",
+)
 @click.option("--lr", default=1e-3, show_default=True)
 @click.option("--heads", default=4, show_default=True, help="Attention heads of the causal layer.")
 @click.option("--intermediate", default=512, show_default=True, help="Feed-forward width of the causal layer.")
@@ -100,7 +97,7 @@ def ssmd(
     if loaded.kind != "blockdiff":
         raise InputError(f"--model {model_name} is not a block-diffusion model")
     folder = Path(str(loaded.info["path"]))
-    base = loaded.model.model
+    base = loaded.blockdiff.model
     hidden = int(base.config.hidden_size)
     if hidden % heads:
         raise InputError(f"the model's width {hidden} does not divide by --heads {heads}")

@@ -1,8 +1,9 @@
 """Any-subset decoders: pure functions (model, problem, cfg, generator, on_step) -> (tokens, stats).
 
-- `decode()` dispatches on cfg.decoder: "assd" (Algorithm 1, exact; with draft="lookup" the drafts are copied
-  from the visible text and verified in one pass: infill.decoding.lookup), "sequential" (exact, one forward per
-  token), "parallel" (mean-field baseline, not exact), "beam" (the most likely fill, width cfg.beam).
+- `decode()` runs cfg.decoder (its function: infill.decoding.registry): "assd" (Algorithm 1, exact; with
+  draft="lookup" the drafts are copied from the visible text and verified in one pass: infill.decoding.lookup),
+  "sequential" (exact, one forward per token), "parallel" (mean-field baseline, not exact), "beam" (the most
+  likely fill, width cfg.beam).
 - `score()` gives the per-token log q of a finished fill in one oracle pass (for ranking candidates).
 
 Importing this package does not import torch.
@@ -37,30 +38,11 @@ def decode(
     `on_step(decoded, total)` is called after every iteration. Raises DecodeError for a malformed problem or
     config.
     """
-    if cfg.decoder == "assd" and cfg.draft == "lookup":
-        from infill.decoding.lookup import lookup_decode
+    from infill.decoding.registry import decoder_function
 
-        return lookup_decode(model, problem, cfg, generator, on_step)
-    if cfg.decoder == "assd":
-        from infill.decoding.assd import assd
-
-        return assd(model, problem, cfg, generator, on_step)
-    if cfg.decoder == "sequential":
-        from infill.decoding.sequential import sequential
-
-        return sequential(model, problem, cfg, generator, on_step)
-    if cfg.decoder == "parallel":
-        from infill.decoding.parallel import parallel
-
-        return parallel(model, problem, cfg, generator, on_step)
-    if cfg.decoder == "beam":
-        from infill.decoding.beam import beam_search
-
-        return beam_search(model, problem, cfg, generator, on_step)
-    raise DecodeError(
-        f"decoder {cfg.decoder!r} is not an any-subset decoder (use assd, sequential, parallel or beam; "
-        "confidence and s2d2 run block-diffusion models)"
-    )
+    function = decoder_function(cfg, "asarm")
+    tokens, stats = function(model, problem, cfg, generator, on_step)
+    return tokens, stats
 
 
 def score(model: AnySubsetModel, problem: FillProblem, tokens: torch.Tensor) -> torch.Tensor:

@@ -27,11 +27,10 @@ span: the scan stops there and the rest of that span becomes pad without forward
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
-from infill.decoding.problem import StepCallback, check_problem, pads_enabled, settle
-from infill.decoding.sampling import check_sampling, probs, residual, sample, uniform
+from infill.decoding.problem import LeftToRight, StepCallback
+from infill.decoding.sampling import probs, residual, sample, uniform
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError
 
@@ -131,18 +130,13 @@ def assd(
         raise DecodeError(f"epsilon must be >= 0, got {cfg.epsilon}")
     if cfg.draft not in ("model", "ngram"):
         raise DecodeError(f"unknown draft {cfg.draft!r} (expected model or ngram)")
-    check_problem(model, problem)
-    check_sampling(cfg)
-    start = time.perf_counter()
     k = cfg.k
     use_ngram = cfg.draft == "ngram"
     stats = DecodeStats(decoder="assd", extra={"k": k, "draft": cfg.draft, "drafted": 0, "rejections": 0})
     if cfg.epsilon > 0:
         stats.extra["lossy_epsilon"] = cfg.epsilon
-    ids = problem.ids.detach().to("cpu").clone()  # (N,): prompt, decoded x_{<n}, <mask> elsewhere
-    masked = problem.masked.detach().to("cpu")  # (M,) decoding order
-    M = masked.shape[0]
-    pads = pads_enabled(model, problem)
+    run = LeftToRight.begin(model, problem, cfg, stats, on_step)
+    ids, masked, M = run.ids, run.masked, run.total  # (N,): prompt, decoded x_{<n}, <mask> elsewhere; (M,) order
     visible = torch.ones_like(ids, dtype=torch.bool)  # (N,) prompt + decoded, for the n-gram draft
     visible[masked] = False
 
@@ -164,10 +158,7 @@ def assd(
         if not use_ngram and n == M - 1:
             ids[targets[0]] = x_tilde[0]
             visible[targets[0]] = True
-            stats.accepted.append(1)
-            n = M
-            if on_step is not None:
-                on_step(n, M)
+            n = run.advance(n, M)
             break
 
         # 3. Verify: q_i with the drafts written in (one forward)
@@ -182,13 +173,5 @@ def assd(
             ids[targets[a]] = x_res
             new_n += 1
             stats.extra["rejections"] += 1
-        new_n = settle(model, problem, ids, n, new_n, pads)
-        visible[masked[n:new_n]] = True
-        stats.accepted.append(new_n - n)
-        n = new_n
-        if on_step is not None:
-            on_step(n, M)
-
-    stats.tokens = M
-    stats.seconds = time.perf_counter() - start
-    return ids[masked], stats
+        n = run.settle(model, problem, n, new_n, visible)
+    return run.result()

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from infill.errors import DecodeError, ModelError
+from infill.errors import ModelError
+from infill.models.blockdiff import FIM_TOKENS
 
 if TYPE_CHECKING:
     import torch
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from infill.models.blockdiff import BlockDiffModel, HFTokenizer
     from infill.models.registry import LoadedModel
 
-FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
 HOLE = "<FILL>"
 INSTRUCTION = (
     "Complete the code: replace {hole} with the missing text, so that the code before and after it fits.\n"
@@ -42,25 +42,13 @@ def generate(
     generator: torch.Generator,
     on_step: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[torch.Tensor, DecodeStats]:
-    """Dispatch on cfg.decoder: "confidence" (Algorithms 1-2), "s2d2" (Algorithm 3), "ssmd" (infill.decoding.ssmd)
-    or "ptp" (parallel token prediction, infill.decoding.ptp)."""
-    if cfg.decoder == "confidence":
-        from infill.decoding.confidence import generate as confidence_generate
+    """Run cfg.decoder (infill.decoding.registry): "confidence" (Algorithms 1-2), "s2d2" (Algorithm 3), "ssmd"
+    (infill.decoding.ssmd) or "ptp" (parallel token prediction, infill.decoding.ptp)."""
+    from infill.decoding.registry import decoder_function
 
-        return confidence_generate(model, prompt, max_tokens, cfg, generator, on_step=on_step)
-    if cfg.decoder == "s2d2":
-        from infill.decoding.s2d2 import decode
-
-        return decode(model, prompt, max_tokens, cfg, generator, on_step=on_step)
-    if cfg.decoder == "ssmd":
-        from infill.decoding.ssmd import decode as ssmd_decode
-
-        return ssmd_decode(model, prompt, max_tokens, cfg, generator, on_step=on_step)
-    if cfg.decoder == "ptp":
-        from infill.decoding.ptp import decode as ptp_decode
-
-        return ptp_decode(model, prompt, max_tokens, cfg, generator, on_step=on_step)
-    raise DecodeError(f"decoder {cfg.decoder!r} does not run block-diffusion models; use confidence, s2d2, ssmd or ptp")
+    function = decoder_function(cfg, "blockdiff")
+    tokens, stats = function(model, prompt, max_tokens, cfg, generator, on_step=on_step)
+    return tokens, stats
 
 
 def build_prompt(
@@ -108,12 +96,12 @@ def fill_middle(
     long for the model keeps the end of the prefix and the start of the suffix."""
     import torch
 
-    if loaded.kind != "blockdiff":
-        raise ModelError(f"model {loaded.name!r} is not a block-diffusion model")
-    limit = getattr(loaded.model.model.config, "max_position_embeddings", None)
-    ids, fmt, truncated = build_prompt(loaded.tokenizer, prefix, suffix, None if limit is None else limit - max_tokens)
-    tokens, stats = generate(loaded.model, torch.tensor(ids, dtype=torch.long), max_tokens, cfg, generator, on_step)
-    text = loaded.tokenizer.decode(tokens.tolist())
+    model = loaded.blockdiff  # ModelError for an any-subset model
+    tokenizer = cast("HFTokenizer", loaded.tokenizer)  # block-diffusion folders load an HFTokenizer
+    limit = model.max_positions
+    ids, fmt, truncated = build_prompt(tokenizer, prefix, suffix, None if limit is None else limit - max_tokens)
+    tokens, stats = generate(model, torch.tensor(ids, dtype=torch.long), max_tokens, cfg, generator, on_step)
+    text = tokenizer.decode(tokens.tolist())
     if fmt == "chat":
         fenced = _FENCE.match(text)
         text = fenced.group(1) if fenced else text

@@ -161,7 +161,7 @@ def generate(
     if max_tokens < 0:
         raise DecodeError(f"max_tokens must be >= 0, got {max_tokens}")
     total = n_prompt + max_tokens
-    limit = int(getattr(model.model.config, "max_position_embeddings", total))
+    limit = model.max_positions or total
     if total > limit:
         raise DecodeError(f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's {limit}")
     state = model.new_state()

@@ -18,11 +18,10 @@ what was accepted plus one after a rejection, so a run of bad guesses costs litt
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
-from infill.decoding.problem import StepCallback, check_problem, pads_enabled, settle
-from infill.decoding.sampling import check_sampling, probs, residual, sample, uniform
+from infill.decoding.problem import LeftToRight, StepCallback
+from infill.decoding.sampling import probs, residual, sample, uniform
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError
 
@@ -73,16 +72,11 @@ def lookup_decode(
         raise DecodeError(f"the lookup draft length k must be at least 1, got {cfg.k}")
     if cfg.epsilon < 0:
         raise DecodeError(f"epsilon must be >= 0, got {cfg.epsilon}")
-    check_problem(model, problem)
-    check_sampling(cfg)
-    start = time.perf_counter()
     stats = DecodeStats(decoder="lookup", extra={"k": cfg.k, "drafted": 0, "rejections": 0, "sequential_steps": 0})
     if cfg.epsilon > 0:
         stats.extra["lossy_epsilon"] = cfg.epsilon  # accept if r < q(d) + epsilon: NOT exact
-    ids = problem.ids.detach().to("cpu").clone()  # (N,)
-    masked = problem.masked.detach().to("cpu")  # (M,)
-    M = masked.shape[0]
-    pads = pads_enabled(model, problem)
+    run = LeftToRight.begin(model, problem, cfg, stats, on_step)
+    ids, masked, M = run.ids, run.masked, run.total  # (N,), (M,)
     visible = torch.ones_like(ids, dtype=torch.bool)  # (N,)
     visible[masked] = False
     window = min(4, cfg.k)
@@ -120,12 +114,5 @@ def lookup_decode(
                 ids[targets[L]] = int(sample(q[L : L + 1], generator)[0])
                 window = min(cfg.k, 2 * window)
             new_n = n + a + 1
-        new_n = settle(model, problem, ids, n, new_n, pads)
-        visible[masked[n:new_n]] = True
-        stats.accepted.append(new_n - n)
-        n = new_n
-        if on_step is not None:
-            on_step(n, M)
-    stats.tokens = M
-    stats.seconds = time.perf_counter() - start
-    return ids[masked], stats
+        n = run.settle(model, problem, n, new_n, visible)
+    return run.result()

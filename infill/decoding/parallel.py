@@ -6,11 +6,10 @@ to show that the exactness test has power. NFE = ceil(M / k).
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
-from infill.decoding.problem import StepCallback, check_problem, ends_span, force_pads, pads_enabled
-from infill.decoding.sampling import check_sampling, probs, sample
+from infill.decoding.problem import LeftToRight, StepCallback, ends_span, force_pads
+from infill.decoding.sampling import probs, sample
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError
 
@@ -32,16 +31,10 @@ def parallel(
     stats)."""
     if cfg.k < 1:
         raise DecodeError(f"parallel decoding needs a chunk size k >= 1, got {cfg.k}")
-    check_problem(model, problem)
-    check_sampling(cfg)
-    start = time.perf_counter()
-    stats = DecodeStats(decoder="parallel")
-    ids = problem.ids.detach().to("cpu").clone()  # (N,)
-    masked = problem.masked.detach().to("cpu")  # (M,)
-    M = masked.shape[0]
-    pads = pads_enabled(model, problem)
+    run = LeftToRight.begin(model, problem, cfg, DecodeStats(decoder="parallel"), on_step)
+    ids, masked, stats = run.ids, run.masked, run.stats
     n = 0
-    while n < M:
+    while n < run.total:
         targets = masked[n : n + cfg.k]  # (k',)
         logits = model.draft(ids, masked, n, targets)  # (k', V)
         stats.nfe += 1
@@ -49,7 +42,7 @@ def parallel(
         ids[targets] = x
         before = n
         n += targets.shape[0]
-        if pads:  # a pad ends its span: overwrite the rest of that span (and later spans keep their samples)
+        if run.pads:  # a pad ends its span: overwrite the rest of that span (and later spans keep their samples)
             j = before
             while j < n:
                 if ends_span(model, problem, ids, j, int(ids[masked[j]])):
@@ -57,9 +50,5 @@ def parallel(
                 else:
                     j += 1
             n = max(n, j)
-        stats.accepted.append(n - before)
-        if on_step is not None:
-            on_step(n, M)
-    stats.tokens = M
-    stats.seconds = time.perf_counter() - start
-    return ids[masked], stats
+        n = run.advance(before, n)
+    return run.result()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from infill.errors import DecodeError
@@ -10,6 +12,8 @@ from infill.errors import DecodeError
 if TYPE_CHECKING:
     import torch
 
+    from infill.config import DecodeConfig
+    from infill.decoding.stats import DecodeStats
     from infill.models.base import AnySubsetModel, FillProblem
 
 # on_step(decoded, total): called after every iteration with the number of masked positions filled so far
@@ -95,3 +99,56 @@ def settle(model: AnySubsetModel, problem: FillProblem, ids: torch.Tensor, n: in
                 break
     ids[problem.masked[new_n:]] = model.mask_id  # drafts after the stop
     return new_n
+
+
+@dataclass
+class LeftToRight:
+    """The state every left-to-right any-subset decoder keeps: the sequence being filled, the decoding order,
+    whether pads end spans, the stats and the clock. `begin` checks the inputs; `advance` records one
+    iteration; `result` is what a decoder returns."""
+
+    ids: torch.Tensor  # (N,): prompt, decoded tokens, <mask> elsewhere
+    masked: torch.Tensor  # (M,) decoding order
+    pads: bool
+    stats: DecodeStats
+    on_step: StepCallback | None
+    start: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def begin(
+        cls,
+        model: AnySubsetModel,
+        problem: FillProblem,
+        cfg: DecodeConfig,
+        stats: DecodeStats,
+        on_step: StepCallback | None,
+    ) -> LeftToRight:
+        from infill.decoding.sampling import check_sampling
+
+        check_problem(model, problem)
+        check_sampling(cfg)
+        ids = problem.ids.detach().to("cpu").clone()
+        return cls(ids, problem.masked.detach().to("cpu"), pads_enabled(model, problem), stats, on_step)
+
+    @property
+    def total(self) -> int:
+        return int(self.masked.shape[0])
+
+    def advance(self, before: int, n: int) -> int:
+        """Record an iteration that took the fill from `before` to `n` decoded positions; returns n."""
+        self.stats.accepted.append(n - before)
+        if self.on_step is not None:
+            self.on_step(n, self.total)
+        return n
+
+    def settle(self, model: AnySubsetModel, problem: FillProblem, n: int, new_n: int, visible: torch.Tensor) -> int:
+        """After a verified iteration decoded masked[n:new_n]: end spans at their pads (`settle`), show the
+        decoded positions to the drafts (`visible`), and record the iteration. Returns the new n."""
+        new_n = settle(model, problem, self.ids, n, new_n, self.pads)
+        visible[self.masked[n:new_n]] = True
+        return self.advance(n, new_n)
+
+    def result(self) -> tuple[torch.Tensor, DecodeStats]:
+        self.stats.tokens = self.total
+        self.stats.seconds = time.perf_counter() - self.start
+        return self.ids[self.masked], self.stats

@@ -344,7 +344,7 @@ def decode(
         raise DecodeError("the prompt contains the mask token")
     if max_tokens < 0:
         raise DecodeError(f"max_tokens must be >= 0, got {max_tokens}")
-    limit = int(getattr(model.model.config, "max_position_embeddings", n_prompt + max_tokens))
+    limit = model.max_positions or n_prompt + max_tokens
     if n_prompt + max_tokens > limit:
         raise DecodeError(f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's {limit}")
     adapter = None if draft_fn is not None else adapter_of(model)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -20,13 +21,15 @@ class DecodeStats:
         return self.tokens / self.nfe if self.nfe else 0.0
 
     def histogram(self) -> dict[int, int]:
-        hist: dict[int, int] = {}
-        for a in self.accepted:
-            hist[a] = hist.get(a, 0) + 1
-        return dict(sorted(hist.items()))
+        return histogram(self.accepted)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["tokens_per_nfe"] = self.tokens_per_nfe
         d["histogram"] = self.histogram()
         return d
+
+
+def histogram(accepted: list[int]) -> dict[int, int]:
+    """How many iterations accepted each count, by count (the `accepted=` of `infill fill --stats`)."""
+    return dict(sorted(Counter(accepted).items()))

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from infill.config import DecodeConfig, FillOptions
 
@@ -216,3 +216,33 @@ def raw_filler(model: Any, decode: DecodeConfig, default_tokens: int = 32) -> Fi
         )
 
     return fill
+
+
+def fill_costs(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What the fills of an evaluation cost, for its summary: tokens, forward passes, and fill time."""
+    tokens = sum(r["tokens"] for r in results)
+    nfe = sum(r["nfe"] for r in results)
+    return {
+        "tokens": tokens,
+        "nfe": nfe,
+        "tokens_per_nfe": tokens / nfe if nfe else 0.0,
+        "fill_seconds": round(sum(r["fill_seconds"] for r in results), 2),
+    }
+
+
+T = TypeVar("T")
+
+
+def run_tasks(
+    tasks: Sequence[T],
+    one: Callable[[T], dict[str, Any]],
+    on_result: Callable[[int, int, dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """`one(task)` for every task, in order -> the per-task results; on_result(done, total, result) after each."""
+    results: list[dict[str, Any]] = []
+    for index, task in enumerate(tasks):
+        result = one(task)
+        results.append(result)
+        if on_result is not None:
+            on_result(index + 1, len(tasks), result)
+    return results

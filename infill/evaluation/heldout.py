@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from infill.errors import InputError
-from infill.evaluation.filling import Filler, Slot, line_slot, split_lines
+from infill.evaluation.filling import Filler, Slot, fill_costs, line_slot, run_tasks, split_lines
 
 
 @dataclass(frozen=True)
@@ -119,29 +119,26 @@ def run_heldout_exact(
     on_result: Callable[[int, int, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Fill every task; budget_of None = the tool's length policy, else the oracle budget."""
-    results: list[dict[str, Any]] = []
-    for index, task in enumerate(tasks):
+
+    def one(task: LineTask) -> dict[str, Any]:
         slot = crop(task.slot) if crop is not None else task.slot
         budget = budget_of(slot.reference) if budget_of is not None else None
         outcome = filler(slot, budget)
         completion = outcome.completion
-        result = {
+        return {
             "task_id": task.task_id,
             "reference": slot.reference,
             **outcome.as_dict(),
             "exact": outcome.error is None and completion == slot.reference,
             "exact_stripped": outcome.error is None and completion.strip() == slot.reference.strip(),
         }
-        results.append(result)
-        if on_result is not None:
-            on_result(index + 1, len(tasks), result)
+
+    results = run_tasks(tasks, one, on_result)
     return {"summary": summarize(results), "results": results}
 
 
 def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     n = len(results)
-    tokens = sum(r["tokens"] for r in results)
-    nfe = sum(r["nfe"] for r in results)
     return {
         "tasks": n,
         "files": len({r["task_id"].rsplit(":", 1)[0] for r in results}),
@@ -149,8 +146,5 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "exact_match": sum(r["exact"] for r in results) / n if n else 0.0,
         "exact_match_stripped": sum(r["exact_stripped"] for r in results) / n if n else 0.0,
         "errors": sum(r["error"] is not None for r in results),
-        "tokens": tokens,
-        "nfe": nfe,
-        "tokens_per_nfe": tokens / nfe if nfe else 0.0,
-        "fill_seconds": round(sum(r["fill_seconds"] for r in results), 2),
+        **fill_costs(results),
     }

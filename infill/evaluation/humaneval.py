@@ -22,7 +22,7 @@ from typing import Any
 
 from infill.errors import InputError
 from infill.evaluation.execute import run_program
-from infill.evaluation.filling import Filler, Slot, line_slot, split_lines
+from infill.evaluation.filling import Filler, Slot, fill_costs, line_slot, run_tasks, split_lines
 
 EXPECTED_TASKS = 1033  # non-blank canonical-solution lines of HumanEval's 164 problems
 
@@ -115,8 +115,8 @@ def run_single_line(
 ) -> dict[str, Any]:
     """Fill and execute every task. budget_of: None = the tool's length policy; otherwise the oracle budget
     (reference line -> token count). Returns {"summary": {...}, "results": [per task]}."""
-    results: list[dict[str, Any]] = []
-    for index, task in enumerate(tasks):
+
+    def one(task: SingleLineTask) -> dict[str, Any]:
         budget = budget_of(task.slot.reference) if budget_of is not None else None
         outcome = filler(task.slot, budget)
         status: str
@@ -125,7 +125,7 @@ def run_single_line(
             status, detail, exec_seconds = verdict.status, verdict.detail, verdict.seconds
         else:
             status, detail, exec_seconds = "error", outcome.error, 0.0
-        result = {
+        return {
             "task_id": task.task_id,
             "reference": task.slot.reference,
             **outcome.as_dict(),
@@ -134,9 +134,8 @@ def run_single_line(
             "detail": detail,
             "exec_seconds": round(exec_seconds, 4),
         }
-        results.append(result)
-        if on_result is not None:
-            on_result(index + 1, len(tasks), result)
+
+    results = run_tasks(tasks, one, on_result)
     return {"summary": summarize(results), "results": results}
 
 
@@ -146,8 +145,6 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     statuses: dict[str, int] = {}
     for r in results:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-    tokens = sum(r["tokens"] for r in results)
-    nfe = sum(r["nfe"] for r in results)
     return {
         "tasks": n,
         "passed": passed,
@@ -155,9 +152,6 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "exact_match": sum(r["completion"] == r["reference"] for r in results) / n if n else 0.0,
         "statuses": dict(sorted(statuses.items())),
         "problems": len({r["task_id"].rsplit("/", 1)[0] for r in results}),
-        "tokens": tokens,
-        "nfe": nfe,
-        "tokens_per_nfe": tokens / nfe if nfe else 0.0,
-        "fill_seconds": round(sum(r["fill_seconds"] for r in results), 2),
+        **fill_costs(results),
         "exec_seconds": round(sum(r["exec_seconds"] for r in results), 2),
     }

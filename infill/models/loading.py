@@ -70,14 +70,19 @@ def _from_hf_cache(repo_id: str, revision: str | None) -> str:
         ) from exc
 
 
-def read_config(folder: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
+    """A model folder's JSON file (config.json, generation_config.json ...) as a dict; ModelError otherwise."""
     try:
-        cfg = json.loads((folder / "config.json").read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read {folder / 'config.json'}: {exc}") from exc
-    if not isinstance(cfg, dict):
-        raise ModelError(f"{folder / 'config.json'} is not a JSON object")
-    return cfg
+        raise ModelError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ModelError(f"{path} is not a JSON object")
+    return data
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    return read_json(folder / "config.json")
 
 
 def load_by_name(spec: ModelSpec) -> LoadedModel:

@@ -7,26 +7,46 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, cast
 
-from infill.config import ModelSpec
+from infill.config import ModelKind, ModelSpec
+from infill.errors import ModelError
 
-ModelKind = Literal["asarm", "blockdiff"]
+if TYPE_CHECKING:
+    from infill.models.base import AnySubsetModel, Tokenizer
+    from infill.models.blockdiff import BlockDiffModel
+
+__all__ = ["Factory", "LoadedModel", "ModelKind", "factory_of", "load", "register", "registered", "unregister"]
 
 
 @dataclass
 class LoadedModel:
     """A model ready to decode, with its tokenizer.
 
-    kind "asarm": `model` implements infill.models.base.AnySubsetModel.
-    kind "blockdiff": `model` is a block-diffusion backend (infill.models.blockdiff).
+    kind "asarm": `model` implements infill.models.base.AnySubsetModel (read it as `.asarm`).
+    kind "blockdiff": `model` is a block-diffusion backend, infill.models.blockdiff.BlockDiffModel (`.blockdiff`).
+    What the fill core does with each kind is infill.core.backends.
     """
 
     name: str
     kind: ModelKind
-    model: Any
-    tokenizer: Any  # infill.models.base.Tokenizer
+    model: AnySubsetModel | BlockDiffModel
+    tokenizer: Tokenizer
     info: dict[str, Any] = field(default_factory=dict)  # size, provenance, path, device ...
+
+    @property
+    def asarm(self) -> AnySubsetModel:
+        """The any-subset model; ModelError for a block-diffusion one."""
+        if self.kind != "asarm":
+            raise ModelError(f"model {self.name!r} is not an any-subset (AS-ARM) model")
+        return cast("AnySubsetModel", self.model)
+
+    @property
+    def blockdiff(self) -> BlockDiffModel:
+        """The block-diffusion model; ModelError for an any-subset one."""
+        if self.kind != "blockdiff":
+            raise ModelError(f"model {self.name!r} is not a block-diffusion model")
+        return cast("BlockDiffModel", self.model)
 
 
 Factory = Callable[[ModelSpec], LoadedModel]
@@ -45,6 +65,11 @@ def unregister(name: str) -> None:
 
 def registered() -> list[str]:
     return sorted(_FACTORIES)
+
+
+def factory_of(name: str) -> Factory | None:
+    """The factory registered under `name`, or None (a folder model)."""
+    return _FACTORIES.get(name)
 
 
 def load(spec: ModelSpec) -> LoadedModel:

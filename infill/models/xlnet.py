@@ -15,25 +15,12 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from infill.errors import ModelError
+from infill.hardware import resolve_device
 
 if TYPE_CHECKING:
     import torch
 
     from infill.models.twostream import TwoStreamXLNet
-
-
-def resolve_device(device: str) -> torch.device:
-    """'auto' -> cuda when available, else cpu. 'cuda' without a GPU is a ModelError."""
-    import torch
-
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ModelError("--device cuda was asked for, but torch sees no CUDA device")
-    if device not in ("cpu", "cuda"):
-        raise ModelError(f"unknown device {device!r} (expected auto, cpu or cuda)")
-    return torch.device(device)
 
 
 class XLNetAnySubset:

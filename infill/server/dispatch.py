@@ -18,91 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import infill
-from infill.config import ModelSpec
-from infill.models import registry
+from infill.models import cache
+from infill.models.cache import ModelCache
 from infill.server import protocol
 from infill.server.protocol import ProtocolError, Request
-
-
-def _api_load(spec: ModelSpec) -> registry.LoadedModel:
-    """Load through infill.api's per-process cache, the one the fill functions use, so both share one copy."""
-    from infill import api
-
-    return api.load_model(spec)
-
-
-def _api_evict() -> None:
-    from infill import api
-
-    api.clear_model_cache()
-
-
-@dataclass
-class ModelCache:
-    """Loaded models kept in memory, keyed by the whole ModelSpec (name, device, bf16, revision).
-
-    A model loaded from a folder is reloaded when its files change on disk, so a daemon never serves stale
-    weights after `infill train` writes a new checkpoint to the same place."""
-
-    loader: Callable[[ModelSpec], registry.LoadedModel] = _api_load
-    evict: Callable[[], None] = _api_evict  # also forget copies held elsewhere (the api's cache)
-    _entries: dict[ModelSpec, tuple[registry.LoadedModel, tuple[tuple[str, float, int], ...]]] = field(
-        default_factory=dict
-    )
-
-    def get(self, spec: ModelSpec) -> registry.LoadedModel:
-        entry = self._entries.get(spec)
-        if entry is not None:
-            if _fingerprint(entry[0]) == entry[1]:
-                return entry[0]
-            self._entries.clear()  # new weights on disk: drop every copy, here and in the api's cache
-            self.evict()
-        loaded = self.loader(spec)
-        self._entries[spec] = (loaded, _fingerprint(loaded))
-        return loaded
-
-    def loaded(self) -> list[dict[str, Any]]:
-        out = []
-        for spec, (model, _) in list(self._entries.items()):  # a snapshot: ping reads it from another thread
-            info = {k: v for k, v in model.info.items() if isinstance(v, str | int | float | bool) or v is None}
-            out.append(
-                {
-                    "name": spec.name,
-                    "device": spec.device,
-                    "bf16": spec.bf16,
-                    "revision": spec.revision,
-                    "kind": model.kind,
-                    "info": info,
-                }
-            )
-        return out
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-
-def _fingerprint(model: registry.LoadedModel) -> tuple[tuple[str, float, int], ...]:
-    """(file, mtime, size) of a folder model's files; () for models that do not come from a folder."""
-    path = model.info.get("path")
-    if not isinstance(path, str | os.PathLike):
-        return ()
-    folder = Path(path)
-    files = sorted(folder.iterdir()) if folder.is_dir() else [folder]
-    out = []
-    for file in files:
-        try:
-            st = file.stat()
-        except OSError:
-            continue
-        out.append((file.name, st.st_mtime, st.st_size))
-    return tuple(out)
 
 
 @dataclass
 class ServerContext:
     """What handlers may use besides their params."""
 
-    models: ModelCache
+    models: ModelCache = field(default_factory=lambda: cache.SHARED)  # the process's one model cache
     transport: str = "stdio"  # "stdio" | "socket" | "inprocess"
     idle_timeout: float = 0.0
     started: float = field(default_factory=time.time)
@@ -116,7 +42,8 @@ LOCK_FREE_METHODS = frozenset({"ping"})  # read nothing a running request could 
 
 
 class Dispatcher:
-    """The method table. Built-ins: ping, shutdown, models; fill and docstrings run the CLI's code."""
+    """The method table. Built-ins: ping, shutdown, models; fill and docstrings run what the CLI runs
+    (infill.core)."""
 
     def __init__(
         self,
@@ -130,7 +57,7 @@ class Dispatcher:
 
         self.max_request_bytes = max_request_bytes
         self.max_input_bytes = max_input_bytes  # 0: no limit (see protocol.DEFAULT_MAX_INPUT_BYTES)
-        self.context = context if context is not None else ServerContext(ModelCache())
+        self.context = context if context is not None else ServerContext()
         self.stop_requested = False
         self.identity = identity()  # the environment as the server started; requests may not change it
         self.methods: dict[str, Handler] = {
@@ -201,7 +128,7 @@ class Dispatcher:
         return {"shutdown": True}
 
 
-SIZED_METHODS = frozenset({"fill", "fill_command", "docstrings", "command"})  # methods that read an input
+SIZED_METHODS = frozenset({"fill", "fill_command", "docstrings", "docstrings_command"})  # methods that read an input
 
 
 def input_bytes(method: str, params: Mapping[str, Any], limit: int = 0) -> int:
@@ -217,10 +144,10 @@ def input_bytes(method: str, params: Mapping[str, Any], limit: int = 0) -> int:
         if isinstance(value, str):
             total += len(value.encode("utf-8", "surrogatepass"))
     paths = [params[k] for k in ("path", "file") if isinstance(params.get(k), str) and params[k] != "-"]
-    argv = params.get("argv")
-    if method == "command" and isinstance(argv, list) and "--" in argv:
-        paths += [a for a in argv[argv.index("--") + 1 :] if isinstance(a, str)]
-    folders = method in ("docstrings", "command")  # `infill docstrings PATH...` walks folders; a fill never does
+    listed = params.get("paths")
+    if method == "docstrings_command" and isinstance(listed, list):
+        paths += [p for p in listed if isinstance(p, str)]
+    folders = method in ("docstrings", "docstrings_command")  # `infill docstrings PATH...` walks folders
     for raw in paths:
         path = Path(raw) if Path(raw).is_absolute() else base / raw
         total += _tree_bytes(path, limit - total if limit else 0, folders)

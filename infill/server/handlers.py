@@ -1,45 +1,36 @@
-"""The server's work methods: thin adapters onto the very functions the CLI commands run in-process.
+"""The server's work methods: thin adapters onto infill.core, the functions the CLI commands run in-process.
 
 Public methods (editors, scripts):
-  fill        flat params named after `infill fill`'s flags -> what `infill fill --format json` prints
+  fill        flat params named after the fill options (infill.options) -> what `infill fill --format json`
+              prints
   docstrings  {"path"|"text", flags...} -> what `infill docstrings --format json` prints (+ "text")
   models      the models this server holds
 
 Internal methods (the `--daemon` path of the commands; their results are printed by the client verbatim):
-  fill_command  a FillRequest dict -> run_fill()'s {"exit_code", "stdout", "stderr", "result"}
-  command       {"name", "argv", "cwd"} -> {"exit_code", "stdout", "stderr"} of `infill NAME ARGV...`
+  fill_command        a FillRequest dict -> run_fill()'s {"exit_code", "stdout", "stderr", "result"}
+  docstrings_command  a DocstringsRequest dict -> {"exit_code", "stdout", "stderr"} of that run
 
-Heavy modules are imported inside the handlers, on the first request that needs them.
+Failures are raised as the InfillError the core raised (with its exit code), which the dispatcher turns into
+a structured error response. Heavy modules are imported on the first request that needs them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from infill.errors import InputError
+from infill import options
+from infill.core import docstrings as core_docstrings
+from infill.core import fill as core_fill
+from infill.errors import InfillError, InputError, NoValidFillError
 from infill.models import registry
 from infill.server import protocol
 from infill.server.dispatch import ServerContext
 from infill.server.protocol import ProtocolError
-
-# the CLI's pure request -> output function ("module:attribute"); tests point these at fakes
-FILL_FUNCTION = "infill.commands.fill:run_fill"
-COMMANDS = {"fill": "infill.commands.fill:fill", "docstrings": "infill.commands.docstrings:docstrings"}
-
-
-def _resolve(target: str, method: str) -> Any:
-    module_name, _, attr = target.partition(":")
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError):
-        raise ProtocolError(protocol.UNKNOWN_METHOD, f"method {method!r} is not available in this build") from None
 
 
 @contextlib.contextmanager
@@ -82,50 +73,8 @@ _SELECTORS = {
     "node": "node",
     "nodes": "node",
 }
-_DECODE = {
-    "decoder": str,
-    "k": int,
-    "temperature": float,
-    "top_k": int,
-    "top_p": float,
-    "seed": int,
-    "draft": str,
-    "epsilon": float,
-    "block_size": int,
-    "threshold": float,
-    "unmask_per_step": int,
-    "routing": str,
-    "gamma": float,
-    "beam": int,
-    "ssmd_passes": int,
-    "ssmd_window": int,
-}  # DecodeConfig fields, named as the flags
-_OPTIONS = {
-    "tokens": int,
-    "candidates": int,
-    "max_resample": int,
-    "syntax_check": bool,
-    "retrieve": bool,
-    "context": list,
-    "allow_syntax_errors": bool,
-}
-_MODEL = {"model": "name", "device": "device", "revision": "revision", "mask_token": "mask_token"}  # -> ModelSpec
-_OTHER = {"text", "path", "filename", "cwd", "precision", *_MODEL}
-
-
-MAX_SAMPLES = 100  # "candidates" and "max_resample" above this would hold the server for too long
-
-
-def _typed(name: str, value: Any, kind: type) -> Any:
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value) if abs(value) < 2**1023 else math.inf
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise InputError(f'"{name}" must be {"a number" if kind is float else f"a {kind.__name__}"}')
-    if isinstance(value, float) and not math.isfinite(value):  # 1e999 parses as inf
-        raise ProtocolError(protocol.INVALID_REQUEST, f'"{name}" must be a finite number')
-    if name in ("candidates", "max_resample") and isinstance(value, int) and value > MAX_SAMPLES:
-        raise ProtocolError(protocol.INVALID_REQUEST, f'"{name}" must be at most {MAX_SAMPLES} in a server request')
-    return value
+_OTHER = {"text", "path", "filename", "cwd"}
+_typed = options.typed
 
 
 def fill_request(params: dict[str, Any]) -> dict[str, Any]:
@@ -133,9 +82,9 @@ def fill_request(params: dict[str, Any]) -> dict[str, Any]:
 
     {"text": "...", "filename": "x.py", "span": ["3:4"], "marker": "<FILL>", "decoder": "assd", "k": 10,
      "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0, "tokens": 16, "candidates": 1,
-     "model": "default", "device": "auto", "precision": "bf16", ...every `infill fill` decoding flag}; or "path"
-     (with "cwd") instead of "text" to fill a file on disk, which is not written."""
-    unknown = sorted(set(params) - set(_SELECTORS) - set(_DECODE) - set(_OPTIONS) - _OTHER)
+     "model": "default", "device": "auto", "precision": "bf16", ...every option of infill.options, named after
+     its config field}; or "path" (with "cwd") instead of "text" to fill a file on disk, which is not written."""
+    unknown = sorted(set(params) - set(_SELECTORS) - set(options.BY_NAME) - _OTHER)
     if unknown:
         raise InputError(f"unknown fill parameter(s): {', '.join(unknown)}")
     text, path = params.get("text"), params.get("path")
@@ -152,21 +101,8 @@ def fill_request(params: dict[str, Any]) -> dict[str, Any]:
         "file": "-" if text is not None else _typed("path", path, str),
         "selections": selections,
         "format": "json",
-        "decode": {k: _typed(k, params[k], t) for k, t in _DECODE.items() if k in params},
-        "options": {k: _typed(k, params[k], t) for k, t in _OPTIONS.items() if k in params},
-        "model": {field: _typed(key, params[key], str) for key, field in _MODEL.items() if key in params},
+        **options.from_params(params),
     }
-    context = request["options"].get("context")
-    if context is not None:
-        if not all(isinstance(c, str) for c in context):
-            raise InputError('"context" must be a list of strings (texts of other files)')
-        request["options"]["context"] = tuple(context)
-    if request["model"].get("device", "auto") not in ("auto", "cpu", "cuda"):
-        raise InputError('"device" must be "auto", "cpu" or "cuda"')
-    if "precision" in params:
-        if params["precision"] not in ("bf16", "fp32"):
-            raise InputError('"precision" must be "bf16" or "fp32"')
-        request["model"]["bf16"] = params["precision"] == "bf16"
     if text is not None:
         request["stdin"] = _typed("text", text, str)
         if "filename" in params:
@@ -201,136 +137,103 @@ def _watch(context: ServerContext) -> Callable[[dict[str, Any]], None]:
 
 def fill(params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
     request = fill_request(params)
-    run_fill = _resolve(FILL_FUNCTION, "fill")
     _preload(context, request["model"])
-    out = run_fill(request, _watch(context))
-    if out.get("exit_code") == 0 and isinstance(out.get("result"), dict):
-        result: dict[str, Any] = out["result"]
-        return result
-    raise _error(out)
+    with _reported():
+        return core_fill.fill_json(request, _watch(context))
 
 
 def fill_command(params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
-    run_fill = _resolve(FILL_FUNCTION, "fill_command")
     model = params.get("model")
     with working_directory(params.get("cwd")):
         if isinstance(model, dict):
             _preload(context, model)
-        out: dict[str, Any] = run_fill(params, _watch(context))
+        out: dict[str, Any] = core_fill.run_fill(params, _watch(context))
     return out
 
 
-def _error(out: dict[str, Any]) -> Exception:
-    """A failed command's output -> the error it reported (its last "error: ..." line)."""
-    lines = [line for line in out.get("stderr", []) if isinstance(line, str)]
-    messages = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
-    message = messages[-1] if messages else (lines[-1] if lines else "the command failed")
-    code = out.get("exit_code")
-    if code == 2:
-        return InputError(message)
-    if code == 3:
-        from infill.errors import NoValidFillError
-
-        result = out.get("result")
-        failed = result.get("failed") if isinstance(result, dict) else None
-        return NoValidFillError(message, failed=failed if isinstance(failed, list) else [])
-    from infill.errors import ModelError
-
-    if code == 123 and not message.startswith("internal error"):
-        return ModelError(message)
-    return ProtocolError(protocol.INTERNAL_ERROR, message)
+@contextlib.contextmanager
+def _reported() -> Iterator[None]:
+    """An InfillError as the command reports it: its location is part of the message ("a.py: no such file"),
+    as on the command's stderr line; the exit code, and a no-valid-fill's rejected edits, stay fields."""
+    try:
+        yield
+    except NoValidFillError as exc:
+        raise NoValidFillError(str(exc), failed=exc.failed, stats=exc.stats) from None
+    except InfillError as exc:
+        if exc.path is None and exc.line is None:
+            raise
+        raise type(exc)(str(exc)) from None
 
 
 # ------------------------------------------------------------------------------------------------------------
-# whole commands (docstrings, and any command the client forwards)
+# docstrings
 
 
-def run_command(name: str, argv: list[str], cwd: str | None) -> dict[str, Any]:
-    """Run `infill NAME ARGV...` in this process with captured output -> {"exit_code", "stdout", "stderr"}.
-
-    stdout/stderr are the exact bytes, as str with surrogateescape (JSON carries the escapes)."""
-    from click.testing import CliRunner
-
-    target = COMMANDS.get(name)
-    if target is None:
-        raise ProtocolError(protocol.UNKNOWN_METHOD, f"command {name!r} cannot run in the server")
-    if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
-        raise InputError('"argv" must be a list of strings')
-    command = _resolve(target, name)
-    with working_directory(cwd):
-        result = CliRunner().invoke(command, argv, catch_exceptions=True, env={"INFILL_NO_DAEMON": "1"})
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise ProtocolError(protocol.INTERNAL_ERROR, f"{type(result.exception).__name__}: {result.exception}")
-    return {
-        "exit_code": result.exit_code,
-        "stdout": result.stdout_bytes.decode("utf-8", "surrogateescape"),
-        "stderr": (result.stderr_bytes or b"").decode("utf-8", "surrogateescape"),
-    }
-
-
-def command(params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
-    name = params.get("name")
-    if not isinstance(name, str):
-        raise InputError('"name" must be a string')
-    cwd = params.get("cwd")
-    return run_command(name, params.get("argv", []), cwd if isinstance(cwd, str) else None)
-
-
-_DOC_FLAGS: dict[str, tuple[str, type]] = {
-    "style": ("--style", str),
-    "model": ("--model", str),
-    "min_confidence": ("--min-confidence", float),
-    "seed": ("--seed", int),
-    "line_length": ("--line-length", int),
-    "config": ("--config", str),
+_DOC_SETTINGS: dict[str, type] = {  # DocstringConfig fields a request may set (None = from pyproject.toml)
+    "style": str,
+    "model": str,
+    "min_confidence": float,
+    "seed": int,
+    "line_length": int,
 }
-_DOC_SWITCHES = {"check": "--check", "update": "--update", "diff": "--diff"}
+_DOC_SWITCHES = ("check", "update", "diff")
 
 
 def docstrings(params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
     """{"path": file, "cwd"?} or {"text": source, "filename"?} plus flags -> the `--format json` report; with
     "text", the report also holds the new "text" (the source is filled in a private temporary copy)."""
-    import json
-
-    known = {"path", "text", "filename", "cwd", "ignore_regex", *_DOC_FLAGS, *_DOC_SWITCHES}
+    known = {"path", "text", "filename", "cwd", "ignore_regex", "config", *_DOC_SETTINGS, *_DOC_SWITCHES}
     unknown = sorted(set(params) - known)
     if unknown:
         raise InputError(f"unknown docstrings parameter(s): {', '.join(unknown)}")
     text, path = params.get("text"), params.get("path")
     if (text is None) == (path is None):
         raise InputError('give exactly one of "text" or "path"')
-    argv = ["--format", "json"]
-    for key, (flag, kind) in _DOC_FLAGS.items():
-        if key in params:
-            argv += [flag, str(_typed(key, params[key], kind))]
-    for key, flag in _DOC_SWITCHES.items():
-        if _typed(key, params.get(key, False), bool):
-            argv.append(flag)
-    for pattern in params.get("ignore_regex", []):
-        argv += ["--ignore-regex", _typed("ignore_regex", pattern, str)]
+    overrides: dict[str, Any] = {k: _typed(k, params[k], kind) for k, kind in _DOC_SETTINGS.items() if k in params}
+    patterns = params.get("ignore_regex", [])
+    overrides["ignore_regex"] = tuple(_typed("ignore_regex", p, str) for p in _typed("ignore_regex", patterns, list))
+    switches = {k: _typed(k, params.get(k, False), bool) for k in _DOC_SWITCHES}
+    config = _typed("config", params["config"], str) if "config" in params else None
     cwd = _typed("cwd", params["cwd"], str) if "cwd" in params else None
-    with tempfile.TemporaryDirectory(prefix="infill-doc-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="infill-doc-") as scratch, working_directory(cwd):
         if text is not None:
             filename = Path(_typed("filename", params.get("filename", "buffer.py"), str))
             target = Path(scratch) / filename.name
             target.write_text(_typed("text", text, str), encoding="utf-8", newline="")
-            if "config" not in params:
-                found = _pyproject_above(filename if filename.is_absolute() else Path(cwd or ".") / filename)
-                if found is not None:
-                    argv += ["--config", str(found)]
-            argv.append(str(target))
+            if config is None:  # the buffer's project settings, as if it were filled where it lives
+                found = _pyproject_above(filename if filename.is_absolute() else Path.cwd() / filename)
+                config = None if found is None else str(found)
+            paths = (str(target),)
         else:
-            argv.append(_typed("path", path, str))
-        out = run_command("docstrings", argv, cwd)
-        if out["exit_code"] not in (0, 1) or not out["stdout"].strip():
-            stderr = out["stderr"].splitlines()
-            raise _error({"exit_code": out["exit_code"], "stderr": stderr})
-        report: dict[str, Any] = json.loads(out["stdout"])
+            paths = (_typed("path", path, str),)
+        request = core_docstrings.DocstringsRequest(
+            paths, **switches, config_path=config, format="json", overrides=overrides
+        )
+        with _reported():
+            outcome = core_docstrings.run_docstrings(request, core_docstrings.Output())
+            if outcome.exit_code not in (0, 1) or outcome.report is None:
+                raise outcome.errors[-1] if outcome.errors else InputError("the docstrings run failed")
+        report = outcome.report
         if text is not None:
             report["text"] = target.read_bytes().decode("utf-8")
             for entry in report.get("files", []):
                 entry["path"] = str(params.get("filename", entry.get("path")))
     return report
+
+
+def docstrings_command(params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
+    """A DocstringsRequest dict (`infill docstrings --daemon`) -> {"exit_code", "stdout", "stderr"}: exactly
+    what the command prints and exits with, run in the client's directory."""
+    request = core_docstrings.DocstringsRequest.from_dict(params)
+    output = core_docstrings.Output()
+    with working_directory(request.cwd):
+        try:
+            code = core_docstrings.run_docstrings(request, output).exit_code
+        except InfillError as exc:
+            output(f"error: {exc}\n", True)
+            code = exc.exit_code
+    stdout, stderr = output.texts()
+    return {"exit_code": code, "stdout": stdout, "stderr": stderr}
 
 
 def _pyproject_above(file: Path) -> Path | None:
@@ -346,5 +249,5 @@ METHODS: dict[str, Callable[[dict[str, Any], ServerContext], dict[str, Any]]] = 
     "fill": fill,
     "fill_command": fill_command,
     "docstrings": docstrings,
-    "command": command,
+    "docstrings_command": docstrings_command,
 }

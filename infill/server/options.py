@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import click
@@ -36,68 +36,26 @@ def daemon_options(function: F) -> F:
     return function
 
 
-def argv_from_params(command: click.Command, params: Mapping[str, Any], skip: Collection[str] = ()) -> list[str]:
-    """Parsed parameters -> a command line that parses back to the same values (for running the command in the
-    daemon). Options first, then "--", then the arguments, so no argument is mistaken for an option."""
-    options: list[str] = []
-    arguments: list[str] = []
-    for param in command.params:
-        if param.name is None or param.name in skip or param.name not in params:
-            continue
-        value = params[param.name]
-        if isinstance(param, click.Argument):
-            values = value if param.nargs != 1 else [value]
-            arguments += [_text(v) for v in values if v is not None]
-        elif isinstance(param, click.Option) and value is not None:
-            flag = param.opts[0]
-            if param.count:
-                options += [flag] * int(value)
-            elif param.is_flag and param.secondary_opts:
-                options.append(flag if value else param.secondary_opts[0])
-            elif param.is_flag:  # a plain switch: present means True (or its flag_value)
-                if value is True or (not param.is_bool_flag and value == param.flag_value):
-                    options.append(flag)
-            elif param.multiple:
-                for item in value:
-                    options += [flag, _text(item)]
-            else:
-                options += [flag, _text(value)]
-    return [*options, "--", *arguments]
-
-
-def _text(value: Any) -> str:
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-def forward_command(
-    ctx: click.Context,
-    mode: str,
-    idle_timeout: float | None,
-    model: str | None = None,
-    input_bytes: int = 0,
+def forward_docstrings(
+    request: Mapping[str, Any], mode: str, idle_timeout: float | None, model: str | None = None, input_bytes: int = 0
 ) -> int | None:
-    """Run the current command in the daemon and print its output here. Returns its exit code, or None: run it
-    in-process (daemon off, unavailable, or failing; the output is then the same as the daemon's would be).
-    An input over the daemon's size limit (`input_bytes`: the files it would read) is never sent."""
-    import os
+    """`infill docstrings`' daemon path: run_docstrings(request) in the daemon, its output printed here. Returns
+    its exit code, or None: run it in-process (daemon off, unavailable, or failing; the output is then the same
+    as the daemon's would be). An input over the daemon's size limit (`input_bytes`: the files it would read)
+    is never sent."""
     import sys
 
     from infill.server import client, protocol
 
-    if ctx.command.name is None or input_bytes > protocol.DEFAULT_MAX_INPUT_BYTES:
+    if input_bytes > protocol.DEFAULT_MAX_INPUT_BYTES:
         return None
-    params = {
-        "name": ctx.command.name,
-        "argv": argv_from_params(ctx.command, ctx.params, skip=("daemon", "idle_timeout")),
-        "cwd": os.getcwd(),
-    }
-    out = client.request("command", params, mode, model=model, idle_timeout=idle_timeout)
+    out = client.request("docstrings_command", dict(request), mode, model=model, idle_timeout=idle_timeout)
     if out is None or not isinstance(out.get("exit_code"), int):
         return None
     for stream, text in ((sys.stdout, out.get("stdout")), (sys.stderr, out.get("stderr"))):
         if isinstance(text, str) and text:
             stream.flush()
-            stream.buffer.write(text.encode("utf-8", "surrogateescape"))  # the exact bytes the command wrote
+            stream.buffer.write(text.encode("utf-8", "surrogateescape"))  # the exact bytes the run wrote
             stream.buffer.flush()
     exit_code: int = out["exit_code"]
     return exit_code

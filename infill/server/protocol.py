@@ -16,7 +16,7 @@ from typing import Any
 
 from infill import errors
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: the daemon runs docstrings from a request (docstrings_command), not from argv
 DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
 # The per-user daemon serves one request at a time, so it refuses (too_large) work on inputs above this size (a
 # fill's text or file, the files of a docstrings run); `infill fill` / `infill docstrings` then do that work in

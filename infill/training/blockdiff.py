@@ -55,25 +55,11 @@ class ModelShape:
 
 def build_tokenizer(texts: Iterable[str], vocab_size: int = 8192) -> Any:
     """Train a byte-level BPE (HF tokenizers) with SPECIALS; "\\n" is its own pre-token, so line boundaries
-    are token boundaries, and decode(encode(s)) == s for every string."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    are token boundaries, and decode(encode(s)) == s for every string (the project's one BPE recipe:
+    infill.models.tokenizer.train_byte_bpe)."""
+    from infill.models.tokenizer import train_byte_bpe
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIALS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    return tok
+    return train_byte_bpe(texts, vocab_size, SPECIALS)
 
 
 def build_model(vocab_size: int, shape: ModelShape, seed: int = 0, attn_implementation: str = "sdpa") -> Any:

@@ -1,0 +1,289 @@
+"""The two model kinds behind one interface (Backend): which decoders each runs, how a fill's window is laid
+out, how one candidate is sampled and scored, and whether retrieved lines can be ranked. infill.api calls
+these instead of branching on the kind (docs/decoding.md, docs/blockdiff.md).
+
+- "asarm" (the any-subset XLNet, infill.models.xlnet): several spans share one sequence; fills are scored by
+  an exact oracle pass; lines of the user's code can be ranked with the samples.
+- "blockdiff" (infill.models.blockdiff): one span per sequence, filled through a FIM or chat prompt
+  (infill.decoding.blockfill); the decoder's own log-probability is the score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from infill.config import DecodeConfig, DecoderName, FillOptions, ModelKind, decoders_for
+from infill.core.plan import Region, Window
+from infill.errors import DecodeError, InputError
+from infill.models.registry import LoadedModel
+
+if TYPE_CHECKING:
+    import torch
+
+    from infill.decoding.stats import DecodeStats
+    from infill.models.base import FillProblem, Tokenizer
+
+ProgressCallback = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class Fill:
+    """One span's fill in a candidate."""
+
+    raw: str  # the model's text (LF), cut at the first pad
+    score: float
+    tokens: int
+
+
+@dataclass
+class Totals:
+    """Decoding counts over every sample of one fill."""
+
+    nfe: int = 0
+    tokens: int = 0
+    accepted: list[int] = field(default_factory=list)
+    nbest: dict[int, list[list[int]]] = field(default_factory=dict)  # beam: region -> fills, best first
+
+    def add(self, stats: DecodeStats) -> None:
+        """Count one decoder run."""
+        self.nfe += int(stats.nfe)
+        self.tokens += int(stats.tokens)
+        self.accepted += list(stats.accepted)
+
+
+def cut_at_pad(
+    tokens: list[int],
+    logq: list[float] | None,
+    pad_id: int | None,
+    stops: frozenset[int] = frozenset(),
+    blank: frozenset[int] = frozenset(),
+) -> tuple[list[int], float]:
+    """Tokens before the first pad (or stop token after some text, see FillProblem), and the log-likelihood of
+    those tokens plus the one that ended the fill."""
+    end, text = len(tokens), False
+    for i, t in enumerate(tokens):
+        if t == pad_id or (t in stops and text):
+            end = i
+            break
+        text = text or t not in blank
+    scored = min(len(tokens), end + 1)
+    return tokens[:end], float(sum(logq[:scored])) if logq is not None else 0.0
+
+
+_TOKEN_SETS: dict[int, tuple[frozenset[int], frozenset[int]]] = {}
+
+
+def token_sets(tokenizer: Tokenizer, vocab_size: int) -> tuple[frozenset[int], frozenset[int]]:
+    """(line breaks, blanks): ids of the tokens whose text holds a line break, and of whitespace-only tokens
+    (cached per tokenizer). A line break after some text ends a one-line span."""
+    key = id(tokenizer)
+    found = _TOKEN_SETS.get(key)
+    if found is None:
+        texts = [tokenizer.decode([i]) for i in range(vocab_size)]
+        found = (
+            frozenset(i for i, t in enumerate(texts) if "\n" in t),
+            frozenset(i for i, t in enumerate(texts) if t and not t.strip()),
+        )
+        _TOKEN_SETS[key] = found
+    return found
+
+
+@dataclass
+class Run:
+    """One fill's decoding: the model, its settings, the one generator every sample draws from, the counts."""
+
+    loaded: LoadedModel
+    cfg: DecodeConfig
+    generator: torch.Generator
+    totals: Totals = field(default_factory=Totals)
+    on_progress: ProgressCallback | None = None
+
+
+class Backend(Protocol):
+    """What the fill core needs from a model kind. Both kinds tokenize through `loaded.tokenizer`
+    (infill.models.base.Tokenizer)."""
+
+    kind: ModelKind
+
+    def decode_config(self, cfg: DecodeConfig, loaded: LoadedModel) -> DecodeConfig:
+        """`cfg` as this kind runs it; InputError for a decoder it does not run."""
+        ...
+
+    def window(self, loaded: LoadedModel) -> Window:
+        """How a fill's sequence is laid out for this model (planning: infill.core.plan)."""
+        ...
+
+    def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
+        """One candidate fill of every span of `region`, each with its score (a log-likelihood)."""
+        ...
+
+    def ranked_lines(self, regions: list[Region], run: Run, options: FillOptions) -> list[Fill]:
+        """Lines of the user's code as scored fills, ranked with the samples (none where the kind cannot score
+        a given text)."""
+        ...
+
+
+def _check_decoder(cfg: DecodeConfig, loaded: LoadedModel) -> None:
+    allowed: tuple[DecoderName, ...] = decoders_for(loaded.kind)
+    if cfg.decoder not in allowed:
+        needs = "an any-subset (AS-ARM)" if loaded.kind == "blockdiff" else "a block-diffusion"
+        is_kind = "a block-diffusion" if loaded.kind == "blockdiff" else "an any-subset (AS-ARM)"
+        raise InputError(
+            f"--decoder {cfg.decoder} needs {needs} model, but {loaded.name!r} is {is_kind} model; "
+            f"use one of: {', '.join(allowed)}"
+        )
+
+
+class AnySubset:
+    """The any-subset (AS-ARM) kind: infill.models.base.AnySubsetModel behind infill.decoding."""
+
+    kind: ModelKind = "asarm"
+
+    def decode_config(self, cfg: DecodeConfig, loaded: LoadedModel) -> DecodeConfig:
+        _check_decoder(cfg, loaded)
+        return cfg
+
+    def window(self, loaded: LoadedModel) -> Window:
+        model = loaded.asarm
+        max_length = int(getattr(model, "max_length", 0) or 0) or 1 << 30
+        has_bos = getattr(model, "bos_id", None) is not None
+        has_pad = getattr(model, "pad_id", None) is not None
+        return Window(max_length, has_bos, has_pad, groups_spans=True)
+
+    def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
+        """One candidate fill of every span of `region` (beam search: the attempt-th best beam)."""
+        import torch
+
+        from infill.decoding import decode, score
+
+        loaded, cfg, totals, on_progress = run.loaded, run.cfg, run.totals, run.on_progress
+        model = loaded.asarm
+        problem = _problem(region, loaded)
+
+        def on_step(decoded: int, total: int) -> None:
+            if on_progress is not None:
+                on_progress({"event": "step", "tokens": totals.tokens + decoded, "base": totals.tokens, "nfe": 0})
+
+        if cfg.decoder == "beam" and id(region) in totals.nbest:  # a later candidate: the next best beam
+            ranked = totals.nbest[id(region)]
+            tokens = torch.tensor(ranked[min(attempt, len(ranked) - 1)], dtype=torch.long)
+        else:
+            tokens, stats = decode(model, problem, cfg, run.generator, on_step=on_step)  # (M,)
+            totals.add(stats)
+            if cfg.decoder == "beam":
+                totals.nbest[id(region)] = [fill for _, fill in stats.extra["nbest"]]
+        logq = score(model, problem, tokens)  # (M,) log q of each token under the oracle
+        totals.nfe += 1  # the scoring pass
+        fills = []
+        at = 0
+        flat, flat_q = tokens.tolist(), logq.tolist()
+        for plan, stops in zip(region.spans, problem.stops or (), strict=True):
+            piece, piece_q = flat[at : at + plan.budget], flat_q[at : at + plan.budget]
+            kept, s = cut_at_pad(piece, piece_q, model.pad_id, stops, problem.blank)
+            fills.append(Fill(loaded.tokenizer.decode(kept), s, len(kept)))
+            at += plan.budget
+        return fills
+
+    def ranked_lines(self, regions: list[Region], run: Run, options: FillOptions) -> list[Fill]:
+        """Lines from the user's code (infill.retrieval) as fills of a lone one-line span, each scored by its
+        exact log-likelihood in the span (one oracle pass) the way sampled fills are: tokens plus the ending
+        pad."""
+        import torch
+
+        from infill.decoding import score
+        from infill.retrieval import line_candidates
+
+        if not options.retrieve or len(regions) != 1 or len(regions[0].spans) != 1:
+            return []
+        region, plan = regions[0], regions[0].spans[0]
+        loaded = run.loaded
+        model = loaded.asarm
+        pad = model.pad_id
+        if not plan.span.one_line or plan.healed or pad is None or (plan.prefix and not plan.prefix.endswith("\n")):
+            return []
+        problem = _problem(region, loaded)
+        out = []
+        for text in line_candidates(plan.prefix, plan.suffix, options.context):
+            if text.strip() == plan.replaced.strip():
+                continue  # refilling a line with itself changes nothing
+            ids = loaded.tokenizer.encode(text)
+            if len(ids) >= plan.budget:
+                continue
+            logq = score(model, problem, torch.tensor(ids + [pad] * (plan.budget - len(ids))))
+            run.totals.nfe += 1
+            out.append(Fill(text, float(logq[: len(ids) + 1].sum()), len(ids)))
+        return out
+
+
+def _problem(region: Region, loaded: LoadedModel) -> FillProblem:
+    import torch
+
+    from infill.models.base import FillProblem
+
+    model = loaded.asarm
+    ids: list[int] = [model.bos_id] if model.bos_id is not None else []
+    ids += region.prefix_ids
+    masked: list[int] = []
+    span_of: list[int] = []
+    for j, plan in enumerate(region.spans):
+        if j:
+            ids += region.between_ids[j - 1]
+        masked += range(len(ids), len(ids) + plan.budget)
+        span_of += [j] * plan.budget
+        ids += [model.mask_id] * plan.budget
+    ids += region.suffix_ids
+    if len(masked) >= len(ids):
+        raise DecodeError("no visible token: the input has no context around the span and the model has no <bos>")
+    breaks, blank = token_sets(loaded.tokenizer, int(model.vocab_size))
+    return FillProblem(
+        torch.tensor(ids, dtype=torch.long),  # (N,)
+        torch.tensor(masked, dtype=torch.long),  # (M,)
+        torch.tensor(span_of, dtype=torch.long),  # (M,)
+        stops=tuple(breaks if plan.span.one_line else frozenset() for plan in region.spans),  # one line back
+        blank=blank,
+    )
+
+
+class BlockDiffusion:
+    """The block-diffusion kind: infill.models.blockdiff behind infill.decoding.blockfill, one span per prompt."""
+
+    kind: ModelKind = "blockdiff"
+
+    def decode_config(self, cfg: DecodeConfig, loaded: LoadedModel) -> DecodeConfig:
+        if cfg.decoder == "assd":  # the default decoder; on a block-diffusion model its self-speculative analogue
+            cfg = replace(cfg, decoder="s2d2")
+        _check_decoder(cfg, loaded)
+        return cfg
+
+    def window(self, loaded: LoadedModel) -> Window:
+        # no limit here: infill.decoding.blockfill fits the prompt to the model's positions
+        return Window(1 << 30, has_bos=False, has_pad=False, groups_spans=False)
+
+    def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
+        from infill.decoding.blockfill import fill_middle
+
+        (plan,) = region.spans  # block-diffusion regions hold one span each
+        tok = run.loaded.tokenizer
+        text, stats = fill_middle(
+            run.loaded,
+            tok.decode(region.prefix_ids),
+            tok.decode(region.suffix_ids),
+            plan.budget,
+            run.cfg,
+            run.generator,
+        )  # (decoded text, stats); the score is the decoder's own log-probability where it reports one, else 0
+        run.totals.add(stats)
+        score = float(stats.extra.get("logprob", 0.0)) if isinstance(stats.extra, dict) else 0.0
+        return [Fill(text, score, len(tok.encode(text)) if text else 0)]
+
+    def ranked_lines(self, regions: list[Region], run: Run, options: FillOptions) -> list[Fill]:
+        return []  # no exact likelihood of a given text: retrieval is for any-subset models
+
+
+BACKENDS: dict[ModelKind, Backend] = {"asarm": AnySubset(), "blockdiff": BlockDiffusion()}
+
+
+def backend_of(loaded: LoadedModel) -> Backend:
+    return BACKENDS[loaded.kind]

@@ -1,0 +1,275 @@
+"""One `infill docstrings` run: DocstringsRequest -> plan (settings and files, no model) -> process (fill,
+check or update each file, report) -> an exit code, with the output written through an `echo` callback.
+
+The CLI (infill.commands.docstrings) echoes to the terminal; the server's `docstrings` method and a daemon
+(`--daemon`) collect the output (Output) and return the JSON report or the exact text. Exit codes: 0 ok,
+1 changes needed (--check with a missing docstring, --diff with a change), 2 usage or input error, 3 a
+file's new docstrings would not parse (it is left unchanged), 123 internal or model error.
+
+This module imports neither torch nor Click.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from infill import languages, patch
+from infill.docstrings.comments import COMMENT_LANGUAGES
+from infill.docstrings.config import DocstringConfig, build_config, find_pyproject
+from infill.docstrings.engine import FileResult, process_source
+from infill.docstrings.fill import SlotFiller
+from infill.errors import InfillError, InputError, NoValidFillError
+from infill.textops import breaks_syntax
+
+Echo = Callable[[str, bool], None]  # (text with its line break, to stderr?)
+
+
+@dataclass(frozen=True)
+class DocstringsRequest:
+    """Everything `infill docstrings` was asked to do; plain data, JSON round-trippable via to_dict / from_dict."""
+
+    paths: tuple[str, ...]
+    check: bool = False
+    diff: bool = False
+    update: bool = False
+    config_path: str | None = None  # pyproject.toml to read; None = the nearest one
+    format: str = "text"  # "text" | "json"
+    quiet: bool = False
+    overrides: dict[str, Any] = field(default_factory=dict)  # flags over [tool.infill.docstrings] (None = unset)
+    cwd: str = "."  # relative paths are relative to this (a daemon runs elsewhere)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: lists for tuples."""
+        d = asdict(self)
+        d["paths"] = list(self.paths)
+        d["overrides"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.overrides.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: object) -> DocstringsRequest:
+        """InputError for anything that is not a request (unknown fields, wrong types)."""
+        if not isinstance(d, dict):
+            raise InputError("a docstrings request must be an object")
+        known = {f.name: f for f in fields(cls)}
+        unknown = set(d) - set(known)
+        if unknown:
+            raise InputError(f"unknown request field(s): {', '.join(sorted(unknown))}")
+        paths = d.get("paths")
+        if not isinstance(paths, list | tuple) or not paths or not all(isinstance(p, str) for p in paths):
+            raise InputError('"paths" must be a non-empty list of strings')
+        kinds = {"check": bool, "diff": bool, "update": bool, "quiet": bool, "format": str, "cwd": str}
+        for key, kind in kinds.items():
+            if key in d and not isinstance(d[key], kind):
+                raise InputError(f'"{key}" must be a {kind.__name__}')
+        if d.get("config_path") is not None and not isinstance(d["config_path"], str):
+            raise InputError('"config_path" must be a string')
+        overrides = d.get("overrides", {})
+        if not isinstance(overrides, dict) or set(overrides) - {f.name for f in fields(DocstringConfig)}:
+            raise InputError('"overrides" must be an object of docstring settings')
+        return cls(**{**d, "paths": tuple(paths)})
+
+
+@dataclass
+class Output:
+    """Collects what a run echoes: stdout as one string, stderr as one string (the exact text)."""
+
+    stdout: list[str] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+
+    def __call__(self, text: str, err: bool) -> None:
+        (self.stderr if err else self.stdout).append(text)
+
+    def texts(self) -> tuple[str, str]:
+        return "".join(self.stdout), "".join(self.stderr)
+
+
+@dataclass
+class Outcome:
+    """A finished run: its exit code, the JSON report (--format json), and the per-file errors it echoed."""
+
+    exit_code: int
+    report: dict[str, Any] | None = None
+    errors: list[InfillError] = field(default_factory=list)
+
+
+SUFFIXES = tuple(ext for name in ("python", *COMMENT_LANGUAGES) for ext in languages.LANGUAGES[name].extensions)
+SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "node_modules", "build", "dist"}
+
+
+def collect_files(paths: Iterable[str]) -> list[Path]:
+    """Files named on the command line, and the supported files under named folders (hidden ones skipped)."""
+    out: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            for root, dirs, files in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+                out += [Path(root) / f for f in sorted(files) if f.endswith(SUFFIXES)]
+        elif path.is_file():
+            if not path.name.endswith(SUFFIXES):
+                raise InputError(f"unsupported file type (supported: {', '.join(SUFFIXES)})", path=raw)
+            out.append(path)
+        else:
+            raise InputError("no such file or folder", path=raw)
+    return out
+
+
+def _diff(result: FileResult) -> str:
+    return patch.unified_diff(result.original, result.text, result.path)
+
+
+def _real_filler(cfg: DocstringConfig) -> SlotFiller:
+    from infill.config import DecodeConfig, ModelSpec
+    from infill.docstrings.fill import model_filler, options_for
+
+    return model_filler(
+        ModelSpec(name=cfg.model),
+        DecodeConfig(seed=cfg.seed, temperature=cfg.temperature),
+        options_for(),
+    )
+
+
+def _outcome_json(result: FileResult) -> dict[str, Any]:
+    return {
+        "path": result.path,
+        "changed": result.changed,
+        "style": result.style,
+        "definitions": [
+            {
+                "name": o.name,
+                "kind": o.kind,
+                "line": o.line,
+                "status": o.status,
+                "confidence": o.confidence,
+                "fallbacks": o.fallbacks,
+                "docstring": o.docstring,
+                "warnings": o.warnings,
+            }
+            for o in result.outcomes
+        ],
+    }
+
+
+def _describe(status: str, confidence: float | None, fallbacks: Sequence[str]) -> str:
+    parts = [status]
+    if confidence is not None:
+        parts.append(f"mean log-prob {confidence:.2f}")
+    if fallbacks:
+        parts.append("neutral text for " + ", ".join(fallbacks))
+    return parts[0] + (f" ({'; '.join(parts[1:])})" if len(parts) > 1 else "")
+
+
+def model_filler_for(cfg: DocstringConfig) -> SlotFiller:
+    """The real SlotFiller for these settings: infill.api.fill_text with the model (loaded on first use)."""
+    from infill.config import DecodeConfig, ModelSpec
+    from infill.docstrings.fill import model_filler, options_for
+
+    return model_filler(
+        ModelSpec(name=cfg.model),
+        DecodeConfig(seed=cfg.seed, temperature=cfg.temperature),
+        options_for(),
+    )
+
+
+def plan(req: DocstringsRequest) -> tuple[DocstringConfig, list[Path]]:
+    """The settings and the files of a run (no model): InputError for a bad combination, setting or path."""
+    if req.check and req.update:
+        raise InputError("--check and --update cannot be combined")
+    paths = req.paths
+    pyproject = Path(req.config_path) if req.config_path else find_pyproject(Path(paths[0]) if paths else Path.cwd())
+    cfg = build_config(pyproject, req.overrides)
+    return cfg, collect_files(paths)
+
+
+def process(
+    req: DocstringsRequest, cfg: DocstringConfig, files: list[Path], filler: SlotFiller | None, echo: Echo
+) -> Outcome:
+    """Fill (or, without a filler, only check) every file; a file that fails is reported and skipped."""
+    results: list[FileResult] = []
+    failures: list[InfillError] = []
+    errors = invalid = 0
+    for path in files:
+        try:
+            data, snapshot = patch.read_source(str(path))
+            result = process_source(patch.decode_utf8(data, str(path)), str(path), cfg, filler, update=req.update)
+            if result.changed and breaks_syntax(languages.detect(str(path)), data, result.text.encode("utf-8")):
+                raise NoValidFillError("the new docstrings would break the file's syntax; nothing was written")
+            if filler is not None and result.changed and not req.diff:
+                patch.atomic_write(str(path), result.text.encode("utf-8"), snapshot)
+        except NoValidFillError as exc:
+            exc.path = str(path)
+            echo(f"error: {exc}\n", True)
+            failures.append(exc)
+            invalid += 1
+            continue
+        except InputError as exc:
+            echo(f"error: {exc}\n", True)
+            failures.append(exc)
+            errors += 1
+            continue
+        results.append(result)
+        if req.format == "text":
+            _report_text(result, req.check, req.diff, req.quiet, echo)
+    missing = sum(o.status == "missing" for r in results for o in r.outcomes)
+    changed = sum(r.changed for r in results)
+    report = None
+    if req.format == "json":
+        report = {
+            "files": [_outcome_json(r) | ({"diff": _diff(r)} if req.diff else {}) for r in results],
+            "summary": {
+                "files": len(results),
+                "changed": changed,
+                "missing": missing,
+                "errors": errors + invalid,
+            },
+        }
+        echo(json.dumps(report, indent=2) + "\n", False)
+    elif not req.quiet and (results or not (errors or invalid)):  # no "0 of 0 files" after the error lines
+        _summary(results, req.check, req.diff, changed, missing, echo)
+    code = 2 if errors else 3 if invalid else 1 if (req.check and missing) or (req.diff and changed) else 0
+    return Outcome(code, report, failures)
+
+
+def run_docstrings(req: DocstringsRequest, echo: Echo, filler: SlotFiller | None = None) -> Outcome:
+    """plan + process, with the model's filler unless --check (or a filler is given). Raises InfillError for a
+    request that cannot start (bad flags, settings or paths); per-file errors are in the Outcome. Relative paths
+    are relative to the current directory (a server enters the request's `cwd` first)."""
+    cfg, files = plan(req)
+    if filler is None and not req.check:
+        filler = model_filler_for(cfg)
+    return process(req, cfg, files, None if req.check else filler, echo)
+
+
+def _report_text(result: FileResult, check: bool, show_diff: bool, quiet: bool, echo: Echo) -> None:
+    if check:
+        if not quiet:
+            for o in result.outcomes:
+                echo(f"{result.path}:{o.line}: {o.name}\n", False)
+        return
+    if show_diff and result.changed:
+        echo(_diff(result), False)
+    if quiet:
+        return
+    for o in result.outcomes:
+        line = f"{result.path}:{o.line}: {o.name}: {_describe(o.status, o.confidence, o.fallbacks)}"
+        echo(line + "\n", show_diff)
+        for warning in o.warnings:
+            echo(f"{result.path}:{o.line}: {o.name}: warning: {warning}\n", True)
+
+
+def _summary(results: list[FileResult], check: bool, show_diff: bool, changed: int, missing: int, echo: Echo) -> None:
+    if check:
+        files = f"{len(results)} file{'s' * (len(results) != 1)}"
+        echo(f"{missing} missing docstring{'s' * (missing != 1)} in {files}\n", True)
+        return
+    filled = sum(o.status in ("filled", "low-confidence") for r in results for o in r.outcomes)
+    updated = sum(o.status == "updated" for r in results for o in r.outcomes)
+    left = sum(o.status == "left-missing" for r in results for o in r.outcomes)
+    verb = "would change" if show_diff else "changed"
+    message = f"{filled} docstrings filled, {updated} updated, {left} left missing (low confidence); "
+    echo(message + f"{changed} of {len(results)} file{'s' * (len(results) != 1)} {verb}\n", True)

@@ -1,0 +1,228 @@
+"""Planning a fill: spans -> regions of token pieces (the data flow and the length policy: infill.api's module
+docstring, and docs/decoding.md).
+
+Each region of nearby spans becomes one sequence: its prefix, the spans' masks with the text between them, and
+its suffix, cut to the model's window (3/4 of the free room to the prefix, 1/4 to the suffix).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from infill.config import FillOptions
+from infill.errors import DecodeError, InputError
+from infill.spans import LineIndex, Span
+
+if TYPE_CHECKING:
+    from infill.models.base import Tokenizer
+
+PREFIX_SHARE = 0.75  # share of the free context given to the prefix (the suffix gets the rest)
+MIN_CONTEXT = 16  # tokens of context a region keeps at least, when spans are grouped into regions
+# A generous bound on the UTF-8 bytes of one token (byte-level BPE tokens of code average 3-4): context more than
+# max_length * this many bytes away from a span cannot fit the model's window, so it is never even tokenized.
+WINDOW_BYTES_PER_TOKEN = 64
+
+
+@dataclass
+class SpanPlan:
+    span: Span
+    index: int  # position in the sorted span list
+    budget: int
+    prefix: str  # LF text before the span, up to the previous span or the window (for post-processing)
+    replaced: str  # LF text the span replaces
+    suffix: str  # LF text after the span, up to the next span or the window
+    healed: bool = False  # the space before the span was moved into the model's fill (see _model_prefix)
+    gap: int = 0  # bytes between the previous span (or the start) and this one
+
+
+@dataclass
+class Region:
+    spans: list[SpanPlan]
+    prefix_ids: list[int]
+    between_ids: list[list[int]]  # len(spans) - 1 pieces
+    suffix_ids: list[int]
+    truncated: bool = False
+    seen: tuple[int, int] = (0, 0)  # when truncated: the first and last line the model saw (1-based)
+    block_cut: bool = False  # when truncated: the cut hid the start of the block around the spans (a warning)
+
+
+def token_budget(span: Span, replaced_tokens: int, replaced: str, options: FillOptions, has_pad: bool) -> int:
+    """Tokens to mask for one span (the length policy in the module docstring)."""
+    if options.tokens is not None:
+        if options.tokens < 1:
+            raise InputError(f"--tokens must be at least 1, got {options.tokens}")
+        return options.tokens
+    if span.placeholder or not replaced.strip():
+        return span.default_tokens
+    slack = max(8, replaced_tokens // 4) if has_pad else 0
+    return replaced_tokens + slack
+
+
+@dataclass(frozen=True)
+class Window:
+    """What planning needs to know of a model: how long a sequence may be and how it is laid out."""
+
+    max_length: int  # tokens in one sequence (1 << 30: no limit at planning)
+    has_bos: bool  # a <bos> token starts every sequence
+    has_pad: bool  # an end-of-fill pad ends fills early (so a replaced text's budget gets slack)
+    groups_spans: bool  # neighbouring spans may share one sequence
+
+
+def plan_regions(
+    data: bytes,
+    spans: list[Span],
+    tok: Tokenizer,
+    limits: Window,
+    options: FillOptions,
+    warnings: list[str],
+    index: LineIndex,
+) -> list[Region]:
+    """Group the spans of `data` into regions and tokenize each (see the module docstring)."""
+    max_length, has_bos, has_pad = limits.max_length, limits.has_bos, limits.has_pad
+    cap = max_length - int(has_bos) - MIN_CONTEXT
+    # Only text within `window` bytes of a span can reach the model, so nothing farther is decoded, tokenized
+    # or post-processed: a fill in a 10 MB file does the work of a fill in a small one.
+    window = max_length * WINDOW_BYTES_PER_TOKEN
+    plans = []
+    for i, span in enumerate(spans):
+        prev_end = spans[i - 1].end_byte if i else 0
+        next_start = spans[i + 1].start_byte if i + 1 < len(spans) else len(data)
+        replaced = model_text(data, span.start_byte, span.end_byte)
+        if options.tokens is not None or not replaced.strip():
+            replaced_tokens = 0  # not needed by the length policy
+        elif span.end_byte - span.start_byte > window:
+            replaced_tokens = cap + 1  # more than fits: capped below without tokenizing it all
+        else:
+            replaced_tokens = len(tok.encode(replaced))
+        budget = token_budget(span, replaced_tokens, replaced, options, has_pad)
+        if budget > cap:
+            if options.tokens is not None:
+                raise DecodeError(
+                    f"{span.label or 'span'}: --tokens {budget} does not fit the model's context of "
+                    f"{max_length} tokens (at most {cap})"
+                )
+            warnings.append(f"{span.label or 'span'}: token budget {budget} capped at {cap} (the model's context)")
+            budget = cap
+        before = model_text(data, *_tail(data, prev_end, span.start_byte, window))
+        after = model_text(data, *_head(data, span.end_byte, next_start, window))
+        plan = SpanPlan(span, i, budget, before, replaced, after, healed=_heals(before))
+        plan.gap = span.start_byte - prev_end
+        plans.append(plan)
+    # group neighbouring spans into regions while the masks and the text between them fit
+    regions: list[list[tuple[SpanPlan, list[int]]]] = []  # each span with the ids of the text before it
+    used = 0
+    for plan in plans:
+        near = regions and limits.groups_spans and plan.gap <= window  # farther apart never fits: not tokenized
+        between = tok.encode(model_prefix(plan.prefix, plan.healed)) if near else []
+        cost = len(between) + plan.budget
+        if near and used + cost <= cap:
+            regions[-1].append((plan, between))
+            used += cost
+        else:
+            regions.append([(plan, [])])
+            used = plan.budget
+    out = []
+    for group in regions:
+        first, last = group[0][0].span, group[-1][0].span
+        pre_start, pre_end = _tail(data, 0, first.start_byte, window)
+        suf_start, suf_end = _head(data, last.end_byte, len(data), window)
+        prefix_ids = tok.encode(model_prefix(model_text(data, pre_start, pre_end), group[0][0].healed))
+        suffix_ids = tok.encode(model_text(data, suf_start, suf_end))
+        inner = sum(p.budget for p, _ in group) + sum(len(b) for _, b in group[1:])
+        free = max(0, max_length - int(has_bos) - inner)
+        keep_pre, keep_suf = split_context(free, len(prefix_ids), len(suffix_ids))
+        kept_pre = prefix_ids[len(prefix_ids) - keep_pre :] if keep_pre else []
+        kept_suf = suffix_ids[:keep_suf]
+        cut_pre = keep_pre < len(prefix_ids) or pre_start > 0
+        cut_suf = keep_suf < len(suffix_ids) or suf_end < len(data)
+        region = Region([p for p, _ in group], kept_pre, [b for _, b in group[1:]], kept_suf, cut_pre or cut_suf)
+        if region.truncated:
+            region.seen, region.block_cut = _what_was_seen(index, region, tok, cut_pre)
+        out.append(region)
+    return out
+
+
+def model_text(data: bytes, start: int, end: int) -> str:
+    """The model's view of data[start:end]: LF line endings, and no byte order mark at the start of the file."""
+    from infill.textops import to_model
+
+    text = to_model(data[start:end].decode("utf-8"))
+    return text.removeprefix("\ufeff") if start == 0 else text
+
+
+def _tail(data: bytes, start: int, end: int, window: int) -> tuple[int, int]:
+    """The last `window` bytes or fewer of data[start:end], beginning at a line start (else a character)."""
+    if end - start <= window:
+        return start, end
+    cut = end - window
+    newline = data.find(b"\n", cut, end)
+    if newline >= 0:
+        return newline + 1, end
+    while cut < end and data[cut] & 0xC0 == 0x80:  # not inside a UTF-8 character
+        cut += 1
+    return cut, end
+
+
+def _head(data: bytes, start: int, end: int, window: int) -> tuple[int, int]:
+    """The first `window` bytes or fewer of data[start:end], ending after a line break (else at a character)."""
+    if end - start <= window:
+        return start, end
+    cut = start + window
+    newline = data.rfind(b"\n", start, cut)
+    if newline >= 0:
+        return start, newline + 1
+    while cut > start and data[cut] & 0xC0 == 0x80:
+        cut -= 1
+    return start, cut
+
+
+def _what_was_seen(index: LineIndex, region: Region, tok: Tokenizer, cut_pre: bool) -> tuple[tuple[int, int], bool]:
+    """The lines the model saw around a truncated region, and whether the cut hid the start of the block its
+    spans are in (the definition's header): no line in column 1 (a definition, a top-level statement, a closing
+    brace) is left in sight between the cut and the spans."""
+    before = tok.decode(region.prefix_ids) if region.prefix_ids else ""
+    after = tok.decode(region.suffix_ids) if region.suffix_ids else ""
+    first_seen = index.line_of(region.spans[0].span.start_byte) - before.count("\n")
+    last_seen = index.line_of(region.spans[-1].span.end_byte) + after.count("\n") - int(after.endswith("\n"))
+    lines = before.split("\n")
+    lines[-1] += region.spans[0].replaced.split("\n", 1)[0]  # the spans' own first line
+    if cut_pre:
+        lines = lines[1:]  # the first line seen may be partial
+    block_cut = cut_pre and not any(_column_one(line) for line in lines)
+    return (max(1, first_seen), last_seen), block_cut
+
+
+def _column_one(line: str) -> bool:
+    return bool(line[:1].strip()) and not line.startswith(("#", "//", "/*", "*"))
+
+
+def _heals(before: str) -> bool:
+    """Whether the text before a span ends in a space that the model should write itself.
+
+    Byte-level BPE with GPT-2 pre-tokenization glues a space to the following word (" foo"), so a prompt that
+    ends in a lone " " (as in "x = <FILL>", or indentation before a column span) is a token sequence the model
+    never saw. The model sees the text without that space and writes " foo"; the space is removed from the fill
+    again (the file keeps its own). Spans at a line start are untouched (the text before ends with "\n").
+    """
+    return before.endswith(" ")
+
+
+def model_prefix(before: str, healed: bool) -> str:
+    return before[:-1] if healed else before
+
+
+def split_context(free: int, prefix: int, suffix: int) -> tuple[int, int]:
+    """Prefix / suffix tokens to keep in `free` slots: 3/4 : 1/4; an unused share goes to the other side."""
+    if prefix + suffix <= free:
+        return prefix, suffix
+    pre_share = math.ceil(free * PREFIX_SHARE)
+    suf_share = free - pre_share
+    if prefix < pre_share:
+        suf_share += pre_share - prefix
+        pre_share = prefix
+    if suffix < suf_share:
+        pre_share = min(prefix, pre_share + suf_share - suffix)
+        suf_share = suffix
+    return pre_share, suf_share

@@ -1,0 +1,107 @@
+"""The one per-process model cache: `infill fill`, the docstring filler, the evaluations and the server all load
+models through SHARED (infill.api.load_model; the server's ServerContext.models), so a daemon holds one copy.
+
+An entry is keyed by the whole ModelSpec (name, device, bf16, revision, mask token) and stays valid while
+- its folder's files are unchanged on disk (a daemon never serves stale weights after `infill train` writes a
+  new checkpoint to the same place: every entry is dropped then), and
+- for a registered name, the same factory is still registered under it (tests and plugins re-register names).
+
+Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infill.config import ModelSpec
+from infill.errors import InfillError, ModelError
+from infill.models import registry
+from infill.models.registry import LoadedModel
+
+Fingerprint = tuple[tuple[str, float, int], ...]
+
+
+def load_spec(spec: ModelSpec) -> LoadedModel:
+    """Load `spec` through the registry, with a corrupt folder (bad JSON, bad safetensors...) as a ModelError."""
+    from infill.progress import quiet_libraries
+
+    quiet_libraries()
+    try:
+        return registry.load(spec)
+    except InfillError:
+        raise
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:  # corrupt folder, bad safetensors, bad json
+        raise ModelError(f"cannot load model {spec.name!r}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+
+
+@dataclass
+class _Entry:
+    model: LoadedModel
+    fingerprint: Fingerprint
+    factory: Any  # the registered factory it came from; None for folder models
+
+
+@dataclass
+class ModelCache:
+    """Loaded models kept in memory (see the module docstring for when an entry is reloaded)."""
+
+    loader: Callable[[ModelSpec], LoadedModel] = load_spec
+    _entries: dict[ModelSpec, _Entry] = field(default_factory=dict)
+
+    def get(self, spec: ModelSpec) -> LoadedModel:
+        entry = self._entries.get(spec)
+        factory = registry.factory_of(spec.name)
+        if entry is not None:
+            if entry.factory is not factory:  # re-registered (or unregistered): this entry only is stale
+                del self._entries[spec]
+            elif fingerprint(entry.model) == entry.fingerprint:
+                return entry.model
+            else:
+                self._entries.clear()  # new weights on disk: drop every copy
+        loaded = self.loader(spec)
+        self._entries[spec] = _Entry(loaded, fingerprint(loaded), factory)
+        return loaded
+
+    def loaded(self) -> list[dict[str, Any]]:
+        """The models held, for the server's `models` and `ping` methods."""
+        out = []
+        for spec, entry in list(self._entries.items()):  # a snapshot: ping reads it from another thread
+            info = {k: v for k, v in entry.model.info.items() if isinstance(v, str | int | float | bool) or v is None}
+            out.append(
+                {
+                    "name": spec.name,
+                    "device": spec.device,
+                    "bf16": spec.bf16,
+                    "revision": spec.revision,
+                    "kind": entry.model.kind,
+                    "info": info,
+                }
+            )
+        return out
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+def fingerprint(model: LoadedModel) -> Fingerprint:
+    """(file, mtime, size) of a folder model's files; () for models that do not come from a folder."""
+    path = model.info.get("path")
+    if not isinstance(path, str | os.PathLike):
+        return ()
+    folder = Path(path)
+    files = sorted(folder.iterdir()) if folder.is_dir() else [folder]
+    out = []
+    for file in files:
+        try:
+            st = file.stat()
+        except OSError:
+            continue
+        out.append((file.name, st.st_mtime, st.st_size))
+    return tuple(out)
+
+
+SHARED = ModelCache()  # read at call time (infill.models.cache.SHARED), so a test may swap in a fresh one

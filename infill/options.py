@@ -1,0 +1,348 @@
+"""The decoding options, declared once: one table from which `infill fill`'s and `infill eval`'s Click options
+and the server's `fill` parameters are generated (docs/decoding.md describes what each option does).
+
+Defaults are not restated here: they are read from infill.config (DecodeConfig, FillOptions, ModelSpec, and
+EVAL_DECODE for the evaluations), so changing a default is a one-line change there. A request parameter is
+named after the config field it sets (`top_k`, `ssmd_passes`), except `model` (ModelSpec.name) and
+`precision` (ModelSpec.bf16); on the command line the flags keep their own names (`--causal-passes`).
+
+This module imports Click but neither torch nor the server: `infill --help` imports it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal, TypeVar, get_args
+
+import click
+
+from infill.clitypes import SEED, FiniteFloatRange
+from infill.config import CHOOSABLE_DECODERS, DecodeConfig, DeviceName, DraftName, FillOptions, ModelSpec
+from infill.errors import InputError
+
+Section = Literal["decode", "options", "model"]
+F = TypeVar("F", bound=Callable[..., Any])
+_CONFIGS: dict[Section, Any] = {"decode": DecodeConfig, "options": FillOptions, "model": ModelSpec}
+PRECISIONS = ("bf16", "fp32")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One decoding option: the config field it sets, its request parameter, and its command-line flag."""
+
+    section: Section
+    field: str  # the DecodeConfig / FillOptions / ModelSpec field
+    flags: tuple[str, ...]  # on the command line; the Click parameter (and the request parameter) is `key`
+    help: str = ""
+    type: Any = None  # Click type; None = Click's default for the default value
+    key: str = ""  # request parameter name; "" = the field's name
+    metavar: str | None = None
+    show_default: bool = True
+    multiple: bool = False
+    choices: tuple[str, ...] = ()  # checked at the server boundary too (an unknown one would fail deep inside)
+
+    @property
+    def name(self) -> str:
+        return self.key or self.field
+
+    def default(self, decode: DecodeConfig) -> Any:
+        """The command line's default: the config's value, in the flag's own form."""
+        if self.name == "beam":
+            return 0  # 0 = no beam search: sample with --decoder (a width N > 0 selects decoder "beam")
+        if self.name == "precision":
+            return "bf16" if ModelSpec.bf16 else "fp32"
+        if self.name == "syntax_check":
+            return FillOptions.syntax_check
+        if self.name == "context":
+            return ()
+        source = decode if self.section == "decode" else _CONFIGS[self.section]
+        return getattr(source, self.field)
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "options",
+        "tokens",
+        ("--tokens",),
+        "Tokens per span (see length policy).",
+        click.IntRange(min=1),
+        show_default=False,
+    ),
+    Option(
+        "decode",
+        "decoder",
+        ("--decoder",),
+        "assd/sequential are exact; parallel is not; confidence/s2d2/ssmd/ptp are for block-diffusion models "
+        "(ptp: exact, needs a PTP adapter; ssmd needs a model with an SSMD head and is exact per speculative step, "
+        "not with respect to one fixed model's joint).",
+        click.Choice(CHOOSABLE_DECODERS),
+    ),
+    Option("decode", "k", ("-k",), "Speculation width (tokens drafted per step).", click.IntRange(min=1)),
+    Option("decode", "temperature", ("--temperature",), "0 = greedy.", FiniteFloatRange(min=0.0)),
+    Option("decode", "top_k", ("--top-k",), "0 = off.", click.IntRange(min=0)),
+    Option("decode", "top_p", ("--top-p",), "1 = off.", FiniteFloatRange(min=0.0, max=1.0, min_open=True)),
+    Option("decode", "seed", ("--seed",), "Fixed by default: reproducible.", SEED),
+    Option(
+        "decode",
+        "draft",
+        ("--draft",),
+        "ASSD draft: the model itself, a bigram of the visible text (Algorithm 2), or copies of what followed the "
+        "same tokens elsewhere in the text (lookup; one verify pass per step).",
+        click.Choice(get_args(DraftName)),
+    ),
+    Option(
+        "decode",
+        "epsilon",
+        ("--epsilon",),
+        "LOSSY: accept drafts if r < q/p + EPSILON. 0 keeps sampling exact.",
+        FiniteFloatRange(min=0.0),
+    ),
+    Option(
+        "decode",
+        "block_size",
+        ("--block-size",),
+        "Block-diffusion models: block size (0 = the model's own, 1 = autoregressive).",
+        click.IntRange(min=0),
+    ),
+    Option(
+        "decode",
+        "threshold",
+        ("--threshold",),
+        "Block-diffusion models: confidence threshold tau of dynamic decoding.",
+        FiniteFloatRange(min=0.0, max=1.0),
+    ),
+    Option(
+        "decode",
+        "unmask_per_step",
+        ("--unmask-per-step",),
+        "Block-diffusion models: tokens per step (0 = dynamic, by --threshold).",
+        click.IntRange(min=0),
+    ),
+    Option(
+        "decode",
+        "routing",
+        ("--routing",),
+        "S2D2 routing: always, never, min-span, score-static, score-dynamic, hysteresis, ucb (opts as POLICY:k=v,..).",
+        metavar="POLICY",
+    ),
+    Option(
+        "decode",
+        "gamma",
+        ("--gamma",),
+        "S2D2 tempering of q/p; values below 1 are LOSSY.",
+        FiniteFloatRange(min=0.0, min_open=True),
+    ),
+    Option(
+        "decode",
+        "ssmd_passes",
+        ("--causal-passes",),
+        "SSMD: causal-head passes K per full forward (each verifies drafts up to one rejection).",
+        click.IntRange(min=1),
+    ),
+    Option(
+        "decode",
+        "ssmd_window",
+        ("--window",),
+        "SSMD: positions drafted per full forward (0 = a cosine schedule over the block).",
+        click.IntRange(min=0),
+    ),
+    Option(
+        "decode",
+        "beam",
+        ("--beam",),
+        "Beam search of width N for the most likely fill (AS-ARM models; 0 = sample with --decoder).",
+        click.IntRange(min=0),
+    ),
+    Option(
+        "options",
+        "candidates",
+        ("-n", "--candidates"),
+        "Sample N candidates; keep the most likely.",
+        click.IntRange(min=1),
+    ),
+    Option(
+        "options",
+        "max_resample",
+        ("--max-resample",),
+        "Extra samples when a candidate adds syntax errors.",
+        click.IntRange(min=0),
+    ),
+    Option(
+        "options",
+        "syntax_check",
+        ("--no-syntax-check",),
+        "Accept candidates that add tree-sitter errors.",
+        show_default=False,
+    ),
+    Option(
+        "options",
+        "retrieve",
+        ("--retrieve/--no-retrieve",),
+        "For a one-line fill, also rank lines of your own code that sit between similar lines (from the file "
+        "and --context files) by the model's likelihood, next to its samples.",
+    ),
+    Option(
+        "options",
+        "context",
+        ("--context",),
+        "Another file to take candidate lines from (repeatable).",
+        click.Path(exists=True, dir_okay=False),
+        metavar="FILE",
+        show_default=False,
+        multiple=True,
+    ),
+    Option(
+        "options",
+        "allow_syntax_errors",
+        ("--allow-syntax-errors",),
+        "When no candidate parses, use the most likely one anyway (default: exit 3 and write nothing).",
+        show_default=False,
+    ),
+    Option("model", "name", ("--model",), "Model name or folder.", key="model", metavar="NAME|PATH"),
+    Option("model", "device", ("--device",), "", click.Choice(get_args(DeviceName)), choices=get_args(DeviceName)),
+    Option(
+        "model",
+        "revision",
+        ("--revision",),
+        "HF-cache revision of --model (e.g. code, nlp).",
+        metavar="REV",
+        show_default=False,
+    ),
+    Option(
+        "model",
+        "mask_token",
+        ("--mask-token",),
+        "Block-diffusion models: mask token override.",
+        metavar="TOKEN",
+        show_default=False,
+    ),
+    Option(
+        "model",
+        "bf16",
+        ("--precision",),
+        "Compute precision (bf16 autocast over fp32 weights).",
+        click.Choice(PRECISIONS),
+        key="precision",
+        choices=PRECISIONS,
+    ),
+)
+BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+
+
+def click_options(
+    names: Iterable[str] | None = None,
+    *,
+    decode: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so a shared default is safe)
+    help: Mapping[str, str] | None = None,  # noqa: A002 (Click's own word)
+    unset: bool = False,
+) -> Callable[[F], F]:
+    """A decorator adding the Click options of `names` (all, in table order, when None) to a command. Each value
+    reaches the command as the keyword argument named after the option (Option.name); `decode` supplies the
+    defaults of the decoding fields (e.g. config.EVAL_DECODE for the evaluations), `help` replaces texts.
+    With `unset`, an option not given is None (for commands whose defaults come from a settings file)."""
+    chosen = [BY_NAME[n] for n in names] if names is not None else list(OPTIONS)
+    texts = dict(help or {})
+
+    def decorate(function: F) -> F:
+        for option in reversed(chosen):
+            default = None if unset else option.default(decode)
+            function = _click_option(option, default, texts.get(option.name, option.help), unset)(function)
+        return function
+
+    return decorate
+
+
+def _click_option(option: Option, default: Any, text: str, unset: bool = False) -> Callable[[F], F]:
+    kwargs: dict[str, Any] = {"help": text or None}
+    if option.name == "syntax_check":  # the flag turns the check off
+        return click.option(*option.flags, option.name, is_flag=True, flag_value=False, default=default, **kwargs)
+    if isinstance(default, bool) and "/" not in option.flags[0]:
+        return click.option(*option.flags, option.name, is_flag=True, default=default, **kwargs)
+    kwargs.update(default=default, show_default=option.show_default and not unset, multiple=option.multiple)
+    if option.type is not None:
+        kwargs["type"] = option.type
+    if option.metavar is not None:
+        kwargs["metavar"] = option.metavar
+    return click.option(*option.flags, option.name, **kwargs)
+
+
+def read_context(path: str) -> str:
+    """A --context file's text (undecodable bytes replaced: it only supplies candidate lines)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def from_flags(values: Mapping[str, Any]) -> tuple[DecodeConfig, FillOptions, ModelSpec]:
+    """Parsed Click values (keyword arguments named after the options) -> the three config objects. Options
+    a command does not have keep the config's defaults; `--beam N` selects decoder "beam" with width N."""
+    given = {name: value for name, value in values.items() if name in BY_NAME}
+    if given.get("beam"):
+        given["decoder"] = "beam"
+    else:
+        given.pop("beam", None)  # 0: sample with --decoder, at the config's beam width
+    if "context" in given:
+        given["context"] = tuple(read_context(path) for path in given["context"])
+    if "precision" in given:
+        given["precision"] = given["precision"] == "bf16"
+    return _build(given)
+
+
+def _build(given: Mapping[str, Any]) -> tuple[DecodeConfig, FillOptions, ModelSpec]:
+    parts: dict[Section, dict[str, Any]] = {"decode": {}, "options": {}, "model": {}}
+    for name, value in given.items():
+        option = BY_NAME[name]
+        parts[option.section][option.field] = value
+    return DecodeConfig(**parts["decode"]), FillOptions(**parts["options"]), ModelSpec(**parts["model"])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the server's `fill` parameters
+
+MAX_SAMPLES = 100  # "candidates" and "max_resample" above this would hold the server for too long
+_JSON_KINDS: dict[str, type] = {"int": int, "int | None": int, "float": float, "bool": bool, "tuple[str, ...]": list}
+
+
+def json_kind(option: Option) -> type:
+    """The JSON type a request gives for `option`: int, float, bool, list, or str (strings and name literals)."""
+    if option.name == "precision":
+        return str
+    field_type = {f.name: str(f.type) for f in fields(_CONFIGS[option.section])}[option.field]
+    return _JSON_KINDS.get(field_type, str)
+
+
+def typed(name: str, value: Any, kind: type) -> Any:
+    """`value` of request parameter `name` checked against `kind`; InputError (exit 2) when it is not one."""
+    from infill.server.protocol import INVALID_REQUEST, ProtocolError
+
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value) if abs(value) < 2**1023 else math.inf
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise InputError(f'"{name}" must be {"a number" if kind is float else f"a {kind.__name__}"}')
+    if isinstance(value, float) and not math.isfinite(value):  # 1e999 parses as inf
+        raise ProtocolError(INVALID_REQUEST, f'"{name}" must be a finite number')
+    if name in ("candidates", "max_resample") and isinstance(value, int) and value > MAX_SAMPLES:
+        raise ProtocolError(INVALID_REQUEST, f'"{name}" must be at most {MAX_SAMPLES} in a server request')
+    return value
+
+
+def from_params(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The decoding parameters of a server request -> the FillRequest sections they set, checked for type
+    (and, for device and precision, for value). Parameters that are not options are ignored here."""
+    parts: dict[str, dict[str, Any]] = {"decode": {}, "options": {}, "model": {}}
+    for option in OPTIONS:
+        if option.name not in params:
+            continue
+        value = typed(option.name, params[option.name], json_kind(option))
+        if option.choices and value not in option.choices:
+            quoted = [f'"{c}"' for c in option.choices]
+            raise InputError(f'"{option.name}" must be {", ".join(quoted[:-1])} or {quoted[-1]}')
+        if option.name == "context":
+            if not all(isinstance(c, str) for c in value):
+                raise InputError('"context" must be a list of strings (texts of other files)')
+            value = tuple(value)
+        elif option.name == "precision":
+            value = value == "bf16"
+        parts[option.section][option.field] = value
+    return parts
