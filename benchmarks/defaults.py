@@ -36,6 +36,7 @@ SETTINGS: dict[str, tuple[DecodeConfig, FillOptions]] = {
     "beam 4": (DecodeConfig(decoder="beam", beam=4), FillOptions(retrieve=False)),
     "beam 4+retrieve": (DecodeConfig(decoder="beam", beam=4), FillOptions(retrieve=True)),
     "beam 8": (DecodeConfig(decoder="beam", beam=8), FillOptions(retrieve=False)),
+    "beam 8+retrieve": (DecodeConfig(decoder="beam", beam=8), FillOptions(retrieve=True)),
 }
 
 
