@@ -233,7 +233,8 @@ def test_models_registered_in_this_process_stay_in_process(runtime_dir: Path) ->
     assert not (daemon_dir(runtime_dir) / "daemon.sock").exists()
 
 
-def test_unsafe_runtime_dirs_are_refused_or_tightened(tmp_path: Path) -> None:
+def test_unsafe_runtime_dirs_are_refused_or_tightened(runtime_dir: Path) -> None:
+    tmp_path = runtime_dir  # short: a socket path must fit in about 100 bytes (pytest-xdist's tmp_path may not)
     open_dir = tmp_path / "open"
     open_dir.mkdir()
     os.chmod(open_dir, 0o777)
