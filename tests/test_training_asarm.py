@@ -286,7 +286,7 @@ def test_shipped_default_model() -> None:
 
     assert (folder / "model.safetensors").stat().st_size <= 40 * 2**20
     loaded = load_by_name(ModelSpec(name="default", device="cpu"))
-    assert loaded.kind == "asarm" and loaded.model.max_length == 256
+    assert loaded.kind == "asarm" and loaded.model.max_length == 512
     prov = loaded.info["provenance"]
     assert prov["steps"] > 0 and prov["heldout"]["nll_per_token"] > 0 and prov["corpus"]["files"] > 1000
     text = "def f(x):\r\n\treturn x  \n"
