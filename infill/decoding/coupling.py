@@ -67,6 +67,8 @@ def extract_u(t: torch.Tensor, q: torch.Tensor, noise: torch.Tensor) -> torch.Te
     lo = torch.cat([torch.zeros_like(f[..., :1]), f[..., :-1]], dim=-1).gather(-1, t[..., None]).squeeze(-1)
     u = lo + noise.to(torch.float64) * (hi - lo)
     below = torch.nextafter(hi, torch.zeros_like(hi))  # the largest float64 < F_t
+    # F_t of the last token can round above 1; u stays in [0, 1) like any uniform
+    below = below.clamp(max=1.0 - 2.0**-53)
     return torch.where(hi > lo, torch.minimum(u, below).clamp(min=0.0), lo)
 
 
