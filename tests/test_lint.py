@@ -25,3 +25,13 @@ def test_clean(argv: list[str]) -> None:
         pytest.skip(f"{tool} is not installed (pip install -e '.[dev]')")
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_package_is_installed() -> None:
+    """An installed infill (pip install ., pre-commit's hook virtualenv) must carry every subpackage."""
+    text = (ROOT / "pyproject.toml").read_text()
+    start = text.index("packages = [")
+    declared = set(text[start : text.index("]", start)].replace('"', " ").replace(",", " ").split()[3:])
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "infill").rglob("__init__.py")}
+    assert on_disk - declared == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+    assert "infill.grammars" in declared
