@@ -236,7 +236,9 @@ def fill_text(
         (valid if ok else invalid).append((sum(e.score for e in edits), edits, patched.decode("utf-8")))
         return True
 
-    while attempts_left > 0 and len(valid) < options.candidates:
+    # a candidate that writes nothing into a span the user asked to fill is kept, but ranked after any that write
+    # something (beam search often finds an empty line most likely: the model's pad is cheap to predict)
+    while attempts_left > 0 and sum(_writes(c[1]) for c in valid) < options.candidates:
         attempts_left -= 1
         attempts += 1
         if on_progress is not None:
@@ -252,6 +254,7 @@ def fill_text(
     if on_progress is not None:
         on_progress({"event": "done"})
     pool = valid or invalid
+    pool = [c for c in pool if _writes(c[1])] or pool
     best_score, best_edits, best_text = max(pool, key=lambda c: c[0])
     if not valid and options.allow_syntax_errors:
         warnings.append(
@@ -272,6 +275,11 @@ def fill_text(
     if not valid and not options.allow_syntax_errors:
         raise _no_valid_fill(data, ordered, best_edits, attempts, rejection, stats)
     return FillResult(best_text, best_edits, stats, warnings, notes)
+
+
+def _writes(edits: list[Edit]) -> bool:
+    """Whether a candidate writes some text into every span."""
+    return all(e.text.strip() for e in edits)
 
 
 def _no_valid_fill(

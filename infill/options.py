@@ -2,7 +2,7 @@
 and the server's `fill` parameters are generated (docs/decoding.md describes what each option does).
 
 Defaults are not restated here: they are read from infill.config (DecodeConfig, FillOptions, ModelSpec, and
-EVAL_DECODE for the evaluations), so changing a default is a one-line change there. A request parameter is
+TOOL_DECODE for the tool's decoder), so changing a default is a one-line change there. A request parameter is
 named after the config field it sets (`top_k`, `ssmd_passes`), except `model` (ModelSpec.name) and
 `precision` (ModelSpec.bf16); on the command line the flags keep their own names (`--causal-passes`).
 
@@ -19,7 +19,16 @@ from typing import Any, Literal, TypeVar, get_args
 import click
 
 from infill.clitypes import SEED, FiniteFloatRange
-from infill.config import CHOOSABLE_DECODERS, DecodeConfig, DeviceName, DraftName, FillOptions, ModelSpec
+from infill.config import (
+    CHOOSABLE_DECODERS,
+    TOOL_DECODE,
+    DecodeConfig,
+    DeviceName,
+    DraftName,
+    FillOptions,
+    ModelSpec,
+    choose_decoder,
+)
 from infill.errors import InputError
 
 Section = Literal["decode", "options", "model"]
@@ -49,8 +58,8 @@ class Option:
 
     def default(self, decode: DecodeConfig) -> Any:
         """The command line's default: the config's value, in the flag's own form."""
-        if self.name == "beam":
-            return 0  # 0 = no beam search: sample with --decoder (a width N > 0 selects decoder "beam")
+        if self.name in ("beam", "decoder"):
+            return None  # not given: config.choose_decoder picks (beam search unless --temperature > 0)
         if self.name == "precision":
             return "bf16" if ModelSpec.bf16 else "fp32"
         if self.name == "syntax_check":
@@ -74,6 +83,7 @@ OPTIONS: tuple[Option, ...] = (
         "decode",
         "decoder",
         ("--decoder",),
+        "Default: beam search (see --beam), or assd with --temperature above 0. "
         "assd/sequential are exact; parallel is not; confidence/s2d2/ssmd/ptp are for block-diffusion models "
         "(ptp: exact, needs a PTP adapter; ssmd needs a model with an SSMD head and is exact per speculative step, "
         "not with respect to one fixed model's joint).",
@@ -152,7 +162,8 @@ OPTIONS: tuple[Option, ...] = (
         "decode",
         "beam",
         ("--beam",),
-        "Beam search of width N for the most likely fill (AS-ARM models; 0 = sample with --decoder).",
+        f"Beam search of width N for the most likely fill (AS-ARM models; the default, at width "
+        f"{TOOL_DECODE.beam}; 0 = use --decoder).",
         click.IntRange(min=0),
     ),
     Option(
@@ -234,13 +245,13 @@ BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 def click_options(
     names: Iterable[str] | None = None,
     *,
-    decode: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so a shared default is safe)
+    decode: DecodeConfig = TOOL_DECODE,
     help: Mapping[str, str] | None = None,  # noqa: A002 (Click's own word)
     unset: bool = False,
 ) -> Callable[[F], F]:
     """A decorator adding the Click options of `names` (all, in table order, when None) to a command. Each value
     reaches the command as the keyword argument named after the option (Option.name); `decode` supplies the
-    defaults of the decoding fields (e.g. config.EVAL_DECODE for the evaluations), `help` replaces texts.
+    defaults of the decoding fields (config.TOOL_DECODE unless given), `help` replaces texts.
     With `unset`, an option not given is None (for commands whose defaults come from a settings file)."""
     chosen = [BY_NAME[n] for n in names] if names is not None else list(OPTIONS)
     texts = dict(help or {})
@@ -276,12 +287,8 @@ def read_context(path: str) -> str:
 
 def from_flags(values: Mapping[str, Any]) -> tuple[DecodeConfig, FillOptions, ModelSpec]:
     """Parsed Click values (keyword arguments named after the options) -> the three config objects. Options
-    a command does not have keep the config's defaults; `--beam N` selects decoder "beam" with width N."""
+    a command does not have keep the config's defaults; the decoder is chosen by config.choose_decoder."""
     given = {name: value for name, value in values.items() if name in BY_NAME}
-    if given.get("beam"):
-        given["decoder"] = "beam"
-    else:
-        given.pop("beam", None)  # 0: sample with --decoder, at the config's beam width
     if "context" in given:
         given["context"] = tuple(read_context(path) for path in given["context"])
     if "precision" in given:
@@ -294,7 +301,7 @@ def _build(given: Mapping[str, Any]) -> tuple[DecodeConfig, FillOptions, ModelSp
     for name, value in given.items():
         option = BY_NAME[name]
         parts[option.section][option.field] = value
-    return DecodeConfig(**parts["decode"]), FillOptions(**parts["options"]), ModelSpec(**parts["model"])
+    return DecodeConfig(**choose_decoder(parts["decode"])), FillOptions(**parts["options"]), ModelSpec(**parts["model"])
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -345,4 +352,5 @@ def from_params(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         elif option.name == "precision":
             value = value == "bf16"
         parts[option.section][option.field] = value
+    parts["decode"] = choose_decoder(parts["decode"])
     return parts

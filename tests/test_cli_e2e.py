@@ -39,6 +39,8 @@ def test_json_edit_on_tiny_xlnet(tiny: Path, tmp_path: Path) -> None:
         str(tiny),
         "--tokens",
         "12",
+        "--temperature",
+        "1",  # sampling: ASSD (the default, beam search, is tested elsewhere)
         "--format",
         "json",
         "--no-syntax-check",

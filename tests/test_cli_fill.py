@@ -101,7 +101,7 @@ def test_json_format(tmp_path: Path, model: str) -> None:
     assert edit["text"] == "    " + FILL
     assert edit["score"] <= 0.0
     assert set(doc["stats"]) == {"decoder", "model", "nfe", "tokens", "seconds"}
-    assert doc["stats"]["decoder"] == "assd" and doc["stats"]["model"] == model
+    assert doc["stats"]["decoder"] == "beam" and doc["stats"]["model"] == model  # the tool's default
     assert doc["stats"]["nfe"] >= 1
     assert p.read_text() == SOURCE  # json reports edits; the plugin applies them
 
@@ -122,13 +122,13 @@ def test_filter_mode_stdout_only_text(model: str) -> None:
 def test_filter_mode_verbose_talks(model: str) -> None:
     r = run(["-", "--stdin-filename", "a.py", "--span", "3:3", "--model", model, "-v", "--stats"], SOURCE)
     assert r.exit_code == 0
-    assert "stats: decoder=assd" in r.stderr and "nfe=" in r.stderr
+    assert "stats: decoder=beam" in r.stderr and "nfe=" in r.stderr
 
 
 def test_stats_on_stderr(tmp_path: Path, model: str) -> None:
     p = write(tmp_path, "a.py", SOURCE)
     r = run([str(p), "--span", "3:3", "--model", model, "--stats", "--diff"])
-    assert "stats: decoder=assd" in r.stderr and "tokens/nfe=" in r.stderr
+    assert "stats: decoder=beam" in r.stderr and "tokens/nfe=" in r.stderr
 
 
 def test_quiet(tmp_path: Path, model: str) -> None:
@@ -188,10 +188,11 @@ def test_seed_is_fixed_by_default(tmp_path: Path) -> None:
     outs = set()
     with fake_model([[("a1", 0.5), ("b2", 0.5)]], name="fake-seed"):
         for _ in range(3):
-            doc = json.loads(run([str(p), "--marker", "<FILL>", "--model", "fake-seed", "--format", "json"]).stdout)
+            args = [str(p), "--marker", "<FILL>", "--model", "fake-seed", "--temperature", "1", "--format", "json"]
+            doc = json.loads(run(args).stdout)
             outs.add(json.dumps(doc["edits"]))
         other = {
-            run([str(p), "--marker", "<FILL>", "--model", "fake-seed", "--seed", str(s), "--format", "json"]).stdout
+            run([*args, "--seed", str(s)]).stdout
             for s in range(8)
         }
     assert len(outs) == 1

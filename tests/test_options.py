@@ -14,10 +14,12 @@ from infill.config import (
     CHOOSABLE_DECODERS,
     DECODER_KIND,
     EVAL_DECODE,
+    TOOL_DECODE,
     DecodeConfig,
     DecoderName,
     FillOptions,
     ModelSpec,
+    choose_decoder,
     decoders_for,
 )
 from infill.errors import DecodeError, InputError
@@ -41,14 +43,14 @@ def test_fill_flags_take_their_defaults_from_the_config() -> None:
     params = _params(fill)
     for option in options.OPTIONS:
         default = params[option.name].default
-        if option.name == "beam":
-            assert default == 0  # 0 = sample with --decoder; a width selects decoder "beam"
+        if option.name in ("beam", "decoder"):
+            assert default is None  # not given: config.choose_decoder picks
         elif option.name == "precision":
             assert default == ("bf16" if ModelSpec.bf16 else "fp32")
         elif option.name == "context":
             assert default in ((), None)
         else:
-            config = {"decode": DecodeConfig, "options": FillOptions, "model": ModelSpec}[option.section]
+            config = {"decode": TOOL_DECODE, "options": FillOptions, "model": ModelSpec}[option.section]
             assert default == getattr(config, option.field), option.name
 
 
@@ -92,16 +94,40 @@ def test_flags_become_the_three_configs() -> None:
     decode, fill_options, model = options.from_flags(
         {"decoder": "sequential", "beam": 3, "k": 4, "syntax_check": False, "precision": "fp32", "model": "m"}
     )
-    assert decode == DecodeConfig(decoder="beam", beam=3, k=4)  # --beam N picks beam search
+    assert decode == DecodeConfig(decoder="beam", beam=3, k=4, temperature=0.0)  # --beam N picks beam search
     assert fill_options == FillOptions(syntax_check=False)
     assert model == ModelSpec(name="m", bf16=False)
-    assert options.from_flags({"decoder": "sequential", "beam": 0})[0] == DecodeConfig(decoder="sequential")
+    assert options.from_flags({"decoder": "sequential", "beam": 0})[0] == DecodeConfig(
+        decoder="sequential", temperature=0.0
+    )
+    assert options.from_flags({"decoder": None, "beam": None, "temperature": 0.0})[0] == TOOL_DECODE
+
+
+@pytest.mark.parametrize(
+    ("given", "decoder", "temperature"),
+    [
+        ({}, TOOL_DECODE.decoder, TOOL_DECODE.temperature),  # nothing said: the tool's default (beam search)
+        ({"decoder": None, "beam": None}, "beam", 0.0),  # Click's "not given"
+        ({"temperature": 0.0}, "beam", 0.0),
+        ({"temperature": 0.7}, "assd", 0.7),  # asking for a temperature asks for samples
+        ({"beam": 0}, "assd", 0.0),  # no beam search: the library's decoder, greedy
+        ({"beam": 0, "temperature": 1.0}, "assd", 1.0),
+        ({"beam": 8, "decoder": "sequential"}, "beam", 0.0),  # a width wins
+        ({"decoder": "sequential"}, "sequential", 0.0),
+        ({"decoder": "s2d2", "temperature": 1.0}, "s2d2", 1.0),
+    ],
+)
+def test_the_decoder_is_chosen_from_what_was_given(given: dict[str, Any], decoder: str, temperature: float) -> None:
+    chosen = choose_decoder(given)
+    assert (chosen["decoder"], chosen["temperature"]) == (decoder, temperature)
+    assert chosen.get("beam", TOOL_DECODE.beam) == (given.get("beam") or TOOL_DECODE.beam)
+    DecodeConfig(**chosen)  # every result builds a config
 
 
 def test_server_params_are_checked_by_the_same_table() -> None:
     parts = options.from_params({"top_k": 3, "temperature": 1, "context": ["a"], "precision": "bf16", "text": "x"})
     assert parts == {
-        "decode": {"top_k": 3, "temperature": 1.0},
+        "decode": {"top_k": 3, "temperature": 1.0, "decoder": "assd"},  # a temperature above 0 samples
         "options": {"context": ("a",)},
         "model": {"bf16": True},
     }

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from infill import __version__
-from infill.config import EVAL_DECODE, DecodeConfig, FillOptions, ModelSpec
+from infill.config import EVAL_DECODE, DecodeConfig, FillOptions, ModelSpec, decode_label
 from infill.options import click_options, from_flags
 
 # the decoding options every evaluation shares with `infill fill` (infill.options), greedy by default
@@ -269,7 +269,7 @@ def humaneval_single_line(
         as_json,
         [
             f"humaneval-single-line pass@1 {s['pass_at_1']:.1%} ({s['passed']}/{s['tasks']} tasks, {length}, "
-            f"{decoding['decoder']} k={decode.k} T={decode.temperature:g}); exact line {s['exact_match']:.1%}; "
+            f"{decode_label(decode)}); exact line {s['exact_match']:.1%}; "
             f"statuses {s['statuses']}",
             f"tokens/NFE {s['tokens_per_nfe']:.2f}; fill {s['fill_seconds']:.0f} s, exec {s['exec_seconds']:.0f} s",
         ],
@@ -368,7 +368,7 @@ def heldout_exact(
         as_json,
         [
             f"heldout-exact {s['exact_match']:.1%} ({s['exact']}/{s['tasks']} lines from {s['files']} files, "
-            f"{length}, {decoding['decoder']} k={decode.k} T={decode.temperature:g}); "
+            f"{length}, {decode_label(decode)}); "
             f"ignoring surrounding whitespace {s['exact_match_stripped']:.1%}",
             f"tokens/NFE {s['tokens_per_nfe']:.2f}; fill {s['fill_seconds']:.0f} s; errors {s['errors']}",
         ],

@@ -252,7 +252,9 @@ class BlockDiffusion:
     kind: ModelKind = "blockdiff"
 
     def decode_config(self, cfg: DecodeConfig, loaded: LoadedModel) -> DecodeConfig:
-        if cfg.decoder == "assd":  # the default decoder; on a block-diffusion model its self-speculative analogue
+        # the library's and the tool's default decoders (ASSD sampling, beam search) are AS-ARM decoders; on a
+        # block-diffusion model both become its self-speculative decoder, at the same temperature
+        if cfg.decoder in ("assd", "beam"):
             cfg = replace(cfg, decoder="s2d2")
         _check_decoder(cfg, loaded)
         return cfg
