@@ -233,6 +233,13 @@ def test_long_prompts_keep_the_end_of_the_prefix_and_start_of_the_suffix(fim_mod
     text = fim_model.tokenizer.decode(ids)
     assert truncated and fmt == "fim" and len(ids) <= 100
     assert "x199 = 199\n<|fim_suffix|>y0 = 0\n" in text  # the parts next to the hole survive
+    tok = fim_model.tokenizer
+    pre, suf = tok.encode(prefix), tok.encode(suffix)
+    assert build_prompt(tok, pre, suf, 100) == (ids, fmt, truncated)  # token ids in: the same prompt
+    from infill.core.plan import split_context
+
+    keep_pre, keep_suf = split_context(100 - 3, len(pre), len(suf))  # the fill's one context split
+    assert ids == [ids[0], *pre[len(pre) - keep_pre :], ids[keep_pre + 1], *suf[:keep_suf], ids[-1]]
 
 
 def test_infill_fill_command_with_a_block_diffusion_model(fim_folder: Path, tmp_path: Path) -> None:

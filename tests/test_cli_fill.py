@@ -454,9 +454,12 @@ def test_blockdiff_model_uses_fill_middle(tmp_path: Path, monkeypatch: pytest.Mo
     from infill.models.registry import LoadedModel
 
     calls: list[tuple[str, str, int, str]] = []
+    tok = ByteTokenizer()
 
-    def fill_middle(loaded: object, prefix: str, suffix: str, max_tokens: int, cfg: object, gen: object) -> object:
-        calls.append((prefix, suffix, max_tokens, cfg.decoder))  # type: ignore[attr-defined]
+    def fill_middle(
+        loaded: object, prefix: list[int], suffix: list[int], max_tokens: int, cfg: object, gen: object
+    ) -> object:  # the planner's token ids arrive as they are (no second tokenization)
+        calls.append((tok.decode(prefix), tok.decode(suffix), max_tokens, cfg.decoder))  # type: ignore[attr-defined]
         return "return x * 2", DecodeStats(decoder="s2d2", nfe=3, tokens=12)
 
     module = types.ModuleType("infill.decoding.blockfill")
@@ -478,5 +481,5 @@ def test_blockdiff_model_uses_fill_middle(tmp_path: Path, monkeypatch: pytest.Mo
     assert doc["stats"]["nfe"] == 3 and doc["stats"]["decoder"] == "s2d2"
     ((prefix, suffix, _, decoder),) = calls
     assert prefix == SOURCE[: SOURCE.index("    return 0")] and suffix.startswith("\n\n\ndef g")
-    assert decoder == "s2d2"  # the default decoder (assd) maps to S2D2 on block-diffusion models
+    assert decoder == "s2d2"  # the tool's default decoder (beam) maps to S2D2 on block-diffusion models
     assert bad.exit_code == 2 and "any-subset" in bad.stderr

@@ -24,7 +24,8 @@ from infill.options import click_options, from_flags
 # the decoding options every evaluation shares with `infill fill` (infill.options), greedy by default
 _SHARED = ("model", "device", "decoder", "k", "temperature", "seed", "beam", "candidates", "retrieve")
 _HELP = {
-    "temperature": "0 = greedy (the default for evaluation).",
+    "temperature": "Above 0 samples (with --decoder, default assd); 0 with no --decoder is beam search, "
+    "as in `infill fill`.",
     "seed": "Decoding seed (and line sampling seed for heldout-exact).",
 }
 

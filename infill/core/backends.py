@@ -270,8 +270,8 @@ class BlockDiffusion:
         tok = run.loaded.tokenizer
         text, stats = fill_middle(
             run.loaded,
-            tok.decode(region.prefix_ids),
-            tok.decode(region.suffix_ids),
+            region.prefix_ids,  # tokenized once, by the planner; not decoded and encoded again
+            region.suffix_ids,
             plan.budget,
             run.cfg,
             run.generator,

@@ -12,7 +12,7 @@ Generation ends at an end token or after max_tokens.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from infill.errors import ModelError
@@ -52,11 +52,19 @@ def generate(
 
 
 def build_prompt(
-    tokenizer: HFTokenizer, prefix: str, suffix: str, max_prompt: int | None = None
+    tokenizer: HFTokenizer,
+    prefix: str | Sequence[int],
+    suffix: str | Sequence[int],
+    max_prompt: int | None = None,
 ) -> tuple[list[int], str, bool]:
-    """-> (prompt ids, format "fim" | "chat", truncated). When the prompt would exceed `max_prompt` tokens,
-    the prefix loses its beginning and the suffix its end (the suffix keeps at most a quarter of the room)."""
-    pre_ids, suf_ids = tokenizer.encode(prefix), tokenizer.encode(suffix)
+    """-> (prompt ids, format "fim" | "chat", truncated). `prefix` and `suffix` are texts or, from a fill that
+    already tokenized them, token ids (used as they are). When the prompt would exceed `max_prompt` tokens, the
+    prefix loses its beginning and the suffix its end, split as every fill splits its context
+    (infill.core.plan.split_context)."""
+    from infill.core.plan import split_context
+
+    pre_ids = tokenizer.encode(prefix) if isinstance(prefix, str) else list(prefix)
+    suf_ids = tokenizer.encode(suffix) if isinstance(suffix, str) else list(suffix)
     fim = [tokenizer.token_id(t) for t in FIM_TOKENS]
     if all(t is not None for t in fim):
         overhead = 3
@@ -66,34 +74,27 @@ def build_prompt(
         raise ModelError("this block-diffusion model's tokenizer has neither FIM tokens nor a chat template")
     truncated = False
     if max_prompt is not None and overhead + len(pre_ids) + len(suf_ids) > max_prompt:
-        room = max(0, max_prompt - overhead)
-        keep_suf = min(len(suf_ids), room // 4)
-        keep_pre = min(len(pre_ids), room - keep_suf)
-        keep_suf = min(len(suf_ids), room - keep_pre)
+        keep_pre, keep_suf = split_context(max(0, max_prompt - overhead), len(pre_ids), len(suf_ids))
         pre_ids, suf_ids, truncated = pre_ids[len(pre_ids) - keep_pre :], suf_ids[:keep_suf], True
     if overhead == 3:
         pre, suf, mid = (int(t) for t in fim if t is not None)
         return [pre, *pre_ids, suf, *suf_ids, mid], "fim", truncated
-    if truncated:
-        prefix, suffix = tokenizer.decode(pre_ids), tokenizer.decode(suf_ids)
-    return (
-        tokenizer.chat_prompt(INSTRUCTION.format(hole=HOLE, prefix=prefix, suffix=suffix)),
-        "chat",
-        truncated,
-    )
+    text = INSTRUCTION.format(hole=HOLE, prefix=tokenizer.decode(pre_ids), suffix=tokenizer.decode(suf_ids))
+    return tokenizer.chat_prompt(text), "chat", truncated
 
 
 def fill_middle(
     loaded: LoadedModel,
-    prefix: str,
-    suffix: str,
+    prefix: str | Sequence[int],
+    suffix: str | Sequence[int],
     max_tokens: int,
     cfg: DecodeConfig,
     generator: torch.Generator,
     on_step: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[str, DecodeStats]:
-    """The text between `prefix` and `suffix` (without the end token), and the decoding stats. A prompt too
-    long for the model keeps the end of the prefix and the start of the suffix."""
+    """The text between `prefix` and `suffix` (texts, or token ids of the model's tokenizer; see build_prompt)
+    without the end token, and the decoding stats. A prompt too long for the model keeps the end of the prefix
+    and the start of the suffix."""
     import torch
 
     model = loaded.blockdiff  # ModelError for an any-subset model
