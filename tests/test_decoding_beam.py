@@ -77,3 +77,34 @@ def test_a_pad_ends_a_beam_hypothesis() -> None:
     if 0 in out:  # everything after the first pad is pad
         assert set(out[out.index(0) :]) == {0}
     assert stats.nfe >= 1
+
+
+def _writes(x: tuple[int, ...], pad: int, blank: set[int]) -> bool:
+    body = x[: x.index(pad)] if pad in x else x
+    return any(t not in blank for t in body)
+
+
+@pytest.mark.parametrize("seed", [0, 4, 9, 29])
+def test_the_beam_returns_the_most_likely_fill_that_writes_something(seed: int) -> None:
+    """With an end-of-fill pad, the most likely fill of these layouts is empty (the negative control: pad
+    first, or only blank tokens); a full-width beam returns the most likely fill that writes a non-blank token,
+    by enumeration of the joint (after a pad only pads; a fill's log-probability runs up to its pad), and lists
+    the empty fills after the others."""
+    pad, blank = 0, {1}
+    m = Memo(tiny_xlnet(V_REAL + 1, n_layer=1, d_model=16, seed=seed, init_scale=0.6, pad_id=pad))
+    ids = torch.tensor([2, MASK, MASK, MASK, 3])
+    problem = FillProblem(ids, torch.arange(1, 4), span_of=torch.zeros(3, dtype=torch.long), blank=frozenset(blank))
+    joint = {}
+    for x in itertools.product(range(V_REAL), repeat=3):
+        if pad in x and set(x[x.index(pad) :]) != {pad}:
+            continue  # a pad ends the span
+        end = x.index(pad) + 1 if pad in x else len(x)
+        joint[x] = float(score(m, problem, torch.tensor(x))[:end].sum())
+    most_likely = max(joint, key=lambda x: joint[x])
+    assert not _writes(most_likely, pad, blank)  # the control: the plain argmax writes nothing
+    best = max((x for x in joint if _writes(x, pad, blank)), key=lambda x: joint[x])
+    tokens, stats = decode(m, problem, DecodeConfig(decoder="beam", beam=V_REAL**2), torch.Generator())
+    assert tuple(tokens.tolist()) == best
+    assert stats.extra["logprob"] == pytest.approx(joint[best], abs=1e-4)
+    writes = [_writes(tuple(f), pad, blank) for _, f in stats.extra["nbest"]]
+    assert writes == sorted(writes, reverse=True) and writes[0]  # writing fills first

@@ -6,7 +6,13 @@ with one draft pass (one target: the exact conditional q(x_n | prompt, x_{<n})),
 (a pad, or a stop token after some text: `problem.ends_span`) pads the rest of the span at no cost, so a
 hypothesis's score is the joint log-probability of the fill up to and including the token that ended it, the
 same score `infill.api` ranks candidates by. Search stops when no live hypothesis can beat the best finished
-one (log-probabilities only decrease).
+one that writes something (log-probabilities only decrease).
+
+A fill that writes nothing (a span ended by a pad before any token outside `problem.blank`) is often the most
+likely one for a small model: the end-of-fill token is cheap to predict. A user who asks for a span to be
+filled wants text, so a hypothesis that finishes empty takes no place in the beam, the search returns the most
+likely fill that writes something into every span (an empty one only when none does), and empty fills are
+listed after the others in the n-best list.
 
 Hypotheses are visited in lexicographic order of their tokens, so consecutive passes share the longest prefix
 and the model's prompt cache recomputes only the rows that differ.
@@ -17,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from infill.decoding.problem import StepCallback, check_problem, ends_span, force_pads, pads_enabled
+from infill.decoding.problem import StepCallback, check_problem, ends_span, force_pads, is_pad, pads_enabled
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError
 
@@ -35,8 +41,9 @@ def beam_search(
     generator: torch.Generator,
     on_step: StepCallback | None = None,
 ) -> tuple[torch.Tensor, DecodeStats]:
-    """The best fill found with beam width cfg.beam (>= 1; 1 = greedy). Returns (tokens (M,) long, stats);
-    stats.extra["nbest"] lists up to `width` finished fills as (log-probability, tokens), best first.
+    """The best fill that writes something found with beam width cfg.beam (>= 1; 1 = greedy). Returns
+    (tokens (M,) long, stats); stats.extra["nbest"] lists up to `width` finished fills as (log-probability,
+    tokens): fills that write, best first, then empty ones.
 
     `generator` is unused (the search is deterministic); it is taken for the decoders' common signature.
     """
@@ -71,17 +78,22 @@ def beam_search(
                     m = force_pads(nxt, model, problem, n)
                 extensions.append((score + lq, nxt, m))
         extensions.sort(key=lambda h: -h[0])
-        live = []
-        for score, ids, n in extensions[:width]:
+        live, kept = [], 0
+        for score, ids, n in extensions:  # the `width` best, not counting fills that finish empty
+            if kept == width:
+                break
             if n >= M:
                 finished.append((score, ids))
+                if not _writes(model, problem, ids):
+                    continue
             else:
                 live.append((score, ids, n))
-        best = max((s for s, _ in finished), default=float("-inf"))
+            kept += 1
+        best = max((s for s, f in finished if _writes(model, problem, f)), default=float("-inf"))
         live = [h for h in live if h[0] > best]  # a longer fill only loses probability
         if on_step is not None:
             on_step(max((n for _, _, n in live), default=M), M)
-    finished.sort(key=lambda h: -h[0])
+    finished.sort(key=lambda h: (not _writes(model, problem, h[1]), -h[0]))
     score, ids = finished[0]
     stats.tokens = M
     stats.accepted.append(M)
@@ -89,3 +101,20 @@ def beam_search(
     stats.extra["nbest"] = [(s, f[masked].tolist()) for s, f in finished[:width]]  # best first
     stats.seconds = time.perf_counter() - start
     return ids[masked], stats
+
+
+def _writes(model: AnySubsetModel, problem: FillProblem, ids: torch.Tensor) -> bool:
+    """Whether the finished fill `ids` holds, in every span, a token outside `problem.blank` before the span's
+    first pad."""
+    masked = problem.masked.tolist()
+    spans = problem.span_of.tolist() if problem.span_of is not None else [0] * len(masked)
+    wrote: dict[int, bool] = {}
+    ended: set[int] = set()
+    for pos, span in zip(masked, spans, strict=True):
+        token = int(ids[pos])
+        wrote.setdefault(span, False)
+        if span in ended or is_pad(model, token):
+            ended.add(span)
+        elif token not in problem.blank:
+            wrote[span] = True
+    return all(wrote.values())
