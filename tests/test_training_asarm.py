@@ -17,14 +17,13 @@ from infill.training.asarm import (
     TrainConfig,
     build_model,
     collate,
-    export_model,
     joint_loss,
     line_break_ids,
-    load_checkpoint_model,
     token_strings,
     tokenize_stream,
     train,
 )
+from infill.training.checkpoints import export_model, load_checkpoint_model
 from infill.training.measure import evaluate
 from infill.training.tokenizer import BOS_ID, PAD_ID, save_tokenizer
 from tests.fixtures_train import sample_texts, tiny_tokenizer, write_corpus  # noqa: F401
@@ -298,7 +297,7 @@ def test_packed_training_set_and_sharded_bf16_export(tiny_corpus, tmp_path: Path
     bf16 shards (with HF's index file) loads in infill and in transformers with the same weights."""
     from infill.config import ModelSpec
     from infill.models.loading import load_by_name
-    from infill.models.twostream import INDEX, read_weights
+    from infill.models.xlnet_folder import INDEX, read_weights
     from infill.training.asarm import pack_streams
 
     corpus, tok_path = tiny_corpus

@@ -308,7 +308,7 @@ def export_cmd(
     """Export run-dir/last.pt as a model folder."""
     import torch
 
-    from infill.training.asarm import export_model, load_checkpoint_model, provenance
+    from infill.training.checkpoints import export_model, load_checkpoint_model, provenance
 
     if not (run_dir / "last.pt").exists():
         raise InputError(f"no checkpoint {run_dir / 'last.pt'}")
@@ -350,7 +350,7 @@ def heldout_nll_cmd(
     """Held-out NLL per masked token (overall and per mask layout) of an exported model, as JSON."""
     import torch
 
-    from infill.models.twostream import load_folder
+    from infill.models.xlnet_folder import load_folder
     from infill.training.measure import measure_heldout
     from infill.training.tokenizer import load_tokenizer
 

@@ -86,7 +86,7 @@ def build_tiny_checkpoint(
     peakier, less uniform distributions. Deterministic for a given seed.
     """
     from infill.models.tokenizer import SPECIALS, ByteBPETokenizer, train_byte_bpe
-    from infill.models.twostream import save_folder
+    from infill.models.xlnet_folder import save_folder
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

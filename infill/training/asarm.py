@@ -21,9 +21,7 @@ low-discrepancy sampler, so rates cover their range evenly even over few steps.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import random
 import sys
 import time
@@ -37,6 +35,7 @@ if TYPE_CHECKING:
     from infill.models.twostream import TwoStreamXLNet
 
 from infill.errors import InputError
+from infill.training.checkpoints import TrainState, config_from_json, export_model, provenance, save_checkpoint
 from infill.training.layouts import (  # noqa: F401 - the data pipeline, re-exported for callers of this module
     Batches,
     Example,
@@ -47,7 +46,6 @@ from infill.training.layouts import (  # noqa: F401 - the data pipeline, re-expo
     tokenize_stream,
 )
 from infill.training.streams import cached_stream, heldout_batches, heldout_stream, pack_streams  # noqa: F401
-from infill.training.tokenizer import BOS_ID, MASK_ID, PAD_ID
 
 
 @dataclass(frozen=True)
@@ -131,89 +129,6 @@ def lr_at(cfg: TrainConfig, step: int, elapsed: float) -> float:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Checkpoints and export
-
-
-def _config_to_json(cfg: TrainConfig) -> dict[str, Any]:
-    return asdict(cfg)
-
-
-def _config_from_json(d: dict[str, Any]) -> TrainConfig:
-    d = dict(d)
-    d["shape"] = ModelShape(**d["shape"])
-    return TrainConfig(**d)
-
-
-@dataclass
-class TrainState:
-    step: int = 0
-    tokens_seen: int = 0  # sequence positions processed (batch * seq_len per step)
-    targets_seen: int = 0  # loss-carrying masked positions
-    elapsed: float = 0.0  # training seconds across resumes
-    last_eval: float | None = None
-    history: list[dict[str, float]] = field(default_factory=list)
-
-
-def save_checkpoint(
-    path: Path,
-    model: TwoStreamXLNet,
-    opt: torch.optim.Optimizer,
-    state: TrainState,
-    cfg: TrainConfig,
-    batches: Batches,
-) -> None:
-    """Atomically write model + optimizer + state + rng (numpy generator state and golden counter)."""
-    import torch
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(
-        {
-            "model": model.state_dict(),
-            "optimizer": opt.state_dict(),
-            "state": asdict(state),
-            "config": _config_to_json(cfg),
-            "rng": batches.sampler.rng.bit_generator.state,
-            "counter": batches.sampler.counter,
-            "python_rng": random.getstate(),
-            "torch_rng": torch.get_rng_state(),
-        },
-        tmp,
-    )
-    os.replace(tmp, path)
-
-
-def export_model(
-    model: TwoStreamXLNet,
-    tokenizer_json: Path,
-    folder: Path,
-    seq_len: int,
-    provenance: dict[str, Any],
-    dtype: torch.dtype | None = None,
-    shard_mb: float | None = None,
-) -> None:
-    """Write a model folder: config.json (HF XLNet + "infill" section), model.safetensors (fp32 unless
-    `dtype`; HF-style shards with an index when `shard_mb`), tokenizer.json. The folder also loads with
-    transformers' `XLNetLMHeadModel.from_pretrained`."""
-    import shutil
-
-    from infill.models.twostream import save_folder
-
-    config = model.shape.hf_config(PAD_ID, BOS_ID)
-    config["infill"] = {
-        "mask_id": MASK_ID,
-        "pad_id": PAD_ID,
-        "bos_id": BOS_ID,
-        "max_length": seq_len,
-        "tokenizer": "byte-bpe",
-        "provenance": provenance,
-    }
-    save_folder(model.float(), folder, config, dtype=dtype, shard_mb=shard_mb)
-    if tokenizer_json.resolve() != (folder / "tokenizer.json").resolve():
-        shutil.copyfile(tokenizer_json, folder / "tokenizer.json")
-
-
-# ----------------------------------------------------------------------------------------------------
 # Training loop
 
 
@@ -279,7 +194,7 @@ def train(
     ckpt: dict[str, Any] | None = None
     if resume and ckpt_path.exists():
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        old = _config_from_json(ckpt["config"])
+        old = config_from_json(ckpt["config"])
         cfg = TrainConfig(**{**asdict(cfg), "shape": old.shape, "seed": old.seed, "seq_len": old.seq_len})
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -409,47 +324,3 @@ def train(
         export_model(model, tokenizer_json, export_to, cfg.seq_len, provenance(cfg, state, corpus))
         log.line(f"exported to {export_to}")
     return state
-
-
-def provenance(cfg: TrainConfig, state: TrainState, corpus: Path) -> dict[str, Any]:
-    """What produced these weights: corpus summary, steps, tokens, held-out NLL."""
-    summary: dict[str, Any] = {}
-    manifest = corpus / "manifest.json"
-    if corpus.is_file():
-        import numpy as np
-
-        summary = {"pack": corpus.name, **json.loads(str(np.load(corpus)["meta"]))}
-    elif manifest.exists():
-        m = json.loads(manifest.read_text(encoding="utf-8"))
-        summary = {
-            "files": m["totals"]["files"],
-            "bytes": m["totals"]["bytes"],
-            "heldout_files": m["totals"]["heldout_files"],
-            "packages": len(m["packages"]),
-            "python": m.get("python"),
-        }
-    return {
-        "trainer": "infill train asarm",
-        "corpus": summary,
-        "steps": state.step,
-        "tokens_seen": state.tokens_seen,
-        "targets_seen": state.targets_seen,
-        "train_seconds": round(state.elapsed),
-        "seq_len": cfg.seq_len,
-        "batch_size": cfg.batch_size,
-        "lr": cfg.lr,
-        "seed": cfg.seed,
-        "max_package_bytes": cfg.max_package_bytes,
-        "heldout_nll_per_token": state.last_eval,
-    }
-
-
-def load_checkpoint_model(run_dir: Path) -> tuple[TwoStreamXLNet, TrainConfig, TrainState]:
-    """The model, config and state of `run_dir/last.pt` (for export and measurement)."""
-    import torch
-
-    ckpt = torch.load(run_dir / "last.pt", map_location="cpu", weights_only=False)
-    cfg = _config_from_json(ckpt["config"])
-    model = build_model(cfg.shape, cfg.seq_len)
-    model.load_state_dict(ckpt["model"])
-    return model, cfg, TrainState(**ckpt["state"])
