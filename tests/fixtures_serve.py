@@ -125,8 +125,8 @@ def install(dispatcher: Dispatcher) -> None:
 
 
 def plugin_env(runtime_dir: Path, **extra: str) -> dict[str, str]:
-    """An environment for daemons the tests start: private runtime dir, this plugin, no CI/pytest markers."""
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "INFILL_NO_DAEMON", "PYTEST_CURRENT_TEST")}
+    """An environment for daemons the tests start: private runtime dir, this plugin, no CI or INFILL_NO_DAEMON."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "INFILL_NO_DAEMON")}
     env["INFILL_RUNTIME_DIR"] = str(runtime_dir)
     env["INFILL_SERVER_PLUGINS"] = "fixtures_serve:install"
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(TESTS_DIR), *filter(None, [env.get("PYTHONPATH")])])

@@ -206,7 +206,7 @@ def test_live_socket_is_not_stolen(runtime_dir: Path) -> None:
 
 @pytest.mark.parametrize(
     "env_extra",
-    [{"CI": "true"}, {"INFILL_NO_DAEMON": "1"}, {"PYTEST_CURRENT_TEST": "x"}],
+    [{"CI": "true"}, {"INFILL_NO_DAEMON": "1"}],
 )
 def test_auto_never_spawns_in_ci_or_when_disabled(runtime_dir: Path, env_extra: dict[str, str]) -> None:
     env = plugin_env(runtime_dir, **env_extra)

@@ -45,6 +45,7 @@ def run(args: list[str], env: dict[str, str]) -> tuple[int, bytes, bytes]:
 def test_daemon_output_and_writes_equal_in_process(
     tiny: Path, runtime_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("INFILL_NO_DAEMON")  # tests/conftest.py turns daemons off; this one runs --daemon on
     env = plugin_env(runtime_dir)
     del env["INFILL_SERVER_PLUGINS"]  # the real methods, no fakes
     env["INFILL_DAEMON_DEBUG"] = "1"  # a --daemon on run that fell back would say so on stderr: outputs would differ

@@ -82,16 +82,15 @@ def is_ci(env: Mapping[str, str]) -> bool:
 
 
 def daemon_allowed(mode: str, env: Mapping[str, str]) -> bool:
-    """Whether a command may use a daemon at all. `auto` never does in CI, with INFILL_NO_DAEMON=1, or
-    inside a pytest test (so test suites never leave daemons behind); `on` yields only to
-    INFILL_NO_DAEMON=1."""
+    """Whether a command may use a daemon at all. `auto` never does in CI (CI set) or with INFILL_NO_DAEMON=1;
+    `on` yields only to INFILL_NO_DAEMON=1."""
     if mode not in DAEMON_MODES:
         raise ValueError(f"daemon mode must be one of {DAEMON_MODES}, not {mode!r}")
     if mode == "off" or env.get("INFILL_NO_DAEMON", "") not in ("", "0"):
         return False
     if os.name != "posix" or not hasattr(socket, "AF_UNIX"):
         return False  # Unix sockets and flock: POSIX only
-    if mode == "auto" and (is_ci(env) or env.get("PYTEST_CURRENT_TEST")):
+    if mode == "auto" and is_ci(env):
         return False
     return True
 

@@ -211,7 +211,6 @@ def spawn_environment(env: Mapping[str, str]) -> dict[str, str]:
     installed = {str(Path(p).resolve()) for p in known if p}
     if root not in installed:
         out["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [out.get("PYTHONPATH")])])
-    out.pop("PYTEST_CURRENT_TEST", None)
     return out
 
 
