@@ -191,10 +191,7 @@ def test_seed_is_fixed_by_default(tmp_path: Path) -> None:
             args = [str(p), "--marker", "<FILL>", "--model", "fake-seed", "--temperature", "1", "--format", "json"]
             doc = json.loads(run(args).stdout)
             outs.add(json.dumps(doc["edits"]))
-        other = {
-            run([*args, "--seed", str(s)]).stdout
-            for s in range(8)
-        }
+        other = {run([*args, "--seed", str(s)]).stdout for s in range(8)}
     assert len(outs) == 1
     assert len({json.loads(o)["edits"][0]["text"] for o in other}) == 2
 
