@@ -90,7 +90,14 @@ OPTIONS: tuple[Option, ...] = (
         click.Choice(CHOOSABLE_DECODERS),
     ),
     Option("decode", "k", ("-k",), "Speculation width (tokens drafted per step).", click.IntRange(min=1)),
-    Option("decode", "temperature", ("--temperature",), "0 = greedy.", FiniteFloatRange(min=0.0)),
+    Option(
+        "decode",
+        "temperature",
+        ("--temperature",),
+        "Above 0: sample (with assd unless --decoder says otherwise). 0: the most likely fill (beam search; "
+        "greedy with --decoder or --beam 0).",
+        FiniteFloatRange(min=0.0),
+    ),
     Option("decode", "top_k", ("--top-k",), "0 = off.", click.IntRange(min=0)),
     Option("decode", "top_p", ("--top-p",), "1 = off.", FiniteFloatRange(min=0.0, max=1.0, min_open=True)),
     Option("decode", "seed", ("--seed",), "Fixed by default: reproducible.", SEED),

@@ -24,8 +24,6 @@ from infill.options import click_options, from_flags
 # the decoding options every evaluation shares with `infill fill` (infill.options), greedy by default
 _SHARED = ("model", "device", "decoder", "k", "temperature", "seed", "beam", "candidates", "retrieve")
 _HELP = {
-    "temperature": "Above 0 samples (with --decoder, default assd); 0 with no --decoder is beam search, "
-    "as in `infill fill`.",
     "seed": "Decoding seed (and line sampling seed for heldout-exact).",
 }
 
