@@ -200,7 +200,8 @@ def fill_text(
     syntax: SyntaxCheck | None = None  # the input's syntax, analysed once; candidates may not make it worse
     if options.syntax_check and language is not None:
         try:
-            syntax = SyntaxCheck(language, data)
+            placeholders = [(s.start_byte, s.end_byte) for s in ordered if s.placeholder]
+            syntax = SyntaxCheck(language, data, placeholders)
         except InputError as exc:  # grammar extra missing: fill without the check
             warnings.append(f"syntax check skipped: {exc.message}")
     newline = newline_of(text)

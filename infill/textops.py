@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 _INDENT = re.compile(r"^[ \t]*")
@@ -266,16 +267,29 @@ class SyntaxCheck:
     edit to the next such line after it), which is exact whenever those lines are statement boundaries.
     """
 
-    def __init__(self, language: str, data: bytes) -> None:
+    def __init__(self, language: str, data: bytes, placeholders: Sequence[tuple[int, int]] = ()) -> None:
         self.language = language
         self.data = data
         self.local = len(data) > LOCAL_CHECK_BYTES
+        # A placeholder (a --marker's text) is not code: the input is judged as it stands and with every
+        # placeholder removed, and a candidate may not be worse than the better of the two. So a `<FILL>` line
+        # is held to the same standard as the emptied line of `--span N:N`.
+        self.blanks = [_Blank(start, end) for start, end in placeholders]
         self._chunks: dict[tuple[int, int], tuple[int, bool]] = {}  # (errors, CPython parses) of original chunks
         if not self.local:
-            self.baseline = syntax_errors(language, data)  # InputError when the grammar extra is missing
-            self.python = language == "python" and python_parses(data)
+            self.baseline, self.python = self._analyse(data, self.blanks, 0)
         else:
             syntax_errors(language, b"")  # fail early (InputError) when the grammar extra is missing
+
+    def _analyse(self, original: bytes, blanks: Sequence[_Blank], offset: int) -> tuple[int, bool]:
+        """(ERROR/MISSING nodes, CPython parses) of `original`, or of it without its placeholders when better.
+        InputError when the grammar extra is missing."""
+        errors, parses = syntax_errors(self.language, original), self._parses(original)
+        if blanks:
+            emptied = _apply_shifted(original, blanks, offset)
+            errors = min(errors, syntax_errors(self.language, emptied))
+            parses = parses or self._parses(emptied)
+        return errors, parses
 
     def rejection(self, patched: bytes, edits: Sequence[Any]) -> str | None:
         """Why the candidate (the patched input and its edits, which index the original) is worse, or None."""
@@ -290,7 +304,8 @@ class SyntaxCheck:
             inside = [e for e in edits if start <= e.start_byte and e.end_byte <= end]
             new = _apply_shifted(original, inside, start)
             if (start, end) not in self._chunks:
-                self._chunks[start, end] = (syntax_errors(self.language, original), self._parses(original))
+                blanks = [b for b in self.blanks if start <= b.start_byte and b.end_byte <= end]
+                self._chunks[start, end] = self._analyse(original, blanks, start)
             errors, parses = self._chunks[start, end]
             if syntax_errors(self.language, new) > errors:
                 return "adds syntax errors"
@@ -342,6 +357,15 @@ def _block_end(data: bytes, offset: int) -> int:
             return at + 1
         at = data.find(b"\n", at + 1)
     return len(data)
+
+
+@dataclass(frozen=True)
+class _Blank:
+    """A placeholder's byte range, as an edit that removes it."""
+
+    start_byte: int
+    end_byte: int
+    text: str = ""
 
 
 def _apply_shifted(chunk: bytes, edits: Sequence[Any], offset: int) -> bytes:

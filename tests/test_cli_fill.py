@@ -480,3 +480,39 @@ def test_blockdiff_model_uses_fill_middle(tmp_path: Path, monkeypatch: pytest.Mo
     assert prefix == SOURCE[: SOURCE.index("    return 0")] and suffix.startswith("\n\n\ndef g")
     assert decoder == "s2d2"  # the tool's default decoder (beam) maps to S2D2 on block-diffusion models
     assert bad.exit_code == 2 and "any-subset" in bad.stderr
+
+
+BRANCHES = "def f(x):\n    if x:\n        return 1\n{line}\n    return 2\n"
+
+
+@pytest.mark.parametrize("form", ["marker", "span"])
+def test_a_marker_line_is_checked_like_an_emptied_line(tmp_path: Path, form: str) -> None:
+    """`else:` before a statement at the same indentation does not parse: refused whether the line is selected
+    with --span N:N or holds a <FILL> marker (which does not parse either, so it must not lower the bar)."""
+    line, where = ("    <FILL>", ["--marker", "<FILL>"]) if form == "marker" else ("", ["--span", "4:4"])
+    src = BRANCHES.format(line=line)
+    p = write(tmp_path, "b.py", src)
+    with fake_model(["    else:"], name="fake-else"):
+        bad = run([str(p), *where, "--model", "fake-else"])
+    assert bad.exit_code == 3, bad.stderr
+    assert "does not parse" in bad.stderr and p.read_text() == src
+    with fake_model(["    y = 2"], name="fake-ok"):
+        good = run([str(p), *where, "--model", "fake-ok"])
+    assert good.exit_code == 0, good.stderr
+    assert p.read_text() == BRANCHES.format(line="    y = 2")
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_syntax_check_judges_a_placeholder_as_removed(monkeypatch: pytest.MonkeyPatch, local: bool) -> None:
+    from infill import textops
+
+    if local:  # a large input is checked block by block: the placeholder inside the block is judged removed too
+        monkeypatch.setattr(textops, "LOCAL_CHECK_BYTES", 16)
+
+    data = BRANCHES.format(line="    <FILL>").encode()
+    start = data.index(b"    <FILL>")
+    edit = type("E", (), {"start_byte": start, "end_byte": start + 10, "text": "    else:"})()
+    patched = data.replace(b"    <FILL>", b"    else:")
+    assert textops.SyntaxCheck("python", data, [(start, start + 10)]).rejection(patched, [edit]) == "does not parse"
+    # without the placeholder's range the input never parsed, so only tree-sitter's error count held `else:` back
+    assert textops.SyntaxCheck("python", data).rejection(patched, [edit]) is None
