@@ -4,6 +4,7 @@ end with `infill fill --model blockdiff --decoder s2d2` on a file."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -42,8 +43,12 @@ def test_fill_a_file_with_the_packaged_blockdiff_model(tmp_path: Path, monkeypat
     api.clear_model_cache()
     # one decode per run (no syntax resampling), so the stats describe exactly one 16-token fill
     common = ["--span", "4:4", "--model", "blockdiff", "--tokens", "16", "--daemon", "off", "--no-syntax-check"]
-    r = CliRunner().invoke(main, ["fill", str(p), *common, "--decoder", "s2d2", "--format", "json"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = CliRunner().invoke(main, ["fill", str(p), *common, "--decoder", "s2d2", "--format", "json"])
     assert r.exit_code == 0, r.stderr
+    # the user sees no library warning (transformers renamed past_key_values to cache in 5.24)
+    assert not [w for w in caught if issubclass(w.category, (DeprecationWarning, FutureWarning))], caught
     doc = json.loads(r.stdout)
     (edit,) = doc["edits"]
     assert (edit["start_line"], edit["end_line"]) == (4, 4)

@@ -31,6 +31,21 @@ if TYPE_CHECKING:
 ForwardKind = Literal["prefill", "draft", "verify", "commit"]
 
 
+_CACHE_KEYWORD: dict[type, str] = {}
+
+
+def kv_cache(module: Any, cache: Any) -> dict[str, Any]:
+    """The keyword argument that hands `cache` (a DynamicCache) to a transformers model's forward: `cache` in
+    the releases that renamed it (5.24 on, where `past_key_values` warns), `past_key_values` before."""
+    kind = type(module)
+    if kind not in _CACHE_KEYWORD:
+        import inspect
+
+        names = inspect.signature(kind.forward).parameters
+        _CACHE_KEYWORD[kind] = "cache" if "cache" in names else "past_key_values"
+    return {_CACHE_KEYWORD[kind]: cache}
+
+
 @dataclass
 class KVState:
     """Per-decode cache state. `cache` holds exactly the committed positions [0, length)."""
@@ -156,7 +171,7 @@ class BlockDiffModel:
                     input_ids=ids[None].to(dev),  # (1, L)
                     position_ids=positions[None].to(dev),  # (1, L)
                     attention_mask=self.attention_mask(allowed),  # (1, 1, L, C+L)
-                    past_key_values=state.cache,
+                    **kv_cache(self.model.model, state.cache),
                     use_cache=True,
                 )
                 hidden = base.last_hidden_state[:, -keep:] if keep > 0 else base.last_hidden_state  # (1, L|keep, D)
@@ -167,7 +182,7 @@ class BlockDiffModel:
                     input_ids=ids[None].to(dev),  # (1, L)
                     position_ids=positions[None].to(dev),  # (1, L)
                     attention_mask=self.attention_mask(allowed),  # (1, 1, L, C+L)
-                    past_key_values=state.cache,
+                    **kv_cache(self.model, state.cache),
                     use_cache=True,
                     logits_to_keep=keep,
                 ).logits

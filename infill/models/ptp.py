@@ -36,6 +36,7 @@ from torch import nn
 
 from infill.decoding.coupling import U_BITS
 from infill.errors import ModelError
+from infill.models.blockdiff_model import kv_cache
 
 if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
@@ -230,7 +231,7 @@ def slot_forward(
             inputs_embeds=emb,
             position_ids=positions,
             attention_mask=mask,
-            past_key_values=cache,
+            **kv_cache(teacher.model, cache),
             use_cache=cache is not None,
         )
     hidden: torch.Tensor = out.last_hidden_state

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from infill.models.blockdiff_model import kv_cache
+
 if TYPE_CHECKING:
     import torch
 
@@ -59,7 +61,7 @@ def sample_middles(
         for step in range(max_new):
             mask4 = _sdpa_rows_safe(allowed)[:, None]  # (B, 1, R, C+R)
             o = teacher(
-                input_ids=inp, position_ids=positions, attention_mask=mask4, past_key_values=cache, use_cache=True
+                input_ids=inp, position_ids=positions, attention_mask=mask4, use_cache=True, **kv_cache(teacher, cache)
             )
             cache.crop(-1)  # drop the mask row
             logits = o.logits[:, -1].float()  # (B, V)
@@ -128,7 +130,7 @@ def teacher_pass(teacher: Any, examples: list[Example], sp: Special, gen: torch.
             input_ids=ids,
             position_ids=positions,
             attention_mask=_sdpa_rows_safe(allowed)[:, None],
-            past_key_values=cache,
+            **kv_cache(teacher.model, cache),
             use_cache=True,
         ).last_hidden_state  # (B, L+M, d)
         logits = teacher.lm_head(hidden[:, clean_len:]).double()  # (B, M, V)
