@@ -257,6 +257,12 @@ def fill_text(
     pool = valid or invalid
     pool = [c for c in pool if _writes(c[1])] or pool
     best_score, best_edits, best_text = max(pool, key=lambda c: c[0])
+    if valid and not _writes(best_edits) and any(_writes(c[1]) for c in invalid):
+        empty = ", ".join(s.label or "span" for s, e in zip(ordered, best_edits, strict=True) if not e.text.strip())
+        warnings.append(
+            f"{empty}: the only valid fill is empty (every fill that writes something was rejected: "
+            "syntax errors or broken UTF-8; --allow-syntax-errors accepts the most likely one)"
+        )
     if not valid and options.allow_syntax_errors:
         warnings.append(
             f"no valid candidate found in {attempts} sample(s) (syntax errors or broken UTF-8); "

@@ -516,3 +516,19 @@ def test_syntax_check_judges_a_placeholder_as_removed(monkeypatch: pytest.Monkey
     assert textops.SyntaxCheck("python", data, [(start, start + 10)]).rejection(patched, [edit]) == "does not parse"
     # without the placeholder's range the input never parsed, so only tree-sitter's error count held `else:` back
     assert textops.SyntaxCheck("python", data).rejection(patched, [edit]) is None
+
+
+def test_an_empty_fill_chosen_over_rejected_ones_is_reported(tmp_path: Path) -> None:
+    """The user asked for a line; when only the empty fill passes the syntax check, the file is unchanged and
+    stderr says why (it is not silently "filled")."""
+    src = BRANCHES.format(line="")
+    p = write(tmp_path, "b.py", src)
+    args = [str(p), "--span", "4:4", "-n", "2", "--temperature", "1"]
+    with fake_model([[("    else:", 0.7), ("", 0.3)]], name="fake-empty"):
+        r = run([*args, "--model", "fake-empty"])
+    assert r.exit_code == 0, r.stderr
+    assert p.read_text() == src
+    assert "--span 4:4: the only valid fill is empty" in r.stderr
+    with fake_model([""], name="fake-nothing"):  # nothing was rejected: the empty fill is the model's answer
+        quiet = run([*args, "--model", "fake-nothing"])
+    assert quiet.exit_code == 0 and "only valid fill" not in quiet.stderr
