@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
+
+from infill.errors import DecodeError
 
 DecoderName = Literal["assd", "sequential", "parallel", "beam", "confidence", "s2d2", "ssmd", "ptp"]
 ModelKind = Literal["asarm", "blockdiff"]  # any-subset autoregressive (XLNet) or block diffusion
@@ -27,28 +29,173 @@ DraftName = Literal["model", "ngram", "lookup"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 
 
+T = TypeVar("T")
+
+
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise DecodeError(message)
+
+
+# ---- each decoder's options: its own small frozen dataclass, checked when it is built --------------------
+# A field is named after the DecodeConfig field it is read from, and its default is DecodeConfig's default, so
+# a default is declared once (here). `decoder_options(cfg)` builds the options of cfg.decoder: the boundary
+# (check_decode: the CLI, the server, fill_text) and every decoder build them, so a bad value is one
+# DecodeError (exit 2) with one message wherever it comes from.
+
+
 @dataclass(frozen=True)
-class DecodeConfig:
-    decoder: DecoderName = "assd"
-    k: int = 10  # speculation width (ASSD) or chunk size (parallel); must be >= 2 for assd
+class Sampling:
+    """What every sampler shares: the transform of the logits (the same for drafts and verifiers, so the
+    exactness guarantee holds for the transformed joint) and the seed of the one torch.Generator."""
+
+    temperature: float = 1.0  # 0 means greedy (argmax) everywhere
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _need(self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}")
+        _need(self.top_k >= 0, f"top-k must be >= 0 (0 = off), got {self.top_k}")
+        _need(0.0 < self.top_p <= 1.0, f"top-p must be in (0, 1], got {self.top_p}")
+        _need(-(2**63) <= self.seed <= 2**64 - 1, f"seed must fit in 64 bits, got {self.seed}")
+
+
+@dataclass(frozen=True)
+class SequentialOptions:
+    """Sequential decoding has no options of its own (Sampling only)."""
+
+
+@dataclass(frozen=True)
+class AssdOptions:
+    k: int = 10  # speculation width: tokens drafted per step (the longest lookup draft)
     # "ngram" = Algorithm 2 of the ASSD paper (bigram draft from the visible context); "lookup" = copy what followed
     # the same tokens elsewhere in the text, verified in one pass (infill.decoding.lookup)
     draft: DraftName = "lookup"
     epsilon: float = 0.0  # LOSSY acceptance tolerance r < min(1, q/p + eps); 0 keeps sampling exact
-    temperature: float = 1.0  # 0 means greedy (argmax) everywhere
-    top_k: int = 0  # 0 = off
-    top_p: float = 1.0  # 1.0 = off
-    seed: int = 0  # one torch.Generator is seeded with this
-    beam: int = 4  # beam width of decoder "beam" (the most likely fill instead of a sample)
-    # block diffusion (docs/blockdiff.md)
-    block_size: int = 0  # block-diffusion block size; 0 = the model's own (from its config), 1 = plain AR
+
+    def __post_init__(self) -> None:
+        drafts = get_args(DraftName)
+        _need(self.draft in drafts, f"draft must be one of {', '.join(drafts)}, got {self.draft!r}")
+        if self.draft == "lookup":
+            _need(self.k >= 1, f"the lookup draft length k must be at least 1, got {self.k}")
+        else:
+            _need(self.k >= 2, f"assd needs a speculation width k >= 2, got {self.k}")
+        _need(self.epsilon >= 0, f"epsilon must be >= 0, got {self.epsilon}")
+
+
+@dataclass(frozen=True)
+class ParallelOptions:
+    k: int = AssdOptions.k  # chunk size: positions filled per pass
+
+    def __post_init__(self) -> None:
+        _need(self.k >= 1, f"parallel decoding needs a chunk size k >= 1, got {self.k}")
+
+
+@dataclass(frozen=True)
+class BeamOptions:
+    beam: int = 4  # beam width (1 = greedy)
+
+    def __post_init__(self) -> None:
+        _need(self.beam >= 1, f"beam width must be at least 1, got {self.beam}")
+
+
+@dataclass(frozen=True)
+class BlockOptions:
+    """Confidence decoding of a block-diffusion model (docs/blockdiff.md); the other block decoders add theirs."""
+
+    block_size: int = 0  # 0 = the model's own (from its config), 1 = plain AR
     threshold: float = 0.9  # confidence threshold tau for dynamic confidence decoding
-    routing: str = "min-span"  # S2D2 routing policy name
-    unmask_per_step: int = 0  # confidence decoding: 0 = dynamic (p > threshold, plus the argmax); n = static
-    gamma: float = 1.0  # S2D2 tempering: accept w.p. min(1, (q/p)^gamma); 1 = exact ratio, < 1 LOSSY-lenient
-    # SSMD (docs/ssmd.md, infill.decoding.ssmd; needs a model folder with ssmd_head.safetensors)
+    unmask_per_step: int = 0  # 0 = dynamic (p > threshold, plus the argmax); n = static
+
+    def __post_init__(self) -> None:
+        _need(self.block_size >= 0, f"block size must be >= 1 (0 = the model's own), got {self.block_size}")
+        _need(0.0 <= self.threshold <= 1.0, f"confidence threshold must be in [0, 1], got {self.threshold}")
+        _need(self.unmask_per_step >= 0, f"unmask_per_step must be >= 0 (0 = dynamic), got {self.unmask_per_step}")
+
+
+@dataclass(frozen=True)
+class S2D2Options(BlockOptions):
+    routing: str = "min-span"  # routing policy (infill.decoding.routing parses and checks it)
+    gamma: float = 1.0  # tempering: accept w.p. min(1, (q/p)^gamma); 1 = exact ratio, < 1 LOSSY-lenient
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _need(self.gamma > 0, f"tempering gamma must be > 0, got {self.gamma}")
+
+
+@dataclass(frozen=True)
+class SsmdOptions(BlockOptions):
+    """SSMD (docs/ssmd.md, infill.decoding.ssmd; needs a model folder with ssmd_head.safetensors)."""
+
     ssmd_passes: int = 2  # K: causal-head passes per full forward (each verifies drafts up to one rejection)
     ssmd_window: int = 0  # drafted positions per full forward; 0 = a cosine schedule over the block
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _need(self.ssmd_passes >= 1, f"SSMD needs ssmd_passes >= 1, got {self.ssmd_passes}")
+        _need(self.ssmd_window >= 0, f"SSMD needs ssmd_window >= 0 (0 = cosine schedule), got {self.ssmd_window}")
+
+
+@dataclass(frozen=True)
+class PtpOptions:
+    k: int = AssdOptions.k  # drafted slots per step (at most the adapter's trained slots)
+    block_size: int = BlockOptions.block_size  # PTP runs the model autoregressively: 0 or 1
+
+    def __post_init__(self) -> None:
+        _need(self.k >= 1, f"ptp needs k >= 1 slots, got {self.k}")
+        _need(self.block_size in (0, 1), f"ptp runs the model at block size 1 (autoregressive), not {self.block_size}")
+
+
+DECODER_OPTIONS: dict[DecoderName, type] = {
+    "assd": AssdOptions,
+    "sequential": SequentialOptions,
+    "parallel": ParallelOptions,
+    "beam": BeamOptions,
+    "confidence": BlockOptions,
+    "s2d2": S2D2Options,
+    "ssmd": SsmdOptions,
+    "ptp": PtpOptions,
+}
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """One decoding request as the boundary parses it (flags, server parameters, the daemon's JSON): the
+    decoder's name and every decoder's fields, flat. A decoder reads only its own options, built from this by
+    options_of(); the defaults are those of the option classes above."""
+
+    decoder: DecoderName = "assd"
+    k: int = AssdOptions.k
+    draft: DraftName = AssdOptions.draft
+    epsilon: float = AssdOptions.epsilon
+    temperature: float = Sampling.temperature
+    top_k: int = Sampling.top_k
+    top_p: float = Sampling.top_p
+    seed: int = Sampling.seed
+    beam: int = BeamOptions.beam
+    block_size: int = BlockOptions.block_size
+    threshold: float = BlockOptions.threshold
+    routing: str = S2D2Options.routing
+    unmask_per_step: int = BlockOptions.unmask_per_step
+    gamma: float = S2D2Options.gamma
+    ssmd_passes: int = SsmdOptions.ssmd_passes
+    ssmd_window: int = SsmdOptions.ssmd_window
+
+    @property
+    def sampling(self) -> Sampling:
+        return options_of(Sampling, self)
+
+
+def options_of(kind: type[T], cfg: DecodeConfig) -> T:
+    """The options of class `kind` (Sampling or a decoder's) read from `cfg`; DecodeError when one is out of
+    range."""
+    return kind(**{f.name: getattr(cfg, f.name) for f in fields(kind)})  # type: ignore[arg-type]
+
+
+def decoder_options(cfg: DecodeConfig) -> Any:
+    """The options of cfg.decoder (DECODER_OPTIONS), checked."""
+    return options_of(DECODER_OPTIONS[cfg.decoder], cfg)
 
 
 # What the tool does when the user names no decoder (`infill fill`, the server, the daemon, `infill eval`): beam
@@ -110,13 +257,14 @@ def decoders_for(kind: ModelKind) -> tuple[DecoderName, ...]:
     return tuple(d for d in get_args(DecoderName) if DECODER_KIND[d] == kind)
 
 
-if set(DECODER_KIND) != set(get_args(DecoderName)):  # pragma: no cover - a decoder added to one list only
-    raise AssertionError("DECODER_KIND must name every DecoderName")
+if not set(DECODER_KIND) == set(DECODER_OPTIONS) == set(get_args(DecoderName)):  # pragma: no cover
+    raise AssertionError("DECODER_KIND and DECODER_OPTIONS must name every DecoderName")
 
 
 def check_decode(cfg: DecodeConfig) -> None:
-    """InputError (exit 2) for settings no decoder can use: a non-finite or out-of-range number, a wrong type, an
-    unknown draft, a seed torch cannot take. Checked before any model runs (fill_text)."""
+    """InputError (exit 2) for settings the request cannot use: a wrong type or a non-finite number in any field,
+    or an out-of-range sampling setting or option of the chosen decoder (the other decoders' fields are not
+    read). Checked before any model runs (fill_text)."""
     from infill.errors import InputError
 
     kinds: dict[str, tuple[tuple[type, ...], str]] = {
@@ -130,25 +278,8 @@ def check_decode(cfg: DecodeConfig) -> None:
             raise InputError(f"{f.name} must be {what}, got {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
             raise InputError(f"{f.name} must be a finite number, got {value!r}")
-    problems = [
-        (cfg.temperature < 0, f"temperature must be >= 0, got {cfg.temperature}"),
-        (not 0 < cfg.top_p <= 1, f"top_p must be in (0, 1], got {cfg.top_p}"),
-        (cfg.top_k < 0, f"top_k must be >= 0, got {cfg.top_k}"),
-        (cfg.k < 1, f"k must be >= 1, got {cfg.k}"),
-        (cfg.epsilon < 0, f"epsilon must be >= 0, got {cfg.epsilon}"),
-        (not 0 <= cfg.threshold <= 1, f"threshold must be in [0, 1], got {cfg.threshold}"),
-        (cfg.gamma <= 0, f"gamma must be > 0, got {cfg.gamma}"),
-        (cfg.block_size < 0, f"block_size must be >= 0, got {cfg.block_size}"),
-        (cfg.unmask_per_step < 0, f"unmask_per_step must be >= 0, got {cfg.unmask_per_step}"),
-        (cfg.beam < 1, f"beam must be >= 1, got {cfg.beam}"),
-        (cfg.ssmd_passes < 1, f"ssmd_passes must be >= 1, got {cfg.ssmd_passes}"),
-        (cfg.ssmd_window < 0, f"ssmd_window must be >= 0 (0 = cosine schedule), got {cfg.ssmd_window}"),
-        (not -(2**63) <= cfg.seed <= 2**64 - 1, f"seed must fit in 64 bits, got {cfg.seed}"),
-        (
-            cfg.draft not in get_args(DraftName),
-            f"draft must be one of {', '.join(get_args(DraftName))}, got {cfg.draft!r}",
-        ),
-    ]
-    for bad, message in problems:
-        if bad:
-            raise InputError(message)
+    try:
+        options_of(Sampling, cfg)
+        decoder_options(cfg)
+    except DecodeError as error:
+        raise InputError(error.message) from None

@@ -13,13 +13,17 @@ from infill import options
 from infill.config import (
     CHOOSABLE_DECODERS,
     DECODER_KIND,
+    DECODER_OPTIONS,
     EVAL_DECODE,
     TOOL_DECODE,
     DecodeConfig,
     DecoderName,
     FillOptions,
     ModelSpec,
+    Sampling,
+    check_decode,
     choose_decoder,
+    decoder_options,
     decoders_for,
 )
 from infill.errors import DecodeError, InputError
@@ -135,3 +139,48 @@ def test_server_params_are_checked_by_the_same_table() -> None:
         options.from_params({"device": "tpu"})
     with pytest.raises(InputError, match='"k" must be a int'):
         options.from_params({"k": "10"})
+
+
+def test_each_decoder_reads_its_own_options_with_the_requests_defaults() -> None:
+    flat = {f.name: f.default for f in fields(DecodeConfig)}
+    for kind in (Sampling, *DECODER_OPTIONS.values()):
+        for f in fields(kind):  # every option is a request field, with one default
+            assert f.name in flat and f.default == flat[f.name], (kind.__name__, f.name)
+    taken = {f.name for kind in (Sampling, *DECODER_OPTIONS.values()) for f in fields(kind)}
+    assert taken == set(flat) - {"decoder"}  # and every request field belongs to someone
+    for decoder in get_args(DecoderName):
+        opts = decoder_options(DecodeConfig(decoder=decoder, k=3, beam=2, ssmd_passes=5))
+        assert type(opts) is DECODER_OPTIONS[decoder]
+        assert {f.name: getattr(opts, f.name) for f in fields(opts)}.items() <= {
+            **flat,
+            "k": 3,
+            "beam": 2,
+            "ssmd_passes": 5,
+        }.items()
+
+
+@pytest.mark.parametrize(
+    ("cfg", "message"),
+    [
+        (DecodeConfig(decoder="assd", draft="model", k=1), "k >= 2"),
+        (DecodeConfig(decoder="parallel", k=0), "chunk size k >= 1"),
+        (DecodeConfig(decoder="beam", beam=0), "beam width"),
+        (DecodeConfig(decoder="confidence", threshold=1.5), "threshold"),
+        (DecodeConfig(decoder="s2d2", gamma=0.0), "gamma"),
+        (DecodeConfig(decoder="ssmd", ssmd_window=-1), "ssmd_window"),
+        (DecodeConfig(decoder="ptp", block_size=4), "block size 1"),
+        (DecodeConfig(decoder="sequential", top_p=0.0), "top-p"),
+    ],
+)
+def test_a_decoders_bad_option_is_refused_at_the_boundary(cfg: DecodeConfig, message: str) -> None:
+    with pytest.raises(DecodeError, match=message):
+        decoder_options(cfg) if cfg.decoder != "sequential" else Sampling(top_p=cfg.top_p)
+    with pytest.raises(InputError, match=message):  # what fill_text, the CLI and the server call first
+        check_decode(cfg)
+
+
+def test_options_another_decoder_reads_are_not_checked() -> None:
+    check_decode(DecodeConfig(decoder="beam", threshold=1.5, draft="model", k=1))  # no error: beam reads neither
+    check_decode(DecodeConfig(decoder="assd", draft="lookup", k=1))  # a one-token lookup draft is valid
+    with pytest.raises(InputError, match="finite"):  # but every field is still a finite value of its type
+        check_decode(DecodeConfig(decoder="beam", threshold=float("nan")))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from infill.config import AssdOptions, options_of
 from infill.decoding.problem import LeftToRight, StepCallback
 from infill.decoding.sampling import probs, residual, sample, uniform
 from infill.decoding.stats import DecodeStats
@@ -124,17 +125,14 @@ def assd(
     stats)."""
     import torch
 
-    if cfg.k < 2:
-        raise DecodeError(f"assd needs a speculation width k >= 2, got {cfg.k}")
-    if cfg.epsilon < 0:
-        raise DecodeError(f"epsilon must be >= 0, got {cfg.epsilon}")
-    if cfg.draft not in ("model", "ngram"):
-        raise DecodeError(f"unknown draft {cfg.draft!r} (expected model or ngram)")
-    k = cfg.k
-    use_ngram = cfg.draft == "ngram"
-    stats = DecodeStats(decoder="assd", extra={"k": k, "draft": cfg.draft, "drafted": 0, "rejections": 0})
-    if cfg.epsilon > 0:
-        stats.extra["lossy_epsilon"] = cfg.epsilon
+    opts = options_of(AssdOptions, cfg)
+    if opts.draft == "lookup":
+        raise DecodeError("the lookup draft runs in infill.decoding.lookup (decode() picks it)")
+    k = opts.k
+    use_ngram = opts.draft == "ngram"
+    stats = DecodeStats(decoder="assd", extra={"k": k, "draft": opts.draft, "drafted": 0, "rejections": 0})
+    if opts.epsilon > 0:
+        stats.extra["lossy_epsilon"] = opts.epsilon
     run = LeftToRight.begin(model, problem, cfg, stats, on_step)
     ids, masked, M = run.ids, run.masked, run.total  # (N,): prompt, decoded x_{<n}, <mask> elsewhere; (M,) order
     visible = torch.ones_like(ids, dtype=torch.bool)  # (N,) prompt + decoded, for the n-gram draft
@@ -167,7 +165,7 @@ def assd(
         stats.nfe += 1
 
         # 4. Accept left to right; resample from (q - p)+ at the first rejection; 5. no bonus token
-        a, x_res = accept_or_reject(p, q, x_tilde, generator, first_exact=not use_ngram, epsilon=cfg.epsilon)
+        a, x_res = accept_or_reject(p, q, x_tilde, generator, first_exact=not use_ngram, epsilon=opts.epsilon)
         new_n = n + a
         if x_res is not None:
             ids[targets[a]] = x_res

@@ -23,9 +23,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from infill.config import BeamOptions, options_of
 from infill.decoding.problem import StepCallback, check_problem, ends_span, force_pads, is_pad, pads_enabled
 from infill.decoding.stats import DecodeStats
-from infill.errors import DecodeError
 
 if TYPE_CHECKING:
     import torch
@@ -49,9 +49,7 @@ def beam_search(
     """
     import torch
 
-    width = cfg.beam
-    if width < 1:
-        raise DecodeError(f"beam width must be at least 1, got {width}")
+    width = options_of(BeamOptions, cfg).beam
     check_problem(model, problem)
     start = time.perf_counter()
     stats = DecodeStats(decoder="beam", extra={"beam": width})

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from infill.config import BlockOptions, Sampling, options_of
 from infill.decoding.sampling import sample
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError
@@ -105,21 +106,6 @@ def confidence_step(step: Step) -> int:
 # ---- the outer loop --------------------------------------------------------------------------------------
 
 
-def check_config(cfg: DecodeConfig) -> None:
-    if cfg.block_size < 0:
-        raise DecodeError(f"block size must be >= 1 (0 = the model's own), got {cfg.block_size}")
-    if not 0.0 <= cfg.threshold <= 1.0:
-        raise DecodeError(f"confidence threshold must be in [0, 1], got {cfg.threshold}")
-    if cfg.unmask_per_step < 0:
-        raise DecodeError(f"unmask_per_step must be >= 0 (0 = dynamic), got {cfg.unmask_per_step}")
-    if cfg.temperature < 0:
-        raise DecodeError(f"temperature must be >= 0, got {cfg.temperature}")
-    if cfg.top_k < 0 or not 0.0 < cfg.top_p <= 1.0:
-        raise DecodeError(f"bad top-k / top-p: {cfg.top_k} / {cfg.top_p}")
-    if cfg.gamma < 0:
-        raise DecodeError(f"tempering gamma must be >= 0, got {cfg.gamma}")
-
-
 def _end_of_generation(seq: torch.Tensor, start: int, stop: int, mask_id: int, end_ids: tuple[int, ...]) -> int | None:
     """The first end token's position in seq[start:stop] with every position before it decoded, or None."""
     import torch
@@ -149,7 +135,8 @@ def generate(
     the draft forwards' last hidden states in `step.state.hidden` (SSMD's causal head reads them)."""
     import torch
 
-    check_config(cfg)
+    options_of(Sampling, cfg)
+    options_of(BlockOptions, cfg)  # the decoders that run this loop (S2D2, SSMD) check their own options too
     t0 = time.perf_counter()
     step: StepFn = step_fn or confidence_step
     stats = DecodeStats(decoder=cfg.decoder)

@@ -18,12 +18,13 @@ what was accepted plus one after a rejection, so a run of bad guesses costs litt
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from infill.config import AssdOptions, options_of
 from infill.decoding.problem import LeftToRight, StepCallback
 from infill.decoding.sampling import probs, residual, sample, uniform
 from infill.decoding.stats import DecodeStats
-from infill.errors import DecodeError
 
 if TYPE_CHECKING:
     import torch
@@ -68,18 +69,15 @@ def lookup_decode(
     """Fill `problem.masked` with prompt-lookup drafts verified against the model (cfg.k = longest draft)."""
     import torch
 
-    if cfg.k < 1:
-        raise DecodeError(f"the lookup draft length k must be at least 1, got {cfg.k}")
-    if cfg.epsilon < 0:
-        raise DecodeError(f"epsilon must be >= 0, got {cfg.epsilon}")
-    stats = DecodeStats(decoder="lookup", extra={"k": cfg.k, "drafted": 0, "rejections": 0, "sequential_steps": 0})
-    if cfg.epsilon > 0:
-        stats.extra["lossy_epsilon"] = cfg.epsilon  # accept if r < q(d) + epsilon: NOT exact
+    opts = options_of(AssdOptions, replace(cfg, draft="lookup"))
+    stats = DecodeStats(decoder="lookup", extra={"k": opts.k, "drafted": 0, "rejections": 0, "sequential_steps": 0})
+    if opts.epsilon > 0:
+        stats.extra["lossy_epsilon"] = opts.epsilon  # accept if r < q(d) + epsilon: NOT exact
     run = LeftToRight.begin(model, problem, cfg, stats, on_step)
     ids, masked, M = run.ids, run.masked, run.total  # (N,), (M,)
     visible = torch.ones_like(ids, dtype=torch.bool)  # (N,)
     visible[masked] = False
-    window = min(4, cfg.k)
+    window = min(4, opts.k)
     n = 0
     while n < M:
         pos = int(masked[n])
@@ -102,7 +100,7 @@ def lookup_decode(
             stats.nfe += 1
             stats.extra["drafted"] += L
             a = 0
-            while a < L and uniform(generator) < float(q[a, drafts[a]]) + cfg.epsilon:  # w.p. q(d) / p(d), p(d) = 1
+            while a < L and uniform(generator) < float(q[a, drafts[a]]) + opts.epsilon:  # w.p. q(d) / p(d), p(d) = 1
                 a += 1
             if a < L:  # resample from (q - p)+: q without the rejected draft
                 point = torch.zeros_like(q[a])
@@ -112,7 +110,7 @@ def lookup_decode(
                 window = max(2, a + 1)
             else:  # all accepted: the bonus token from q given every draft
                 ids[targets[L]] = int(sample(q[L : L + 1], generator)[0])
-                window = min(cfg.k, 2 * window)
+                window = min(opts.k, 2 * window)
             new_n = n + a + 1
         n = run.settle(model, problem, n, new_n, visible)
     return run.result()

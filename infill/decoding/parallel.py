@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from infill.config import ParallelOptions, options_of
 from infill.decoding.problem import LeftToRight, StepCallback, ends_span, force_pads
 from infill.decoding.sampling import probs, sample
 from infill.decoding.stats import DecodeStats
-from infill.errors import DecodeError
 
 if TYPE_CHECKING:
     import torch
@@ -29,13 +29,12 @@ def parallel(
 ) -> tuple[torch.Tensor, DecodeStats]:
     """Fill `problem.masked` in chunks of `cfg.k` positions, one draft pass per chunk. Returns (tokens,
     stats)."""
-    if cfg.k < 1:
-        raise DecodeError(f"parallel decoding needs a chunk size k >= 1, got {cfg.k}")
+    chunk = options_of(ParallelOptions, cfg).k
     run = LeftToRight.begin(model, problem, cfg, DecodeStats(decoder="parallel"), on_step)
     ids, masked, stats = run.ids, run.masked, run.stats
     n = 0
     while n < run.total:
-        targets = masked[n : n + cfg.k]  # (k',)
+        targets = masked[n : n + chunk]  # (k',)
         logits = model.draft(ids, masked, n, targets)  # (k', V)
         stats.nfe += 1
         x = sample(probs(logits, cfg.temperature, cfg.top_k, cfg.top_p), generator)  # (k',)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from infill.config import Sampling, options_of
 from infill.errors import DecodeError
 
 if TYPE_CHECKING:
@@ -123,10 +124,8 @@ class LeftToRight:
         stats: DecodeStats,
         on_step: StepCallback | None,
     ) -> LeftToRight:
-        from infill.decoding.sampling import check_sampling
-
         check_problem(model, problem)
-        check_sampling(cfg)
+        options_of(Sampling, cfg)  # DecodeError for an out-of-range temperature, top-k or top-p
         ids = problem.ids.detach().to("cpu").clone()
         return cls(ids, problem.masked.detach().to("cpu"), pads_enabled(model, problem), stats, on_step)
 

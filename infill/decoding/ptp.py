@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from infill.config import PtpOptions, Sampling, options_of
 from infill.decoding.coupling import U_BITS, coupled_accept, draw_u, pick, u_bits
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError, InputError, ModelError
@@ -306,16 +307,6 @@ def run(
     return tokens, stats
 
 
-def check_config(cfg: DecodeConfig) -> None:
-    from infill.decoding.sampling import check_sampling
-
-    check_sampling(cfg)
-    if cfg.k < 1:
-        raise DecodeError(f"ptp needs k >= 1 slots, got {cfg.k}")
-    if cfg.block_size not in (0, 1):
-        raise DecodeError(f"ptp runs the model at block size 1 (autoregressive), not {cfg.block_size}")
-
-
 def decode(
     model: BlockDiffModel,
     prompt: torch.Tensor,
@@ -333,7 +324,7 @@ def decode(
     it)."""
     import torch
 
-    check_config(cfg)
+    sampling, opts = options_of(Sampling, cfg), options_of(PtpOptions, cfg)
     t0 = time.perf_counter()
     n_prompt = int(prompt.numel())
     if model.shifted:
@@ -348,10 +339,10 @@ def decode(
     if n_prompt + max_tokens > limit:
         raise DecodeError(f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's {limit}")
     adapter = None if draft_fn is not None else adapter_of(model)
-    slots = cfg.k if adapter is None else min(cfg.k, adapter.cfg.slots)
+    slots = opts.k if adapter is None else min(opts.k, adapter.cfg.slots)
     # at temperature 0 pick is the argmax and u carries nothing: the drafter then guesses without u (its
     # independent mode), since with u it was trained to guess the SAMPLED path, not the greedy one
-    use_u = adapter is not None and adapter.use_u and cfg.temperature > 0
+    use_u = adapter is not None and adapter.use_u and sampling.temperature > 0
     session = KVSession(model, adapter=adapter, draft_fn=draft_fn, use_u=use_u)
     u = draw_u(max_tokens, generator)  # (max_tokens,) one per generated position, fixed before decoding
     tokens, stats = run(session, prompt.cpu(), max_tokens, u, cfg, slots, model.end_ids, on_step)

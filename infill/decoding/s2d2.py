@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from infill.config import S2D2Options, options_of
 from infill.decoding.confidence import Step, confidence_probs, confidence_step, generate, probs
 from infill.decoding.routing import Router, RoutingConfig, features, make_router, parse_routing
 from infill.decoding.sampling import residual, sample
@@ -111,7 +112,8 @@ def decode(
 ) -> tuple[torch.Tensor, DecodeStats]:
     """Block-wise S2D2 decoding: prompt (P,) -> (generated tokens (n,), stats). Stats add `verifications`,
     `verified_tokens` and, in `accepted`, the drafts accepted per verification."""
-    rc = parse_routing(cfg.routing)
+    opts = options_of(S2D2Options, cfg)
+    rc = parse_routing(opts.routing)
     router = make_router(rc)
 
     def step_fn(step: Step) -> None:
@@ -120,5 +122,5 @@ def decode(
     tokens, stats = generate(model, prompt, max_tokens, cfg, generator, step_fn, on_step)
     stats.extra.setdefault("verifications", 0)
     stats.extra.setdefault("verified_tokens", 0)
-    stats.extra["routing"] = cfg.routing
+    stats.extra["routing"] = opts.routing
     return tokens, stats

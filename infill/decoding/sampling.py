@@ -9,21 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from infill.errors import DecodeError
-
 if TYPE_CHECKING:
     import torch
-
-    from infill.config import DecodeConfig
-
-
-def check_sampling(cfg: DecodeConfig) -> None:
-    if cfg.temperature < 0:
-        raise DecodeError(f"temperature must be >= 0, got {cfg.temperature}")
-    if cfg.top_k < 0:
-        raise DecodeError(f"top-k must be >= 0 (0 = off), got {cfg.top_k}")
-    if not 0.0 < cfg.top_p <= 1.0:
-        raise DecodeError(f"top-p must be in (0, 1], got {cfg.top_p}")
 
 
 def probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:

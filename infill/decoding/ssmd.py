@@ -42,6 +42,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from infill.config import SsmdOptions, options_of
 from infill.decoding.confidence import Step, confidence_probs, generate, probs
 from infill.decoding.s2d2 import accept_prefix
 from infill.decoding.sampling import sample
@@ -162,9 +163,8 @@ def decode(
         raise DecodeError(MISSING_HEAD)
     if model.shifted:
         raise DecodeError("--decoder ssmd runs position-aligned block-diffusion models only (SDAR style)")
-    if cfg.ssmd_passes < 1 or cfg.ssmd_window < 0:
-        raise DecodeError(f"SSMD needs ssmd_passes >= 1 and ssmd_window >= 0, got {cfg.ssmd_passes}, {cfg.ssmd_window}")
-    bsz = cfg.block_size or model.block_size
+    opts = options_of(SsmdOptions, cfg)
+    bsz = opts.block_size or model.block_size
     if bsz > head.shape.max_block:
         raise DecodeError(f"the SSMD head decodes blocks of at most {head.shape.max_block} positions, not {bsz}")
     tally = {"head_passes": 0, "extra_head_passes": 0, "windows": 0, "window_positions": 0}
@@ -177,8 +177,8 @@ def decode(
     stats.extra.update(
         {
             "mode": "ssmd",
-            "causal_passes": cfg.ssmd_passes,
-            "window": cfg.ssmd_window or "cosine",
+            "causal_passes": opts.ssmd_passes,
+            "window": opts.ssmd_window or "cosine",
             "head_passes": tally["head_passes"],
             "nfe_paper": stats.nfe + tally["extra_head_passes"] / layers,
             "nfe_plain": stats.nfe + tally["head_passes"],
