@@ -263,8 +263,8 @@ if not set(DECODER_KIND) == set(DECODER_OPTIONS) == set(get_args(DecoderName)): 
 
 def check_decode(cfg: DecodeConfig) -> None:
     """InputError (exit 2) for settings the request cannot use: a wrong type or a non-finite number in any field,
-    or an out-of-range sampling setting or option of the chosen decoder (the other decoders' fields are not
-    read). Checked before any model runs (fill_text)."""
+    an out-of-range sampling setting or option of the chosen decoder, or a value of another decoder's option that
+    no decoder can use (`gamma` 0). Checked before any model runs (fill_text)."""
     from infill.errors import InputError
 
     kinds: dict[str, tuple[tuple[type, ...], str]] = {
@@ -278,8 +278,39 @@ def check_decode(cfg: DecodeConfig) -> None:
             raise InputError(f"{f.name} must be {what}, got {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
             raise InputError(f"{f.name} must be a finite number, got {value!r}")
+    if cfg.decoder not in DECODER_OPTIONS:
+        raise InputError(f"decoder must be one of {', '.join(DECODER_OPTIONS)}, got {cfg.decoder!r}")
     try:
         options_of(Sampling, cfg)
-        decoder_options(cfg)
+        chosen = decoder_options(cfg)
     except DecodeError as error:
         raise InputError(error.message) from None
+    read = {f.name for f in fields(chosen)}
+    for name, readers in _READERS.items():
+        value = getattr(cfg, name)
+        if name not in read and value != getattr(DecodeConfig, name):
+            refusal = _refusal_everywhere(readers, name, value)
+            if refusal is not None:
+                raise InputError(refusal)
+
+
+# option name -> the option classes that read it (DECODER_OPTIONS)
+_READERS: dict[str, tuple[type, ...]] = {
+    f.name: tuple(k for k in DECODER_OPTIONS.values() if f.name in {g.name for g in fields(k)})
+    for kind in DECODER_OPTIONS.values()
+    for f in fields(kind)
+}
+
+
+def _refusal_everywhere(readers: tuple[type, ...], name: str, value: Any) -> str | None:
+    """The first refusal's message when none of the option classes that read `name` accepts `value` (their other
+    options at the defaults), else None: a value no decoder can use is a mistake even when the chosen decoder
+    ignores it."""
+    refusals: list[str] = []
+    for kind in readers:
+        try:
+            kind(**{name: value})
+            return None
+        except DecodeError as error:
+            refusals.append(error.message)
+    return refusals[0]

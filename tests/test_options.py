@@ -179,8 +179,16 @@ def test_a_decoders_bad_option_is_refused_at_the_boundary(cfg: DecodeConfig, mes
         check_decode(cfg)
 
 
-def test_options_another_decoder_reads_are_not_checked() -> None:
-    check_decode(DecodeConfig(decoder="beam", threshold=1.5, draft="model", k=1))  # no error: beam reads neither
+def test_options_another_decoder_reads_are_checked_only_against_every_decoder() -> None:
+    check_decode(DecodeConfig(decoder="beam", threshold=0.5, draft="model", k=1))  # no error: beam reads neither
+    check_decode(DecodeConfig(decoder="beam", block_size=4))  # valid for confidence decoding, though not for ptp
     check_decode(DecodeConfig(decoder="assd", draft="lookup", k=1))  # a one-token lookup draft is valid
-    with pytest.raises(InputError, match="finite"):  # but every field is still a finite value of its type
+    for wrong, message in (
+        ({"gamma": 0.0}, "gamma"),
+        ({"threshold": 1.5}, "threshold"),
+        ({"k": 0}, "k must be at least 1"),
+    ):
+        with pytest.raises(InputError, match=message):  # a value no decoder can use is refused all the same
+            check_decode(DecodeConfig(decoder="beam", **wrong))  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="finite"):  # and every field is a finite value of its type
         check_decode(DecodeConfig(decoder="beam", threshold=float("nan")))
