@@ -91,7 +91,7 @@ def main() -> None:
             sys.exit("--heldout needs --corpus (or pass --heldout 0)")
         ho_tasks = heldout.sample_line_tasks(heldout.corpus_heldout_files(args.corpus), args.heldout, args.seed)
     count = lambda text: len(loaded.tokenizer.encode(text))  # noqa: E731
-    max_ctx = max(32, int(getattr(loaded.model, "max_length", 512)) - 64)
+    max_ctx = max(32, (loaded.model.max_positions or 512) - 64)  # config.max_position_embeddings
 
     def crop(slot: Any) -> Any:
         return heldout.crop_slot(slot, count, max_ctx)
