@@ -337,7 +337,9 @@ def heldout_exact(
     tasks = heldout.sample_line_tasks(paths, limit or 500, decode.seed)
     loaded = _load(spec, threads)
     count = token_counter(loaded)
-    max_tokens = context_tokens or max(32, int(getattr(loaded.model, "max_length", 512)) - 64)
+    # a block-diffusion model declares no training length: its files are cropped as for a 512-token model
+    length = loaded.asarm.max_length if loaded.kind == "asarm" else 512
+    max_tokens = context_tokens or max(32, length - 64)
 
     def crop(slot: Any) -> Any:
         return heldout.crop_slot(slot, count, max_tokens)

@@ -147,10 +147,8 @@ class AnySubset:
 
     def window(self, loaded: LoadedModel) -> Window:
         model = loaded.asarm
-        max_length = int(getattr(model, "max_length", 0) or 0) or 1 << 30
-        has_bos = getattr(model, "bos_id", None) is not None
-        has_pad = getattr(model, "pad_id", None) is not None
-        return Window(max_length, has_bos, has_pad, groups_spans=True)
+        has_bos, has_pad = model.bos_id is not None, model.pad_id is not None
+        return Window(model.max_length or 1 << 30, has_bos, has_pad, groups_spans=True)
 
     def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
         """One candidate fill of every span of `region` (beam search: the attempt-th best beam)."""

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec
-from infill.errors import InfillError, InputError, NoValidFillError
+from infill.errors import InfillError, InputError, NoValidFillError, one_line
 from infill.spans import BOM, Selection
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def run_fill(
         out["exit_code"] = EXIT_INTERNAL
         out["stderr"] = [] if req.filter_mode and req.verbosity < 1 else out["stderr"]
         if not (req.filter_mode and req.verbosity < 1):
-            out["stderr"].append(f"error: internal error: {type(exc).__name__}: {exc}".splitlines()[0])
+            out["stderr"].append(f"error: internal error: {type(exc).__name__}: {one_line(str(exc))}")
             if req.verbosity >= 1:
                 out["stderr"].append(traceback.format_exc().rstrip())
         out["stdout"] = original if req.filter_mode and original is not None else ""
@@ -281,7 +281,7 @@ def _run(
     for warning in result.warnings:
         say(f"warning: {display}: {warning}")
     if req.verbosity >= 1:
-        for note in getattr(result, "notes", []):
+        for note in result.notes:
             say(f"note: {display}: {note}")
         for e in result.edits:
             say(f"{display}:{e.start_line}-{e.end_line}: filled {e.tokens} tokens (log-likelihood {e.score:.2f})")

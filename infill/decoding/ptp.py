@@ -95,8 +95,7 @@ def adapter_of(model: BlockDiffModel) -> PTPAdapter:
     found = _ADAPTERS.get(model)
     if found is not None:
         return found
-    folder = getattr(model, "folder", None)
-    path = Path(folder) / ADAPTER_FILE if folder is not None else None
+    path = Path(model.folder) / ADAPTER_FILE if model.folder is not None else None
     if path is None or not path.is_file():
         where = f"{path}" if path is not None else "this in-memory model"
         raise InputError(f"--decoder ptp needs a PTP adapter ({where} not found); train one with `infill train ptp`")

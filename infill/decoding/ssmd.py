@@ -158,7 +158,7 @@ def decode(
 ) -> tuple[torch.Tensor, DecodeStats]:
     """Block-wise SSMD decoding: prompt (P,) -> (generated tokens (n,), stats). stats.accepted holds the
     tokens revealed per full forward; stats.extra adds the pass counts (module docstring)."""
-    head = getattr(model, "ssmd_head", None)
+    head = model.ssmd_head
     if head is None:
         raise DecodeError(MISSING_HEAD)
     if model.shifted:
@@ -173,7 +173,7 @@ def decode(
         ssmd_step(step, tally)
 
     tokens, stats = generate(model, prompt, max_tokens, cfg, generator, step_fn, on_step, hidden=True)
-    layers = int(model.model.config.num_hidden_layers) + 1
+    layers = model.num_layers + 1
     stats.extra.update(
         {
             "mode": "ssmd",

@@ -108,6 +108,11 @@ class BlockDiffModel:
         return None if limit is None else int(limit)
 
     @property
+    def num_layers(self) -> int:
+        """The network's transformer layers (config.num_hidden_layers)."""
+        return int(self.model.config.num_hidden_layers)
+
+    @property
     def attn_implementation(self) -> str:
         return str(self.model.config._attn_implementation)
 
