@@ -46,6 +46,19 @@ def exit_on_click_error(exc: click.ClickException) -> NoReturn:
     raise click.exceptions.Exit(exc.exit_code)
 
 
+def error_report(exc: Exception) -> tuple[str, int]:
+    """The one stderr line and the exit code of an error no command handled itself: an InfillError's own code
+    (2 input, 3 no valid fill, 123 model), 2 for an OSError (a file that cannot be read or written), and 123 for
+    anything else, which is our bug."""
+    from infill.errors import InfillError, one_line
+
+    if isinstance(exc, InfillError):
+        return f"infill: error: {one_line(str(exc))}", exc.exit_code
+    if isinstance(exc, OSError):
+        return f"infill: error: {one_line(str(exc))}", 2
+    return f"infill: internal error: {type(exc).__name__}: {one_line(str(exc))} (INFILL_DEBUG=1 shows where)", 123
+
+
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a tool killed by SIGPIPE (128 + 13), e.g. `git log | head`
 
 
@@ -76,8 +89,6 @@ class LazyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; an error no command handled itself becomes one line on stderr and the documented
         exit code (2 for bad input, 123 for anything else), never a traceback (INFILL_DEBUG=1 shows it)."""
-        from infill.errors import InfillError
-
         try:
             return super().invoke(ctx)
         except _HELP_NOT_ERROR:
@@ -88,21 +99,12 @@ class LazyGroup(click.Group):
             raise
         except BrokenPipeError:  # `infill ... | head -1`: the reader has all it wants
             _quiet_broken_pipe()
-        except InfillError as exc:
+        except Exception as exc:  # noqa: BLE001 - input, model, OS error or our bug: one line, documented code
             if os.environ.get("INFILL_DEBUG"):
                 raise
-            click.echo(f"infill: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-        except OSError as exc:
-            if os.environ.get("INFILL_DEBUG"):
-                raise
-            click.echo(f"infill: error: {exc}", err=True)
-            sys.exit(2)
-        except Exception as exc:  # noqa: BLE001 - our bug: one line and exit 123, as documented
-            if os.environ.get("INFILL_DEBUG"):
-                raise
-            click.echo(f"infill: internal error: {type(exc).__name__}: {exc} (INFILL_DEBUG=1 shows where)", err=True)
-            sys.exit(123)
+            line, code = error_report(exc)
+            click.echo(line, err=True)
+            sys.exit(code)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(name for name in COMMANDS if self._load(name) is not None)
@@ -117,8 +119,8 @@ class LazyGroup(click.Group):
 
 
 def load_command(target: str) -> click.Command | None:
-    """The Click command at "module:attribute", imported now; None when that module does not exist (a command
-    not written yet, or an optional one). The `infill` group and `infill train` load their commands this way."""
+    """The Click command at "module:attribute", imported when a group first needs it; None when that module is
+    absent from this installation. The `infill` group and `infill train` load their commands this way."""
     module_name, attr = target.split(":")
     try:
         module = importlib.import_module(module_name)

@@ -11,6 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def one_line(text: str) -> str:
+    """The first non-blank line of `text`: an exception's message may span lines (a torch or JSON error quotes
+    its input), and every `infill` error is one stderr line."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
 @dataclass
 class InfillError(Exception):
     """Base class. `message` is one line meant for a human; location fields are optional."""

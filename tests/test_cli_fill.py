@@ -368,6 +368,31 @@ def test_backend_crash_is_internal_error(tmp_path: Path) -> None:
     assert "Traceback" in rv.stderr
 
 
+@pytest.mark.parametrize(
+    ("error", "needle"),
+    [
+        (ZeroDivisionError("\nboom\nat step 3"), "internal error: ZeroDivisionError: boom"),
+        (ValueError("\nshape mismatch: [2, 3]\nvs [3, 2]"), "cannot load model 'fake-broken-lines': ValueError: shape"),
+    ],
+)
+def test_error_messages_starting_with_a_line_break_keep_their_text(
+    tmp_path: Path, error: Exception, needle: str
+) -> None:
+    """Messages that span lines (torch and numpy errors quote tensors) give their first non-blank line."""
+
+    def broken(spec: object) -> object:
+        raise error
+
+    p = write(tmp_path, "a.py", SOURCE)
+    register("fake-broken-lines", broken)  # type: ignore[arg-type]
+    api.clear_model_cache()
+    try:
+        r = run([str(p), "--span", "3:3", "--model", "fake-broken-lines"])
+    finally:
+        unregister("fake-broken-lines")
+    assert_refused(r, 123, needle, p, SOURCE.encode())
+
+
 def test_usage_error_exit_2(model: str) -> None:
     r = run(["a.py", "--decoder", "nope"])
     assert r.exit_code == 2

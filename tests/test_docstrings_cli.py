@@ -206,3 +206,14 @@ def test_model_runs_are_forwarded_to_the_daemon_but_check_is_not(tmp_path: Path,
     result = CliRunner().invoke(docstrings, ["--daemon", "on", "--check", str(root)])
     assert result.exit_code == 1 and len(calls) == 1  # --check never needs a model, so never a daemon
     assert invoke("--daemon", "on", str(root))[0] == 0 and len(calls) == 1  # an injected filler stays here
+
+
+def test_a_multi_line_model_error_is_one_line(tmp_path: Path) -> None:
+    root = project(tmp_path)
+
+    def broken(key: str, qualname: str) -> str:
+        raise RuntimeError("backend exploded\ntensor([[1, 2],\n        [3, 4]])")
+
+    code, _, err = invoke(str(root / "pkg" / "mod.py"), filler=FakeFiller(text_for=broken))
+    assert code == 123 and err.splitlines() == ["error: internal error: RuntimeError: backend exploded"]
+    assert (root / "pkg" / "mod.py").read_text() == CODE

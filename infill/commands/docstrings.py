@@ -15,7 +15,7 @@ from infill.clitypes import FINITE_FLOAT
 from infill.core.docstrings import DocstringsRequest, model_filler_for, plan, process
 from infill.docstrings.config import STYLES
 from infill.docstrings.fill import SlotFiller
-from infill.errors import InfillError
+from infill.errors import InfillError, one_line
 from infill.options import click_options
 from infill.server.options import daemon_options, forward_docstrings
 
@@ -102,10 +102,10 @@ def docstrings(
     try:
         code = _run(ctx, request, daemon, idle_timeout)
     except InfillError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {one_line(str(exc))}", err=True)
         code = exc.exit_code
     except Exception as exc:  # noqa: BLE001 - anything else is our bug: exit 123, as documented
-        click.echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)
+        click.echo(f"error: internal error: {type(exc).__name__}: {one_line(str(exc))}", err=True)
         code = 123
     ctx.exit(code)
 

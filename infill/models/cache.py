@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from infill.config import ModelSpec
-from infill.errors import InfillError, ModelError
+from infill.errors import InfillError, ModelError, one_line
 from infill.models import registry
 from infill.models.registry import LoadedModel
 
@@ -35,7 +35,7 @@ def load_spec(spec: ModelSpec) -> LoadedModel:
     except InfillError:
         raise
     except (OSError, ValueError, RuntimeError, KeyError) as exc:  # corrupt folder, bad safetensors, bad json
-        raise ModelError(f"cannot load model {spec.name!r}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+        raise ModelError(f"cannot load model {spec.name!r}: {type(exc).__name__}: {one_line(str(exc))}") from exc
 
 
 @dataclass
