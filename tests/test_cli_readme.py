@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from infill.commands.fill import fill
+from infill.languages import detect
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -36,7 +37,8 @@ def test_readme_has_fill_examples() -> None:
 def test_readme_example_parses(example: str) -> None:
     args = shlex.split(example)
     with fill.make_context("fill", args) as ctx:
-        assert ctx.params["file"]
+        named = ctx.params["stdin_filename"] if ctx.params["file"] == "-" else ctx.params["file"]
+        assert detect(named) is not None, f"{example}: no language known for {named!r} (stdin needs --stdin-filename)"
         assert any(ctx.params[k] for k in ("spans", "markers", "functions", "classes", "nodes"))  # selects something
 
 

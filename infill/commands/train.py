@@ -33,7 +33,8 @@ def _path_option(*names: str, help: str | None = None, **kwargs: Any) -> Callabl
 
 
 class TrainGroup(click.Group):
-    """`train` subcommands; `block-diffusion` is loaded from infill.commands.train_blockdiff when present."""
+    """`train` subcommands; `block-diffusion`, `ssmd` and `ptp` live in their own modules (LAZY), imported when
+    the command is run or listed."""
 
     LAZY = {
         "block-diffusion": "infill.commands.train_blockdiff:block_diffusion",
