@@ -73,3 +73,66 @@ def test_multi_line_messages_are_cut_to_one_line(
     assert result.exit_code == code
     (printed,) = result.stderr.splitlines()
     assert printed.startswith(line), printed
+
+
+def _float_options() -> list[tuple[str, str]]:
+    """(command path, option) for every option of every `infill` command that takes a float."""
+    import click
+
+    from infill.cli import main as group
+
+    found: list[tuple[str, str]] = []
+
+    def walk(command: click.Command, path: str, ctx: click.Context) -> None:
+        for param in command.params:
+            if isinstance(param, click.Option) and isinstance(param.type, click.types.FloatParamType):
+                found.append((path, param.opts[-1]))
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                if sub is not None:
+                    walk(sub, f"{path} {name}", click.Context(sub, parent=ctx, info_name=name))
+
+    walk(group, "infill", click.Context(group, info_name="infill"))
+    return found
+
+
+def test_the_float_options_are_found() -> None:
+    found = dict.fromkeys(_float_options())
+    for expected in [
+        ("infill eval humaneval-single-line", "--timeout"),
+        ("infill train asarm", "--lr"),
+        ("infill train block-diffusion", "--fim-rate"),
+        ("infill train ptp", "--teacher-share"),
+        ("infill train ssmd", "--time-limit"),
+        ("infill fill", "--temperature"),
+    ]:
+        assert expected in found, expected
+
+
+@pytest.mark.parametrize(("command", "option"), _float_options())
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_every_float_option_refuses_non_finite_numbers(command: str, option: str, value: str) -> None:
+    """nan passes every comparison of a plain FloatRange, and inf every open upper bound: both would reach a
+    training loop or a subprocess timeout. Every float option of every command refuses them (exit 2)."""
+    import click
+
+    from infill.cli import main as group
+
+    cmd: click.Command = group
+    ctx = click.Context(group, info_name="infill")
+    for name in command.split()[1:]:
+        assert isinstance(cmd, click.Group)
+        sub = cmd.get_command(ctx, name)
+        assert sub is not None
+        cmd, ctx = sub, click.Context(sub, parent=ctx, info_name=name)
+    (param,) = [p for p in cmd.params if isinstance(p, click.Option) and option in p.opts]
+    with pytest.raises(click.BadParameter):  # "is not a finite number", or out of a closed range
+        param.type.convert(value, param, ctx)
+
+
+def test_eval_timeout_nan_is_a_usage_error() -> None:
+    result = CliRunner().invoke(main, ["eval", "humaneval-single-line", "--timeout", "nan", "--reference"])
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: ") and "--timeout" in line and "finite" in line

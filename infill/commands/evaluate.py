@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from infill import __version__
+from infill.clitypes import FiniteFloatRange
 from infill.config import EVAL_DECODE, DecodeConfig, FillOptions, ModelSpec, decode_label
 from infill.options import click_options, from_flags
 
@@ -193,7 +194,13 @@ def _header(name: str, model_name: str, decode: DecodeConfig | None, oracle: boo
 
 @evaluate.command("humaneval-single-line")
 @_model_options
-@click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds per candidate program.")
+@click.option(
+    "--timeout",
+    type=FiniteFloatRange(0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds per candidate program.",
+)
 @click.option("--memory-mb", type=int, default=1024, show_default=True, help="Address-space limit per program.")
 @click.option(
     "--reference",

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
+from infill.clitypes import FiniteFloatRange
 from infill.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,7 +84,7 @@ def train() -> None:
 )
 @click.option(
     "--near-dup",
-    type=click.FloatRange(0.5, 1.0),
+    type=FiniteFloatRange(0.5, 1.0),
     default=0.85,
     show_default=True,
     help="Drop files this similar (estimated Jaccard of word 5-grams) to a file kept earlier; 1 = exact only.",
@@ -136,8 +137,8 @@ def _parse_until(value: str | None) -> float:
 @_path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
 @_path_option("--tokenizer", "tokenizer_json", exists=True, dir_okay=False, required=True)
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="The .npz file to write.")
-@click.option("--max-mb", type=click.FloatRange(1), default=60.0, show_default=True, help="Size cap of the file.")
-@click.option("--max-package-mb", type=click.FloatRange(0.01), default=6.0, show_default=True)
+@click.option("--max-mb", type=FiniteFloatRange(1), default=60.0, show_default=True, help="Size cap of the file.")
+@click.option("--max-package-mb", type=FiniteFloatRange(0.01), default=6.0, show_default=True)
 def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_package_mb: float) -> None:
     """Tokenize the corpus into one compressed file (train + held-out streams) that travels to a GPU machine;
     `infill train asarm --corpus FILE.npz` trains from it."""
@@ -172,7 +173,7 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
 @click.option("--steps", type=click.IntRange(0), default=0, help="Stop after this many steps (0 = no limit).")
 @click.option(
     "--minutes",
-    type=click.FloatRange(0),
+    type=FiniteFloatRange(0),
     default=0.0,
     help="Training-time budget across resumes; the LR schedule follows it (0 = none).",
 )
@@ -192,9 +193,9 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
 @click.option("--d-inner", type=click.IntRange(8), default=1024, show_default=True)
 @click.option("--seq-len", type=click.IntRange(16), default=256, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=16, show_default=True)
-@click.option("--lr", type=float, default=1e-3, show_default=True)
+@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3, show_default=True)
 @click.option("--warmup", type=click.IntRange(0), default=200, show_default=True)
-@click.option("--checkpoint-minutes", type=float, default=5.0, show_default=True)
+@click.option("--checkpoint-minutes", type=FiniteFloatRange(0), default=5.0, show_default=True)
 @click.option("--eval-sequences", type=click.IntRange(0), default=32, show_default=True)
 @click.option(
     "--threads",
@@ -206,7 +207,7 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
 @click.option("--log-every", type=click.IntRange(1), default=10, show_default=True)
 @click.option(
     "--max-package-mb",
-    type=click.FloatRange(0.01),
+    type=FiniteFloatRange(0.01),
     default=6.0,
     show_default=True,
     help="Per-package cap on training text, in MB (keeps huge repetitive packages from dominating).",
@@ -299,7 +300,7 @@ def asarm(
 @click.option("--bf16", is_flag=True, help="Store the weights in bf16 (half the size; loaded back as fp32).")
 @click.option(
     "--shard-mb",
-    type=click.FloatRange(1),
+    type=FiniteFloatRange(1),
     default=None,
     help="Split the weights into safetensors shards of at most this many MB (with an index file).",
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from infill.clitypes import block_sizes
+from infill.clitypes import FiniteFloatRange, block_sizes
 from infill.errors import InputError
 
 
@@ -39,18 +39,36 @@ from infill.errors import InputError
     callback=block_sizes(1),
     help="Block sizes drawn per step; keep 1 so the AR (S2D2 verifier) mode is trained.",
 )
-@click.option("--lr", default=1e-3, show_default=True)
+@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3, show_default=True)
 @click.option("--hidden", default=256, show_default=True)
 @click.option("--layers", default=4, show_default=True)
 @click.option("--heads", default=4, show_default=True)
 @click.option("--kv-heads", default=2, show_default=True)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--bf16/--no-bf16", default=False, show_default=True, help="bf16 autocast (AMX CPUs, CUDA).")
-@click.option("--time-limit", default=0.0, show_default=True, help="Stop after this many minutes (0 = none).")
+@click.option(
+    "--time-limit",
+    type=FiniteFloatRange(0),
+    default=0.0,
+    show_default=True,
+    help="Stop after this many minutes (0 = none).",
+)
 @click.option("--threads", default=0, show_default=True, help="torch CPU threads (0 = torch's default).")
 @click.option("--log-every", default=50, show_default=True)
-@click.option("--save-minutes", default=0.0, show_default=True, help="Also save --out every N minutes (0 = at end).")
-@click.option("--fim-rate", default=0.9, show_default=True, help="Share of fill-in-the-middle examples.")
+@click.option(
+    "--save-minutes",
+    type=FiniteFloatRange(0),
+    default=0.0,
+    show_default=True,
+    help="Also save --out every N minutes (0 = at end).",
+)
+@click.option(
+    "--fim-rate",
+    type=FiniteFloatRange(0, 1),
+    default=0.9,
+    show_default=True,
+    help="Share of fill-in-the-middle examples.",
+)
 @click.option("--max-middle", default=64, show_default=True, help="Longest FIM middle, in tokens.")
 def block_diffusion(
     data: tuple[str, ...],

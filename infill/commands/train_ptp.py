@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import click
 
+from infill.clitypes import FiniteFloatRange
 from infill.errors import InputError
 
 
@@ -31,15 +32,28 @@ from infill.errors import InputError
 )
 @click.option("--resume", is_flag=True, help="Continue from --out/ptp_checkpoint.pt when it exists.")
 @click.option("--steps", default=100_000, show_default=True)
-@click.option("--minutes", default=0.0, show_default=True, help="Stop after this many minutes of this run (0 = none).")
+@click.option(
+    "--minutes",
+    type=FiniteFloatRange(0),
+    default=0.0,
+    show_default=True,
+    help="Stop after this many minutes of this run (0 = none).",
+)
 @click.option("--batch-size", default=8, show_default=True)
 @click.option("--slots", default=8, show_default=True, help="N: slot rows per group (tokens guessed per call).")
 @click.option("--splits", default=8, show_default=True, help="Split points (slot groups) per sequence.")
 @click.option("--rank", default=32, show_default=True, help="LoRA rank.")
-@click.option("--lr", default=1e-3, show_default=True)
-@click.option("--teacher-share", default=0.5, show_default=True, help="Share of middles sampled by the teacher.")
+@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3, show_default=True)
+@click.option(
+    "--teacher-share",
+    type=FiniteFloatRange(0, 1),
+    default=0.5,
+    show_default=True,
+    help="Share of middles sampled by the teacher.",
+)
 @click.option(
     "--independent-share",
+    type=FiniteFloatRange(0, 1),
     default=0.5,
     show_default=True,
     help="Share of slot groups trained without u (the independent-slot baseline of the same adapter).",

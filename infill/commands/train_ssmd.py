@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from infill.clitypes import block_sizes
+from infill.clitypes import FiniteFloatRange, block_sizes
 from infill.errors import InputError
 
 
@@ -37,14 +37,26 @@ from infill.errors import InputError
     callback=block_sizes(2, " (a block of 1 has nothing to verify)"),
     help="Drawn one per step.",
 )
-@click.option("--lr", default=1e-3, show_default=True)
+@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3, show_default=True)
 @click.option("--heads", default=4, show_default=True, help="Attention heads of the causal layer.")
 @click.option("--intermediate", default=512, show_default=True, help="Feed-forward width of the causal layer.")
 @click.option("--max-block", default=32, show_default=True, help="Largest block size the head will decode.")
-@click.option("--fim-rate", default=0.5, show_default=True, help="Share of fill-in-the-middle examples.")
+@click.option(
+    "--fim-rate",
+    type=FiniteFloatRange(0, 1),
+    default=0.5,
+    show_default=True,
+    help="Share of fill-in-the-middle examples.",
+)
 @click.option("--max-docs", default=2000, show_default=True, help="Training documents drawn from the corpus.")
 @click.option("--seed", default=0, show_default=True)
-@click.option("--time-limit", default=0.0, show_default=True, help="Stop after this many minutes (0 = none).")
+@click.option(
+    "--time-limit",
+    type=FiniteFloatRange(0),
+    default=0.0,
+    show_default=True,
+    help="Stop after this many minutes (0 = none).",
+)
 @click.option("--threads", default=1, show_default=True, help="torch CPU threads.")
 @click.option("--log-every", default=25, show_default=True)
 @click.option("--eval-every", default=250, show_default=True, help="Held-out cross-entropy every N steps.")
