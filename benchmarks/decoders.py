@@ -156,7 +156,7 @@ def main() -> None:
             f"{base_nfe / nfe:>8.2f}{base_wall / wall:>8.2f}"
         )
     print()
-    print("accepted tokens per iteration, as {tokens: iterations}:")
+    print("tokens made final per iteration, as {tokens: iterations}:")
     for label, _, _, _, hist in rows[1:]:
         print(f"  {label:<22} {dict(sorted(hist.items()))}")
     if tmp is not None:

@@ -99,7 +99,7 @@ def main() -> None:
         row["nfe"] = sum(s.nfe for s in records)
         row["seconds"] = sum(s.seconds for s in records)
         row["iterations"] = sum(int(s.extra.get("iterations", 0)) for s in records)
-        row["drafts_accepted"] = sum(sum(s.accepted) for s in records) if cfg.decoder == "ptp" else None
+        row["drafts_accepted"] = sum(sum(s.extra["drafts_accepted"]) for s in records) if cfg.decoder == "ptp" else None
         return row
 
     rows: list[tuple[str, DecodeConfig, bool]] = []

@@ -60,7 +60,8 @@ def test_s2d2_always_verifying_is_greedy_ar_for_right_shifted(block: int) -> Non
     cfg = greedy(decoder="s2d2", block_size=block, routing="always")
     out, stats = generate(bk, PROMPT, 10, cfg, torch.Generator().manual_seed(0))
     assert out.tolist() == ar_reference(bk, PROMPT, 10)
-    assert stats.extra["verifications"] == len(stats.accepted) > 0
+    assert stats.extra["verifications"] == len(stats.extra["drafts_accepted"]) > 0
+    assert len(stats.accepted) == stats.extra["steps"] and sum(stats.accepted) == 10  # tokens made final per step
     assert stats.nfe == sum(stats.extra["forwards"].values())
 
 

@@ -77,6 +77,7 @@ def test_a_pad_ends_a_beam_hypothesis() -> None:
     if 0 in out:  # everything after the first pad is pad
         assert set(out[out.index(0) :]) == {0}
     assert stats.nfe >= 1
+    assert stats.accepted == []  # no token is final before the search ends (infill.decoding.stats)
 
 
 def _writes(x: tuple[int, ...], pad: int, blank: set[int]) -> bool:

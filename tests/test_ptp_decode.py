@@ -114,11 +114,13 @@ def test_oracle_gives_n_plus_one_and_always_wrong_exactly_two_per_iteration(back
     ref = ar_reference(backend, n, draw_u(n, torch.Generator().manual_seed(5)), cfg)
     fns = drafters(ref)
     _, st = ptp.decode(backend, PROMPT, n, cfg, torch.Generator().manual_seed(5), draft_fn=fns["oracle"])
-    assert st.extra["iterations"] == 3 and st.accepted == [k - 1] * 3 and st.nfe == 6
+    assert st.extra["iterations"] == 3 and st.extra["drafts_accepted"] == [k - 1] * 3 and st.nfe == 6
+    assert st.accepted == [k + 1] * 3  # tokens made final: t_i, the k - 1 drafts, the bonus token
     assert st.extra["tokens_per_iteration"] == k + 1
     n_even = 2 * (n // 2)  # whole always-wrong iterations
     _, st = ptp.decode(backend, PROMPT, n_even, cfg, torch.Generator().manual_seed(5), draft_fn=fns["always-wrong"])
-    assert st.extra["iterations"] == n_even // 2 and st.accepted == [0] * (n_even // 2)
+    assert st.extra["iterations"] == n_even // 2 and st.extra["drafts_accepted"] == [0] * (n_even // 2)
+    assert st.accepted == [2] * (n_even // 2)
     assert st.nfe == n_even == st.tokens  # 2 forwards, 2 tokens: t_i from the teacher row, then the correction
 
 

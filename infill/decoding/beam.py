@@ -93,8 +93,7 @@ def beam_search(
             on_step(max((n for _, _, n in live), default=M), M)
     finished.sort(key=lambda h: (not _writes(model, problem, h[1]), -h[0]))
     score, ids = finished[0]
-    stats.tokens = M
-    stats.accepted.append(M)
+    stats.tokens = M  # stats.accepted stays empty: no token is final before the search ends
     stats.extra["logprob"] = score
     stats.extra["nbest"] = [(s, f[masked].tolist()) for s, f in finished[:width]]  # best first
     stats.seconds = time.perf_counter() - start

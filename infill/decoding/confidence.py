@@ -15,7 +15,8 @@ Confidence is the probability of the sampled token under softmax(logits / T) (T 
 decoding still ranks positions.
 
 Generation stops at the first end token once every position before it is decoded, or after max_tokens.
-Every forward is counted in the stats: prefill, drafts, verifies (S2D2), cache commits.
+Every forward is counted in the stats: prefill, drafts, verifies (S2D2), cache commits. stats.accepted holds
+the tokens each denoising step unmasked, whatever the step function.
 stats.extra["logprob"] sums, over the output and its end token, the log-probability each token had when it was
 decoded (confidence probabilities; the verifier's for S2D2-verified tokens): a score for ranking candidates,
 not an exact likelihood.
@@ -170,7 +171,9 @@ def generate(
             if logits is None:
                 logits = model.draft(state, block)
             view = logp[b_start:b_end]
+            before = int(masked.sum())
             step(Step(model, state, block, masked, generated, logits, view, cfg, generator, stats))
+            stats.accepted.append(before - int(masked.sum()))  # tokens this step made final
             logits = None
             steps += 1
             end_at = _end_of_generation(seq, n_prompt, b_end, mask_id, model.end_ids)

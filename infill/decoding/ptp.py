@@ -238,7 +238,8 @@ def run(
     on_step: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[list[int], DecodeStats]:
     """PTP iterations until max_tokens or an end token. prompt (P,), u (max_tokens,) float64: u[j] belongs
-    to generated position j. -> (tokens without the end token, stats with nfe / tokens / accepted only)."""
+    to generated position j. -> (tokens without the end token, stats: nfe, tokens, accepted = the tokens each
+    iteration made final, and extra)."""
     import torch
 
     from infill.decoding.confidence import confidence_probs, probs
@@ -249,6 +250,7 @@ def run(
     pending = prompt.long()
     ended = False
     iterations = 0
+    drafts_accepted: list[int] = []  # per iteration
     while len(out) < max_tokens:
         j = len(out)
         r = max_tokens - j  # budget left
@@ -275,11 +277,12 @@ def run(
         else:
             pending = first[None]
         iterations += 1
-        stats.accepted.append(a)
+        drafts_accepted.append(a)
         for idx, t in enumerate(new):
             if t in end_ids:
                 new, rows, ended = new[: idx + 1], rows[: idx + 1], True
                 break
+        stats.accepted.append(len(new))
         out += new
         out_rows += rows
         if on_step is not None:
@@ -297,6 +300,7 @@ def run(
         {
             "forwards": dict(session.counts),
             "iterations": iterations,
+            "drafts_accepted": drafts_accepted,
             "slots": slots,
             "tokens_per_iteration": len(out) / max(iterations, 1),
             "ended": ended,
@@ -317,10 +321,10 @@ def decode(
 ) -> tuple[torch.Tensor, DecodeStats]:
     """PTP decoding: prompt (P,) -> (generated tokens (n,) without the end token, stats). Slots per iteration:
     min(cfg.k, the adapter's trained slots) (cfg.k with `draft_fn`); k = 1 is autoregressive sampling by
-    inverse CDF. stats.accepted holds the drafts accepted per iteration; stats.extra adds `iterations`,
-    `tokens_per_iteration`, `slots`, `drafter` ("ptp", or "independent": the adapter without u, which is what
-    runs at temperature 0 or when `adapter.use_u` is False) and `logprob` (as confidence decoding reports
-    it)."""
+    inverse CDF. stats.accepted holds the tokens each iteration made final (the end token included);
+    stats.extra adds `drafts_accepted` (per iteration), `iterations`, `tokens_per_iteration`, `slots`, `drafter`
+    ("ptp", or "independent": the adapter without u, which is what runs at temperature 0 or when
+    `adapter.use_u` is False) and `logprob` (as confidence decoding reports it)."""
     import torch
 
     sampling, opts = options_of(Sampling, cfg), options_of(PtpOptions, cfg)

@@ -95,7 +95,7 @@ def s2d2_step(step: Step, router: Router, rc: RoutingConfig) -> int:
     step.logp[s : s + kept] = (
         confidence_probs(q_logits[:kept], cfg).gather(-1, step.block[s : s + kept, None]).log().squeeze(-1)
     )
-    step.stats.accepted.append(accepted)
+    step.stats.extra.setdefault("drafts_accepted", []).append(accepted)
     step.stats.extra["verifications"] = step.stats.extra.get("verifications", 0) + 1
     step.stats.extra["verified_tokens"] = step.stats.extra.get("verified_tokens", 0) + kept
     router.update(True, kept, 1 + state.nfe - nfe0)  # cost: the draft forward plus the verifier's
@@ -110,8 +110,9 @@ def decode(
     generator: torch.Generator,
     on_step: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[torch.Tensor, DecodeStats]:
-    """Block-wise S2D2 decoding: prompt (P,) -> (generated tokens (n,), stats). Stats add `verifications`,
-    `verified_tokens` and, in `accepted`, the drafts accepted per verification."""
+    """Block-wise S2D2 decoding: prompt (P,) -> (generated tokens (n,), stats). stats.accepted holds the tokens
+    each denoising step unmasked (verified or not); stats.extra adds `verifications`, `verified_tokens` and
+    `drafts_accepted`, the drafts accepted per verification (before the correction)."""
     opts = options_of(S2D2Options, cfg)
     rc = parse_routing(opts.routing)
     router = make_router(rc)
@@ -122,5 +123,6 @@ def decode(
     tokens, stats = generate(model, prompt, max_tokens, cfg, generator, step_fn, on_step)
     stats.extra.setdefault("verifications", 0)
     stats.extra.setdefault("verified_tokens", 0)
+    stats.extra.setdefault("drafts_accepted", [])
     stats.extra["routing"] = opts.routing
     return tokens, stats

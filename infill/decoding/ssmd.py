@@ -140,7 +140,6 @@ def ssmd_step(step: Step, tally: dict[str, int]) -> int:
     step.block[where] = tokens
     step.masked[where] = False
     step.logp[where] = confidence_probs(decided, cfg).gather(-1, tokens[:, None]).squeeze(-1).log()
-    step.stats.accepted.append(n)
     tally["head_passes"] += used
     tally["extra_head_passes"] += max(0, used - 1)
     tally["windows"] += 1

@@ -1,4 +1,12 @@
-"""Statistics every decoder returns next to its tokens."""
+"""Statistics every decoder returns next to its tokens.
+
+`accepted` has one meaning for every decoder: per iteration of the decoder's loop, how many masked positions
+became final in it. An iteration is one round that ends with tokens decided: a draft-and-verify round of ASSD,
+lookup or PTP, one forward of sequential or parallel decoding, one denoising step of a block-diffusion decoder
+(confidence, S2D2, SSMD). Accepted drafts, corrections and bonus tokens count, and so do the end-of-fill pads
+written without a pass. Beam search records nothing: no token is final before the search ends. What a decoder
+counts beyond that (drafts accepted per verification, passes by kind) is in `extra`.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +21,7 @@ class DecodeStats:
     nfe: int = 0  # forward passes, every one counted (drafts, verifies, prefill, cache commits)
     tokens: int = 0  # tokens produced (forced pads after an end-of-fill count too)
     seconds: float = 0.0  # wall time
-    accepted: list[int] = field(default_factory=list)  # tokens accepted per iteration (a histogram source)
+    accepted: list[int] = field(default_factory=list)  # tokens made final per iteration (module docstring)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -31,5 +39,6 @@ class DecodeStats:
 
 
 def histogram(accepted: list[int]) -> dict[int, int]:
-    """How many iterations accepted each count, by count (the `accepted=` of `infill fill --stats`)."""
+    """How many iterations made each number of tokens final, by number (the `accepted=` of `infill fill
+    --stats`)."""
     return dict(sorted(Counter(accepted).items()))
