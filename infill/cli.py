@@ -73,15 +73,39 @@ def _quiet_broken_pipe() -> NoReturn:
     sys.exit(EXIT_BROKEN_PIPE)
 
 
+def subcommand(group: click.Command, args: list[str]) -> tuple[str, list[str]] | None:
+    """(name, its arguments) of the subcommand in `group`'s raw arguments, skipping the group's options before it
+    (and the value of those that take one); None when there is none. For arguments Click could not parse."""
+    takes_value = {
+        opt for p in group.params if isinstance(p, click.Option) and not p.is_flag and not p.count for opt in p.opts
+    }
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return (args[i + 1], args[i + 2 :]) if i + 1 < len(args) else None
+        if arg.startswith("-") and arg != "-":
+            i += 2 if arg in takes_value else 1  # `--threads=0` is one argument
+            continue
+        return arg, args[i + 1 :]
+    return None
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)  # Click's parser consumes the list it is given
         try:
             return super().parse_args(ctx, args)
         except _HELP_NOT_ERROR:
             raise
-        except click.exceptions.ClickException as exc:  # `infill --bogus`
+        except click.exceptions.ClickException as exc:  # `infill --bogus`, `infill --threads 0`, INFILL_THREADS=0
+            command = subcommand(self, given)
+            if command is not None and command[0] == "fill":  # the editor filter echoes its input even then
+                from infill.commands.fill import echo_input_if_filter
+
+                echo_input_if_filter(command[1], error_line(exc), exc.exit_code)
             exit_on_click_error(exc)
         except BrokenPipeError:  # `infill --help | head -1`
             _quiet_broken_pipe()

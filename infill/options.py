@@ -287,9 +287,13 @@ def _click_option(option: Option, default: Any, text: str, unset: bool = False) 
 
 
 def read_context(path: str) -> str:
-    """A --context file's text (undecodable bytes replaced: it only supplies candidate lines)."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read()
+    """A --context file's text (undecodable bytes replaced: it only supplies candidate lines); InputError (exit 2)
+    when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError as exc:
+        raise InputError(f"cannot read --context file: {exc.strerror or exc}", path=path) from None
 
 
 def from_flags(values: Mapping[str, Any]) -> tuple[DecodeConfig, FillOptions, ModelSpec]:

@@ -178,6 +178,100 @@ def test_item03_not_filter_mode_prints_nothing_on_stdout() -> None:
     assert r.exit_code == 2 and r.stdout == ""  # --diff is not the filter: no echo
 
 
+@pytest.mark.parametrize(
+    ("group", "env"),
+    [
+        (["--threads", "0"], {}),  # the `infill` group's own option, parsed before `fill` sees anything
+        (["--threads=many"], {}),
+        ([], {"INFILL_THREADS": "0"}),  # the same option from the environment
+    ],
+)
+def test_item03_filter_mode_echoes_input_on_group_usage_errors(group: list[str], env: dict[str, str]) -> None:
+    args = [*group, "fill", "-", "--stdin-filename", "f.py", "--span", "1"]
+    r = CliRunner().invoke(main, args, FILTER_SOURCE.encode(), env=env)
+    assert (r.exit_code, r.stdout_bytes, r.stderr) == (2, FILTER_SOURCE.encode(), "")
+    rv = CliRunner().invoke(main, [*args, "-v"], FILTER_SOURCE.encode(), env=env)
+    assert rv.exit_code == 2 and rv.stdout_bytes == FILTER_SOURCE.encode()
+    (line,) = rv.stderr.splitlines()
+    assert line.startswith("error: ") and "--threads" in line
+    rd = CliRunner().invoke(main, [*args, "--diff"], FILTER_SOURCE.encode(), env=env)
+    assert rd.exit_code == 2 and rd.stdout == "" and len(rd.stderr.splitlines()) == 1  # not the filter: no echo
+
+
+def unreadable_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A --context file that exists but cannot be read (for root too, who reads any file)."""
+    import builtins
+
+    from infill import options
+
+    context = tmp_path / "ctx.py"
+    context.write_text("x = 3\n")
+    context.chmod(0)
+    real_open = builtins.open
+
+    def refuse(path: object, *args: object, **kwargs: object) -> object:
+        if Path(str(path)) == context:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(options, "open", refuse, raising=False)  # read_context's `open`
+    return context
+
+
+def test_item03_filter_mode_echoes_input_when_a_context_file_cannot_be_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    context = unreadable_context(tmp_path, monkeypatch)
+    args = ["fill", "-", "--stdin-filename", "f.py", "--span", "1", "--context", str(context), "--daemon", "off"]
+    try:
+        with fake_model(["x = 2"], name="fake-ctx"):
+            r = CliRunner().invoke(main, [*args, "--model", "fake-ctx"], FILTER_SOURCE.encode())
+            rv = CliRunner().invoke(main, [*args, "--model", "fake-ctx", "-v"], FILTER_SOURCE.encode())
+    finally:
+        context.chmod(0o644)
+    assert (r.exit_code, r.stdout_bytes, r.stderr) == (2, FILTER_SOURCE.encode(), "")
+    assert rv.exit_code == 2 and rv.stdout_bytes == FILTER_SOURCE.encode()
+    (line,) = rv.stderr.splitlines()
+    assert "cannot read --context file: Permission denied" in line and "ctx.py" in line
+
+
+def test_item03_an_unreadable_context_file_is_an_input_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    context = unreadable_context(tmp_path, monkeypatch)
+    p = tmp_path / "a.py"
+    p.write_text(SIMPLE)
+    try:
+        with fake_model(["x = 2"], name="fake-ctx"):
+            r = CliRunner().invoke(
+                main, ["fill", str(p), "--span", "1", "--context", str(context), "--model", "fake-ctx"]
+            )
+    finally:
+        context.chmod(0o644)
+    assert r.exit_code == 2 and r.stdout == ""
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("infill: error: ") and "cannot read --context file" in line
+    assert p.read_text() == SIMPLE
+
+
+def test_item03_filter_mode_echoes_input_on_an_unexpected_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever fails after stdin was read and outside run_fill (here a bug in the preflight), the buffer
+    comes back: exit 123 as for any internal error, the one line only with -v."""
+    from infill.commands import fill as command
+
+    def bug(request: object) -> bool:
+        raise RuntimeError("a bug\nwith a second line")
+
+    monkeypatch.setattr(command, "preflight", bug)
+    monkeypatch.delenv("INFILL_DEBUG", raising=False)
+    args = ["fill", "-", "--stdin-filename", "f.py", "--span", "1"]
+    r = CliRunner().invoke(main, args, FILTER_SOURCE.encode())
+    assert (r.exit_code, r.stdout_bytes, r.stderr) == (123, FILTER_SOURCE.encode(), "")
+    rv = CliRunner().invoke(main, [*args, "-v"], FILTER_SOURCE.encode())
+    assert rv.exit_code == 123 and rv.stdout_bytes == FILTER_SOURCE.encode()
+    assert rv.stderr.splitlines() == ["infill: internal error: RuntimeError: a bug (INFILL_DEBUG=1 shows where)"]
+    rd = CliRunner().invoke(main, [*args, "--diff"], FILTER_SOURCE.encode())
+    assert rd.exit_code == 123 and rd.stdout == ""  # not the filter: no echo, the group's one line
+
+
 # --- item 11e: every error is one line, Click usage errors included --------------------------------------------
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO, NoReturn, cast
 
 import click
 
@@ -139,27 +139,65 @@ def _filter_mode_args(command: click.Command, args: list[str]) -> tuple[bool, bo
     return filter_mode, verbose
 
 
+_FILTER_INPUT = "infill.fill.filter_input"  # ctx.meta key: (stdin bytes, verbose) while the filter may fail
+
+
+def _echo_input(raw: bytes, verbose: bool, line: str, code: int) -> NoReturn:
+    """The editor filter failed: stdout gets the input back unchanged, so the buffer survives; the one error
+    line goes to stderr only with -v (some editors read both streams); the exit code says what went wrong."""
+    if raw:
+        _binary("stdout").write(raw)
+        _binary("stdout").flush()
+    if verbose:
+        click.echo(line, err=True)
+    raise click.exceptions.Exit(code)
+
+
+def echo_input_if_filter(args: list[str], line: str, code: int) -> None:
+    """Before stdin is read: if `args` (the raw arguments of `infill fill`) run the editor filter, echo stdin
+    unchanged and exit with `code` (`line` on stderr with -v). Otherwise return, and the caller reports the
+    error as usual. Used for usage errors of `infill fill` and of the `infill` group around it (--threads)."""
+    filter_mode, verbose = _filter_mode_args(fill, args)
+    if not filter_mode or sys.stdin is None or sys.stdin.isatty():
+        return
+    _echo_input(_binary("stdin").read(), verbose, line, code)
+
+
 class FillCommand(click.Command):
-    """`infill fill`, whose editor filter mode survives usage errors: a bad flag or value with FILE "-" echoes
-    stdin unchanged to stdout (and exits 2), so `:%!infill fill - ...` can never wipe the buffer."""
+    """`infill fill`, whose editor filter mode survives every failure: a bad flag or value with FILE "-" echoes
+    stdin unchanged to stdout (and exits 2), so `:%!infill fill - ...` can never wipe the buffer; so does an
+    error after stdin was read that run_fill did not report itself (an unreadable --context file, a bug)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         given = list(args)  # Click's parser consumes the list it is given
         try:
             return super().parse_args(ctx, args)
         except click.exceptions.ClickException as exc:
-            filter_mode, verbose = _filter_mode_args(self, given)
-            if not filter_mode or sys.stdin is None or sys.stdin.isatty():
-                raise
             from infill.cli import error_line
 
-            raw = _binary("stdin").read()
-            if raw:
-                _binary("stdout").write(raw)
+            echo_input_if_filter(given, error_line(exc), exc.exit_code)
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
+            raise
+        except Exception as exc:
+            pending = ctx.meta.pop(_FILTER_INPUT, None)
+            if pending is None:
+                raise  # not the filter: the `infill` group reports it (one line, documented exit code)
+            from infill.cli import error_line, error_report
+
+            if isinstance(exc, click.exceptions.ClickException):
+                line, code = error_line(exc), exc.exit_code
+            else:
+                line, code = error_report(exc)
+            if os.environ.get("INFILL_DEBUG"):  # the buffer comes back, and the traceback too
+                _binary("stdout").write(pending[0])
                 _binary("stdout").flush()
-            if verbose:
-                click.echo(error_line(exc), err=True)
-            raise click.exceptions.Exit(EXIT_USAGE) from None
+                raise
+            _echo_input(pending[0], pending[1], line, code)
 
 
 @click.command("fill", cls=FillCommand, help=_HELP, context_settings={"help_option_names": ["-h", "--help"]})
@@ -221,6 +259,8 @@ def fill(
                     err=True,
                 )
             sys.exit(EXIT_USAGE)
+        if filter_mode:  # from here on, any failure echoes the input (FillCommand.invoke)
+            click.get_current_context().meta[_FILTER_INPUT] = (raw, bool(verbose))
     decode, options, model = from_flags(decoding)
     request = FillRequest(
         file=file,
@@ -251,5 +291,6 @@ def fill(
     if result is None:
         with progress(show) as on_progress:
             result = run_fill(request, on_progress)
+    click.get_current_context().meta.pop(_FILTER_INPUT, None)  # run_fill's result holds the echo if it failed
     _write_out(result["stdout"], result["stderr"])
     sys.exit(result["exit_code"])
