@@ -296,7 +296,21 @@ def test_item11e_usage_errors_are_one_line(args: list[str], needle: str) -> None
 # --- item 5: read-only files and folders are refused even for root (mode bits, not only os.access) ------------
 
 
-def test_item05_read_only_file_is_refused_by_mode_bits(tmp_path: Path) -> None:
+def access_as_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """os.access answers as it does for root (who may write anything) under tmp_path, whoever runs the tests:
+    only the mode-bit check can then refuse the write, so these tests catch its loss under any user."""
+    real_access = os.access
+
+    def access(path: object, mode: int, *args: object, **kwargs: object) -> bool:
+        if Path(str(path)).resolve().is_relative_to(tmp_path.resolve()):
+            return True
+        return real_access(path, mode, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "access", access)
+
+
+def test_item05_read_only_file_is_refused_by_mode_bits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    access_as_root(tmp_path, monkeypatch)
     p = tmp_path / "ro.py"
     p.write_text(SIMPLE)
     p.chmod(0o444)
@@ -311,7 +325,8 @@ def test_item05_read_only_file_is_refused_by_mode_bits(tmp_path: Path) -> None:
     assert p.read_text() == SIMPLE
 
 
-def test_item05_read_only_folder_is_refused(tmp_path: Path) -> None:
+def test_item05_read_only_folder_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    access_as_root(tmp_path, monkeypatch)
     folder = tmp_path / "ro"
     folder.mkdir()
     p = folder / "a.py"
@@ -337,7 +352,10 @@ def fill_line_1(p: Path) -> None:
     assert r.exit_code == 0, r.output
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="only root can chown to another user")
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0,
+    reason="needs root: only root can give a file to another user (nobody:nogroup) to check it keeps them",
+)
 def test_item06_owner_and_group_are_kept(tmp_path: Path) -> None:
     p = tmp_path / "theirs.py"
     p.write_text(SIMPLE)
