@@ -28,6 +28,36 @@ from infill.models.registry import register, unregister
 SOURCE = b'def f(x):\n    """Double x."""\n    return 0\n\n\nclass Stack:\n    pass\n'
 BOM = b"\xef\xbb\xbf"
 GOOD, BAD = "fake-good", "fake-unparseable"  # fill "x = 1"; fill an unterminated string
+CJK = (  # CJK and emoji in names, strings and comments: a fill that breaks it must not be written either
+    '# 統計の関数 🎉\n\n\ndef 平均(値):\n    """平均値を返す 😀"""\n    return sum(値) / len(値)\n\n\n'
+    "class Stack:\n    pass\n"
+).encode()
+STATS = b"".join(  # 21 lines: line 15 is `total += d * d` in a loop, lines 13-16 the loop and the line after it
+    line + b"\n"
+    for line in [
+        b"import math",
+        b"",
+        b"",
+        b"def mean(xs):",
+        b"    return sum(xs) / len(xs)",
+        b"",
+        b"",
+        b"def variance(xs):",
+        b'    """The population variance of xs."""',
+        b"    m = mean(xs)",
+        b"    total = 0.0",
+        b"    n = len(xs)",
+        b"    for x in xs:",
+        b"        d = x - m",
+        b"        total += d * d",
+        b"    return total / n",
+        b"",
+        b"",
+        b"def std(xs):",
+        b"    return math.sqrt(variance(xs))",
+        b"",
+    ]
+)
 HUGE = b"".join(b"def f%d(x):\n    return x + %d\n\n\n" % (i, i) for i in range(60_000))  # 1.9 MB
 
 Setup = Callable[[Path, pytest.MonkeyPatch], None]
@@ -219,6 +249,12 @@ CASES = [
     # a fill that would break the file
     Bad("no-valid-fill", ["{f}", "--class", "Stack", "--model", BAD], 3, "no valid fill"),
     Bad("no-valid-fill-diff", ["{f}", "--class", "Stack", "--model", BAD, "--diff"], 3, "--class Stack"),
+    Bad("no-valid-fill-cjk-emoji", ["{f}", "--span", "6", "--model", BAD], 3, "--span 6 (line 6)", content=CJK),
+    Bad("no-valid-fill-cjk-emoji-filter", ["-", "--stdin-filename", "a.py", "--span", "6", "-v", "--model", BAD], 3,
+        "no valid fill", stdin=CJK),
+    Bad("no-valid-fill-span-15", ["{f}", "--span", "15", "--model", BAD], 3, "--span 15 (line 15)", content=STATS),
+    Bad("no-valid-fill-multi-line-span", ["{f}", "--span", "13:16", "--model", BAD], 3, "--span 13:16 (line",
+        content=STATS),
     # the editor filter: the input comes back unchanged (exit code as above; -v prints the one line)
     Bad("filter-bad-span", ["-", "--stdin-filename", "a.py", "--span", "99", "-v", *M], 2, "out of range",
         stdin=SOURCE),
