@@ -1,4 +1,5 @@
-"""Time and peak memory of one small fill in a large file (issue 12, item 7).
+"""Time and peak memory of one small fill in a large file: the cost should follow the model's window around
+the span, not the file's size.
 
 Generates a Python file of --mb megabytes (many small functions), then fills one line in its middle with
 --tokens tokens through `run_fill`, the function `infill fill` runs (read, resolve spans, fill_text, write in

@@ -1,4 +1,4 @@
-"""Latency of a single-line fill, three ways, measured in one run (issue 7):
+"""Latency of a single-line fill, three ways, measured in one run, to show what a warm model saves:
 
   cold    `infill fill FILE --span L:L --format json --daemon off`: a fresh process imports torch, loads the model
   daemon  the same command with `--daemon on` and a warm daemon: a fresh (light) process asks the daemon

@@ -48,7 +48,7 @@ def test_python_that_only_cpython_rejects_is_resampled() -> None:
 
 
 def test_no_valid_candidate_is_an_error() -> None:
-    """Issue 12: a file that parsed is never handed back unparseable unless the caller opts in."""
+    """A file that parsed is never handed back unparseable unless the caller opts in."""
     with fake_model([[("return (x", 0.8), ("return [x", 0.2)]], name="fake-api"):
         with pytest.raises(NoValidFillError) as info:
             fill(SRC, [Selection("span", "2:2")], options=FillOptions(max_resample=3))

@@ -35,3 +35,20 @@ def test_every_package_is_installed() -> None:
     on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "infill").rglob("__init__.py")}
     assert on_disk - declared == set(), "add these to [tool.setuptools] packages in pyproject.toml"
     assert "infill.grammars" in declared
+
+
+def test_no_issue_numbers_in_code_tests_or_docs() -> None:
+    """Code, tests, benchmarks and docs say what they guard against, not which issue asked for it: an issue number
+    means nothing to a reader without the tracker (and nothing once it moves)."""
+    import re
+
+    pattern = re.compile(r"\bissues?\s+#?\d", re.IGNORECASE)
+    files = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    files += [p for folder in ("infill", "tests", "benchmarks") for p in (ROOT / folder).rglob("*.py")]
+    found = [
+        f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+        for p in files
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert found == [], "describe the concern instead:\n" + "\n".join(found)

@@ -1,6 +1,6 @@
-"""Issue 12, systematically: bad and edge inputs, one table. For every case the command exits with the documented
-code, says so in exactly one stderr line, and leaves every file byte for byte as it was (no temporary files
-either). Editor-filter cases echo their input unchanged on stdout instead.
+"""Never make a file worse, systematically: bad and edge inputs, one table. For every case the command exits with
+the documented code, says so in exactly one stderr line, and leaves every file byte for byte as it was (no temporary
+files either). Editor-filter cases echo their input unchanged on stdout instead.
 
 Exit codes: 2 usage or input error, 3 no valid fill (nothing written), 123 model or internal error.
 """

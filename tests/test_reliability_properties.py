@@ -1,6 +1,6 @@
-"""Issue 12, systematically: whatever the file, its line endings and the span, every byte outside the span is
-preserved, through the three ways a fill comes out (the file written in place, the editor filter's stdout, and
-the edits of --format json).
+"""Never make a file worse, systematically: whatever the file, its line endings and the span, every byte outside the
+span is preserved, through the three ways a fill comes out (the file written in place, the editor filter's stdout,
+and the edits of --format json).
 
 The files are random (hypothesis, derandomized so CI and local runs see the same cases): lines of ASCII,
 non-ASCII and whitespace, ended by LF, CRLF, lone CR or a mix, with or without a UTF-8 BOM and a final line

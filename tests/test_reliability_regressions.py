@@ -1,4 +1,6 @@
-"""Issue 12, "Never make a file worse": one regression test per reported case (items 1-11).
+"""Never make a file worse: one regression test per defect a sweep of about 60 bad or edge inputs found (numbered
+01-11 as that sweep reported them: a BOM, unparseable fills, the editor filter, permissions, large inputs, the
+daemon, bad numbers, broken pipes...).
 
 Each test failed on the code before its fix. The systematic checks are in test_reliability_properties.py,
 test_reliability_bad_inputs.py and test_reliability_server_fuzz.py.

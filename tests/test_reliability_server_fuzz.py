@@ -1,6 +1,6 @@
-"""Issue 12, systematically: the server survives 12,000 malformed or random requests, answers every line
-(in order, with one JSON object), never runs the model for them, keeps its memory bounded, and then still answers
-a fill correctly.
+"""A server must never fall over on bad input: it survives 12,000 malformed or random requests, answers every line
+(in order, with one JSON object), never runs the model for them, keeps its memory bounded, and then still answers a
+fill correctly.
 
 The server is the real Dispatcher with the real `fill` handler (the CLI's run_fill) and a scripted in-process
 model, over the same serve_stream loop `infill serve --stdio` runs, with the socket daemon's input limit. The

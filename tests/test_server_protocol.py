@@ -229,7 +229,7 @@ def test_read_lines_bounds_memory_and_keeps_an_unterminated_last_line() -> None:
 
 
 def test_blank_lines_get_an_invalid_request_reply() -> None:
-    """Issue 12: an empty request line used to get no reply, leaving a client that sent one waiting."""
+    """An empty request line gets a reply: without one, a client that sent it would wait forever."""
     dispatcher = make_dispatcher()
     out = io.BytesIO()
     serve_stream(dispatcher, io.BytesIO(b'\n  \n\r\n{"id":1,"method":"ping"}\n'), out)
