@@ -79,6 +79,7 @@ class Step:
     cfg: DecodeConfig
     generator: torch.Generator
     stats: DecodeStats
+    options: BlockOptions  # the block options read from `cfg` (the decoder's own, if it extends them, it reads)
 
 
 StepFn = Callable[[Step], object]
@@ -88,15 +89,15 @@ def confidence_step(step: Step) -> int:
     """Algorithm 2: unmask by confidence (static or dynamic, see the module docstring). -> tokens unmasked."""
     import torch
 
-    cfg = step.cfg
+    cfg, opts = step.cfg, step.options
     idx = step.masked.nonzero().squeeze(-1)  # (m,) masked block positions
     x_hat = sample(probs(step.logits[idx], cfg), step.generator)  # (m,)
     conf = confidence_probs(step.logits[idx], cfg).gather(-1, x_hat[:, None]).squeeze(-1)  # (m,)
-    if cfg.unmask_per_step > 0:  # static
+    if opts.unmask_per_step > 0:  # static
         choose = torch.zeros_like(conf, dtype=torch.bool)
-        choose[torch.topk(conf, min(cfg.unmask_per_step, int(idx.numel()))).indices] = True
+        choose[torch.topk(conf, min(opts.unmask_per_step, int(idx.numel()))).indices] = True
     else:  # dynamic
-        choose = conf > cfg.threshold
+        choose = conf > opts.threshold
         choose[conf.argmax()] = True
     step.block[idx[choose]] = x_hat[choose]
     step.masked[idx[choose]] = False
@@ -137,11 +138,11 @@ def generate(
     import torch
 
     options_of(Sampling, cfg)
-    options_of(BlockOptions, cfg)  # the decoders that run this loop (S2D2, SSMD) check their own options too
+    opts = options_of(BlockOptions, cfg)  # the decoders that run this loop (S2D2, SSMD) build their own too
     t0 = time.perf_counter()
     step: StepFn = step_fn or confidence_step
     stats = DecodeStats(decoder=cfg.decoder)
-    n_prompt, bsz, mask_id = int(prompt.numel()), cfg.block_size or model.block_size, model.mask_id
+    n_prompt, bsz, mask_id = int(prompt.numel()), opts.block_size or model.block_size, model.mask_id
     if n_prompt == 0:
         raise DecodeError("block-diffusion decoding needs at least one prompt token")
     if bool((prompt == mask_id).any()):
@@ -172,7 +173,7 @@ def generate(
                 logits = model.draft(state, block)
             view = logp[b_start:b_end]
             before = int(masked.sum())
-            step(Step(model, state, block, masked, generated, logits, view, cfg, generator, stats))
+            step(Step(model, state, block, masked, generated, logits, view, cfg, generator, stats, opts))
             stats.accepted.append(before - int(masked.sum()))  # tokens this step made final
             logits = None
             steps += 1
@@ -200,7 +201,7 @@ def generate(
             "blocks": blocks,
             "block_size": bsz,
             "ended": end_at is not None,
-            "mode": "static" if cfg.unmask_per_step > 0 else "dynamic",
+            "mode": "static" if opts.unmask_per_step > 0 else "dynamic",
             "logprob": float(logp[n_prompt:stop].sum()),
         }
     )

@@ -65,7 +65,7 @@ def first_masked_span(masked: torch.Tensor) -> tuple[int, int]:
     return start, length
 
 
-def s2d2_step(step: Step, router: Router, rc: RoutingConfig) -> int:
+def s2d2_step(step: Step, router: Router, rc: RoutingConfig, opts: S2D2Options) -> int:
     """Algorithm 3: one denoising step, verified or not as the router decides. Returns tokens unmasked."""
     cfg, model, state = step.cfg, step.model, step.state
     nfe0 = state.nfe
@@ -74,7 +74,7 @@ def s2d2_step(step: Step, router: Router, rc: RoutingConfig) -> int:
     masked_conf = conf_p[step.masked].max(dim=-1).values  # (m,) top confidence at each masked position
     n_gen = int(step.generated.sum())
     progress = 1.0 - float(step.masked.sum()) / max(n_gen, 1)
-    f = features(conf_p[s : s + n], int((masked_conf > cfg.threshold).sum()), progress, rc)
+    f = features(conf_p[s : s + n], int((masked_conf > opts.threshold).sum()), progress, rc)
     if not router.decide(f):
         got = confidence_step(step)
         router.update(False, got, 1 + state.nfe - nfe0)
@@ -85,7 +85,7 @@ def s2d2_step(step: Step, router: Router, rc: RoutingConfig) -> int:
     filled[s : s + n] = x_hat
     q_logits = model.verify(state, filled, s, n)  # (S, V)
     q = probs(q_logits, cfg)  # (S, V) verifier densities
-    accepted, fix = accept_prefix(p, q, x_hat, step.generator, cfg.gamma)
+    accepted, fix = accept_prefix(p, q, x_hat, step.generator, opts.gamma)
     step.block[s : s + accepted] = x_hat[:accepted]
     step.masked[s : s + accepted] = False
     if fix is not None:
@@ -118,7 +118,7 @@ def decode(
     router = make_router(rc)
 
     def step_fn(step: Step) -> None:
-        s2d2_step(step, router, rc)
+        s2d2_step(step, router, rc, opts)
 
     tokens, stats = generate(model, prompt, max_tokens, cfg, generator, step_fn, on_step)
     stats.extra.setdefault("verifications", 0)

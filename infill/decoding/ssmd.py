@@ -110,7 +110,7 @@ def speculate_window(
     return tokens[:pos], torch.cat(decided), used
 
 
-def ssmd_step(step: Step, tally: dict[str, int]) -> int:
+def ssmd_step(step: Step, tally: dict[str, int], opts: SsmdOptions) -> int:
     """One denoising step (module docstring). Writes into step.block / step.masked / step.logp; returns the
     tokens revealed. `tally` accumulates head passes, extra head passes and windows."""
     from infill.models.ssmd import causal_logits
@@ -121,7 +121,7 @@ def ssmd_step(step: Step, tally: dict[str, int]) -> int:
         raise DecodeError("SSMD: the draft forward kept no hidden states for this block")
     idx = step.masked.nonzero().squeeze(-1)  # (m,) masked block positions, left to right: the order sigma
     m = int(idx.numel())
-    w = min(m, cfg.ssmd_window) if cfg.ssmd_window > 0 else cosine_window(m, int(step.generated.sum()))
+    w = min(m, opts.ssmd_window) if opts.ssmd_window > 0 else cosine_window(m, int(step.generated.sum()))
     win = idx[:w]  # (w,) block positions = in-block offsets (blocks start at multiples of the block size)
     inner = model.model
     embed, lm_head = inner.get_input_embeddings(), inner.get_output_embeddings()
@@ -134,7 +134,7 @@ def ssmd_step(step: Step, tally: dict[str, int]) -> int:
             model.ssmd_head, embed, lm_head, tokens.to(model.device), h_win, offsets, nc_logits.to(model.device)
         ).cpu()  # (w, V)
 
-    tokens, decided, used = speculate_window(nc_logits, causal, cfg, step.generator, cfg.ssmd_passes)
+    tokens, decided, used = speculate_window(nc_logits, causal, cfg, step.generator, opts.ssmd_passes)
     n = int(tokens.numel())
     where = win[:n]
     step.block[where] = tokens
@@ -169,7 +169,7 @@ def decode(
     tally = {"head_passes": 0, "extra_head_passes": 0, "windows": 0, "window_positions": 0}
 
     def step_fn(step: Step) -> None:
-        ssmd_step(step, tally)
+        ssmd_step(step, tally, opts)
 
     tokens, stats = generate(model, prompt, max_tokens, cfg, generator, step_fn, on_step, hidden=True)
     layers = model.num_layers + 1
