@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,6 +21,9 @@ from infill import __version__
 from infill.clitypes import FiniteFloatRange
 from infill.config import EVAL_DECODE, DecodeConfig, FillOptions, ModelSpec, decode_label
 from infill.options import click_options, from_flags
+
+if TYPE_CHECKING:
+    from infill.models.registry import LoadedModel
 
 # the decoding options every evaluation shares with `infill fill` (infill.options), greedy by default
 _SHARED = ("model", "device", "decoder", "k", "temperature", "seed", "beam", "candidates", "retrieve")
@@ -90,14 +93,15 @@ def evaluate() -> None:
     """Measure a model: HumanEval single-line infilling pass@1, held-out exact match."""
 
 
-def _load(spec: ModelSpec, threads: int) -> Any:
+def _load(spec: ModelSpec, threads: int) -> LoadedModel:
+    """The model, through the process's one model cache (infill.models.cache.SHARED) as `infill fill` loads it."""
     import os
 
-    from infill.models.registry import load
+    from infill.models import cache
 
     if threads > 0:
         os.environ["INFILL_THREADS"] = str(threads)
-    return load(spec)
+    return cache.SHARED.get(spec)
 
 
 class _Progress:
@@ -345,8 +349,8 @@ def heldout_exact(
     loaded = _load(spec, threads)
     count = token_counter(loaded)
     # a block-diffusion model declares no training length: its files are cropped as for a 512-token model
-    length = loaded.asarm.max_length if loaded.kind == "asarm" else 512
-    max_tokens = context_tokens or max(32, length - 64)
+    model_length = loaded.asarm.max_length if loaded.kind == "asarm" else 512
+    max_tokens = context_tokens or max(32, model_length - 64)
 
     def crop(slot: Any) -> Any:
         return heldout.crop_slot(slot, count, max_tokens)
