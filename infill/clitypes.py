@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    D = TypeVar("D", bound=DataclassInstance)
 
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.Generator.manual_seed accepts
 
@@ -40,3 +46,12 @@ def block_sizes(minimum: int, why: str = "") -> Callable[[click.Context, click.P
         return sizes
 
     return parse
+
+
+def settings_from_flags(kind: type[D], **computed: Any) -> D:
+    """The settings dataclass `kind` from the running command's flags of the same names (a training command's
+    --steps, --batch-size, ...), with `computed` (values derived from flags, or in other units) taking
+    precedence; fields named by neither keep their defaults."""
+    flags = click.get_current_context().params
+    names = {f.name for f in fields(kind)}
+    return kind(**{**{name: value for name, value in flags.items() if name in names}, **computed})

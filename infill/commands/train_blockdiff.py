@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from infill.clitypes import FiniteFloatRange, block_sizes
+from infill.clitypes import FiniteFloatRange, block_sizes, settings_from_flags
 from infill.errors import InputError
 
 
@@ -110,21 +110,7 @@ def block_diffusion(
         import torch
 
         torch.set_num_threads(threads)
-    cfg = TrainConfig(
-        steps=steps,
-        batch_size=batch_size,
-        seq_len=seq_len,
-        block_sizes=block_sizes,
-        lr=lr,
-        warmup=min(100, max(1, steps // 10)),
-        seed=seed,
-        bf16=bf16,
-        time_limit=time_limit * 60,
-        log_every=log_every,
-        save_minutes=save_minutes,
-        fim_rate=fim_rate,
-        max_middle=max_middle,
-    )
+    cfg = settings_from_flags(TrainConfig, warmup=min(100, max(1, steps // 10)), time_limit=time_limit * 60)
     shape = ModelShape(
         hidden=hidden,
         layers=layers,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from infill.clitypes import FiniteFloatRange
+from infill.clitypes import FiniteFloatRange, settings_from_flags
 from infill.errors import InputError
 
 
@@ -97,21 +97,7 @@ def ptp(
     import torch
 
     torch.set_num_threads(max(1, threads))
-    cfg = PTPTrainConfig(
-        steps=steps,
-        batch_size=batch_size,
-        slots=slots,
-        splits=splits,
-        rank=rank,
-        lr=lr,
-        teacher_share=teacher_share,
-        independent_share=independent_share,
-        seed=seed,
-        time_limit=minutes * 60,
-        log_every=log_every,
-        eval_every=eval_every,
-        save_every=save_every,
-    )
+    cfg = settings_from_flags(PTPTrainConfig, time_limit=minutes * 60)
     summary = train(
         folder,
         corpus,

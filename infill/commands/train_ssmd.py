@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from infill.clitypes import FiniteFloatRange, block_sizes
+from infill.clitypes import FiniteFloatRange, block_sizes, settings_from_flags
 from infill.errors import InputError
 
 
@@ -118,20 +118,10 @@ def ssmd(
     heldout = [r["text"] for r in balanced_records(Path(data), "heldout", 6_000_000) if r["text"].strip()]
     if not texts or not heldout:
         raise InputError(f"{data}: needs a train and a held-out split")
-    cfg = SSMDTrainConfig(
-        steps=steps,
-        batch_size=batch_size,
-        seq_len=seq_len,
-        block_sizes=block_sizes,
-        lr=lr,
+    cfg = settings_from_flags(
+        SSMDTrainConfig,
         warmup=min(50, max(1, steps // 10)),
-        fim_rate=fim_rate,
-        max_docs=max_docs,
-        seed=seed,
         time_limit=time_limit * 60,
-        log_every=log_every,
-        eval_every=eval_every,
-        eval_examples=eval_examples,
         save_every=max(1, min(100, eval_every)),
     )
     shape = HeadShape(hidden=hidden, heads=heads, intermediate=intermediate, max_block=max_block)
