@@ -55,7 +55,7 @@ Context beyond the model's length is truncated around the spans (3/4 prefix,
 1/4 suffix), never the spans.
 
 \b
-Output: in place (atomic; refused if the file changed meanwhile), --diff,
+Output: in place (refused if the file changed meanwhile), --diff,
 --check, -o PATH, stdout for stdin, or --format json (edits only, the file is
 not written). Editor filter: `infill fill - --stdin-filename x.py --span 3:4`
 prints only the text, and echoes the input unchanged on any failure.
