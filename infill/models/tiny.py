@@ -85,12 +85,13 @@ def build_tiny_checkpoint(
     `vocab_size` >= 259 (256 bytes + 3 specials). `init_scale` is the weight init std; larger values give
     peakier, less uniform distributions. Deterministic for a given seed.
     """
-    from infill.models.tokenizer import SPECIALS, ByteBPETokenizer, train_byte_bpe
+    from infill.models.tokenizer import SPECIALS, ByteBPETokenizer
     from infill.models.xlnet_folder import save_folder
+    from infill.training.tokenizer import train_byte_bpe
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tok = train_byte_bpe(texts or [_TEXT], vocab_size)
+    tok = train_byte_bpe(texts or [_TEXT], vocab_size, SPECIALS)
     tok.save(str(folder / "tokenizer.json"))
     wrapped = ByteBPETokenizer.from_file(folder / "tokenizer.json")
     real_vocab = wrapped.vocab_size  # BPE may stop below vocab_size on little text

@@ -97,32 +97,6 @@ class ByteBPETokenizer:
         return self.decode(self.encode(text)) == text
 
 
-def train_byte_bpe(texts: Iterable[str], vocab_size: int, specials: tuple[str, ...] = SPECIALS) -> Any:
-    """Train a byte-level BPE (`tokenizers.Tokenizer`) whose pre-tokenizer keeps "\\n" as its own piece.
-
-    Line boundaries are then token boundaries, so a line span maps to whole tokens (docs/training.md).
-    `specials` get ids 0, 1, ... in order.
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split("\n", behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(specials),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    return tok
-
-
 # --- XLNet sentencepiece
 # ------------------------------------------------------------------------------------------
 

@@ -54,10 +54,10 @@ class ModelShape:
 
 
 def build_tokenizer(texts: Iterable[str], vocab_size: int = 8192) -> Any:
-    """Train a byte-level BPE (HF tokenizers) with SPECIALS; "\\n" is its own pre-token, so line boundaries
-    are token boundaries, and decode(encode(s)) == s for every string (the project's one BPE recipe:
-    infill.models.tokenizer.train_byte_bpe)."""
-    from infill.models.tokenizer import train_byte_bpe
+    """Train a byte-level BPE (HF tokenizers) with SPECIALS; every line break is its own pre-token, so line
+    boundaries are token boundaries, and decode(encode(s)) == s for every string (the project's one BPE recipe:
+    infill.training.tokenizer.train_byte_bpe)."""
+    from infill.training.tokenizer import train_byte_bpe
 
     return train_byte_bpe(texts, vocab_size, SPECIALS)
 

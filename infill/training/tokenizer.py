@@ -1,4 +1,5 @@
-"""Byte-level BPE for code with an exact round trip, trained with HF `tokenizers`.
+"""Byte-level BPE for code with an exact round trip, trained with HF `tokenizers`: the project's one recipe
+(`train_byte_bpe`), for the AS-ARM's tokenizer, the block-diffusion trainer's and the tiny test models'.
 
 Pre-tokenization: every line break ("\\r\\n", "\\r" or "\\n") is its own piece, then GPT-2's byte-level split.
 So a line boundary is always a token boundary (docs/training.md, "Tokenizer"): masking whole lines in training
@@ -12,7 +13,7 @@ text: the literal string "<mask>" in a source file encodes as ordinary bytes (`e
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,19 +40,27 @@ def new_tokenizer() -> HFTokenizer:
     return tok
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int) -> HFTokenizer:
-    """Train the BPE on `texts`; ids 0..2 are the specials, then the 256 byte symbols, then merges."""
+def train_byte_bpe(texts: Iterable[str], vocab_size: int, specials: Sequence[str] = SPECIALS) -> HFTokenizer:
+    """Train the BPE on `texts` (new_tokenizer's pipeline): `specials` get ids 0, 1, ... in order, then the 256
+    byte symbols, then merges of pairs seen at least twice (so the vocabulary may stop below `vocab_size` on
+    little text)."""
     from tokenizers import pre_tokenizers, trainers
 
     tok = new_tokenizer()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(SPECIALS),
+        special_tokens=list(specials),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         min_frequency=2,
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int) -> HFTokenizer:
+    """The AS-ARM's tokenizer: train_byte_bpe with SPECIALS at ids 0..2, never matched inside text."""
+    tok = train_byte_bpe(texts, vocab_size)
     finish(tok)
     return tok
 
