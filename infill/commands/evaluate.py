@@ -66,8 +66,9 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--raw",
             is_flag=True,
-            help="Model-only fills: skip fill_text's post-processing (re-indentation, repeated-suffix "
-            "removal, syntax resampling), for comparison with published model-only figures.",
+            help="Model-only fills: the model alone on its own layout, with the oracle budget or 32 tokens (no "
+            "length policy, one-line stop, re-indentation, repeated-suffix removal, syntax resampling or ranking; "
+            "any-subset models only), for comparison with published model-only figures.",
         ),
     ]
     for option in reversed(options):
