@@ -35,6 +35,7 @@ SETTINGS: dict[str, tuple[DecodeConfig, FillOptions]] = {
     "-n 8 T=0.7 ranked": (DecodeConfig(temperature=0.7), FillOptions(candidates=8, retrieve=False)),
     "beam 4": (DecodeConfig(decoder="beam", beam=4), FillOptions(retrieve=False)),
     "beam 4+retrieve": (DecodeConfig(decoder="beam", beam=4), FillOptions(retrieve=True)),
+    "beam 4+retrieve norescue": (DecodeConfig(decoder="beam", beam=4), FillOptions(retrieve=True, rescue_width=1)),
     "beam 8": (DecodeConfig(decoder="beam", beam=8), FillOptions(retrieve=False)),
     "beam 8+retrieve": (DecodeConfig(decoder="beam", beam=8), FillOptions(retrieve=True)),
 }

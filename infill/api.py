@@ -30,15 +30,18 @@ planning is infill.core.plan, and what differs between the two model kinds is in
   accepts, also candidates it rejects: tree-sitter takes `if x:` with no body), and so are fills with broken UTF-8
   (U+FFFD); rejects are resampled (up to FillOptions.max_resample extra samples). The valid candidate with
   the highest log-likelihood (sum over spans of the fill's token log-probabilities under the model,
-  end-of-fill pad included) wins. If none is valid, NoValidFillError names the failing spans (exit code 3:
-  nothing is written); with FillOptions.allow_syntax_errors the most likely one is returned with a warning.
+  end-of-fill pad included) wins. With beam search, when every fill it found that writes something is
+  rejected, the search runs once more FillOptions.rescue_width times wider and its fills that write something
+  are tried best first until one passes (a small model's few best lines often all break the syntax). If none
+  is valid, NoValidFillError names the failing spans (exit code 3: nothing is written); with
+  FillOptions.allow_syntax_errors the most likely one is returned with a warning.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode, decoders_for
@@ -213,7 +216,12 @@ def fill_text(
             return "splits a UTF-8 character"
         return syntax.rejection(patched, edits) if syntax is not None else None
 
-    run = Run(loaded, decode, generator, on_progress=on_progress)
+    def region_accepts(region: Region, fills: list[Fill]) -> bool:
+        """Whether one region's fills pass the checks on their own (beam search stops only at such fills)."""
+        edits = _candidate_edits(data, [region], fills, newline, index)
+        return rejection(apply_edits(data, edits), edits) is None
+
+    run = Run(loaded, decode, generator, on_progress=on_progress, accept=region_accepts)
     totals = run.totals
     valid: list[tuple[float, list[Edit], str]] = []
     invalid: list[tuple[float, list[Edit], str]] = []
@@ -224,11 +232,12 @@ def fill_text(
         total = sum(p.budget for r in regions for p in r.spans)
         on_progress({"event": "start", "spans": len(ordered), "tokens": total})
 
-    def consider(fills: list[Fill]) -> bool:
-        """Check one candidate (a fill per span) and file it as valid or invalid; False if seen before."""
+    def consider(fills: list[Fill], writing_only: bool = False) -> bool:
+        """Check one candidate (a fill per span) and file it as valid or invalid; False if seen before (or, with
+        `writing_only`, if it leaves a span empty)."""
         edits = _candidate_edits(data, regions, fills, newline, index)
         key = tuple(e.text for e in edits)
-        if key in seen:
+        if key in seen or (writing_only and not _writes(edits)):
             return False
         seen.add(key)
         patched = apply_edits(data, edits)
@@ -252,6 +261,23 @@ def fill_text(
     retrieved = 0
     for fill in backend.ranked_lines(regions, run, options):
         retrieved += consider([fill])
+    rescued = 0
+    if (
+        options.rescue_width > 1
+        and decode.decoder == "beam"
+        and syntax is not None
+        and not any(_writes(c[1]) for c in valid)
+    ):
+        # every fill the beam found that writes something was rejected (usually a syntax error): search again,
+        # rescue_width times wider, and take its finished fills, best first, until one passes
+        wider = replace(run, cfg=replace(decode, beam=decode.beam * options.rescue_width))
+        totals.nbest.clear()
+        for attempt in range(wider.cfg.beam):
+            fills = [f for region in regions for f in backend.sample(region, wider, attempt)]
+            attempts += 1
+            rescued += consider(fills, writing_only=True)  # an empty fill is no rescue
+            if any(_writes(c[1]) for c in valid) or attempt + 1 >= max(map(len, totals.nbest.values()), default=0):
+                break
     if on_progress is not None:
         on_progress({"event": "done"})
     pool = valid or invalid
@@ -274,6 +300,7 @@ def fill_text(
         seconds=round(time.perf_counter() - started, 4),
         samples=attempts,
         retrieved=retrieved,
+        rescued=rescued,
         valid=len(valid),
         score=best_score,
         regions=len(regions),

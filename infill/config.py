@@ -243,6 +243,9 @@ class FillOptions:
     # when no candidate passes the checks: False raises NoValidFillError (nothing is written); True returns the
     # most likely candidate with a warning (`--allow-syntax-errors`)
     allow_syntax_errors: bool = False
+    # beam search: when every fill it found that writes something is rejected, search again this many times wider
+    # (1 = never)
+    rescue_width: int = 4
 
 
 def decode_label(cfg: DecodeConfig) -> str:

@@ -189,6 +189,14 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "options",
+        "rescue_width",
+        ("--rescue-width",),
+        "Beam search: when every fill it found that writes something is rejected, search again N times wider "
+        "(1 = never).",
+        click.IntRange(min=1),
+    ),
+    Option(
+        "options",
         "syntax_check",
         ("--no-syntax-check",),
         "Accept candidates that add tree-sitter errors.",
@@ -318,7 +326,8 @@ def _build(given: Mapping[str, Any]) -> tuple[DecodeConfig, FillOptions, ModelSp
 # ------------------------------------------------------------------------------------------------------------
 # the server's `fill` parameters
 
-MAX_SAMPLES = 100  # "candidates" and "max_resample" above this would hold the server for too long
+MAX_SAMPLES = 100  # "candidates", "max_resample" and "beam" above this would hold the server for too long
+MAX_RESCUE = 8  # a rescue search is beam x rescue_width wide
 _JSON_KINDS: dict[str, type] = {"int": int, "int | None": int, "float": float, "bool": bool, "tuple[str, ...]": list}
 
 
@@ -340,8 +349,10 @@ def typed(name: str, value: Any, kind: type) -> Any:
         raise InputError(f'"{name}" must be {"a number" if kind is float else f"a {kind.__name__}"}')
     if isinstance(value, float) and not math.isfinite(value):  # 1e999 parses as inf
         raise ProtocolError(INVALID_REQUEST, f'"{name}" must be a finite number')
-    if name in ("candidates", "max_resample") and isinstance(value, int) and value > MAX_SAMPLES:
+    if name in ("candidates", "max_resample", "beam") and isinstance(value, int) and value > MAX_SAMPLES:
         raise ProtocolError(INVALID_REQUEST, f'"{name}" must be at most {MAX_SAMPLES} in a server request')
+    if name == "rescue_width" and isinstance(value, int) and value > MAX_RESCUE:
+        raise ProtocolError(INVALID_REQUEST, f'"{name}" must be at most {MAX_RESCUE} in a server request')
     return value
 
 

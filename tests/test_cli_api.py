@@ -65,6 +65,42 @@ def test_no_valid_candidate_allowed_warns_and_uses_most_likely() -> None:
     assert r.stats["samples"] == 4
 
 
+BEAM_FILLS = [[("return (x", 0.5), ("return [x", 0.3), ("return x + 1", 0.2)]]  # the two likeliest break the syntax
+
+
+def beam_fill(width: int, **options: Any) -> api.FillResult:
+    return fill(
+        SRC,
+        [Selection("span", "2:2")],
+        decode=DecodeConfig(decoder="beam", beam=width, temperature=0.0),
+        options=FillOptions(retrieve=False, **options),
+    )
+
+
+def test_beam_search_is_rescued_by_a_wider_search_when_its_fills_all_break_the_syntax() -> None:
+    with fake_model(BEAM_FILLS, name="fake-api"):
+        with pytest.raises(NoValidFillError):  # width 2 finds only the two broken lines
+            beam_fill(2, rescue_width=1)
+        r = beam_fill(2)  # the default rescue: once more, 4x wider
+    assert r.text == "def inc(x):\n    return x + 1\n" and not r.warnings
+    assert r.stats["rescued"] >= 1
+
+
+def test_a_rescue_runs_only_when_needed_and_never_returns_an_empty_fill() -> None:
+    with fake_model(BEAM_FILLS, name="fake-api") as model:
+        before = model.forwards
+        plain = beam_fill(4, rescue_width=1)
+        cost = model.forwards - before
+        before = model.forwards
+        r = beam_fill(4)  # width 4 already finds the valid line: no second search
+        assert r.text == plain.text == "def inc(x):\n    return x + 1\n"
+        assert r.stats["rescued"] == 0 and model.forwards - before == cost
+    # only broken lines and an empty one: the rescue adds nothing that writes, so the fill still fails
+    with fake_model([[("return (x", 0.6), ("", 0.3), ("return [x", 0.1)]], name="fake-api"):
+        with pytest.raises(NoValidFillError):
+            beam_fill(1, rescue_width=8)
+
+
 def test_broken_utf8_is_resampled() -> None:
     broken = b"caf\xc3"  # half of "\xc3\xa9" (é): decodes to U+FFFD
     with fake_model([[(broken, 0.5), ("ok", 0.5)]], name="fake-api"):

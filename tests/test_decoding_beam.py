@@ -109,3 +109,31 @@ def test_the_beam_returns_the_most_likely_fill_that_writes_something(seed: int) 
     assert stats.extra["logprob"] == pytest.approx(joint[best], abs=1e-4)
     writes = [_writes(tuple(f), pad, blank) for _, f in stats.extra["nbest"]]
     assert writes == sorted(writes, reverse=True) and writes[0]  # writing fills first
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["both-ends", "suffix-free", "masks-first"])
+def test_a_full_width_beam_with_accept_finds_the_most_likely_accepted_fill(
+    model: Memo, layout: list[int | None]
+) -> None:
+    """`problem.accept` (the caller's syntax check): the search does not stop at a refused fill, and returns the
+    joint's argmax among accepted fills; refused fills are listed after accepted ones. Negative control: the
+    refused set holds the unconstrained argmax, so returning it would fail."""
+    bare = problem_of(layout)
+    M = bare.masked.shape[0]
+    joint = joint_logprobs(model, bare)
+    ranked = sorted(joint, key=lambda x: -joint[x])
+    refused = set(ranked[:3])  # the three most likely fills
+    asked: list[tuple[int, ...]] = []
+
+    def accept(tokens: list[int]) -> bool:
+        asked.append(tuple(tokens))
+        return tuple(tokens) not in refused
+
+    problem = FillProblem(bare.ids, bare.masked, accept=accept)
+    tokens, stats = decode(model, problem, DecodeConfig(decoder="beam", beam=V_REAL ** (M - 1)), torch.Generator())
+    assert tuple(tokens.tolist()) == ranked[3] != ranked[0]
+    assert refused <= set(asked) and stats.extra["refused"] == 3
+    listed = [tuple(f) for _, f in stats.extra["nbest"]]
+    flags = [f in refused for f in listed]
+    assert flags == sorted(flags) and any(flags)  # accepted fills first, then the refused ones
+    assert len(asked) == len(set(asked))  # each finished fill is checked once

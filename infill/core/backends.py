@@ -99,6 +99,8 @@ class Run:
     generator: torch.Generator
     totals: Totals = field(default_factory=Totals)
     on_progress: ProgressCallback | None = None
+    # beam search: whether a region's finished fill may be returned (the caller's syntax check); see FillProblem
+    accept: Callable[[Region, list[Fill]], bool] | None = None
 
 
 class Backend(Protocol):
@@ -159,6 +161,9 @@ class AnySubset:
         loaded, cfg, totals, on_progress = run.loaded, run.cfg, run.totals, run.on_progress
         model = loaded.asarm
         problem = _problem(region, loaded)
+        if run.accept is not None and cfg.decoder == "beam":
+            check, bare = run.accept, problem
+            problem = replace(problem, accept=lambda tokens: check(region, _fills(region, bare, loaded, tokens, None)))
 
         def on_step(decoded: int, total: int) -> None:
             if on_progress is not None:
@@ -174,15 +179,7 @@ class AnySubset:
                 totals.nbest[id(region)] = [fill for _, fill in stats.extra["nbest"]]
         logq = score(model, problem, tokens)  # (M,) log q of each token under the oracle
         totals.nfe += 1  # the scoring pass
-        fills = []
-        at = 0
-        flat, flat_q = tokens.tolist(), logq.tolist()
-        for plan, stops in zip(region.spans, problem.stops or (), strict=True):
-            piece, piece_q = flat[at : at + plan.budget], flat_q[at : at + plan.budget]
-            kept, s = cut_at_pad(piece, piece_q, model.pad_id, stops, problem.blank)
-            fills.append(Fill(loaded.tokenizer.decode(kept), s, len(kept)))
-            at += plan.budget
-        return fills
+        return _fills(region, problem, loaded, tokens.tolist(), logq.tolist())
 
     def ranked_lines(self, regions: list[Region], run: Run, options: FillOptions) -> list[Fill]:
         """Lines from the user's code (infill.retrieval) as fills of a lone one-line span, each scored by its
@@ -213,6 +210,22 @@ class AnySubset:
             run.totals.nfe += 1
             out.append(Fill(text, float(logq[: len(ids) + 1].sum()), len(ids)))
         return out
+
+
+def _fills(
+    region: Region, problem: FillProblem, loaded: LoadedModel, tokens: list[int], logq: list[float] | None
+) -> list[Fill]:
+    """The fill of every span of `region` from its M decoded tokens, cut at each span's end (scored with `logq`,
+    the tokens' log-probabilities, when given; 0 otherwise)."""
+    fills = []
+    at = 0
+    for plan, stops in zip(region.spans, problem.stops or (), strict=True):
+        piece = tokens[at : at + plan.budget]
+        piece_q = logq[at : at + plan.budget] if logq is not None else None
+        kept, s = cut_at_pad(piece, piece_q, loaded.asarm.pad_id, stops, problem.blank)
+        fills.append(Fill(loaded.tokenizer.decode(kept), s, len(kept)))
+        at += plan.budget
+    return fills
 
 
 def _problem(region: Region, loaded: LoadedModel) -> FillProblem:

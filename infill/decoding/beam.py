@@ -12,7 +12,9 @@ A fill that writes nothing (a span ended by a pad before any token outside `prob
 likely one for a small model: the end-of-fill token is cheap to predict. A user who asks for a span to be
 filled wants text, so a hypothesis that finishes empty takes no place in the beam, the search returns the most
 likely fill that writes something into every span (an empty one only when none does), and empty fills are
-listed after the others in the n-best list.
+listed after the others in the n-best list. Likewise a finished fill that `problem.accept` refuses (the caller's
+syntax check) does not stop the search: it goes on until no live hypothesis can beat the best accepted fill,
+and refused fills are listed after accepted ones.
 
 Hypotheses are visited in lexicographic order of their tokens, so consecutive passes share the longest prefix
 and the model's prompt cache recomputes only the rows that differ.
@@ -58,6 +60,19 @@ def beam_search(
     pads = pads_enabled(model, problem)
     live: list[tuple[float, torch.Tensor, int]] = [(0.0, problem.ids.detach().to("cpu").clone(), 0)]
     finished: list[tuple[float, torch.Tensor]] = []
+    verdicts: dict[tuple[int, ...], bool] = {}
+
+    def good(ids: torch.Tensor) -> bool:
+        """A finished fill the search may stop at: it writes something and `problem.accept` takes it."""
+        if not _writes(model, problem, ids):
+            return False
+        if problem.accept is None:
+            return True
+        key = tuple(ids[masked].tolist())
+        if key not in verdicts:
+            verdicts[key] = problem.accept(list(key))
+        return verdicts[key]
+
     if M == 0:
         finished.append((0.0, live[0][1]))
         live = []
@@ -87,15 +102,16 @@ def beam_search(
             else:
                 live.append((score, ids, n))
             kept += 1
-        best = max((s for s, f in finished if _writes(model, problem, f)), default=float("-inf"))
+        best = max((s for s, f in finished if good(f)), default=float("-inf"))
         live = [h for h in live if h[0] > best]  # a longer fill only loses probability
         if on_step is not None:
             on_step(max((n for _, _, n in live), default=M), M)
-    finished.sort(key=lambda h: (not _writes(model, problem, h[1]), -h[0]))
+    finished.sort(key=lambda h: (not _writes(model, problem, h[1]), not good(h[1]), -h[0]))
     score, ids = finished[0]
     stats.tokens = M  # stats.accepted stays empty: no token is final before the search ends
     stats.extra["logprob"] = score
     stats.extra["nbest"] = [(s, f[masked].tolist()) for s, f in finished[:width]]  # best first
+    stats.extra["refused"] = sum(not ok for ok in verdicts.values())
     stats.seconds = time.perf_counter() - start
     return ids[masked], stats
 

@@ -5,6 +5,7 @@ Shapes: N = sequence length, M = masked positions, k = targets in one call, V = 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -33,6 +34,9 @@ class FillProblem:
              outside `blank`: the line breaks of a one-line span, whose text is cut at its first line break after
              some text anyway. Decoding stays exact for the fill up to its end; what would follow is never sampled.
     blank:   whitespace-only tokens (see `stops`).
+    accept:  beam search only: whether a finished fill (its M tokens, in decoding order) may be returned, e.g.
+             whether the file still parses with it. The search goes on past fills it refuses and ranks them last.
+             None accepts every fill. Samplers ignore it (rejecting samples would change their distribution).
     """
 
     ids: torch.Tensor
@@ -40,6 +44,7 @@ class FillProblem:
     span_of: torch.Tensor | None = None
     stops: tuple[frozenset[int], ...] | None = None
     blank: frozenset[int] = frozenset()
+    accept: Callable[[list[int]], bool] | None = None
 
 
 class AnySubsetModel(Protocol):
