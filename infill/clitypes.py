@@ -55,3 +55,13 @@ def settings_from_flags(kind: type[D], **computed: Any) -> D:
     flags = click.get_current_context().params
     names = {f.name for f in fields(kind)}
     return kind(**{**{name: value for name, value in flags.items() if name in names}, **computed})
+
+
+# `--time-limit` of the trainers that stop on a wall-clock budget (block diffusion, SSMD)
+time_limit_option = click.option(
+    "--time-limit",
+    type=FiniteFloatRange(0),
+    default=0.0,
+    show_default=True,
+    help="Stop after this many minutes (0 = none).",
+)

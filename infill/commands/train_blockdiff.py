@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from infill.clitypes import FiniteFloatRange, block_sizes, settings_from_flags
+from infill.clitypes import FiniteFloatRange, block_sizes, settings_from_flags, time_limit_option
 from infill.errors import InputError
 
 
@@ -46,13 +46,7 @@ from infill.errors import InputError
 @click.option("--kv-heads", default=2, show_default=True)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--bf16/--no-bf16", default=False, show_default=True, help="bf16 autocast (AMX CPUs, CUDA).")
-@click.option(
-    "--time-limit",
-    type=FiniteFloatRange(0),
-    default=0.0,
-    show_default=True,
-    help="Stop after this many minutes (0 = none).",
-)
+@time_limit_option
 @click.option("--threads", default=0, show_default=True, help="torch CPU threads (0 = torch's default).")
 @click.option("--log-every", default=50, show_default=True)
 @click.option(

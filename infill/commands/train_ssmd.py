@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from infill.clitypes import FiniteFloatRange, block_sizes, settings_from_flags
+from infill.clitypes import FiniteFloatRange, block_sizes, settings_from_flags, time_limit_option
 from infill.errors import InputError
 
 
@@ -50,13 +50,7 @@ from infill.errors import InputError
 )
 @click.option("--max-docs", default=2000, show_default=True, help="Training documents drawn from the corpus.")
 @click.option("--seed", default=0, show_default=True)
-@click.option(
-    "--time-limit",
-    type=FiniteFloatRange(0),
-    default=0.0,
-    show_default=True,
-    help="Stop after this many minutes (0 = none).",
-)
+@time_limit_option
 @click.option("--threads", default=1, show_default=True, help="torch CPU threads.")
 @click.option("--log-every", default=25, show_default=True)
 @click.option("--eval-every", default=250, show_default=True, help="Held-out cross-entropy every N steps.")
