@@ -30,8 +30,9 @@ planning is infill.core.plan, and what differs between the two model kinds is in
   accepts, also candidates it rejects: tree-sitter takes `if x:` with no body), and so are fills with broken UTF-8
   (U+FFFD); rejects are resampled (up to FillOptions.max_resample extra samples). The valid candidate with
   the highest log-likelihood (sum over spans of the fill's token log-probabilities under the model,
-  end-of-fill pad included) wins. With beam search, when every fill it found that writes something is
-  rejected, the search runs once more FillOptions.rescue_width times wider and its fills that write something
+  end-of-fill pad included) wins. Beam search is given the same checks (Run.accept -> FillProblem.accept):
+  a finished fill they reject does not end the search. When every fill it found that writes something is
+  still rejected, the search runs once more FillOptions.rescue_width times wider and its fills that write something
   are tried best first until one passes (a small model's few best lines often all break the syntax). If none
   is valid, NoValidFillError names the failing spans (exit code 3: nothing is written); with
   FillOptions.allow_syntax_errors the most likely one is returned with a warning.
