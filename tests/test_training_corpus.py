@@ -84,3 +84,28 @@ def test_split_is_deterministic(tmp_path: Path) -> None:
     build_corpus(tmp_path / "b", site=site, stdlib=stdlib, heldout_permille=100, log=False)
     for split in ("train", "heldout"):
         assert (tmp_path / "a" / f"{split}.jsonl").read_bytes() == (tmp_path / "b" / f"{split}.jsonl").read_bytes()
+
+
+def test_the_heldout_stream_does_not_depend_on_the_order_a_build_found_the_files(tmp_path: Path) -> None:
+    """Two builds that list the same held-out files in another order (other --site order) give the same held-out
+    windows, so held-out NLL stays comparable across corpus rebuilds; a negative control: file order does change
+    the plain concatenation."""
+    from tokenizers import Tokenizer
+
+    from infill.training.streams import heldout_stream
+
+    tok = Tokenizer.from_file(str(Path(__file__).resolve().parents[1] / "infill/weights/default/tokenizer.json"))
+    records = [
+        {"sha256": f"{i:064x}", "package": "p", "path": f"m{i}.py", "text": f"def f{i}():\n    return {i}\n"}
+        for i in range(5)
+    ]
+    streams = []
+    for name, order in (("a", records), ("b", records[::-1])):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in order), encoding="utf-8")
+        streams.append(heldout_stream(tok, folder).tolist())
+        assert [r["path"] for r in read_split(folder, "heldout")] == [r["path"] for r in order]
+    assert streams[0] == streams[1] and len(streams[0]) > 20
+    plain = [tok.encode(r["text"]).ids for r in records[::-1]]
+    assert sum(plain, []) != streams[0][: sum(map(len, plain))]

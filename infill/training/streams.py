@@ -32,14 +32,16 @@ def heldout_batches(
 
 
 def heldout_stream(tok: HFTokenizer, corpus: Path) -> np.ndarray:
-    """The held-out split as one token stream (from a corpus folder, or from a pack)."""
+    """The held-out split as one token stream (from a corpus folder, or from a pack), its files in hash order:
+    the same windows whatever order a corpus build found them in (the order of --site folders, of packages)."""
     import numpy as np
 
     from infill.training.corpus import read_split
 
     if corpus.is_file():
         return np.load(corpus)["heldout"]
-    return tokenize_stream(tok, [r["text"] for r in read_split(corpus, "heldout")])
+    records = sorted(read_split(corpus, "heldout"), key=lambda r: r["sha256"])
+    return tokenize_stream(tok, [r["text"] for r in records])
 
 
 def pack_streams(
