@@ -76,3 +76,19 @@ def write_corpus(folder: Path, texts: list[str], heldout: list[str]) -> Path:
     }
     (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     return folder
+
+
+BLOCK_TEXTS = [
+    "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n" * 3,
+    "for i in range(10):\n    print(i)\n    total = total + i\nprint(total)\n" * 3,
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n" * 3,
+]
+
+
+def tiny_block_model_and_corpus(root: Path, model_name: str) -> tuple[Path, Path]:
+    """A tiny random block-diffusion checkpoint (root/model_name) and a corpus of BLOCK_TEXTS, for the trainers
+    of heads and adapters on top of a frozen block-diffusion model (PTP, SSMD)."""
+    from infill.models.tiny import tiny_blockdiff_checkpoint
+
+    folder = tiny_blockdiff_checkpoint(root / model_name, seed=3, texts=BLOCK_TEXTS)
+    return folder, write_corpus(root / "corpus", BLOCK_TEXTS, BLOCK_TEXTS[:2])

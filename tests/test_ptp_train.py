@@ -15,25 +15,15 @@ from infill.decoding.blockfill import fill_middle
 from infill.decoding.coupling import pick
 from infill.models.blockdiff import load_folder
 from infill.models.ptp import ADAPTER_FILE, load_adapter
-from infill.models.tiny import tiny_blockdiff_checkpoint as tiny_checkpoint
 from infill.training import ptp as tp
-from tests.fixtures_train import write_corpus
+from tests.fixtures_train import tiny_block_model_and_corpus
 
 torch.set_num_threads(1)
-
-TEXTS = [
-    "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n" * 3,
-    "for i in range(10):\n    print(i)\n    total = total + i\nprint(total)\n" * 3,
-    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n" * 3,
-]
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("ptp")
-    folder = tiny_checkpoint(root / "teacher", seed=3, texts=TEXTS)
-    corpus = write_corpus(root / "corpus", TEXTS, TEXTS[:2])
-    return folder, corpus
+    return tiny_block_model_and_corpus(tmp_path_factory.mktemp("ptp"), "teacher")
 
 
 def test_extracted_u_reproduces_the_targets_under_the_decoding_teacher(setup: tuple[Path, Path]) -> None:

@@ -13,24 +13,14 @@ from infill.config import DecodeConfig, ModelSpec
 from infill.decoding.blockfill import generate
 from infill.models.blockdiff import load_folder
 from infill.models.ssmd import HEAD_FILE, causal_logits, identity_gap, read_head
-from infill.models.tiny import tiny_blockdiff_checkpoint as tiny_checkpoint
-from tests.fixtures_train import write_corpus
+from tests.fixtures_train import tiny_block_model_and_corpus
 
 torch.set_num_threads(1)
-
-TEXTS = [
-    "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n" * 3,
-    "for i in range(10):\n    print(i)\n    total = total + i\nprint(total)\n" * 3,
-    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n" * 3,
-]
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("ssmd")
-    folder = tiny_checkpoint(root / "base", seed=3, texts=TEXTS)
-    corpus = write_corpus(root / "corpus", TEXTS, TEXTS[:2])
-    return folder, corpus
+    return tiny_block_model_and_corpus(tmp_path_factory.mktemp("ssmd"), "base")
 
 
 def test_train_command_resumes_and_writes_a_loadable_head(setup: tuple[Path, Path], tmp_path: Path) -> None:
