@@ -103,3 +103,59 @@ def test_train_command_smoke(tmp_path: Path) -> None:
     assert stats.tokens <= 6 and loaded.tokenizer.decode([loaded.model.mask_id]) not in text
     bad = CliRunner().invoke(block_diffusion, ["--data", str(data), "--out", str(out), "--block-sizes", "0"])
     assert bad.exit_code != 0
+
+
+def test_line_middles_are_whole_lines_and_loss_on_all_noises_the_prompt() -> None:
+    """--line-rate cuts the middle at line breaks (as `--span N:M` replaces 1-3 whole lines without the last
+    break); --loss-on all makes every token after <fim_prefix> a response token."""
+    sp = Specials(end=0, mask=1, fim_prefix=2, fim_suffix=3, fim_middle=4)
+    nl = 5
+    doc = [t for i in range(12) for t in (10 + i, 30 + i, 50 + i, nl)]  # 12 lines of three tokens and a break
+    rng = random.Random(0)
+    for _ in range(20):
+        seq, resp = fim_example(doc, sp, 64, rng, 1.0, 16, loss_on="all", line_rate=1.0, newlines=frozenset({nl}))
+        assert resp == 1
+        middle = seq[seq.index(sp.fim_middle) + 1 : seq.index(sp.end, seq.index(sp.fim_middle))]
+        prefix = seq[1 : seq.index(sp.fim_suffix)]
+        suffix = seq[seq.index(sp.fim_suffix) + 1 : seq.index(sp.fim_middle)]
+        assert middle and middle[-1] != nl and middle.count(nl) <= 2  # 1-3 lines, the last break left out
+        assert not prefix or prefix[-1] == nl  # the middle starts a line
+        assert suffix[:1] == [nl]  # ... and ends one
+        x0 = torch.tensor([seq])
+        xt, w = noise(x0, torch.tensor([resp]), 4, sp.mask, 1.0, torch.Generator().manual_seed(1))
+        assert bool((xt[0, 1:] == sp.mask).all()) and int(xt[0, 0]) == sp.fim_prefix  # t = 1: all but the first
+
+
+def test_init_and_resume_continue_a_run(tmp_path: Path) -> None:
+    """--init starts from a folder's weights; --run-dir resumes a stopped run at its step, with its optimizer
+    (Adam's step count goes on from 2 to 4 instead of restarting) and its provenance."""
+    from infill.training.checkpoints import read_checkpoint
+
+    data = tmp_path / "src"
+    data.mkdir()
+    (data / "a.py").write_text("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n" * 3)
+    tok_path = tmp_path / "tokenizer.json"
+    build_tokenizer([(data / "a.py").read_text()], vocab_size=280).save(str(tok_path))
+    common = ["--data", str(data), "--batch-size", "2", "--seq-len", "32", "--log-every", "1", "--block-sizes", "1,4"]
+    first = tmp_path / "first"
+    shape = ["--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1"]
+    ok = CliRunner().invoke(
+        block_diffusion, [*common, *shape, "--tokenizer", str(tok_path), "--out", str(first), "--steps", "1"]
+    )
+    assert ok.exit_code == 0, ok.output
+    run, out = tmp_path / "run", tmp_path / "continued"
+    init_weights = load_folder(first, ModelSpec(device="cpu", bf16=False)).model.model.state_dict()
+    outputs, steps_seen = [], []
+    for steps in (2, 4):
+        args = [*common, "--init", str(first), "--out", str(out), "--steps", str(steps), "--run-dir", str(run)]
+        result = CliRunner().invoke(block_diffusion, args)
+        assert result.exit_code == 0, result.output
+        outputs.append(result.output)
+        ckpt = read_checkpoint(run / "last.pt")
+        steps_seen.append((ckpt["step"], int(next(iter(ckpt["optimizer"]["state"].values()))["step"])))
+    assert "resumed" not in outputs[0] and "at step 2" in outputs[1]
+    assert steps_seen == [(2, 2), (4, 4)]
+    after = load_folder(out, ModelSpec(device="cpu", bf16=False)).model.model.state_dict()
+    assert any(not torch.equal(after[k], v) for k, v in init_weights.items())
+    prov = json.loads((out / "config.json").read_text())["infill"]["provenance"]
+    assert prov["steps"] == 4 and prov["prior_steps"] == 1 and prov["init"] == str(first)

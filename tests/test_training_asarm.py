@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from infill.errors import InputError
 from infill.training.asarm import (
     Batches,
     LayoutSampler,
@@ -23,7 +25,7 @@ from infill.training.asarm import (
     tokenize_stream,
     train,
 )
-from infill.training.checkpoints import export_model, load_checkpoint_model
+from infill.training.checkpoints import export_model, load_checkpoint_model, read_checkpoint
 from infill.training.measure import evaluate
 from infill.training.tokenizer import BOS_ID, PAD_ID, save_tokenizer
 from tests.fixtures_train import sample_texts, tiny_tokenizer, write_corpus  # noqa: F401
@@ -183,8 +185,8 @@ def test_resume_continues_identically(tiny_corpus, tmp_path: Path) -> None:
     train(corpus, tok_path, tmp_path / "resumed", _tiny_cfg(steps=2), resume=False)
     state = train(corpus, tok_path, tmp_path / "resumed", _tiny_cfg(steps=4), resume=True)
     assert state.step == 4
-    a = torch.load(tmp_path / "straight" / "last.pt", weights_only=False)
-    b = torch.load(tmp_path / "resumed" / "last.pt", weights_only=False)
+    a = read_checkpoint(tmp_path / "straight" / "last.pt")
+    b = read_checkpoint(tmp_path / "resumed" / "last.pt")
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
     assert a["rng"] == b["rng"] and a["counter"] == b["counter"]
@@ -351,3 +353,34 @@ def test_a_signal_stops_training_with_a_checkpoint(tiny_corpus, tmp_path: Path) 
     _, _, saved = load_checkpoint_model(tmp_path / "run")
     assert saved.step == state.step
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # the handler is restored
+
+
+class _RunsCode:
+    """Unpickling this calls os.system: what a crafted checkpoint would do."""
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (os.system, ("touch " + os.environ["INFILL_TEST_PWNED"],))
+
+
+@pytest.mark.parametrize("kind", ["crafted", "truncated", "foreign"])
+def test_resume_never_unpickles_code(tiny_corpus, tmp_path: Path, monkeypatch, kind: str) -> None:
+    """`infill train asarm` resumes by default: a last.pt that would run code when unpickled (or a truncated or
+    foreign file) is one InputError naming the file, and nothing runs."""
+    corpus, tok_path = tiny_corpus
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("INFILL_TEST_PWNED", str(marker))
+    run = tmp_path / "run"
+    run.mkdir()
+    if kind == "crafted":
+        torch.save({"model": _RunsCode()}, run / "last.pt")
+    elif kind == "truncated":
+        train(corpus, tok_path, run, _tiny_cfg(steps=1), resume=False)
+        data = (run / "last.pt").read_bytes()
+        (run / "last.pt").write_bytes(data[: len(data) // 2])
+    else:
+        (run / "last.pt").write_text("not a checkpoint")
+    with pytest.raises(InputError, match="last.pt"):
+        train(corpus, tok_path, run, _tiny_cfg(steps=2), resume=True)
+    with pytest.raises(InputError, match="last.pt"):
+        load_checkpoint_model(run)  # what `infill train export` reads
+    assert not marker.exists()

@@ -64,6 +64,31 @@ from infill.errors import InputError
     help="Share of fill-in-the-middle examples.",
 )
 @click.option("--max-middle", default=64, show_default=True, help="Longest FIM middle, in tokens.")
+@click.option(
+    "--loss-on",
+    type=click.Choice(["middle", "all"]),
+    default="middle",
+    show_default=True,
+    help="Noise only a FIM example's middle, or every token (prefix and suffix learned left to right too).",
+)
+@click.option(
+    "--line-rate",
+    type=FiniteFloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="Share of FIM middles that are 1-3 whole lines, as a user's --span.",
+)
+@click.option(
+    "--init",
+    type=click.Path(exists=True, file_okay=False),
+    help="Continue from this block-diffusion folder's weights, shape and tokenizer (e.g. infill/weights/blockdiff).",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False),
+    help="Keep a resumable checkpoint here (last.pt); a run with the same --run-dir resumes from it, and "
+    "--time-limit is then the training time across resumes.",
+)
 def block_diffusion(
     data: tuple[str, ...],
     glob: str,
@@ -87,6 +112,10 @@ def block_diffusion(
     save_minutes: float,
     fim_rate: float,
     max_middle: int,
+    loss_on: str,
+    line_rate: float,
+    init: str | None,
+    run_dir: str | None,
 ) -> None:
     """Train a block-diffusion model (BD3-LM / SDAR objective, fill-in-the-middle formatting)."""
     from infill.training.blockdiff import ModelShape, TrainConfig, load_texts, train
@@ -122,6 +151,8 @@ def block_diffusion(
         shape=shape,
         tokenizer_path=tokenizer,
         vocab_size=vocab_size,
+        init=init,
+        run_dir=run_dir,
         log=lambda line: click.echo(line, err=True),
     )
     click.echo(

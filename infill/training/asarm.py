@@ -35,7 +35,14 @@ if TYPE_CHECKING:
     from infill.models.twostream import TwoStreamXLNet
 
 from infill.errors import InputError
-from infill.training.checkpoints import TrainState, config_from_json, export_model, provenance, save_checkpoint
+from infill.training.checkpoints import (
+    TrainState,
+    config_from_json,
+    export_model,
+    provenance,
+    read_checkpoint,
+    save_checkpoint,
+)
 from infill.training.layouts import (  # noqa: F401 - the data pipeline, re-exported for callers of this module
     Batches,
     Example,
@@ -193,7 +200,7 @@ def train(
         )
     ckpt: dict[str, Any] | None = None
     if resume and ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        ckpt = read_checkpoint(ckpt_path)
         old = config_from_json(ckpt["config"])
         cfg = TrainConfig(**{**asdict(cfg), "shape": old.shape, "seed": old.seed, "seq_len": old.seq_len})
     torch.manual_seed(cfg.seed)

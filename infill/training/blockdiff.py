@@ -166,6 +166,8 @@ class TrainConfig:
     time_limit: float = 0.0  # seconds; 0 = no limit; with a limit the cosine schedule follows the clock
     log_every: int = 50
     save_minutes: float = 0.0  # also save the folder every this many minutes (0 = only at the end)
+    loss_on: str = "middle"  # "middle": only a FIM example's middle is noised; "all": every token after the first
+    line_rate: float = 0.0  # share of FIM middles cut at line boundaries (1-3 whole lines), as a user's span is
 
 
 @dataclass
@@ -215,31 +217,59 @@ def load_texts(paths: Sequence[str | Path], glob: str = "*.py", max_package_byte
 
 
 def fim_example(
-    doc: Sequence[int], sp: Specials, seq_len: int, rng: random.Random, fim_rate: float, max_middle: int
+    doc: Sequence[int],
+    sp: Specials,
+    seq_len: int,
+    rng: random.Random,
+    fim_rate: float,
+    max_middle: int,
+    *,
+    loss_on: str = "middle",
+    line_rate: float = 0.0,
+    newlines: frozenset[int] = frozenset(),
 ) -> tuple[list[int], int]:
     """One training sequence of exactly `seq_len` tokens and the index where its response starts.
 
     FIM (PSM order, as at inference): <fim_prefix> prefix <fim_suffix> suffix <fim_middle> middle <end>
-    then <end> padding; the response (middle, end, padding) is what gets noised. Plain: a window of the
-    document, then <end> padding; everything after the first token is response."""
+    then <end> padding; the response (middle, end, padding) is what gets noised, or, with loss_on="all",
+    every token after <fim_prefix> (prefix and suffix are then learned left to right too, as FIM-trained code
+    models are). With probability `line_rate` the middle is 1-3 whole lines without the last line break (the
+    text `--span N:M` replaces); `newlines` are the ids of line-break tokens. Plain: a window of the document,
+    then <end> padding; everything after the first token is response."""
     body = seq_len - 4
     start = rng.randrange(max(1, len(doc) - body + 1))
     window = list(doc[start : start + body])
     if rng.random() < fim_rate and len(window) >= 3:
-        mid_len = rng.randint(1, max(1, min(max_middle, len(window) - 2)))
-        mid_start = rng.randint(0, len(window) - mid_len)
-        pre, mid, suf = (
-            window[:mid_start],
-            window[mid_start : mid_start + mid_len],
-            window[mid_start + mid_len :],
-        )
+        cut = line_middle(window, rng, max_middle, newlines) if rng.random() < line_rate else None
+        if cut is None:
+            mid_len = rng.randint(1, max(1, min(max_middle, len(window) - 2)))
+            mid_start = rng.randint(0, len(window) - mid_len)
+            cut = (mid_start, mid_start + mid_len)
+        pre, mid, suf = window[: cut[0]], window[cut[0] : cut[1]], window[cut[1] :]
         prompt = [sp.fim_prefix, *pre, sp.fim_suffix, *suf, sp.fim_middle]
         seq = prompt + mid + [sp.end]
-        resp = len(prompt)
+        resp = len(prompt) if loss_on == "middle" else 1
     else:
         seq = window[: seq_len - 1] + [sp.end]
         resp = 1
     return seq + [sp.end] * (seq_len - len(seq)), resp
+
+
+def line_middle(
+    window: Sequence[int], rng: random.Random, max_middle: int, newlines: frozenset[int]
+) -> tuple[int, int] | None:
+    """(start, end) token offsets of 1-3 whole lines of `window` (from just after a line break up to the line
+    break that ends the last of them, which stays in the suffix), at most `max_middle` tokens and not empty;
+    None when the window has no such lines."""
+    breaks = [i for i, t in enumerate(window) if t in newlines]
+    if len(breaks) < 2:
+        return None
+    first = rng.randrange(len(breaks) - 1)
+    lines = rng.randint(1, min(3, len(breaks) - 1 - first))
+    start, end = breaks[first] + 1, breaks[first + lines]
+    if end <= start or end - start > max_middle:
+        return None
+    return start, end
 
 
 def two_stream_mask(length: int, block: int) -> torch.Tensor:
@@ -292,6 +322,53 @@ def block_diffusion_loss(
     return (ce * weight[sel]).sum() / max(n_resp, 1)
 
 
+def newline_ids(tok: Any) -> frozenset[int]:
+    """Ids of the tokens that are exactly a line break (the project's BPE isolates every line break)."""
+    return frozenset(i for text in ("\n", "\r\n", "\r") if (i := tok.token_to_id(_byte_level(text))) is not None)
+
+
+def _byte_level(text: str) -> str:
+    """`text` as a byte-level BPE spells it in its vocabulary (GPT-2 byte-to-unicode: newline is "Ċ")."""
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    return "".join(piece for piece, _ in ByteLevel(add_prefix_space=False).pre_tokenize_str(text))
+
+
+def load_init(folder: Path) -> tuple[Any, Any, ModelShape, dict[str, Any]]:
+    """(model, tokenizer, shape, provenance) of a block-diffusion folder this trainer wrote (e.g. the shipped
+    `blockdiff`), to continue training from its weights."""
+    import torch
+    from safetensors.torch import load_file
+    from tokenizers import Tokenizer
+
+    from infill.errors import InputError
+
+    try:
+        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        state = load_file(str(folder / "model.safetensors"))
+    except Exception as exc:  # a missing or corrupt file of any kind (json, tokenizers, safetensors errors)
+        raise InputError(f"{folder}: not a block-diffusion model folder ({exc})") from exc
+    shape = ModelShape(
+        hidden=raw["hidden_size"],
+        layers=raw["num_hidden_layers"],
+        heads=raw["num_attention_heads"],
+        kv_heads=raw["num_key_value_heads"],
+        head_dim=raw["head_dim"],
+        intermediate=raw["intermediate_size"],
+        max_length=raw["max_position_embeddings"],
+    )
+    model = build_model(raw["vocab_size"], shape)
+    missing, unexpected = model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=False)
+    if unexpected or [k for k in missing if k != "lm_head.weight"]:
+        raise InputError(
+            f"{folder}: weights do not match its config ({len(missing)} missing, {len(unexpected)} unknown)"
+        )
+    model.tie_weights()
+    prov = raw.get("infill", {}).get("provenance") or {}
+    return model, tok, shape, prov
+
+
 def train(
     texts: Sequence[str],
     out: str | Path,
@@ -300,26 +377,42 @@ def train(
     shape: ModelShape = ModelShape(),
     tokenizer_path: str | Path | None = None,
     vocab_size: int = 8192,
+    init: str | Path | None = None,
+    run_dir: str | Path | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Train a Qwen3-architecture block-diffusion model on `texts` and save it in the SDAR layout at `out`.
 
     The tokenizer is `tokenizer_path` (e.g. the AS-ARM's tokenizer.json) plus SPECIALS, or a new byte-level
-    BPE trained on `texts`. Returns a summary (also stored as the folder's provenance)."""
+    BPE trained on `texts`. With `init` (a folder this trainer wrote), training continues from that folder's
+    weights, shape and tokenizer. With `run_dir`, `run_dir/last.pt` (model, optimizer, step, training time and
+    random generators) is written at every save and at the end, and a later call with the same `run_dir`
+    resumes from it; `cfg.time_limit` is then the training time across all resumes, and the cosine schedule
+    follows it. Returns a summary (also stored as the folder's provenance)."""
     import torch
     from tokenizers import Tokenizer
 
+    from infill.training.checkpoints import read_checkpoint, write_checkpoint
+
     if not texts:
         raise ValueError("no training text")
-    t0 = time.perf_counter()
     rng = random.Random(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    tok = Tokenizer.from_file(str(tokenizer_path)) if tokenizer_path else build_tokenizer(texts, vocab_size)
+    before: dict[str, Any] = {}
+    if init is not None:
+        model, tok, shape, before = load_init(Path(init))
+    else:
+        tok = Tokenizer.from_file(str(tokenizer_path)) if tokenizer_path else build_tokenizer(texts, vocab_size)
+        model = None
     tok = with_specials(tok)
     sp = specials_of(tok)
+    newlines = newline_ids(tok)
     docs = [d for d in (e.ids for e in tok.encode_batch(list(texts))) if len(d) >= 2]
     weights = [len(d) for d in docs]  # sample documents by length
-    model = build_model(tok.get_vocab_size(), replace(shape, max_length=max(shape.max_length, cfg.seq_len)))
+    if model is None:
+        model = build_model(tok.get_vocab_size(), replace(shape, max_length=max(shape.max_length, cfg.seq_len)))
+    elif model.config.vocab_size != tok.get_vocab_size():
+        raise ValueError(f"{init}: model has {model.config.vocab_size} tokens, tokenizer {tok.get_vocab_size()}")
     model.train()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -328,38 +421,87 @@ def train(
         lr=cfg.lr,
         betas=(0.9, 0.95),
     )
-    device_type = "cpu"
+    ckpt_path = Path(run_dir) / "last.pt" if run_dir is not None else None
     losses: list[float] = []
-    step = 0
-    last_save = time.perf_counter()
+    step, elapsed_before = 0, 0.0
+    if ckpt_path is not None and ckpt_path.exists():
+        ck = read_checkpoint(ckpt_path)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        step, elapsed_before, losses = int(ck["step"]), float(ck["seconds"]), list(ck["losses"])
+        before = dict(ck["before"])
+        rng.setstate(ck["rng"])
+        gen.set_state(ck["gen"])
+        log(f"resumed {ckpt_path} at step {step} ({elapsed_before:.0f}s trained)")
+    device_type = "cpu"
+    t_run = time.perf_counter()
+    last_save = t_run
+    last_log = (step, t_run)  # (step, clock) of the last log line, for the rate since then
+
+    def seconds() -> float:
+        return elapsed_before + time.perf_counter() - t_run
 
     def summary_now() -> dict[str, Any]:
+        prior_steps = int(before.get("steps", 0)) + int(before.get("prior_steps", 0))
+        prior_tokens = int(before.get("tokens_seen", 0)) + int(before.get("prior_tokens_seen", 0))
         return {
             "objective": "block diffusion (BD3-LM / SDAR 2N layout), FIM formatting",
             "steps": step,
             "tokens_seen": step * cfg.batch_size * cfg.seq_len,
+            "prior_steps": prior_steps,  # steps of the runs `init` came from
+            "prior_tokens_seen": prior_tokens,
+            "init": str(init) if init is not None else None,
             "final_loss": sum(losses[-50:]) / max(len(losses[-50:]), 1),
             "documents": len(docs),
             "corpus_tokens": sum(weights),
             "parameters": sum(p.numel() for p in model.parameters()),
-            "seconds": round(time.perf_counter() - t0, 1),
+            "seconds": round(seconds(), 1),
             "config": {k: v for k, v in asdict(cfg).items()},
             "shape": asdict(shape),
-            "tokenizer": str(tokenizer_path) if tokenizer_path else f"byte-level BPE, {tok.get_vocab_size()} tokens",
+            "tokenizer": str(tokenizer_path or init or f"byte-level BPE, {tok.get_vocab_size()} tokens"),
             "date": time.strftime("%Y-%m-%d", time.gmtime()),
         }
 
-    t_train = time.perf_counter()
-    for step in range(1, cfg.steps + 1):
+    def save() -> None:
+        model.eval()
+        save_folder(out, model, tok, block_size=4, provenance=summary_now())
+        model.train()
+        if ckpt_path is not None:
+            write_checkpoint(
+                ckpt_path,
+                {
+                    "model": model.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "step": step,
+                    "seconds": seconds(),
+                    "losses": losses[-1000:],
+                    "before": before,
+                    "rng": rng.getstate(),
+                    "gen": gen.get_state(),
+                },
+            )
+
+    while step < cfg.steps:
+        step += 1
         progress = step / cfg.steps
         if cfg.time_limit:
-            progress = max(progress, (time.perf_counter() - t_train) / cfg.time_limit)
+            progress = max(progress, seconds() / cfg.time_limit)
         lr = cfg.lr * min(1.0, step / max(cfg.warmup, 1))
         lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, progress))) * 0.9 + 0.1
         for group in opt.param_groups:
             group["lr"] = lr
         batch = [
-            fim_example(rng.choices(docs, weights)[0], sp, cfg.seq_len, rng, cfg.fim_rate, cfg.max_middle)
+            fim_example(
+                rng.choices(docs, weights)[0],
+                sp,
+                cfg.seq_len,
+                rng,
+                cfg.fim_rate,
+                cfg.max_middle,
+                loss_on=cfg.loss_on,
+                line_rate=cfg.line_rate,
+                newlines=newlines,
+            )
             for _ in range(cfg.batch_size)
         ]
         x0 = torch.tensor([b[0] for b in batch])  # (N, L)
@@ -376,22 +518,19 @@ def train(
         losses.append(float(loss.detach()))
         if step % cfg.log_every == 0 or step == cfg.steps:
             recent = losses[-cfg.log_every :]
-            elapsed = time.perf_counter() - t_train
-            rate = step * cfg.batch_size * cfg.seq_len / max(elapsed, 1e-9)
+            now = time.perf_counter()
+            rate = (step - last_log[0]) * cfg.batch_size * cfg.seq_len / max(now - last_log[1], 1e-9)
+            last_log = (step, now)
             log(
                 f"step {step}/{cfg.steps}  loss {sum(recent) / len(recent):.3f}  lr {lr:.2e}  "
-                f"{elapsed:.0f}s  {rate:.0f} positions/s"
+                f"{seconds():.0f}s  {rate:.0f} positions/s"
             )
         if cfg.save_minutes and time.perf_counter() - last_save > cfg.save_minutes * 60:
-            model.eval()
-            save_folder(out, model, tok, block_size=4, provenance=summary_now())
-            model.train()
+            save()
             last_save = time.perf_counter()
             log(f"saved {out} at step {step}")
-        if cfg.time_limit and time.perf_counter() - t_train > cfg.time_limit:
+        if cfg.time_limit and seconds() > cfg.time_limit:
             log(f"time limit reached after {step} steps")
             break
-    model.eval()
-    summary = summary_now()
-    save_folder(out, model, tok, block_size=4, provenance=summary)
-    return summary
+    save()
+    return summary_now()

@@ -1,5 +1,6 @@
-"""Checkpoints of an AS-ARM training run (run-dir/last.pt: model, optimizer, state and random generators) and
-the export of its weights as a model folder `infill` and transformers both load."""
+"""Checkpoints of training runs (one safe reader and one atomic writer for every trainer), the AS-ARM run's
+checkpoint (run-dir/last.pt: model, optimizer, state and random generators) and the export of its weights as a
+model folder `infill` and transformers both load."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infill.errors import InputError
 from infill.training.tokenizer import BOS_ID, MASK_ID, PAD_ID
 
 if TYPE_CHECKING:
@@ -18,6 +20,45 @@ if TYPE_CHECKING:
     from infill.models.twostream import TwoStreamXLNet
     from infill.training.asarm import TrainConfig
     from infill.training.layouts import Batches
+
+
+def write_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    """Write a checkpoint atomically: a temporary file beside `path`, flushed to disk, then renamed over it, so
+    an interrupted save leaves the previous checkpoint intact. `payload` holds tensors, numbers, strings and
+    containers of them only, so that `read_checkpoint` can load it without unpickling code."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with tmp.open("wb") as handle:
+            torch.save(payload, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint written by `write_checkpoint`, loaded with torch's restricted unpickler (weights_only): a
+    crafted file cannot run code. A truncated, foreign or malicious file is one InputError naming it."""
+    import pickle
+    import zipfile
+
+    import torch
+
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError, TypeError) as exc:
+        from infill.errors import one_line
+
+        raise InputError(f"{path}: not a training checkpoint this version can read ({one_line(str(exc))})") from exc
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the checkpoint ({exc.strerror or exc})") from exc
+    if not isinstance(loaded, dict):
+        raise InputError(f"{path}: not a training checkpoint (a {type(loaded).__name__}, not a mapping)")
+    return loaded
 
 
 def config_to_json(cfg: TrainConfig) -> dict[str, Any]:
@@ -53,9 +94,8 @@ def save_checkpoint(
     """Atomically write model + optimizer + state + rng (numpy generator state and golden counter)."""
     import torch
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(
+    write_checkpoint(
+        path,
         {
             "model": model.state_dict(),
             "optimizer": opt.state_dict(),
@@ -66,9 +106,7 @@ def save_checkpoint(
             "python_rng": random.getstate(),
             "torch_rng": torch.get_rng_state(),
         },
-        tmp,
     )
-    os.replace(tmp, path)
 
 
 def export_model(
@@ -136,11 +174,9 @@ def provenance(cfg: TrainConfig, state: TrainState, corpus: Path) -> dict[str, A
 
 def load_checkpoint_model(run_dir: Path) -> tuple[TwoStreamXLNet, TrainConfig, TrainState]:
     """The model, config and state of `run_dir/last.pt` (for export and measurement)."""
-    import torch
-
     from infill.training.asarm import build_model
 
-    ckpt = torch.load(run_dir / "last.pt", map_location="cpu", weights_only=False)
+    ckpt = read_checkpoint(run_dir / "last.pt")
     cfg = config_from_json(ckpt["config"])
     model = build_model(cfg.shape, cfg.seq_len)
     model.load_state_dict(ckpt["model"])

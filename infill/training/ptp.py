@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infill.training.checkpoints import read_checkpoint, write_checkpoint
 from infill.training.ptp_teacher import Batch, iteration_tokens, sample_middles, slot_logits, teacher_pass
 
 if TYPE_CHECKING:
@@ -265,7 +266,7 @@ def train(
     log_path = out_dir / "ptp_log.jsonl"
     step, elapsed_before = 0, 0.0
     if resume and ckpt_path.exists():
-        state = torch.load(ckpt_path, weights_only=False)
+        state = read_checkpoint(ckpt_path)
         adapter.load_state_dict(state["adapter"])
         opt.load_state_dict(state["optimizer"])
         step, elapsed_before = int(state["step"]), float(state["seconds"])
@@ -294,7 +295,8 @@ def train(
 
     def save(last_eval: dict[str, float] | None) -> None:
         adapter.save(out_dir / ADAPTER_FILE, provenance=summary(last_eval))
-        torch.save(
+        write_checkpoint(
+            ckpt_path,
             {
                 "adapter": adapter.state_dict(),
                 "optimizer": opt.state_dict(),
@@ -303,7 +305,6 @@ def train(
                 "rng": rng.getstate(),
                 "gen": gen.get_state(),
             },
-            ckpt_path,
         )
 
     last_eval = evaluate(teacher, adapter, held, sp, cfg) if step == 0 else None

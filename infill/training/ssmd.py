@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from infill.models.ssmd import HEAD_FILE, HeadShape, SSMDHead, identity_gap, save_head
 from infill.training.blockdiff import Specials, fim_example, specials_of, two_stream_mask
+from infill.training.checkpoints import read_checkpoint, write_checkpoint
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,7 @@ def train_head(
     )
     step, elapsed0, history = 0, 0.0, []
     if resume and ckpt_path.exists():
-        ck = torch.load(ckpt_path, weights_only=False)
+        ck = read_checkpoint(ckpt_path)
         head.load_state_dict(ck["head"])
         opt.load_state_dict(ck["opt"])
         step, elapsed0, history = int(ck["step"]), float(ck["elapsed"]), list(ck["history"])
@@ -254,8 +255,7 @@ def train_head(
             "shape": asdict(shape),
             "config": asdict(cfg),
         }
-        torch.save(state, run / "checkpoint.tmp")
-        (run / "checkpoint.tmp").replace(ckpt_path)
+        write_checkpoint(ckpt_path, state)
 
     head.train()
     recent: list[tuple[float, float, int]] = []
