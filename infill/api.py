@@ -88,6 +88,9 @@ class FillResult:
     stats: dict[str, Any] = field(default_factory=dict)  # decoder, model, nfe, tokens, seconds, ...
     warnings: list[str] = field(default_factory=list)  # e.g. "no valid candidate found ..."
     notes: list[str] = field(default_factory=list)  # details for -v, e.g. which lines the model saw
+    # calibrated probability that the fill is right (the lowest over its spans); None when the model ships no
+    # calibration for this kind of fill
+    confidence: float | None = None
 
 
 ProgressCallback = Callable[[dict[str, Any]], None]
