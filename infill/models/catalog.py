@@ -43,7 +43,12 @@ def hf_cache_dir() -> Path:
     return base / "huggingface" / "hub"
 
 
+MAX_HEADER = 100 << 20  # the safetensors format's own limit on its JSON header
+
+
 def safetensors_parameters(folder: Path) -> int | None:
+    """The parameter count in the headers of the folder's *.safetensors files; None without such files or when one
+    is not a safetensors file."""
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         return None
@@ -52,14 +57,18 @@ def safetensors_parameters(folder: Path) -> int | None:
         try:
             with f.open("rb") as fh:
                 (n,) = struct.unpack("<Q", fh.read(8))
+                if n > min(f.stat().st_size - 8, MAX_HEADER):  # not a safetensors file: never read n bytes
+                    return None
                 header = json.loads(fh.read(n))
         except (OSError, ValueError, struct.error):
+            return None
+        if not isinstance(header, dict):
             return None
         for key, meta in header.items():
             if key == "__metadata__":
                 continue
             count = 1
-            for dim in meta.get("shape", []):
+            for dim in meta.get("shape", []) if isinstance(meta, dict) else []:
                 count *= int(dim)
             total += count
     return total

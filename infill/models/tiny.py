@@ -145,7 +145,7 @@ def tiny_blockdiff_checkpoint(
     tok = build_tokenizer(corpus, vocab_size=vocab_size)
     if not fim:
         tok = _without_tokens(tok, (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE))
-    model = build_model(tok.get_vocab_size(), shape, seed=seed)
+    model = build_model(max(tok.get_vocab().values()) + 1, shape, seed=seed)  # ids dropped above stay unused
     return save_folder(folder, model, tok, block_size=block_size, provenance={"random": True, "seed": seed})
 
 
