@@ -31,7 +31,6 @@ from infill.models.registry import LoadedModel
 __all__ = [
     "ARCHITECTURES",
     "END_TOKEN_CANDIDATES",
-    "FIM_TOKENS",
     "MASK_TOKEN_CANDIDATES",
     "BlockDiffModel",
     "ForwardKind",
@@ -50,7 +49,6 @@ ARCHITECTURES: dict[str, tuple[str, bool]] = {
     "llama": ("LlamaForCausalLM", False),
 }
 MASK_TOKEN_CANDIDATES = ("<|MASK|>", "<|mask|>", "<mask>", "[MASK]")
-FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
 
 
 def _first_int(*values: Any) -> int | None:

@@ -12,16 +12,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from infill.models.blockdiff import ARCHITECTURES  # imports no torch
-
-ASARM_TYPES = {"xlnet"}
-BLOCKDIFF_TYPES = set(ARCHITECTURES)  # what infill.models.blockdiff loads
+from infill.models.loading import folder_kind  # imports no torch
 
 
 @dataclass(frozen=True)
 class ModelEntry:
     name: str  # what to pass to --model
-    kind: str  # "asarm" | "blockdiff" | "unsupported (<model_type>)"
+    kind: str  # "asarm" | "blockdiff" | "ar" (left to right) | "unsupported (<model_type>)"
     size_bytes: int
     parameters: int | None  # from safetensors headers; None when unknown (e.g. only a .bin file)
     provenance: str
@@ -85,14 +82,6 @@ def folder_size(folder: Path) -> int:
     return total
 
 
-def _kind(model_type: str | None) -> str:
-    if model_type in ASARM_TYPES:
-        return "asarm"
-    if model_type in BLOCKDIFF_TYPES:
-        return "blockdiff"
-    return f"unsupported ({model_type})"
-
-
 def provenance_line(value: object) -> str:
     """One short line for `infill models` from a config's provenance record (a string, or the dict that
     `infill train` writes: trainer, steps, tokens seen, held-out NLL)."""
@@ -123,7 +112,7 @@ def describe(folder: Path, name: str, default_provenance: str, revision: str | N
     meta = cfg.get("infill") or {}
     return ModelEntry(
         name=name,
-        kind=_kind(cfg.get("model_type")),
+        kind=folder_kind(cfg, folder) or f"unsupported ({cfg.get('model_type')})",
         size_bytes=folder_size(folder),
         parameters=safetensors_parameters(folder),
         provenance=provenance_line(meta.get("provenance", default_provenance)),

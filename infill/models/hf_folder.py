@@ -4,7 +4,7 @@
 - the tokenizer (HFTokenizer: user text never turns into special tokens);
 - the checks made before any weight is read: the folder's tokenizer must fit the network's vocabulary, and the
   network must fit in memory (its parameter count, from the safetensors headers or else estimated from
-  config.json, times 4 bytes: weights are loaded as fp32);
+  config.json, times the bytes per weight it is loaded with: 4 for fp32, 2 for bf16);
 - the end-of-text tokens a folder names;
 - loading the weights into a stock class picked by the caller.
 
@@ -23,7 +23,7 @@ from infill.models.loading import read_json
 
 END_TOKEN_CANDIDATES = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "</s>")
 _CONFIG_DROP = ("auto_map", "architectures", "model_type", "infill", "transformers_version")
-BYTES_PER_PARAMETER = 4  # weights load as fp32 (bf16 is an autocast over them)
+BYTES_PER_PARAMETER = {"float32": 4, "bfloat16": 2}
 
 
 class HFTokenizer:
@@ -139,21 +139,21 @@ def estimate_parameters(folder: Path, raw: dict[str, Any]) -> int | None:
     return layers * (attention + feed_forward) + embeddings
 
 
-def check_memory(folder: Path, raw: dict[str, Any], device: str, available: int | None = None) -> None:
-    """ModelError when the network's fp32 weights alone would not fit in the memory free on `device` (RAM, or the
-    GPU's), estimated before any weight is read. `available` (bytes) replaces the measurement."""
+def check_memory(folder: Path, raw: dict[str, Any], device: str, dtype: str = "float32") -> None:
+    """ModelError when the network's weights alone (in `dtype`) would not fit in the memory free on `device` (RAM,
+    or the GPU's), estimated before any weight is read."""
     from infill.hardware import free_memory
 
     params = estimate_parameters(folder, raw)
-    free = available if available is not None else free_memory(device)
+    free = free_memory(device)
     if params is None or free is None:
         return
-    need = params * BYTES_PER_PARAMETER
+    need = params * BYTES_PER_PARAMETER[dtype]
     if need > free:
         where = "GPU memory" if device == "cuda" else "memory"
         raise ModelError(
             f"{folder}: its {params / 1e9:.1f}B parameters need about {need / 2**30:.1f} GiB of {where} "
-            f"(fp32), but {free / 2**30:.1f} GiB is free; close other programs or use a smaller model"
+            f"({dtype}), but {free / 2**30:.1f} GiB is free; close other programs or use a smaller model"
         )
 
 
@@ -178,9 +178,14 @@ def end_token_ids(
 
 
 def load_network(
-    folder: Path, raw: dict[str, Any], class_name: str, device: str, attn_implementation: str = "sdpa"
+    folder: Path,
+    raw: dict[str, Any],
+    class_name: str,
+    device: str,
+    attn_implementation: str = "sdpa",
+    dtype: str = "float32",
 ) -> Any:
-    """The folder's weights in the stock transformers class `class_name` (fp32, eval mode, on `device`).
+    """The folder's weights in the stock transformers class `class_name` (in `dtype`, eval mode, on `device`).
     `auto_map` and the folder's own modeling files are ignored: nothing from the folder is executed."""
     import torch
     import transformers
@@ -193,7 +198,7 @@ def load_network(
             model = cls.from_pretrained(
                 str(folder),
                 config=config,
-                dtype=torch.float32,
+                dtype=getattr(torch, dtype),
                 local_files_only=True,
                 trust_remote_code=False,
                 attn_implementation=attn_implementation,
