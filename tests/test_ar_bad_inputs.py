@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from infill import api
 from infill.cli import main
 from infill.models.hf_folder import estimate_parameters
-from infill.models.tiny import tiny_ar_checkpoint
+from infill.models.tiny import QWEN_CODER_05B_SHAPE, tiny_ar_checkpoint
 
 SOURCE = "def mean(xs):\n    total = sum(xs)\n    return total / len(xs)\n"
 
@@ -110,17 +110,7 @@ def test_decoders_a_left_to_right_model_cannot_run(qwen: Path, tmp_path: Path, a
 def test_the_parameter_estimate_of_a_real_shape() -> None:
     """Qwen2.5-Coder-0.5B's config (no weights beside it): 494,032,768 parameters, of which the estimate leaves out
     only the biases and norms."""
-    shape = {
-        "model_type": "qwen2",
-        "hidden_size": 896,
-        "num_hidden_layers": 24,
-        "num_attention_heads": 14,
-        "num_key_value_heads": 2,
-        "intermediate_size": 4864,
-        "vocab_size": 151936,
-        "tie_word_embeddings": True,
-    }
-    estimate = estimate_parameters(Path("/nonexistent"), shape)
+    estimate = estimate_parameters(Path("/nonexistent"), {"model_type": "qwen2", **QWEN_CODER_05B_SHAPE})
     assert estimate is not None and abs(estimate - 494_032_768) / 494_032_768 < 0.001
 
 

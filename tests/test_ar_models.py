@@ -184,3 +184,31 @@ def test_weights_load_in_bf16_only_where_bf16_is_fast(folders: dict[str, Path]) 
     assert loaded.info["dtype"] == str(want).removeprefix("torch.")
     fp32 = api.load_model(ModelSpec(name=str(folders["qwen"]), device="cpu", bf16=False))
     assert next(fp32.model.model.parameters()).dtype == torch.float32  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("family", "fewer"), [("qwen", False), ("codellama", True)])
+def test_greedy_speculation_writes_the_greedy_fill_through_the_cli(
+    folders: dict[str, Path], family: str, fewer: bool
+) -> None:
+    """`--decoder assd --temperature 0` (lookup drafts) and `--decoder sequential --temperature 0` write the same
+    fill, the speculative one in no more passes (this Code Llama model repeats a token, and the lookup copies it)."""
+    source = "a b c d a b c d a b c d\n" * 9
+    out = {}
+    for decoder in ("sequential", "assd"):
+        args = ["-", "--stdin-filename", "x.txt", "--span", "5:6", "--tokens", "24", "--format", "json", "--model"]
+        code, stdout, err = fill(
+            *args,
+            str(folders[family]),
+            "--decoder",
+            decoder,
+            "--temperature",
+            "0",
+            "--allow-syntax-errors",
+            input=source,
+        )
+        assert code == 0, err
+        out[decoder] = json.loads(stdout)
+    (seq,), (spec,) = out["sequential"]["edits"], out["assd"]["edits"]
+    assert spec["text"] == seq["text"] and spec["score"] == pytest.approx(seq["score"], abs=1e-4)
+    passes = out["assd"]["stats"]["nfe"], out["sequential"]["stats"]["nfe"]
+    assert passes[0] < passes[1] if fewer else passes[0] <= passes[1]

@@ -68,7 +68,7 @@ def _from_hf_cache(repo_id: str, revision: str | None) -> str:
         rev = f" (revision {revision})" if revision else ""
         raise ModelError(
             f"model {repo_id!r}{rev} is not a local folder and not in the HF cache; infill never downloads "
-            "(fetch it once with `huggingface-cli download` or pass a folder)"
+            f"(fetch it once with `hf download {repo_id}` or pass a folder)"
         ) from exc
 
 

@@ -207,6 +207,19 @@ AR_FAMILIES: dict[str, tuple[str, tuple[str, ...], dict[str, str], bool]] = {
 }
 
 
+# Qwen2.5-Coder-0.5B's shape (494,032,768 parameters), for `shape=`: a random model that costs what the real one does
+QWEN_CODER_05B_SHAPE: dict[str, Any] = {
+    "hidden_size": 896,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "intermediate_size": 4864,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": True,
+}
+
+
 def tiny_ar_checkpoint(
     folder: str | Path,
     family: str = "qwen",
