@@ -9,6 +9,7 @@ import ast
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -212,3 +213,17 @@ def test_greedy_speculation_writes_the_greedy_fill_through_the_cli(
     assert spec["text"] == seq["text"] and spec["score"] == pytest.approx(seq["score"], abs=1e-4)
     passes = out["assd"]["stats"]["nfe"], out["sequential"]["stats"]["nfe"]
     assert passes[0] < passes[1] if fewer else passes[0] <= passes[1]
+
+
+def test_the_family_is_read_from_the_tokenizer() -> None:
+    from infill.errors import ModelError
+    from infill.models.fim import find_fim
+
+    def lookup(vocab: list[str]) -> Any:
+        return lambda token: vocab.index(token) if token in vocab else None
+
+    codellama = find_fim(lookup(["<s>", "<PRE>", "<SUF>", "<MID>", "<EOT>"]))  # the spelling without "▁"
+    assert codellama is not None and codellama.family == "codellama" and codellama.ids == (1, 2, 3)
+    assert find_fim(lookup(["<s>", "a", "<MID>"])) is None  # one look-alike is an ordinary token
+    with pytest.raises(ModelError, match="starcoder fill-in-the-middle tokens but not <fim_middle>"):
+        find_fim(lookup(["<fim_prefix>", "<fim_suffix>"]))

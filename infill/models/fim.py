@@ -57,7 +57,7 @@ class FimTokens:
 
 def find_fim(token_id: Callable[[str], int | None], where: str = "the tokenizer") -> FimTokens | None:
     """The FIM tokens of a tokenizer (`token_id`: a token's id, or None), or None when it has none of them.
-    ModelError when it has only part of a family's tokens: that tokenizer was cut or edited."""
+    ModelError when it has two of a family's three tokens: that tokenizer was cut or edited."""
 
     def first(spellings: tuple[str, ...]) -> int | None:
         return next((i for i in map(token_id, spellings) if i is not None), None)
@@ -67,7 +67,7 @@ def find_fim(token_id: Callable[[str], int | None], where: str = "the tokenizer"
         if all(i is not None for i in found):
             pre, suf, mid = (int(i) for i in found if i is not None)
             return FimTokens(family.name, pre, suf, mid, family.ends)
-        if any(i is not None for i in found):
+        if sum(i is not None for i in found) == 2:  # one alone may be an ordinary token that looks like it
             missing = [
                 s[0] for s, i in zip((family.prefix, family.suffix, family.middle), found, strict=True) if i is None
             ]
