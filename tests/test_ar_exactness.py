@@ -128,11 +128,9 @@ def test_lookup_with_an_end_token_matches_the_variable_length_joint() -> None:
 
 def test_the_conditionals_are_the_networks_next_token_predictions_after_the_fim_prompt() -> None:
     """verify() row i is the network's prediction after PRE prefix SUF suffix MID x_0..x_{i-1}, read from a plain
-    forward here; several end tokens share one probability (given to pad_id); FIM tokens and padding rows get
-    none."""
-    fim = CausalFim(
-        tiny_causal_lm("qwen2", seed=1, vocab=12), fim=FIM, end_ids=(END, 10), banned=(PRE, SUF, MID), text_vocab=11
-    )
+    forward here; several end tokens share one probability (given to pad_id); FIM tokens (special or not: Code
+    Llama's are ordinary vocabulary entries) and padding rows get none."""
+    fim = CausalFim(tiny_causal_lm("qwen2", seed=1, vocab=12), fim=FIM, end_ids=(END, 10), text_vocab=11)
     ids, masked = torch.tensor([0, 1, 4, 3, MASK, 2]), torch.tensor([2, 3, 4])  # drafts 4, 3 written in
     got = fim.verify(ids, masked, 0, masked)  # (3, V)
     raw = fim.model(input_ids=torch.tensor([[PRE, 0, 1, SUF, 2, MID, 4, 3]])).logits[0, -3:]  # (3, V)

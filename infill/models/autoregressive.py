@@ -60,7 +60,7 @@ class CausalFim:
     fim:        the tokenizer's FIM tokens; None = a model that only continues text.
     lead:       tokens before the prompt (a BOS where the tokenizer adds one).
     end_ids:    tokens that end the middle (their probabilities go to `pad_id`).
-    banned:     tokens never written (special tokens that are not end tokens).
+    banned:     tokens never written (special tokens that are not end tokens; the FIM and lead tokens always are).
     text_vocab: one more than the tokenizer's last id (rows past it are padding).
     window:     the longest causal sequence a pass may run (its `max_length`, the longest FillProblem, is that
                 less the lead and the FIM tokens).
@@ -91,7 +91,7 @@ class CausalFim:
         self.max_length = int(window) - self.overhead
         self.nfe = 0
         never = {int(t) for t in banned} | set(range(text_vocab or self.vocab_size, self.vocab_size))
-        never |= set(ends)
+        never |= set(ends) | set(self.lead) | set(fim.ids if fim is not None else ())
         never.discard(self.pad_id if self.pad_id is not None else -1)
         self._ends = torch.tensor(ends, dtype=torch.long)
         self._banned = torch.tensor(sorted(t for t in never if t < self.vocab_size), dtype=torch.long)
