@@ -25,16 +25,16 @@ planning is infill.core.plan, and what differs between the two model kinds is in
   spans of one region are never cut. What remains goes 3/4 to the prefix (its end is kept) and 1/4 to the
   suffix (its start is kept); a side that needs less gives the rest to the other. Spans too far apart to share
   one sequence are filled as separate regions, each seeing the original text around it.
-* Candidates. One seeded torch.Generator draws every sample. A candidate is one sample of every span. For
-  code, candidates that add tree-sitter ERROR/MISSING nodes are rejected (for Python input that CPython's parser
-  accepts, also candidates it rejects: tree-sitter takes `if x:` with no body), and so are fills with broken UTF-8
-  (U+FFFD); rejects are resampled (up to FillOptions.max_resample extra samples). The valid candidate with
-  the highest log-likelihood (sum over spans of the fill's token log-probabilities under the model,
-  end-of-fill pad included) wins. Beam search is given the same checks (Run.accept -> FillProblem.accept):
-  a finished fill they reject does not end the search. When every fill it found that writes something is
-  still rejected, the search runs once more FillOptions.rescue_width times wider and its fills that write something
-  are tried best first until one passes (a small model's few best lines often all break the syntax). If none
-  is valid, NoValidFillError names the failing spans (exit code 3: nothing is written); with
+* Candidates. One seeded torch.Generator draws every sample. A candidate is one sample of every span. For code,
+  candidates worse than the best text the spans allow are rejected (infill.textops.SyntaxCheck: Python that some
+  text in the spans makes compile must compile with CPython; no more tree-sitter ERROR/MISSING nodes than that text
+  leaves), and so are fills with broken UTF-8 (U+FFFD); rejects are resampled (up to FillOptions.max_resample extra
+  samples). The valid candidate with the highest log-likelihood (sum over spans of the fill's token log-
+  probabilities under the model, end-of-fill pad included) wins. Beam search is given the same checks (Run.accept ->
+  FillProblem.accept): a finished fill they reject does not end the search. When every fill it found that writes
+  something is still rejected, the search runs once more FillOptions.rescue_width times wider and its fills that
+  write something are tried best first until one passes (a small model's few best lines often all break the syntax).
+  If none is valid, NoValidFillError names the failing spans (exit code 3: nothing is written); with
   FillOptions.allow_syntax_errors the most likely one is returned with a warning.
 """
 
@@ -145,7 +145,10 @@ def _candidate_edits(
         raw = fill.raw[1:] if plan.healed and fill.raw.startswith(" ") else fill.raw
         if plan.span.one_line:
             raw = first_line(raw)
-        text = restore_newlines(shape_fill(raw, plan.prefix, plan.replaced, plan.suffix), newline)
+        # a marker is not content: a line holding only a marker is shaped as the emptied line it stands for
+        # (`--span N` on a blank line), wherever the marker sits on it, so the model's indentation is kept
+        replaced = "" if plan.span.placeholder else plan.replaced
+        text = restore_newlines(shape_fill(raw, plan.prefix, replaced, plan.suffix), newline)
         span = plan.span
         start_line = index.line_of(span.start_byte) if data else 1
         end_line = index.line_of(max(span.start_byte, span.end_byte - 1)) if data else 1
@@ -207,15 +210,15 @@ def fill_text(
     syntax: SyntaxCheck | None = None  # the input's syntax, analysed once; candidates may not make it worse
     if options.syntax_check and language is not None:
         try:
-            placeholders = [(s.start_byte, s.end_byte) for s in ordered if s.placeholder]
-            syntax = SyntaxCheck(language, data, placeholders)
+            syntax = SyntaxCheck(language, data, ordered)
         except InputError as exc:  # grammar extra missing: fill without the check
             warnings.append(f"syntax check skipped: {exc.message}")
     newline = newline_of(text)
 
     def rejection(patched: bytes, edits: list[Edit]) -> str | None:
-        """Why a candidate is rejected, or None: it splits a UTF-8 character (U+FFFD), adds tree-sitter ERROR /
-        MISSING nodes, or (Python that parsed before) no longer parses with CPython's parser."""
+        """Why a candidate is rejected, or None: it splits a UTF-8 character (U+FFFD), or it is worse than the best
+        the spans' surroundings allow (infill.textops.SyntaxCheck: Python that some text in the spans makes
+        compile must compile; no more tree-sitter ERROR / MISSING nodes than that text leaves)."""
         if any("\ufffd" in e.text for e in edits) and "\ufffd" not in text:
             return "splits a UTF-8 character"
         return syntax.rejection(patched, edits) if syntax is not None else None
