@@ -209,8 +209,7 @@ def shape_fill(fill: str, prefix: str, replaced: str, suffix: str) -> str:
 
 
 def python_parses(source: bytes) -> bool:
-    """Whether CPython's own parser accepts `source`. Tree-sitter's Python grammar accepts some invalid code
-    (a block opener with no body, `if x:` before a dedent), so Python fills are checked with both."""
+    """Whether CPython's parser accepts `source` (ast.parse). `python_compiles` is the stricter check fills get."""
     import ast
     import warnings
 
@@ -219,6 +218,21 @@ def python_parses(source: bytes) -> bool:
             warnings.simplefilter("ignore")  # SyntaxWarning (e.g. invalid escapes) must not reach stderr
             ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+def python_compiles(source: bytes) -> bool:
+    """Whether CPython compiles `source`: the interpreter's own verdict. Tree-sitter's Python grammar recovers
+    from indentation errors without ERROR nodes (a block opener with no body, an unexpected indent), and the
+    compile stage also refuses what ast.parse accepts (`return` outside a function, `break` outside a loop)."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, "<fill>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
         return False
     return True
 
@@ -258,63 +272,134 @@ LOCAL_CHECK_BYTES = 1 << 20
 _MAX_CHUNK_SCAN = 1 << 18  # how far to look for a top-level block boundary on each side of an edit
 
 
-class SyntaxCheck:
-    """Whether a candidate makes the input's syntax worse, for one fill (the original is analysed once).
+# Texts that can stand in a span when the file around it is judged: if the file compiles (or has no tree-sitter
+# error) with one of them, some fill can make it so, and a fill that does not is refused. Line fillers go at
+# the indentation of the enclosing block (the levels a new line may take); in-line fillers go where the span is.
+_PY_LINE_FILLERS = ("", "pass", "if True:", "try:", "else:", "except Exception:", "finally:")
+_PY_INLINE_FILLERS = ("", "0", "pass")
+_BRACE_LINE_FILLERS = ("", "{", "}")
 
-    Up to LOCAL_CHECK_BYTES the whole file is checked: a candidate may not add tree-sitter ERROR / MISSING nodes,
-    and Python that CPython's parser accepted must still be accepted. Larger inputs are checked the same way on
-    the top-level blocks around the edits only ("chunks": from a column-1 line after a blank line before the
-    edit to the next such line after it), which is exact whenever those lines are statement boundaries.
+
+@dataclass(frozen=True)
+class _Edit:
+    """A text put into a byte range of the original: what the checks below apply."""
+
+    start_byte: int
+    end_byte: int
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    errors: int  # tree-sitter ERROR / MISSING nodes
+    compiles: bool  # CPython compiles it (Python only; False for other languages)
+
+    def beaten_by(self, other: _Verdict) -> bool:
+        return other.errors < self.errors or (other.compiles and not self.compiles)
+
+
+class SyntaxCheck:
+    """The syntax rule every fill obeys (one rule for the fill core, the docstrings writer and the server): a
+    candidate may not be worse than the best the spans' surroundings allow.
+
+    "The best" is measured on the input as it stands and with every span holding a filler text (the emptied
+    span, `pass`, `if True:` ... at each indentation a line there may take; see _PY_LINE_FILLERS): if any of
+    them makes the file compile with CPython (Python), every candidate must compile; and no candidate may have
+    more tree-sitter ERROR / MISSING nodes than the fewest any of them has. A span's own text counts unless it
+    is a placeholder (a --marker's text is not code). So an emptied `for x in xs:` line, whose file does not
+    compile as it stands, still admits only fills with which the file compiles.
+
+    Up to LOCAL_CHECK_BYTES the whole file is checked. Larger inputs are checked the same way on the top-level
+    blocks around the edits only ("chunks": from a column-1 line after a blank line before the edit to the
+    next such line after it), which is exact whenever those lines are statement boundaries.
     """
 
-    def __init__(self, language: str, data: bytes, placeholders: Sequence[tuple[int, int]] = ()) -> None:
+    def __init__(self, language: str, data: bytes, spans: Sequence[Any] = ()) -> None:
         self.language = language
         self.data = data
         self.local = len(data) > LOCAL_CHECK_BYTES
-        # A placeholder (a --marker's text) is not code: the input is judged as it stands and with every
-        # placeholder removed, and a candidate may not be worse than the better of the two. So a `<FILL>` line
-        # is held to the same standard as the emptied line of `--span N:N`.
-        self.blanks = [_Blank(start, end) for start, end in placeholders]
-        self._chunks: dict[tuple[int, int], tuple[int, bool]] = {}  # (errors, CPython parses) of original chunks
+        self.spans = sorted(spans, key=lambda s: (s.start_byte, s.end_byte))
+        self._chunks: dict[tuple[int, int], _Verdict] = {}  # the best verdict of each original chunk
         if not self.local:
-            self.baseline, self.python = self._analyse(data, self.blanks, 0)
+            self.best = self._best(data, self.spans, 0)
         else:
             syntax_errors(language, b"")  # fail early (InputError) when the grammar extra is missing
 
-    def _analyse(self, original: bytes, blanks: Sequence[_Blank], offset: int) -> tuple[int, bool]:
-        """(ERROR/MISSING nodes, CPython parses) of `original`, or of it without its placeholders when better.
-        InputError when the grammar extra is missing."""
-        errors, parses = syntax_errors(self.language, original), self._parses(original)
-        if blanks:
-            emptied = _apply_shifted(original, blanks, offset)
-            errors = min(errors, syntax_errors(self.language, emptied))
-            parses = parses or self._parses(emptied)
-        return errors, parses
+    @property
+    def python(self) -> bool:
+        """Whether some text in the spans makes the whole input compile (so every candidate must)."""
+        return self.best.compiles
 
-    def rejection(self, patched: bytes, edits: Sequence[Any]) -> str | None:
-        """Why the candidate (the patched input and its edits, which index the original) is worse, or None."""
-        if not self.local:
-            if syntax_errors(self.language, patched) > self.baseline:
-                return "adds syntax errors"
-            if self.python and not python_parses(patched):
-                return "does not parse"
-            return None
+    def _verdict(self, source: bytes) -> _Verdict:
+        return _Verdict(syntax_errors(self.language, source), self.language == "python" and python_compiles(source))
+
+    def _best(self, original: bytes, spans: Sequence[Any], offset: int) -> _Verdict:
+        """The best verdict of `original` (bytes from `offset` of the input) over its spans' own texts and the
+        fillers. InputError when the grammar extra is missing."""
+        markers = [_Edit(s.start_byte, s.end_byte) for s in spans if s.placeholder]  # not code: removed
+        best = self._verdict(_apply_shifted(original, markers, offset))
+        if best.errors == 0 and (best.compiles or self.language != "python"):
+            return best
+        for variant in self._fillers(original, spans, offset):
+            verdict = self._verdict(_apply_shifted(original, variant, offset))
+            if best.beaten_by(verdict):
+                best = _Verdict(min(best.errors, verdict.errors), best.compiles or verdict.compiles)
+            if best.errors == 0 and (best.compiles or self.language != "python"):
+                break
+        return best
+
+    def _fillers(self, original: bytes, spans: Sequence[Any], offset: int) -> list[list[_Edit]]:
+        """Edit sets putting one filler text (at one indentation) into every span at once."""
+        if not spans:
+            return []
+        line_fillers = _PY_LINE_FILLERS if self.language == "python" else _BRACE_LINE_FILLERS
+        inline_fillers = _PY_INLINE_FILLERS if self.language == "python" else ("",)
+        first = spans[0]
+        pos = first.start_byte - offset
+        at_line_start = pos == 0 or original[pos - 1 : pos] in (b"\n", b"\r")
+        if not at_line_start:
+            return [[_Edit(s.start_byte, s.end_byte, f) for s in spans] for f in inline_fillers]
+        head = original[max(0, first.start_byte - offset - 8192) : first.start_byte - offset]
+        prefix = to_model(head.decode("utf-8", errors="replace"))
+        tail = original[first.end_byte - offset : first.end_byte - offset + 8192]
+        suffix = to_model(tail.decode("utf-8", errors="replace"))
+        indents = sorted(open_levels(prefix) | {target_indent(prefix, "", suffix)}, key=len, reverse=True)
+        variants = []
+        for filler in line_fillers:
+            for indent in indents if filler else [""]:
+                edits = []
+                for s in spans:
+                    end = original[s.end_byte - offset : s.end_byte - offset + 1]
+                    text = indent + filler if filler else ""
+                    if text and end not in (b"", b"\n", b"\r"):
+                        text += "\n"  # an insertion point before text: the filler is a line of its own
+                    edits.append(_Edit(s.start_byte, s.end_byte, text))
+                variants.append(edits)
+        return variants
+
+    def rejection(self, patched: bytes, edits: Sequence[Any] | None = None) -> str | None:
+        """Why the candidate (the patched input and its edits, which index the original) is worse than the best
+        the spans allow, or None. Without `edits` the whole patched input is judged (large inputs too)."""
+        if not self.local or edits is None:
+            best = self.best if not self.local else self._best(self.data, self.spans, 0)
+            return self._worse(best, patched)
         for start, end in self.chunks(edits):
             original = self.data[start:end]
             inside = [e for e in edits if start <= e.start_byte and e.end_byte <= end]
-            new = _apply_shifted(original, inside, start)
             if (start, end) not in self._chunks:
-                blanks = [b for b in self.blanks if start <= b.start_byte and b.end_byte <= end]
-                self._chunks[start, end] = self._analyse(original, blanks, start)
-            errors, parses = self._chunks[start, end]
-            if syntax_errors(self.language, new) > errors:
-                return "adds syntax errors"
-            if parses and not python_parses(new):
-                return "does not parse"
+                spans = [s for s in self.spans if start <= s.start_byte and s.end_byte <= end]
+                self._chunks[start, end] = self._best(original, spans, start)
+            reason = self._worse(self._chunks[start, end], _apply_shifted(original, inside, start))
+            if reason is not None:
+                return reason
         return None
 
-    def _parses(self, chunk: bytes) -> bool:
-        return self.language == "python" and python_parses(chunk)
+    def _worse(self, best: _Verdict, new: bytes) -> str | None:
+        if best.compiles and not python_compiles(new):
+            return "does not compile"
+        if syntax_errors(self.language, new) > best.errors:
+            return "adds syntax errors"
+        return None
 
     def chunks(self, edits: Sequence[Any]) -> list[tuple[int, int]]:
         """Merged [start, end) byte ranges of the original around the edits, on block boundaries."""
@@ -359,15 +444,6 @@ def _block_end(data: bytes, offset: int) -> int:
     return len(data)
 
 
-@dataclass(frozen=True)
-class _Blank:
-    """A placeholder's byte range, as an edit that removes it."""
-
-    start_byte: int
-    end_byte: int
-    text: str = ""
-
-
 def _apply_shifted(chunk: bytes, edits: Sequence[Any], offset: int) -> bytes:
     out, at = [], 0
     for e in sorted(edits, key=lambda e: (e.start_byte, e.end_byte)):
@@ -378,15 +454,14 @@ def _apply_shifted(chunk: bytes, edits: Sequence[Any], offset: int) -> bytes:
 
 
 def breaks_syntax(language: str | None, before: bytes, after: bytes) -> bool:
-    """Whether `after` is syntactically worse than `before`: Python that CPython parsed no longer parses, or
-    more tree-sitter ERROR / MISSING nodes. Plain text (language None), or a missing grammar extra, never is."""
+    """Whether `after` is syntactically worse than `before` by the fill rule (SyntaxCheck with no span: Python
+    that CPython compiled must still compile; no more tree-sitter ERROR / MISSING nodes). Plain text (language
+    None), or a missing grammar extra, never is."""
     if language is None:
         return False
-    if language == "python" and python_parses(before):
-        return not python_parses(after)
     from infill.errors import InputError
 
     try:
-        return syntax_errors(language, after) > syntax_errors(language, before)
+        return SyntaxCheck(language, before).rejection(after) is not None
     except InputError:  # the grammar extra is not installed: nothing to check with
         return False

@@ -425,8 +425,8 @@ def test_item07_only_the_window_is_tokenized(tmp_path: Path, monkeypatch: pytest
     real_encode = ByteTokenizer.encode
     monkeypatch.setattr(ByteTokenizer, "encode", lambda tok, text: encoded.append(len(text)) or real_encode(tok, text))
     parsed: list[int] = []
-    real_parses = textops.python_parses
-    monkeypatch.setattr(textops, "python_parses", lambda src: parsed.append(len(src)) or real_parses(src))
+    real_compiles = textops.python_compiles
+    monkeypatch.setattr(textops, "python_compiles", lambda src: parsed.append(len(src)) or real_compiles(src))
     line = source[: source.index("total = 20000")].count("\n") + 1
     with fake_model(["total = 1"], name="fake-big", max_length=256):
         r = CliRunner().invoke(main, ["fill", str(p), "--span", str(line), "--model", "fake-big"])
