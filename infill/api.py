@@ -26,7 +26,7 @@ planning is infill.core.plan, and what differs between the two model kinds is in
   suffix (its start is kept); a side that needs less gives the rest to the other. Spans too far apart to share
   one sequence are filled as separate regions, each seeing the original text around it.
 * Candidates. One seeded torch.Generator draws every sample. A candidate is one sample of every span. For code,
-  candidates worse than the best text the spans allow are rejected (infill.textops.SyntaxCheck: Python that some
+  candidates worse than the best text the spans allow are rejected (infill.core.checks.SyntaxCheck: Python that some
   text in the spans makes compile must compile with CPython; no more tree-sitter ERROR/MISSING nodes than that text
   leaves), and so are fills with broken UTF-8 (U+FFFD); rejects are resampled (up to FillOptions.max_resample extra
   samples). The valid candidate with the highest log-likelihood (sum over spans of the fill's token log-
@@ -167,8 +167,9 @@ def fill_text(
     on_progress: ProgressCallback | None = None,
 ) -> FillResult:
     """Fill every span of `text`; see the module docstring."""
+    from infill.core.checks import SyntaxCheck
     from infill.patch import apply_edits, check_outside_unchanged
-    from infill.textops import SyntaxCheck, newline_of
+    from infill.textops import newline_of
 
     data = text.encode("utf-8")
     ordered = check_spans(data, spans)
@@ -217,7 +218,7 @@ def fill_text(
 
     def rejection(patched: bytes, edits: list[Edit]) -> str | None:
         """Why a candidate is rejected, or None: it splits a UTF-8 character (U+FFFD), or it is worse than the best
-        the spans' surroundings allow (infill.textops.SyntaxCheck: Python that some text in the spans makes
+        the spans' surroundings allow (infill.core.checks.SyntaxCheck: Python that some text in the spans makes
         compile must compile; no more tree-sitter ERROR / MISSING nodes than that text leaves)."""
         if any("\ufffd" in e.text for e in edits) and "\ufffd" not in text:
             return "splits a UTF-8 character"

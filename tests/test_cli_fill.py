@@ -530,19 +530,19 @@ def test_a_marker_line_is_checked_like_an_emptied_line(tmp_path: Path, form: str
 
 @pytest.mark.parametrize("local", [False, True])
 def test_syntax_check_judges_a_placeholder_as_removed(monkeypatch: pytest.MonkeyPatch, local: bool) -> None:
-    from infill import textops
+    from infill.core import checks
 
     if local:  # a large input is checked block by block: the placeholder inside the block is judged removed too
-        monkeypatch.setattr(textops, "LOCAL_CHECK_BYTES", 16)
+        monkeypatch.setattr(checks, "LOCAL_CHECK_BYTES", 16)
 
     data = BRANCHES.format(line="    <FILL>").encode()
     start = data.index(b"    <FILL>")
     edit = type("E", (), {"start_byte": start, "end_byte": start + 10, "text": "    else:"})()
     patched = data.replace(b"    <FILL>", b"    else:")
     marker = Span(start, start + 10, "--marker <FILL>", placeholder=True, one_line=True)
-    assert textops.SyntaxCheck("python", data, [marker]).rejection(patched, [edit]) == "does not compile"
+    assert checks.SyntaxCheck("python", data, [marker]).rejection(patched, [edit]) == "does not compile"
     # without the span the input never compiled, so only tree-sitter's error count held `else:` back
-    assert textops.SyntaxCheck("python", data).rejection(patched, [edit]) is None
+    assert checks.SyntaxCheck("python", data).rejection(patched, [edit]) is None
 
 
 def test_an_empty_fill_chosen_over_rejected_ones_is_reported(tmp_path: Path) -> None:

@@ -11,9 +11,10 @@ import pytest
 from click.testing import CliRunner
 from fixtures_cli import fake_model
 
-from infill import api, textops
+from infill import api
 from infill.cli import main
 from infill.config import FillOptions, ModelSpec
+from infill.core import checks
 from infill.errors import NoValidFillError
 from infill.spans import Selection, Span, resolve
 
@@ -38,7 +39,7 @@ def test_an_emptied_block_opener_needs_a_block_opener() -> None:
     """The emptied `for e in l:` leaves an unexpected indent: the file does not compile as it stands, but
     `if True:` at the line's level would make it compile, so the likelier simple statement is refused."""
     src = LOOP.format(line="")
-    assert not compiles(src) and textops.syntax_errors("python", src.encode()) == 0  # tree-sitter sees no error
+    assert not compiles(src) and checks.syntax_errors("python", src.encode()) == 0  # tree-sitter sees no error
     with fake_model([[("s = s + 1", 0.7), ("for e in l:", 0.3)]], name="fake-compile"):
         r = fill(src, "3:3", options=FillOptions(max_resample=20))
     assert r.text == LOOP.format(line="    for e in l:") and compiles(r.text)
@@ -92,8 +93,8 @@ def test_other_languages_hold_fills_to_what_a_filler_allows() -> None:
     file error-free, so a statement that keeps the error is refused and the opener is chosen."""
     src = "function f(x) {\n  let y = 0;\n\n    y = 1;\n  }\n  return y;\n}\n"
     at = src.index("\n\n") + 1
-    check = textops.SyntaxCheck("javascript", src.encode(), [Span(at, at)])
-    assert textops.syntax_errors("javascript", src.encode()) == 1 and check.best.errors == 0
+    check = checks.SyntaxCheck("javascript", src.encode(), [Span(at, at)])
+    assert checks.syntax_errors("javascript", src.encode()) == 1 and check.best.errors == 0
     with fake_model([[("y = 2;", 0.7), ("if (x) {", 0.3)]], name="fake-compile"):
         r = api.fill_text(
             src,
@@ -102,7 +103,7 @@ def test_other_languages_hold_fills_to_what_a_filler_allows() -> None:
             model=ModelSpec("fake-compile"),
             options=FillOptions(max_resample=20),
         )
-    assert "  if (x) {\n" in r.text and textops.syntax_errors("javascript", r.text.encode()) == 0
+    assert "  if (x) {\n" in r.text and checks.syntax_errors("javascript", r.text.encode()) == 0
 
 
 def test_no_fill_at_all_is_an_error_not_a_broken_file() -> None:
