@@ -167,13 +167,14 @@ def fill_text(
     on_progress: ProgressCallback | None = None,
 ) -> FillResult:
     """Fill every span of `text`; see the module docstring."""
-    from infill.core.checks import SyntaxCheck
+    from infill.core.checks import SyntaxCheck, monitor_for, parse_rules
     from infill.patch import apply_edits, check_outside_unchanged
     from infill.textops import newline_of
 
     data = text.encode("utf-8")
     ordered = check_spans(data, spans)
     check_decode(decode)  # nan, inf, out-of-range numbers: exit 2 before any model runs
+    rules = parse_rules(options.monitor)  # an unknown monitor rule too
     if options.candidates < 1:
         raise InputError(f"-n must be at least 1, got {options.candidates}")
     if on_progress is not None and not isinstance(model, LoadedModel):
@@ -214,6 +215,7 @@ def fill_text(
             syntax = SyntaxCheck(language, data, ordered)
         except InputError as exc:  # grammar extra missing: fill without the check
             warnings.append(f"syntax check skipped: {exc.message}")
+    monitor = monitor_for(syntax, rules)  # the static monitor, for Python
     newline = newline_of(text)
 
     def rejection(patched: bytes, edits: list[Edit]) -> str | None:
@@ -225,13 +227,16 @@ def fill_text(
         return syntax.rejection(patched, edits) if syntax is not None else None
 
     def region_accepts(region: Region, fills: list[Fill]) -> bool:
-        """Whether one region's fills pass the checks on their own (beam search stops only at such fills)."""
+        """Whether one region's fills pass the checks and the monitor on their own (beam search stops only at
+        such fills)."""
         edits = _candidate_edits(data, [region], fills, newline, index)
-        return rejection(apply_edits(data, edits), edits) is None
+        patched = apply_edits(data, edits)
+        return rejection(patched, edits) is None and (monitor is None or monitor.rejection(patched) is None)
 
     run = Run(loaded, decode, generator, on_progress=on_progress, accept=region_accepts)
     totals = run.totals
     valid: list[tuple[float, list[Edit], str]] = []
+    flagged: list[tuple[float, list[Edit], str]] = []  # pass the checks, but the static monitor refuses them
     invalid: list[tuple[float, list[Edit], str]] = []
     seen: set[tuple[str, ...]] = set()
     attempts_left = options.candidates + max(0, options.max_resample)  # resampling only happens on rejects
@@ -250,8 +255,12 @@ def fill_text(
         seen.add(key)
         patched = apply_edits(data, edits)
         check_outside_unchanged(data, patched, edits)
-        ok = rejection(patched, edits) is None
-        (valid if ok else invalid).append((sum(e.score for e in edits), edits, patched.decode("utf-8")))
+        tier = valid
+        if rejection(patched, edits) is not None:
+            tier = invalid
+        elif monitor is not None and monitor.rejection(patched) is not None:
+            tier = flagged
+        tier.append((sum(e.score for e in edits), edits, patched.decode("utf-8")))
         return True
 
     # a candidate that writes nothing into a span the user asked to fill is kept, but ranked after any that write
@@ -288,9 +297,14 @@ def fill_text(
                 break
     if on_progress is not None:
         on_progress({"event": "done"})
-    pool = valid or invalid
-    pool = [c for c in pool if _writes(c[1])] or pool
+    # a fill that writes something and passes everything, else one the monitor refuses (it is a ranking signal,
+    # not a reason to write nothing), else an empty fill, else (with --allow-syntax-errors) a rejected one
+    tiers = [[c for c in valid if _writes(c[1])], [c for c in flagged if _writes(c[1])], valid, flagged, invalid]
+    pool = next(t for t in tiers if t)
     best_score, best_edits, best_text = max(pool, key=lambda c: c[0])
+    if pool is tiers[1]:
+        notes.append("the static monitor refused every fill that writes something; kept the most likely one")
+    valid += flagged  # what the syntax rule accepts, from here on
     if valid and not _writes(best_edits) and any(_writes(c[1]) for c in invalid):
         empty = ", ".join(s.label or "span" for s, e in zip(ordered, best_edits, strict=True) if not e.text.strip())
         warnings.append(
@@ -316,7 +330,61 @@ def fill_text(
     )
     if not valid and not options.allow_syntax_errors:
         raise _no_valid_fill(data, ordered, best_edits, attempts, rejection, stats)
-    return FillResult(best_text, best_edits, stats, warnings, notes)
+    features = fill_features(
+        text,
+        best_edits,
+        best_score,
+        [c for c in valid + invalid if c[1] is not best_edits],
+        ordered,
+        monitored=pool is tiers[0] and monitor is not None,
+        rescued=rescued > 0,
+    )
+    stats["features"] = features
+    confidence = confidence_of(loaded, decode, features)
+    return FillResult(best_text, best_edits, stats, warnings, notes, confidence)
+
+
+def fill_features(
+    text: str,
+    edits: list[Edit],
+    score: float,
+    others: list[tuple[float, list[Edit], str]],
+    spans: list[Span],
+    *,
+    monitored: bool,
+    rescued: bool,
+) -> dict[str, float]:
+    """What is known of the chosen fill when it is written, for its calibrated confidence
+    (infill.core.calibration): likelihood per token and in all, the margin to the next candidate, agreement
+    with the file's own lines, length, span kind, and which checks it needed."""
+    tokens = sum(e.tokens for e in edits)
+    runner_up = max((c[0] for c in others if _writes(c[1]) and c[1] != edits), default=None)
+    own_lines = {line.strip() for line in text.splitlines() if line.strip()}
+    written = [line.strip() for e in edits for line in e.text.splitlines() if line.strip()]
+    return {
+        "mean_logp": score / max(tokens + len(edits), 1),  # the ending token of each span counts too
+        "logp": score,
+        "margin": min(score - runner_up, 10.0) if runner_up is not None else 10.0,
+        "in_file": float(bool(written) and all(line in own_lines for line in written)),
+        "tokens": float(tokens),
+        "lines": float(len(written)),
+        "one_line": float(all(s.one_line for s in spans)),
+        "empty": float(not _writes(edits)),
+        "monitored": float(monitored),  # the static monitor ran and passed it
+        "rescued": float(rescued),
+    }
+
+
+def confidence_of(loaded: LoadedModel, decode: DecodeConfig, features: dict[str, float]) -> float | None:
+    """The calibrated probability that the fill is right, when the model ships a calibration for this decoder
+    (calibration.json beside its weights; infill.core.calibration), else None."""
+    from infill.config import decode_label
+    from infill.core.calibration import calibration_of
+
+    calibrator = calibration_of(loaded.info.get("path"))
+    if calibrator is None or calibrator.meta.get("decoder") != decode_label(decode):
+        return None
+    return round(calibrator.predict(features), 4)
 
 
 def _writes(edits: list[Edit]) -> bool:

@@ -197,6 +197,14 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "options",
+        "monitor",
+        ("--monitor",),
+        "Python: refuse fills that add a static-analysis message of these rules (comma-separated: undefined, "
+        "unused, redefined; none = off).",
+        metavar="RULES",
+    ),
+    Option(
+        "options",
         "syntax_check",
         ("--no-syntax-check",),
         "Accept candidates that add tree-sitter errors.",
