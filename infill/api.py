@@ -57,7 +57,7 @@ from infill.core.plan import (
     token_budget,
 )
 from infill.decoding.stats import histogram
-from infill.errors import InputError, NoValidFillError
+from infill.errors import InputError, LowConfidenceError, NoValidFillError
 from infill.models.registry import LoadedModel
 from infill.spans import LineIndex, Span, check_spans
 
@@ -340,8 +340,36 @@ def fill_text(
         rescued=rescued > 0,
     )
     stats["features"] = features
-    confidence = confidence_of(loaded, decode, features)
+    confidence = stats["confidence"] = confidence_of(loaded, decode, features)
+    if options.min_confidence > 0:
+        _check_confidence(loaded, decode, ordered, best_edits, confidence, options.min_confidence, stats)
     return FillResult(best_text, best_edits, stats, warnings, notes, confidence)
+
+
+def _check_confidence(
+    loaded: LoadedModel,
+    decode: DecodeConfig,
+    spans: list[Span],
+    edits: list[Edit],
+    confidence: float | None,
+    threshold: float,
+    stats: dict[str, Any],
+) -> None:
+    """--min-confidence: InputError when the model has no calibration to answer with, LowConfidenceError (exit
+    4, nothing written) when the best fill is below the threshold."""
+    from infill.config import decode_label
+
+    if confidence is None:
+        raise InputError(
+            f"--min-confidence: model {loaded.name!r} ships no calibrated confidence for {decode_label(decode)}"
+        )
+    if confidence < threshold:
+        reason = f"confidence {confidence:.2f} is below {threshold:g}"
+        raise LowConfidenceError(
+            f"the best fill's {reason} (--min-confidence); nothing was written",
+            failed=[{"label": s.label, **e.to_json(), "reason": reason} for s, e in zip(spans, edits, strict=True)],
+            stats=dict(stats),
+        )
 
 
 def fill_features(

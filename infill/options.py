@@ -205,6 +205,15 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "options",
+        "min_confidence",
+        ("--min-confidence",),
+        "Write nothing (exit 4) when the best fill's calibrated confidence (the probability it is right) is "
+        "below P; 0 = off.",
+        FiniteFloatRange(0.0, 1.0),
+        metavar="P",
+    ),
+    Option(
+        "options",
         "syntax_check",
         ("--no-syntax-check",),
         "Accept candidates that add tree-sitter errors.",

@@ -92,7 +92,8 @@ def test_json_format(tmp_path: Path, model: str) -> None:
     r = run([str(p), "--span", "3:3", "--model", model, "--format", "json"])
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert set(doc) == {"file", "edits", "stats"}
+    assert set(doc) == {"file", "edits", "stats", "confidence"}
+    assert doc["confidence"] is None  # a model without a calibration file
     assert doc["file"] == str(p)
     (edit,) = doc["edits"]
     assert set(edit) == {"start_line", "end_line", "start_byte", "end_byte", "text", "score"}
