@@ -49,6 +49,15 @@ def test_an_emptied_block_opener_needs_a_block_opener() -> None:
     assert not compiles(unchecked.text)
 
 
+def test_a_break_below_needs_a_loop() -> None:
+    """The emptied line bound a loop whose body breaks: `if` would make the file parse but not compile
+    ('break' outside loop); the filler `while True:` shows a loop fits, so only a loop is accepted."""
+    src = "def f(xs):\n    n = 0\n\n        if n > 3:\n            break\n        n += 1\n    return n\n"
+    with fake_model([[("if xs:", 0.7), ("for x in xs:", 0.3)]], name="fake-compile"):
+        r = fill(src, "3:3", options=FillOptions(max_resample=20))
+    assert "    for x in xs:\n" in r.text and compiles(r.text)
+
+
 @pytest.mark.parametrize(
     ("source", "line", "bad", "good"),
     [

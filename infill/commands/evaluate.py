@@ -19,6 +19,7 @@ import click
 
 from infill import __version__
 from infill.clitypes import FiniteFloatRange
+from infill.commands.calibrate import calibrate
 from infill.config import EVAL_DECODE, DecodeConfig, FillOptions, ModelSpec, decode_label
 from infill.options import click_options, from_flags
 
@@ -93,6 +94,9 @@ class _EvalGroup(click.Group):
 @click.group(name="eval", cls=_EvalGroup)
 def evaluate() -> None:
     """Measure a model: HumanEval single-line infilling pass@1, held-out exact match."""
+
+
+evaluate.add_command(calibrate)
 
 
 def _load(spec: ModelSpec, threads: int) -> LoadedModel:
