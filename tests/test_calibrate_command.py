@@ -22,7 +22,8 @@ def report(path: Path, kind: str, n: int, seed: int) -> Path:
     for i in range(n):
         features = {f: 0.0 for f in FEATURES} | {"mean_logp": rng.gauss(-1, 1), "tokens": float(rng.randint(3, 20))}
         right = rng.random() < sigmoid(2 * features["mean_logp"] + 1)
-        results.append({"task_id": str(i), "features": features, label: right, "refused": False, "error": None})
+        task = f"f{i % 40}.py:{i}" if kind == "heldout-exact" else f"HumanEval/{i % 40}/L{i}"
+        results.append({"task_id": task, "features": features, label: right, "refused": False, "error": None})
     decode = {"decoder": "beam", "beam": 4}
     path.write_text(json.dumps({"eval": kind, "decode": decode, "results": results}))
     return path
@@ -54,3 +55,13 @@ def test_refuses_what_it_cannot_use(tmp_path: Path) -> None:
     bad.write_text("{}")
     r = CliRunner().invoke(main, ["eval", "calibrate", str(bad)])
     assert r.exit_code == 2 and "not an infill eval report" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_test_share_keeps_whole_files_out_of_the_fit(tmp_path: Path) -> None:
+    fit = report(tmp_path / "fit.json", "heldout-exact", 2000, 3)
+    r = CliRunner().invoke(main, ["eval", "calibrate", str(fit), "--test-share", "0.5", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    fitted, held = doc["judgements"]
+    assert "fit part" in fitted["report"] and "test part" in held["report"]
+    assert fitted["fills"] + held["fills"] == 2000 and doc["calibration"]["meta"]["fitted_on"]["fills"] < 2000

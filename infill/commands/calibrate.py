@@ -29,18 +29,35 @@ REPORT = click.Path(exists=True, dir_okay=False, path_type=Path)
     show_default=True,
     help="The confidence to report coverage and precision at (the editor's default threshold).",
 )
+@click.option(
+    "--test-share",
+    type=FiniteFloatRange(0.0, 0.9),
+    default=0.0,
+    show_default=True,
+    help="Keep this share of the fit reports' files (by a hash of their names) out of the fit, to judge on.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the judgements as JSON.")
 def calibrate(
-    fit_reports: tuple[Path, ...], test_reports: tuple[Path, ...], out: Path | None, threshold: float, as_json: bool
+    fit_reports: tuple[Path, ...],
+    test_reports: tuple[Path, ...],
+    out: Path | None,
+    threshold: float,
+    test_share: float,
+    as_json: bool,
 ) -> None:
     """Fit the calibrated confidence of fills on heldout-exact reports (written with -o); judge it on --test
     reports (held-out lines the fit never saw, HumanEval): ECE, reliability table, precision at coverage."""
     from infill.evaluation.confidence import fit_reports as fit
     from infill.evaluation.confidence import judge, read_report, render
 
-    fitted = [read_report(p) for p in fit_reports]
-    calibrator = fit(fitted, {"threshold": threshold})
-    judgements = [judge(calibrator, r, threshold) for r in fitted + [read_report(p) for p in test_reports]]
+    fitted, held = [], []
+    for report in (read_report(p) for p in fit_reports):
+        part, rest = report.split(test_share) if test_share else (report, None)
+        fitted.append(part)
+        held += [rest] if rest is not None else []
+    calibrator = fit(fitted, {"threshold": threshold, "test_share": test_share})
+    others = held + [read_report(p) for p in test_reports]
+    judgements = [judge(calibrator, r, threshold) for r in fitted + others]
     if out is not None:
         if out.is_dir():
             raise InputError(f"--out {out}: a folder; give the file, e.g. {out / 'calibration.json'}")

@@ -10,6 +10,7 @@ coverage, and coverage and precision at a threshold.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,26 @@ class Labelled:
     decoder: str  # decode label, e.g. "beam 4"
     rows: list[dict[str, float]]
     labels: list[bool]
+    files: list[str]  # the file (held-out) or problem (HumanEval) each fill comes from
+
+    def split(self, share: float) -> tuple[Labelled, Labelled]:
+        """(the rest, `share` of the files by a hash of their names): two parts with no file in common."""
+        test = [zlib.crc32(f.encode()) % 1000 < share * 1000 for f in self.files]
+        parts = []
+        for keep in (False, True):
+            idx = [i for i, t in enumerate(test) if t == keep]
+            name = f"{self.name} ({'test' if keep else 'fit'} part, {len(idx)} fills)"
+            parts.append(
+                Labelled(
+                    name,
+                    self.eval,
+                    self.decoder,
+                    [self.rows[i] for i in idx],
+                    [self.labels[i] for i in idx],
+                    [self.files[i] for i in idx],
+                )
+            )
+        return parts[0], parts[1]
 
 
 def read_report(path: Path) -> Labelled:
@@ -54,15 +75,16 @@ def read_report(path: Path) -> Labelled:
     label = {"humaneval-single-line": "passed", "heldout-exact": "exact"}.get(kind)
     if label is None:
         raise InputError(f"{path}: a {kind!r} report has no right/wrong label")
-    rows, labels = [], []
+    rows, labels, files = [], [], []
     for r in results:
         if r.get("features") is None or r.get("refused") or r.get("error"):
             continue
         rows.append({f: float(r["features"][f]) for f in FEATURES})
         labels.append(bool(r[label]))
+        files.append(str(r["task_id"]).rsplit(":" if kind == "heldout-exact" else "/", 1)[0])
     if not rows:
         raise InputError(f"{path}: no fill with features (reports from this version of infill eval have them)")
-    return Labelled(path.name, kind, decode_label(decode), rows, labels)
+    return Labelled(path.name, kind, decode_label(decode), rows, labels, files)
 
 
 def fit_reports(reports: Sequence[Labelled], meta: dict[str, Any]) -> Calibrator:
