@@ -74,6 +74,7 @@ class Edit:
     text: str  # the replacement text
     score: float  # log-likelihood of the fill's tokens under the model (natural log, summed)
     tokens: int  # number of tokens in the fill (score / tokens = mean token log-probability)
+    worst: float = 0.0  # the lowest log-probability of one of its tokens (0 when not scored)
 
     def to_json(self) -> dict[str, Any]:
         """The edit as `infill fill --format json` and the server print it."""
@@ -152,7 +153,8 @@ def _candidate_edits(
         span = plan.span
         start_line = index.line_of(span.start_byte) if data else 1
         end_line = index.line_of(max(span.start_byte, span.end_byte - 1)) if data else 1
-        edits.append(Edit(span.start_byte, span.end_byte, start_line, end_line, text, fill.score, fill.tokens))
+        edit = Edit(span.start_byte, span.end_byte, start_line, end_line, text, fill.score, fill.tokens, fill.worst)
+        edits.append(edit)
     return edits
 
 
@@ -330,6 +332,7 @@ def fill_text(
     )
     if not valid and not options.allow_syntax_errors:
         raise _no_valid_fill(data, ordered, best_edits, attempts, rejection, stats)
+    beam_scores = [sorted(scores, reverse=True) for scores in totals.nbest_scores.values()]
     features = fill_features(
         text,
         best_edits,
@@ -338,6 +341,7 @@ def fill_text(
         ordered,
         monitored=pool is tiers[0] and monitor is not None,
         rescued=rescued > 0,
+        beam_margin=min((s[0] - s[1] for s in beam_scores if len(s) > 1), default=10.0),
     )
     stats["features"] = features
     confidence = stats["confidence"] = confidence_of(loaded, decode, features)
@@ -381,6 +385,7 @@ def fill_features(
     *,
     monitored: bool,
     rescued: bool,
+    beam_margin: float = 10.0,
 ) -> dict[str, float]:
     """What is known of the chosen fill when it is written, for its calibrated confidence
     (infill.core.calibration): likelihood per token and in all, the margin to the next candidate, agreement
@@ -393,6 +398,8 @@ def fill_features(
         "mean_logp": score / max(tokens + len(edits), 1),  # the ending token of each span counts too
         "logp": score,
         "margin": min(score - runner_up, 10.0) if runner_up is not None else 10.0,
+        "beam_margin": min(beam_margin, 10.0),  # between the beam's two most likely finished fills
+        "worst_logp": min((e.worst for e in edits), default=0.0),
         "in_file": float(bool(written) and all(line in own_lines for line in written)),
         "tokens": float(tokens),
         "lines": float(len(written)),

@@ -27,7 +27,19 @@ from infill.core.calibration import (
 from infill.errors import InputError
 
 # the features a calibration is fitted on (a subset of infill.api.fill_features; constant ones do no harm)
-FEATURES = ("mean_logp", "logp", "margin", "in_file", "tokens", "lines", "empty", "monitored", "rescued")
+FEATURES = (
+    "mean_logp",
+    "logp",
+    "worst_logp",
+    "margin",
+    "beam_margin",
+    "in_file",
+    "tokens",
+    "lines",
+    "empty",
+    "monitored",
+    "rescued",
+)
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,9 @@ def read_report(path: Path) -> Labelled:
     for r in results:
         if r.get("features") is None or r.get("refused") or r.get("error"):
             continue
+        missing = [f for f in FEATURES if f not in r["features"]]
+        if missing:
+            raise InputError(f"{path}: fills without {', '.join(missing)} (re-run it with this version of infill)")
         rows.append({f: float(r["features"][f]) for f in FEATURES})
         labels.append(bool(r[label]))
         files.append(str(r["task_id"]).rsplit(":" if kind == "heldout-exact" else "/", 1)[0])
