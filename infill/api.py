@@ -229,11 +229,10 @@ def fill_text(
         return syntax.rejection(patched, edits) if syntax is not None else None
 
     def region_accepts(region: Region, fills: list[Fill]) -> bool:
-        """Whether one region's fills pass the checks and the monitor on their own (beam search stops only at
-        such fills)."""
+        """Whether one region's fills pass the checks on their own (beam search stops only at such fills; the
+        monitor then ranks the fills it found)."""
         edits = _candidate_edits(data, [region], fills, newline, index)
-        patched = apply_edits(data, edits)
-        return rejection(patched, edits) is None and (monitor is None or monitor.rejection(patched) is None)
+        return rejection(apply_edits(data, edits), edits) is None
 
     run = Run(loaded, decode, generator, on_progress=on_progress, accept=region_accepts)
     totals = run.totals
