@@ -68,11 +68,12 @@ def test_a_break_below_needs_a_loop() -> None:
         # compile-stage errors that ast.parse accepts: `break` outside a loop, `return` at module level
         ("def f(x):\n    y = 0\n{line}\n    return y\n", "3:3", "break", "y = 2"),
         ("x = 1\n{line}\ny = 2\n", "2:2", "return x", "x = 3"),
+        # an emptied function header: its body returns, so only a `def` makes the file compile
+        ("import os\n\n{line}\n    return os.sep\n", "3:3", "if True:", "def f():"),
     ],
 )
 def test_fills_that_do_not_compile_are_refused(source: str, line: str, bad: str, good: str) -> None:
     src = source.format(line="")
-    assert compiles(src)
     with fake_model([[(bad, 0.8), (good, 0.2)]], name="fake-compile"):
         r = fill(src, line, options=FillOptions(max_resample=20))
     assert compiles(r.text) and good in r.text and bad not in r.text.replace(good, "")

@@ -67,7 +67,18 @@ _MAX_CHUNK_SCAN = 1 << 18  # how far to look for a top-level block boundary on e
 # Texts that can stand in a span when the file around it is judged: if the file compiles (or has no tree-sitter
 # error) with one of them, some fill can make it so, and a fill that does not is refused. Line fillers go at
 # the indentation of the enclosing block (the levels a new line may take); in-line fillers go where the span is.
-_PY_LINE_FILLERS = ("", "pass", "if True:", "while True:", "try:", "else:", "except Exception:", "finally:")
+_PY_LINE_FILLERS = (
+    "",
+    "pass",
+    "if True:",
+    "while True:",
+    "def _():",
+    "async def _():",
+    "try:",
+    "else:",
+    "except Exception:",
+    "finally:",
+)
 _PY_INLINE_FILLERS = ("", "0", "pass")
 _BRACE_LINE_FILLERS = ("", "{", "}")
 
