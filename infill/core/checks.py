@@ -97,9 +97,6 @@ class _Verdict:
     errors: int  # tree-sitter ERROR / MISSING nodes
     compiles: bool  # CPython compiles it (Python only; False for other languages)
 
-    def beaten_by(self, other: _Verdict) -> bool:
-        return other.errors < self.errors or (other.compiles and not self.compiles)
-
 
 class SyntaxCheck:
     """The syntax rule every fill obeys (one rule for the fill core, the docstrings writer and the server): a
@@ -107,10 +104,12 @@ class SyntaxCheck:
 
     "The best" is measured on the input as it stands and with every span holding a filler text (the emptied
     span, `pass`, `if True:` ... at each indentation a line there may take; see _PY_LINE_FILLERS): if any of
-    them makes the file compile with CPython (Python), every candidate must compile; and no candidate may have
-    more tree-sitter ERROR / MISSING nodes than the fewest any of them has. A span's own text counts unless it
-    is a placeholder (a --marker's text is not code). So an emptied `for x in xs:` line, whose file does not
-    compile as it stands, still admits only fills with which the file compiles.
+    them makes the file compile with CPython (Python), every candidate must compile (and add no tree-sitter
+    error); for other languages, if one leaves no tree-sitter ERROR / MISSING node, neither may a candidate.
+    Otherwise (no text in the spans can make the file clean) a candidate may not add tree-sitter errors to the
+    input as it stands. A span's own text counts unless it is a placeholder (a --marker's text is not code).
+    So an emptied `for x in xs:` line, whose file does not compile as it stands, still admits only fills with
+    which the file compiles.
 
     Up to LOCAL_CHECK_BYTES the whole file is checked. Larger inputs are checked the same way on the top-level
     blocks around the edits only ("chunks": from a column-1 line after a blank line before the edit to the
@@ -138,25 +137,29 @@ class SyntaxCheck:
         return _Verdict(syntax_errors(self.language, source), self.language == "python" and python_compiles(source))
 
     def _best(self, original: bytes, spans: Sequence[Any], offset: int) -> _Verdict:
-        """The best verdict of `original` (bytes from `offset` of the input) over its spans' own texts and the
-        fillers; the first variant that compiles is kept as `self.compiling` (the reference of the static
-        monitor). InputError when the grammar extra is missing."""
+        """The verdict a candidate is held to: the input's own (spans with their text, markers removed), or, when
+        a filler makes the input clean (it compiles, for Python; no tree-sitter error, for other languages), that
+        clean verdict. A filler that only lowers the error count of a broken input sets no bar: in a file broken
+        elsewhere (or cut from a larger one) the count moves with any text. The first variant that compiles is
+        kept as `self.compiling` (the static monitor's reference). InputError when the grammar extra is
+        missing."""
         markers = [_Edit(s.start_byte, s.end_byte) for s in spans if s.placeholder]  # not code: removed
         source = _apply_shifted(original, markers, offset)
-        best = self._verdict(source)
-        self.compiling = source if best.compiles else None
-        if best.errors == 0 and (best.compiles or self.language != "python"):
-            return best
+        own = self._verdict(source)
+        self.compiling = source if own.compiles else None
+        if self._clean(own):
+            return own
         for variant in self._fillers(original, spans, offset):
             source = _apply_shifted(original, variant, offset)
             verdict = self._verdict(source)
-            if verdict.compiles and self.compiling is None:
-                self.compiling = source
-            if best.beaten_by(verdict):
-                best = _Verdict(min(best.errors, verdict.errors), best.compiles or verdict.compiles)
-            if best.errors == 0 and (best.compiles or self.language != "python"):
-                break
-        return best
+            if self._clean(verdict):
+                if verdict.compiles:
+                    self.compiling = source
+                return _Verdict(min(own.errors, verdict.errors), verdict.compiles)
+        return own
+
+    def _clean(self, verdict: _Verdict) -> bool:
+        return verdict.compiles if self.language == "python" else verdict.errors == 0
 
     def _fillers(self, original: bytes, spans: Sequence[Any], offset: int) -> list[list[_Edit]]:
         """Edit sets putting one filler text (at one indentation) into every span at once."""
