@@ -22,7 +22,13 @@ from infill.errors import InputError
 from infill.training.checkpoints import read_checkpoint
 from infill.training.distributed import DistributedError, World, timeout_seconds
 from infill.training.tokenizer import save_tokenizer
-from tests.fixtures_train import sample_texts, tiny_tokenizer, write_corpus  # noqa: F401
+from tests.fixtures_train import (  # noqa: F401
+    BLOCK_TEXTS,
+    sample_texts,
+    tiny_block_model_and_corpus,
+    tiny_tokenizer,
+    write_corpus,
+)
 
 ASARM_SHAPE = ["--layers", "2", "--d-model", "32", "--heads", "2", "--d-inner", "64", "--seq-len", "48"]
 HANG_GUARD_S = 300  # a run that has not ended by then hangs: the test fails instead of waiting for ever
@@ -56,6 +62,15 @@ def single(args: Sequence[str]) -> str:
 def losses(output: str) -> list[float]:
     """The training losses a run logged (one per --log-every steps)."""
     return [float(line.split(" loss ")[1].split()[0]) for line in output.splitlines() if " loss " in line]
+
+
+def without_clocks(value: object) -> object:
+    """A checkpoint's contents without the training clocks (they differ between any two runs)."""
+    if isinstance(value, dict):
+        return {k: without_clocks(v) for k, v in value.items() if k not in ("seconds", "elapsed")}
+    if isinstance(value, list):
+        return [without_clocks(v) for v in value]
+    return value
 
 
 def assert_same_tensors(a: object, b: object, where: str = "", atol: float = 1e-5) -> None:
@@ -104,8 +119,9 @@ def test_a_world_of_one_touches_no_process_group() -> None:
 
     assert world.data_parallel(module, loss) is loss
     value = torch.tensor(3.0)
-    assert world.scale(value) is value
+    assert world.share(value, 2, 4) is value
     assert world.max(1.0, 2.0) == (1.0, 2.0) and world.sum(5.0) == (5.0,) and world.any(True)
+    assert world.average(3, 0.5, 0.25) == (3, (0.5, 0.25))
     world.same(3, "a step")
     world.barrier()
     assert not torch.distributed.is_initialized()
@@ -134,10 +150,7 @@ def test_asarm_two_processes_train_like_one_and_resume_with_one(asarm_data: list
     assert losses(output) == losses(alone) and len(losses(alone)) == 3
     assert output.count("checkpoint step 3") == 1  # rank 0 alone logs and writes
     assert [json.loads(line) for line in output.splitlines() if line.startswith("{")][0]["tokens_seen"] == 3 * 8 * 48
-    together = read_checkpoint(two / "last.pt")
-    for state in (at_three["state"], together["state"], *at_three["state"]["history"], *together["state"]["history"]):
-        state["elapsed"] = 0.0  # the clocks differ
-    assert_same_tensors(at_three, together)
+    assert_same_tensors(without_clocks(at_three), without_clocks(read_checkpoint(two / "last.pt")))
 
     single([*common, "--steps", "5", "--run-dir", str(one)])
     resumed = single([*common, "--steps", "5", "--run-dir", str(two)])
@@ -211,3 +224,46 @@ def test_lost_peer_errors_become_one_line() -> None:
     assert isinstance(error, DistributedError) and error.exit_code == 123
     assert "rank 1 of 2" in str(error) and "Connection closed by peer [::1]:1;" in str(error)
     assert "\n" not in str(error) and "Hints" not in str(error)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trainer", ["block-diffusion", "ptp", "ssmd"])
+def test_every_trainer_trains_alike_on_two_processes(trainer: str, tmp_path: Path) -> None:
+    """The block-diffusion, PTP and SSMD trainers under torchrun: the same losses and checkpoints as one process
+    with the same global batch (4) and seed."""
+    folder, corpus = tiny_block_model_and_corpus(tmp_path, "tinybd")
+    if trainer == "block-diffusion":
+        data = tmp_path / "src"
+        data.mkdir()
+        for i, text in enumerate(BLOCK_TEXTS):
+            (data / f"{i}.py").write_text(text)
+        args = ["--data", str(data), "--tokenizer", str(folder / "tokenizer.json"), "--seq-len", "32"]
+        args += ["--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--block-sizes", "1,4"]
+        checkpoint = "last.pt"
+    elif trainer == "ptp":
+        args = ["--teacher", str(folder), "--corpus", str(corpus), "--slots", "2", "--splits", "2", "--rank", "4"]
+        args += ["--eval-every", "100", "--save-every", "100"]
+        checkpoint = "ptp_checkpoint.pt"
+    else:
+        args = ["--model", str(folder), "--data", str(corpus), "--seq-len", "32", "--block-sizes", "4,8"]
+        args += ["--heads", "2", "--intermediate", "32", "--max-block", "8", "--eval-every", "100"]
+        args += ["--eval-examples", "4"]
+        checkpoint = "checkpoint.pt"
+    common = ["train", trainer, *args, "--steps", "3", "--batch-size", "4", "--log-every", "1", "--threads", "1"]
+
+    def run_dir(name: str) -> list[str]:
+        if trainer == "block-diffusion":
+            return ["--out", str(tmp_path / name / "model"), "--run-dir", str(tmp_path / name)]
+        return ["--out", str(tmp_path / name)]
+
+    alone = single([*common, *run_dir("one")])
+    log = tmp_path / "torchrun.log"
+    output = finished(torchrun([*common, *run_dir("two")], log), log)
+    assert "exitcode" not in output, output
+    logged = [line.split("  lr ")[0] for line in output.splitlines() if line.startswith("step ") and "  lr " in line]
+    assert logged == [
+        line.split("  lr ")[0] for line in alone.splitlines() if line.startswith("step ") and "  lr " in line
+    ]
+    assert len(logged) == 3, logged  # the losses to 3 decimals; the checkpoints below hold them to float rounding
+    a, b = (read_checkpoint(tmp_path / name / checkpoint) for name in ("one", "two"))
+    assert_same_tensors(without_clocks(a), without_clocks(b))

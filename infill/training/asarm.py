@@ -268,8 +268,7 @@ def train(
     held = heldout_batches(tok, corpus, cfg, cfg.eval_sequences) if cfg.eval_sequences > 0 and world.main else []
     held = [{k: v.to(device) for k, v in b.items()} for b in held]
 
-    # the segment parameters of XLNet get no gradient (one segment): find_unused
-    nll_sum = world.data_parallel(model, lambda batch: target_nll(model, batch, cfg.bf16).sum(), find_unused=True)
+    nll_sum = world.data_parallel(model, lambda batch: target_nll(model, batch, cfg.bf16).sum())
 
     def checkpoint() -> None:
         if not world.main:
@@ -314,16 +313,15 @@ def train(
                 break
             t_step = time.time()
             examples = batches.examples()  # the global batch; this process trains on its part
-            batch = {
-                k: v.to(device, non_blocking=True)
-                for k, v in collate(examples[world.part(len(examples))], cfg.seq_len).items()
-            }
-            count = target_count(examples)
+            mine = examples[world.part(len(examples))]
+            batch = {k: v.to(device, non_blocking=True) for k, v in collate(mine, cfg.seq_len).items()}
+            count, my_count = target_count(examples), target_count(mine)
             positions = len(examples) * cfg.seq_len
             lr = lr_at(cfg, state.step, state.elapsed)
             for g in opt.param_groups:
                 g["lr"] = lr
-            loss = world.scale(nll_sum(batch) / max(count, 1))  # Eq. 7 over the global batch
+            mean = nll_sum(batch) / max(my_count, 1)
+            loss = world.share(mean, my_count, count)  # Eq. 7 over the global batch
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -332,12 +330,12 @@ def train(
             state.tokens_seen += positions
             state.targets_seen += count
             state.elapsed += world.max(time.time() - t_step)[0]
-            window_loss += float(loss.detach()) * count
+            window_loss += float(mean.detach()) * my_count
             window_n += count
             window_tok += positions
             if state.step % cfg.log_every == 0:
                 dt = time.time() - window_t
-                window_loss = world.sum(window_loss)[0] / world.size
+                window_loss = world.sum(window_loss)[0]
                 log.step(
                     state.step,
                     f"step {state.step} loss {window_loss / max(window_n, 1):.3f} "

@@ -9,7 +9,7 @@ torch.distributed (docs/training.md, "Several GPUs and machines").
   answering ends the run with one clear error instead of a hang.
 - The batch is global: a command's --batch-size is the batch of one optimizer step over all processes. Every
   rank draws the same global batch from the same seeded generators and trains on its slice of it (`part`); the
-  loss is normalised by the global count and scaled by the world size (`scale`), and DistributedDataParallel
+  loss is this rank's share of the loss averaged over the global batch (`share`), and DistributedDataParallel
   (`data_parallel`) averages the gradients. So N processes with B/N examples each take the optimizer steps one
   process with B takes, to float rounding, the learning-rate schedule needs no change, and a checkpoint written
   with one world size resumes with another.
@@ -76,6 +76,10 @@ class World:
     def distributed(self) -> bool:
         return self.size > 1
 
+    def logger(self, log: Callable[[str], None]) -> Callable[[str], None]:
+        """`log` on rank 0; on the other processes a log that drops its lines."""
+        return log if self.main else _drop
+
     def check_batch(self, batch: int, flag: str = "--batch-size") -> int:
         """The per-process share of the global batch `batch`; InputError when it does not split evenly."""
         if batch % self.size:
@@ -90,27 +94,34 @@ class World:
         share = self.check_batch(batch)
         return slice(self.rank * share, (self.rank + 1) * share)
 
-    def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        """A loss normalised by the GLOBAL count, made ready for DistributedDataParallel's gradient average
-        over `size` processes (their mean is then the gradient of the global batch's loss). Identity for one."""
-        return loss * self.size if self.distributed else loss
+    def share(self, mean: torch.Tensor, count: float, total: float) -> torch.Tensor:
+        """This rank's share of the global batch's loss: `mean` is its loss averaged over its `count` targets,
+        `total` the targets of the whole global batch. DistributedDataParallel averages the gradients of the
+        shares over the processes, which is the gradient of the loss averaged over all `total` targets.
+        `mean` itself in a run of one process."""
+        if not self.distributed:
+            return mean
+        return mean * (count * self.size / max(total, 1))
 
-    def data_parallel(
-        self, module: torch.nn.Module, loss: Callable[..., T], find_unused: bool = False
-    ) -> Callable[..., T]:
+    def average(self, count: float, *means: float) -> tuple[float, tuple[float, ...]]:
+        """(total count, means over all processes) of `means` averaged over this rank's `count` items (for the
+        logs); `(count, means)` unchanged in a run of one process."""
+        if not self.distributed:
+            return count, means
+        total, *sums = self.sum(count, *(mean * count for mean in means))
+        return total, tuple(s / total if total else 0.0 for s in sums)
+
+    def data_parallel(self, module: torch.nn.Module, loss: Callable[..., T]) -> Callable[..., T]:
         """`loss` (a function of the batch that runs `module`, the trained parameters) computed through
         DistributedDataParallel, which averages the gradients over the processes during backward; `loss` itself
-        in a run of one process. `find_unused`: some parameters may get no gradient in a step (e.g. the PTP
-        adapter's u embedding when no slot group of this rank has u)."""
+        in a run of one process. Parameters may get no gradient in a step (XLNet's segment parameters never do,
+        a PTP adapter's u embedding does not when no slot group of this rank has u): find_unused_parameters."""
         if not self.distributed:
             return loss
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [self.local_rank] if self.device == "cuda" else None
-        wrapped = DistributedDataParallel(
-            _loss_module(module, loss), device_ids=ids, find_unused_parameters=find_unused
-        )
-        return wrapped
+        return DistributedDataParallel(_loss_module(module, loss), device_ids=ids, find_unused_parameters=True)
 
     def max(self, *values: float) -> tuple[float, ...]:
         """The largest of each value over the processes (the slowest rank's clock)."""
@@ -152,6 +163,10 @@ class World:
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         _collective(self, lambda: dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM))
         return tuple(float(v) for v in tensor.cpu())
+
+
+def _drop(line: str) -> None:
+    """The log of the processes other than rank 0."""
 
 
 def _loss_module(module: torch.nn.Module, loss: Callable[..., Any]) -> torch.nn.Module:
