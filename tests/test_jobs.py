@@ -135,3 +135,20 @@ def test_one_bar_counts_files_and_output_goes_above_it(monkeypatch: pytest.Monke
         bar.write("x\n", True)
         bar.advance()
     assert direct == [("x\n", True)]
+
+
+@pytest.mark.parametrize(
+    ("codes", "expected"), [((1, 4, 0), 4), ((1, 3, 4), 3), ((3, 2, 0), 2), ((2, 123, 1), 123), ((0, 0, 0), 0)]
+)
+def test_several_files_exit_with_the_most_severe_code(
+    monkeypatch: pytest.MonkeyPatch, codes: tuple[int, ...], expected: int
+) -> None:
+    from click.testing import CliRunner
+
+    from infill.cli import main
+    from infill.commands import fill
+
+    given = iter(codes)
+    monkeypatch.setattr(fill, "_fill_one", lambda *a: {"exit_code": next(given), "stdout": "", "stderr": []})
+    result = CliRunner().invoke(main, ["fill", "a.py", "b.py", "c.py", "--span", "1"])
+    assert result.exit_code == expected

@@ -31,7 +31,7 @@ from infill.core.fill import (
     result_json,
     run_fill,
 )
-from infill.errors import InfillError
+from infill.errors import InfillError, LowConfidenceError
 from infill.options import click_options, from_flags
 from infill.server.options import daemon_options, fill_command
 from infill.spans import DEFAULT_TOKENS, Selection
@@ -338,12 +338,13 @@ def _fill_one(request: FillRequest, daemon: str, idle_timeout: float | None, sho
         return run_fill(request, on_progress)
 
 
-_SEVERITY = (EXIT_OK, EXIT_CHANGES, EXIT_NO_VALID_FILL, EXIT_USAGE, EXIT_INTERNAL)  # least to most severe
+# least to most severe: a low-confidence refusal (4) is milder than no valid fill (3)
+_SEVERITY = (EXIT_OK, EXIT_CHANGES, LowConfidenceError.exit_code, EXIT_NO_VALID_FILL, EXIT_USAGE, EXIT_INTERNAL)
 
 
 def _fill_files(requests: list[FillRequest], jobs: int, daemon: str, idle_timeout: float | None, show: bool) -> int:
     """Fill several files, one after the other or in `jobs` worker processes, printing each file's output in
-    the order given; the exit code is the most severe of the files' (123, 2, 3, 1, 0)."""
+    the order given; the exit code is the most severe of the files' (123, 2, 3, 4, 1, 0)."""
     from infill.progress import files_progress
 
     codes = []
