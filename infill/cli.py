@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 import click
 
 from infill import __version__
+from infill.errors import EXIT_BROKEN_PIPE
 
 # command name -> "module:attribute"; modules are imported only when the command is used or listed in detail
 COMMANDS: dict[str, str] = {
@@ -57,9 +58,6 @@ def error_report(exc: Exception) -> tuple[str, int]:
     if isinstance(exc, OSError):
         return f"infill: error: {one_line(str(exc))}", 2
     return f"infill: internal error: {type(exc).__name__}: {one_line(str(exc))} (INFILL_DEBUG=1 shows where)", 123
-
-
-EXIT_BROKEN_PIPE = 141  # what a shell reports for a tool killed by SIGPIPE (128 + 13), e.g. `git log | head`
 
 
 def _quiet_broken_pipe() -> NoReturn:

@@ -18,14 +18,13 @@ from typing import Any, BinaryIO, NoReturn, cast
 import click
 
 from infill.core.fill import (
-    EXIT_USAGE,
     FillRequest,
     no_valid_fill_json,
     preflight,
     result_json,
     run_fill,
 )
-from infill.errors import InfillError
+from infill.errors import EXIT_USAGE, InfillError
 from infill.options import click_options, from_flags
 from infill.server.options import daemon_options, fill_command
 from infill.spans import DEFAULT_TOKENS, Selection

@@ -200,7 +200,7 @@ def process(
             if result.changed and breaks_syntax(languages.detect(str(path)), data, result.text.encode("utf-8")):
                 raise NoValidFillError("the new docstrings would break the file's syntax; nothing was written")
             if filler is not None and result.changed and not req.diff:
-                patch.atomic_write(str(path), result.text.encode("utf-8"), snapshot)
+                patch.atomic_write(str(path), result.text.encode("utf-8"), snapshot, "use --diff")
         except NoValidFillError as exc:
             exc.path = str(path)
             echo(f"error: {exc}\n", True)

@@ -19,13 +19,20 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec
-from infill.errors import InfillError, InputError, NoValidFillError, one_line
+from infill.errors import (
+    EXIT_CHANGES,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_USAGE,
+    InfillError,
+    InputError,
+    NoValidFillError,
+    one_line,
+)
 from infill.spans import BOM, Selection
 
 if TYPE_CHECKING:
     from infill.api import FillResult
-
-EXIT_OK, EXIT_CHANGES, EXIT_USAGE, EXIT_NO_VALID_FILL, EXIT_INTERNAL = 0, 1, 2, 3, 123
 
 
 @dataclass(frozen=True)
@@ -169,6 +176,9 @@ def _resolve(req: FillRequest, path: str) -> str:
     return os.path.join(req.cwd, path)
 
 
+IN_PLACE_HINT = "use --diff or -o PATH"  # what `infill fill` offers when the file cannot be written in place
+
+
 @dataclass
 class _Input:
     text: str
@@ -204,7 +214,7 @@ def _prepare(req: FillRequest, tree_sitter: bool = True) -> _Input:
         raise InputError("the input is empty; there is no context to fill around", path=display)
     writes_in_place = req.file != "-" and not (req.diff or req.check or req.format == "json" or req.output)
     if writes_in_place:
-        patch.check_writable(_resolve(req, req.file))
+        patch.check_writable(_resolve(req, req.file), IN_PLACE_HINT)
     elif req.output and req.output != "-":
         patch.check_writable(_resolve(req, req.output))
     language = languages.detect(name)
@@ -317,7 +327,7 @@ def _run(
         out["stdout"] = result.text
         return
     if changed:
-        patch.atomic_write(_resolve(req, req.file), result.text.encode("utf-8"), snapshot)
+        patch.atomic_write(_resolve(req, req.file), result.text.encode("utf-8"), snapshot, IN_PLACE_HINT)
         say(f"filled {display} ({len(result.edits)} span(s))")
     else:
         say(f"unchanged {display}")

@@ -1,0 +1,182 @@
+"""Never make a file worse, continued: one regression test per defect a second sweep of about 150 bad or edge inputs
+found (tried as a new user and as a hostile one would, as root, on a fresh clone), grouped as that sweep reported
+them: data loss, hangs and lost buffers, unbounded work, wrong or unclear answers.
+
+Each test failed on the code before its fix. The systematic guarantees are tested where they live: the one writer
+(every case here that writes), the bad-input table (test_reliability_bad_inputs.py), the server's request parser
+(test_reliability_server_fuzz.py) and the option and environment tables (test_cli_errors.py).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from fixtures_cli import fake_model
+
+from infill import patch
+from infill.cli import main
+
+SOURCE = "def f(x):\n    return 0\n\n\ndef g(y):\n    return y\n"
+FILLED = SOURCE.replace("return 0", "return x + 1")
+FAKE = "fake-sweep"
+
+
+@pytest.fixture(autouse=True)
+def model() -> Iterator[None]:
+    with fake_model(["    return x + 1"], name=FAKE):
+        yield
+
+
+def fill(*args: str, input: bytes | None = None) -> Result:  # noqa: A002 - CliRunner's word
+    return CliRunner().invoke(main, ["fill", *args, "--model", FAKE], input=input)
+
+
+def one_error_line(r: Result) -> str:
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    return lines[0]
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(name for name in os.listdir(folder) if name.endswith(".infill-tmp"))
+
+
+# --- data loss: -o replaced devices and named pipes with an ordinary file ---------------------------------------
+
+
+def make_target(kind: str, path: Path) -> None:
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        if os.geteuid() != 0:
+            pytest.skip("only root can create a device node")
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # a copy of /dev/null
+    else:
+        path.mkdir()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_output_to_anything_but_a_regular_file_is_refused(kind: str, tmp_path: Path) -> None:
+    source = tmp_path / "a.py"
+    source.write_text(SOURCE)
+    target = tmp_path / "out"
+    make_target(kind, target)
+    before = target.lstat()
+    r = fill(str(source), "--span", "2", "-o", str(target))
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    line = one_error_line(r)
+    assert str(target) in line and ("not a regular file" in line or "is a directory" in line), line
+    after = target.lstat()
+    assert (after.st_ino, after.st_mode, after.st_rdev) == (before.st_ino, before.st_mode, before.st_rdev)
+    assert source.read_text() == SOURCE and leftovers(tmp_path) == []
+
+
+def test_the_writer_refuses_a_non_regular_target_itself(tmp_path: Path) -> None:
+    """Every path that writes goes through patch.atomic_write, so the refusal is there, not only in `fill`."""
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(patch.InputError, match="not a regular file"):
+        patch.atomic_write(str(tmp_path / "pipe"), b"data")
+    assert stat.S_ISFIFO((tmp_path / "pipe").lstat().st_mode)
+
+
+# --- data loss: a full disk left a hard-linked file cut short -----------------------------------------------------
+
+
+def enospc_half_way(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """os.write writes half of what it is given once, then fails with ENOSPC (a disk that fills up)."""
+    real = os.write
+    calls: list[int] = []
+
+    def write(fd: int, data: bytes | memoryview) -> int:
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", write)
+    return calls
+
+
+@pytest.mark.parametrize("links", [1, 2], ids=["renamed-over", "hard-linked-in-place"])
+def test_a_full_disk_leaves_the_file_untouched(links: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "a.py"
+    p.write_text(SOURCE)
+    if links == 2:
+        os.link(p, tmp_path / "link.py")
+    calls = enospc_half_way(monkeypatch)
+    r = fill(str(p), "--span", "2")
+    assert calls, "the writer must write through os.write"
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    line = one_error_line(r)
+    assert line.startswith("error: ") and str(p) in line and "No space left on device" in line, line
+    assert p.read_text() == SOURCE and leftovers(tmp_path) == []
+    if links == 2:
+        assert os.path.samefile(p, tmp_path / "link.py")
+
+
+def test_a_failed_in_place_rewrite_puts_the_original_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The room for the new content was there (the temporary copy), then the in-place rewrite still failed half
+    way (another process filled the disk meanwhile): the original bytes are written back."""
+    p = tmp_path / "a.py"
+    p.write_bytes(b"old content\n" * 10)
+    os.link(p, tmp_path / "link.py")
+    real = os.write
+    writes: list[int] = []
+
+    def write(fd: int, data: bytes | memoryview) -> int:
+        writes.append(fd)
+        if len(writes) == 2:  # the first write is the complete copy, the second the rewrite itself
+            real(fd, bytes(data[:7]))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    with pytest.raises(patch.InputError, match="No space left on device; the file is unchanged"):
+        patch.atomic_write(str(p), b"new content, longer than the old one\n" * 10)
+    assert p.read_bytes() == b"old content\n" * 10 and leftovers(tmp_path) == []
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs: a real file system that fills up (root only)."""
+    mount = shutil.which("mount")
+    if os.geteuid() != 0 or mount is None:
+        pytest.skip("mounting a tmpfs needs root; test_a_full_disk_leaves_the_file_untouched covers the logic")
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    done = subprocess.run([mount, "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+
+
+@pytest.mark.parametrize("links", [1, 2], ids=["renamed-over", "hard-linked-in-place"])
+def test_a_really_full_disk_leaves_the_file_untouched(links: int, tiny_tmpfs: Path) -> None:
+    p = tiny_tmpfs / "a.py"
+    source = SOURCE + "#" * (4094 - len(SOURCE)) + "\n"  # a full page: the fill needs a second one
+    p.write_text(source)
+    if links == 2:
+        os.link(p, tiny_tmpfs / "link.py")
+    fd = os.open(tiny_tmpfs / "filler", os.O_WRONLY | os.O_CREAT)
+    try:  # take every free block
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+    r = fill(str(p), "--span", "2")
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    assert "No space left on device" in one_error_line(r)
+    assert p.read_text() == source and leftovers(tiny_tmpfs) == []
