@@ -3,15 +3,18 @@ so `infill --help` and shell completion never import torch or transformers."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import click
 
 from infill import __version__
-from infill.errors import EXIT_BROKEN_PIPE
+from infill.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 
 # command name -> "module:attribute"; modules are imported only when the command is used or listed in detail
 COMMANDS: dict[str, str] = {
@@ -71,6 +74,37 @@ def _quiet_broken_pipe() -> NoReturn:
     sys.exit(EXIT_BROKEN_PIPE)
 
 
+def signal_report(exc: BaseException) -> tuple[str, int]:
+    """The one quiet stderr line and the exit code of a command stopped by Ctrl-C (KeyboardInterrupt) or SIGTERM
+    (Terminated): 130 and 143, what a shell reports for a tool those signals stop (not Click's "Aborted!", 1)."""
+    if isinstance(exc, Terminated):
+        return "infill: terminated", EXIT_TERMINATED
+    return "infill: interrupted", EXIT_INTERRUPTED
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises Terminated while a command runs, as SIGINT raises KeyboardInterrupt, so cleanup runs on both:
+    the writer removes its temporary file, the editor filter echoes its input. Only where nobody else handles
+    SIGTERM (a server or a trainer installs its own handler inside the command, and puts this one back)."""
+    import signal
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main_thread else None
+    if previous != signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def subcommand(group: click.Command, args: list[str]) -> tuple[str, list[str]] | None:
     """(name, its arguments) of the subcommand in `group`'s raw arguments, skipping the group's options before it
     (and the value of those that take one); None when there is none. For arguments Click could not parse."""
@@ -112,7 +146,8 @@ class LazyGroup(click.Group):
         """Run the command; an error no command handled itself becomes one line on stderr and the documented
         exit code (2 for bad input, 123 for anything else), never a traceback (INFILL_DEBUG=1 shows it)."""
         try:
-            return super().invoke(ctx)
+            with sigterm_raises():
+                return super().invoke(ctx)
         except _HELP_NOT_ERROR:
             raise
         except click.exceptions.ClickException as exc:  # a bad flag or value of a subcommand: one line, exit 2
@@ -121,6 +156,10 @@ class LazyGroup(click.Group):
             raise
         except BrokenPipeError:  # `infill ... | head -1`: the reader has all it wants
             _quiet_broken_pipe()
+        except (KeyboardInterrupt, Terminated) as exc:  # Ctrl-C, SIGTERM: one quiet line, 130 / 143
+            line, code = signal_report(exc)
+            click.echo(line, err=True)
+            sys.exit(code)
         except Exception as exc:  # noqa: BLE001 - input, model, OS error or our bug: one line, documented code
             if os.environ.get("INFILL_DEBUG"):
                 raise

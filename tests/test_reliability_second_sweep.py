@@ -12,14 +12,17 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import signal
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 from fixtures_cli import fake_model
+from fixtures_serve import wait_until
 
 from infill import patch
 from infill.cli import main
@@ -180,3 +183,77 @@ def test_a_really_full_disk_leaves_the_file_untouched(links: int, tiny_tmpfs: Pa
     assert r.exit_code == 2, (r.exit_code, r.output)
     assert "No space left on device" in one_error_line(r)
     assert p.read_text() == source and leftovers(tiny_tmpfs) == []
+
+
+# --- lost buffers: Ctrl-C or SIGTERM wiped the editor filter's buffer, SIGTERM left the temporary file -----------
+
+TESTS = Path(__file__).resolve().parent
+
+
+def start_cli(args: list[str], cwd: Path, stdin: bytes = b"", **env: str) -> subprocess.Popen[bytes]:
+    """`infill ARGS` in a real process (tests/fixtures_cli.py as a script: a fake model `fake-cli`)."""
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)]), **env}
+    given = cwd / ".stdin"
+    given.write_bytes(stdin)
+    with open(given, "rb") as fh:
+        return subprocess.Popen(
+            [sys.executable, str(TESTS / "fixtures_cli.py"), *args],
+            cwd=cwd,
+            env=environ,
+            stdin=fh,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+
+def signal_when(process: subprocess.Popen[bytes], marker: Path, signum: int) -> tuple[bytes, bytes]:
+    wait_until(lambda: marker.exists() or process.poll() is not None, what=f"{marker.name} to appear")
+    assert process.poll() is None, process.communicate()
+    process.send_signal(signum)
+    return process.communicate(timeout=120)
+
+
+SIGNALS = [pytest.param(signal.SIGINT, 130, id="ctrl-c"), pytest.param(signal.SIGTERM, 143, id="sigterm")]
+
+
+@pytest.mark.parametrize(("signum", "code"), SIGNALS)
+def test_a_signal_to_the_editor_filter_echoes_the_input(signum: int, code: int, tmp_path: Path) -> None:
+    marker = tmp_path / "filling"
+    process = start_cli(
+        ["fill", "-", "--stdin-filename", "a.py", "--span", "2", "--model", "fake-cli"],
+        tmp_path,
+        SOURCE.encode(),
+        FAKE_CLI_FILL="    return x + 1",
+        FAKE_CLI_STALL=str(marker),
+    )
+    out, err = signal_when(process, marker, signum)
+    assert process.returncode == code, err
+    assert out == SOURCE.encode()  # the buffer comes back, byte for byte
+    assert err == b""  # the filter is quiet on stderr (some editors read both streams)
+
+
+@pytest.mark.parametrize(("signum", "code"), SIGNALS)
+def test_a_signal_during_a_fill_is_one_quiet_line(signum: int, code: int, tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(SOURCE)
+    marker = tmp_path / "filling"
+    process = start_cli(["fill", "a.py", "--span", "2", "--model", "fake-cli"], tmp_path, FAKE_CLI_STALL=str(marker))
+    out, err = signal_when(process, marker, signum)
+    assert process.returncode == code, err
+    assert out == b"" and len(err.decode().splitlines()) == 1, err
+    assert (tmp_path / "a.py").read_text() == SOURCE
+
+
+@pytest.mark.parametrize(("signum", "code"), SIGNALS)
+def test_a_signal_during_the_write_leaves_no_temporary_file(signum: int, code: int, tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(SOURCE)
+    marker = tmp_path / "writing"
+    process = start_cli(
+        ["fill", "a.py", "--span", "2", "--model", "fake-cli"],
+        tmp_path,
+        FAKE_CLI_FILL="    return x + 1",
+        FAKE_CLI_STALL_WRITE=str(marker),
+    )
+    _, err = signal_when(process, marker, signum)
+    assert process.returncode == code, err
+    assert (tmp_path / "a.py").read_text() == SOURCE
+    assert leftovers(tmp_path) == []  # no .a.py.*.infill-tmp

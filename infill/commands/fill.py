@@ -24,7 +24,7 @@ from infill.core.fill import (
     result_json,
     run_fill,
 )
-from infill.errors import EXIT_USAGE, InfillError
+from infill.errors import EXIT_USAGE, InfillError, Terminated
 from infill.options import click_options, from_flags
 from infill.server.options import daemon_options, fill_command
 from infill.spans import DEFAULT_TOKENS, Selection
@@ -165,7 +165,8 @@ def echo_input_if_filter(args: list[str], line: str, code: int) -> None:
 class FillCommand(click.Command):
     """`infill fill`, whose editor filter mode survives every failure: a bad flag or value with FILE "-" echoes
     stdin unchanged to stdout (and exits 2), so `:%!infill fill - ...` can never wipe the buffer; so does an
-    error after stdin was read that run_fill did not report itself (an unreadable --context file, a bug)."""
+    error after stdin was read that run_fill did not report itself (an unreadable --context file, a bug), and
+    Ctrl-C or SIGTERM (exit 130 or 143)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         given = list(args)  # Click's parser consumes the list it is given
@@ -182,16 +183,18 @@ class FillCommand(click.Command):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
             raise
-        except Exception as exc:
+        except (Exception, KeyboardInterrupt, Terminated) as exc:  # signals too: Ctrl-C, SIGTERM (infill.cli)
             pending = ctx.meta.pop(_FILTER_INPUT, None)
             if pending is None:
                 raise  # not the filter: the `infill` group reports it (one line, documented exit code)
-            from infill.cli import error_line, error_report
+            from infill.cli import error_line, error_report, signal_report
 
             if isinstance(exc, click.exceptions.ClickException):
                 line, code = error_line(exc), exc.exit_code
-            else:
+            elif isinstance(exc, Exception):
                 line, code = error_report(exc)
+            else:
+                line, code = signal_report(exc)
             if os.environ.get("INFILL_DEBUG"):  # the buffer comes back, and the traceback too
                 _binary("stdout").write(pending[0])
                 _binary("stdout").flush()
