@@ -12,6 +12,7 @@ This module imports Click but neither torch nor the server: `infill --help` impo
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeVar, get_args
@@ -294,14 +295,37 @@ def _click_option(option: Option, default: Any, text: str, unset: bool = False) 
     return click.option(*option.flags, option.name, **kwargs)
 
 
-def read_context(path: str) -> str:
-    """A --context file's text (undecodable bytes replaced: it only supplies candidate lines); InputError (exit 2)
-    when it cannot be read."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError as exc:
-        raise InputError(f"cannot read --context file: {exc.strerror or exc}", path=path) from None
+MAX_CONTEXT_BYTES = 8 << 20  # --context files together: they only supply candidate lines for a one-line fill
+
+
+def read_context(paths: Iterable[str]) -> tuple[str, ...]:
+    """The texts of --context files (undecodable bytes replaced: they only supply candidate lines). InputError
+    (exit 2) for a file that cannot be read, that is not a regular file (a device such as /dev/zero never ends,
+    a named pipe may never deliver; neither is opened for reading), or when the files hold more than
+    MAX_CONTEXT_BYTES together."""
+    import stat
+
+    texts: list[str] = []
+    limit = left = MAX_CONTEXT_BYTES
+    for path in paths:
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise InputError("--context file is not a regular file", path=path)
+            with open(path, "rb", opener=_without_blocking) as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # replaced since the stat
+                    raise InputError("--context file is not a regular file", path=path)
+                data = f.read(left + 1)
+        except OSError as exc:
+            raise InputError(f"cannot read --context file: {exc.strerror or exc}", path=path) from None
+        if len(data) > left:
+            raise InputError(f"--context files hold more than {limit >> 20} MiB together", path=path)
+        left -= len(data)
+        texts.append(data.decode("utf-8", errors="replace"))
+    return tuple(texts)
+
+
+def _without_blocking(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
 
 
 def from_flags(values: Mapping[str, Any]) -> tuple[DecodeConfig, FillOptions, ModelSpec]:
@@ -309,7 +333,7 @@ def from_flags(values: Mapping[str, Any]) -> tuple[DecodeConfig, FillOptions, Mo
     a command does not have keep the config's defaults; the decoder is chosen by config.choose_decoder."""
     given = {name: value for name, value in values.items() if name in BY_NAME}
     if "context" in given:
-        given["context"] = tuple(read_context(path) for path in given["context"])
+        given["context"] = read_context(given["context"])
     if "precision" in given:
         given["precision"] = given["precision"] == "bf16"
     return _build(given)

@@ -257,3 +257,62 @@ def test_a_signal_during_the_write_leaves_no_temporary_file(signum: int, code: i
     assert process.returncode == code, err
     assert (tmp_path / "a.py").read_text() == SOURCE
     assert leftovers(tmp_path) == []  # no .a.py.*.infill-tmp
+
+
+# --- unbounded reads: --context /dev/zero grew without limit, a named pipe hung ----------------------------------
+
+
+def limited_memory() -> None:
+    """In the child: at most 3 GB of data, so a regression that reads /dev/zero fails instead of eating the
+    machine."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_DATA, (3 << 30, 3 << 30))
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo"])
+def test_a_context_file_that_never_ends_is_refused(kind: str, tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(SOURCE)
+    context = "/dev/zero" if kind == "dev-zero" else str(tmp_path / "pipe")
+    if kind == "fifo":
+        os.mkfifo(context)  # nobody ever writes to it
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(TESTS / "fixtures_cli.py"),
+            "fill",
+            "a.py",
+            "--span",
+            "2",
+            "--context",
+            context,
+            "--model",
+            "fake-cli",
+        ],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        timeout=300,
+        preexec_fn=limited_memory,
+    )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.decode().splitlines()
+    assert context in line and "not a regular file" in line, line
+    assert (tmp_path / "a.py").read_text() == SOURCE
+
+
+def test_context_files_are_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from infill import options
+
+    monkeypatch.setattr(options, "MAX_CONTEXT_BYTES", 1 << 20)
+    p = tmp_path / "a.py"
+    p.write_text(SOURCE)
+    (tmp_path / "one.py").write_text("x = 1\n" * 100_000)  # 600,000 bytes: fits
+    (tmp_path / "two.py").write_text("y = 2\n" * 100_000)  # together 1.2 MB: does not
+    r = fill(str(p), "--span", "2", "--context", str(tmp_path / "one.py"), "--context", str(tmp_path / "two.py"))
+    assert r.exit_code == 2, r.output
+    line = one_error_line(r)
+    assert "two.py" in line and "more than 1 MiB" in line, line
+    assert fill(str(p), "--span", "2", "--context", str(tmp_path / "one.py")).exit_code == 0
+    assert p.read_text() == FILLED
