@@ -316,3 +316,36 @@ def test_context_files_are_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "two.py" in line and "more than 1 MiB" in line, line
     assert fill(str(p), "--span", "2", "--context", str(tmp_path / "one.py")).exit_code == 0
     assert p.read_text() == FILLED
+
+
+# --- -o /dev/stdout: the daemon wrote into its own log, in-process it was "folder is read-only" -------------------
+
+
+def test_output_to_dev_stdout_prints_the_file(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(SOURCE)
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
+    command = [sys.executable, str(TESTS / "fixtures_cli.py"), "fill", "a.py", "--span", "2", "--model", "fake-cli"]
+    for target in ("/dev/stdout", "-"):
+        done = subprocess.run(
+            [*command, "-o", target], cwd=tmp_path, env={**environ, "FAKE_CLI_FILL": "    return x + 1"},
+            capture_output=True, timeout=300,
+        )  # fmt: skip
+        assert (done.returncode, done.stdout.decode(), done.stderr) == (0, FILLED, b""), (target, done.stderr)
+    assert (tmp_path / "a.py").read_text() == SOURCE
+
+
+def test_output_targets_are_resolved_before_a_daemon_sees_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon resolves paths in its own process, where /dev/stdout is its log file: the client decides."""
+    from infill.commands import fill as command
+
+    sent: list[dict[str, object]] = []
+
+    def daemon(request: dict[str, object], mode: str, idle_timeout: float | None) -> dict[str, object]:
+        sent.append(request)
+        return {"exit_code": 0, "stdout": FILLED, "stderr": [], "result": None}
+
+    monkeypatch.setattr(command, "fill_command", daemon)
+    (tmp_path / "a.py").write_text(SOURCE)
+    r = fill(str(tmp_path / "a.py"), "--span", "2", "-o", "/dev/stdout")
+    assert r.exit_code == 0 and r.stdout == FILLED, r.output
+    assert [request["output"] for request in sent] == ["-"]

@@ -20,6 +20,7 @@ import click
 from infill.core.fill import (
     FillRequest,
     no_valid_fill_json,
+    output_target,
     preflight,
     result_json,
     run_fill,
@@ -134,7 +135,9 @@ def _filter_mode_args(command: click.Command, args: list[str]) -> tuple[bool, bo
         if not arg.startswith("--"):
             positional.append(arg)
         i += 1
-    filter_mode = positional[:1] == ["-"] and not (diff or check or json_format) and output in (None, "-")
+    filter_mode = (
+        positional[:1] == ["-"] and not (diff or check or json_format) and output_target(output) in (None, "-")
+    )
     return filter_mode, verbose
 
 
@@ -212,7 +215,9 @@ class FillCommand(click.Command):
 @click_options()
 @click.option("--diff", is_flag=True, help="Print a unified diff; do not write. Exit 1 if it is not empty.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if the file would change.")
-@click.option("-o", "--output", default=None, metavar="PATH", help="Write the result to PATH (- = stdout).")
+@click.option(
+    "-o", "--output", default=None, metavar="PATH", help="Write the result to PATH (- or /dev/stdout: print it)."
+)
 @click.option("--stdin-filename", default=None, metavar="NAME", help="File name for stdin (selects the language).")
 @click.option(
     "--format",
@@ -246,6 +251,7 @@ def fill(
     **decoding: Any,
 ) -> None:
     """See _HELP. `decoding` holds the options of infill.options (flags named after their config fields)."""
+    output = output_target(output)  # what -o means here, not in a daemon's process
     filter_mode = file == "-" and not (diff or check or fmt == "json") and output in (None, "-")
     stdin_text: str | None = None
     if file == "-":

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -167,6 +169,33 @@ def run_fill(
                 out["stderr"].append(traceback.format_exc().rstrip())
         out["stdout"] = original if req.filter_mode and original is not None else ""
     return out
+
+
+_STDOUT_NAMES = ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
+_DESCRIPTOR_PATHS = ("/dev/fd/", "/dev/stdin", "/dev/stderr", "/proc/self/", "/proc/thread-self/")
+
+
+def output_target(output: str | None, cwd: str = ".") -> str | None:
+    """`-o PATH` as the process that parsed the flags means it, before the request may go to a daemon (which has
+    other descriptors, a log file for a stdout, and resolves paths in its own process): "-" (print the result) for
+    -, /dev/stdout and the file this process's stdout is; a path into this process's own descriptors (/dev/fd/N,
+    /dev/stderr, /proc/self/...) that names a regular file becomes that file's path; anything else stays as
+    given (what is not a regular file is then refused: infill.patch.check_writable)."""
+    if output is None or output in _STDOUT_NAMES:
+        return None if output is None else "-"
+    path = os.path.join(cwd, output)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return output
+    try:
+        if os.path.samestat(st, os.fstat(sys.stdout.fileno())):
+            return "-"
+    except (OSError, ValueError, AttributeError):  # no stdout, or one without a descriptor (a test's)
+        pass
+    if path.startswith(_DESCRIPTOR_PATHS + (f"/proc/{os.getpid()}/",)) and stat.S_ISREG(st.st_mode):
+        return os.path.realpath(path)
+    return output
 
 
 def _resolve(req: FillRequest, path: str) -> str:
