@@ -22,11 +22,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 from fixtures_cli import fake_model
-from fixtures_serve import wait_until
+from fixtures_serve import plugin_env, runtime_dir, wait_until
 
 from infill import patch
 from infill.cli import main
 
+_ = runtime_dir  # a fixture (a private daemon runtime folder, its daemon stopped afterwards)
 SOURCE = "def f(x):\n    return 0\n\n\ndef g(y):\n    return y\n"
 FILLED = SOURCE.replace("return 0", "return x + 1")
 FAKE = "fake-sweep"
@@ -349,3 +350,41 @@ def test_output_targets_are_resolved_before_a_daemon_sees_them(tmp_path: Path, m
     r = fill(str(tmp_path / "a.py"), "--span", "2", "-o", "/dev/stdout")
     assert r.exit_code == 0 and r.stdout == FILLED, r.output
     assert [request["output"] for request in sent] == ["-"]
+
+
+# --- hangs: a client stopped (Ctrl-Z) while it held the daemon's spawn lock made every other client wait ----------
+
+HOLD_THE_LOCK = """
+import os, signal, sys
+from infill.server import client, lifecycle
+
+def stop_here(*args, **kwargs):  # a client paused (Ctrl-Z) while it starts the daemon, holding the spawn lock
+    os.kill(os.getpid(), signal.SIGSTOP)
+    sys.exit(1)
+
+lifecycle.spawn = stop_here
+client.connect_daemon(lifecycle.runtime_paths(), spawn=True)
+"""
+
+
+def stopped(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] == b"T"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="a stopped process is told apart through /proc")
+def test_a_stopped_client_holding_the_spawn_lock_blocks_nobody(runtime_dir: Path, tmp_path: Path) -> None:
+    env = plugin_env(runtime_dir, INFILL_DAEMON_DEBUG="1")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK], env=env, cwd=TESTS.parent)
+    try:
+        wait_until(lambda: stopped(holder.pid), what="the lock holder to stop")
+        (tmp_path / "a.py").write_text(SOURCE)
+        done = subprocess.run(
+            [sys.executable, "-m", "infill", "fill", "a.py", "--span", "2", "--daemon", "on", "--model", "default"],
+            cwd=tmp_path, env=env, capture_output=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        holder.kill()
+        holder.wait()
+    assert done.returncode == 0, done.stderr
+    notes = done.stderr.decode()
+    assert f"pid {holder.pid}) is stopped" in notes and "working in-process" in notes, notes

@@ -31,7 +31,7 @@ DAEMON_MODES: tuple[str, ...] = ("auto", "on", "off")
 
 PING_TIMEOUT = 15.0  # seconds; generous because the machine may be loaded
 SPAWN_TIMEOUT = 60.0  # for a new daemon to answer its first ping
-LOCK_TIMEOUT = 90.0  # for another client that is starting the daemon
+LOCK_TIMEOUT = 30.0  # for another client that is starting the daemon (not at all if it is stopped: lifecycle.file_lock)
 DEFAULT_REQUEST_TIMEOUT = 3600.0  # a fill on a slow machine can be long; override with INFILL_DAEMON_TIMEOUT
 
 log = logging.getLogger("infill.server")
