@@ -13,7 +13,8 @@ from typing import Any, NoReturn
 
 import click
 
-from infill import __version__
+from infill import __version__, environment
+from infill.clitypes import THREADS
 from infill.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 
 # command name -> "module:attribute"; modules are imported only when the command is used or listed in detail
@@ -105,6 +106,17 @@ def sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _check_environment(ctx: click.Context) -> None:
+    """Every command starts by checking infill's environment variables (infill.environment): a junk value is a
+    usage error naming the variable, as a bad flag is."""
+    from infill.errors import InputError
+
+    try:
+        environment.check()
+    except InputError as exc:
+        raise click.UsageError(exc.message, ctx) from None
+
+
 def subcommand(group: click.Command, args: list[str]) -> tuple[str, list[str]] | None:
     """(name, its arguments) of the subcommand in `group`'s raw arguments, skipping the group's options before it
     (and the value of those that take one); None when there is none. For arguments Click could not parse."""
@@ -129,7 +141,9 @@ class LazyGroup(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         given = list(args)  # Click's parser consumes the list it is given
         try:
-            return super().parse_args(ctx, args)
+            rest = super().parse_args(ctx, args)
+            _check_environment(ctx)
+            return rest
         except _HELP_NOT_ERROR:
             raise
         except click.exceptions.ClickException as exc:  # `infill --bogus`, `infill --threads 0`, INFILL_THREADS=0
@@ -161,7 +175,7 @@ class LazyGroup(click.Group):
             click.echo(line, err=True)
             sys.exit(code)
         except Exception as exc:  # noqa: BLE001 - input, model, OS error or our bug: one line, documented code
-            if os.environ.get("INFILL_DEBUG"):
+            if environment.enabled("INFILL_DEBUG"):
                 raise
             line, code = error_report(exc)
             click.echo(line, err=True)
@@ -199,7 +213,7 @@ def load_command(target: str) -> click.Command | None:
 @click.version_option(__version__, prog_name="infill")
 @click.option(
     "--threads",
-    type=click.IntRange(1),
+    type=THREADS,
     default=None,
     envvar="INFILL_THREADS",
     show_envvar=True,

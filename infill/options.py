@@ -36,6 +36,9 @@ Section = Literal["decode", "options", "model"]
 F = TypeVar("F", bound=Callable[..., Any])
 _CONFIGS: dict[Section, Any] = {"decode": DecodeConfig, "options": FillOptions, "model": ModelSpec}
 PRECISIONS = ("bf16", "fp32")
+# Work one request may ask for, on the command line and from the server alike (each option's range below says it)
+MAX_SAMPLES = 100  # "candidates", "max_resample" and "beam": 100,000 ran out of memory or for minutes
+MAX_RESCUE = 8  # a rescue search is beam x rescue_width wide
 
 
 @dataclass(frozen=True)
@@ -172,21 +175,21 @@ OPTIONS: tuple[Option, ...] = (
         ("--beam",),
         f"Beam search of width N for the most likely fill (AS-ARM models; the default, at width "
         f"{TOOL_DECODE.beam}; 0 = use --decoder).",
-        click.IntRange(min=0),
+        click.IntRange(min=0, max=MAX_SAMPLES),
     ),
     Option(
         "options",
         "candidates",
         ("-n", "--candidates"),
         "Sample N candidates; keep the most likely.",
-        click.IntRange(min=1),
+        click.IntRange(min=1, max=MAX_SAMPLES),
     ),
     Option(
         "options",
         "max_resample",
         ("--max-resample",),
         "Extra samples when a candidate adds syntax errors.",
-        click.IntRange(min=0),
+        click.IntRange(min=0, max=MAX_SAMPLES),
     ),
     Option(
         "options",
@@ -194,7 +197,7 @@ OPTIONS: tuple[Option, ...] = (
         ("--rescue-width",),
         "Beam search: when every fill it found that writes something is rejected, search again N times wider "
         "(1 = never).",
-        click.IntRange(min=1),
+        click.IntRange(min=1, max=MAX_RESCUE),
     ),
     Option(
         "options",
@@ -350,8 +353,6 @@ def _build(given: Mapping[str, Any]) -> tuple[DecodeConfig, FillOptions, ModelSp
 # ------------------------------------------------------------------------------------------------------------
 # the server's `fill` parameters
 
-MAX_SAMPLES = 100  # "candidates", "max_resample" and "beam" above this would hold the server for too long
-MAX_RESCUE = 8  # a rescue search is beam x rescue_width wide
 _JSON_KINDS: dict[str, type] = {"int": int, "int | None": int, "float": float, "bool": bool, "tuple[str, ...]": list}
 
 
@@ -373,11 +374,22 @@ def typed(name: str, value: Any, kind: type) -> Any:
         raise InputError(f'"{name}" must be {"a number" if kind is float else f"a {kind.__name__}"}')
     if isinstance(value, float) and not math.isfinite(value):  # 1e999 parses as inf
         raise ProtocolError(INVALID_REQUEST, f'"{name}" must be a finite number')
-    if name in ("candidates", "max_resample", "beam") and isinstance(value, int) and value > MAX_SAMPLES:
-        raise ProtocolError(INVALID_REQUEST, f'"{name}" must be at most {MAX_SAMPLES} in a server request')
-    if name == "rescue_width" and isinstance(value, int) and value > MAX_RESCUE:
-        raise ProtocolError(INVALID_REQUEST, f'"{name}" must be at most {MAX_RESCUE} in a server request')
     return value
+
+
+def within(option: Option, value: Any) -> None:
+    """A request's `value` for `option` checked against the option's own range (the one its flag has): above
+    it, the request asks for more work than any command may (ProtocolError invalid_request); below it,
+    InputError, as for the flag."""
+    from infill.server.protocol import INVALID_REQUEST, ProtocolError
+
+    bounds = option.type
+    if not isinstance(bounds, click.IntRange | click.FloatRange) or isinstance(value, bool):
+        return
+    if bounds.max is not None and (value > bounds.max or (bounds.max_open and value == bounds.max)):
+        raise ProtocolError(INVALID_REQUEST, f'"{option.name}" must be at most {bounds.max}')
+    if bounds.min is not None and (value < bounds.min or (bounds.min_open and value == bounds.min)):
+        raise InputError(f'"{option.name}" must be {"above" if bounds.min_open else "at least"} {bounds.min}')
 
 
 def from_params(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -388,6 +400,7 @@ def from_params(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         if option.name not in params:
             continue
         value = typed(option.name, params[option.name], json_kind(option))
+        within(option, value)
         if option.choices and value not in option.choices:
             quoted = [f'"{c}"' for c in option.choices]
             raise InputError(f'"{option.name}" must be {", ".join(quoted[:-1])} or {quoted[-1]}')

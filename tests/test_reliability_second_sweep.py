@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 from fixtures_cli import fake_model
@@ -388,3 +389,88 @@ def test_a_stopped_client_holding_the_spawn_lock_blocks_nobody(runtime_dir: Path
     assert done.returncode == 0, done.stderr
     notes = done.stderr.decode()
     assert f"pid {holder.pid}) is stopped" in notes and "working in-process" in notes, notes
+
+
+# --- unbounded work: --beam 100000 ran out of memory, -n 100000 for minutes, --threads 100000 crashed torch --------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["fill", "{f}", "--span", "2", "--beam", "100000"],
+        ["fill", "{f}", "--span", "2", "-n", "100000"],
+        ["fill", "{f}", "--span", "2", "--max-resample", "100000"],
+        ["fill", "{f}", "--span", "2", "--rescue-width", "1000"],
+        ["--threads", "100000", "fill", "{f}", "--span", "2"],
+        ["--threads", "2000", "fill", "{f}", "--span", "2"],
+    ],
+    ids=["beam", "candidates", "max-resample", "rescue-width", "threads", "threads-2000"],
+)
+def test_work_one_command_asks_for_is_bounded(args: list[str], tmp_path: Path) -> None:
+    p = tmp_path / "a.py"
+    p.write_text(SOURCE)
+    r = CliRunner().invoke(main, [a.replace("{f}", str(p)) for a in args] + ["--model", FAKE])
+    assert r.exit_code == 2, r.output
+    line = one_error_line(r)
+    assert line.startswith("error: ") and "is not in the range" in line, line
+    assert p.read_text() == SOURCE
+
+
+def test_the_server_and_the_command_line_share_the_bounds() -> None:
+    """One table (infill.options) bounds both: a flag's range is what a server request may ask for."""
+    from infill import options
+    from infill.server.protocol import ProtocolError
+
+    for name in ("beam", "candidates", "max_resample", "rescue_width"):
+        option = options.BY_NAME[name]
+        assert isinstance(option.type, click.IntRange) and option.type.max is not None, name
+        with pytest.raises(ProtocolError, match="at most"):
+            options.from_params({name: option.type.max + 1})
+        options.from_params({name: option.type.max})
+
+
+# --- environment variables: a client-only one restarted the daemon, junk values were ignored or crashed ----------
+
+
+def test_a_client_only_variable_does_not_restart_the_daemon(runtime_dir: Path) -> None:
+    from infill.server import client
+
+    params = {"text": SOURCE, "spans": [[10, 22]], "file": "a.py", "want_pid": True}
+    first = client.request("fill", params, "on", env=plugin_env(runtime_dir))
+    debug = plugin_env(runtime_dir, INFILL_DAEMON_DEBUG="1", INFILL_DAEMON_TIMEOUT="600")
+    again = client.request("fill", params, "on", env=debug)
+    assert first is not None and again is not None
+    assert again["stats"]["pid"] == first["stats"]["pid"]  # the same daemon, its model still loaded
+    info = client.status(debug)
+    assert info is not None and info["compatible"] is True
+    threads = plugin_env(runtime_dir, INFILL_THREADS="2")  # this one can change a result: a restart
+    assert client.status(threads)["differences"] == ["env"]  # type: ignore[index]
+    r = CliRunner(env=threads).invoke(main, ["daemon", "status"])
+    assert "other environment variables" in r.stdout and "other code" not in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("INFILL_DAEMON_TIMEOUT", "1e999"),
+        ("INFILL_DAEMON_TIMEOUT", "soon"),
+        ("INFILL_DAEMON_TIMEOUT", "-1"),
+        ("INFILL_DAEMON_IDLE_TIMEOUT", "nan"),
+        ("INFILL_NO_DAEMON", "please"),
+        ("INFILL_DAEMON_DEBUG", "2"),
+        ("INFILL_THREADS", "100000"),
+        ("INFILL_DEBUG", "maybe"),
+    ],
+)
+def test_junk_in_an_environment_variable_is_a_usage_error(name: str, value: str, tmp_path: Path) -> None:
+    p = tmp_path / "a.py"
+    p.write_text(SOURCE)
+    r = CliRunner(env={name: value}).invoke(main, ["fill", str(p), "--span", "2", "--model", FAKE])
+    assert r.exit_code == 2, r.output
+    line = one_error_line(r)
+    assert line.startswith("error: ") and name in line, line
+    assert p.read_text() == SOURCE
+    filtered = CliRunner(env={name: value}).invoke(
+        main, ["fill", "-", "--stdin-filename", "a.py", "--span", "2", "--model", FAKE], input=SOURCE
+    )
+    assert (filtered.exit_code, filtered.stdout, filtered.stderr) == (2, SOURCE, "")  # the filter echoes

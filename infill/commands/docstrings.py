@@ -13,7 +13,7 @@ import click
 
 from infill.clitypes import FINITE_FLOAT
 from infill.core.docstrings import DocstringsRequest, model_filler_for, plan, process
-from infill.docstrings.config import STYLES
+from infill.docstrings.config import MIN_LINE_LENGTH, STYLES
 from infill.docstrings.fill import SlotFiller
 from infill.errors import InfillError, one_line
 from infill.options import click_options
@@ -62,7 +62,12 @@ def _bool_flag(name: str, help_text: str) -> Any:
 @_bool_flag("overloads", "Skip @overload stubs; the implementation gets the docstring [default: ignore].")
 @_bool_flag("module", "Skip module docstrings [default: include].")
 @_bool_flag("property-decorators", "Skip @property getters [default: include]; setters are always skipped.")
-@click.option("--line-length", type=int, default=None, help="Wrap descriptions at this width [default: 88].")
+@click.option(
+    "--line-length",
+    type=click.IntRange(MIN_LINE_LENGTH),
+    default=None,
+    help="Wrap descriptions at this width [default: 88].",
+)
 @click_options(("seed",), help={"seed": "Sampling seed [default: 0]; fixed so local and CI runs agree."}, unset=True)
 @click.option(
     "--config",

@@ -17,6 +17,7 @@ from typing import Any, BinaryIO, NoReturn, cast
 
 import click
 
+from infill import environment
 from infill.core.fill import (
     FillRequest,
     no_valid_fill_json,
@@ -198,7 +199,7 @@ class FillCommand(click.Command):
                 line, code = error_report(exc)
             else:
                 line, code = signal_report(exc)
-            if os.environ.get("INFILL_DEBUG"):  # the buffer comes back, and the traceback too
+            if environment.enabled("INFILL_DEBUG"):  # the buffer comes back, and the traceback too
                 _binary("stdout").write(pending[0])
                 _binary("stdout").flush()
                 raise

@@ -64,10 +64,13 @@ class Paths:
 def runtime_paths(env: Mapping[str, str] | None = None, *, create: bool = True) -> Paths:
     """The checked runtime directory of this user's daemon for this installation (see installation_key); raises
     DaemonUnavailable if it is not safe to use."""
+    from infill import environment
+
     env = os.environ if env is None else env
     uid = os.getuid()
-    if env.get("INFILL_RUNTIME_DIR"):
-        directory = Path(env["INFILL_RUNTIME_DIR"])
+    base = environment.read("INFILL_RUNTIME_DIR", env)
+    if base:
+        directory = Path(base)
     elif env.get("XDG_RUNTIME_DIR") and _owned_private_dir(Path(env["XDG_RUNTIME_DIR"]), uid):
         directory = Path(env["XDG_RUNTIME_DIR"]) / "infill"
     else:
