@@ -474,3 +474,65 @@ def test_junk_in_an_environment_variable_is_a_usage_error(name: str, value: str,
         main, ["fill", "-", "--stdin-filename", "a.py", "--span", "2", "--model", FAKE], input=SOURCE
     )
     assert (filtered.exit_code, filtered.stdout, filtered.stderr) == (2, SOURCE, "")  # the filter echoes
+
+
+# --- a fill of a thousand spans printed nothing for ten minutes ----------------------------------------------------
+
+
+def many_spans(n: int) -> str:
+    return "".join(f"def f{i}(x):\n    <FILL>\n\n\n" for i in range(n))
+
+
+def test_a_long_fill_shows_progress_on_a_plain_stderr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """stderr is not a terminal here (no progress bar): plain lines instead, as often as PLAIN_EVERY says (every
+    step here), and only on stderr: stdout stays the diff."""
+    from infill import progress
+
+    monkeypatch.setattr(progress, "PLAIN_EVERY", 0.0)
+    monkeypatch.setattr(progress, "PLAIN_TOKENS", 1)
+    p = tmp_path / "many.py"
+    p.write_text(many_spans(6))
+    r = fill(str(p), "--marker", "<FILL>", "--diff")
+    assert r.exit_code == 1, r.output
+    lines = r.stderr.splitlines()
+    assert lines and all(line.startswith("infill: filling 6 span(s): ") for line in lines), lines
+    assert r.stdout.startswith("--- a/")
+
+
+@pytest.mark.parametrize("flags", [["-q"], ["--format", "json"]], ids=["quiet", "json"])
+def test_no_progress_where_stderr_must_stay_quiet(
+    flags: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from infill import progress
+
+    monkeypatch.setattr(progress, "PLAIN_EVERY", 0.0)
+    monkeypatch.setattr(progress, "PLAIN_TOKENS", 1)
+    p = tmp_path / "many.py"
+    p.write_text(many_spans(3))
+    assert fill(str(p), "--marker", "<FILL>", *flags).stderr == ""
+    filtered = fill("-", "--stdin-filename", "a.py", "--marker", "<FILL>", input=many_spans(3).encode())
+    assert filtered.exit_code == 0 and filtered.stderr == ""
+
+
+def test_the_work_of_a_fill_grows_linearly_with_its_spans(tmp_path: Path) -> None:
+    """Every span costs about the same: model passes grow in proportion to the spans, and no pass sees more than
+    the model's window (a region of many spans is cut into windows), so time grows linearly too."""
+    seen: list[int] = []
+    with fake_model(["return x"], name="fake-window", max_length=256) as model:
+        real = model._logits
+
+        def logits(ids: object, *args: object, **kwargs: object) -> object:
+            seen.append(len(ids))  # type: ignore[arg-type]
+            return real(ids, *args, **kwargs)  # type: ignore[arg-type]
+
+        model._logits = logits  # type: ignore[method-assign]
+        passes = []
+        for n in (8, 32):
+            p = tmp_path / f"many{n}.py"
+            p.write_text(many_spans(n))
+            before = model.forwards
+            r = CliRunner().invoke(main, ["fill", str(p), "--marker", "<FILL>", "--model", "fake-window"])
+            assert r.exit_code == 0, r.output
+            passes.append(model.forwards - before)
+    assert passes[1] <= 4.5 * passes[0], passes
+    assert max(seen) <= 256
