@@ -141,15 +141,22 @@ def check_outside_unchanged(original: bytes, patched: bytes, edits: Sequence[Byt
 
 
 def unified_diff(old: str, new: str, path: str | None) -> str:
-    """A unified diff (difflib) from `old` to `new`, labelled a/PATH and b/PATH; '' when equal."""
+    """A unified diff (difflib) from `old` to `new`, labelled a/PATH and b/PATH; '' when equal. Lines end at
+    "\n" only, as `diff`, `patch` and `git apply` see them: a lone CR is part of a line (a file with lone-CR line
+    endings is one line to them), and a CRLF line keeps its CR."""
     name = (path or "<stdin>").lstrip("/")
-    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{name}", f"b/{name}")
+    lines = difflib.unified_diff(_patch_lines(old), _patch_lines(new), f"a/{name}", f"b/{name}")
     out = []
     for line in lines:
         out.append(line)
         if not line.endswith("\n"):
             out.append("\n\\ No newline at end of file\n")
     return "".join(out)
+
+
+def _patch_lines(text: str) -> list[str]:
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
 
 
 def atomic_write(path: str, data: bytes, expected: Snapshot | None = None, hint: str = "") -> None:

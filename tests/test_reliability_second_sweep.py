@@ -536,3 +536,57 @@ def test_the_work_of_a_fill_grows_linearly_with_its_spans(tmp_path: Path) -> Non
             passes.append(model.forwards - before)
     assert passes[1] <= 4.5 * passes[0], passes
     assert max(seen) <= 256
+
+
+# --- lone-CR files: docstrings refused them, --diff made a patch that patch and git apply reject --------------------
+
+LONE_CR = b"def f(x):\r    return 0\r\r\rdef g(y):\r    return y\r"
+
+
+def test_docstrings_fill_a_lone_cr_file(tmp_path: Path) -> None:
+    from fixtures_doc import FakeFiller
+
+    p = tmp_path / "mac.py"
+    p.write_bytes(LONE_CR)
+    compile(LONE_CR, str(p), "exec")  # CPython reads a lone CR as a line break
+    r = CliRunner().invoke(main, ["docstrings", str(p)], obj={"slot_filler": FakeFiller()})
+    assert r.exit_code == 0, r.output
+    out = p.read_bytes()
+    assert b"\n" not in out and out.count(b'"""') == 6  # three docstrings, every line break still a lone CR
+    compile(out, str(p), "exec")
+
+
+def apply_patch(diff: bytes, original: bytes, folder: Path) -> bytes:
+    """`diff` applied to `original` by the tools users apply patches with: `patch`, else `git apply`."""
+    target = folder / "mac.py"
+    target.write_bytes(original)
+    (folder / "change.diff").write_bytes(diff)
+    if shutil.which("patch"):
+        subprocess.run(["patch", "-s", str(target), str(folder / "change.diff")], check=True, cwd=folder)
+    else:
+        assert shutil.which("git"), "neither patch nor git is installed"
+        subprocess.run(["git", "init", "-q"], check=True, cwd=folder)
+        subprocess.run(["git", "apply", "-p1", "change.diff"], check=True, cwd=folder)
+    return target.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [LONE_CR, LONE_CR.replace(b"\r", b"\r\n"), LONE_CR.replace(b"\r", b"\n")],
+    ids=["lone-cr", "crlf", "lf"],
+)
+def test_a_diff_applies_whatever_the_line_endings(
+    content: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = tmp_path / "mac.py"
+    p.write_bytes(content)
+    monkeypatch.chdir(tmp_path)
+    r = fill("mac.py", "--span", "2", "--diff")
+    assert r.exit_code == 1, r.output
+    newline = b"\r\n" if b"\r\n" in content else content[9:10]
+    expected = content.replace(b"return 0", b"return x + 1")
+    assert b"return x + 1" + newline in expected
+    folder = tmp_path / "apply"
+    folder.mkdir()
+    assert apply_patch(r.stdout_bytes, content, folder) == expected
+    assert p.read_bytes() == content  # --diff writes nothing
