@@ -148,10 +148,11 @@ class LazyGroup(click.Group):
             raise
         except click.exceptions.ClickException as exc:  # `infill --bogus`, `infill --threads 0`, INFILL_THREADS=0
             command = subcommand(self, given)
-            if command is not None and command[0] == "fill":  # the editor filter echoes its input even then
-                from infill.commands.fill import echo_input_if_filter
+            # the editor filter echoes its input even then, and --format json prints its error document
+            if command is not None and command[0] == "fill":
+                from infill.commands.fill import answer_usage_error
 
-                echo_input_if_filter(command[1], error_line(exc), exc.exit_code)
+                answer_usage_error(command[1], error_line(exc), exc.exit_code)
             exit_on_click_error(exc)
         except BrokenPipeError:  # `infill --help | head -1`
             _quiet_broken_pipe()

@@ -10,6 +10,7 @@ Each test failed on the code before its fix. The systematic guarantees are teste
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import signal
@@ -590,3 +591,87 @@ def test_a_diff_applies_whatever_the_line_endings(
     folder.mkdir()
     assert apply_patch(r.stdout_bytes, content, folder) == expected
     assert p.read_bytes() == content  # --diff writes nothing
+
+
+# --- --format json: -o was written although JSON mode writes nothing, and only some errors were JSON ---------------
+
+
+def crash(*args: object, **kwargs: object) -> None:
+    raise ZeroDivisionError("a bug")
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "kind"),
+    [
+        (["--span", "2"], 0, None),
+        (["--function", "nope"], 2, "input_error"),
+        (["--span", "99"], 2, "input_error"),
+        (["--span", "2", "--bogus"], 2, "input_error"),
+        (["--span", "2", "--tokens", "0"], 2, "input_error"),
+        (["--span", "2", "-o", "{d}/out.py"], 2, "input_error"),
+        (["--span", "2", "--context", "{d}"], 2, "input_error"),
+        (["--span", "2", "--crash"], 123, "internal_error"),
+    ],
+    ids=["ok", "selector", "span", "unknown-flag", "bad-value", "with-output", "context-folder", "bug"],
+)
+def test_json_mode_prints_one_document_for_every_outcome(
+    args: list[str], code: int, kind: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from infill import api
+
+    p = tmp_path / "a.py"
+    p.write_text(SOURCE)
+    if "--crash" in args:
+        monkeypatch.setattr(api, "fill_text", crash)
+        args = [a for a in args if a != "--crash"]
+    r = fill(str(p), *[a.replace("{d}", str(tmp_path)) for a in args], "--format", "json")
+    assert r.exit_code == code, r.output
+    document = json.loads(r.stdout)
+    assert set(document) >= {"file", "edits", "stats"} and document["file"] == str(p)
+    if kind is None:
+        assert "error" not in document and document["edits"]
+    else:
+        assert document["edits"] == [] and document["error"]["code"] == kind
+        assert document["error"]["exit_code"] == code and "\n" not in document["error"]["message"]
+        assert len(r.stderr.splitlines()) == 1  # and the one stderr line, as without --format json
+    assert p.read_text() == SOURCE and sorted(os.listdir(tmp_path)) == ["a.py"]  # nothing is ever written
+
+
+# --- unclear answers: messages that did not name the file, or named an option the command does not have ----------
+
+
+def test_the_server_says_what_a_named_pipe_is(tmp_path: Path) -> None:
+    from infill.server.dispatch import Dispatcher
+
+    os.mkfifo(tmp_path / "pipe.py")
+    request = {"id": 1, "method": "docstrings", "params": {"path": "pipe.py", "cwd": str(tmp_path)}}
+    reply = json.loads(Dispatcher().handle_line(json.dumps(request).encode()))
+    assert reply["error"]["code"] == "input_error" and reply["error"]["exit_code"] == 2
+    assert "not a regular file" in reply["error"]["message"] and "no such" not in reply["error"]["message"]
+
+
+def test_no_valid_fill_names_the_input(tmp_path: Path) -> None:
+    p = tmp_path / "a.py"
+    p.write_text(SOURCE)
+    with fake_model(['"""unterminated'], name="fake-unparseable"):
+        args = ["--span", "2", "--no-retrieve", "--model", "fake-unparseable"]  # no line of the file's own either
+        r = CliRunner().invoke(main, ["fill", str(p), *args])
+        filtered = CliRunner().invoke(main, ["fill", "-", "--stdin-filename", "x.py", "-v", *args], input=SOURCE)
+    assert r.exit_code == filtered.exit_code == 3
+    assert one_error_line(r).startswith(f"error: {p}: no valid fill")
+    assert one_error_line(filtered).startswith("error: x.py: no valid fill") and filtered.stdout == SOURCE
+
+
+def test_docstrings_suggest_only_what_they_have(tmp_path: Path) -> None:
+    from fixtures_doc import FakeFiller
+
+    p = tmp_path / "a.py"
+    p.write_text(SOURCE)
+    p.chmod(0o444)
+    try:
+        r = CliRunner().invoke(main, ["docstrings", str(p)], obj={"slot_filler": FakeFiller()})
+    finally:
+        p.chmod(0o644)
+    assert r.exit_code == 2
+    line = next(line for line in r.stderr.splitlines() if line.startswith("error:"))
+    assert "read-only" in line and "(use --diff)" in line and "-o PATH" not in line, line

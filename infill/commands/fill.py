@@ -11,15 +11,18 @@ This module imports neither torch nor rich.progress at import time: `infill fill
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from typing import Any, BinaryIO, NoReturn, cast
+from typing import Any, BinaryIO, NamedTuple, NoReturn, cast
 
 import click
 
 from infill import environment
 from infill.core.fill import (
     FillRequest,
+    error_json,
+    exception_json,
     no_valid_fill_json,
     output_target,
     preflight,
@@ -97,9 +100,17 @@ def _write_out(stdout: str, stderr: list[str]) -> None:
         click.echo(line, err=True)
 
 
-def _filter_mode_args(command: click.Command, args: list[str]) -> tuple[bool, bool]:
-    """(filter mode, verbose) read from raw arguments that Click could not parse: FILE is "-" and the output
-    is stdout text (no --diff, --check, --format json, or -o PATH). Options that take a value skip it."""
+class _Mode(NamedTuple):
+    filter: bool  # the editor filter: FILE is "-" and the output is stdout text
+    verbose: bool
+    json: bool  # --format json
+    file: str | None  # FILE as given (None for "-" or none)
+
+
+def _mode_of_args(command: click.Command, args: list[str]) -> _Mode:
+    """What raw arguments that Click could not parse ask for: the editor filter (FILE is "-" and the output is
+    stdout text: no --diff, --check, --format json, or -o PATH), -v, --format json, and FILE. Options that take
+    a value skip it."""
     takes_value: dict[str, bool] = {}
     for param in command.params:
         if isinstance(param, click.Option):
@@ -139,7 +150,8 @@ def _filter_mode_args(command: click.Command, args: list[str]) -> tuple[bool, bo
     filter_mode = (
         positional[:1] == ["-"] and not (diff or check or json_format) and output_target(output) in (None, "-")
     )
-    return filter_mode, verbose
+    file = positional[0] if positional and positional[0] != "-" else None
+    return _Mode(filter_mode, verbose, json_format, file)
 
 
 _FILTER_INPUT = "infill.fill.filter_input"  # ctx.meta key: (stdin bytes, verbose) while the filter may fail
@@ -156,14 +168,21 @@ def _echo_input(raw: bytes, verbose: bool, line: str, code: int) -> NoReturn:
     raise click.exceptions.Exit(code)
 
 
-def echo_input_if_filter(args: list[str], line: str, code: int) -> None:
-    """Before stdin is read: if `args` (the raw arguments of `infill fill`) run the editor filter, echo stdin
-    unchanged and exit with `code` (`line` on stderr with -v). Otherwise return, and the caller reports the
-    error as usual. Used for usage errors of `infill fill` and of the `infill` group around it (--threads)."""
-    filter_mode, verbose = _filter_mode_args(fill, args)
-    if not filter_mode or sys.stdin is None or sys.stdin.isatty():
+def answer_usage_error(args: list[str], line: str, code: int) -> None:
+    """Before stdin is read, for a usage error of `infill fill` or of the `infill` group around it (--threads):
+    if `args` (the raw arguments of `infill fill`) run the editor filter, echo stdin unchanged and exit with
+    `code` (`line` on stderr with -v); with --format json, print the error document on stdout. Otherwise (and
+    then) return, and the caller reports the error as usual."""
+    mode = _mode_of_args(fill, args)
+    if mode.json:
+        _print_json(error_json(mode.file, "input_error", line.removeprefix("error: "), code))
+    if not mode.filter or sys.stdin is None or sys.stdin.isatty():
         return
-    _echo_input(_binary("stdin").read(), verbose, line, code)
+    _echo_input(_binary("stdin").read(), mode.verbose, line, code)
+
+
+def _print_json(document: dict[str, Any]) -> None:
+    _write_out(json.dumps(document, ensure_ascii=False) + "\n", [])
 
 
 class FillCommand(click.Command):
@@ -179,7 +198,7 @@ class FillCommand(click.Command):
         except click.exceptions.ClickException as exc:
             from infill.cli import error_line
 
-            echo_input_if_filter(given, error_line(exc), exc.exit_code)
+            answer_usage_error(given, error_line(exc), exc.exit_code)
             raise
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -188,9 +207,6 @@ class FillCommand(click.Command):
         except (click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
             raise
         except (Exception, KeyboardInterrupt, Terminated) as exc:  # signals too: Ctrl-C, SIGTERM (infill.cli)
-            pending = ctx.meta.pop(_FILTER_INPUT, None)
-            if pending is None:
-                raise  # not the filter: the `infill` group reports it (one line, documented exit code)
             from infill.cli import error_line, error_report, signal_report
 
             if isinstance(exc, click.exceptions.ClickException):
@@ -199,11 +215,27 @@ class FillCommand(click.Command):
                 line, code = error_report(exc)
             else:
                 line, code = signal_report(exc)
+            pending = ctx.meta.pop(_FILTER_INPUT, None)
+            if pending is None:
+                if ctx.params.get("fmt") == "json":  # one document for every outcome
+                    _print_json(_failure_json(ctx, exc, line, code))
+                raise  # the `infill` group reports it (one line, documented exit code)
             if environment.enabled("INFILL_DEBUG"):  # the buffer comes back, and the traceback too
                 _binary("stdout").write(pending[0])
                 _binary("stdout").flush()
                 raise
             _echo_input(pending[0], pending[1], line, code)
+
+
+def _failure_json(ctx: click.Context, exc: BaseException, line: str, code: int) -> dict[str, Any]:
+    """The --format json document of a failure run_fill did not report itself: a usage error found in the
+    command (input_error), an error before the fill, or a signal (interrupted)."""
+    file = ctx.params.get("file")
+    name = file if isinstance(file, str) and file != "-" else None
+    if isinstance(exc, Exception) and not isinstance(exc, click.exceptions.ClickException):
+        return exception_json(exc, name)
+    kind = "input_error" if isinstance(exc, click.exceptions.ClickException) else "interrupted"
+    return error_json(name, kind, line.removeprefix("infill: ").removeprefix("error: "), code)
 
 
 @click.command("fill", cls=FillCommand, help=_HELP, context_settings={"help_option_names": ["-h", "--help"]})
@@ -253,6 +285,8 @@ def fill(
 ) -> None:
     """See _HELP. `decoding` holds the options of infill.options (flags named after their config fields)."""
     output = output_target(output)  # what -o means here, not in a daemon's process
+    if fmt == "json" and output not in (None, "-"):
+        raise click.UsageError("--format json prints the edits and writes nothing; it cannot be combined with -o PATH")
     filter_mode = file == "-" and not (diff or check or fmt == "json") and output in (None, "-")
     stdin_text: str | None = None
     if file == "-":
@@ -262,11 +296,11 @@ def fill(
         except UnicodeDecodeError as exc:
             if filter_mode:
                 _binary("stdout").write(raw)
+            message = f"{stdin_filename or '<stdin>'}: not UTF-8 (invalid byte at offset {exc.start})"
+            if fmt == "json":
+                _print_json(error_json(None, "input_error", message, EXIT_USAGE))
             if verbose or not filter_mode:
-                click.echo(
-                    f"error: {stdin_filename or '<stdin>'}: not UTF-8 (invalid byte at offset {exc.start})",
-                    err=True,
-                )
+                click.echo(f"error: {message}", err=True)
             sys.exit(EXIT_USAGE)
         if filter_mode:  # from here on, any failure echoes the input (FillCommand.invoke)
             click.get_current_context().meta[_FILTER_INPUT] = (raw, bool(verbose))

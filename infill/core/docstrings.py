@@ -114,6 +114,8 @@ def collect_files(paths: Iterable[str]) -> list[Path]:
             if not path.name.endswith(SUFFIXES):
                 raise InputError(f"unsupported file type (supported: {', '.join(SUFFIXES)})", path=raw)
             out.append(path)
+        elif path.exists():  # a named pipe, a device, a socket
+            raise InputError("not a regular file or folder", path=raw)
         else:
             raise InputError("no such file or folder", path=raw)
     return out
@@ -255,9 +257,10 @@ def _report_text(result: FileResult, check: bool, show_diff: bool, quiet: bool, 
         echo(_diff(result), False)
     if quiet:
         return
-    for o in result.outcomes:
+    for o in result.outcomes:  # what happened is news on stderr, as `infill fill` says "filled a.py"; stdout is
+        # for data (a diff, the --check list, JSON), so a report never mixes into what a pipe reads
         line = f"{result.path}:{o.line}: {o.name}: {_describe(o.status, o.confidence, o.fallbacks)}"
-        echo(line + "\n", show_diff)
+        echo(line + "\n", True)
         for warning in o.warnings:
             echo(f"{result.path}:{o.line}: {o.name}: warning: {warning}\n", True)
 

@@ -79,24 +79,47 @@ class FillRequest:
         return cls(**kw)
 
 
+_STATS = ("decoder", "model", "nfe", "tokens", "seconds")
+
+
 def result_json(result: FillResult, file: str | None) -> dict[str, Any]:
     """The `--format json` document: the file, its edits (Edit.to_json) and the decoding stats."""
     return {
         "file": file,
         "edits": [e.to_json() for e in result.edits],
-        "stats": {k: result.stats.get(k) for k in ("decoder", "model", "nfe", "tokens", "seconds")},
+        "stats": {k: result.stats.get(k) for k in _STATS},
     }
+
+
+def error_json(file: str | None, code: str, message: str, exit_code: int) -> dict[str, Any]:
+    """The `--format json` document of a fill that failed, whatever failed (a plugin reads one shape for every
+    outcome): no edits, and "error" with the code the server would answer (infill.server.protocol: input_error,
+    model_error, no_valid_fill, internal_error...), the one-line message and the exit code."""
+    return {
+        "file": file,
+        "edits": [],
+        "stats": dict.fromkeys(_STATS),
+        "error": {"code": code, "message": message, "exit_code": exit_code},
+    }
+
+
+def exception_json(exc: Exception, file: str | None) -> dict[str, Any]:
+    """error_json of an exception (an InfillError's own code, else an internal error)."""
+    from infill.server.protocol import error_code
+
+    if isinstance(exc, NoValidFillError):
+        return no_valid_fill_json(exc, file)
+    if isinstance(exc, InfillError):
+        return error_json(file, error_code(exc), one_line(str(exc)), exc.exit_code)
+    return error_json(
+        file, error_code(exc), f"internal error: {type(exc).__name__}: {one_line(str(exc))}", EXIT_INTERNAL
+    )
 
 
 def no_valid_fill_json(exc: NoValidFillError, file: str | None) -> dict[str, Any]:
     """The `--format json` document when no candidate was valid: no edits, the rejected ones under "failed"."""
-    return {
-        "file": file,
-        "edits": [],
-        "stats": {k: exc.stats.get(k) for k in ("decoder", "model", "nfe", "tokens", "seconds")},
-        "failed": exc.failed,
-        "error": {"code": "no_valid_fill", "message": str(exc), "exit_code": exc.exit_code},
-    }
+    doc = error_json(file, "no_valid_fill", str(exc), exc.exit_code)
+    return {**doc, "stats": {k: exc.stats.get(k) for k in _STATS}, "failed": exc.failed, "error": doc["error"]}
 
 
 def _stats_line(stats: dict[str, Any]) -> str:
@@ -139,36 +162,37 @@ def run_fill(
         if not quiet_stderr:
             out["stderr"].append(line)
 
-    original: str | None = req.stdin if req.file == "-" else None
     try:
         _run(req, out, say, on_progress)
-    except NoValidFillError as exc:  # exit 3: nothing written; --format json also lists the failed edits
-        out["exit_code"] = exc.exit_code
-        out["result"] = no_valid_fill_json(exc, None if req.file == "-" else req.file)
-        if req.filter_mode and req.verbosity < 1:
-            out["stderr"] = []
-        else:
-            out["stderr"].append(f"error: {exc}")
-        if req.filter_mode and original is not None:
-            out["stdout"] = original
-        else:
-            out["stdout"] = json.dumps(out["result"], ensure_ascii=False) + "\n" if req.format == "json" else ""
-    except InfillError as exc:
-        out["exit_code"] = exc.exit_code
-        if req.filter_mode and req.verbosity < 1:
-            out["stderr"] = []
-        else:
-            out["stderr"].append(f"error: {exc}")
-        out["stdout"] = original if req.filter_mode and original is not None else ""
-    except Exception as exc:  # a bug or a backend failure: exit 123 with one line (traceback with -v)
-        out["exit_code"] = EXIT_INTERNAL
-        out["stderr"] = [] if req.filter_mode and req.verbosity < 1 else out["stderr"]
-        if not (req.filter_mode and req.verbosity < 1):
-            out["stderr"].append(f"error: internal error: {type(exc).__name__}: {one_line(str(exc))}")
-            if req.verbosity >= 1:
-                out["stderr"].append(traceback.format_exc().rstrip())
-        out["stdout"] = original if req.filter_mode and original is not None else ""
+    except Exception as exc:  # noqa: BLE001 - input, model or internal error (a bug, a backend): an exit code
+        _failed(req, out, exc)
     return out
+
+
+def _failed(req: FillRequest, out: dict[str, Any], exc: Exception) -> None:
+    """run_fill's answer to a failure: its exit code (123 for anything but an InfillError); one stderr line naming
+    the input (none from the editor filter without -v; a bug's traceback too with -v); on stdout the unchanged
+    input in filter mode, else with --format json the error document (exception_json: one shape for every
+    outcome), else nothing. A no-valid-fill's document, with the rejected edits, is also the result."""
+    if isinstance(exc, InfillError):
+        line, out["exit_code"] = f"error: {exc}", exc.exit_code
+    else:
+        line, out["exit_code"] = f"error: internal error: {type(exc).__name__}: {one_line(str(exc))}", EXIT_INTERNAL
+    if req.filter_mode and req.verbosity < 1:
+        out["stderr"] = []
+    else:
+        out["stderr"].append(line)
+        if req.verbosity >= 1 and not isinstance(exc, InfillError):
+            out["stderr"].append(traceback.format_exc().rstrip())
+    document = exception_json(exc, None if req.file == "-" else req.file)
+    if isinstance(exc, NoValidFillError):
+        out["result"] = document
+    if req.filter_mode and req.stdin is not None:
+        out["stdout"] = req.stdin
+    elif req.format == "json":
+        out["stdout"] = json.dumps(document, ensure_ascii=False) + "\n"
+    else:
+        out["stdout"] = ""
 
 
 _STDOUT_NAMES = ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
@@ -273,15 +297,19 @@ def _fill(req: FillRequest, on_progress: Callable[[dict[str, Any]], None] | None
     from infill import api
 
     given = _prepare(req)
-    result = api.fill_text(
-        given.text,
-        given.selected,
-        language=given.language,
-        model=req.model,
-        decode=req.decode,
-        options=req.options,
-        on_progress=on_progress,
-    )
+    try:
+        result = api.fill_text(
+            given.text,
+            given.selected,
+            language=given.language,
+            model=req.model,
+            decode=req.decode,
+            options=req.options,
+            on_progress=on_progress,
+        )
+    except NoValidFillError as exc:  # name the input, as every error about it does
+        exc.path = exc.path or given.display
+        raise
     return given, result
 
 

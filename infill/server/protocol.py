@@ -117,13 +117,22 @@ def error_object(code: str, message: str, exit_code: int = 2) -> dict[str, Any]:
     return {"code": code, "message": message, "exit_code": exit_code}
 
 
+def error_code(exc: BaseException) -> str:
+    """The error code of an exception: a ProtocolError's own, an InfillError's (most specific class first), else
+    internal_error. `infill fill --format json` names its errors with the same codes."""
+    if isinstance(exc, ProtocolError):
+        return exc.code
+    if isinstance(exc, errors.InfillError):
+        return next(c for cls, c in _ERROR_CODES if isinstance(exc, cls))
+    return INTERNAL_ERROR
+
+
 def error_from_exception(exc: BaseException) -> dict[str, Any]:
     """The "error" object for an exception raised by a handler."""
     if isinstance(exc, ProtocolError):
         return error_object(exc.code, exc.message, 2)
     if isinstance(exc, errors.InfillError):
-        code = next(c for cls, c in _ERROR_CODES if isinstance(exc, cls))
-        obj = error_object(code, exc.message, exc.exit_code)
+        obj = error_object(error_code(exc), exc.message, exc.exit_code)
         for key in ("path", "line", "column"):
             value = getattr(exc, key)
             if value is not None:

@@ -238,6 +238,8 @@ def train(
 
     log = Log(cfg.steps or None)
     t0 = time.time()
+    held = heldout_batches(tok, corpus, cfg, cfg.eval_sequences) if cfg.eval_sequences > 0 else []  # first: a
+    # corpus with no held-out text fails before the training stream is tokenized and cached
     stream, files = cached_stream(tok, tokenizer_json, corpus, cfg.max_package_bytes, run_dir)
     log.line(
         f"stream: {files} files, {len(stream):,} tokens ({time.time() - t0:.0f}s); "
@@ -250,7 +252,6 @@ def train(
         cfg.seq_len,
         cfg.batch_size,
     )
-    held = heldout_batches(tok, corpus, cfg, cfg.eval_sequences) if cfg.eval_sequences > 0 else []
     held = [{k: v.to(device) for k, v in b.items()} for b in held]
 
     def checkpoint() -> None:
