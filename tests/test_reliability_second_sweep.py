@@ -675,3 +675,26 @@ def test_docstrings_suggest_only_what_they_have(tmp_path: Path) -> None:
     assert r.exit_code == 2
     line = next(line for line in r.stderr.splitlines() if line.startswith("error:"))
     assert "read-only" in line and "(use --diff)" in line and "-o PATH" not in line, line
+
+
+# --- odd bytes and numbers in server requests ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        b'{"text": "x = 1\\n", "span": "1", "seed": ' + b"9" * 5000 + b"}",  # Python refuses to even convert it
+        b'{"text": "x = 1\\n", "span": "1", "k": 18446744073709551617}',
+        b'{"text": "x = \\u0000\\n", "span": "1"}',
+        b'{"text": "x = 1\\n", "span": "1", "filename": "a\\u0000.py"}',
+        b'{"text": "x = \\ud800\\n", "span": "1"}',
+        b'{"text": "x = 1\\n", "marker": "\\udfff"}',
+        b'{"text": "x = 1\\n", "span": "1", "\\ud800": 1}',
+    ],
+    ids=["5000-digits", "above-64-bits", "nul-in-text", "nul-in-filename", "surrogate-text", "surrogate", "key"],
+)
+def test_the_server_refuses_what_json_allows_but_it_cannot_use(params: bytes) -> None:
+    from infill.server.dispatch import Dispatcher
+
+    reply = json.loads(Dispatcher().handle_line(b'{"id": 3, "method": "fill", "params": ' + params + b"}"))
+    assert reply["error"]["code"] == "invalid_request" and reply["error"]["exit_code"] == 2, reply

@@ -11,6 +11,7 @@ This module is pure Python: no torch, no I/O.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +78,7 @@ def parse_request(line: bytes) -> Request:
     if not text.strip():
         raise ProtocolError(INVALID_REQUEST, "empty request line")
     try:
-        obj = json.loads(text, parse_constant=_no_constant)
+        obj = json.loads(text, parse_constant=_no_constant, parse_int=_bounded_int)
     except (json.JSONDecodeError, RecursionError) as exc:
         detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
         raise ProtocolError(PARSE_ERROR, f"request is not JSON: {detail}") from None
@@ -96,6 +97,9 @@ def parse_request(line: bytes) -> Request:
         params = {}
     if not isinstance(params, dict):
         raise ProtocolError(INVALID_REQUEST, '"params" must be an object', request_id)
+    problem = _unusable(obj)
+    if problem is not None:
+        raise ProtocolError(INVALID_REQUEST, problem, request_id)
     return Request(request_id, method, params)
 
 
@@ -104,13 +108,38 @@ def _no_constant(name: str) -> Any:
     raise ProtocolError(INVALID_REQUEST, f"{name} is not a valid JSON number")
 
 
+MAX_INTEGER = 2**64  # no parameter needs more (a seed is at most 2**64 - 1); far larger ones cost seconds to parse
+_UNUSABLE_CHARACTER = re.compile("[\x00\ud800-\udfff]")
+
+
+def _bounded_int(digits: str) -> int:
+    """An integer of the request, refused (invalid_request) beyond MAX_INTEGER before it is even converted."""
+    if len(digits.lstrip("-")) > 20 or abs(int(digits)) > MAX_INTEGER:
+        raise ProtocolError(INVALID_REQUEST, f"integers must be at most {MAX_INTEGER} in size")
+    return int(digits)
+
+
+def _unusable(obj: Any) -> str | None:
+    """What JSON allows but the server cannot use, anywhere in a request (keys too): a NUL character (no text or
+    path holds one) or a lone surrogate ("\\ud800", which UTF-8 cannot carry). None when there is none."""
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            found = _UNUSABLE_CHARACTER.search(item)
+            if found is not None:
+                return "NUL characters are not allowed" if found.group() == "\x00" else "strings must be valid Unicode"
+    return None
+
+
 def _is_clean(text: str) -> bool:
-    """False for strings holding lone surrogates (JSON allows "\\ud800"; UTF-8 does not)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    """False for strings holding lone surrogates (JSON allows "\\ud800"; UTF-8 does not) or NUL characters."""
+    return _UNUSABLE_CHARACTER.search(text) is None
 
 
 def error_object(code: str, message: str, exit_code: int = 2) -> dict[str, Any]:
