@@ -23,6 +23,16 @@ EXIT_BROKEN_PIPE = 141  # stdout's reader went away (128 + SIGPIPE), e.g. `infil
 EXIT_TERMINATED = 143  # SIGTERM (128 + 15)
 
 
+# every line boundary str.splitlines knows, written as its escape: a name, marker or path a user gave (which may
+# hold a line break) never splits the one line an error is
+_LINE_BREAKS = str.maketrans({c: repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
+def printable(text: str) -> str:
+    """`text` on one line: its line breaks written as escapes (a newline as the two characters \\n)."""
+    return text.translate(_LINE_BREAKS)
+
+
 def one_line(text: str) -> str:
     """The first non-blank line of `text`: an exception's message may span lines (a torch or JSON error quotes
     its input), and every `infill` error is one stderr line."""
@@ -31,7 +41,8 @@ def one_line(text: str) -> str:
 
 @dataclass
 class InfillError(Exception):
-    """Base class. `message` is one line meant for a human; location fields are optional."""
+    """Base class. `message` is one line meant for a human (str() escapes any line break a user's value brought
+    into it or into the path: printable); location fields are optional."""
 
     message: str
     path: str | None = None
@@ -52,7 +63,7 @@ class InfillError(Exception):
                 if self.column is not None:
                     where += f":{self.column}"
             where += ": "
-        return f"{where}{self.message}"
+        return printable(f"{where}{self.message}")
 
 
 class InputError(InfillError):

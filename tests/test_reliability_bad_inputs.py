@@ -353,6 +353,12 @@ CASES = [
     Bad("no-valid-fill-names-the-file", ["{f}", "--class", "Stack", "--model", BAD], 3, "a.py: no valid fill"),
     Bad("no-valid-fill-json", ["{f}", "--class", "Stack", "--format", "json", "--model", BAD], 3, "no valid fill"),
     Bad("json-selector-not-found", ["{f}", "--function", "nope", "--format", "json", *M], 2, "not found"),
+    # names, markers and paths holding line breaks: still one line (the breaks written as escapes)
+    Bad("function-name-line-break", ["{f}", "--function", "f\nx", *M], 2, "--function f\\nx: function"),
+    Bad("marker-line-break", ["{f}", "--marker", "<A\r\nB>", *M], 2, "--marker <A\\r\\nB>: marker not found"),
+    Bad("file-name-line-break", ["{f}", "--span", "99", *M], 2, "new\\nline.py: --span 99", name="new\nline.py"),
+    Bad("stdin-filename-line-break", ["-", "--stdin-filename", "x\u2028y.py", "--span", "99", "-v", *M], 2,
+        "x\\u2028y.py: --span 99", stdin=SOURCE),
     # training: an empty corpus, and checkpoints that would run code if unpickled
     Bad("train-asarm-empty-corpus", ["asarm", "--corpus", "{d}/corpus", "--tokenizer", TOKENIZER, "--run-dir",
         "{d}/run", "--steps", "1"], 2, "no training text", setup=empty_corpus, content=None, command="train"),

@@ -30,6 +30,7 @@ from infill.errors import (
     InputError,
     NoValidFillError,
     one_line,
+    printable,
 )
 from infill.spans import BOM, Selection
 
@@ -158,9 +159,9 @@ def run_fill(
         return out
     quiet_stderr = req.verbosity < 0 or (req.filter_mode and req.verbosity < 1)
 
-    def say(line: str) -> None:
+    def say(line: str) -> None:  # one line each, whatever the names in it hold
         if not quiet_stderr:
-            out["stderr"].append(line)
+            out["stderr"].append(printable(line))
 
     try:
         _run(req, out, say, on_progress)
