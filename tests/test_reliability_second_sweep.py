@@ -698,3 +698,16 @@ def test_the_server_refuses_what_json_allows_but_it_cannot_use(params: bytes) ->
 
     reply = json.loads(Dispatcher().handle_line(b'{"id": 3, "method": "fill", "params": ' + params + b"}"))
     assert reply["error"]["code"] == "invalid_request" and reply["error"]["exit_code"] == 2, reply
+
+
+@pytest.mark.parametrize("filename", ["", "..", "/"])
+def test_a_docstrings_request_needs_a_file_name(filename: str) -> None:
+    """The server fills a buffer in a private copy named after "filename": one that names no file was an internal
+    error (it wrote to the copy's folder)."""
+    from infill.server.dispatch import Dispatcher
+
+    params = {"text": SOURCE, "filename": filename}
+    reply = json.loads(
+        Dispatcher().handle_line(json.dumps({"id": 1, "method": "docstrings", "params": params}).encode())
+    )
+    assert reply["error"]["code"] == "input_error" and "filename" in reply["error"]["message"], reply
