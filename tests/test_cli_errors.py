@@ -192,3 +192,18 @@ def test_every_environment_variable_declares_its_domain() -> None:
             assert isinstance(variable.type, click.IntRange) and variable.type.max is not None, variable.name
     documented = (Path(__file__).resolve().parent.parent / "docs" / "server.md").read_text(encoding="utf-8")
     assert all(variable.name in documented for variable in environment.VARIABLES)
+
+
+def test_no_help_shows_an_empty_range() -> None:
+    """A float option without bounds showed `[x<=None]` in its help (`infill docstrings --min-confidence`)."""
+    from infill.cli import main as group
+
+    def walk(command: click.Command, ctx: click.Context) -> None:
+        assert "None" not in command.get_help(ctx), ctx.command_path
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                if sub is not None:
+                    walk(sub, click.Context(sub, parent=ctx, info_name=name))
+
+    walk(group, click.Context(group, info_name="infill"))
