@@ -38,7 +38,10 @@ def exit_codes(table: str) -> set[int]:
 def test_the_readme_lists_every_documented_exit_code() -> None:
     readme = exit_codes(section(README, "### Exit codes"))
     documented = exit_codes(section(RELIABILITY, "## 3. Errors"))
-    assert readme == documented == {0, 1, 2, 3, 123, 141}
+    from infill import errors
+
+    defined = {value for name, value in vars(errors).items() if name.startswith("EXIT_")}
+    assert readme == documented == defined == {0, 1, 2, 3, 123, 130, 141, 143}
     row = next(line for line in section(README, "### Exit codes").splitlines() if line.startswith("| 2 |"))
     assert "read-only file" in row and "read-only folder" in row
 
@@ -102,3 +105,14 @@ def test_a_missing_grammar_extra_writes_the_fill_unchecked_as_documented(
     assert warning.startswith(f"warning: {p}: syntax check skipped:") and "infill[rust]" in warning
     assert warning.replace(str(p), "lib.rs") in flat(RELIABILITY)  # the doc quotes the warning word for word
     assert "written unchecked" in flat(section(README, "## Reliability"))
+
+
+def test_every_test_this_page_names_exists() -> None:
+    """docs/reliability.md points each promise at its test (`tests/FILE.py::NAME`): each one is there."""
+    named = set(re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", RELIABILITY))
+    assert len(named) >= 15
+    for path, name in named:
+        source = (ROOT / path).read_text(encoding="utf-8")
+        assert re.search(rf"^def {name}\(", source, re.M), f"{path}::{name}"
+    for path in set(re.findall(r"`(tests/[\w/]+\.py)`", RELIABILITY)):
+        assert (ROOT / path).exists(), path

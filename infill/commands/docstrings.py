@@ -98,7 +98,7 @@ def docstrings(
     The structure (parameters, Returns/Yields, Raises) comes from the code; the model writes only the text.
     Exit codes: 0 ok, 1 changes needed (--check with a missing docstring, --diff with a change),
     2 usage or input error, 3 a file's new docstrings would not parse (it is left unchanged),
-    123 internal or model error.
+    123 internal or model error, 130 / 143 interrupted (Ctrl-C / SIGTERM).
     Configure defaults in [tool.infill.docstrings] of pyproject.toml.
     """
     request = DocstringsRequest(
