@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -711,3 +712,53 @@ def test_a_docstrings_request_needs_a_file_name(filename: str) -> None:
         Dispatcher().handle_line(json.dumps({"id": 1, "method": "docstrings", "params": params}).encode())
     )
     assert reply["error"]["code"] == "input_error" and "filename" in reply["error"]["message"], reply
+
+
+@pytest.mark.parametrize(
+    ("failing", "number"),
+    [
+        ("write", errno.EDQUOT),  # over the user's quota
+        ("mkstemp", errno.EROFS),  # a read-only file system (its folder looked writable)
+        ("replace", errno.EPERM),  # an immutable or append-only file (chattr +i / +a)
+    ],
+)
+def test_a_refused_write_is_one_line_naming_the_file(
+    failing: str, number: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(number, os.strerror(number))
+
+    target = {"write": (os, "write"), "mkstemp": (tempfile, "mkstemp"), "replace": (os, "replace")}[failing]
+    p = tmp_path / "a.py"
+    p.write_text(SOURCE)
+    with monkeypatch.context() as patched:
+        patched.setattr(*target, refuse)
+        r = fill(str(p), "--span", "2")
+    assert r.exit_code == 2, r.output
+    line = one_error_line(r)
+    assert line == f"error: {p}: cannot write: {os.strerror(number)}; the file is unchanged", line
+    assert p.read_text() == SOURCE and leftovers(tmp_path) == []
+
+
+WRITERS = re.compile(r"\.write_(text|bytes)\(|\bopen\([^)]*[\"'][wax]b?[\"']|os\.(replace|rename|open)\(")
+
+
+def test_every_path_that_writes_a_users_file_goes_through_the_one_writer() -> None:
+    """fill, docstrings, the server and the daemon write a file only through infill.patch.atomic_write (which
+    refuses what is not a regular file and never leaves a partial one): nothing else there opens a file for
+    writing. (The daemon's own socket and log files are lifecycle's business.)"""
+    root = TESTS.parent / "infill"
+    sources = [root / "commands" / "fill.py", root / "commands" / "docstrings.py", root / "api.py"]
+    for folder in ("core", "server", "docstrings"):
+        sources += sorted((root / folder).glob("*.py"))
+    found = [
+        f"{path.relative_to(root)}:{n}: {line.strip()}"
+        for path in sources
+        if path.name not in ("lifecycle.py", "daemon.py")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if WRITERS.search(line)
+    ]
+    assert found == []
+    assert "atomic_write" in (root / "server" / "handlers.py").read_text(encoding="utf-8")
