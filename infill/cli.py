@@ -55,13 +55,14 @@ def error_report(exc: Exception) -> tuple[str, int]:
     """The one stderr line and the exit code of an error no command handled itself: an InfillError's own code
     (2 input, 3 no valid fill, 123 model), 2 for an OSError (a file that cannot be read or written), and 123 for
     anything else, which is our bug."""
-    from infill.errors import InfillError, one_line
+    from infill.errors import EXIT_INTERNAL, EXIT_USAGE, InfillError, one_line
 
     if isinstance(exc, InfillError):
         return f"infill: error: {one_line(str(exc))}", exc.exit_code
     if isinstance(exc, OSError):
-        return f"infill: error: {one_line(str(exc))}", 2
-    return f"infill: internal error: {type(exc).__name__}: {one_line(str(exc))} (INFILL_DEBUG=1 shows where)", 123
+        return f"infill: error: {one_line(str(exc))}", EXIT_USAGE
+    line = f"infill: internal error: {type(exc).__name__}: {one_line(str(exc))} (INFILL_DEBUG=1 shows where)"
+    return line, EXIT_INTERNAL
 
 
 def _quiet_broken_pipe() -> NoReturn:

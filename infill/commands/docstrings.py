@@ -15,7 +15,7 @@ from infill.clitypes import FINITE_FLOAT
 from infill.core.docstrings import DocstringsRequest, model_filler_for, plan, process
 from infill.docstrings.config import MIN_LINE_LENGTH, STYLES
 from infill.docstrings.fill import SlotFiller
-from infill.errors import InfillError, one_line
+from infill.errors import EXIT_INTERNAL, InfillError, one_line
 from infill.options import click_options
 from infill.server.options import daemon_options, forward_docstrings
 
@@ -111,7 +111,7 @@ def docstrings(
         code = exc.exit_code
     except Exception as exc:  # noqa: BLE001 - anything else is our bug: exit 123, as documented
         click.echo(f"error: internal error: {type(exc).__name__}: {one_line(str(exc))}", err=True)
-        code = 123
+        code = EXIT_INTERNAL
     ctx.exit(code)
 
 

@@ -23,7 +23,15 @@ from infill.docstrings.comments import COMMENT_LANGUAGES
 from infill.docstrings.config import DocstringConfig, build_config, find_pyproject
 from infill.docstrings.engine import FileResult, process_source
 from infill.docstrings.fill import SlotFiller
-from infill.errors import InfillError, InputError, NoValidFillError
+from infill.errors import (
+    EXIT_CHANGES,
+    EXIT_NO_VALID_FILL,
+    EXIT_OK,
+    EXIT_USAGE,
+    InfillError,
+    InputError,
+    NoValidFillError,
+)
 from infill.textops import breaks_syntax
 
 Echo = Callable[[str, bool], None]  # (text with its line break, to stderr?)
@@ -233,7 +241,8 @@ def process(
         echo(json.dumps(report, indent=2) + "\n", False)
     elif not req.quiet and (results or not (errors or invalid)):  # no "0 of 0 files" after the error lines
         _summary(results, req.check, req.diff, changed, missing, echo)
-    code = 2 if errors else 3 if invalid else 1 if (req.check and missing) or (req.diff and changed) else 0
+    needed = (req.check and missing) or (req.diff and changed)
+    code = EXIT_USAGE if errors else EXIT_NO_VALID_FILL if invalid else EXIT_CHANGES if needed else EXIT_OK
     return Outcome(code, report, failures)
 
 

@@ -142,7 +142,7 @@ def _is_clean(text: str) -> bool:
     return _UNUSABLE_CHARACTER.search(text) is None
 
 
-def error_object(code: str, message: str, exit_code: int = 2) -> dict[str, Any]:
+def error_object(code: str, message: str, exit_code: int = errors.EXIT_USAGE) -> dict[str, Any]:
     return {"code": code, "message": message, "exit_code": exit_code}
 
 
@@ -159,7 +159,7 @@ def error_code(exc: BaseException) -> str:
 def error_from_exception(exc: BaseException) -> dict[str, Any]:
     """The "error" object for an exception raised by a handler."""
     if isinstance(exc, ProtocolError):
-        return error_object(exc.code, exc.message, 2)
+        return error_object(exc.code, exc.message, errors.EXIT_USAGE)
     if isinstance(exc, errors.InfillError):
         obj = error_object(error_code(exc), exc.message, exc.exit_code)
         for key in ("path", "line", "column"):
@@ -169,7 +169,7 @@ def error_from_exception(exc: BaseException) -> dict[str, Any]:
         if isinstance(exc, errors.NoValidFillError):
             obj["failed"] = exc.failed  # the rejected edits, so an editor can show them or apply them anyway
         return obj
-    return error_object(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], 123)
+    return error_object(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], errors.EXIT_INTERNAL)
 
 
 def exception_from_error(error: dict[str, Any]) -> errors.InfillError | None:
