@@ -38,11 +38,13 @@ class FiniteFloatRange(click.FloatRange):
 # Work that one command may ask for grows with these: bounded like the server's limits (infill.options), since
 # `--threads 100000` crashed torch and 2,000 threads took most of a minute to start
 MAX_THREADS = 256
+MAX_JOBS = 64  # --jobs: worker processes, each with its own model
 MAX_SECONDS = 1e7  # timeouts: about 115 days; socket timeouts overflow far above
 
 FINITE_FLOAT = FiniteFloatRange()
 SEED = click.IntRange(SEED_MIN, SEED_MAX)
 THREADS = click.IntRange(1, MAX_THREADS)
+JOBS = click.IntRange(1, MAX_JOBS)
 SECONDS = FiniteFloatRange(0, MAX_SECONDS)
 POSITIVE = click.IntRange(1)
 

@@ -3,7 +3,8 @@ else does.
 
 Exit codes (documented in `infill fill --help`, the README and docs/reliability.md), defined here once:
   0 ok, 1 changes needed (--check, or --diff with a change), 2 usage / input error, 3 no valid fill (every
-  candidate would break the file's syntax; nothing was written), 123 internal or model error, and what a shell
+  candidate would break the file's syntax; nothing was written), 4 low confidence (the best fill's calibrated
+  confidence is below --min-confidence; nothing was written), 123 internal or model error, and what a shell
   reports for a tool stopped by a signal (128 + the signal): 130 Ctrl-C (SIGINT), 141 stdout closed early
   (SIGPIPE), 143 SIGTERM.
 """
@@ -17,6 +18,7 @@ EXIT_OK = 0
 EXIT_CHANGES = 1  # --check would change the file, --diff printed a diff
 EXIT_USAGE = 2  # usage or input error
 EXIT_NO_VALID_FILL = 3  # every candidate breaks the syntax; nothing was written
+EXIT_LOW_CONFIDENCE = 4  # the best fill's calibrated confidence is below --min-confidence; nothing was written
 EXIT_INTERNAL = 123  # model or internal error, or the file changed on disk meanwhile
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 EXIT_BROKEN_PIPE = 141  # stdout's reader went away (128 + SIGPIPE), e.g. `infill ... | head -1`
@@ -101,6 +103,15 @@ class NoValidFillError(InfillError):
     stats: dict[str, Any] = field(default_factory=dict)
 
     exit_code = EXIT_NO_VALID_FILL
+    code = "no_valid_fill"  # how --format json and the server name it
+
+
+class LowConfidenceError(NoValidFillError):
+    """The best fill passed every check, but its calibrated confidence is below what the caller asked for
+    (--min-confidence), so nothing is written. `failed` holds that fill, with its confidence as the reason."""
+
+    exit_code = EXIT_LOW_CONFIDENCE
+    code = "low_confidence"
 
 
 class Terminated(BaseException):

@@ -163,7 +163,8 @@ def _number_options() -> list[tuple[str, click.Option]]:
 def test_every_number_option_declares_its_domain() -> None:
     """Option values outside their domain fail at the flag (exit 2), not deep inside a decoder or a training loop:
     every integer option has a range with a lower bound, every float option is finite, every --threads is
-    bounded (100,000 threads crashed torch), and so is the work one fill may ask for (as the server's limits)."""
+    bounded (100,000 threads crashed torch), and so is the work one fill may ask for (as the server's limits) and
+    the worker processes of --jobs."""
     from infill.clitypes import MAX_THREADS, FiniteFloatRange
 
     options = _number_options()
@@ -176,7 +177,7 @@ def test_every_number_option_declares_its_domain() -> None:
             assert isinstance(option.type, click.IntRange) and option.type.min is not None, name
         if option.name == "threads":
             assert isinstance(option.type, click.IntRange) and option.type.max == MAX_THREADS, name
-        if option.name in ("beam", "candidates", "max_resample", "rescue_width"):
+        if option.name in ("beam", "candidates", "max_resample", "rescue_width", "jobs"):
             assert isinstance(option.type, click.IntRange) and option.type.max is not None, name
 
 

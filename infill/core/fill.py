@@ -89,6 +89,7 @@ def result_json(result: FillResult, file: str | None) -> dict[str, Any]:
         "file": file,
         "edits": [e.to_json() for e in result.edits],
         "stats": {k: result.stats.get(k) for k in _STATS},
+        "confidence": result.confidence,
     }
 
 
@@ -100,6 +101,7 @@ def error_json(file: str | None, code: str, message: str, exit_code: int) -> dic
         "file": file,
         "edits": [],
         "stats": dict.fromkeys(_STATS),
+        "confidence": None,
         "error": {"code": code, "message": message, "exit_code": exit_code},
     }
 
@@ -118,9 +120,17 @@ def exception_json(exc: Exception, file: str | None) -> dict[str, Any]:
 
 
 def no_valid_fill_json(exc: NoValidFillError, file: str | None) -> dict[str, Any]:
-    """The `--format json` document when no candidate was valid: no edits, the rejected ones under "failed"."""
-    doc = error_json(file, "no_valid_fill", str(exc), exc.exit_code)
-    return {**doc, "stats": {k: exc.stats.get(k) for k in _STATS}, "failed": exc.failed, "error": doc["error"]}
+    """The `--format json` document when nothing is written (no candidate was valid, or the best one's confidence
+    is below --min-confidence): no edits, the refused ones under "failed"."""
+    doc = error_json(file, exc.code, str(exc), exc.exit_code)
+    stats = {k: exc.stats.get(k) for k in _STATS}
+    return {
+        **doc,
+        "stats": stats,
+        "confidence": exc.stats.get("confidence"),
+        "failed": exc.failed,
+        "error": doc["error"],
+    }
 
 
 def _stats_line(stats: dict[str, Any]) -> str:
@@ -136,6 +146,7 @@ def _stats_line(stats: dict[str, Any]) -> str:
         f"tokens/s={tokens / secs:.1f}" if secs else "tokens/s=-",
         f"samples={stats.get('samples', 1)}",
         f"score={stats.get('score', 0.0):.3f}",
+        f"confidence={stats['confidence']:.2f}" if stats.get("confidence") is not None else "confidence=-",
     ]
     if stats.get("accepted_histogram"):
         parts.append("accepted=" + ",".join(f"{k}:{v}" for k, v in stats["accepted_histogram"].items()))
