@@ -34,6 +34,7 @@ DeviceName = Literal["auto", "cpu", "cuda"]
 
 
 T = TypeVar("T")
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.Generator.manual_seed accepts
 
 
 def _need(ok: bool, message: str) -> None:
@@ -62,7 +63,7 @@ class Sampling:
         _need(self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}")
         _need(self.top_k >= 0, f"top-k must be >= 0 (0 = off), got {self.top_k}")
         _need(0.0 < self.top_p <= 1.0, f"top-p must be in (0, 1], got {self.top_p}")
-        _need(-(2**63) <= self.seed <= 2**64 - 1, f"seed must fit in 64 bits, got {self.seed}")
+        _need(SEED_MIN <= self.seed <= SEED_MAX, f"seed must fit in 64 bits, got {self.seed}")
 
 
 @dataclass(frozen=True)

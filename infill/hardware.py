@@ -7,7 +7,6 @@ two: OpenMP workers spin and wait for a peer that the OS has descheduled (docs/p
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -42,13 +41,13 @@ def fast_bf16(device_type: str = "cpu") -> bool:
 
 
 def decode_threads(requested: int | None = None) -> int:
-    """Intra-op threads for decoding: `requested`, else $INFILL_THREADS, else 1."""
+    """Intra-op threads for decoding: `requested`, else $INFILL_THREADS (InputError for a junk value), else 1."""
+    from infill import environment
+
     if requested is not None and requested > 0:
         return requested
-    value = os.environ.get(THREADS_ENV, "").strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    return DECODE_THREADS
+    threads: int | None = environment.read(THREADS_ENV)
+    return threads if threads is not None else DECODE_THREADS
 
 
 def configure_decode_threads(requested: int | None = None) -> int:

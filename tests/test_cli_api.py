@@ -146,14 +146,19 @@ def test_token_budget_policy() -> None:
     assert api.token_budget(marker, 3, "<FILL>", FillOptions(), has_pad=True) == 32
 
 
-def test_progress_events_and_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_progress_events_and_bar(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     events: list[dict[str, Any]] = []
     with fake_model(["return x + 1"], name="fake-api"):
         fill(SRC, [Selection("span", "2:2")], on_progress=events.append)
     kinds = [e["event"] for e in events]
     assert kinds[:2] == ["load", "start"] and kinds[-1] == "done" and "step" in kinds and "candidate" in kinds
-    with progress.progress(True) as cb:  # stderr is not a terminal under pytest
-        assert cb is None
+    with progress.progress(False) as off:
+        assert off is None
+    with progress.progress(True) as cb:  # stderr is not a terminal under pytest: plain lines, none for a quick fill
+        assert cb is not None
+        for e in events:
+            cb(e)
+    assert capsys.readouterr().err == ""
     monkeypatch.setattr(progress, "is_interactive", lambda stream=None: True)
     with progress.progress(True) as cb:
         assert cb is not None

@@ -90,7 +90,7 @@ def test_fill_writes_then_a_second_run_changes_nothing(tmp_path: Path) -> None:
     text = mod.read_text()
     assert '    """Return the add of the input.\n\n    Args:\n        a: The a to use.' in text
     assert "def _private():\n    pass" in text  # skipped: private
-    assert f"{mod}:4: add: filled (mean log-prob -1.00)" in out
+    assert f"{mod}:4: add: filled (mean log-prob -1.00)" in err and out == ""  # reports go to stderr
     assert "3 docstrings filled, 0 updated, 0 left missing (low confidence); 1 of 2 files changed" in err
     second = FakeFiller()
     assert invoke(str(root), filler=second)[0] == 0 and mod.read_text() == text and second.calls == []
@@ -140,7 +140,7 @@ def test_min_confidence_reports_and_leaves_missing(tmp_path: Path) -> None:
     mod = root / "pkg" / "mod.py"
     code, out, err = invoke("--min-confidence", "-0.5", str(mod))
     assert code == 0 and mod.read_text() == CODE
-    assert f"{mod}:4: add: left-missing (mean log-prob -1.00)" in out
+    assert f"{mod}:4: add: left-missing (mean log-prob -1.00)" in err
     assert "3 left missing" in err
 
 
@@ -160,9 +160,9 @@ def test_usage_and_input_errors_exit_2(tmp_path: Path) -> None:
 def test_update_flag(tmp_path: Path) -> None:
     path = tmp_path / "m.py"
     path.write_text('"""M."""\n\n\ndef f(a, b):\n    """Do it.\n\n    Args:\n        a: Kept.\n    """\n')
-    code, out, _ = invoke("--update", str(path))
+    code, _, err = invoke("--update", str(path))
     assert code == 0 and "        a: Kept.\n        b: The b to use.\n" in path.read_text()
-    assert f"{path}:4: f: updated" in out
+    assert f"{path}:4: f: updated" in err
 
 
 def test_a_failing_model_exits_123(tmp_path: Path) -> None:

@@ -54,7 +54,11 @@ class Calibrator:
         return {"format": FORMAT, **asdict(self)}
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
+        """Write calibration.json through the one writer (infill.patch.atomic_write: a regular file, never half
+        written)."""
+        from infill import patch
+
+        patch.atomic_write(str(path), (json.dumps(self.to_json(), indent=1) + "\n").encode("utf-8"))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Calibrator:

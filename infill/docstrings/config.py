@@ -31,10 +31,12 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from infill.config import SEED_MAX, SEED_MIN
 from infill.errors import InputError
 
 StyleName = Literal["google", "numpy", "sphinx", "auto"]
 STYLES: tuple[str, ...] = ("google", "numpy", "sphinx", "auto")
+MIN_LINE_LENGTH = 20  # narrower descriptions cannot be wrapped sensibly (--line-length, line-length)
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,10 @@ class DocstringConfig:
                 re.compile(pattern)
             except re.error as exc:
                 raise InputError(f"invalid --ignore-regex {pattern!r}: {exc}") from None
-        if self.line_length < 20:
-            raise InputError(f"line-length must be at least 20, got {self.line_length}")
+        if self.line_length < MIN_LINE_LENGTH:
+            raise InputError(f"line-length must be at least {MIN_LINE_LENGTH}, got {self.line_length}")
+        if not SEED_MIN <= self.seed <= SEED_MAX:
+            raise InputError(f"seed must fit in 64 bits, got {self.seed}")
 
 
 _BOOL_KEYS = {f.name for f in fields(DocstringConfig) if f.type in ("bool",)}

@@ -7,6 +7,7 @@ it only reports what is missing (the `--check` path), so it never needs a model.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -15,6 +16,7 @@ from infill.docstrings.config import DocstringConfig
 from infill.docstrings.fill import SlotFiller, slot_span
 from infill.docstrings.finder import Definition, colon_byte, find_definitions
 from infill.docstrings.skeleton import Skeleton, build_skeleton, init_method
+from infill.textops import newline_of
 
 Status = Literal["missing", "filled", "low-confidence", "left-missing", "updated"]
 CONTEXT_LINES = 60  # lines of a definition shown to the model after the docstring
@@ -48,9 +50,9 @@ class FileResult:
         return self.text != self.original
 
 
-def _newline(source: str) -> str:
-    first = source.find("\n")
-    return "\r\n" if first > 0 and source[first - 1] == "\r" else "\n"
+# a lone CR ends a line for Python (and in `infill fill`), but tree-sitter's grammar reads it as an error: the
+# definitions are found in a view with LF there, which keeps every byte offset, and edits go into the real text
+_LONE_CR = re.compile(rb"\r(?!\n)")
 
 
 def _indent_unit(source: str) -> str:
@@ -248,12 +250,13 @@ def process_source(
     other_language = languages.detect(path)
     if other_language in comments.COMMENT_LANGUAGES:
         return comments.process_comments(source_text, path, other_language, cfg, filler)
-    source = source_text.encode("utf-8")
+    text_bytes = source_text.encode("utf-8")
+    source = _LONE_CR.sub(b"\n", text_bytes)  # the parser's view (see _LONE_CR)
     definitions = find_definitions(source, path, cfg)
     style: str = cfg.style
     if style == "auto":
         style = styles.detect_style(existing_docstrings(source, definitions))
-    newline = _newline(source_text)
+    newline = newline_of(source_text)
     unit = _indent_unit(source_text)
     by_node = {d.node.id: d for d in definitions if d.kind != "module"}
     outcomes: list[Outcome] = []
@@ -283,7 +286,7 @@ def process_source(
             if newline != "\n":
                 docstring = docstring.replace("\n", newline)
             replacements.append((ins.start, ins.end, ins.before + docstring + ins.after))
-    out = bytearray(source)
+    out = bytearray(text_bytes)
     for start, end, new in sorted(replacements, reverse=True):
         out[start:end] = new.encode("utf-8")
     return FileResult(path, source_text, out.decode("utf-8"), outcomes, style)

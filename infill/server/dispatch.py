@@ -197,14 +197,17 @@ _ENV_PREFIXES = (
     "MKL_",
     "PYTHONHASHSEED",
 )
-_ENV_IGNORED = frozenset(
-    {"INFILL_NO_DAEMON", "INFILL_RUNTIME_DIR", "INFILL_DAEMON_TIMEOUT", "INFILL_DAEMON_IDLE_TIMEOUT"}
-)
 _ENV_IGNORED_PARTS = ("VERBOSITY", "PROGRESS_BARS", "ADVISORY_WARNINGS", "TOKEN")  # logging noise, secrets
 
 
 def _relevant(key: str) -> bool:
-    return key.startswith(_ENV_PREFIXES) and key not in _ENV_IGNORED and not any(p in key for p in _ENV_IGNORED_PARTS)
+    """Whether a daemon started under another value of `key` must restart: infill's own variables say so
+    themselves (infill.environment: INFILL_DAEMON_DEBUG, say, is the client's business only)."""
+    from infill import environment
+
+    if key.startswith("INFILL_"):
+        return environment.restarts_daemon(key)
+    return key.startswith(_ENV_PREFIXES) and not any(p in key for p in _ENV_IGNORED_PARTS)
 
 
 def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from infill import options
+from infill import options, patch
 from infill.core import docstrings as core_docstrings
 from infill.core import fill as core_fill
 from infill.errors import InfillError, InputError, NoValidFillError
@@ -198,8 +198,10 @@ def docstrings(params: dict[str, Any], context: ServerContext) -> dict[str, Any]
     with tempfile.TemporaryDirectory(prefix="infill-doc-") as scratch, working_directory(cwd):
         if text is not None:
             filename = Path(_typed("filename", params.get("filename", "buffer.py"), str))
+            if filename.name in ("", ".", ".."):
+                raise InputError('"filename" must name a file')
             target = Path(scratch) / filename.name
-            target.write_text(_typed("text", text, str), encoding="utf-8", newline="")
+            patch.atomic_write(str(target), _typed("text", text, str).encode("utf-8"))  # the one writer
             if config is None:  # the buffer's project settings, as if it were filled where it lives
                 found = _pyproject_above(filename if filename.is_absolute() else Path.cwd() / filename)
                 config = None if found is None else str(found)
