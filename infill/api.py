@@ -36,6 +36,11 @@ planning is infill.core.plan, and what differs between the two model kinds is in
   are tried best first until one passes (a small model's few best lines often all break the syntax). If none
   is valid, NoValidFillError names the failing spans (exit code 3: nothing is written); with
   FillOptions.allow_syntax_errors the most likely one is returned with a warning.
+* Monitor. A caller may also pass `monitor`, its own check of a candidate's edits (a reason to refuse it, or
+  None; the docstring filler's checks that a sentence is true of the code are one). A candidate it refuses is
+  resampled like one that breaks the syntax, and beam search goes on past it, but a refusal never fails the fill:
+  when every candidate that passes the syntax check is refused, the most likely of them is returned, and
+  stats["refused"] counts the refusals. The caller judges the returned text again and decides what to write.
 """
 
 from __future__ import annotations
@@ -162,8 +167,9 @@ def fill_text(
     decode: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so a shared default is safe)
     options: FillOptions = FillOptions(),  # noqa: B008
     on_progress: ProgressCallback | None = None,
+    monitor: Callable[[list[Edit]], str | None] | None = None,
 ) -> FillResult:
-    """Fill every span of `text`; see the module docstring."""
+    """Fill every span of `text`; see the module docstring (`monitor`: "Monitor" there)."""
     from infill.patch import apply_edits, check_outside_unchanged
     from infill.textops import SyntaxCheck, newline_of
 
@@ -223,11 +229,14 @@ def fill_text(
     def region_accepts(region: Region, fills: list[Fill]) -> bool:
         """Whether one region's fills pass the checks on their own (beam search stops only at such fills)."""
         edits = _candidate_edits(data, [region], fills, newline, index)
-        return rejection(apply_edits(data, edits), edits) is None
+        if rejection(apply_edits(data, edits), edits) is not None:
+            return False
+        return monitor is None or monitor(edits) is None
 
     run = Run(loaded, decode, generator, on_progress=on_progress, accept=region_accepts)
     totals = run.totals
     valid: list[tuple[float, list[Edit], str]] = []
+    refused: list[tuple[float, list[Edit], str]] = []  # valid, but the caller's monitor refuses them
     invalid: list[tuple[float, list[Edit], str]] = []
     seen: set[tuple[str, ...]] = set()
     attempts_left = options.candidates + max(0, options.max_resample)  # resampling only happens on rejects
@@ -247,7 +256,8 @@ def fill_text(
         patched = apply_edits(data, edits)
         check_outside_unchanged(data, patched, edits)
         ok = rejection(patched, edits) is None
-        (valid if ok else invalid).append((sum(e.score for e in edits), edits, patched.decode("utf-8")))
+        kept = refused if ok and monitor is not None and monitor(edits) is not None else valid if ok else invalid
+        kept.append((sum(e.score for e in edits), edits, patched.decode("utf-8")))
         return True
 
     # a candidate that writes nothing into a span the user asked to fill is kept, but ranked after any that write
@@ -284,7 +294,7 @@ def fill_text(
                 break
     if on_progress is not None:
         on_progress({"event": "done"})
-    pool = valid or invalid
+    pool = valid or refused or invalid
     pool = [c for c in pool if _writes(c[1])] or pool
     best_score, best_edits, best_text = max(pool, key=lambda c: c[0])
     if valid and not _writes(best_edits) and any(_writes(c[1]) for c in invalid):
@@ -293,7 +303,7 @@ def fill_text(
             f"{empty}: the only valid fill is empty (every fill that writes something was rejected: "
             "syntax errors or broken UTF-8; --allow-syntax-errors accepts the most likely one)"
         )
-    if not valid and options.allow_syntax_errors:
+    if not valid and not refused and options.allow_syntax_errors:
         warnings.append(
             f"no valid candidate found in {attempts} sample(s) (syntax errors or broken UTF-8); "
             "using the most likely one (--allow-syntax-errors)"
@@ -306,11 +316,12 @@ def fill_text(
         retrieved=retrieved,
         rescued=rescued,
         valid=len(valid),
+        refused=len(refused),
         score=best_score,
         regions=len(regions),
         accepted_histogram=histogram(totals.accepted),
     )
-    if not valid and not options.allow_syntax_errors:
+    if not valid and not refused and not options.allow_syntax_errors:
         raise _no_valid_fill(data, ordered, best_edits, attempts, rejection, stats)
     return FillResult(best_text, best_edits, stats, warnings, notes)
 

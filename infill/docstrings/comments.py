@@ -333,9 +333,10 @@ def process_comments(
         tail = b"\n".join(lines[:CONTEXT_LINES])
         prefix = t.indent.encode("utf-8")
         language = "typescript" if lang == "tsx" else lang
-        raw, confidence, warnings = call_filler(filler, prefix, template, b"\n" + tail, t.qualname, language, cfg)
-        texts, fallbacks = _clean(lang, skeleton, raw, max(cfg.line_length - len(t.indent) - 8, 30))
-        outcome = Outcome(t.qualname, t.kind, t.line, "filled", confidence, fallbacks, warnings=warnings)
+        model = call_filler(filler, prefix, template, b"\n" + tail, t.qualname, language, cfg)
+        texts, fallbacks = _clean(lang, skeleton, model.raw, max(cfg.line_length - len(t.indent) - 8, 30))
+        confidence = model.mean()
+        outcome = Outcome(t.qualname, t.kind, t.line, "filled", confidence, fallbacks, warnings=model.warnings)
         outcomes.append(outcome)
         conf_value = confidence if confidence is not None else -math.inf
         if cfg.min_confidence is not None and (conf_value < cfg.min_confidence or "summary" in fallbacks):

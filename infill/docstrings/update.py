@@ -11,10 +11,12 @@ import re
 from dataclasses import dataclass, field
 
 from infill.docstrings.config import DocstringConfig
+from infill.docstrings.facts import Facts, from_skeleton
 from infill.docstrings.fill import SlotFiller, slot_span
 from infill.docstrings.finder import Definition
-from infill.docstrings.skeleton import Param, Skeleton
-from infill.docstrings.text import clean_description, fallback_description
+from infill.docstrings.monitor import judge
+from infill.docstrings.skeleton import Param, Skeleton, Slot
+from infill.docstrings.text import fallback_description
 
 SENTINEL = "\x00{}\x00"
 _GOOGLE_HEAD = re.compile(r"^(\s*)(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments):\s*$")
@@ -253,16 +255,25 @@ def update_docstring(
     confidence: float | None = None
     if keys:
         opening = prefix + quotes
-        texts, fallbacks, confidence = _fill_entries(source, d, opening, new_content, filler, cfg.description_tokens)
+        known = from_skeleton(skeleton)
+        texts, fallbacks, confidence = _fill_entries(
+            source, d, opening, new_content, filler, cfg.description_tokens, known
+        )
     for key in keys:
         new_content = new_content.replace(SENTINEL.format(key), texts[key])
     return Update(prefix + quotes + new_content + quotes, confidence, fallbacks)
 
 
 def _fill_entries(
-    source: bytes, d: Definition, opening: str, content: str, filler: SlotFiller, description_tokens: int
+    source: bytes,
+    d: Definition,
+    opening: str,
+    content: str,
+    filler: SlotFiller,
+    description_tokens: int,
+    known: Facts,
 ) -> tuple[dict[str, str], list[str], float | None]:
-    """One model call for the new entries; the rest of the definition is the context."""
+    """One model call for the new entries, judged by the monitor; the rest of the definition is the context."""
     doc_start, doc_end = d.docstring or (0, 0)
     line_start = source.rfind(b"\n", 0, d.start_byte) + 1
     head = source[line_start:doc_start] + opening.encode("utf-8")
@@ -285,7 +296,7 @@ def _fill_entries(
         key = span.label.split("|", 1)[0]
         subject = key.split(":", 1)[1]
         edit = by_start.get(span.start_byte)
-        cleaned = clean_description(edit.text, subject=subject) if edit is not None else None
+        cleaned = judge(Slot("param", subject), edit.text, known, 200).text if edit is not None else None
         if edit is not None:
             score += edit.score
             tokens += edit.tokens
