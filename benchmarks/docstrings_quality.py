@@ -17,7 +17,7 @@ monitor finds contradicting the code; the share of the people's own first senten
 
 Files are split in two by their hash: `--split fit` is for fitting the calibration (`--fit PATH` writes it,
 with the cut that defines "right" and the threshold that maximises the mean ROUGE-L of the summaries written),
-`--split report` (the default) for the figures. Draw a sample with --limit and --seed:
+`--split report` (the default) for the figures (other files). Draw a sample with --limit and --seed:
 
     python benchmarks/docstrings_quality.py --corpus runs/corpus --split fit --limit 160 \\
         --fit infill/weights/default/docstring_calibration.json
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
 CHOICES = ("model", "monitored", "names", "neutral", "default")
 RIGHT_CUT = 0.4  # a model summary is "right" when its first sentence's ROUGE-L against the person's is at least this
-KINDS = ("function", "method", "class", "module")
+KINDS = ("function", "method", "class", "module")  # the order of the report's columns
 
 
 @dataclass
@@ -334,27 +334,24 @@ def fit_calibration(rows: list[dict[str, Any]], out: Path, args: argparse.Namesp
     for r, p in zip(usable, probs, strict=True):
         r["fit_probability"] = p
 
-    def written(threshold: float, kinds: set[str]) -> float:
-        """Mean ROUGE-L of the summaries written over all rows at this threshold and set of kinds."""
+    def written(threshold: float) -> float:
+        """Mean ROUGE-L of the summaries written over all rows, with the model's where p >= threshold."""
         total = 0.0
         for r in rows:
-            use = "fit_probability" in r and r["kind"] in kinds and r["fit_probability"] >= threshold
+            use = "fit_probability" in r and r["fit_probability"] >= threshold
             total += r["model_rouge"] if use else r["names"]["rouge"]
         return total / len(rows)
 
-    grid = [round(0.05 * k, 2) for k in range(1, 21)]  # 1.0: never the model
-    kinds: set[str] = set()
-    for kind in KINDS:
-        best_with = max(written(t, kinds | {kind}) for t in grid)
-        if best_with > written(1.01, kinds) + 1e-9:
-            kinds.add(kind)
-    threshold = max(grid, key=lambda t: (written(t, kinds), t)) if kinds else 1.0
+    grid = [round(0.05 * k, 2) for k in range(1, 20)]
+    best = max(written(t) for t in grid)
+    # among the thresholds that write the best summaries, 0.5 ("more likely right than not") if it is one
+    threshold = 0.5 if written(0.5) >= best - 1e-9 else min(t for t in grid if written(t) >= best - 1e-9)
     meta = {
         "what": "probability that the model's docstring summary is right: first-sentence ROUGE-L against the "
         f"docstring a person wrote >= {RIGHT_CUT}",
         "right_cut": RIGHT_CUT,
         "threshold": threshold,
-        "kinds": sorted(kinds),
+        "mean_rouge_fit": {"names": round(written(1.01), 4), "at_threshold": round(written(threshold), 4)},
         "fitted_on": f"{len(usable)} held-out definitions (fit split of {args.corpus.name}/heldout.jsonl, "
         f"{args.limit} per kind, seed {args.seed}); {len(rows) - len(usable)} more whose summary the monitor refused",
         "ece_fit": round(calibration.expected_calibration_error(probs, labels), 4),
@@ -362,7 +359,7 @@ def fit_calibration(rows: list[dict[str, Any]], out: Path, args: argparse.Namesp
     }
     final = calibration.Calibrator(fitted.features, fitted.weights, fitted.bias, fitted.mean, fitted.scale, meta)
     final.save(out)
-    print(f"wrote {out}: threshold {threshold}, kinds {sorted(kinds)}, ECE on the fit split {meta['ece_fit']}")
+    print(f"wrote {out}: threshold {threshold}, ECE on the fit split {meta['ece_fit']}, {json.dumps(meta)}")
 
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace, elapsed: float, cfg: DocstringConfig) -> None:

@@ -162,9 +162,13 @@ def test_usage_and_input_errors_exit_2(tmp_path: Path) -> None:
 def test_update_flag(tmp_path: Path) -> None:
     path = tmp_path / "m.py"
     path.write_text('"""M."""\n\n\ndef f(a, b):\n    """Do it.\n\n    Args:\n        a: Kept.\n    """\n')
-    code, out, _ = invoke("--update", str(path))
-    assert code == 0 and "        a: Kept.\n        b: The b to use.\n" in path.read_text()
+    original = path.read_text()
+    code, out, _ = invoke("--update", str(path))  # by default a new entry gets the names-only text
+    assert code == 0 and "        a: Kept.\n        b: The b.\n" in path.read_text()
     assert f"{path}:4: f: updated" in out
+    path.write_text(original)
+    code, out, _ = invoke("--update", "--min-probability", "0", str(path))  # the model's, where the checks allow
+    assert code == 0 and "        a: Kept.\n        b: The b to use.\n" in path.read_text()
 
 
 def test_a_failing_model_exits_123(tmp_path: Path) -> None:

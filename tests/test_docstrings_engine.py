@@ -293,7 +293,7 @@ UPDATE_CASES = {
 @pytest.mark.parametrize("case", sorted(UPDATE_CASES))
 def test_update_fixes_parameter_entries_only(case: str) -> None:
     before, after = (textwrap.dedent(s) for s in UPDATE_CASES[case])
-    cfg = DocstringConfig(ignore_module=True)
+    cfg = DocstringConfig(ignore_module=True, min_probability=0.0)  # the fake model's text for new entries
     result = process_source(before, "m.py", cfg, FakeFiller(), update=True)
     assert result.text == after
     assert process_source(after, "m.py", cfg, FakeFiller(), update=True).text == after  # idempotent
@@ -312,7 +312,8 @@ def test_non_ascii_source_offsets_and_stub_files() -> None:
     out, _ = fill(stub, ignore_module=True)
     ast.parse(out)
     assert out.startswith('def f(x: int) -> int:\n    """Return the f of the input.\n')
-    assert '    def m(self) -> None:\n        """Return the m of the input."""\n        ...\n' in out
+    # `-> None`: even a stub may not say it returns something
+    assert '    def m(self) -> None:\n        """Run m."""\n        ...\n' in out
 
 
 def test_definitions_under_if_and_comment_only_bodies() -> None:
@@ -326,7 +327,8 @@ def test_definitions_under_if_and_comment_only_bodies() -> None:
 
 def test_update_keeps_crlf() -> None:
     before = 'def f(a, b):\r\n    """Do it.\r\n\r\n    Args:\r\n        a: Kept.\r\n    """\r\n'
-    result = process_source(before, "m.py", DocstringConfig(ignore_module=True), FakeFiller(), update=True)
+    cfg = DocstringConfig(ignore_module=True, min_probability=0.0)
+    result = process_source(before, "m.py", cfg, FakeFiller(), update=True)
     assert result.text == before.replace("Kept.\r\n", "Kept.\r\n        b: The b to use.\r\n")
 
 

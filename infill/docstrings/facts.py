@@ -135,7 +135,7 @@ def _function_facts(base: Facts, function: FunctionNode, annotated: bool) -> Fac
     if base.is_property:
         returns_value: bool | None = None
     elif stub:
-        returns_value = True if annotated and base.returns_value else None  # the annotation is the contract
+        returns_value = base.returns_value if annotated else None  # the annotation is the contract, if any
     else:
         returns_value = bool(values) or generator or (annotated and bool(base.returns_value))
     return replace(

@@ -11,7 +11,8 @@ imperative, no quote runs) and checks it against what the code says (infill.docs
   returned), in the summary or the Returns entry;
 - a Raises entry whose text names another exception, or reads like a return value;
 - a summary whose subject is another object: a sibling function's name or verb ("Pop the item." on `push`),
-  a module or class summary naming one of its definitions or starting with one of its methods' verbs;
+  a module or class summary naming one of its definitions or starting with one of its methods' verbs, and a
+  class summary in the imperative whose verb no method of the class has ("Replace the given item." on Stack);
 - a parameter described with another parameter's name ("default: The path.").
 
 The same verdict is used twice: inside decoding (`edits_monitor`, given to infill.api.fill_text, which
@@ -49,6 +50,7 @@ _NOTHING = re.compile(
     re.IGNORECASE,
 )
 _RETURNS = re.compile(r"^returns?\b|\band returns?\b", re.IGNORECASE)
+CONSTRUCTION = {"create", "initialize", "initialise", "construct", "build", "make", "represent", "define", "wrap"}
 DETERMINERS = {"the", "a", "an", "this", "that", "given", "new", "input", "optional", "current", "specified", "its"}
 
 
@@ -161,6 +163,14 @@ def _other_object(tokens: list[str], facts: Facts) -> str | None:
     return None
 
 
+def _unbacked_action(first: str, facts: Facts) -> bool:
+    """A class summary in the imperative ("Replace the given item.") whose verb is neither in the class's name
+    nor in one of its methods' names, nor a way of making one ("Create ...", "Represent ...")."""
+    if text.base_form(first) != first or first in CONSTRUCTION or first in text.words_of(facts.name):
+        return False
+    return not any(first in text.words_of(member) for member in facts.members)
+
+
 def contradiction(slot: Slot, sentence: str, facts: Facts) -> str | None:
     """Why a cleaned sentence for `slot` contradicts the code, or None."""
     code = is_code(sentence)
@@ -182,6 +192,8 @@ def contradiction(slot: Slot, sentence: str, facts: Facts) -> str | None:
                     return f"says it returns `{param}`, which no return statement uses"
         elif not facts.is_function and first in ("return", "returns", "yield", "yields"):
             return f"says it returns a value; a {facts.kind} does not"
+        elif facts.kind == "class" and _unbacked_action(first, facts):
+            return f"says it does what no method of `{facts.name}` does ({first})"
         other = _other_object(tokens, facts)
         if other is not None:
             return f"is about `{other}`, not `{facts.name}`"

@@ -226,7 +226,7 @@ def fallback_summary(kind: str, name: str, returns: bool) -> str:
     words = words_of(name) or [name.lower()]
     if kind == "module":
         return f"{' '.join(words).capitalize()} module."
-    if kind == "class":
+    if kind in ("class", "type"):
         return f"{' '.join(words).capitalize()}."
     base = base_form(words[0])
     if base is not None:

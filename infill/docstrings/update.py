@@ -1,7 +1,8 @@
 """`--update`: bring the parameter entries of an existing docstring up to date.
 
-Entries for parameters that no longer exist are removed; entries for new parameters are added (the model
-writes their descriptions, through the same one-call-per-definition seam). Every other line the user wrote
+Entries for parameters that no longer exist are removed; entries for new parameters are added (with
+`min-probability` 0 the model writes their descriptions, through the same one-call-per-definition seam and
+monitor; otherwise the names-only text). Every other line the user wrote
 is kept byte for byte, in its order.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from infill.docstrings.confidence import calibrator_for, threshold
 from infill.docstrings.config import DocstringConfig
 from infill.docstrings.facts import Facts, from_skeleton
 from infill.docstrings.fill import SlotFiller, slot_span
@@ -253,12 +255,18 @@ def update_docstring(
     texts: dict[str, str] = {}
     fallbacks: list[str] = []
     confidence: float | None = None
-    if keys:
+    # a new entry has no summary to calibrate on: the model writes it only when the threshold is 0 (trust it
+    # wherever the monitor allows); otherwise the names-only text, which is measured closer to people's
+    trusted = threshold(calibrator_for(cfg.model), cfg.min_probability) <= 0
+    if keys and trusted:
         opening = prefix + quotes
         known = from_skeleton(skeleton)
         texts, fallbacks, confidence = _fill_entries(
             source, d, opening, new_content, filler, cfg.description_tokens, known
         )
+    elif keys:
+        texts = {key: fallback_description("param", key.split(":", 1)[1]) for key in keys}
+        fallbacks = list(keys)
     for key in keys:
         new_content = new_content.replace(SENTINEL.format(key), texts[key])
     return Update(prefix + quotes + new_content + quotes, confidence, fallbacks)
