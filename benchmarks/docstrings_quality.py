@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 
 CHOICES = ("model", "monitored", "names", "neutral", "default")
 RIGHT_CUT = 0.4  # a model summary is "right" when its first sentence's ROUGE-L against the person's is at least this
+MARGIN = 0.005  # mean ROUGE-L a threshold other than 0.5 must gain on the fit split to be chosen
 KINDS = ("function", "method", "class", "module")  # the order of the report's columns
 
 
@@ -343,9 +344,9 @@ def fit_calibration(rows: list[dict[str, Any]], out: Path, args: argparse.Namesp
         return total / len(rows)
 
     grid = [round(0.05 * k, 2) for k in range(1, 20)]
-    best = max(written(t) for t in grid)
-    # among the thresholds that write the best summaries, 0.5 ("more likely right than not") if it is one
-    threshold = 0.5 if written(0.5) >= best - 1e-9 else min(t for t in grid if written(t) >= best - 1e-9)
+    best = max(grid, key=written)
+    # 0.5 ("more likely right than not") unless another threshold writes clearly closer summaries
+    threshold = best if written(best) - written(0.5) >= MARGIN else 0.5
     meta = {
         "what": "probability that the model's docstring summary is right: first-sentence ROUGE-L against the "
         f"docstring a person wrote >= {RIGHT_CUT}",

@@ -165,7 +165,7 @@ def model_filler_for(cfg: DocstringConfig) -> SlotFiller:
     return model_filler(
         ModelSpec(name=cfg.model),
         DecodeConfig(seed=cfg.seed, temperature=cfg.temperature),
-        options_for(),
+        options_for(cfg.temperature),
     )
 
 

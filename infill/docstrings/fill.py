@@ -26,11 +26,13 @@ def slot_span(start: int, end: int, label: str, budget: int) -> Span:
     return Span(start, end, label, default_tokens=budget)
 
 
-def options_for() -> FillOptions:
+def options_for(temperature: float = 0.0) -> FillOptions:
     """Fill options for slots (each slot has its own budget, see `slot_span`)."""
     # the engine cleans every slot's text and the command checks that the file still parses before writing it,
-    # so a rejected (broken UTF-8) candidate is better cleaned than refused
-    return FillOptions(syntax_check=False, allow_syntax_errors=True)
+    # so a rejected (broken UTF-8) candidate is better cleaned than refused. Greedy decoding (temperature 0)
+    # would draw the same text again: a candidate the monitor refuses is then not resampled but falls back
+    resample = FillOptions.max_resample if temperature > 0 else 0
+    return FillOptions(syntax_check=False, allow_syntax_errors=True, max_resample=resample)
 
 
 class SlotFiller(Protocol):

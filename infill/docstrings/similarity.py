@@ -14,6 +14,7 @@ _WORD = re.compile(r"[a-z0-9]+")
 def words(text: str) -> list[str]:
     """Lower-case words; identifiers split at underscores and case changes ("read_config" -> read, config)."""
     spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text)
+    spaced = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1 \2", spaced)
     return _WORD.findall(spaced.lower())
 
 

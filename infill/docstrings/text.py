@@ -229,7 +229,7 @@ def fallback_summary(kind: str, name: str, returns: bool) -> str:
     if kind in ("class", "type"):
         return f"{' '.join(words).capitalize()}."
     base = base_form(words[0])
-    if base is not None:
+    if base is not None and (base != "return" or returns):
         return finish(" ".join([base, *words[1:]]))
     return finish(("Return the " if returns else "Run ") + " ".join(words))
 
