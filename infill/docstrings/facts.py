@@ -1,10 +1,10 @@
 """What the code says about a definition, for checking sentences against it and for writing them from names.
 
 `Facts` holds what a docstring sentence may not contradict: whether a function returns a value (and which names
-its return statements use), whether it is a generator, a stub (only `pass`, `...` or `raise
-NotImplementedError`), which exceptions it raises and under which `if`, its parameters, its class, and the names
-of the other definitions around it. `facts_for` reads them from the Skeleton (any language) and, for Python,
-from the standard library's `ast` as well; the monitor (infill.docstrings.monitor) and the names-only sentences
+its return statements use), whether it is a generator, a stub (only `pass`, `...` or `raise`), which exceptions
+it raises and under which `if`, its parameters, its class, and the names of the other definitions around it.
+`from_skeleton` reads them from the Skeleton (any language) and `python_facts`, for Python, from the standard
+library's `ast` as well; the monitor (infill.docstrings.monitor) and the names-only sentences
 (infill.docstrings.names) read them.
 """
 
@@ -30,7 +30,7 @@ class Facts:
     returns_value: bool | None = None  # None: not known (a stub, or a language without the check)
     returned: frozenset[str] | None = None  # identifiers used in return values; None: not known
     generator: bool = False
-    stub: bool = False  # only pass / ... / raise NotImplementedError (an interface: its contract is elsewhere)
+    stub: bool = False  # only pass / ... / raise (an interface: its contract is elsewhere)
     raises: tuple[str, ...] = ()  # exceptions the docstring documents
     conditions: dict[str, str] = field(default_factory=dict)  # exception -> the `if` test it is raised under
     is_property: bool = False
@@ -85,15 +85,14 @@ def _raised(exc: ast.expr | None) -> str | None:
 
 
 def is_stub(function: FunctionNode) -> bool:
-    """Whether the body only passes, is `...`, or raises NotImplementedError (an abstract method, a protocol)."""
+    """Whether the body only passes, is `...`, or raises (an abstract method, a protocol, a "not supported here"
+    that subclasses override)."""
     for statement in function.body:
-        if _is_docstring(statement) or isinstance(statement, ast.Pass):
+        if _is_docstring(statement) or isinstance(statement, ast.Pass | ast.Raise):
             continue
         if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
             if statement.value.value is Ellipsis:
                 continue
-        if isinstance(statement, ast.Raise) and (_raised(statement.exc) or "").endswith("NotImplementedError"):
-            continue
         return False
     return True
 

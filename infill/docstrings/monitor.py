@@ -41,16 +41,20 @@ BUILTIN_EXCEPTIONS = {
 _EXCEPTION = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception|Warning|Exit|Interrupt|Iteration))\b")
 _BACKTICKED = re.compile(r"`+[^`]*`+")
 _CALL = re.compile(r"[A-Za-z_]\w*\((?!e?s\))")  # `f(`, not the plural "file(s)"
-_OPERATOR = re.compile(
-    r"\s(=|==|!=|->|\+=|:=|<=|>=)\s|==|->|\*\*\w|\w\[|\b(self|cls)[.,)]|\(self\b|^(def|class|lambda)\s"
-)
+_OPERATOR = re.compile(r"\s(=|==|!=|->|\+=|:=|<=|>=)\s|==|->|\*\*\w|\w\[|\b(self|cls)(\.\w|[,)])|\(self\b")
+_KEYWORD = re.compile(r"^(def|class|lambda|import|from \S+ import)\s|^\w+\s*=\s")  # a statement
+_PROSE_WORD = re.compile(r"^[A-Za-z][a-z]*[.,;:]?$")
 _NOTHING = re.compile(
-    r"^(do nothing|pass|no-?op)\b"
-    r"|\b(does nothing|do nothing|a no-?op|is a placeholder|is a stub|not (yet )?implemented)\b",
+    r"^(do nothing|does nothing|pass(es)?|no-?op|nothing|(this|it) (function |method )?does nothing"
+    r"|(a |an )?(placeholder|stub)|not (yet )?implemented)\b",
     re.IGNORECASE,
 )
 _RETURNS = re.compile(r"^returns?\b|\band returns?\b", re.IGNORECASE)
-CONSTRUCTION = {"create", "initialize", "initialise", "construct", "build", "make", "represent", "define", "wrap"}
+ROLES = {  # verbs that say what a class is for ("Store timedelta objects.") rather than one thing it does
+    "create", "initialize", "initialise", "construct", "build", "make", "represent", "define", "wrap", "provide",
+    "store", "hold", "manage", "implement", "handle", "describe", "encapsulate", "track", "contain", "keep", "model",
+    "mark", "mix", "add", "support", "allow", "enable", "extend", "override", "customize",
+}  # fmt: skip
 DETERMINERS = {"the", "a", "an", "this", "that", "given", "new", "input", "optional", "current", "specified", "its"}
 
 
@@ -77,11 +81,15 @@ def _identifier(word: str) -> bool:
 def is_code(sentence: str) -> str | None:
     """Why `sentence` is code rather than prose (backticked references like `item` are prose), or None."""
     prose = _BACKTICKED.sub("X", sentence)
-    if _CALL.search(prose):
-        return "is code (a call), not a sentence"
-    if _OPERATOR.search(prose):
+    if _KEYWORD.search(prose.lower()):
         return "is code, not a sentence"
     words = prose.split()
+    plain = sum(bool(_PROSE_WORD.match(w)) for w in words)
+    mostly_prose = plain >= 6 and 3 * plain >= 2 * len(words)  # a call or `<=` in passing is a reference
+    if _CALL.search(prose) and not mostly_prose:
+        return "is code (a call), not a sentence"
+    if _OPERATOR.search(prose) and not mostly_prose:
+        return "is code, not a sentence"
     code = sum(_identifier(w) for w in words)
     if code and code * 2 >= len(words):
         return "is a list of identifiers, not a sentence"
@@ -163,10 +171,17 @@ def _other_object(tokens: list[str], facts: Facts) -> str | None:
     return None
 
 
+def _returns_nothing(facts: Facts) -> bool:
+    """A module, or a class that is not called like a function (no `__call__` or `__new__`), whose name does not
+    start with "Return" (ReturnFinder)."""
+    own = text.words_of(facts.name)
+    return not ({"__call__", "__new__"} & facts.members) and own[:1] != ["return"]
+
+
 def _unbacked_action(first: str, facts: Facts) -> bool:
     """A class summary in the imperative ("Replace the given item.") whose verb is neither in the class's name
-    nor in one of its methods' names, nor a way of making one ("Create ...", "Represent ...")."""
-    if text.base_form(first) != first or first in CONSTRUCTION or first in text.words_of(facts.name):
+    nor in one of its methods' names, nor one of the verbs that say what a class is for (ROLES)."""
+    if text.base_form(first) != first or first in ROLES or first in text.words_of(facts.name):
         return False
     return not any(first in text.words_of(member) for member in facts.members)
 
@@ -190,7 +205,7 @@ def contradiction(slot: Slot, sentence: str, facts: Facts) -> str | None:
                 param = _returns_unreturned_parameter(tokens, facts, skip_verb=True)
                 if param is not None:
                     return f"says it returns `{param}`, which no return statement uses"
-        elif not facts.is_function and first in ("return", "returns", "yield", "yields"):
+        elif not facts.is_function and first in ("return", "returns", "yield", "yields") and _returns_nothing(facts):
             return f"says it returns a value; a {facts.kind} does not"
         elif facts.kind == "class" and _unbacked_action(first, facts):
             return f"says it does what no method of `{facts.name}` does ({first})"
@@ -207,8 +222,9 @@ def contradiction(slot: Slot, sentence: str, facts: Facts) -> str | None:
             return f"says the value is `{param}`, which no return statement uses"
     elif slot.kind == "raises":
         own = slot.subject.rsplit(".", 1)[-1]
-        named = [m for m in _EXCEPTION.findall(sentence) if m != own]
-        named += [w for w in re.findall(r"\b[A-Z]\w+\b", sentence) if w in BUILTIN_EXCEPTIONS and w != own]
+        prose = _BACKTICKED.sub("X", sentence)  # `not isinstance(x, Warning)` quotes the code, names nothing
+        named = [m for m in _EXCEPTION.findall(prose) if m != own]
+        named += [w for w in re.findall(r"\b[A-Z]\w+\b", prose) if w in BUILTIN_EXCEPTIONS and w != own]
         if named:
             return f"names {named[0]}, not {own}"
         if first in ("return", "returns"):
