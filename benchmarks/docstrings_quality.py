@@ -294,6 +294,7 @@ def measure(item: Item, filler: Callable[..., FillResult], cfg: DocstringConfig)
             },
         }
     row["original_refused"] = monitor.contradiction(Slot("summary"), reference, known) if reference else None
+    row["model_raw"] = " ".join(model.raw.get("summary", "").split())
     if verdicts["summary"].text is not None:
         row["features"] = confidence.features(model, verdicts, names_texts["summary"])
         row["model_summary"] = verdicts["summary"].text
@@ -412,13 +413,14 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, elapsed: float,
         print(f"### {args.examples} examples (drawn with seed {args.seed})\n")
         rng = random.Random(args.seed)
         for r in rng.sample(rows, min(args.examples, len(rows))):
-            model_text = r["model"]["summary"]
             why = r["refused"].get("summary")
+            model_text = r.get("model_summary") or repr(r["model_raw"])  # the raw text when nothing was usable
             print(f"`{r['name']}` ({r['kind']}); ROUGE-L default {r['default']['rouge']:.2f}, "
                   f"model {r['model']['rouge']:.2f}")  # fmt: skip
             print(f"- person: {r['original']}")
             print(f"- written: {r['default']['summary']}")
             print(f"- model: {model_text}" + (f" (refused: {why})" if why else ""))
+            print(f"- names only: {r['names']['summary']}")
             print()
 
 

@@ -24,6 +24,8 @@ def facts_of(source: str, skeleton: Skeleton, line: int, owner: str | None = Non
         ("function", "is_mask", None, ("key",), True, "Return whether `key` is mask."),
         ("function", "read_config", None, ("path",), True, "Read the config."),
         ("method", "to_json", "Config", (), True, "Return the config as json."),
+        ("method", "from_uri", "Path", ("uri",), True, "Return the path from uri."),
+        ("function", "chars_to_html", None, ("chars",), True, "Convert the chars to html."),
         ("method", "acquire", "Lock", (), True, "Acquire the lock."),  # `timeout=None` is an option, not an object
         ("method", "do_stop", "Daemon", (), False, "Stop the daemon."),  # a command handler
         ("method", "wait_stream", "Event", ("stream",), False, "Wait for the stream."),

@@ -42,7 +42,10 @@ _EXCEPTION = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception|Warning|Exit|I
 _BACKTICKED = re.compile(r"`+[^`]*`+")
 _CALL = re.compile(r"[A-Za-z_]\w*\((?!e?s\))")  # `f(`, not the plural "file(s)"
 _OPERATOR = re.compile(r"\s(=|==|!=|->|\+=|:=|<=|>=)\s|==|->|\*\*\w|\w\[|\b(self|cls)(\.\w|[,)])|\(self\b")
-_KEYWORD = re.compile(r"^(def|class|lambda|import|from \S+ import)\s|^\w+\s*=\s")  # a statement
+_KEYWORD = re.compile(  # a statement: not "Class for ...", "Import string error."
+    r"^(def\s+\w+\s*\(|class\s+\w+\s*[(:]|lambda\b[^:]*:|from\s+\S+\s+import\s|\w+\s*=\s)"
+    r"|^import\s+[\w.]+(\s+as\s+\w+)?(\s*,\s*[\w.]+)*\.?$"
+)
 _PROSE_WORD = re.compile(r"^[A-Za-z][a-z]*[.,;:]?$")
 _NOTHING = re.compile(
     r"^(do nothing|does nothing|pass(es)?|no-?op|nothing|(this|it) (function |method )?does nothing"
@@ -172,10 +175,8 @@ def _other_object(tokens: list[str], facts: Facts) -> str | None:
 
 
 def _returns_nothing(facts: Facts) -> bool:
-    """A module, or a class that is not called like a function (no `__call__` or `__new__`), whose name does not
-    start with "Return" (ReturnFinder)."""
-    own = text.words_of(facts.name)
-    return not ({"__call__", "__new__"} & facts.members) and own[:1] != ["return"]
+    """A module, or a class that is not called like a function (no `__call__` or `__new__`)."""
+    return not ({"__call__", "__new__"} & facts.members)
 
 
 def _unbacked_action(first: str, facts: Facts) -> bool:
@@ -206,7 +207,8 @@ def contradiction(slot: Slot, sentence: str, facts: Facts) -> str | None:
                 if param is not None:
                     return f"says it returns `{param}`, which no return statement uses"
         elif not facts.is_function and first in ("return", "returns", "yield", "yields") and _returns_nothing(facts):
-            return f"says it returns a value; a {facts.kind} does not"
+            if not _starts_with(tokens, facts.name):  # "Return finder." names ReturnFinder
+                return f"says it returns a value; a {facts.kind} does not"
         elif facts.kind == "class" and _unbacked_action(first, facts):
             return f"says it does what no method of `{facts.name}` does ({first})"
         other = _other_object(tokens, facts)

@@ -70,7 +70,12 @@ def summary(facts: Facts) -> str:
             return text.finish(f"Return {owner} as {' '.join(words[1:])}")
         if facts.objects:
             return text.finish(f"Convert `{facts.objects[0]}` to {' '.join(words[1:])}")
+    if words[0] == "from" and len(words) > 1 and returns and _owner(facts) is not None:  # an alternate constructor
+        return text.finish(f"Return {_owner(facts)} from {' '.join(words[1:])}")
     verb = text.base_form(words[0])
+    if verb is None and returns and "to" in words[1:-1]:  # `chars_to_html`
+        cut = words.index("to", 1)
+        return text.finish(f"Convert {_phrase(words[:cut])} to {' '.join(words[cut + 1 :])}")
     if verb is not None and (verb != "return" or returns):
         rest = words[1:]
         owner = _owner(facts)
