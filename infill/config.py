@@ -246,6 +246,11 @@ class FillOptions:
     # beam search: when every fill it found that writes something is rejected, search again this many times wider
     # (1 = never)
     rescue_width: int = 4
+    # static monitor (infill.core.checks.LINT_RULES, comma-separated; "" = none): refuse Python fills that add a
+    # pyflakes message of these rules over the file with neutral text in the span
+    monitor: str = ""
+    # write nothing (LowConfidenceError, exit 4) when the best fill's calibrated confidence is below this; 0 = off
+    min_confidence: float = 0.0
 
 
 def decode_label(cfg: DecodeConfig) -> str:

@@ -16,7 +16,7 @@ if __name__ == "__main__":  # run as a hook entry: make the worktree's `infill` 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infill.api import Edit, FillResult  # noqa: E402
-from infill.docstrings.monitor import EditsMonitor  # noqa: E402
+from infill.core.checks import Monitor  # noqa: E402
 from infill.spans import Span  # noqa: E402
 
 
@@ -50,7 +50,7 @@ class FakeFiller:
     refusals: list[str] = field(default_factory=list)  # every reason the monitor gave
 
     def __call__(
-        self, text: str, spans: Sequence[Span], *, language: str, monitor: EditsMonitor | None = None
+        self, text: str, spans: Sequence[Span], *, language: str, monitor: Monitor | None = None
     ) -> FillResult:
         self.calls.append((text, list(spans)))
         data = text.encode("utf-8")
@@ -70,7 +70,7 @@ class FakeFiller:
             candidates.append(edits)
         chosen = candidates[0]
         for edits in candidates:
-            reason = monitor(edits) if monitor is not None else None
+            reason = monitor.rejection(data, edits) if monitor is not None else None
             if reason is None:
                 chosen = edits
                 break

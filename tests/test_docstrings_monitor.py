@@ -10,6 +10,8 @@ import ast
 import json
 import re
 import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -168,30 +170,40 @@ def test_the_names_only_sentences_of_the_example_pass_the_monitor() -> None:
     assert all(monitor.contradiction(Slot.from_key(k), v, known) is None for k, v in texts.items())
 
 
+@dataclass
+class Refuse:
+    """A monitor (infill.core.checks.Monitor) refusing the fills `why` gives a reason for."""
+
+    why: Callable[[str], str | None]
+
+    def rejection(self, patched: bytes, edits: Sequence[api.Edit]) -> str | None:
+        return next((r for e in edits if (r := self.why(e.text.strip())) is not None), None)
+
+
 def test_fill_text_resamples_what_the_monitor_refuses_and_never_fails_on_it() -> None:
     source = "def inc(x):\n    pass\n"
     spans = resolve(source.encode(), [Selection("span", "2:2")], "python")
+    no_constant = Refuse(lambda text: "returns a constant" if text == "return 1" else None)
 
-    def no_constant(edits: list[api.Edit]) -> str | None:
-        return "returns a constant" if any(e.text.strip() == "return 1" for e in edits) else None
-
-    def run(seed: int, refuse: object = no_constant, **decode: object) -> api.FillResult:
+    def run(seed: int, refuse: Refuse = no_constant, **decode: object) -> api.FillResult:
         config = DecodeConfig(seed=seed, **decode)  # type: ignore[arg-type]
         return api.fill_text(
             source, spans, language="python", model=ModelSpec("fake-monitor"), decode=config,
-            options=FillOptions(retrieve=False), monitor=refuse,  # type: ignore[arg-type]
+            options=FillOptions(retrieve=False), monitor=refuse,
         )  # fmt: skip
 
     with fake_model([[("return 1", 0.5), ("return x + 1", 0.5)]], name="fake-monitor"):
         results = [run(seed) for seed in range(12)]
         assert {r.text for r in results} == {"def inc(x):\n    return x + 1\n"}
         assert any(r.stats["refused"] > 0 for r in results)  # some seeds drew the refused fill first
-        everything = run(0, refuse=lambda edits: "no")  # all refused: resampled, then the most likely fill, no error
+        everything = run(0, refuse=Refuse(lambda text: "no"))  # all refused: resampled, then the most likely fill
         assert everything.stats["refused"] == 2 and everything.stats["samples"] == 1 + FillOptions().max_resample
         assert everything.text.startswith("def inc(x):\n    return ") and not everything.warnings
     with fake_model([[("return 1", 0.6), ("return x + 1", 0.4)]], name="fake-monitor"):
-        beam = run(0, decoder="beam", beam=2, temperature=0.0)  # beam search goes on past the refused fill
-        assert beam.text == "def inc(x):\n    return x + 1\n"
+        # beam search is not steered by a monitor (as with the static one): it ranks the fills the beam finished,
+        # here only the refused one, which is still returned
+        beam = run(0, decoder="beam", beam=2, temperature=0.0)
+        assert beam.text == "def inc(x):\n    return 1\n" and beam.stats["refused"] == 1
 
 
 def _written(report: dict[str, object]) -> dict[str, str]:

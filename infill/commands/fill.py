@@ -63,7 +63,8 @@ prints only the text, and echoes the input unchanged on any failure.
 \b
 Exit codes: 0 ok, 1 changes needed (--check, or --diff with a change),
 2 usage or input error, 3 no valid fill (every candidate breaks the
-syntax; nothing written), 123 internal or model error.
+syntax; nothing written), 4 low confidence (below --min-confidence;
+nothing written), 123 internal or model error.
 """
 
 

@@ -35,6 +35,7 @@ class Fill:
     raw: str  # the model's text (LF), cut at the first pad
     score: float
     tokens: int
+    worst: float = 0.0  # the lowest log-probability of a scored token (the fill's weakest point)
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Totals:
     tokens: int = 0
     accepted: list[int] = field(default_factory=list)
     nbest: dict[int, list[list[int]]] = field(default_factory=dict)  # beam: region -> fills, best first
+    nbest_scores: dict[int, list[float]] = field(default_factory=dict)  # beam: region -> their log-likelihoods
 
     def add(self, stats: DecodeStats) -> None:
         """Count one decoder run."""
@@ -59,9 +61,9 @@ def cut_at_pad(
     pad_id: int | None,
     stops: frozenset[int] = frozenset(),
     blank: frozenset[int] = frozenset(),
-) -> tuple[list[int], float]:
-    """Tokens before the first pad (or stop token after some text, see FillProblem), and the log-likelihood of
-    those tokens plus the one that ended the fill."""
+) -> tuple[list[int], float, float]:
+    """Tokens before the first pad (or stop token after some text, see FillProblem), the log-likelihood of
+    those tokens plus the one that ended the fill, and the lowest of those tokens' log-probabilities."""
     end, text = len(tokens), False
     for i, t in enumerate(tokens):
         if t == pad_id or (t in stops and text):
@@ -69,7 +71,9 @@ def cut_at_pad(
             break
         text = text or t not in blank
     scored = min(len(tokens), end + 1)
-    return tokens[:end], float(sum(logq[:scored])) if logq is not None else 0.0
+    if logq is None or not scored:
+        return tokens[:end], 0.0, 0.0
+    return tokens[:end], float(sum(logq[:scored])), float(min(logq[:scored]))
 
 
 _TOKEN_SETS: dict[int, tuple[frozenset[int], frozenset[int]]] = {}
@@ -177,6 +181,7 @@ class AnySubset:
             totals.add(stats)
             if cfg.decoder == "beam":
                 totals.nbest[id(region)] = [fill for _, fill in stats.extra["nbest"]]
+                totals.nbest_scores[id(region)] = [float(score) for score, _ in stats.extra["nbest"]]
         logq = score(model, problem, tokens)  # (M,) log q of each token under the oracle
         totals.nfe += 1  # the scoring pass
         return _fills(region, problem, loaded, tokens.tolist(), logq.tolist())
@@ -208,7 +213,8 @@ class AnySubset:
                 continue
             logq = score(model, problem, torch.tensor(ids + [pad] * (plan.budget - len(ids))))
             run.totals.nfe += 1
-            out.append(Fill(text, float(logq[: len(ids) + 1].sum()), len(ids)))
+            kept = logq[: len(ids) + 1]
+            out.append(Fill(text, float(kept.sum()), len(ids), float(kept.min())))
         return out
 
 
@@ -222,8 +228,8 @@ def _fills(
     for plan, stops in zip(region.spans, problem.stops or (), strict=True):
         piece = tokens[at : at + plan.budget]
         piece_q = logq[at : at + plan.budget] if logq is not None else None
-        kept, s = cut_at_pad(piece, piece_q, loaded.asarm.pad_id, stops, problem.blank)
-        fills.append(Fill(loaded.tokenizer.decode(kept), s, len(kept)))
+        kept, s, worst = cut_at_pad(piece, piece_q, loaded.asarm.pad_id, stops, problem.blank)
+        fills.append(Fill(loaded.tokenizer.decode(kept), s, len(kept), worst))
         at += plan.budget
     return fills
 

@@ -11,6 +11,7 @@ confidence, keep the top share).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,7 @@ from typing import Any
 from infill.errors import ModelError
 
 FORMAT = "infill-calibration/1"
+CALIBRATION_FILE = "calibration.json"  # beside a model's weights
 
 
 def sigmoid(z: float) -> float:
@@ -136,6 +138,24 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
         if abs(m[r][r]) >= 1e-300:
             x[r] = (m[r][n] - sum(m[r][c] * x[c] for c in range(r + 1, n))) / m[r][r]
     return x
+
+
+def calibration_of(folder: str | Path | None, name: str = CALIBRATION_FILE) -> Calibrator | None:
+    """The calibration shipped in a model folder (CALIBRATION_FILE for fills; the docstring writer's has its own
+    name), or None; read once per file version."""
+    if folder is None:
+        return None
+    path = Path(folder) / name
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        return None
+    return _load_cached(str(path), stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _load_cached(path: str, stamp: int) -> Calibrator:
+    return Calibrator.load(path)
 
 
 # ---- measures --------------------------------------------------------------------------------------------

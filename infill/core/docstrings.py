@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from infill import languages, patch
+from infill.core.checks import breaks_syntax
 from infill.docstrings.comments import COMMENT_LANGUAGES
 from infill.docstrings.config import DocstringConfig, build_config, find_pyproject
 from infill.docstrings.engine import FileResult, process_source
 from infill.docstrings.fill import SlotFiller
 from infill.errors import InfillError, InputError, NoValidFillError
-from infill.textops import breaks_syntax
 
 Echo = Callable[[str, bool], None]  # (text with its line break, to stderr?)
 

@@ -15,12 +15,11 @@ the names-only sentences unless the threshold is 0.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infill.core.calibration import Calibrator
+from infill.core.calibration import Calibrator, calibration_of
 from infill.docstrings import similarity
 from infill.docstrings.monitor import Verdict
 
@@ -71,12 +70,9 @@ def model_folder(name: str) -> Path | None:
     return path if path.is_dir() else None
 
 
-@functools.cache
 def calibrator_for(model: str) -> Calibrator | None:
     """The docstring calibration shipped beside `model`, or None; ModelError for an unreadable file."""
-    folder = model_folder(model)
-    path = folder / CALIBRATION_FILE if folder is not None else None
-    return Calibrator.load(path) if path is not None and path.is_file() else None
+    return calibration_of(model_folder(model), CALIBRATION_FILE)
 
 
 def threshold(calibrator: Calibrator | None, configured: float | None) -> float:

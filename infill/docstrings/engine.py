@@ -159,7 +159,7 @@ def _summary_limit(cfg: DocstringConfig, indent: str, one_line: bool) -> int:
     return max(cfg.line_length - len(indent) - (6 if one_line else 3), 30)
 
 
-MonitorFor = Callable[[Mapping[int, Slot]], monitor.EditsMonitor]
+MonitorFor = Callable[[Mapping[int, Slot]], monitor.SlotMonitor]
 
 
 def call_filler(
@@ -219,8 +219,8 @@ def fill_definition(
     one_line = not (skeleton.slots()[1:])
     limit = _summary_limit(cfg, ins.indent, one_line)
 
-    def monitor_for(slots: Mapping[int, Slot]) -> monitor.EditsMonitor:
-        return monitor.edits_monitor(slots, known, limit)
+    def monitor_for(slots: Mapping[int, Slot]) -> monitor.SlotMonitor:
+        return monitor.SlotMonitor(slots, known, limit)
 
     model = call_filler(filler, prefix, template, suffix, d.qualname, language, cfg, monitor_for)
     verdicts = monitor.judge_all(skeleton, known, model.raw, limit)

@@ -1,11 +1,12 @@
 """The one seam between the docstring filler and a model.
 
 A SlotFiller takes a text (the definition's code with the docstring skeleton inserted), the spans of its
-empty slots and the monitor of their text (infill.docstrings.monitor.edits_monitor: a candidate it refuses is
-resampled, see infill.api's "Monitor"), and returns an infill.api.FillResult whose edits fill those spans. The
-real one calls infill.api.fill_text once per definition; tests pass a deterministic fake instead (no model, no
-torch), either as the `filler` argument of infill.docstrings.engine.process_source, or to the CLI command
-through Click's context object: `docstrings.main(args, obj={"slot_filler": fake})`.
+empty slots and the monitor of their text (infill.docstrings.monitor.SlotMonitor: a candidate it refuses is
+ranked last and, when sampling, resampled; see infill.api's "Monitors"), and returns an infill.api.FillResult
+whose edits fill those spans. The real one calls infill.api.fill_text once per definition; tests pass a
+deterministic fake instead (no model, no torch), either as the `filler` argument of
+infill.docstrings.engine.process_source, or to the CLI command through Click's context object:
+`docstrings.main(args, obj={"slot_filler": fake})`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from infill.spans import Span
 
 if TYPE_CHECKING:
     from infill.api import FillResult
-    from infill.docstrings.monitor import EditsMonitor
+    from infill.core.checks import Monitor
 
 
 def slot_span(start: int, end: int, label: str, budget: int) -> Span:
@@ -37,14 +38,14 @@ def options_for(temperature: float = 0.0) -> FillOptions:
 
 class SlotFiller(Protocol):
     def __call__(
-        self, text: str, spans: Sequence[Span], *, language: str, monitor: EditsMonitor | None = None
+        self, text: str, spans: Sequence[Span], *, language: str, monitor: Monitor | None = None
     ) -> FillResult: ...
 
 
 def model_filler(model: ModelSpec, decode: DecodeConfig, options: FillOptions) -> SlotFiller:
     """A SlotFiller backed by infill.api.fill_text (the model is loaded on the first call, then cached)."""
 
-    def fill(text: str, spans: Sequence[Span], *, language: str, monitor: EditsMonitor | None = None) -> FillResult:
+    def fill(text: str, spans: Sequence[Span], *, language: str, monitor: Monitor | None = None) -> FillResult:
         from infill.api import fill_text
 
         return fill_text(text, spans, language=language, model=model, decode=decode, options=options, monitor=monitor)

@@ -15,16 +15,16 @@ imperative, no quote runs) and checks it against what the code says (infill.docs
   class summary in the imperative whose verb no method of the class has ("Replace the given item." on Stack);
 - a parameter described with another parameter's name ("default: The path.").
 
-The same verdict is used twice: inside decoding (`edits_monitor`, given to infill.api.fill_text, which
-resamples a refused candidate or lets beam search go on past it, as it does for a fill that breaks the syntax),
-and on the text decoding returns, where a refused slot falls back to the names-only sentence.
+The same verdict is used twice: inside decoding (`SlotMonitor`, given to infill.api.fill_text, which ranks a
+refused candidate after the others and, when sampling, draws another, as it does for code fills its static
+monitor refuses), and on the text decoding returns, where a refused slot falls back to the names-only sentence.
 """
 
 from __future__ import annotations
 
 import builtins
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -252,21 +252,21 @@ def judge_all(skeleton: Skeleton, facts: Facts, raw: Mapping[str, str], limit: i
     return {slot.key: judge(slot, raw.get(slot.key, ""), facts, limit) for slot in skeleton.slots()}
 
 
-EditsMonitor = Callable[[Sequence["Edit"]], str | None]
+@dataclass(frozen=True)
+class SlotMonitor:
+    """The monitor as infill.api.fill_text takes it (infill.core.checks.Monitor): a candidate's edits, by the
+    start byte of the slot each fills, judged; the first refused slot and why, or None."""
 
+    slots: Mapping[int, Slot]
+    facts: Facts
+    limit: int
 
-def edits_monitor(slots: Mapping[int, Slot], facts: Facts, limit: int) -> EditsMonitor:
-    """The monitor as infill.api.fill_text takes it: the reason to refuse a candidate (edits whose start byte is
-    in `slots`), naming the first slot it refuses, or None."""
-
-    def refuse(edits: Sequence[Edit]) -> str | None:
+    def rejection(self, patched: bytes, edits: Sequence[Edit]) -> str | None:
         for edit in edits:
-            slot = slots.get(edit.start_byte)
+            slot = self.slots.get(edit.start_byte)
             if slot is None:
                 continue
-            verdict = judge(slot, edit.text, facts, limit)
+            verdict = judge(slot, edit.text, self.facts, self.limit)
             if verdict.text is None:
                 return f"{slot.key}: {verdict.reason}"
         return None
-
-    return refuse
