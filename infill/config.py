@@ -10,7 +10,8 @@ from typing import Any, Literal, TypeVar, get_args
 from infill.errors import DecodeError
 
 DecoderName = Literal["assd", "sequential", "parallel", "beam", "confidence", "s2d2", "ssmd", "ptp"]
-ModelKind = Literal["asarm", "blockdiff"]  # any-subset autoregressive (XLNet) or block diffusion
+# any-subset autoregressive (XLNet), block diffusion, or a left-to-right (autoregressive) code model with FIM tokens
+ModelKind = Literal["asarm", "blockdiff", "ar"]
 # The model kind each decoder runs (its function: infill.decoding.registry). Every other list of decoder names
 # (the --decoder choices, the server's checks, the eval flags, the error messages) is derived from this table.
 DECODER_KIND: dict[DecoderName, ModelKind] = {
@@ -23,6 +24,9 @@ DECODER_KIND: dict[DecoderName, ModelKind] = {
     "ssmd": "blockdiff",
     "ptp": "blockdiff",
 }
+# A left-to-right model is an any-subset model whose order is fixed (infill.models.autoregressive): it runs the
+# any-subset decoders that ask for positions in order (ASSD with lookup drafts only: infill.core.backends)
+LEFT_TO_RIGHT_DECODERS: tuple[DecoderName, ...] = ("assd", "sequential", "beam")
 # `--decoder` offers every decoder but beam search, which `--beam N` selects (with its width)
 CHOOSABLE_DECODERS: tuple[DecoderName, ...] = tuple(d for d in get_args(DecoderName) if d != "beam")
 DraftName = Literal["model", "ngram", "lookup"]
@@ -262,6 +266,8 @@ def decode_label(cfg: DecodeConfig) -> str:
 
 def decoders_for(kind: ModelKind) -> tuple[DecoderName, ...]:
     """The decoders that run a model of `kind`, in DecoderName's order."""
+    if kind == "ar":
+        return tuple(d for d in get_args(DecoderName) if d in LEFT_TO_RIGHT_DECODERS)
     return tuple(d for d in get_args(DecoderName) if DECODER_KIND[d] == kind)
 
 

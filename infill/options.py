@@ -265,7 +265,7 @@ OPTIONS: tuple[Option, ...] = (
         "model",
         "bf16",
         ("--precision",),
-        "Compute precision (bf16 autocast over fp32 weights).",
+        "Compute precision (bf16: autocast over fp32 weights; left-to-right code models load bf16 weights).",
         click.Choice(PRECISIONS),
         key="precision",
         choices=PRECISIONS,
