@@ -36,6 +36,11 @@ planning is infill.core.plan, and what differs between the two model kinds is in
   write something are tried best first until one passes (a small model's few best lines often all break the syntax).
   If none is valid, NoValidFillError names the failing spans (exit code 3: nothing is written); with
   FillOptions.allow_syntax_errors the most likely one is returned with a warning.
+* Monitors (infill.core.checks.Monitor). A candidate that passes the checks may still be refused by a monitor:
+  the static one (FillOptions.monitor, pyflakes rules for Python) or the caller's `monitor` (the docstring
+  filler's checks that each sentence is true of the code). A refusal ranks the candidate after those no monitor
+  refuses and, when sampling, draws another (within max_resample); it never makes the fill fail. The caller
+  judges the returned text again (stats["refused"] counts the refused candidates).
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ from infill.models.registry import LoadedModel
 from infill.spans import LineIndex, Span, check_spans
 
 if TYPE_CHECKING:
-    pass
+    from infill.core.checks import Monitor
 
 
 @dataclass(frozen=True)
@@ -167,8 +172,9 @@ def fill_text(
     decode: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so a shared default is safe)
     options: FillOptions = FillOptions(),  # noqa: B008
     on_progress: ProgressCallback | None = None,
+    monitor: Monitor | None = None,
 ) -> FillResult:
-    """Fill every span of `text`; see the module docstring."""
+    """Fill every span of `text`; see the module docstring (`monitor`: the caller's, under "Monitors")."""
     from infill.core.checks import SyntaxCheck, monitor_for, parse_rules
     from infill.patch import apply_edits, check_outside_unchanged
     from infill.textops import newline_of
@@ -217,7 +223,8 @@ def fill_text(
             syntax = SyntaxCheck(language, data, ordered)
         except InputError as exc:  # grammar extra missing: fill without the check
             warnings.append(f"syntax check skipped: {exc.message}")
-    monitor = monitor_for(syntax, rules)  # the static monitor, for Python
+    static = monitor_for(syntax, rules)  # the static monitor, for Python
+    monitors = [m for m in (static, monitor) if m is not None]
     newline = newline_of(text)
 
     def rejection(patched: bytes, edits: list[Edit]) -> str | None:
@@ -237,7 +244,7 @@ def fill_text(
     run = Run(loaded, decode, generator, on_progress=on_progress, accept=region_accepts)
     totals = run.totals
     valid: list[tuple[float, list[Edit], str]] = []
-    flagged: list[tuple[float, list[Edit], str]] = []  # pass the checks, but the static monitor refuses them
+    flagged: list[tuple[float, list[Edit], str]] = []  # pass the checks, but a monitor refuses them
     invalid: list[tuple[float, list[Edit], str]] = []
     seen: set[tuple[str, ...]] = set()
     attempts_left = options.candidates + max(0, options.max_resample)  # resampling only happens on rejects
@@ -259,7 +266,7 @@ def fill_text(
         tier = valid
         if rejection(patched, edits) is not None:
             tier = invalid
-        elif monitor is not None and monitor.rejection(patched) is not None:
+        elif any(m.rejection(patched, edits) is not None for m in monitors):
             tier = flagged
         tier.append((sum(e.score for e in edits), edits, patched.decode("utf-8")))
         return True
@@ -304,7 +311,8 @@ def fill_text(
     pool = next(t for t in tiers if t)
     best_score, best_edits, best_text = max(pool, key=lambda c: c[0])
     if pool is tiers[1]:
-        notes.append("the static monitor refused every fill that writes something; kept the most likely one")
+        notes.append("the monitor refused every fill that writes something; kept the most likely one")
+    refused = len(flagged)
     valid += flagged  # what the syntax rule accepts, from here on
     if valid and not _writes(best_edits) and any(_writes(c[1]) for c in invalid):
         empty = ", ".join(s.label or "span" for s, e in zip(ordered, best_edits, strict=True) if not e.text.strip())
@@ -325,6 +333,7 @@ def fill_text(
         retrieved=retrieved,
         rescued=rescued,
         valid=len(valid),
+        refused=refused,
         score=best_score,
         regions=len(regions),
         accepted_histogram=histogram(totals.accepted),
@@ -338,7 +347,7 @@ def fill_text(
         best_score,
         [c for c in valid + invalid if c[1] is not best_edits],
         ordered,
-        monitored=pool is tiers[0] and monitor is not None,
+        monitored=pool is tiers[0] and static is not None,
         rescued=rescued > 0,
         beam_margin=min((s[0] - s[1] for s in beam_scores if len(s) > 1), default=10.0),
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from infill.clitypes import FINITE_FLOAT, JOBS
+from infill.clitypes import FINITE_FLOAT, JOBS, FiniteFloatRange
 from infill.core.docstrings import (
     DocstringsRequest,
     fill_file,
@@ -63,6 +63,14 @@ def _bool_flag(name: str, help_text: str) -> Any:
     default=None,
     help="Leave a docstring missing (and report it) when the mean token log-probability of its text is below "
     "this (e.g. -3.5), or when the model could not write its summary.",
+)
+@click.option(
+    "--min-probability",
+    type=FiniteFloatRange(0.0, 1.0),
+    default=None,
+    help="Write the model's sentences only when their calibrated probability of being right is at least this; "
+    "otherwise sentences built from the names and the code [default: the threshold stored with the model's "
+    "calibration; 0 = whenever the checks find no contradiction].",
 )
 @click.option("--ignore-regex", multiple=True, help="Skip names (or dotted names) matching this regex; repeatable.")
 @_bool_flag("private", "Skip _private names and members of private classes [default: ignore].")

@@ -144,11 +144,12 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
-def calibration_of(folder: str | Path | None) -> Calibrator | None:
-    """The calibration shipped in a model folder (CALIBRATION_FILE), or None; read once per file version."""
+def calibration_of(folder: str | Path | None, name: str = CALIBRATION_FILE) -> Calibrator | None:
+    """The calibration shipped in a model folder (CALIBRATION_FILE for fills; the docstring writer's has its own
+    name), or None; read once per file version."""
     if folder is None:
         return None
-    path = Path(folder) / CALIBRATION_FILE
+    path = Path(folder) / name
     try:
         stamp = path.stat().st_mtime_ns
     except OSError:

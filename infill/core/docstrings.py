@@ -137,17 +137,6 @@ def _diff(result: FileResult) -> str:
     return patch.unified_diff(result.original, result.text, result.path)
 
 
-def _real_filler(cfg: DocstringConfig) -> SlotFiller:
-    from infill.config import DecodeConfig, ModelSpec
-    from infill.docstrings.fill import model_filler, options_for
-
-    return model_filler(
-        ModelSpec(name=cfg.model),
-        DecodeConfig(seed=cfg.seed, temperature=cfg.temperature),
-        options_for(),
-    )
-
-
 def _outcome_json(result: FileResult) -> dict[str, Any]:
     return {
         "path": result.path,
@@ -160,7 +149,9 @@ def _outcome_json(result: FileResult) -> dict[str, Any]:
                 "line": o.line,
                 "status": o.status,
                 "confidence": o.confidence,
+                "probability": o.probability,
                 "fallbacks": o.fallbacks,
+                "refused": o.refused,
                 "docstring": o.docstring,
                 "warnings": o.warnings,
             }
@@ -169,12 +160,14 @@ def _outcome_json(result: FileResult) -> dict[str, Any]:
     }
 
 
-def _describe(status: str, confidence: float | None, fallbacks: Sequence[str]) -> str:
+def _describe(status: str, confidence: float | None, probability: float | None, fallbacks: Sequence[str]) -> str:
     parts = [status]
     if confidence is not None:
         parts.append(f"mean log-prob {confidence:.2f}")
+    if probability is not None:
+        parts.append(f"p(right) {probability:.2f}")
     if fallbacks:
-        parts.append("neutral text for " + ", ".join(fallbacks))
+        parts.append("names-only text for " + ", ".join(fallbacks))
     return parts[0] + (f" ({'; '.join(parts[1:])})" if len(parts) > 1 else "")
 
 
@@ -186,7 +179,7 @@ def model_filler_for(cfg: DocstringConfig) -> SlotFiller:
     return model_filler(
         ModelSpec(name=cfg.model),
         DecodeConfig(seed=cfg.seed, temperature=cfg.temperature),
-        options_for(),
+        options_for(cfg.temperature),
     )
 
 
@@ -305,7 +298,7 @@ def _report_text(result: FileResult, check: bool, show_diff: bool, quiet: bool, 
         return
     for o in result.outcomes:  # what happened is news on stderr, as `infill fill` says "filled a.py"; stdout is
         # for data (a diff, the --check list, JSON), so a report never mixes into what a pipe reads
-        line = f"{result.path}:{o.line}: {o.name}: {_describe(o.status, o.confidence, o.fallbacks)}"
+        line = f"{result.path}:{o.line}: {o.name}: {_describe(o.status, o.confidence, o.probability, o.fallbacks)}"
         echo(line + "\n", True)
         for warning in o.warnings:
             echo(f"{result.path}:{o.line}: {o.name}: warning: {warning}\n", True)

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from infill.docstrings import text
 from infill.docstrings.config import DocstringConfig
 from infill.docstrings.engine import FileResult, Outcome, call_filler
+from infill.docstrings.facts import from_skeleton
 from infill.docstrings.fill import SlotFiller
 from infill.docstrings.finder import SKIP_COMMENT, SKIP_FILE_COMMENT, captures, parse
+from infill.docstrings.monitor import contradiction
 from infill.docstrings.skeleton import Param, Skeleton, Slot
 from infill.docstrings.styles import Rendered, _Builder
 from infill.errors import InputError
@@ -277,8 +279,13 @@ def render_rust(s: Skeleton, indent: str, texts: dict[str, str] | None, width: i
 
 
 def _clean(lang: str, s: Skeleton, raw: dict[str, str], limit: int) -> tuple[dict[str, str], list[str]]:
+    """Cleaned text per slot, refused by the monitor's checks where it contradicts the skeleton (Go's "Name is
+    ..." sentences and Rust's error clauses are cleaned their own way, not checked)."""
     out: dict[str, str] = {}
     fallbacks: list[str] = []
+    known = from_skeleton(s)
+    if lang == "rust":  # its skeleton does not model return values: whether one is returned is not known
+        known = replace(known, returns_value=None)
     for slot in s.slots():
         given = raw.get(slot.key, "").replace("*/", " ").replace("/*", " ")
         cleaned: str | None
@@ -301,6 +308,9 @@ def _clean(lang: str, s: Skeleton, raw: dict[str, str], limit: int) -> tuple[dic
         else:
             cleaned = text.clean_description(given, subject=slot.subject.lstrip("."))
             fallback = text.fallback_description(slot.kind, slot.subject.lstrip("."))
+        checked = lang != "go" and not (lang == "rust" and slot.kind == "raises")
+        if cleaned is not None and checked and contradiction(slot, cleaned, known) is not None:
+            cleaned = None
         if cleaned is None:
             fallbacks.append(slot.key)
             cleaned = fallback
@@ -333,9 +343,10 @@ def process_comments(
         tail = b"\n".join(lines[:CONTEXT_LINES])
         prefix = t.indent.encode("utf-8")
         language = "typescript" if lang == "tsx" else lang
-        raw, confidence, warnings = call_filler(filler, prefix, template, b"\n" + tail, t.qualname, language, cfg)
-        texts, fallbacks = _clean(lang, skeleton, raw, max(cfg.line_length - len(t.indent) - 8, 30))
-        outcome = Outcome(t.qualname, t.kind, t.line, "filled", confidence, fallbacks, warnings=warnings)
+        model = call_filler(filler, prefix, template, b"\n" + tail, t.qualname, language, cfg)
+        texts, fallbacks = _clean(lang, skeleton, model.raw, max(cfg.line_length - len(t.indent) - 8, 30))
+        confidence = model.mean()
+        outcome = Outcome(t.qualname, t.kind, t.line, "filled", confidence, fallbacks, warnings=model.warnings)
         outcomes.append(outcome)
         conf_value = confidence if confidence is not None else -math.inf
         if cfg.min_confidence is not None and (conf_value < cfg.min_confidence or "summary" in fallbacks):

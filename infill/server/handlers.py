@@ -173,6 +173,7 @@ _DOC_SETTINGS: dict[str, type] = {  # DocstringConfig fields a request may set (
     "style": str,
     "model": str,
     "min_confidence": float,
+    "min_probability": float,
     "seed": int,
     "line_length": int,
 }
