@@ -123,17 +123,6 @@ def _diff(result: FileResult) -> str:
     return patch.unified_diff(result.original, result.text, result.path)
 
 
-def _real_filler(cfg: DocstringConfig) -> SlotFiller:
-    from infill.config import DecodeConfig, ModelSpec
-    from infill.docstrings.fill import model_filler, options_for
-
-    return model_filler(
-        ModelSpec(name=cfg.model),
-        DecodeConfig(seed=cfg.seed, temperature=cfg.temperature),
-        options_for(),
-    )
-
-
 def _outcome_json(result: FileResult) -> dict[str, Any]:
     return {
         "path": result.path,
@@ -164,7 +153,7 @@ def _describe(status: str, confidence: float | None, fallbacks: Sequence[str]) -
     return parts[0] + (f" ({'; '.join(parts[1:])})" if len(parts) > 1 else "")
 
 
-def model_filler_for(cfg: DocstringConfig) -> SlotFiller:
+def model_filler_for(cfg: DocstringConfig, on_progress: Callable[[dict[str, Any]], None] | None = None) -> SlotFiller:
     """The real SlotFiller for these settings: infill.api.fill_text with the model (loaded on first use)."""
     from infill.config import DecodeConfig, ModelSpec
     from infill.docstrings.fill import model_filler, options_for
@@ -173,6 +162,7 @@ def model_filler_for(cfg: DocstringConfig) -> SlotFiller:
         ModelSpec(name=cfg.model),
         DecodeConfig(seed=cfg.seed, temperature=cfg.temperature),
         options_for(),
+        on_progress,
     )
 
 
