@@ -14,7 +14,7 @@ confidence (None), and then every fill is shown.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from infill import languages
@@ -32,6 +32,11 @@ DEFAULT_THRESHOLD = 0.5
 _LANGUAGE_IDS = {"typescriptreact": "tsx", "javascriptreact": "javascript", "python3": "python"}
 
 
+# What a completion gives up against `infill fill`: when every fill beam search found breaks the syntax, no
+# second search 4 times wider (seconds, for a line the user is typing); the completion is then simply not shown.
+LSP_OPTIONS = FillOptions(rescue_width=1)
+
+
 @dataclass(frozen=True)
 class Settings:
     """The server's settings (initializationOptions, workspace/didChangeConfiguration): the fill's model,
@@ -39,7 +44,7 @@ class Settings:
 
     model: ModelSpec = ModelSpec()
     decode: DecodeConfig = TOOL_DECODE
-    options: FillOptions = FillOptions()
+    options: FillOptions = LSP_OPTIONS
     threshold: float = DEFAULT_THRESHOLD
 
     @classmethod
@@ -78,7 +83,8 @@ class Settings:
         check_decode(decode)
         if "tokens" in parts["options"] and parts["options"]["tokens"] < 1:
             raise InputError('"tokens" must be at least 1')
-        return cls(ModelSpec(**parts["model"]), decode, FillOptions(**parts["options"]), float(threshold))
+        options = replace(LSP_OPTIONS, **parts["options"])
+        return cls(ModelSpec(**parts["model"]), decode, options, float(threshold))
 
 
 def language_of(document: Document) -> str | None:
