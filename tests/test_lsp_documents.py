@@ -96,6 +96,9 @@ def test_settings_from_a_client() -> None:
     assert settings.decode.decoder == "assd"
     assert Settings.parse(None) == Settings() and Settings().decode.decoder == "beam"  # the tool's default
     assert Settings.parse({"fill": {"k": 4, "temperature": 0.5}}).decode.k == 4
+    # completions skip beam search's wider rescue search unless asked for it
+    assert Settings().options.rescue_width == Settings.parse({}).options.rescue_width == 1
+    assert Settings.parse({"fill": {"rescue_width": 4}}).options.rescue_width == 4
     for bad in [[1], {"threshold": True}, {"tokens": "3"}, {"fill": []}, {"fill": {"nope": 1}}, {"model": 3}]:
         with pytest.raises(InputError):
             Settings.parse(bad)

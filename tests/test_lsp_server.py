@@ -490,3 +490,41 @@ def test_stdio_and_tcp_together_are_a_usage_error() -> None:
     result = CliRunner().invoke(main, ["lsp", "--stdio", "--tcp", "2087"])
     assert result.exit_code == 2
     assert "not both" in result.output
+
+
+def test_tcp_serves_on_loopback() -> None:
+    """`infill lsp --tcp PORT`: the same server on 127.0.0.1, for clients that connect instead of spawning."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "infill", "lsp", "--tcp", str(port)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                connection = socket.create_connection(("127.0.0.1", port), timeout=120)
+                break
+            except ConnectionRefusedError:
+                assert time.monotonic() < deadline and server.poll() is None, "the server did not listen"
+                time.sleep(0.1)
+        with connection:
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}})
+            connection.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(body), body.encode()))
+            reader = connection.makefile("rb")
+            length = 0
+            while (header := reader.readline()) not in (b"\r\n", b""):
+                if header.lower().startswith(b"content-length:"):
+                    length = int(header.split(b":")[1])
+            answer = json.loads(reader.read(length))
+            assert answer["id"] == 1 and "inlineCompletionProvider" in answer["result"]["capabilities"]
+            reader.close()
+    finally:
+        server.terminate()
+        server.wait(60)
+        if server.stderr is not None:
+            server.stderr.close()
