@@ -443,7 +443,9 @@ def test_a_huge_document_gets_a_message_and_no_fills(client: LspClient) -> None:
     assert client.inline("file:///project/huge.py", 200_000, 0)["result"] is None
     (message,) = client.wait_for_notification("window/showMessage", after=mark)
     assert "over the server's limit" in message["params"]["message"]
-    assert client.inline("file:///project/huge.py", 200_000, 0)["result"] is None
+    # typing on: no new message for every keystroke
+    client.change("file:///project/huge.py", 2, [{"range": span_range((200_000, 0), (200_000, 0)), "text": "x"}])
+    assert client.inline("file:///project/huge.py", 200_000, 1)["result"] is None
     settle(client)
     assert len(client.wait_for_notification("window/showMessage", after=mark)) == 1  # told once
     assert client.inline(URI, 2, 4)["result"] is not None

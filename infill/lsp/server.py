@@ -235,9 +235,7 @@ class InfillServer(LanguageServer):
             try:
                 document.change(params.text_document.version, change.text, start, end, self.encoding)
             except PositionError:
-                break  # the document is marked broken; its next request says so
-        if document.broken is None:
-            self.told = {t for t in self.told if t[0] != uri}  # a fixed document may be told again later
+                continue  # the document is marked broken (its next request says so) until a full text comes
 
     def closed(self, params: lsp.DidCloseTextDocumentParams) -> None:
         self.documents.pop(params.text_document.uri, None)
@@ -306,18 +304,19 @@ class InfillServer(LanguageServer):
                 del self.jobs[key]
 
     def load_model(self) -> None:
-        """Load the settings' model on the worker (the first completion then finds it warm); a failure is shown."""
+        """Load the settings' model on the worker (the first completion then finds it warm); a failure is shown
+        (by the message loop's thread: only it writes to the client)."""
         spec = self.settings.model
+        loop = asyncio.get_running_loop()
 
         def load() -> None:
             from infill.api import load_model
 
             try:
                 load_model(spec)
-            except InfillError as exc:
-                self.tell(None, f"cannot load model {spec.name!r}: {exc}", lsp.MessageType.Error)
-            except Exception as exc:  # noqa: BLE001 - shown to the user; the server keeps serving
-                self.tell(None, f"cannot load model {spec.name!r}: {exc}", lsp.MessageType.Error)
+            except Exception as exc:  # noqa: BLE001 - an InfillError or not: shown to the user; the server goes on
+                message = f"cannot load model {spec.name!r}: {exc}"
+                loop.call_soon_threadsafe(self.tell, None, message, lsp.MessageType.Error)
 
         self.worker.submit(load)
 
@@ -343,6 +342,7 @@ class InfillServer(LanguageServer):
         if why is not None:
             self.tell(uri, why)
             return None
+        self.told = {t for t in self.told if t[0] != uri}  # usable again: a later problem is told again
         snapshot = Document(document.uri, document.language_id, document.version, document.text)
         prefix = ""
         if selected is not None:  # the completion menu's selected item is part of what the fill continues
