@@ -176,7 +176,7 @@ class InfillServer(LanguageServer):
         self.settings = fills.Settings()
         self.jobs: dict[Any, Job] = {}  # by request id
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="infill-fill")
-        self.told: set[tuple[str, str]] = set()
+        self.told: set[str] = set()  # the documents (and languages) whose problem was told
         self.exit_code = 1  # until a shutdown request and the exit notification
         self.initialized = False
 
@@ -192,12 +192,12 @@ class InfillServer(LanguageServer):
     # --- messages to the user -------------------------------------------------------------------------------
 
     def tell(self, key: str | None, message: str, kind: lsp.MessageType = lsp.MessageType.Warning) -> None:
-        """Show `message`, once per `key` (a document, a language) when one is given, so typing does not repeat
-        it; without a key (the answer to the user's new settings) every time."""
+        """Show `message`, once per `key` (a document, until it is usable again; a language) when one is given,
+        so typing does not repeat it; without a key (the answer to the user's new settings) every time."""
         if key is not None:
-            if (key, message) in self.told:
+            if key in self.told:
                 return
-            self.told.add((key, message))
+            self.told.add(key)
         self.window_show_message(lsp.ShowMessageParams(kind, f"infill: {message}"))
 
     # --- documents ------------------------------------------------------------------------------------------
@@ -239,7 +239,7 @@ class InfillServer(LanguageServer):
 
     def closed(self, params: lsp.DidCloseTextDocumentParams) -> None:
         self.documents.pop(params.text_document.uri, None)
-        self.told = {t for t in self.told if t[0] != params.text_document.uri}
+        self.told.discard(params.text_document.uri)
 
     def document(self, uri: str) -> Document:
         document = self.documents.get(uri)
@@ -342,7 +342,7 @@ class InfillServer(LanguageServer):
         if why is not None:
             self.tell(uri, why)
             return None
-        self.told = {t for t in self.told if t[0] != uri}  # usable again: a later problem is told again
+        self.told.discard(uri)  # usable again: a later problem is told again
         snapshot = Document(document.uri, document.language_id, document.version, document.text)
         prefix = ""
         if selected is not None:  # the completion menu's selected item is part of what the fill continues
