@@ -27,16 +27,16 @@ planning is infill.core.plan, and what differs between the two model kinds is in
   spans of one region are never cut. What remains goes 3/4 to the prefix (its end is kept) and 1/4 to the
   suffix (its start is kept); a side that needs less gives the rest to the other. Spans too far apart to share
   one sequence are filled as separate regions, each seeing the original text around it.
-* Candidates. One seeded torch.Generator draws every sample. A candidate is one sample of every span. For
-  code, candidates that add tree-sitter ERROR/MISSING nodes are rejected (for Python input that CPython's parser
-  accepts, also candidates it rejects: tree-sitter takes `if x:` with no body), and so are fills with broken UTF-8
-  (U+FFFD); rejects are resampled (up to FillOptions.max_resample extra samples). The valid candidate with
-  the highest log-likelihood (sum over spans of the fill's token log-probabilities under the model,
-  end-of-fill pad included) wins. Beam search is given the same checks (Run.accept -> FillProblem.accept):
-  a finished fill they reject does not end the search. When every fill it found that writes something is
-  still rejected, the search runs once more FillOptions.rescue_width times wider and its fills that write something
-  are tried best first until one passes (a small model's few best lines often all break the syntax). If none
-  is valid, NoValidFillError names the failing spans (exit code 3: nothing is written); with
+* Candidates. One seeded torch.Generator draws every sample. A candidate is one sample of every span. For code,
+  candidates worse than the best text the spans allow are rejected (infill.core.checks.SyntaxCheck: Python that some
+  text in the spans makes compile must compile with CPython; no more tree-sitter ERROR/MISSING nodes than that text
+  leaves), and so are fills with broken UTF-8 (U+FFFD); rejects are resampled (up to FillOptions.max_resample extra
+  samples). The valid candidate with the highest log-likelihood (sum over spans of the fill's token log-
+  probabilities under the model, end-of-fill pad included) wins. Beam search is given the same checks (Run.accept ->
+  FillProblem.accept): a finished fill they reject does not end the search. When every fill it found that writes
+  something is still rejected, the search runs once more FillOptions.rescue_width times wider and its fills that
+  write something are tried best first until one passes (a small model's few best lines often all break the syntax).
+  If none is valid, NoValidFillError names the failing spans (exit code 3: nothing is written); with
   FillOptions.allow_syntax_errors the most likely one is returned with a warning.
 """
 
@@ -59,7 +59,7 @@ from infill.core.plan import (
     token_budget,
 )
 from infill.decoding.stats import histogram
-from infill.errors import InputError, NoValidFillError
+from infill.errors import InputError, LowConfidenceError, NoValidFillError
 from infill.models.registry import LoadedModel
 from infill.spans import LineIndex, Span, check_spans
 
@@ -76,6 +76,7 @@ class Edit:
     text: str  # the replacement text
     score: float  # log-likelihood of the fill's tokens under the model (natural log, summed)
     tokens: int  # number of tokens in the fill (score / tokens = mean token log-probability)
+    worst: float = 0.0  # the lowest log-probability of one of its tokens (0 when not scored)
 
     def to_json(self) -> dict[str, Any]:
         """The edit as `infill fill --format json` and the server print it."""
@@ -150,11 +151,15 @@ def _candidate_edits(
             # that line (a fill that begins with a line break leaves it as it is)
             at_line_start = plan.prefix == "" or plan.prefix.endswith("\n")
             raw = first_line(raw) if at_line_start else raw.split("\n", 1)[0]
-        text = restore_newlines(shape_fill(raw, plan.prefix, plan.replaced, plan.suffix), newline)
+        # a marker is not content: a line holding only a marker is shaped as the emptied line it stands for
+        # (`--span N` on a blank line), wherever the marker sits on it, so the model's indentation is kept
+        replaced = "" if plan.span.placeholder else plan.replaced
+        text = restore_newlines(shape_fill(raw, plan.prefix, replaced, plan.suffix), newline)
         span = plan.span
         start_line = index.line_of(span.start_byte) if data else 1
         end_line = index.line_of(max(span.start_byte, span.end_byte - 1)) if data else 1
-        edits.append(Edit(span.start_byte, span.end_byte, start_line, end_line, text, fill.score, fill.tokens))
+        edit = Edit(span.start_byte, span.end_byte, start_line, end_line, text, fill.score, fill.tokens, fill.worst)
+        edits.append(edit)
     return edits
 
 
@@ -169,12 +174,14 @@ def fill_text(
     on_progress: ProgressCallback | None = None,
 ) -> FillResult:
     """Fill every span of `text`; see the module docstring."""
+    from infill.core.checks import SyntaxCheck, monitor_for, parse_rules
     from infill.patch import apply_edits, check_outside_unchanged
-    from infill.textops import SyntaxCheck, newline_of
+    from infill.textops import newline_of
 
     data = text.encode("utf-8")
     ordered = check_spans(data, spans)
     check_decode(decode)  # nan, inf, out-of-range numbers: exit 2 before any model runs
+    rules = parse_rules(options.monitor)  # an unknown monitor rule too
     if options.candidates < 1:
         raise InputError(f"-n must be at least 1, got {options.candidates}")
     if on_progress is not None and not isinstance(model, LoadedModel):
@@ -212,27 +219,30 @@ def fill_text(
     syntax: SyntaxCheck | None = None  # the input's syntax, analysed once; candidates may not make it worse
     if options.syntax_check and language is not None:
         try:
-            placeholders = [(s.start_byte, s.end_byte) for s in ordered if s.placeholder]
-            syntax = SyntaxCheck(language, data, placeholders)
+            syntax = SyntaxCheck(language, data, ordered)
         except InputError as exc:  # grammar extra missing: fill without the check
             warnings.append(f"syntax check skipped: {exc.message}")
+    monitor = monitor_for(syntax, rules)  # the static monitor, for Python
     newline = newline_of(text)
 
     def rejection(patched: bytes, edits: list[Edit]) -> str | None:
-        """Why a candidate is rejected, or None: it splits a UTF-8 character (U+FFFD), adds tree-sitter ERROR /
-        MISSING nodes, or (Python that parsed before) no longer parses with CPython's parser."""
+        """Why a candidate is rejected, or None: it splits a UTF-8 character (U+FFFD), or it is worse than the best
+        the spans' surroundings allow (infill.core.checks.SyntaxCheck: Python that some text in the spans makes
+        compile must compile; no more tree-sitter ERROR / MISSING nodes than that text leaves)."""
         if any("\ufffd" in e.text for e in edits) and "\ufffd" not in text:
             return "splits a UTF-8 character"
         return syntax.rejection(patched, edits) if syntax is not None else None
 
     def region_accepts(region: Region, fills: list[Fill]) -> bool:
-        """Whether one region's fills pass the checks on their own (beam search stops only at such fills)."""
+        """Whether one region's fills pass the checks on their own (beam search stops only at such fills; the
+        monitor then ranks the fills it found)."""
         edits = _candidate_edits(data, [region], fills, newline, index)
         return rejection(apply_edits(data, edits), edits) is None
 
     run = Run(loaded, decode, generator, on_progress=on_progress, accept=region_accepts)
     totals = run.totals
     valid: list[tuple[float, list[Edit], str]] = []
+    flagged: list[tuple[float, list[Edit], str]] = []  # pass the checks, but the static monitor refuses them
     invalid: list[tuple[float, list[Edit], str]] = []
     seen: set[tuple[str, ...]] = set()
     attempts_left = options.candidates + max(0, options.max_resample)  # resampling only happens on rejects
@@ -251,8 +261,12 @@ def fill_text(
         seen.add(key)
         patched = apply_edits(data, edits)
         check_outside_unchanged(data, patched, edits)
-        ok = rejection(patched, edits) is None
-        (valid if ok else invalid).append((sum(e.score for e in edits), edits, patched.decode("utf-8")))
+        tier = valid
+        if rejection(patched, edits) is not None:
+            tier = invalid
+        elif monitor is not None and monitor.rejection(patched) is not None:
+            tier = flagged
+        tier.append((sum(e.score for e in edits), edits, patched.decode("utf-8")))
         return True
 
     # a candidate that writes nothing into a span the user asked to fill is kept, but ranked after any that write
@@ -289,9 +303,14 @@ def fill_text(
                 break
     if on_progress is not None:
         on_progress({"event": "done"})
-    pool = valid or invalid
-    pool = [c for c in pool if _writes(c[1])] or pool
+    # a fill that writes something and passes everything, else one the monitor refuses (it is a ranking signal,
+    # not a reason to write nothing), else an empty fill, else (with --allow-syntax-errors) a rejected one
+    tiers = [[c for c in valid if _writes(c[1])], [c for c in flagged if _writes(c[1])], valid, flagged, invalid]
+    pool = next(t for t in tiers if t)
     best_score, best_edits, best_text = max(pool, key=lambda c: c[0])
+    if pool is tiers[1]:
+        notes.append("the static monitor refused every fill that writes something; kept the most likely one")
+    valid += flagged  # what the syntax rule accepts, from here on
     if valid and not _writes(best_edits) and any(_writes(c[1]) for c in invalid):
         empty = ", ".join(s.label or "span" for s, e in zip(ordered, best_edits, strict=True) if not e.text.strip())
         warnings.append(
@@ -317,7 +336,94 @@ def fill_text(
     )
     if not valid and not options.allow_syntax_errors:
         raise _no_valid_fill(data, ordered, best_edits, attempts, rejection, stats)
-    return FillResult(best_text, best_edits, stats, warnings, notes)
+    beam_scores = [sorted(scores, reverse=True) for scores in totals.nbest_scores.values()]
+    features = fill_features(
+        text,
+        best_edits,
+        best_score,
+        [c for c in valid + invalid if c[1] is not best_edits],
+        ordered,
+        monitored=pool is tiers[0] and monitor is not None,
+        rescued=rescued > 0,
+        beam_margin=min((s[0] - s[1] for s in beam_scores if len(s) > 1), default=10.0),
+    )
+    stats["features"] = features
+    confidence = stats["confidence"] = confidence_of(loaded, decode, features)
+    if options.min_confidence > 0:
+        _check_confidence(loaded, decode, ordered, best_edits, confidence, options.min_confidence, stats)
+    return FillResult(best_text, best_edits, stats, warnings, notes, confidence)
+
+
+def _check_confidence(
+    loaded: LoadedModel,
+    decode: DecodeConfig,
+    spans: list[Span],
+    edits: list[Edit],
+    confidence: float | None,
+    threshold: float,
+    stats: dict[str, Any],
+) -> None:
+    """--min-confidence: InputError when the model has no calibration to answer with, LowConfidenceError (exit
+    4, nothing written) when the best fill is below the threshold."""
+    from infill.config import decode_label
+
+    if confidence is None:
+        raise InputError(
+            f"--min-confidence: model {loaded.name!r} ships no calibrated confidence for {decode_label(decode)}"
+        )
+    if confidence < threshold:
+        reason = f"confidence {confidence:.2f} is below {threshold:g}"
+        raise LowConfidenceError(
+            f"the best fill's {reason} (--min-confidence); nothing was written",
+            failed=[{"label": s.label, **e.to_json(), "reason": reason} for s, e in zip(spans, edits, strict=True)],
+            stats=dict(stats),
+        )
+
+
+def fill_features(
+    text: str,
+    edits: list[Edit],
+    score: float,
+    others: list[tuple[float, list[Edit], str]],
+    spans: list[Span],
+    *,
+    monitored: bool,
+    rescued: bool,
+    beam_margin: float = 10.0,
+) -> dict[str, float]:
+    """What is known of the chosen fill when it is written, for its calibrated confidence
+    (infill.core.calibration): likelihood per token and in all, the margin to the next candidate, agreement
+    with the file's own lines, length, span kind, and which checks it needed."""
+    tokens = sum(e.tokens for e in edits)
+    runner_up = max((c[0] for c in others if _writes(c[1]) and c[1] != edits), default=None)
+    own_lines = {line.strip() for line in text.splitlines() if line.strip()}
+    written = [line.strip() for e in edits for line in e.text.splitlines() if line.strip()]
+    return {
+        "mean_logp": score / max(tokens + len(edits), 1),  # the ending token of each span counts too
+        "logp": score,
+        "margin": min(score - runner_up, 10.0) if runner_up is not None else 10.0,
+        "beam_margin": min(beam_margin, 10.0),  # between the beam's two most likely finished fills
+        "worst_logp": min((e.worst for e in edits), default=0.0),
+        "in_file": float(bool(written) and all(line in own_lines for line in written)),
+        "tokens": float(tokens),
+        "lines": float(len(written)),
+        "one_line": float(all(s.one_line for s in spans)),
+        "empty": float(not _writes(edits)),
+        "monitored": float(monitored),  # the static monitor ran and passed it
+        "rescued": float(rescued),
+    }
+
+
+def confidence_of(loaded: LoadedModel, decode: DecodeConfig, features: dict[str, float]) -> float | None:
+    """The calibrated probability that the fill is right, when the model ships a calibration for this decoder
+    (calibration.json beside its weights; infill.core.calibration), else None."""
+    from infill.config import decode_label
+    from infill.core.calibration import calibration_of
+
+    calibrator = calibration_of(loaded.info.get("path"))
+    if calibrator is None or calibrator.meta.get("decoder") != decode_label(decode):
+        return None
+    return round(calibrator.predict(features), 4)
 
 
 def _writes(edits: list[Edit]) -> bool:

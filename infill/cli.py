@@ -49,8 +49,8 @@ def exit_on_click_error(exc: click.ClickException) -> NoReturn:
 
 def error_report(exc: Exception) -> tuple[str, int]:
     """The one stderr line and the exit code of an error no command handled itself: an InfillError's own code
-    (2 input, 3 no valid fill, 123 model), 2 for an OSError (a file that cannot be read or written), and 123 for
-    anything else, which is our bug."""
+    (2 input, 3 no valid fill, 4 low confidence, 123 model), 2 for an OSError (a file that cannot be read or
+    written), and 123 for anything else, which is our bug."""
     from infill.errors import InfillError, one_line
 
     if isinstance(exc, InfillError):

@@ -2,7 +2,8 @@
 
 Exit codes (documented in `infill fill --help` and the README):
   0 ok, 1 changes needed (--check, or --diff with a change), 2 usage / input error, 3 no valid fill (every
-  candidate would break the file's syntax; nothing was written), 123 internal or model error.
+  candidate would break the file's syntax; nothing was written), 4 low confidence (the best fill's calibrated
+  confidence is below --min-confidence; nothing was written), 123 internal or model error.
 """
 
 from __future__ import annotations
@@ -77,3 +78,12 @@ class NoValidFillError(InfillError):
     stats: dict[str, Any] = field(default_factory=dict)
 
     exit_code = 3
+    code = "no_valid_fill"  # how --format json and the server name it
+
+
+class LowConfidenceError(NoValidFillError):
+    """The best fill passed every check, but its calibrated confidence is below what the caller asked for
+    (--min-confidence), so nothing is written. `failed` holds that fill, with its confidence as the reason."""
+
+    exit_code = 4
+    code = "low_confidence"

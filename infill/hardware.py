@@ -72,3 +72,34 @@ def resolve_device(device: str) -> torch.device:
     if device not in ("cpu", "cuda"):
         raise ModelError(f"unknown device {device!r} (expected auto, cpu or cuda)")
     return torch.device(device)
+
+
+def free_memory(device: str = "cpu") -> int | None:
+    """Bytes a new model could take on `device`: the GPU's free memory for 'cuda'; for the CPU, MemAvailable of
+    /proc/meminfo, lowered to what the cgroup's memory limit leaves. None where it cannot be told."""
+    if device == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0]) if torch.cuda.is_available() else None
+    free: int | None = None
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    free = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        return None
+    limit, used = _read("/sys/fs/cgroup/memory.max"), _read("/sys/fs/cgroup/memory.current")
+    if limit.isdigit() and used.isdigit():  # "max" when the cgroup has no limit
+        room = int(limit) - int(used)
+        free = room if free is None else min(free, room)
+    return free
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""

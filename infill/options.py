@@ -197,6 +197,23 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "options",
+        "monitor",
+        ("--monitor",),
+        "Python: refuse fills that add a static-analysis message of these rules (comma-separated: undefined, "
+        "unused, redefined; none = off).",
+        metavar="RULES",
+    ),
+    Option(
+        "options",
+        "min_confidence",
+        ("--min-confidence",),
+        "Write nothing (exit 4) when the best fill's calibrated confidence (the probability it is right) is "
+        "below P; 0 = off.",
+        FiniteFloatRange(0.0, 1.0),
+        metavar="P",
+    ),
+    Option(
+        "options",
         "syntax_check",
         ("--no-syntax-check",),
         "Accept candidates that add tree-sitter errors.",
@@ -248,7 +265,7 @@ OPTIONS: tuple[Option, ...] = (
         "model",
         "bf16",
         ("--precision",),
-        "Compute precision (bf16 autocast over fp32 weights).",
+        "Compute precision (bf16: autocast over fp32 weights; left-to-right code models load bf16 weights).",
         click.Choice(PRECISIONS),
         key="precision",
         choices=PRECISIONS,

@@ -96,3 +96,40 @@ def progress(enabled: bool, description: str = "filling") -> Iterator[Callback |
                 bar.update(task, completed=tokens - event.get("base", 0), info=info)
 
         yield on_event
+
+
+Write = Callable[[str, bool], None]  # (text with its line breaks, to stderr?)
+
+
+class FilesBar:
+    """Progress over the files of one run (`infill fill` or `infill docstrings` over several files): `advance()`
+    after each file, and `write(text, err)` for the run's output, which goes above the bar while it is shown
+    (text written straight to the terminal would land on the bar's line), else to `fallback`."""
+
+    def __init__(self, bar: Any, task: Any, fallback: Write) -> None:
+        self.bar, self.task, self.fallback = bar, task, fallback
+
+    def advance(self) -> None:
+        if self.bar is not None:
+            self.bar.advance(self.task)
+
+    def write(self, text: str, err: bool) -> None:
+        if self.bar is not None and is_interactive(sys.stderr if err else sys.stdout):
+            self.bar.console.out(text, end="", highlight=False)
+        else:
+            self.fallback(text, err)
+
+
+@contextmanager
+def files_progress(enabled: bool, total: int, fallback: Write, description: str = "files") -> Iterator[FilesBar]:
+    """One rich bar counting finished files on stderr (when asked for AND stderr is a terminal), whether the
+    files are done here or by worker processes (`--jobs`)."""
+    if not (enabled and is_interactive()):
+        yield FilesBar(None, None, fallback)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(file=sys.stderr), transient=True) as bar:
+        yield FilesBar(bar, bar.add_task(description, total=total), fallback)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -103,11 +105,14 @@ def fake_model(
     name: str = "fake-cli",
     max_length: int = 4096,
     pad: bool = True,
+    folder: Path | None = None,
 ) -> Iterator[ScriptedModel]:
-    """Register a ScriptedModel as `name` for the duration of the block (unregistered in `finally`)."""
+    """Register a ScriptedModel as `name` for the duration of the block (unregistered in `finally`). `folder`
+    stands for the model's folder (where a calibration.json would be read)."""
     norm = [[(f, 1.0)] if isinstance(f, str) else list(f) for f in fills]
     model = ScriptedModel(norm, max_length=max_length, pad=pad)
-    register(name, lambda spec: LoadedModel(name, "asarm", model, ByteTokenizer(), {"fake": True}))
+    info: dict[str, Any] = {"fake": True, **({"path": str(folder)} if folder is not None else {})}
+    register(name, lambda spec: LoadedModel(name, "asarm", model, ByteTokenizer(), info))
     api.clear_model_cache()
     try:
         yield model

@@ -40,7 +40,7 @@ def test_python_that_only_cpython_rejects_is_resampled() -> None:
                 src, [Selection("span", "2:2")], decode=DecodeConfig(seed=seed), options=FillOptions(max_resample=12)
             )
             assert r.text == src.replace("pass", "return x + 1"), seed
-    # input that does not parse already is checked with tree-sitter only: `if x:` is then accepted
+    # input that does not compile already is checked with tree-sitter only: `if x:` is then accepted
     broken = src + "def h(:\n"
     with fake_model(["if x:"], name="fake-api"):
         r = fill(broken, [Selection("span", "2:2")])

@@ -18,6 +18,7 @@ from infill.cli import main
 from infill.commands.fill import FillRequest, run_fill
 from infill.errors import ModelError
 from infill.models.registry import register, unregister
+from infill.spans import Span
 
 SOURCE = 'def f(x):\n    """Double x."""\n    return 0\n\n\ndef g():\n    pass\n'
 FILL = "return x * 2"
@@ -91,7 +92,8 @@ def test_json_format(tmp_path: Path, model: str) -> None:
     r = run([str(p), "--span", "3:3", "--model", model, "--format", "json"])
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert set(doc) == {"file", "edits", "stats"}
+    assert set(doc) == {"file", "edits", "stats", "confidence"}
+    assert doc["confidence"] is None  # a model without a calibration file
     assert doc["file"] == str(p)
     (edit,) = doc["edits"]
     assert set(edit) == {"start_line", "end_line", "start_byte", "end_byte", "text", "score"}
@@ -518,15 +520,15 @@ BRANCHES = "def f(x):\n    if x:\n        return 1\n{line}\n    return 2\n"
 
 @pytest.mark.parametrize("form", ["marker", "span"])
 def test_a_marker_line_is_checked_like_an_emptied_line(tmp_path: Path, form: str) -> None:
-    """`else:` before a statement at the same indentation does not parse: refused whether the line is selected
-    with --span N:N or holds a <FILL> marker (which does not parse either, so it must not lower the bar)."""
+    """`else:` before a statement at the same indentation does not compile: refused whether the line is selected
+    with --span N:N or holds a <FILL> marker (which does not compile either, so it must not lower the bar)."""
     line, where = ("    <FILL>", ["--marker", "<FILL>"]) if form == "marker" else ("", ["--span", "4:4"])
     src = BRANCHES.format(line=line)
     p = write(tmp_path, "b.py", src)
     with fake_model(["    else:"], name="fake-else"):
         bad = run([str(p), *where, "--model", "fake-else"])
     assert bad.exit_code == 3, bad.stderr
-    assert "does not parse" in bad.stderr and p.read_text() == src
+    assert "does not compile" in bad.stderr and p.read_text() == src
     with fake_model(["    y = 2"], name="fake-ok"):
         good = run([str(p), *where, "--model", "fake-ok"])
     assert good.exit_code == 0, good.stderr
@@ -535,18 +537,19 @@ def test_a_marker_line_is_checked_like_an_emptied_line(tmp_path: Path, form: str
 
 @pytest.mark.parametrize("local", [False, True])
 def test_syntax_check_judges_a_placeholder_as_removed(monkeypatch: pytest.MonkeyPatch, local: bool) -> None:
-    from infill import textops
+    from infill.core import checks
 
     if local:  # a large input is checked block by block: the placeholder inside the block is judged removed too
-        monkeypatch.setattr(textops, "LOCAL_CHECK_BYTES", 16)
+        monkeypatch.setattr(checks, "LOCAL_CHECK_BYTES", 16)
 
     data = BRANCHES.format(line="    <FILL>").encode()
     start = data.index(b"    <FILL>")
     edit = type("E", (), {"start_byte": start, "end_byte": start + 10, "text": "    else:"})()
     patched = data.replace(b"    <FILL>", b"    else:")
-    assert textops.SyntaxCheck("python", data, [(start, start + 10)]).rejection(patched, [edit]) == "does not parse"
-    # without the placeholder's range the input never parsed, so only tree-sitter's error count held `else:` back
-    assert textops.SyntaxCheck("python", data).rejection(patched, [edit]) is None
+    marker = Span(start, start + 10, "--marker <FILL>", placeholder=True, one_line=True)
+    assert checks.SyntaxCheck("python", data, [marker]).rejection(patched, [edit]) == "does not compile"
+    # without the span the input never compiled, so only tree-sitter's error count held `else:` back
+    assert checks.SyntaxCheck("python", data).rejection(patched, [edit]) is None
 
 
 def test_an_empty_fill_chosen_over_rejected_ones_is_reported(tmp_path: Path) -> None:

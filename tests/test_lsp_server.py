@@ -196,9 +196,9 @@ def check_changes(client: LspClient, size: Any) -> None:
     assert text_of(client) == {"text": "s = 'é😀ü🐍'\n    \ny = 1\nz = 'Ω'\n", "version": 4, "broken": None}
     # a completion after the astral characters: its range is in the client's units
     end = size("s = 'é😀ü🐍'")
-    client.change(URI, 5, [{"range": span_range((0, end), (0, end)), "text": " + "}])
-    result = client.inline(URI, 0, end + 3)["result"]
-    assert result["items"][0]["range"] == span_range((0, end + 3), (0, end + 3))
+    client.change(URI, 5, [{"range": span_range((0, end), (0, end)), "text": "; "}])
+    result = client.inline(URI, 0, end + 2)["result"]
+    assert result["items"][0] == {"insertText": "total += 1", "range": span_range((0, end + 2), (0, end + 2))}
 
 
 def test_incremental_changes_in_utf16(client: LspClient) -> None:

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infill import textops
+from infill.core import checks
 from infill.errors import FileChangedError, InfillError, InputError
 from infill.patch import (
     apply_edits,
@@ -168,15 +169,16 @@ def test_first_line() -> None:
 
 
 def test_python_parses() -> None:
-    assert textops.python_parses(b"def f():\n    return 1\n")
-    assert not textops.python_parses(b"def f():\n    if x:\n\ny = 1\n")
-    assert not textops.python_parses(b"x = 1\x00\n")
-    assert textops.python_parses(b"s = '\\d'\n")  # a SyntaxWarning is not an error (and is not printed)
+    assert checks.python_compiles(b"def f():\n    return 1\n")
+    assert not checks.python_compiles(b"def f():\n    if x:\n\ny = 1\n")
+    assert not checks.python_compiles(b"x = 1\x00\n")
+    assert checks.python_compiles(b"s = '\\d'\n")  # a SyntaxWarning is not an error (and is not printed)
+    assert not checks.python_compiles(b"def f():\n    pass\nbreak\n")  # compile stage: ast.parse accepts it
 
 
 def test_syntax_errors() -> None:
-    assert textops.syntax_errors("python", b"def f():\n    return 1\n") == 0
-    assert textops.syntax_errors("python", b"def f(:\n    return (1\n") >= 1
+    assert checks.syntax_errors("python", b"def f():\n    return 1\n") == 0
+    assert checks.syntax_errors("python", b"def f(:\n    return (1\n") >= 1
 
 
 def test_shape_fill_keeps_the_models_plausible_indentation() -> None:

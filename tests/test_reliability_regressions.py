@@ -416,7 +416,8 @@ def big_python(functions: int) -> str:
 def test_item07_only_the_window_is_tokenized(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fixtures_cli import ByteTokenizer
 
-    from infill import api, textops
+    from infill import api
+    from infill.core import checks
 
     source = big_python(40_000)  # 2.9 MB
     p = tmp_path / "big.py"
@@ -425,8 +426,8 @@ def test_item07_only_the_window_is_tokenized(tmp_path: Path, monkeypatch: pytest
     real_encode = ByteTokenizer.encode
     monkeypatch.setattr(ByteTokenizer, "encode", lambda tok, text: encoded.append(len(text)) or real_encode(tok, text))
     parsed: list[int] = []
-    real_parses = textops.python_parses
-    monkeypatch.setattr(textops, "python_parses", lambda src: parsed.append(len(src)) or real_parses(src))
+    real_compiles = checks.python_compiles
+    monkeypatch.setattr(checks, "python_compiles", lambda src: parsed.append(len(src)) or real_compiles(src))
     line = source[: source.index("total = 20000")].count("\n") + 1
     with fake_model(["total = 1"], name="fake-big", max_length=256):
         r = CliRunner().invoke(main, ["fill", str(p), "--span", str(line), "--model", "fake-big"])
@@ -438,10 +439,10 @@ def test_item07_only_the_window_is_tokenized(tmp_path: Path, monkeypatch: pytest
 
 
 def test_item07_large_inputs_still_reject_unparseable_fills(tmp_path: Path) -> None:
-    from infill import textops
+    from infill.core import checks
 
     source = big_python(12_000)  # over LOCAL_CHECK_BYTES: checked around the edit only
-    assert len(source) > textops.LOCAL_CHECK_BYTES
+    assert len(source) > checks.LOCAL_CHECK_BYTES
     p = tmp_path / "big.py"
     p.write_text(source)
     line = source[: source.index("total = 6000")].count("\n") + 1
@@ -452,10 +453,10 @@ def test_item07_large_inputs_still_reject_unparseable_fills(tmp_path: Path) -> N
 
 
 def test_item07_local_check_chunks_are_top_level_blocks() -> None:
-    from infill import textops
+    from infill.core import checks
 
     data = b"import os\n\n\ndef f():\n    x = 1\n\n    return x\n\n\nclass A:\n    y = 2\n"
-    check = textops.SyntaxCheck("python", data)
+    check = checks.SyntaxCheck("python", data)
     at = data.index(b"x = 1")
     edit = type("E", (), {"start_byte": at, "end_byte": at + 5, "text": "x = 2"})()
     assert check.chunks([edit]) == [(data.index(b"def f"), data.index(b"class A"))]

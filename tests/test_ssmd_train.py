@@ -81,3 +81,21 @@ def test_train_command_resumes_and_writes_a_loadable_head(setup: tuple[Path, Pat
         assert 0 < st.tokens and ids.numel() <= 8 and st.extra["head_passes"] > 0
     finally:
         (folder / HEAD_FILE).unlink()
+
+
+def test_the_initial_head_follows_the_seed(setup: tuple[Path, Path], tmp_path: Path) -> None:
+    """Two runs with the same flags start from the same head whatever the process's own random state (the head's
+    weights were drawn from torch's global generator, which a fresh process seeds at random)."""
+    from infill.cli import main
+
+    folder, corpus = setup
+    common = ["train", "ssmd", "--model", str(folder), "--data", str(corpus), "--steps", "1", "--batch-size", "2"]
+    common += ["--seq-len", "32", "--block-sizes", "4", "--max-block", "8", "--heads", "2", "--intermediate", "16"]
+    common += ["--eval-examples", "2", "--lr", "1e-12"]
+    heads = []
+    for process_seed in (1, 2):
+        torch.manual_seed(process_seed)
+        r = CliRunner().invoke(main, [*common, "--out", str(tmp_path / str(process_seed))])
+        assert r.exit_code == 0, r.output
+        heads.append(read_head(tmp_path / str(process_seed) / HEAD_FILE)[0].state_dict())
+    assert all(torch.equal(heads[0][k], heads[1][k]) for k in heads[0])

@@ -7,13 +7,24 @@ Click only: flags -> one DocstringsRequest -> infill.core.docstrings (also what 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import click
 
 from infill.clitypes import FINITE_FLOAT
-from infill.core.docstrings import DocstringsRequest, model_filler_for, plan, process
+from infill.core.docstrings import (
+    DocstringsRequest,
+    fill_file,
+    model_filler_for,
+    plan,
+    process,
+    worker_fill_file,
+    worker_setup,
+)
 from infill.docstrings.config import STYLES
+from infill.docstrings.engine import FileResult
 from infill.docstrings.fill import SlotFiller
 from infill.errors import InfillError, one_line
 from infill.options import click_options
@@ -73,6 +84,15 @@ def _bool_flag(name: str, help_text: str) -> Any:
 )
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", help="Report format.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors (and the diff with --diff).")
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Worker processes for several files, one thread and one model each (no daemon); the output and exit "
+    "code are those of one.",
+)
 @daemon_options
 @click.pass_context
 def docstrings(
@@ -84,6 +104,7 @@ def docstrings(
     config_path: str | None,
     output_format: str,
     quiet: bool,
+    jobs: int,
     daemon: str,
     idle_timeout: float,
     **overrides: Any,
@@ -100,7 +121,7 @@ def docstrings(
         paths, check, show_diff, update, config_path, output_format, quiet, overrides, cwd=os.getcwd()
     )
     try:
-        code = _run(ctx, request, daemon, idle_timeout)
+        code = _run(ctx, request, daemon, idle_timeout, jobs)
     except InfillError as exc:
         click.echo(f"error: {one_line(str(exc))}", err=True)
         code = exc.exit_code
@@ -110,18 +131,42 @@ def docstrings(
     ctx.exit(code)
 
 
-def _run(ctx: click.Context, request: DocstringsRequest, daemon: str = "off", idle_timeout: float = 0.0) -> int:
+def _run(
+    ctx: click.Context, request: DocstringsRequest, daemon: str = "off", idle_timeout: float = 0.0, jobs: int = 1
+) -> int:
+    from infill.progress import files_progress
+
     cfg, files = plan(request)
     injected = (ctx.obj or {}).get("slot_filler") if isinstance(ctx.obj, dict) else None
-    if not request.check and injected is None:  # a warm model in this user's daemon, if there is one (or may be)
+    parallel = jobs > 1 and len(files) > 1 and injected is None  # an injected filler stays in this process
+    if not request.check and injected is None and not parallel:  # a warm model in this user's daemon, if any
         size = sum(f.stat().st_size for f in files if f.is_file())
         forwarded = forward_docstrings(request.to_dict(), daemon, idle_timeout, model=cfg.model, input_bytes=size)
         if forwarded is not None:
             return forwarded
-    filler: SlotFiller | None = None
-    if not request.check:
-        filler = injected if injected is not None else model_filler_for(cfg)
-    return process(request, cfg, files, filler, _echo).exit_code
+    with files_progress(not request.quiet and len(files) > 1, len(files), _echo) as bar:
+        if parallel:
+            from infill.jobs import in_order
+
+            names = [str(f) for f in files]
+            setup = (request.to_dict(), cfg)
+            done = in_order(worker_fill_file, names, jobs, setup=worker_setup, setup_args=setup, done=bar.advance)
+            return process(request, cfg, files, None, bar.write, done).exit_code
+        filler: SlotFiller | None = None
+        if not request.check:
+            filler = injected if injected is not None else model_filler_for(cfg)
+        return process(
+            request, cfg, files, filler, bar.write, _each(files, request, cfg, filler, bar.advance)
+        ).exit_code
+
+
+def _each(
+    files: list[Path], request: DocstringsRequest, cfg: Any, filler: SlotFiller | None, advance: Callable[[], None]
+) -> Iterator[FileResult | InfillError]:
+    """The files filled one after the other in this process, the bar advancing after each."""
+    for path in files:
+        yield fill_file(path, request, cfg, filler)
+        advance()
 
 
 def _echo(text: str, err: bool) -> None:

@@ -19,6 +19,7 @@ import click
 
 from infill import __version__
 from infill.clitypes import FiniteFloatRange
+from infill.commands.calibrate import calibrate
 from infill.config import EVAL_DECODE, DecodeConfig, FillOptions, ModelSpec, decode_label
 from infill.options import click_options, from_flags
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from infill.models.registry import LoadedModel
 
 # the decoding options every evaluation shares with `infill fill` (infill.options), greedy by default
-_SHARED = ("model", "device", "decoder", "k", "temperature", "seed", "beam", "candidates", "retrieve")
+_SHARED = ("model", "device", "decoder", "k", "temperature", "seed", "beam", "candidates", "retrieve", "monitor")
 _HELP = {
     "seed": "Decoding seed (and line sampling seed for heldout-exact).",
 }
@@ -37,10 +38,11 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option(
             "--form",
-            type=click.Choice(["span", "marker"]),
+            type=click.Choice(["span", "marker", "marker-column-0"]),
             default="span",
             show_default=True,
-            help="How the line is selected: emptied and --span N:N, or a <FILL> line and --marker.",
+            help="How the line is selected: emptied and --span N:N, or a <FILL> line and --marker (the marker at "
+            "the line's indentation, or at column 0).",
         ),
         click.option(
             "--oracle-length",
@@ -92,6 +94,9 @@ class _EvalGroup(click.Group):
 @click.group(name="eval", cls=_EvalGroup)
 def evaluate() -> None:
     """Measure a model: HumanEval single-line infilling pass@1, held-out exact match."""
+
+
+evaluate.add_command(calibrate)
 
 
 def _load(spec: ModelSpec, threads: int) -> LoadedModel:
@@ -282,6 +287,8 @@ def humaneval_single_line(
             f"humaneval-single-line pass@1 {s['pass_at_1']:.1%} ({s['passed']}/{s['tasks']} tasks, {length}, "
             f"{decode_label(decode)}); exact line {s['exact_match']:.1%}; "
             f"statuses {s['statuses']}",
+            f"as infill fill writes them: {s['refused']} refused (exit 3), {s['written_not_compiling']} written "
+            "that do not compile",
             f"tokens/NFE {s['tokens_per_nfe']:.2f}; fill {s['fill_seconds']:.0f} s, exec {s['exec_seconds']:.0f} s",
         ],
     )

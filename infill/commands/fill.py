@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any, BinaryIO, NoReturn, cast
 
 import click
 
 from infill.core.fill import (
+    EXIT_CHANGES,
+    EXIT_INTERNAL,
+    EXIT_NO_VALID_FILL,
+    EXIT_OK,
     EXIT_USAGE,
     FillRequest,
     no_valid_fill_json,
@@ -25,7 +31,7 @@ from infill.core.fill import (
     result_json,
     run_fill,
 )
-from infill.errors import InfillError
+from infill.errors import InfillError, LowConfidenceError
 from infill.options import click_options, from_flags
 from infill.server.options import daemon_options, fill_command
 from infill.spans import DEFAULT_TOKENS, Selection
@@ -36,6 +42,8 @@ __all__ = ["FillRequest", "fill", "no_valid_fill_json", "preflight", "result_jso
 # the Click command: flags -> FillRequest -> run_fill -> print
 
 _HELP = f"""Fill spans of FILE (or - for stdin) with the model, and write the file in place.
+Several FILEs get the same selections, one after the other, or in N worker
+processes with --jobs N (same output and exit code; the most severe wins).
 
 \b
 Select what to fill (any combination; each match is one span):
@@ -63,7 +71,8 @@ prints only the text, and echoes the input unchanged on any failure.
 \b
 Exit codes: 0 ok, 1 changes needed (--check, or --diff with a change),
 2 usage or input error, 3 no valid fill (every candidate breaks the
-syntax; nothing written), 123 internal or model error.
+syntax; nothing written), 4 low confidence (below --min-confidence;
+nothing written), 123 internal or model error.
 """
 
 
@@ -87,13 +96,20 @@ def _binary(name: str) -> BinaryIO:
     return cast(BinaryIO, stream.buffer)
 
 
-def _write_out(stdout: str, stderr: list[str]) -> None:
+def _write(text: str, err: bool) -> None:
+    if err:
+        click.echo(text, err=True, nl=False)
+        return
+    stream = _binary("stdout")
+    stream.write(text.encode("utf-8"))  # bytes: CRLF and UTF-8 pass through untouched
+    stream.flush()
+
+
+def _write_out(stdout: str, stderr: list[str], write: Callable[[str, bool], None] = _write) -> None:
     if stdout:
-        stream = _binary("stdout")
-        stream.write(stdout.encode("utf-8"))  # bytes: CRLF and UTF-8 pass through untouched
-        stream.flush()
+        write(stdout, False)
     for line in stderr:
-        click.echo(line, err=True)
+        write(line + "\n", True)
 
 
 def _filter_mode_args(command: click.Command, args: list[str]) -> tuple[bool, bool]:
@@ -202,6 +218,7 @@ class FillCommand(click.Command):
 
 @click.command("fill", cls=FillCommand, help=_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("file", metavar="FILE|-")
+@click.argument("more", nargs=-1, metavar="[FILE]...")
 @click.option("--span", "spans", multiple=True, metavar="A:B|A:C-B:D", help="Lines A..B, or line:col to line:col.")
 @click.option("--marker", "markers", multiple=True, metavar="TEXT", help="Fill every occurrence of TEXT.")
 @click.option("--function", "functions", multiple=True, metavar="NAME", help="Fill this function's body.")
@@ -223,9 +240,19 @@ class FillCommand(click.Command):
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
 @click.option("-v", "--verbose", count=True, help="More detail on stderr (tracebacks with -v).")
 @click.option("--stats", is_flag=True, help="Print decoding stats (NFE, tokens, tokens/NFE, time) on stderr.")
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Worker processes for several FILEs, one thread and one model each (no daemon); the output and exit "
+    "code are those of one.",
+)
 @daemon_options
 def fill(
     file: str,
+    more: tuple[str, ...],
     spans: tuple[str, ...],
     markers: tuple[str, ...],
     functions: tuple[str, ...],
@@ -239,11 +266,16 @@ def fill(
     quiet: bool,
     verbose: int,
     stats: bool,
+    jobs: int,
     daemon: str,
     idle_timeout: float | None,
     **decoding: Any,
 ) -> None:
     """See _HELP. `decoding` holds the options of infill.options (flags named after their config fields)."""
+    if more and "-" in (file, *more):
+        raise click.UsageError("- (stdin) cannot be given with other files")
+    if more and output is not None:
+        raise click.UsageError("-o/--output takes a single FILE")
     filter_mode = file == "-" and not (diff or check or fmt == "json") and output in (None, "-")
     stdin_text: str | None = None
     if file == "-":
@@ -279,18 +311,70 @@ def fill(
         stats=stats,
         filter_mode=filter_mode,
     )
+    show = not quiet and not filter_mode and fmt == "text"
+    if more:
+        sys.exit(
+            _fill_files([replace(request, file=f) for f in _unique((file, *more))], jobs, daemon, idle_timeout, show)
+        )
+    result = _fill_one(request, daemon, idle_timeout, show)
+    click.get_current_context().meta.pop(_FILTER_INPUT, None)  # run_fill's result holds the echo if it failed
+    _write_out(result["stdout"], result["stderr"])
+    sys.exit(result["exit_code"])
+
+
+def _fill_one(request: FillRequest, daemon: str, idle_timeout: float | None, show: bool) -> dict[str, Any]:
+    """run_fill's result for one file: from this user's daemon when it answers, else worked here (`show`: the
+    token progress bar)."""
     from infill.progress import progress
 
-    show = not quiet and not filter_mode and fmt == "text"
-    result = None  # None: no daemon, work in-process
     if preflight(request):  # a missing file or a bad span fails here, without starting a daemon for it
         try:
             result = fill_command(request.to_dict(), daemon, idle_timeout)
         except InfillError:  # the daemon reported an error: redo it here, so filter mode can echo the input
             result = None
-    if result is None:
-        with progress(show) as on_progress:
-            result = run_fill(request, on_progress)
-    click.get_current_context().meta.pop(_FILTER_INPUT, None)  # run_fill's result holds the echo if it failed
-    _write_out(result["stdout"], result["stderr"])
-    sys.exit(result["exit_code"])
+        if result is not None:
+            return result
+    with progress(show) as on_progress:
+        return run_fill(request, on_progress)
+
+
+# least to most severe: a low-confidence refusal (4) is milder than no valid fill (3)
+_SEVERITY = (EXIT_OK, EXIT_CHANGES, LowConfidenceError.exit_code, EXIT_NO_VALID_FILL, EXIT_USAGE, EXIT_INTERNAL)
+
+
+def _fill_files(requests: list[FillRequest], jobs: int, daemon: str, idle_timeout: float | None, show: bool) -> int:
+    """Fill several files, one after the other or in `jobs` worker processes, printing each file's output in
+    the order given; the exit code is the most severe of the files' (123, 2, 3, 4, 1, 0)."""
+    from infill.progress import files_progress
+
+    codes = []
+    with files_progress(show, len(requests), _write) as bar:
+        results: Iterable[dict[str, Any]]
+        if jobs > 1:
+            from infill.jobs import in_order
+
+            results = in_order(run_fill, [r.to_dict() for r in requests], jobs, done=bar.advance)
+        else:
+            results = _advancing((_fill_one(r, daemon, idle_timeout, False) for r in requests), bar.advance)
+        for result in results:
+            _write_out(result["stdout"], result["stderr"], bar.write)
+            codes.append(result["exit_code"])
+    return max(codes, key=lambda c: _SEVERITY.index(c) if c in _SEVERITY else len(_SEVERITY))
+
+
+def _advancing(results: Iterable[dict[str, Any]], advance: Callable[[], None]) -> Iterable[dict[str, Any]]:
+    for result in results:
+        advance()
+        yield result
+
+
+def _unique(files: Iterable[str]) -> list[str]:
+    """Each file once (the first time it is named), so no two workers write the same file."""
+    seen: set[str] = set()
+    out = []
+    for name in files:
+        key = os.path.realpath(name)
+        if key not in seen:
+            seen.add(key)
+            out.append(name)
+    return out

@@ -192,7 +192,13 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
 @click.option("--heads", type=click.IntRange(1), default=4, show_default=True)
 @click.option("--d-inner", type=click.IntRange(8), default=1024, show_default=True)
 @click.option("--seq-len", type=click.IntRange(16), default=256, show_default=True)
-@click.option("--batch-size", type=click.IntRange(1), default=16, show_default=True)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1),
+    default=16,
+    show_default=True,
+    help="Sequences per optimizer step over all processes (under torchrun each process takes its share).",
+)
 @click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3, show_default=True)
 @click.option("--warmup", type=click.IntRange(0), default=200, show_default=True)
 @click.option("--checkpoint-minutes", type=FiniteFloatRange(0), default=5.0, show_default=True)
@@ -252,10 +258,11 @@ def asarm(
     bf16: bool | None,
     device: str,
 ) -> None:
-    """Train an any-subset autoregressive XLNet with the joint loss (Eq. 7); resumable."""
+    """Train an any-subset autoregressive XLNet with the joint loss (Eq. 7); resumable; runs under torchrun."""
     from infill.hardware import fast_bf16
     from infill.training.asarm import ModelShape, TrainConfig
     from infill.training.asarm import train as run_training
+    from infill.training.distributed import joined
 
     if d_model % heads:
         raise InputError(f"--d-model {d_model} is not divisible by --heads {heads}")
@@ -279,7 +286,12 @@ def asarm(
         max_package_bytes=int(max_package_mb * 1e6),
         shape=ModelShape(d_model=d_model, n_layer=layers, n_head=heads, d_inner=d_inner),
     )
-    state = run_training(corpus, tokenizer_json, run_dir, cfg, resume=resume, export_to=out, init_from=init_from)
+    with joined(device) as world:
+        state = run_training(
+            corpus, tokenizer_json, run_dir, cfg, resume=resume, export_to=out, init_from=init_from, world=world
+        )
+    if not world.main:
+        return
     click.echo(
         json.dumps(
             {

@@ -30,7 +30,12 @@ from infill.errors import InputError
 )
 @click.option("--vocab-size", default=8192, show_default=True, help="BPE size when no --tokenizer is given.")
 @click.option("--steps", default=1000, show_default=True)
-@click.option("--batch-size", default=16, show_default=True)
+@click.option(
+    "--batch-size",
+    default=16,
+    show_default=True,
+    help="Examples per optimizer step over all processes (under torchrun each process takes its share).",
+)
 @click.option("--seq-len", default=256, show_default=True)
 @click.option(
     "--block-sizes",
@@ -117,8 +122,10 @@ def block_diffusion(
     init: str | None,
     run_dir: str | None,
 ) -> None:
-    """Train a block-diffusion model (BD3-LM / SDAR objective, fill-in-the-middle formatting)."""
+    """Train a block-diffusion model (BD3-LM / SDAR objective, fill-in-the-middle formatting); runs under
+    torchrun."""
     from infill.training.blockdiff import ModelShape, TrainConfig, load_texts, train
+    from infill.training.distributed import joined
 
     if hidden % heads or heads % kv_heads:
         raise InputError(f"--hidden ({hidden}) must divide by --heads ({heads}), and --heads by --kv-heads")
@@ -143,18 +150,23 @@ def block_diffusion(
         intermediate=3 * hidden,
         max_length=max(512, seq_len),
     )
-    click.echo(f"block diffusion: {len(texts)} documents -> {out}", err=True)
-    summary = train(
-        texts,
-        out,
-        cfg,
-        shape=shape,
-        tokenizer_path=tokenizer,
-        vocab_size=vocab_size,
-        init=init,
-        run_dir=run_dir,
-        log=lambda line: click.echo(line, err=True),
-    )
+    with joined() as world:
+        if world.main:
+            click.echo(f"block diffusion: {len(texts)} documents -> {out}", err=True)
+        summary = train(
+            texts,
+            out,
+            cfg,
+            shape=shape,
+            tokenizer_path=tokenizer,
+            vocab_size=vocab_size,
+            init=init,
+            run_dir=run_dir,
+            log=lambda line: click.echo(line, err=True),
+            world=world,
+        )
+    if not world.main:
+        return
     click.echo(
         f"saved {out}: {summary['parameters'] / 1e6:.1f}M parameters, {summary['steps']} steps, "
         f"loss {summary['final_loss']:.3f}, {summary['seconds']}s"

@@ -39,7 +39,12 @@ from infill.errors import InputError
     show_default=True,
     help="Stop after this many minutes of this run (0 = none).",
 )
-@click.option("--batch-size", default=8, show_default=True)
+@click.option(
+    "--batch-size",
+    default=8,
+    show_default=True,
+    help="Sequences per optimizer step over all processes (under torchrun each process takes its share).",
+)
 @click.option("--slots", default=8, show_default=True, help="N: slot rows per group (tokens guessed per call).")
 @click.option("--splits", default=8, show_default=True, help="Split points (slot groups) per sequence.")
 @click.option("--rank", default=32, show_default=True, help="LoRA rank.")
@@ -85,8 +90,10 @@ def ptp(
     eval_every: int,
     save_every: int,
 ) -> None:
-    """Train a PTP drafter for a block-diffusion model (O-PTP distillation, gated LoRA on the slot rows)."""
+    """Train a PTP drafter for a block-diffusion model (O-PTP distillation, gated LoRA on the slot rows); runs
+    under torchrun."""
     from infill.models.loading import packaged_folder
+    from infill.training.distributed import joined
     from infill.training.ptp import PTPTrainConfig, train
 
     if slots < 2 or splits < 1 or rank < 1 or batch_size < 1 or steps < 1:
@@ -98,15 +105,19 @@ def ptp(
 
     torch.set_num_threads(max(1, threads))
     cfg = settings_from_flags(PTPTrainConfig, time_limit=minutes * 60)
-    summary = train(
-        folder,
-        corpus,
-        out,
-        cfg,
-        resume=resume,
-        max_package_bytes=package_bytes,
-        log=lambda line: click.echo(line, err=True),
-    )
+    with joined() as world:
+        summary = train(
+            folder,
+            corpus,
+            out,
+            cfg,
+            resume=resume,
+            max_package_bytes=package_bytes,
+            log=lambda line: click.echo(line, err=True),
+            world=world,
+        )
+    if not world.main:
+        return
     ev = summary["heldout_tokens_per_iteration"] or {}
     click.echo(
         f"saved {out}/ptp_adapter.safetensors: {summary['adapter_parameters'] / 1e6:.2f}M parameters, "

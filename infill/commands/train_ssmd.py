@@ -28,7 +28,12 @@ from infill.errors import InputError
     "the model's weights to use it.",
 )
 @click.option("--steps", default=3000, show_default=True)
-@click.option("--batch-size", default=16, show_default=True)
+@click.option(
+    "--batch-size",
+    default=16,
+    show_default=True,
+    help="Examples per optimizer step over all processes (under torchrun each process takes its share).",
+)
 @click.option("--seq-len", default=256, show_default=True, help="Tokens per example (a multiple of the blocks).")
 @click.option(
     "--block-sizes",
@@ -78,7 +83,8 @@ def ssmd(
     eval_examples: int,
     resume: bool,
 ) -> None:
-    """Train an SSMD causal head on a frozen block-diffusion model (teacher-forced causal cross-entropy)."""
+    """Train an SSMD causal head on a frozen block-diffusion model (teacher-forced causal cross-entropy); runs
+    under torchrun."""
     from pathlib import Path
 
     if steps < 1 or batch_size < 1 or eval_examples < 1 or log_every < 1 or eval_every < 1:
@@ -95,6 +101,7 @@ def ssmd(
     from infill.models.ssmd import HeadShape
     from infill.training.blockdiff import load_texts
     from infill.training.corpus import balanced_records
+    from infill.training.distributed import joined
     from infill.training.ssmd import SSMDTrainConfig, train_head
 
     if threads > 0:
@@ -119,19 +126,24 @@ def ssmd(
         save_every=max(1, min(100, eval_every)),
     )
     shape = HeadShape(hidden=hidden, heads=heads, intermediate=intermediate, max_block=max_block)
-    click.echo(f"SSMD head on {folder} (frozen): {len(texts)} documents -> {out}", err=True)
-    summary = train_head(
-        base,
-        tokenizer,
-        texts,
-        heldout,
-        out,
-        cfg,
-        shape=shape,
-        resume=resume,
-        base_info={"path": str(folder), "provenance_date": (loaded.info.get("provenance") or {}).get("date")},
-        log=lambda line: click.echo(line, err=True),
-    )
+    with joined() as world:
+        if world.main:
+            click.echo(f"SSMD head on {folder} (frozen): {len(texts)} documents -> {out}", err=True)
+        summary = train_head(
+            base,
+            tokenizer,
+            texts,
+            heldout,
+            out,
+            cfg,
+            shape=shape,
+            resume=resume,
+            base_info={"path": str(folder), "provenance_date": (loaded.info.get("provenance") or {}).get("date")},
+            log=lambda line: click.echo(line, err=True),
+            world=world,
+        )
+    if not world.main:
+        return
     ho = summary["heldout"]["all"]
     click.echo(
         f"saved {Path(out) / 'ssmd_head.safetensors'}: {summary['parameters'] / 1e6:.2f}M parameters, "

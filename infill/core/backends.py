@@ -6,6 +6,8 @@ these instead of branching on the kind (docs/decoding.md, docs/blockdiff.md).
   an exact oracle pass; lines of the user's code can be ranked with the samples.
 - "blockdiff" (infill.models.blockdiff): one span per sequence, filled through a FIM or chat prompt
   (infill.decoding.blockfill); the decoder's own log-probability is the score.
+- "ar" (a left-to-right code model, infill.models.autoregressive): the any-subset kind with one span per
+  sequence, decoded in order; scored and ranked with retrieved lines as "asarm" is.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Fill:
     raw: str  # the model's text (LF), cut at the first pad
     score: float
     tokens: int
+    worst: float = 0.0  # the lowest log-probability of a scored token (the fill's weakest point)
 
 
 @dataclass
@@ -45,6 +48,7 @@ class Totals:
     tokens: int = 0
     accepted: list[int] = field(default_factory=list)
     nbest: dict[int, list[list[int]]] = field(default_factory=dict)  # beam: region -> fills, best first
+    nbest_scores: dict[int, list[float]] = field(default_factory=dict)  # beam: region -> their log-likelihoods
 
     def add(self, stats: DecodeStats) -> None:
         """Count one decoder run."""
@@ -59,9 +63,9 @@ def cut_at_pad(
     pad_id: int | None,
     stops: frozenset[int] = frozenset(),
     blank: frozenset[int] = frozenset(),
-) -> tuple[list[int], float]:
-    """Tokens before the first pad (or stop token after some text, see FillProblem), and the log-likelihood of
-    those tokens plus the one that ended the fill."""
+) -> tuple[list[int], float, float]:
+    """Tokens before the first pad (or stop token after some text, see FillProblem), the log-likelihood of
+    those tokens plus the one that ended the fill, and the lowest of those tokens' log-probabilities."""
     end, text = len(tokens), False
     for i, t in enumerate(tokens):
         if t == pad_id or (t in stops and text):
@@ -69,7 +73,9 @@ def cut_at_pad(
             break
         text = text or t not in blank
     scored = min(len(tokens), end + 1)
-    return tokens[:end], float(sum(logq[:scored])) if logq is not None else 0.0
+    if logq is None or not scored:
+        return tokens[:end], 0.0, 0.0
+    return tokens[:end], float(sum(logq[:scored])), float(min(logq[:scored]))
 
 
 _TOKEN_SETS: dict[int, tuple[frozenset[int], frozenset[int]]] = {}
@@ -127,13 +133,19 @@ class Backend(Protocol):
         ...
 
 
+KIND_NAMES: dict[ModelKind, str] = {
+    "asarm": "an any-subset (AS-ARM)",
+    "blockdiff": "a block-diffusion",
+    "ar": "a left-to-right (autoregressive)",
+}
+
+
 def _check_decoder(cfg: DecodeConfig, loaded: LoadedModel) -> None:
     allowed: tuple[DecoderName, ...] = decoders_for(loaded.kind)
     if cfg.decoder not in allowed:
-        needs = "an any-subset (AS-ARM)" if loaded.kind == "blockdiff" else "a block-diffusion"
-        is_kind = "a block-diffusion" if loaded.kind == "blockdiff" else "an any-subset (AS-ARM)"
+        needs = " or ".join(name for kind, name in KIND_NAMES.items() if cfg.decoder in decoders_for(kind))
         raise InputError(
-            f"--decoder {cfg.decoder} needs {needs} model, but {loaded.name!r} is {is_kind} model; "
+            f"--decoder {cfg.decoder} needs {needs} model, but {loaded.name!r} is {KIND_NAMES[loaded.kind]} model; "
             f"use one of: {', '.join(allowed)}"
         )
 
@@ -142,6 +154,7 @@ class AnySubset:
     """The any-subset (AS-ARM) kind: infill.models.base.AnySubsetModel behind infill.decoding."""
 
     kind: ModelKind = "asarm"
+    groups_spans = True  # several spans share one sequence
 
     def decode_config(self, cfg: DecodeConfig, loaded: LoadedModel) -> DecodeConfig:
         _check_decoder(cfg, loaded)
@@ -150,7 +163,7 @@ class AnySubset:
     def window(self, loaded: LoadedModel) -> Window:
         model = loaded.asarm
         has_bos, has_pad = model.bos_id is not None, model.pad_id is not None
-        return Window(model.max_length or 1 << 30, has_bos, has_pad, groups_spans=True)
+        return Window(model.max_length or 1 << 30, has_bos, has_pad, groups_spans=self.groups_spans)
 
     def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
         """One candidate fill of every span of `region` (beam search: the attempt-th best beam)."""
@@ -177,6 +190,7 @@ class AnySubset:
             totals.add(stats)
             if cfg.decoder == "beam":
                 totals.nbest[id(region)] = [fill for _, fill in stats.extra["nbest"]]
+                totals.nbest_scores[id(region)] = [float(score) for score, _ in stats.extra["nbest"]]
         logq = score(model, problem, tokens)  # (M,) log q of each token under the oracle
         totals.nfe += 1  # the scoring pass
         return _fills(region, problem, loaded, tokens.tolist(), logq.tolist())
@@ -210,7 +224,8 @@ class AnySubset:
                 run.on_progress({"event": "score", "nfe": run.totals.nfe})
             logq = score(model, problem, torch.tensor(ids + [pad] * (plan.budget - len(ids))))
             run.totals.nfe += 1
-            out.append(Fill(text, float(logq[: len(ids) + 1].sum()), len(ids)))
+            kept = logq[: len(ids) + 1]
+            out.append(Fill(text, float(kept.sum()), len(ids), float(kept.min())))
         return out
 
 
@@ -224,8 +239,8 @@ def _fills(
     for plan, stops in zip(region.spans, problem.stops or (), strict=True):
         piece = tokens[at : at + plan.budget]
         piece_q = logq[at : at + plan.budget] if logq is not None else None
-        kept, s = cut_at_pad(piece, piece_q, loaded.asarm.pad_id, stops, problem.blank)
-        fills.append(Fill(loaded.tokenizer.decode(kept), s, len(kept)))
+        kept, s, worst = cut_at_pad(piece, piece_q, loaded.asarm.pad_id, stops, problem.blank)
+        fills.append(Fill(loaded.tokenizer.decode(kept), s, len(kept), worst))
         at += plan.budget
     return fills
 
@@ -257,6 +272,35 @@ def _problem(region: Region, loaded: LoadedModel) -> FillProblem:
         stops=tuple(breaks if plan.span.one_line else frozenset() for plan in region.spans),  # one line back
         blank=blank,
     )
+
+
+class Autoregressive(AnySubset):
+    """The left-to-right kind: a causal code model with FIM tokens (infill.models.autoregressive.CausalFim) is an
+    any-subset model that fills one span per sequence in order. It runs the any-subset decoders that ask for
+    positions in order; its fills and retrieved lines are scored by the same one-pass log-likelihood."""
+
+    kind: ModelKind = "ar"
+    groups_spans = False  # one FIM prompt has one hole
+
+    def decode_config(self, cfg: DecodeConfig, loaded: LoadedModel) -> DecodeConfig:
+        _check_decoder(cfg, loaded)
+        if cfg.decoder == "assd" and cfg.draft != "lookup":
+            raise InputError(
+                f"--draft {cfg.draft} drafts several positions at once, which the left-to-right model "
+                f"{loaded.name!r} cannot: use --draft lookup"
+            )
+        return cfg
+
+    def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
+        from infill.models.autoregressive import CausalFim
+
+        model, tok = run.loaded.model, run.loaded.tokenizer
+        if isinstance(model, CausalFim) and model.fim is None and tok.decode(region.suffix_ids).strip():
+            raise InputError(
+                f"{run.loaded.name!r} has no fill-in-the-middle tokens, so it can only write at the end of the "
+                "text: select a span with nothing but blank lines after it, or use a model with FIM tokens"
+            )
+        return super().sample(region, run, attempt)
 
 
 class BlockDiffusion:
@@ -306,7 +350,7 @@ class BlockDiffusion:
         return []  # no exact likelihood of a given text: retrieval is for any-subset models
 
 
-BACKENDS: dict[ModelKind, Backend] = {"asarm": AnySubset(), "blockdiff": BlockDiffusion()}
+BACKENDS: dict[ModelKind, Backend] = {"asarm": AnySubset(), "blockdiff": BlockDiffusion(), "ar": Autoregressive()}
 
 
 def backend_of(loaded: LoadedModel) -> Backend:

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from infill import languages, patch
+from infill.core.checks import breaks_syntax
 from infill.docstrings.comments import COMMENT_LANGUAGES
 from infill.docstrings.config import DocstringConfig, build_config, find_pyproject
 from infill.docstrings.engine import FileResult, process_source
 from infill.docstrings.fill import SlotFiller
 from infill.errors import InfillError, InputError, NoValidFillError
-from infill.textops import breaks_syntax
 
 Echo = Callable[[str, bool], None]  # (text with its line break, to stderr?)
 
@@ -102,7 +102,8 @@ SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache_
 
 
 def collect_files(paths: Iterable[str]) -> list[Path]:
-    """Files named on the command line, and the supported files under named folders (hidden ones skipped)."""
+    """Files named on the command line, and the supported files under named folders (hidden ones skipped); each
+    file once, where it is first found (so no two `--jobs` workers write one file)."""
     out: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -116,7 +117,10 @@ def collect_files(paths: Iterable[str]) -> list[Path]:
             out.append(path)
         else:
             raise InputError("no such file or folder", path=raw)
-    return out
+    unique: dict[str, Path] = {}
+    for path in out:
+        unique.setdefault(os.path.realpath(path), path)
+    return list(unique.values())
 
 
 def _diff(result: FileResult) -> str:
@@ -176,31 +180,49 @@ def plan(req: DocstringsRequest) -> tuple[DocstringConfig, list[Path]]:
     return cfg, collect_files(paths)
 
 
+def fill_file(
+    path: Path, req: DocstringsRequest, cfg: DocstringConfig, filler: SlotFiller | None
+) -> FileResult | InfillError:
+    """One file of a run: its FileResult (the file written unless --diff, or without a filler), or the
+    InputError / NoValidFillError that skips it. What a serial run and a `--jobs` worker do with each file."""
+    try:
+        data, snapshot = patch.read_source(str(path))
+        result = process_source(patch.decode_utf8(data, str(path)), str(path), cfg, filler, update=req.update)
+        if result.changed and breaks_syntax(languages.detect(str(path)), data, result.text.encode("utf-8")):
+            raise NoValidFillError("the new docstrings would break the file's syntax; nothing was written")
+        if filler is not None and result.changed and not req.diff:
+            patch.atomic_write(str(path), result.text.encode("utf-8"), snapshot)
+    except NoValidFillError as exc:
+        exc.path = str(path)
+        return exc
+    except InputError as exc:
+        return exc
+    return result
+
+
 def process(
-    req: DocstringsRequest, cfg: DocstringConfig, files: list[Path], filler: SlotFiller | None, echo: Echo
+    req: DocstringsRequest,
+    cfg: DocstringConfig,
+    files: list[Path],
+    filler: SlotFiller | None,
+    echo: Echo,
+    done: Iterable[FileResult | InfillError] | None = None,
 ) -> Outcome:
-    """Fill (or, without a filler, only check) every file; a file that fails is reported and skipped."""
+    """Fill (or, without a filler, only check) every file; a file that fails is reported and skipped. `done`:
+    the files' `fill_file` results in the order of `files`, computed elsewhere (`--jobs` workers); by default
+    each file is filled here, with `filler`, as the report reaches it."""
     results: list[FileResult] = []
     failures: list[InfillError] = []
     errors = invalid = 0
-    for path in files:
-        try:
-            data, snapshot = patch.read_source(str(path))
-            result = process_source(patch.decode_utf8(data, str(path)), str(path), cfg, filler, update=req.update)
-            if result.changed and breaks_syntax(languages.detect(str(path)), data, result.text.encode("utf-8")):
-                raise NoValidFillError("the new docstrings would break the file's syntax; nothing was written")
-            if filler is not None and result.changed and not req.diff:
-                patch.atomic_write(str(path), result.text.encode("utf-8"), snapshot)
-        except NoValidFillError as exc:
-            exc.path = str(path)
-            echo(f"error: {exc}\n", True)
-            failures.append(exc)
-            invalid += 1
-            continue
-        except InputError as exc:
-            echo(f"error: {exc}\n", True)
-            failures.append(exc)
-            errors += 1
+    finished = done if done is not None else (fill_file(path, req, cfg, filler) for path in files)
+    for result in finished:
+        if isinstance(result, InfillError):
+            echo(f"error: {result}\n", True)
+            failures.append(result)
+            if isinstance(result, NoValidFillError):
+                invalid += 1
+            else:
+                errors += 1
             continue
         results.append(result)
         if req.format == "text":
@@ -223,6 +245,21 @@ def process(
         _summary(results, req.check, req.diff, changed, missing, echo)
     code = 2 if errors else 3 if invalid else 1 if (req.check and missing) or (req.diff and changed) else 0
     return Outcome(code, report, failures)
+
+
+_WORKER: dict[str, Any] = {}  # a `--jobs` worker's request, settings and filler (infill.jobs)
+
+
+def worker_setup(request: dict[str, Any], cfg: DocstringConfig) -> None:
+    """Start a `--jobs` worker: the run's request and settings, and its own model filler (loaded on first use,
+    once per worker)."""
+    req = DocstringsRequest.from_dict(request)
+    _WORKER.update(req=req, cfg=cfg, filler=None if req.check else model_filler_for(cfg))
+
+
+def worker_fill_file(path: str) -> FileResult | InfillError:
+    """`fill_file` in a `--jobs` worker."""
+    return fill_file(Path(path), _WORKER["req"], _WORKER["cfg"], _WORKER["filler"])
 
 
 def run_docstrings(req: DocstringsRequest, echo: Echo, filler: SlotFiller | None = None) -> Outcome:

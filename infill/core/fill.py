@@ -76,17 +76,20 @@ def result_json(result: FillResult, file: str | None) -> dict[str, Any]:
         "file": file,
         "edits": [e.to_json() for e in result.edits],
         "stats": {k: result.stats.get(k) for k in ("decoder", "model", "nfe", "tokens", "seconds")},
+        "confidence": result.confidence,
     }
 
 
 def no_valid_fill_json(exc: NoValidFillError, file: str | None) -> dict[str, Any]:
-    """The `--format json` document when no candidate was valid: no edits, the rejected ones under "failed"."""
+    """The `--format json` document when nothing is written (no candidate was valid, or the best one's confidence
+    is below --min-confidence): no edits, the refused ones under "failed"."""
     return {
         "file": file,
         "edits": [],
         "stats": {k: exc.stats.get(k) for k in ("decoder", "model", "nfe", "tokens", "seconds")},
+        "confidence": exc.stats.get("confidence"),
         "failed": exc.failed,
-        "error": {"code": "no_valid_fill", "message": str(exc), "exit_code": exc.exit_code},
+        "error": {"code": exc.code, "message": str(exc), "exit_code": exc.exit_code},
     }
 
 
@@ -103,6 +106,7 @@ def _stats_line(stats: dict[str, Any]) -> str:
         f"tokens/s={tokens / secs:.1f}" if secs else "tokens/s=-",
         f"samples={stats.get('samples', 1)}",
         f"score={stats.get('score', 0.0):.3f}",
+        f"confidence={stats['confidence']:.2f}" if stats.get("confidence") is not None else "confidence=-",
     ]
     if stats.get("accepted_histogram"):
         parts.append("accepted=" + ",".join(f"{k}:{v}" for k, v in stats["accepted_histogram"].items()))

@@ -72,6 +72,9 @@ class FillOutcome:
     budget: int | None = None  # token budget asked for (None = the tool's length policy)
     warnings: list[str] = field(default_factory=list)
     error: str | None = None  # an InfillError message: the tool refused this input; scored as a failure
+    confidence: float | None = None  # the fill's calibrated confidence, when the model ships a calibration
+    features: dict[str, float] | None = None  # what its confidence is computed from (infill.api.fill_features)
+    refused: bool = False  # no candidate passed the checks: `infill fill` would write nothing (exit 3)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +86,9 @@ class FillOutcome:
             "budget": self.budget,
             "warnings": self.warnings,
             "error": self.error,
+            "confidence": self.confidence,
+            "features": self.features,
+            "refused": self.refused,
         }
 
 
@@ -103,7 +109,8 @@ def api_filler(
     """Fill through infill.api.fill_text with `model` (a LoadedModel or a ModelSpec) and `decode`.
 
     form "span": the line is emptied and selected as `infill fill --span N:N` selects it; "marker": the line
-    holds `<FILL>` at the reference's indentation and is selected as `--marker '<FILL>'` selects it.
+    holds `<FILL>` at the reference's indentation and is selected as `--marker '<FILL>'` selects it;
+    "marker-column-0": the same with `<FILL>` at column 0 (what an editor's "insert marker" often leaves).
     """
     # an unparseable fill is evaluated (and fails its tests), not refused: figures stay comparable
     base = replace(options if options is not None else FillOptions(), allow_syntax_errors=True)
@@ -113,9 +120,9 @@ def api_filler(
 
     def fill(slot: Slot, budget: int | None) -> FillOutcome:
         terminator = slot.terminator
-        if form == "marker":
+        if form in ("marker", "marker-column-0"):
             indent = slot.reference[: len(slot.reference) - len(slot.reference.lstrip())]
-            text = slot.before + indent + MARKER + slot.after
+            text = slot.before + (indent if form == "marker" else "") + MARKER + slot.after
             spans = resolve(text.encode("utf-8"), [Selection("marker", MARKER)], language)
         else:
             at = len(slot.before.encode("utf-8"))
@@ -147,6 +154,9 @@ def api_filler(
             decode_seconds=float(result.stats.get("seconds", 0.0)),
             budget=budget,
             warnings=list(result.warnings),
+            confidence=result.confidence,
+            features=result.stats.get("features"),
+            refused=result.stats.get("valid", 1) == 0,
         )
 
     return fill

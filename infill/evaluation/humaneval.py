@@ -130,6 +130,10 @@ def run_single_line(
             "reference": task.slot.reference,
             **outcome.as_dict(),
             "passed": status == "passed",
+            # what `infill fill` would leave on disk: nothing when it refuses, else a program that must compile
+            "written_compiles": (
+                None if outcome.refused or outcome.error else compiles(task.program(outcome.completion))
+            ),
             "status": status,
             "detail": detail,
             "exec_seconds": round(exec_seconds, 4),
@@ -137,6 +141,13 @@ def run_single_line(
 
     results = run_tasks(tasks, one, on_result)
     return {"summary": summarize(results), "results": results}
+
+
+def compiles(program: str) -> bool:
+    """Whether CPython compiles the program (the check `infill fill` holds Python fills to)."""
+    from infill.core.checks import python_compiles
+
+    return python_compiles(program.encode("utf-8"))
 
 
 def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -151,6 +162,8 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "pass_at_1": passed / n if n else 0.0,
         "exact_match": sum(r["completion"] == r["reference"] for r in results) / n if n else 0.0,
         "statuses": dict(sorted(statuses.items())),
+        "refused": sum(bool(r["refused"]) for r in results),  # `infill fill` exits 3, writes nothing
+        "written_not_compiling": sum(r["written_compiles"] is False for r in results),
         "problems": len({r["task_id"].rsplit("/", 1)[0] for r in results}),
         **fill_costs(results),
         "exec_seconds": round(sum(r["exec_seconds"] for r in results), 2),

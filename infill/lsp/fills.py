@@ -186,10 +186,10 @@ def docstrings(
     a file that does not parse."""
     from pathlib import Path
 
+    from infill.core.checks import breaks_syntax
     from infill.core.docstrings import SUFFIXES, model_filler_for
     from infill.docstrings.config import build_config, find_pyproject
     from infill.docstrings.engine import process_source
-    from infill.textops import breaks_syntax
 
     path = document_path(document)
     if not path.endswith(SUFFIXES):

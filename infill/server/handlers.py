@@ -165,7 +165,7 @@ def _reported() -> Iterator[None]:
     try:
         yield
     except NoValidFillError as exc:
-        raise NoValidFillError(str(exc), failed=exc.failed, stats=exc.stats) from None
+        raise type(exc)(str(exc), failed=exc.failed, stats=exc.stats) from None
     except InfillError as exc:
         if exc.path is None and exc.line is None:
             raise

@@ -33,6 +33,7 @@ DECODE_ERROR = "decode_error"  # infill.errors.DecodeError
 MODEL_ERROR = "model_error"  # infill.errors.ModelError
 FILE_CHANGED = "file_changed"  # infill.errors.FileChangedError
 NO_VALID_FILL = "no_valid_fill"  # infill.errors.NoValidFillError: every candidate breaks the syntax (exit 3)
+LOW_CONFIDENCE = "low_confidence"  # infill.errors.LowConfidenceError: below "min_confidence" (exit 4)
 INFILL_ERROR = "infill_error"  # any other infill.errors.InfillError
 INTERNAL_ERROR = "internal_error"  # a bug: an unexpected exception in a handler
 
@@ -42,6 +43,7 @@ _ERROR_CODES: tuple[tuple[type[errors.InfillError], str], ...] = (
     (errors.DecodeError, DECODE_ERROR),
     (errors.ModelError, MODEL_ERROR),
     (errors.FileChangedError, FILE_CHANGED),
+    (errors.LowConfidenceError, LOW_CONFIDENCE),
     (errors.NoValidFillError, NO_VALID_FILL),
     (errors.InfillError, INFILL_ERROR),
 )
@@ -142,9 +144,9 @@ def exception_from_error(error: dict[str, Any]) -> errors.InfillError | None:
     if cls is None or not isinstance(message, str):
         return None
     path, line, column = error.get("path"), error.get("line"), error.get("column")
-    if cls is errors.NoValidFillError:
+    if issubclass(cls, errors.NoValidFillError):
         failed = error.get("failed")
-        return errors.NoValidFillError(
+        return cls(
             message,
             path=path if isinstance(path, str) else None,
             failed=[f for f in failed if isinstance(f, dict)] if isinstance(failed, list) else [],

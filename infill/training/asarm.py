@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import torch
 
     from infill.models.twostream import TwoStreamXLNet
+    from infill.training.distributed import World
 
 from infill.errors import InputError
 from infill.training.checkpoints import (
@@ -49,6 +50,7 @@ from infill.training.layouts import (  # noqa: F401 - the data pipeline, re-expo
     LayoutSampler,
     collate,
     line_break_ids,
+    target_count,
     token_strings,
     tokenize_stream,
 )
@@ -140,10 +142,12 @@ def lr_at(cfg: TrainConfig, step: int, elapsed: float) -> float:
 
 
 class Log:
-    """Plain log lines; a rich progress bar only when stderr is a terminal."""
+    """Plain log lines; a rich progress bar only when stderr is a terminal. `quiet`: nothing at all (the ranks
+    of a distributed run other than 0)."""
 
-    def __init__(self, total: int | None) -> None:
-        self.interactive = sys.stderr.isatty()
+    def __init__(self, total: int | None, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.interactive = sys.stderr.isatty() and not quiet
         self.progress: Any = None
         if self.interactive:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -155,13 +159,13 @@ class Log:
     def step(self, step: int, msg: str) -> None:
         if self.progress is not None:
             self.progress.update(self.task, completed=step, description=msg)
-        else:
+        elif not self.quiet:
             print(msg, flush=True)
 
     def line(self, msg: str) -> None:
         if self.progress is not None:
             self.progress.console.print(msg)
-        else:
+        elif not self.quiet:
             print(msg, flush=True)
 
     def close(self) -> None:
@@ -177,17 +181,23 @@ def train(
     resume: bool = True,
     export_to: Path | None = None,
     init_from: Path | None = None,
+    world: World | None = None,
 ) -> TrainState:
     """Train (or resume) an AS-ARM on `corpus`; checkpoints in `run_dir/last.pt`; optional export at end.
 
     `init_from`: an exported model folder whose weights start a fresh run (e.g. continue from the shipped
     weights in a later session, when the checkpoint with optimizer state is gone). Ignored when resuming.
+    `world`: this process's part in a distributed run (infill.training.distributed); `cfg.batch_size` is the
+    global batch, and only rank 0 logs and writes.
     """
     import numpy as np
     import torch
 
+    from infill.training.distributed import World
     from infill.training.tokenizer import load_tokenizer
 
+    world = world or World()
+    world.check_batch(cfg.batch_size)
     torch.set_num_threads(cfg.threads)
     ckpt_path = run_dir / "last.pt"
     tok = load_tokenizer(tokenizer_json)
@@ -203,6 +213,7 @@ def train(
         ckpt = read_checkpoint(ckpt_path)
         old = config_from_json(ckpt["config"])
         cfg = TrainConfig(**{**asdict(cfg), "shape": old.shape, "seed": old.seed, "seq_len": old.seq_len})
+    world.same(int(ckpt["state"]["step"]) if ckpt is not None else -1, "the step of the checkpoint resumed from")
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     model = build_model(cfg.shape, cfg.seq_len)
@@ -236,9 +247,13 @@ def train(
         random.setstate(ckpt["python_rng"])
         torch.set_rng_state(ckpt["torch_rng"])
 
-    log = Log(cfg.steps or None)
+    log = Log(cfg.steps or None, quiet=not world.main)
     t0 = time.time()
-    stream, files = cached_stream(tok, tokenizer_json, corpus, cfg.max_package_bytes, run_dir)
+    if not world.main:
+        world.barrier()  # rank 0 tokenizes and caches the stream first
+    stream, files = cached_stream(tok, tokenizer_json, corpus, cfg.max_package_bytes, run_dir, write=world.main)
+    if world.main:
+        world.barrier()
     log.line(
         f"stream: {files} files, {len(stream):,} tokens ({time.time() - t0:.0f}s); "
         f"model {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params; "
@@ -250,10 +265,14 @@ def train(
         cfg.seq_len,
         cfg.batch_size,
     )
-    held = heldout_batches(tok, corpus, cfg, cfg.eval_sequences) if cfg.eval_sequences > 0 else []
+    held = heldout_batches(tok, corpus, cfg, cfg.eval_sequences) if cfg.eval_sequences > 0 and world.main else []
     held = [{k: v.to(device) for k, v in b.items()} for b in held]
 
+    nll_sum = world.data_parallel(model, lambda batch: target_nll(model, batch, cfg.bf16).sum())
+
     def checkpoint() -> None:
+        if not world.main:
+            return
         if held:
             model.eval()
             from infill.training.measure import evaluate
@@ -282,33 +301,41 @@ def train(
     import signal
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
+    signalled = 0.0
     try:
-        while not stop:
+        while True:  # every process takes the same decisions: the clock and the stop requests are agreed on
             if cfg.steps and state.step >= cfg.steps:
                 break
             if cfg.minutes and state.elapsed >= cfg.minutes * 60:
                 break
-            if cfg.until and time.time() >= cfg.until:
+            signalled, late = world.max(float(bool(stop)), float(bool(cfg.until) and time.time() >= cfg.until))
+            if signalled or late:
                 break
             t_step = time.time()
-            batch = {k: v.to(device, non_blocking=True) for k, v in batches.next().items()}
+            examples = batches.examples()  # the global batch; this process trains on its part
+            mine = examples[world.part(len(examples))]
+            batch = {k: v.to(device, non_blocking=True) for k, v in collate(mine, cfg.seq_len).items()}
+            count, my_count = target_count(examples), target_count(mine)
+            positions = len(examples) * cfg.seq_len
             lr = lr_at(cfg, state.step, state.elapsed)
             for g in opt.param_groups:
                 g["lr"] = lr
-            loss, count = joint_loss(model, batch, cfg.bf16)
+            mean = nll_sum(batch) / max(my_count, 1)
+            loss = world.share(mean, my_count, count)  # Eq. 7 over the global batch
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
             state.step += 1
-            state.tokens_seen += batch["ids"].numel()
+            state.tokens_seen += positions
             state.targets_seen += count
-            state.elapsed += time.time() - t_step
-            window_loss += float(loss.detach()) * count
+            state.elapsed += world.max(time.time() - t_step)[0]
+            window_loss += float(mean.detach()) * my_count
             window_n += count
-            window_tok += batch["ids"].numel()
+            window_tok += positions
             if state.step % cfg.log_every == 0:
                 dt = time.time() - window_t
+                window_loss = world.sum(window_loss)[0]
                 log.step(
                     state.step,
                     f"step {state.step} loss {window_loss / max(window_n, 1):.3f} "
@@ -324,10 +351,11 @@ def train(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     checkpoint()
-    if stop:
-        log.line(f"stopped by signal {stop[0]} at step {state.step}; resume with the same command")
-        return state
-    if export_to is not None:
+    if signalled:
+        by = f"signal {stop[0]}" if stop else "a signal to another process"
+        log.line(f"stopped by {by} at step {state.step}; resume with the same command")
+    elif export_to is not None and world.main:
         export_model(model, tokenizer_json, export_to, cfg.seq_len, provenance(cfg, state, corpus))
         log.line(f"exported to {export_to}")
+    world.barrier()  # every process returns once rank 0's files are written
     return state

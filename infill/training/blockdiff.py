@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+    from infill.training.distributed import World
+
 END = "<|endoftext|>"
 MASK = "<|MASK|>"
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
@@ -380,6 +382,7 @@ def train(
     init: str | Path | None = None,
     run_dir: str | Path | None = None,
     log: Callable[[str], None] = print,
+    world: World | None = None,
 ) -> dict[str, Any]:
     """Train a Qwen3-architecture block-diffusion model on `texts` and save it in the SDAR layout at `out`.
 
@@ -388,14 +391,20 @@ def train(
     weights, shape and tokenizer. With `run_dir`, `run_dir/last.pt` (model, optimizer, step, training time and
     random generators) is written at every save and at the end, and a later call with the same `run_dir`
     resumes from it; `cfg.time_limit` is then the training time across all resumes, and the cosine schedule
-    follows it. Returns a summary (also stored as the folder's provenance)."""
+    follows it. `world`: this process's part in a distributed run (infill.training.distributed); `cfg.batch_size`
+    is the global batch, and only rank 0 logs and writes. Returns a summary (also stored as the folder's
+    provenance)."""
     import torch
     from tokenizers import Tokenizer
 
     from infill.training.checkpoints import read_checkpoint, write_checkpoint
+    from infill.training.distributed import World
 
     if not texts:
         raise ValueError("no training text")
+    world = world or World()
+    world.check_batch(cfg.batch_size)
+    log = world.logger(log)
     rng = random.Random(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     before: dict[str, Any] = {}
@@ -433,6 +442,7 @@ def train(
         rng.setstate(ck["rng"])
         gen.set_state(ck["gen"])
         log(f"resumed {ckpt_path} at step {step} ({elapsed_before:.0f}s trained)")
+    world.same(step if ckpt_path is not None and ckpt_path.exists() else -1, "the step of the checkpoint resumed from")
     device_type = "cpu"
     t_run = time.perf_counter()
     last_save = t_run
@@ -463,6 +473,8 @@ def train(
         }
 
     def save() -> None:
+        if not world.main:
+            return
         model.eval()
         save_folder(out, model, tok, block_size=4, provenance=summary_now())
         model.train()
@@ -481,11 +493,14 @@ def train(
                 },
             )
 
+    loss_of = world.data_parallel(
+        model, lambda x0, xt, weight, block, n_resp: block_diffusion_loss(model, x0, xt, weight, block, n_resp)
+    )
     while step < cfg.steps:
         step += 1
         progress = step / cfg.steps
-        if cfg.time_limit:
-            progress = max(progress, seconds() / cfg.time_limit)
+        if cfg.time_limit:  # the slowest process's clock, so that every process takes the same learning rate
+            progress = max(progress, world.max(seconds())[0] / cfg.time_limit)
         lr = cfg.lr * min(1.0, step / max(cfg.warmup, 1))
         lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, progress))) * 0.9 + 0.1
         for group in opt.param_groups:
@@ -508,14 +523,17 @@ def train(
         resp = torch.tensor([b[1] for b in batch])  # (N,)
         block = rng.choice(cfg.block_sizes)
         xt, weight = noise(x0, resp, block, sp.mask, cfg.min_t, gen)
-        n_resp = int((torch.arange(cfg.seq_len)[None, :] >= resp[:, None]).sum())
+        in_resp = torch.arange(cfg.seq_len)[None, :] >= resp[:, None]  # the global batch: this process takes its part
+        part = world.part(cfg.batch_size)
+        n_resp, my_resp = int(in_resp.sum()), int(in_resp[part].sum())
         with torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=cfg.bf16):
-            loss = block_diffusion_loss(model, x0, xt, weight, block, n_resp)
+            mean = loss_of(x0[part], xt[part], weight[part], block, my_resp)
+        loss = world.share(mean, my_resp, n_resp)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(world.average(my_resp, float(mean.detach()))[1][0])
         if step % cfg.log_every == 0 or step == cfg.steps:
             recent = losses[-cfg.log_every :]
             now = time.perf_counter()
@@ -529,8 +547,9 @@ def train(
             save()
             last_save = time.perf_counter()
             log(f"saved {out} at step {step}")
-        if cfg.time_limit and seconds() > cfg.time_limit:
+        if cfg.time_limit and world.max(seconds())[0] > cfg.time_limit:
             log(f"time limit reached after {step} steps")
             break
     save()
+    world.barrier()  # every process returns once rank 0's files are written
     return summary_now()

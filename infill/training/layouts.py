@@ -268,10 +268,18 @@ class Batches:
             w = w[1:] + [int(t) for t in self.stream[start + n : start + n + 1]]
         return w
 
+    def examples(self) -> list[Example]:
+        """The next batch's examples (a distributed run draws the whole global batch on every rank, and each
+        rank collates its part)."""
+        return [self.sampler.example(self.window(), self.seq_len) for _ in range(self.batch_size)]
+
     def next(self) -> dict[str, torch.Tensor]:
-        return collate(
-            [self.sampler.example(self.window(), self.seq_len) for _ in range(self.batch_size)], self.seq_len
-        )
+        return collate(self.examples(), self.seq_len)
+
+
+def target_count(examples: list[Example]) -> int:
+    """Loss-carrying positions of `examples` (masked, with weight): the targets `collate` makes of them."""
+    return sum(1 for ex in examples for m, w in zip(ex.masked, ex.weight, strict=True) if m and w)
 
 
 def collate(examples: list[Example], seq_len: int) -> dict[str, torch.Tensor]:

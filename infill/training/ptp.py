@@ -39,12 +39,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infill.training.checkpoints import read_checkpoint, write_checkpoint
-from infill.training.ptp_teacher import Batch, iteration_tokens, sample_middles, slot_logits, teacher_pass
+from infill.training.ptp_teacher import (
+    Batch,
+    iteration_tokens,
+    sample_middles,
+    slot_inside,
+    slot_logits,
+    teacher_pass,
+)
 
 if TYPE_CHECKING:
     import torch
 
     from infill.models.ptp import PTPAdapter
+    from infill.training.distributed import World
 
 __all__ = [
     "Batch",
@@ -220,10 +228,14 @@ def train(
     resume: bool = False,
     max_package_bytes: int = 150_000,
     log: Callable[[str], None] = print,
+    world: World | None = None,
 ) -> dict[str, Any]:
     """Train an adapter for the block-diffusion model in `teacher_folder`. Writes into the folder `out`:
     ptp_adapter.safetensors (the adapter), ptp_checkpoint.pt (adapter + optimizer + step, for --resume) and
-    ptp_log.jsonl (one line per evaluation). Returns the summary stored in the adapter's provenance."""
+    ptp_log.jsonl (one line per evaluation). Returns the summary stored in the adapter's provenance.
+    `world`: this process's part in a distributed run (infill.training.distributed); `cfg.batch_size` is the
+    global batch, every process draws its teacher samples (they decide the data), and only rank 0 evaluates,
+    logs and writes."""
     import torch
     import torch.nn.functional as F
     from tokenizers import Tokenizer
@@ -231,10 +243,15 @@ def train(
     from infill.config import ModelSpec
     from infill.models.blockdiff import load_folder
     from infill.models.ptp import ADAPTER_FILE, PTPAdapter
+    from infill.training.distributed import World
 
+    world = world or World()
+    world.check_batch(cfg.batch_size)
+    log = world.logger(log)
     t_start = time.perf_counter()
     out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if world.main:
+        out_dir.mkdir(parents=True, exist_ok=True)
     loaded = load_folder(teacher_folder, ModelSpec(name=str(teacher_folder), device="cpu", bf16=False))
     teacher = loaded.blockdiff.model
     teacher.eval()
@@ -256,7 +273,7 @@ def train(
         cfg,
         held_rng,
         torch.Generator().manual_seed(1000),
-        cfg.eval_sequences,
+        cfg.eval_sequences if world.main else 0,  # rank 0 alone evaluates
         teacher_share=1.0,
     )
     adapter = PTPAdapter.for_teacher(teacher, rank=cfg.rank, alpha=float(cfg.rank), slots=cfg.slots)
@@ -273,6 +290,7 @@ def train(
         rng.setstate(state["rng"])
         gen.set_state(state["gen"])
         log(f"resumed from {ckpt_path} at step {step} ({elapsed_before:.0f}s trained)")
+    world.same(step, "the step of the checkpoint resumed from")
     history: list[dict[str, Any]] = []
     losses: list[float] = []
     pool: list[Example] = []  # teacher-sampled examples not used yet
@@ -294,6 +312,8 @@ def train(
         }
 
     def save(last_eval: dict[str, float] | None) -> None:
+        if not world.main:
+            return
         adapter.save(out_dir / ADAPTER_FILE, provenance=summary(last_eval))
         write_checkpoint(
             ckpt_path,
@@ -307,7 +327,7 @@ def train(
             },
         )
 
-    last_eval = evaluate(teacher, adapter, held, sp, cfg) if step == 0 else None
+    last_eval = evaluate(teacher, adapter, held, sp, cfg) if step == 0 and world.main else None
     if last_eval is not None:
         log(
             f"step 0  held-out tokens/iteration: ptp {last_eval['ptp']:.3f}  independent {last_eval['independent']:.3f}"
@@ -315,14 +335,22 @@ def train(
         with log_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps({"step": 0, "seconds": 0.0, **last_eval}) + "\n")
     horizon = cfg.time_limit + elapsed_before if cfg.time_limit else 0.0
+    part = world.part(cfg.batch_size)
+
+    def slot_loss(batch: Batch, splits: torch.Tensor, with_u: torch.Tensor) -> torch.Tensor:
+        logits, targets = slot_logits(teacher, adapter, batch, splits, with_u, cfg.slots, sp)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+
+    loss_of = world.data_parallel(adapter, slot_loss)
     while step < cfg.steps:
-        if cfg.time_limit and time.perf_counter() - t_run > cfg.time_limit:
+        # the slowest process's clock decides, so that every process stops at the same step with the same rate
+        if cfg.time_limit and world.max(time.perf_counter() - t_run)[0] > cfg.time_limit:
             log(f"time limit reached after {step} steps")
             break
         step += 1
         progress = step / cfg.steps
         if horizon:
-            progress = max(progress, seconds() / horizon)
+            progress = max(progress, world.max(seconds())[0] / horizon)
         lr = (
             cfg.lr
             * min(1.0, step / max(cfg.warmup, 1))
@@ -335,22 +363,26 @@ def train(
             pool += make_examples(teacher, docs, sp, cfg, rng, gen, 32, teacher_share=1.0)
         examples = make_examples(teacher, docs, sp, cfg, rng, gen, cfg.batch_size - n_sampled, 0.0)
         examples += [pool.pop() for _ in range(n_sampled)]
-        batch = teacher_pass(teacher, examples, sp, gen)
-        span = (batch.stop - batch.start).clamp(min=1)  # (B,)
+        batch = teacher_pass(teacher, examples, sp, gen, part)  # this process's part of the global batch
+        start = torch.tensor([e.start for e in examples])
+        stop = torch.tensor([e.stop for e in examples])
+        span = (stop - start).clamp(min=1)  # (B,)
         offs = (torch.rand(len(examples), cfg.splits, generator=gen) * span[:, None]).long()  # (B, G)
-        splits = batch.start[:, None] + offs
+        splits = start[:, None] + offs
         with_u = torch.rand(len(examples), cfg.splits, generator=gen) >= cfg.independent_share
-        logits, targets = slot_logits(teacher, adapter, batch, splits, with_u, cfg.slots, sp)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+        mean = loss_of(batch, splits[part], with_u[part])
+        inside = slot_inside(splits, start, stop, cfg.slots)  # (B, G*N) the targets
+        count, my_count = int(inside.sum()), int(inside[part].sum())
+        loss = world.share(mean, my_count, count)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(adapter.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(world.average(my_count, float(mean.detach()))[1][0])
         if step % cfg.log_every == 0:
             recent = losses[-cfg.log_every :]
             log(f"step {step}  loss {sum(recent) / len(recent):.3f}  lr {lr:.2e}  {seconds():.0f}s")
-        if step % cfg.eval_every == 0:
+        if step % cfg.eval_every == 0 and world.main:
             last_eval = evaluate(teacher, adapter, held, sp, cfg)
             log(
                 f"step {step}  held-out tokens/iteration: ptp {last_eval['ptp']:.3f}  "
@@ -362,9 +394,11 @@ def train(
                 f.write(json.dumps(history[-1]) + "\n")
         if step % cfg.save_every == 0:
             save(last_eval)
-    last_eval = evaluate(teacher, adapter, held, sp, cfg)
-    log(f"final  held-out tokens/iteration: ptp {last_eval['ptp']:.3f}  independent {last_eval['independent']:.3f}")
+    last_eval = evaluate(teacher, adapter, held, sp, cfg) if world.main else None
+    if last_eval is not None:
+        log(f"final  held-out tokens/iteration: ptp {last_eval['ptp']:.3f}  independent {last_eval['independent']:.3f}")
     save(last_eval)
+    world.barrier()  # every process returns once rank 0's files are written
     result = summary(last_eval)
     result["wall_seconds"] = round(time.perf_counter() - t_start, 1)
     return result

@@ -96,21 +96,30 @@ class Batch:
     clean_len: int  # L
 
 
-def teacher_pass(teacher: Any, examples: list[Example], sp: Special, gen: torch.Generator) -> Batch:
+def teacher_pass(
+    teacher: Any, examples: list[Example], sp: Special, gen: torch.Generator, part: slice = slice(None)
+) -> Batch:
     """Clean rows [0, stop-1) causal + mask rows at the middle positions [start, stop); q at the mask rows ->
-    u at every target. Keeps the clean KV cache."""
+    u at every target. Keeps the clean KV cache. `part`: the examples of this process in a distributed run;
+    the random draws are those of all `examples` (every process draws the same), the teacher runs on the part,
+    and the Batch holds the part."""
     import torch
     from transformers import DynamicCache
 
     from infill.decoding.coupling import draw_u, extract_u
 
     b = len(examples)
-    clean_len = max(e.stop - 1 for e in examples)
-    m_max = max(e.stop - e.start for e in examples)
     total = max(e.stop for e in examples) + 64  # room for slots past the end
     tokens = torch.full((b, total), sp.end, dtype=torch.long)
     for k, e in enumerate(examples):
         tokens[k, : len(e.ids)] = torch.tensor(e.ids)
+    u = draw_u(b * total, gen).view(b, total)  # (B, T) random where there is no target
+    noises = [torch.rand(e.stop - e.start, generator=gen, dtype=torch.float64) for e in examples]
+    clean_len = max(e.stop - 1 for e in examples)  # of the whole batch: the part's rows are computed as in it
+    m_max = max(e.stop - e.start for e in examples)
+    indices = range(b)[part]
+    tokens, u, examples = tokens[part], u[part], examples[part]
+    b = len(examples)
     rows = clean_len + m_max
     ids = torch.full((b, rows), sp.mask, dtype=torch.long)
     ids[:, :clean_len] = tokens[:, :clean_len]
@@ -137,12 +146,10 @@ def teacher_pass(teacher: Any, examples: list[Example], sp: Special, gen: torch.
     cache.crop(-m_max)  # keep the clean rows
     logits[..., sp.mask] = float("-inf")
     q = torch.softmax(logits, dim=-1)  # (B, M, V)
-    u = draw_u(b * total, gen).view(b, total)  # (B, T) random where there is no target
-    for k, e in enumerate(examples):
+    for k, (e, index) in enumerate(zip(examples, indices, strict=True)):
         n = e.stop - e.start
         t = tokens[k, e.start : e.stop]  # (n,)
-        noise = torch.rand(n, generator=gen, dtype=torch.float64)
-        u[k, e.start : e.stop] = extract_u(t, q[k, :n], noise)
+        u[k, e.start : e.stop] = extract_u(t, q[k, :n], noises[index])
     stop = torch.tensor([e.stop for e in examples])
     return Batch(cache, tokens, u, torch.tensor([e.start for e in examples]), stop, clean_len)
 
@@ -178,9 +185,18 @@ def slot_logits(
     cache = _copy_cache(batch.cache, teacher)
     hidden = slot_forward(teacher, adapter, ids, pos, allowed[:, None], 0, bits, cache=cache)  # (B, G*N, d)
     targets = batch.tokens.gather(1, pos)  # (B, G*N)
-    inside = (pos >= batch.start[:, None]) & (pos < batch.stop[:, None])
-    targets = torch.where(inside, targets, torch.full_like(targets, -100))
+    targets = torch.where(slot_inside(splits, batch.start, batch.stop, n), targets, torch.full_like(targets, -100))
     return teacher.lm_head(hidden), targets
+
+
+def slot_inside(splits: torch.Tensor, start: torch.Tensor, stop: torch.Tensor, slots: int) -> torch.Tensor:
+    """(B, G*N) bool: the slot rows whose position is inside the middle (those with a target). splits (B, G),
+    start and stop (B,)."""
+    import torch
+
+    b = splits.shape[0]
+    pos = (splits[:, :, None] + torch.arange(slots)[None, None, :]).reshape(b, -1)  # (B, G*N)
+    return (pos >= start[:, None]) & (pos < stop[:, None])
 
 
 def _copy_cache(cache: Any, teacher: Any) -> Any:

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +36,9 @@ import torch.nn.functional as F
 from infill.models.ssmd import HEAD_FILE, HeadShape, SSMDHead, identity_gap, save_head
 from infill.training.blockdiff import Specials, fim_example, specials_of, two_stream_mask
 from infill.training.checkpoints import read_checkpoint, write_checkpoint
+
+if TYPE_CHECKING:
+    from infill.training.distributed import World
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,12 @@ def head_losses(
     return F.cross_entropy(c_logits, target), F.cross_entropy(nc_logits, target), int(target.numel())
 
 
+def track_targets(split: torch.Tensor, lossy: torch.Tensor, block: int) -> int:
+    """The targets `head_losses` counts for split / lossy (N, nb): B-1-r in every lossy block with r <= B-2."""
+    keep = lossy & (split <= block - 2)
+    return int((block - 1 - split)[keep].sum())
+
+
 def make_batch(
     docs: Sequence[Sequence[int]], sp: Specials, cfg: SSMDTrainConfig, rng: random.Random, size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -186,14 +195,22 @@ def train_head(
     resume: bool = True,
     base_info: dict[str, Any] | None = None,
     log: Callable[[str], None] = print,
+    world: World | None = None,
 ) -> dict[str, Any]:
     """Train an SSMD head on the frozen `base` (a Qwen3ForCausalLM-like module with .model and the tied
     embeddings) and write the run folder `out` (module docstring). Returns the summary (also the head file's
-    provenance)."""
+    provenance). `world`: this process's part in a distributed run (infill.training.distributed);
+    `cfg.batch_size` is the global batch, and only rank 0 evaluates, logs and writes."""
+    from infill.training.distributed import World
+
     if any(cfg.seq_len % b for b in cfg.block_sizes) or max(cfg.block_sizes) > shape.max_block:
         raise ValueError(f"seq_len {cfg.seq_len} must be a multiple of every block size <= {shape.max_block}")
+    world = world or World()
+    world.check_batch(cfg.batch_size)
+    log = world.logger(log)
     run = Path(out)
-    run.mkdir(parents=True, exist_ok=True)
+    if world.main:
+        run.mkdir(parents=True, exist_ok=True)
     ckpt_path, log_path = run / "checkpoint.pt", run / "log.jsonl"
     base.eval()
     base.requires_grad_(False)
@@ -211,7 +228,9 @@ def train_head(
     for i in range(0, cfg.eval_examples, cfg.batch_size):
         heldout.append(make_batch(ho_docs, sp, cfg, ho_rng, min(cfg.batch_size, cfg.eval_examples - i)))
 
-    head = SSMDHead(shape)
+    with torch.random.fork_rng():  # the head's initial weights follow --seed (they followed the process's seed)
+        torch.manual_seed(cfg.seed)
+        head = SSMDHead(shape)
     decay = [p for p in head.parameters() if p.dim() >= 2]
     no_decay = [p for p in head.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -228,6 +247,7 @@ def train_head(
         rng.setstate(ck["rng"])
         gen.set_state(ck["gen"])
         log(f"resumed {ckpt_path} at step {step} ({elapsed0:.0f}s trained)")
+    world.same(step, "the step of the checkpoint resumed from")
     gap = identity_gap(head, base.get_output_embeddings(), base.get_input_embeddings())
     log(
         f"SSMD head: {sum(p.numel() for p in head.parameters()) / 1e6:.2f}M parameters, "
@@ -240,10 +260,13 @@ def train_head(
 
     def record(entry: dict[str, Any]) -> None:
         history.append(entry)
-        with log_path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(entry) + "\n")
+        if world.main:
+            with log_path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
 
     def save() -> None:
+        if not world.main:
+            return
         state = {
             "head": head.state_dict(),
             "opt": opt.state_dict(),
@@ -260,28 +283,33 @@ def train_head(
     head.train()
     recent: list[tuple[float, float, int]] = []
     positions = 0
+    part = world.part(cfg.batch_size)
+    losses_of = world.data_parallel(head, head_losses)
     while step < cfg.steps:
-        if cfg.time_limit and elapsed() > cfg.time_limit:
+        # the slowest process's clock decides, so that every process stops at the same step with the same rate
+        if cfg.time_limit and world.max(elapsed())[0] > cfg.time_limit:
             log(f"time limit reached after {step} steps")
             break
         step += 1
         progress = step / cfg.steps
         if cfg.time_limit:
-            progress = max(progress, elapsed() / cfg.time_limit)
+            progress = max(progress, world.max(elapsed())[0] / cfg.time_limit)
         lr = cfg.lr * min(1.0, step / max(cfg.warmup, 1))
         lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, progress))) * 0.9 + 0.1
         for group in opt.param_groups:
             group["lr"] = lr
         block = rng.choice(cfg.block_sizes)
-        x0, resp = make_batch(docs, sp, cfg, rng, cfg.batch_size)
+        x0, resp = make_batch(docs, sp, cfg, rng, cfg.batch_size)  # the global batch: this process takes its part
         xt, split, lossy = suffix_noise(x0, resp, block, sp, gen)
-        hidden = base_hidden(base, x0, xt, block)
-        c_loss, nc_loss, k = head_losses(head, base, x0, hidden, split, lossy, block)
+        hidden = base_hidden(base, x0[part], xt[part], block)
+        c_loss, nc_loss, k = losses_of(head, base, x0[part], hidden, split[part], lossy[part], block)
+        total = track_targets(split, lossy, block)
         opt.zero_grad(set_to_none=True)
-        c_loss.backward()
+        world.share(c_loss, k, total).backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
-        recent.append((float(c_loss.detach()), float(nc_loss), k))
+        k_all, (c_all, nc_all) = world.average(k, float(c_loss.detach()), float(nc_loss))
+        recent.append((c_all, nc_all, int(k_all)))
         positions += x0.numel()
         if step % cfg.log_every == 0:
             n_t = sum(r[2] for r in recent)
@@ -293,16 +321,17 @@ def train_head(
             )
             record({"step": step, "train_causal": c, "train_noncausal": nc, "lr": lr, "seconds": elapsed()})
             recent = []
-        if step % cfg.eval_every == 0:
+        if step % cfg.eval_every == 0 and world.main:
             ev = evaluate(head, base, sp, heldout, cfg.block_sizes)
             log(_eval_line(step, ev))
             record({"step": step, "heldout": ev, "seconds": elapsed()})
         if step % cfg.save_every == 0:
             save()
     head.eval()
-    ev = evaluate(head, base, sp, heldout, cfg.block_sizes)
-    log(_eval_line(step, ev))
-    record({"step": step, "heldout": ev, "seconds": elapsed(), "final": True})
+    ev = evaluate(head, base, sp, heldout, cfg.block_sizes) if world.main else {}
+    if world.main:
+        log(_eval_line(step, ev))
+        record({"step": step, "heldout": ev, "seconds": elapsed(), "final": True})
     save()
     summary = {
         "objective": "SSMD causal head, teacher-forced causal cross-entropy, frozen base",
@@ -316,7 +345,9 @@ def train_head(
         "base": base_info or {},
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }
-    save_head(run / HEAD_FILE, head, summary)
+    if world.main:
+        save_head(run / HEAD_FILE, head, summary)
+    world.barrier()  # every process returns once rank 0's files are written
     return summary
 
 

@@ -77,10 +77,11 @@ def pack_streams(
 
 
 def cached_stream(
-    tok: HFTokenizer, tokenizer_json: Path, corpus: Path, max_package_bytes: int, run_dir: Path
+    tok: HFTokenizer, tokenizer_json: Path, corpus: Path, max_package_bytes: int, run_dir: Path, write: bool = True
 ) -> tuple[np.ndarray, int]:
     """The training token stream, cached in run_dir keyed by tokenizer, corpus and package cap (resumes skip
-    the tokenization); returns (stream, number of files). A packed training set (`pack_streams`) is used as is."""
+    the tokenization); returns (stream, number of files). A packed training set (`pack_streams`) is used as is.
+    `write`: False for the processes of a distributed run that read rank 0's cache, or tokenize without one."""
     import hashlib
 
     import numpy as np
@@ -103,6 +104,7 @@ def cached_stream(
         return data["stream"], int(data["files"])
     records = balanced_records(corpus, "train", max_package_bytes)
     stream = tokenize_stream(tok, [r["text"] for r in records])
-    run_dir.mkdir(parents=True, exist_ok=True)
-    np.savez(path, stream=stream, files=np.array(len(records)))
+    if write:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        np.savez(path, stream=stream, files=np.array(len(records)))
     return stream, len(records)

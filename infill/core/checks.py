@@ -1,0 +1,378 @@
+"""The checks every fill must pass (one rule for the fill core, the docstrings writer and the server): the syntax
+rule (SyntaxCheck: CPython's compiler for Python, tree-sitter ERROR / MISSING nodes for every language).
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from infill.textops import open_levels, target_indent, to_model
+
+
+def python_compiles(source: bytes) -> bool:
+    """Whether CPython compiles `source`: the interpreter's own verdict. Tree-sitter's Python grammar recovers
+    from indentation errors without ERROR nodes (a block opener with no body, an unexpected indent), and the
+    compile stage also refuses what ast.parse accepts (`return` outside a function, `break` outside a loop)."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, "<fill>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return False
+    return True
+
+
+def syntax_errors(language: str, source: bytes) -> int:
+    """Number of tree-sitter ERROR and MISSING nodes in `source`."""
+    from infill.languages import parse
+
+    return _error_nodes(parse(language, source).root_node)
+
+
+def _error_nodes(root: Any) -> int:
+    """ERROR and MISSING nodes under `root`; subtrees without an error (has_error False) are skipped whole."""
+    if not root.has_error:
+        return 0
+    count = 0
+    cursor = root.walk()
+    visited_children = False
+    while True:
+        node = cursor.node
+        if not visited_children:
+            if node is not None and (node.type == "ERROR" or node.is_missing):
+                count += 1
+            if node is not None and node.has_error and cursor.goto_first_child():
+                continue
+        if cursor.goto_next_sibling():
+            visited_children = False
+        elif cursor.goto_parent():
+            visited_children = True
+        else:
+            return count
+
+
+# Inputs above this size are checked around the edits only (see SyntaxCheck): a whole-file parse per candidate
+# of a 10 MB file took seconds and over a GB (CPython's AST), for a fill of a few tokens.
+LOCAL_CHECK_BYTES = 1 << 20
+_MAX_CHUNK_SCAN = 1 << 18  # how far to look for a top-level block boundary on each side of an edit
+
+
+# Texts that can stand in a span when the file around it is judged: if the file compiles (or has no tree-sitter
+# error) with one of them, some fill can make it so, and a fill that does not is refused. Line fillers go at
+# the indentation of the enclosing block (the levels a new line may take); in-line fillers go where the span is.
+_PY_LINE_FILLERS = (
+    "",
+    "pass",
+    "if True:",
+    "while True:",
+    "def _():",
+    "async def _():",
+    "try:",
+    "else:",
+    "except Exception:",
+    "finally:",
+)
+_PY_INLINE_FILLERS = ("", "0", "pass")
+_BRACE_LINE_FILLERS = ("", "{", "}")
+
+
+@dataclass(frozen=True)
+class _Edit:
+    """A text put into a byte range of the original: what the checks below apply."""
+
+    start_byte: int
+    end_byte: int
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    errors: int  # tree-sitter ERROR / MISSING nodes
+    compiles: bool  # CPython compiles it (Python only; False for other languages)
+
+
+class SyntaxCheck:
+    """The syntax rule every fill obeys (one rule for the fill core, the docstrings writer and the server): a
+    candidate may not be worse than the best the spans' surroundings allow.
+
+    "The best" is measured on the input as it stands and with every span holding a filler text (the emptied
+    span, `pass`, `if True:` ... at each indentation a line there may take; see _PY_LINE_FILLERS): if any of
+    them makes the file compile with CPython (Python), every candidate must compile (and add no tree-sitter
+    error); for other languages, if one leaves no tree-sitter ERROR / MISSING node, neither may a candidate.
+    Otherwise (no text in the spans can make the file clean) a candidate may not add tree-sitter errors to the
+    input as it stands. A span's own text counts unless it is a placeholder (a --marker's text is not code).
+    So an emptied `for x in xs:` line, whose file does not compile as it stands, still admits only fills with
+    which the file compiles.
+
+    Up to LOCAL_CHECK_BYTES the whole file is checked. Larger inputs are checked the same way on the top-level
+    blocks around the edits only ("chunks": from a column-1 line after a blank line before the edit to the
+    next such line after it), which is exact whenever those lines are statement boundaries.
+    """
+
+    def __init__(self, language: str, data: bytes, spans: Sequence[Any] = ()) -> None:
+        self.language = language
+        self.data = data
+        self.local = len(data) > LOCAL_CHECK_BYTES
+        self.spans = sorted(spans, key=lambda s: (s.start_byte, s.end_byte))
+        self._chunks: dict[tuple[int, int], _Verdict] = {}  # the best verdict of each original chunk
+        self.compiling: bytes | None = None  # the input with some text in the spans that compiles (Python)
+        if not self.local:
+            self.best = self._best(data, self.spans, 0)
+        else:
+            syntax_errors(language, b"")  # fail early (InputError) when the grammar extra is missing
+
+    @property
+    def python(self) -> bool:
+        """Whether some text in the spans makes the whole input compile (so every candidate must)."""
+        return self.best.compiles
+
+    def _verdict(self, source: bytes) -> _Verdict:
+        return _Verdict(syntax_errors(self.language, source), self.language == "python" and python_compiles(source))
+
+    def _best(self, original: bytes, spans: Sequence[Any], offset: int) -> _Verdict:
+        """The verdict a candidate is held to: the input's own (spans with their text, markers removed), or, when
+        a filler makes the input clean (it compiles, for Python; no tree-sitter error, for other languages), that
+        clean verdict. A filler that only lowers the error count of a broken input sets no bar: in a file broken
+        elsewhere (or cut from a larger one) the count moves with any text. The first variant that compiles is
+        kept as `self.compiling` (the static monitor's reference). InputError when the grammar extra is
+        missing."""
+        markers = [_Edit(s.start_byte, s.end_byte) for s in spans if s.placeholder]  # not code: removed
+        source = _apply_shifted(original, markers, offset)
+        own = self._verdict(source)
+        self.compiling = source if own.compiles else None
+        if self._clean(own):
+            return own
+        for variant in self._fillers(original, spans, offset):
+            source = _apply_shifted(original, variant, offset)
+            verdict = self._verdict(source)
+            if self._clean(verdict):
+                if verdict.compiles:
+                    self.compiling = source
+                return _Verdict(min(own.errors, verdict.errors), verdict.compiles)
+        return own
+
+    def _clean(self, verdict: _Verdict) -> bool:
+        return verdict.compiles if self.language == "python" else verdict.errors == 0
+
+    def _fillers(self, original: bytes, spans: Sequence[Any], offset: int) -> list[list[_Edit]]:
+        """Edit sets putting one filler text (at one indentation) into every span at once."""
+        if not spans:
+            return []
+        line_fillers = _PY_LINE_FILLERS if self.language == "python" else _BRACE_LINE_FILLERS
+        inline_fillers = _PY_INLINE_FILLERS if self.language == "python" else ("",)
+        first = spans[0]
+        pos = first.start_byte - offset
+        at_line_start = pos == 0 or original[pos - 1 : pos] in (b"\n", b"\r")
+        if not at_line_start:
+            return [[_Edit(s.start_byte, s.end_byte, f) for s in spans] for f in inline_fillers]
+        head = original[max(0, first.start_byte - offset - 8192) : first.start_byte - offset]
+        prefix = to_model(head.decode("utf-8", errors="replace"))
+        tail = original[first.end_byte - offset : first.end_byte - offset + 8192]
+        suffix = to_model(tail.decode("utf-8", errors="replace"))
+        indents = sorted(open_levels(prefix) | {target_indent(prefix, "", suffix)}, key=len, reverse=True)
+        variants = []
+        for filler in line_fillers:
+            for indent in indents if filler else [""]:
+                edits = []
+                for s in spans:
+                    end = original[s.end_byte - offset : s.end_byte - offset + 1]
+                    text = indent + filler if filler else ""
+                    if text and end not in (b"", b"\n", b"\r"):
+                        text += "\n"  # an insertion point before text: the filler is a line of its own
+                    edits.append(_Edit(s.start_byte, s.end_byte, text))
+                variants.append(edits)
+        return variants
+
+    def rejection(self, patched: bytes, edits: Sequence[Any] | None = None) -> str | None:
+        """Why the candidate (the patched input and its edits, which index the original) is worse than the best
+        the spans allow, or None. Without `edits` the whole patched input is judged (large inputs too)."""
+        if not self.local or edits is None:
+            best = self.best if not self.local else self._best(self.data, self.spans, 0)
+            return self._worse(best, patched)
+        for start, end in self.chunks(edits):
+            original = self.data[start:end]
+            inside = [e for e in edits if start <= e.start_byte and e.end_byte <= end]
+            if (start, end) not in self._chunks:
+                spans = [s for s in self.spans if start <= s.start_byte and s.end_byte <= end]
+                self._chunks[start, end] = self._best(original, spans, start)
+            reason = self._worse(self._chunks[start, end], _apply_shifted(original, inside, start))
+            if reason is not None:
+                return reason
+        return None
+
+    def _worse(self, best: _Verdict, new: bytes) -> str | None:
+        if best.compiles and not python_compiles(new):
+            return "does not compile"
+        if syntax_errors(self.language, new) > best.errors:
+            return "adds syntax errors"
+        return None
+
+    def chunks(self, edits: Sequence[Any]) -> list[tuple[int, int]]:
+        """Merged [start, end) byte ranges of the original around the edits, on block boundaries."""
+        ranges = sorted((_block_start(self.data, e.start_byte), _block_end(self.data, e.end_byte)) for e in edits)
+        merged: list[tuple[int, int]] = []
+        for start, end in ranges:
+            if merged and start <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+            else:
+                merged.append((start, end))
+        return merged
+
+
+def _is_boundary(data: bytes, line_start: int) -> bool:
+    """A line that starts a top-level block: text in column 1 (not a closing bracket, comment or quote) after a
+    blank line."""
+    first = data[line_start : line_start + 1]
+    if line_start == 0:
+        return True
+    if not first or first in b" \t\r\n)]}#\"'/*":
+        return False
+    prev_end = line_start - 1  # the "\n" ending the previous line
+    prev_start = data.rfind(b"\n", 0, prev_end) + 1
+    return not data[prev_start:prev_end].strip()
+
+
+def _block_start(data: bytes, offset: int) -> int:
+    at = data.rfind(b"\n", 0, offset) + 1
+    limit = max(0, offset - _MAX_CHUNK_SCAN)
+    while at > limit and not _is_boundary(data, at):
+        at = data.rfind(b"\n", 0, at - 1) + 1
+    return at if at > limit or at == 0 else 0
+
+
+def _block_end(data: bytes, offset: int) -> int:
+    limit = min(len(data), offset + _MAX_CHUNK_SCAN)
+    at = data.find(b"\n", offset)
+    while 0 <= at < limit:
+        if _is_boundary(data, at + 1) and at + 1 < len(data):
+            return at + 1
+        at = data.find(b"\n", at + 1)
+    return len(data)
+
+
+def _apply_shifted(chunk: bytes, edits: Sequence[Any], offset: int) -> bytes:
+    out, at = [], 0
+    for e in sorted(edits, key=lambda e: (e.start_byte, e.end_byte)):
+        out += [chunk[at : e.start_byte - offset], e.text.encode("utf-8")]
+        at = e.end_byte - offset
+    out.append(chunk[at:])
+    return b"".join(out)
+
+
+def breaks_syntax(language: str | None, before: bytes, after: bytes) -> bool:
+    """Whether `after` is syntactically worse than `before` by the fill rule (SyntaxCheck with no span: Python
+    that CPython compiled must still compile; no more tree-sitter ERROR / MISSING nodes). Plain text (language
+    None), or a missing grammar extra, never is."""
+    if language is None:
+        return False
+    from infill.errors import InputError
+
+    try:
+        return SyntaxCheck(language, before).rejection(after) is not None
+    except InputError:  # the grammar extra is not installed: nothing to check with
+        return False
+
+
+# ---- the static monitor ------------------------------------------------------------------------------------
+
+# What pyflakes reports that a fill can cause, by monitor rule. A fill is refused for a message of a chosen rule
+# that the input with neutral text in the spans (SyntaxCheck.compiling) does not have: a name read but defined
+# nowhere, a local assigned and never used, a redefinition of an unused name. "binds" works the other way: when
+# the neutral input reads names defined nowhere after the span (a loop variable the emptied line bound), a fill
+# that binds none of them is refused.
+LINT_RULES: dict[str, tuple[str, ...]] = {
+    "undefined": ("UndefinedName", "UndefinedLocal"),
+    "unused": ("UnusedVariable",),
+    "redefined": ("RedefinedWhileUnused",),
+    "binds": ("UndefinedName",),
+}
+MONITOR_BYTES = 1 << 16  # larger Python files are not linted per candidate (pyflakes reads the whole module)
+_LINT_WORDS = {"undefined": "reads undefined name", "unused": "leaves local unused", "redefined": "redefines"}
+
+
+def parse_rules(value: str) -> tuple[str, ...]:
+    """'undefined,unused' -> ('undefined', 'unused'); '' or 'none' -> (). InputError for an unknown rule."""
+    from infill.errors import InputError
+
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip() and n.strip() != "none"))
+    unknown = [n for n in names if n not in LINT_RULES]
+    if unknown:
+        raise InputError(f"--monitor: unknown rule(s) {', '.join(unknown)} (known: {', '.join(LINT_RULES)}, none)")
+    return names
+
+
+@dataclass(frozen=True)
+class Lint:
+    """The pyflakes messages of one source that the monitor looks at."""
+
+    found: Counter[tuple[str, str]]  # (rule, name) -> count, for the rules that refuse an added message
+    undefined_after: frozenset[str]  # names read but defined nowhere, first read after the monitor's line
+
+
+def lint(source: bytes, rules: Sequence[str], after_line: int = 0) -> Lint | None:
+    """The messages of `rules` in `source` (None when it does not parse)."""
+    import ast
+    import warnings
+
+    from pyflakes.checker import Checker
+
+    kinds = {kind: rule for rule in rules if rule != "binds" for kind in LINT_RULES[rule]}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source)
+        messages = Checker(tree, filename="<fill>").messages
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    found: Counter[tuple[str, str]] = Counter()
+    after: set[str] = set()
+    for message in messages:
+        kind, name = type(message).__name__, str(message.message_args[0]) if message.message_args else ""
+        if kind in kinds:
+            found[kinds[kind], name] += 1
+        if kind == "UndefinedName" and message.lineno > after_line:
+            after.add(name)
+    return Lint(found, frozenset(after))
+
+
+class LintMonitor:
+    """Refuses a Python fill by what static analysis of the whole file says (the monitor-guided decoding idea,
+    with pyflakes as the analysis): it adds a message of the chosen rules over the input with neutral text in
+    its spans, or ("binds") leaves unbound every name the following lines read and nothing defines."""
+
+    def __init__(self, reference: bytes, rules: Sequence[str], span_line: int) -> None:
+        self.rules = tuple(rules)
+        self.span_line = span_line  # 1-based line of the last span: "after" means below it
+        base = lint(reference, self.rules, span_line)
+        self.baseline = base.found if base is not None else Counter()
+        self.unbound = base.undefined_after if base is not None and "binds" in self.rules else frozenset()
+
+    def rejection(self, patched: bytes) -> str | None:
+        found = lint(patched, self.rules, self.span_line)
+        if found is None:
+            return None  # the syntax rule judges what does not parse
+        added = found.found - self.baseline
+        if added:
+            (rule, name), _ = min(added.items())
+            return f"{_LINT_WORDS[rule]} {name!r}"
+        if self.unbound and self.unbound <= found.undefined_after:
+            return f"binds none of {', '.join(sorted(self.unbound))} (read below, defined nowhere)"
+        return None
+
+
+def monitor_for(check: SyntaxCheck | None, rules: Sequence[str]) -> LintMonitor | None:
+    """The static monitor of a fill, or None: no rule chosen, not Python, too large, or no text in the spans
+    makes the input compile (then nothing says what the file around them means)."""
+    if not rules or check is None or check.language != "python" or check.local or check.compiling is None:
+        return None
+    if len(check.data) > MONITOR_BYTES:
+        return None
+    last = max((s.end_byte for s in check.spans), default=0)
+    return LintMonitor(check.compiling, rules, check.data.count(b"\n", 0, last) + 1)

@@ -1,0 +1,269 @@
+"""Training under torchrun: two CPU processes (gloo) train like one process with the same global batch and seed,
+write the same checkpoints, resume with another world size, and a lost process ends the run with one clear error
+instead of a hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from infill.cli import main
+from infill.errors import InputError
+from infill.training.checkpoints import read_checkpoint
+from infill.training.distributed import DistributedError, World, timeout_seconds
+from infill.training.tokenizer import save_tokenizer
+from tests.fixtures_train import (  # noqa: F401
+    BLOCK_TEXTS,
+    sample_texts,
+    tiny_block_model_and_corpus,
+    tiny_tokenizer,
+    write_corpus,
+)
+
+ASARM_SHAPE = ["--layers", "2", "--d-model", "32", "--heads", "2", "--d-inner", "64", "--seq-len", "48"]
+HANG_GUARD_S = 300  # a run that has not ended by then hangs: the test fails instead of waiting for ever
+
+
+def torchrun(args: Sequence[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`torchrun --standalone --nproc-per-node 2 -m infill ARGS`, one thread per process, output in `log`."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "infill"]
+    environ = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    with log.open("wb") as out:
+        return subprocess.Popen([*command, *args], stdout=out, stderr=subprocess.STDOUT, env=environ)
+
+
+def finished(process: subprocess.Popen[bytes], log: Path) -> str:
+    """The output of a torchrun that must end (by itself) within the hang guard."""
+    try:
+        process.wait(timeout=HANG_GUARD_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError("the distributed run hangs:\n" + log.read_text(errors="replace")) from None
+    return log.read_text(errors="replace")
+
+
+def single(args: Sequence[str]) -> str:
+    """The same command in this process (no torchrun environment: a world of one)."""
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def losses(output: str) -> list[float]:
+    """The training losses a run logged (one per --log-every steps)."""
+    return [float(line.split(" loss ")[1].split()[0]) for line in output.splitlines() if " loss " in line]
+
+
+def without_clocks(value: object) -> object:
+    """A checkpoint's contents without the training clocks (they differ between any two runs)."""
+    if isinstance(value, dict):
+        return {k: without_clocks(v) for k, v in value.items() if k not in ("seconds", "elapsed")}
+    if isinstance(value, list):
+        return [without_clocks(v) for v in value]
+    return value
+
+
+def assert_same_tensors(a: object, b: object, where: str = "", atol: float = 1e-5) -> None:
+    """Nested checkpoint contents equal: tensors to float tolerance, everything else exactly."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.shape == b.shape, where
+        if a.is_floating_point():
+            torch.testing.assert_close(a, b, atol=atol, rtol=1e-4, msg=where)
+        else:
+            assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), where
+        for key in a:
+            assert_same_tensors(a[key], b[key], f"{where}/{key}", atol)
+    elif isinstance(a, list | tuple):
+        assert isinstance(b, list | tuple) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_tensors(x, y, f"{where}[{i}]", atol)
+    elif isinstance(a, float):
+        assert b == pytest.approx(a, rel=1e-4, abs=1e-6), where
+    else:
+        assert a == b, where
+
+
+def test_world_from_torchrun_environment() -> None:
+    assert World.from_env({}) == World()
+    world = World.from_env({"WORLD_SIZE": "4", "RANK": "2", "LOCAL_RANK": "0"})
+    assert (world.rank, world.size, world.main) == (2, 4, False)
+    assert world.part(16) == slice(8, 12) and World().part(16) == slice(0, 16)
+    with pytest.raises(InputError, match="--batch-size 6 is the global batch"):
+        world.check_batch(6)
+    with pytest.raises(InputError, match="RANK 4"):
+        World.from_env({"WORLD_SIZE": "4", "RANK": "4"})
+    assert timeout_seconds({}) == 600 and timeout_seconds({"INFILL_DIST_TIMEOUT": "2.5"}) == 2.5
+    with pytest.raises(InputError, match="INFILL_DIST_TIMEOUT"):
+        timeout_seconds({"INFILL_DIST_TIMEOUT": "0"})
+
+
+def test_a_world_of_one_touches_no_process_group() -> None:
+    """Without torchrun nothing is wrapped, scaled or exchanged: single-process training is what it was."""
+    world = World()
+    module = torch.nn.Linear(2, 1)
+
+    def loss(x: torch.Tensor) -> torch.Tensor:
+        return module(x).sum()
+
+    assert world.data_parallel(module, loss) is loss
+    value = torch.tensor(3.0)
+    assert world.share(value, 2, 4) is value
+    assert world.max(1.0, 2.0) == (1.0, 2.0) and world.sum(5.0) == (5.0,) and world.any(True)
+    assert world.average(3, 0.5, 0.25) == (3, (0.5, 0.25))
+    world.same(3, "a step")
+    world.barrier()
+    assert not torch.distributed.is_initialized()
+
+
+@pytest.fixture
+def asarm_data(tmp_path: Path, tiny_tokenizer) -> list[str]:  # type: ignore[no-untyped-def]  # noqa: F811
+    corpus = write_corpus(tmp_path / "corpus", sample_texts(30), sample_texts(40)[30:])
+    save_tokenizer(tiny_tokenizer, tmp_path / "tokenizer.json")
+    return ["train", "asarm", "--corpus", str(corpus), "--tokenizer", str(tmp_path / "tokenizer.json"), *ASARM_SHAPE]
+
+
+@pytest.mark.slow
+def test_asarm_two_processes_train_like_one_and_resume_with_one(asarm_data: list[str], tmp_path: Path) -> None:
+    """Global batch 8: two gloo processes with 4 sequences each take the steps one process with 8 takes (losses,
+    weights, optimizer and data generators to float rounding); the two-process checkpoint resumes in one process
+    as the one-process run goes on."""
+    common = [*asarm_data, "--batch-size", "8", "--warmup", "2", "--eval-sequences", "8", "--log-every", "1"]
+    common += ["--threads", "1", "--no-bf16", "--checkpoint-minutes", "1000"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    alone = single([*common, "--steps", "3", "--run-dir", str(one)])
+    at_three = read_checkpoint(one / "last.pt")
+    log = tmp_path / "torchrun.log"
+    output = finished(torchrun([*common, "--steps", "3", "--run-dir", str(two)], log), log)
+    assert "exitcode" not in output, output
+    assert losses(output) == losses(alone) and len(losses(alone)) == 3
+    assert output.count("checkpoint step 3") == 1  # rank 0 alone logs and writes
+    assert [json.loads(line) for line in output.splitlines() if line.startswith("{")][0]["tokens_seen"] == 3 * 8 * 48
+    assert_same_tensors(without_clocks(at_three), without_clocks(read_checkpoint(two / "last.pt")))
+
+    single([*common, "--steps", "5", "--run-dir", str(one)])
+    resumed = single([*common, "--steps", "5", "--run-dir", str(two)])
+    assert "resumed at step 3" in resumed
+    a, b = read_checkpoint(one / "last.pt"), read_checkpoint(two / "last.pt")
+    assert_same_tensors(a["model"], b["model"])
+    assert a["state"]["last_eval"] == pytest.approx(b["state"]["last_eval"], rel=1e-5)
+
+
+def rank_pid(launcher: subprocess.Popen[bytes], rank: int) -> int:
+    """The pid of the worker process of `rank` that torchrun started (its environment names the rank)."""
+    for _ in range(HANG_GUARD_S * 10):
+        for task in Path(f"/proc/{launcher.pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                try:
+                    environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if f"RANK={rank}".encode() in environ:
+                    return int(child)
+        time.sleep(0.1)
+    raise AssertionError(f"torchrun started no rank {rank}")
+
+
+def training_started(log: Path) -> None:
+    for _ in range(HANG_GUARD_S * 10):
+        if "step 2 " in log.read_text(errors="replace"):
+            return
+        time.sleep(0.1)
+    raise AssertionError("the run did not start:\n" + log.read_text(errors="replace"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["killed", "frozen"])
+def test_a_lost_process_ends_the_run_with_one_clear_error(asarm_data: list[str], tmp_path: Path, how: str) -> None:
+    """Rank 1 killed (SIGKILL) or frozen (SIGSTOP): rank 0 does not wait for ever. A killed peer closes its
+    connections; a frozen one never answers, and the process group's timeout ends rank 0's wait."""
+    args = [*asarm_data, "--batch-size", "4", "--steps", "1000000", "--eval-sequences", "0", "--threads", "1"]
+    args += ["--no-bf16", "--log-every", "1", "--run-dir", str(tmp_path / "run")]
+    log = tmp_path / "torchrun.log"
+    launcher = torchrun(args, log, env={"INFILL_DIST_TIMEOUT": "5"})
+    try:
+        training_started(log)
+        pid = rank_pid(launcher, 1)
+        rank0 = rank_pid(launcher, 0)
+        os.kill(pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        if how == "frozen":  # torchrun ends the others once rank 0 failed; a stopped process waits for SIGCONT
+            for _ in range(HANG_GUARD_S * 10):
+                if not Path(f"/proc/{rank0}").exists():
+                    break
+                time.sleep(0.1)
+            os.kill(pid, signal.SIGCONT)
+        output = finished(launcher, log)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode != 0
+    if how == "killed":  # torchrun names the lost process (rank 0's own line may be cut short by its SIGTERM)
+        assert "Signal 9 (SIGKILL) received by PID" in output, output
+    else:
+        line = next(x for x in output.splitlines() if x.startswith("infill: error: rank 0 of 2:"))
+        assert "did not answer within 5 s" in line and "resume" in line, output
+
+
+def test_lost_peer_errors_become_one_line() -> None:
+    from infill.training.distributed import _failure, _lost
+
+    gloo = RuntimeError("[../third_party/gloo/transport/tcp/pair.cc:537] Connection closed by peer [::1]:1. Hints.")
+    assert _lost(gloo) and not _lost(RuntimeError("shape mismatch"))
+    error = _failure(World(rank=1, size=2), gloo)
+    assert isinstance(error, DistributedError) and error.exit_code == 123
+    assert "rank 1 of 2" in str(error) and "Connection closed by peer [::1]:1;" in str(error)
+    assert "\n" not in str(error) and "Hints" not in str(error)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trainer", ["block-diffusion", "ptp", "ssmd"])
+def test_every_trainer_trains_alike_on_two_processes(trainer: str, tmp_path: Path) -> None:
+    """The block-diffusion, PTP and SSMD trainers under torchrun: the same losses and checkpoints as one process
+    with the same global batch (4) and seed."""
+    folder, corpus = tiny_block_model_and_corpus(tmp_path, "tinybd")
+    if trainer == "block-diffusion":
+        data = tmp_path / "src"
+        data.mkdir()
+        for i, text in enumerate(BLOCK_TEXTS):
+            (data / f"{i}.py").write_text(text)
+        args = ["--data", str(data), "--tokenizer", str(folder / "tokenizer.json"), "--seq-len", "32"]
+        args += ["--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--block-sizes", "1,4"]
+        checkpoint = "last.pt"
+    elif trainer == "ptp":
+        args = ["--teacher", str(folder), "--corpus", str(corpus), "--slots", "2", "--splits", "2", "--rank", "4"]
+        args += ["--eval-every", "100", "--save-every", "100"]
+        checkpoint = "ptp_checkpoint.pt"
+    else:
+        args = ["--model", str(folder), "--data", str(corpus), "--seq-len", "32", "--block-sizes", "4,8"]
+        args += ["--heads", "2", "--intermediate", "32", "--max-block", "8", "--eval-every", "100"]
+        args += ["--eval-examples", "4"]
+        checkpoint = "checkpoint.pt"
+    common = ["train", trainer, *args, "--steps", "3", "--batch-size", "4", "--log-every", "1", "--threads", "1"]
+
+    def run_dir(name: str) -> list[str]:
+        if trainer == "block-diffusion":
+            return ["--out", str(tmp_path / name / "model"), "--run-dir", str(tmp_path / name)]
+        return ["--out", str(tmp_path / name)]
+
+    alone = single([*common, *run_dir("one")])
+    log = tmp_path / "torchrun.log"
+    output = finished(torchrun([*common, *run_dir("two")], log), log)
+    assert "exitcode" not in output, output
+    logged = [line.split("  lr ")[0] for line in output.splitlines() if line.startswith("step ") and "  lr " in line]
+    assert logged == [
+        line.split("  lr ")[0] for line in alone.splitlines() if line.startswith("step ") and "  lr " in line
+    ]
+    assert len(logged) == 3, logged  # the losses to 3 decimals; the checkpoints below hold them to float rounding
+    a, b = (read_checkpoint(tmp_path / name / checkpoint) for name in ("one", "two"))
+    assert_same_tensors(without_clocks(a), without_clocks(b))
