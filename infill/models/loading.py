@@ -93,6 +93,8 @@ def load_by_name(spec: ModelSpec) -> LoadedModel:
         return load_xlnet_folder(folder, spec, cfg, provenance)
     if model_type is None:
         raise ModelError(f"{folder / 'config.json'} has no model_type")
+    if spec.engine not in ("auto", "torch"):
+        raise ModelError(f"--engine {spec.engine} runs AS-ARM (XLNet) models only; {spec.name} is a {model_type} model")
     from infill.models import blockdiff
 
     return blockdiff.load_folder(folder, spec, mask_token=spec.mask_token)
@@ -125,6 +127,7 @@ def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], proven
         max_length=int(meta.get("max_length", DEFAULT_MAX_LENGTH)),
         device=spec.device,
         bf16=spec.bf16,
+        engine=spec.engine,
     )
     params = model.parameter_count()
     info = {
@@ -134,6 +137,7 @@ def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], proven
         "parameters": params,
         "device": str(model.device),
         "bf16": model.bf16,
+        "engine": model.engine,
         "tokenizer": type(tokenizer).__name__,
         "max_length": model.max_length,
     }

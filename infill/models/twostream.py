@@ -285,7 +285,7 @@ class TwoStreamXLNet(nn.Module):
     def relative_keys(self, layer: Layer, N: int, device: torch.device) -> torch.Tensor:
         """(2N-1, n, dh) relative keys of one layer."""
         r = layer.rel_attn.r
-        return (self.distances(N, device) @ r.reshape(r.shape[0], -1)).unflatten(-1, r.shape[1:])
+        return (self.distances(N, device).to(r.dtype) @ r.reshape(r.shape[0], -1)).unflatten(-1, r.shape[1:])
 
     # --- training / scoring forward ------------------------------------------------------------------------
 
