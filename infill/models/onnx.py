@@ -41,9 +41,14 @@ if TYPE_CHECKING:
 
 PACKAGES = ("onnxruntime", "onnx", "onnxscript")  # the `onnx` extra
 CACHE_ENV = "INFILL_CACHE_DIR"
-INPUTS = ("tokens", "queries", "past_k", "past_v", "kr", "rel", "neg")
 OUTPUTS = ("logits", "new_k", "new_v")
-_FORMAT = "1"  # bump when the graph's inputs or outputs change meaning
+_FORMAT = "2"  # bump when the graph's inputs or outputs change meaning
+
+
+def input_names(layers: int) -> list[str]:
+    """The graph's inputs: CachedPass's arguments, with one input per layer for each list (k0.., v0.., r0..)."""
+    per = [f"{c}{i}" for c in "kvr" for i in range(layers)]
+    return ["tokens", "queries", *per, "rel", "neg"]
 
 
 def available() -> bool:
@@ -97,24 +102,28 @@ def export(net: TwoStreamXLNet, path: Path) -> None:
     from infill.models.xlnet_cache import CachedPass
 
     s = net.shape
-    G, k, C, N = 3, 2, 5, 12  # distinct sizes above 1, so that none is specialised
+    L, G, k, N = s.n_layer, 3, 2, 12  # distinct sizes above 1, so that none is specialised
     g = torch.Generator().manual_seed(0)
+
+    def per_layer(rows: int) -> list[torch.Tensor]:
+        return [torch.randn(s.n_head, rows, s.d_head, generator=g) for _ in range(L)]
+
     args = (
         torch.randint(0, s.vocab_size, (G,), generator=g),
         torch.zeros(k, dtype=torch.long),
-        torch.randn(C, s.n_layer, s.n_head, s.d_head, generator=g),
-        torch.randn(C, s.n_layer, s.n_head, s.d_head, generator=g),
-        torch.randn(s.n_layer, 2 * N - 1, s.n_head, s.d_head, generator=g),
-        torch.randint(0, 2 * N - 1, (G + k, C + G), generator=g),
-        torch.zeros(G + k, C + G),
+        per_layer(N),
+        per_layer(N),
+        per_layer(2 * N - 1),
+        torch.randint(0, 2 * N - 1, (G + k, N + G), generator=g),
+        torch.zeros(G + k, N + G),
     )
     auto = Dim.AUTO
     dims: dict[str, Any] = {
         "tokens": {0: auto},
         "queries": {0: auto},
-        "past_k": {0: auto},
-        "past_v": {0: auto},
-        "kr": {1: auto},
+        "keys": [{1: auto}] * L,
+        "values": [{1: auto}] * L,
+        "kr": [{1: auto}] * L,
         "rel": {0: auto, 1: auto},
         "neg": {0: auto, 1: auto},
     }
@@ -127,7 +136,7 @@ def export(net: TwoStreamXLNet, path: Path) -> None:
                 CachedPass(net.freeze()).eval(),
                 args,
                 dynamic_shapes=dims,
-                input_names=list(INPUTS),
+                input_names=input_names(L),
                 output_names=list(OUTPUTS),
                 dynamo=True,
                 verbose=False,
@@ -191,7 +200,7 @@ def _atomic(path: Path, make: Callable[[Path], None]) -> None:
 
 
 class OnnxPass:
-    """An infill.models.xlnet_cache.Engine running the exported CachedPass in ONNX Runtime (CPU)."""
+    """An infill.models.xlnet_cache.Engine: the exported CachedPass in ONNX Runtime (CPU)."""
 
     def __init__(self, net: TwoStreamXLNet, *, int8: bool = False, threads: int | None = None) -> None:
         require()
@@ -210,30 +219,19 @@ class OnnxPass:
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._inputs = [i.name for i in self.session.get_inputs()]
 
-    def run(
+    def __call__(
         self,
         tokens: torch.Tensor,
         queries: torch.Tensor,
-        keys: torch.Tensor,
-        values: torch.Tensor,
-        start: int,
-        kr: torch.Tensor,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+        kr: list[torch.Tensor],
         rel: torch.Tensor,
         neg: torch.Tensor,
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         import torch
 
-        given = {
-            "tokens": tokens,
-            "queries": queries,
-            "past_k": keys[:start],  # a prefix of the buffer: contiguous, passed without a copy
-            "past_v": values[:start],
-            "kr": kr,
-            "rel": rel,
-            "neg": neg,
-        }
+        given = dict(zip(input_names(len(keys)), [tokens, queries, *keys, *values, *kr, rel, neg], strict=True))
+        # each buffer is a contiguous block, passed without a copy
         logits, new_k, new_v = self.session.run(None, {n: given[n].numpy() for n in self._inputs})
-        end = start + tokens.shape[0]
-        keys[start:end] = torch.from_numpy(new_k)
-        values[start:end] = torch.from_numpy(new_v)
-        return torch.from_numpy(logits)
+        return torch.from_numpy(logits), torch.from_numpy(new_k), torch.from_numpy(new_v)

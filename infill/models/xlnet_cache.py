@@ -31,32 +31,29 @@ from infill.models.twostream import NEG, TwoStreamXLNet
 
 
 class CachedPass(nn.Module):
-    """One cached pass as a function of tensors: the layer loop every engine runs (eager here; the ONNX graph of
-    infill.models.onnx is exported from this module).
+    """One cached pass as a function of tensors: the layer loop every engine runs (eagerly, as this module; the
+    ONNX graph of infill.models.onnx is exported from it).
 
     tokens (G,) long: the new content rows; queries (k,): only its length is read (k query rows, `mask_emb`);
-    past_k, past_v (C, L, n, dh): keys and values of the committed rows, row-major so that a prefix of a buffer is
-    one contiguous block; kr (L, P, n, dh): relative keys by distance; rel (G+k, C+G) long index into kr of each
-    (row, key) distance; neg (G+k, C+G) additive mask (0 or -1e30) over the committed keys then the new ones.
-    Returns (logits (k, V), new_k (G, L, n, dh), new_v (G, L, n, dh)): the query rows' logits and the new rows'
-    keys and values.
+    keys, values: per layer (n, N, dh), the cache's buffers, whole (rows not committed are masked, and must be
+    finite: zeros or stale rows); kr: per layer (n, P, dh) relative keys by distance; rel (G+k, N+G) long index
+    into kr of each (row, key) distance; neg (G+k, N+G) additive mask (0 or -1e30), over the buffer's rows then
+    the new rows. The buffers are attended as they are, with the new rows as a second block of keys, so no pass
+    copies them. Returns (logits (k, V), new_k (L, n, G, dh), new_v (L, n, G, dh)): the query rows' logits and
+    the new rows' keys and values (the caller writes them into the buffers).
     """
 
     def __init__(self, net: TwoStreamXLNet) -> None:
         super().__init__()
         self.net = net
 
-    def keys(self, li: int, past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-        """(C+G, n, dh) all keys (or values) of layer `li`: the committed ones, then the new rows'."""
-        return torch.cat([past[:, li], new])
-
     def forward(
         self,
         tokens: torch.Tensor,
         queries: torch.Tensor,
-        past_k: torch.Tensor,
-        past_v: torch.Tensor,
-        kr: torch.Tensor,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+        kr: list[torch.Tensor],
         rel: torch.Tensor,
         neg: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -68,58 +65,31 @@ class CachedPass(nn.Module):
         new_k, new_v = [], []
         for li, layer in enumerate(layers):
             q, key, value = layer.project(x, "qkv").unbind(-3)  # each (G+k, n, dh): one product for both streams
-            new_k.append(key[:G])
-            new_v.append(value[:G])
-            kt = self.keys(li, past_k, key[:G]).permute(1, 2, 0)[:, None]  # (n, 1, dh, C+G)
-            vh = self.keys(li, past_v, value[:G]).transpose(0, 1)[:, None]  # (n, 1, C+G, dh)
+            key_n, value_n = key[:G].transpose(0, 1), value[:G].transpose(0, 1)  # (n, G, dh)
+            new_k.append(key_n)
+            new_v.append(value_n)
+            kt = (keys[li].transpose(-1, -2)[:, None], key_n.transpose(-1, -2)[:, None])  # (n, 1, dh, N), (.., G)
+            vh = (values[li][:, None], value_n[:, None])  # (n, 1, N, dh), (n, 1, G, dh)
             rows = slice(G, G + k) if li == last else slice(0, G + k)  # the last layer's content rows feed nothing
             x = layer.ff(
                 layer.attend(x[rows][None], q[rows][None], kt, vh, kr[li], rel[None, rows], neg[None, rows])[0]
             )
-        return self.net.lm_loss(x), torch.stack(new_k, 1), torch.stack(new_v, 1)
-
-
-class InPlacePass(CachedPass):
-    """The eager engine: the new rows' keys and values are written straight into the cache's buffers (rows
-    `start`..), and attention reads views of them, so no pass copies the committed keys."""
-
-    start = 0
-
-    def keys(self, li: int, past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-        end = self.start + new.shape[0]
-        past[self.start : end, li] = new
-        return past[:end, li]
-
-    def run(
-        self,
-        tokens: torch.Tensor,
-        queries: torch.Tensor,
-        keys: torch.Tensor,
-        values: torch.Tensor,
-        start: int,
-        kr: torch.Tensor,
-        rel: torch.Tensor,
-        neg: torch.Tensor,
-    ) -> torch.Tensor:
-        self.start = start
-        return self(tokens, queries, keys, values, kr, rel, neg)[0]
+        return self.net.lm_loss(x), torch.stack(new_k), torch.stack(new_v)
 
 
 class Engine(Protocol):
-    """Runs a CachedPass over the cache's buffers `keys`, `values` (N, L, n, dh), whose rows < start are
-    committed; leaves the new rows' keys and values at start.. and returns the query rows' (k, V) logits."""
+    """Runs CachedPass (its arguments and results as there): the module itself, or infill.models.onnx.OnnxPass."""
 
-    def run(
+    def __call__(
         self,
         tokens: torch.Tensor,
         queries: torch.Tensor,
-        keys: torch.Tensor,
-        values: torch.Tensor,
-        start: int,
-        kr: torch.Tensor,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+        kr: list[torch.Tensor],
         rel: torch.Tensor,
         neg: torch.Tensor,
-    ) -> torch.Tensor: ...
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
 
 class XLNetKVCache:
@@ -128,25 +98,25 @@ class XLNetKVCache:
     `logits(...)` is a drop-in for the full forward. The cache is keyed by (N, masked positions, prompt tokens);
     committed masked tokens that differ from the call's `ids` (a new sample of the same problem) truncate it back
     to the longest common prefix, which stays valid because rank r only sees ranks < r. `engine` runs the passes
-    (InPlacePass, eager, by default; infill.models.onnx.OnnxPass runs the same pass as an ONNX graph).
+    (CachedPass, eager, by default; infill.models.onnx.OnnxPass runs the same pass as an ONNX graph).
     """
 
     def __init__(self, net: TwoStreamXLNet, engine: Engine | None = None) -> None:
         self.net = net
         self.layers = net.layers()
-        self.engine: Engine = engine if engine is not None else InPlacePass(net)
+        self.engine: Engine = engine if engine is not None else CachedPass(net)
         self.prefills = 0  # prompt passes (one per new problem)
         self.reused = 0  # draft rows committed from a verify pass (for tests and benchmarks)
         self._key: tuple[int, tuple[int, ...]] | None = None
         self._prompt_ids: torch.Tensor | None = None
         self._N = 0
         self._R = 0  # committed rows
-        self._keys: torch.Tensor | None = None  # (N, L, n, dh) rows 0.._R-1 committed
-        self._values: torch.Tensor | None = None  # (N, L, n, dh)
+        self._keys: torch.Tensor | None = None  # (L, n, N, dh) rows 0.._R-1 committed, the rest finite
+        self._values: torch.Tensor | None = None  # (L, n, N, dh)
         self._pos: torch.Tensor | None = None  # (N,) positions of the rows
         self._tokens: list[int] = []  # committed masked tokens, rank order
         self._n_prompt = 0
-        self._kr: torch.Tensor | None = None  # (L, 2N - 1, n, dh): relative keys by distance
+        self._kr: list[torch.Tensor] = []  # per layer (n, 2N - 1, dh): relative keys by distance
         # drafts whose rows the last verify pass left at _R..: (committed tokens then, draft tokens)
         self._stash: tuple[list[int], list[int]] | None = None
 
@@ -165,18 +135,22 @@ class XLNetKVCache:
         query rows for `targets` (k,); `sees` (k, G) bool says which new rows each query row sees (every row sees
         the committed rows). Returns the targets' (k, V) logits."""
         assert self._keys is not None and self._values is not None and self._pos is not None
-        assert self._kr is not None
-        R, G, k = self._R, tokens.shape[0], targets.shape[0]
+        R, G, k, N = self._R, tokens.shape[0], targets.shape[0], self._N
         dev = tokens.device
-        width = R + G
-        self._pos[R:width] = pos
         q_pos = torch.cat([pos, targets])  # (G+k,) the rows' positions
-        rel = (self._N - 1) - (q_pos[:, None] - self._pos[None, :width])  # (G+k, width)
+        rel = (N - 1) - (q_pos[:, None] - torch.cat([self._pos, pos])[None])  # (G+k, N+G)
         within = torch.ones(G, G, dtype=torch.bool, device=dev)
         blocked = torch.cat([~within if bidirectional else ~within.tril(), ~sees])  # (G+k, G)
-        neg = torch.zeros(G + k, width, device=dev, dtype=self._keys.dtype)
-        neg[:, R:] = blocked.to(neg.dtype) * -NEG
-        return self.engine.run(tokens, targets, self._keys, self._values, R, self._kr, rel, neg)
+        neg = torch.zeros(G + k, N + G, device=dev, dtype=self._keys.dtype)
+        neg[:, R:N] = -NEG  # buffer rows not committed
+        neg[:, N:] = blocked.to(neg.dtype) * -NEG
+        logits, new_k, new_v = self.engine(
+            tokens, targets, list(self._keys), list(self._values), self._kr, rel, neg
+        )  # (k, V), (L, n, G, dh) x 2
+        self._keys[:, :, R : R + G] = new_k
+        self._values[:, :, R : R + G] = new_v
+        self._pos[R : R + G] = pos
+        return logits
 
     # --- cache maintenance ------------------------------------------------------------------------
 
@@ -189,11 +163,12 @@ class XLNetKVCache:
         self._key = (N, tuple(masked.tolist()))
         self._prompt_ids = ids[p_pos].clone()
         self._N = N
-        self._kr = torch.stack([self.net.relative_keys(layer, N, ids.device) for layer in self.layers])
-        shape = (N, len(self.layers), s.n_head, s.d_head)
-        self._keys = torch.empty(shape, device=ids.device, dtype=self._kr.dtype)  # the weights' dtype
-        self._values = torch.empty(shape, device=ids.device, dtype=self._kr.dtype)
-        self._pos = torch.empty(N, dtype=torch.long, device=ids.device)
+        self._kr = [self.net.relative_keys(layer, N, ids.device).contiguous() for layer in self.layers]
+        shape = (len(self.layers), s.n_head, N, s.d_head)
+        # zeros: every pass reads the whole buffers (masked), so rows never written must be finite
+        self._keys = torch.zeros(shape, device=ids.device, dtype=self._kr[0].dtype)  # the weights' dtype
+        self._values = torch.zeros(shape, device=ids.device, dtype=self._kr[0].dtype)
+        self._pos = torch.zeros(N, dtype=torch.long, device=ids.device)
         self._R = 0
         self._tokens = []
         self._stash = None
