@@ -9,7 +9,7 @@ Prints the median wall time of each and its ratio to cold; checks that all three
     python benchmarks/latency.py                      # the default model
     python benchmarks/latency.py --tiny               # a tiny random checkpoint (infill.models.tiny)
     python benchmarks/latency.py --model PATH --runs 9
-    python benchmarks/latency.py --decoder beam --engines torch,onnx   # the engines side by side, interleaved
+    python benchmarks/latency.py --decoder '' --engines torch,onnx   # the default fill, engines side by side
 
 The daemon runs in a private runtime directory and is stopped at the end.
 """
@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--model", default="default", help="model name or folder [default: the embedded model]")
     parser.add_argument("--tiny", action="store_true", help="build and use a tiny random checkpoint")
     parser.add_argument("--runs", type=int, default=7, help="timed runs per mode (after one warm-up) [7]")
-    parser.add_argument("--decoder", default="assd")
+    parser.add_argument("--decoder", default="assd", help="'' = the tool's default (beam search)")
     parser.add_argument(
         "--no-syntax-check",
         action="store_true",
@@ -101,9 +101,10 @@ def main() -> None:
             "json",
             "--model",
             model,
-            "--decoder",
-            args.decoder,
-        ] + (["--no-syntax-check"] if args.no_syntax_check else [])
+        ]
+        fill += (["--decoder", args.decoder] if args.decoder else []) + (
+            ["--no-syntax-check"] if args.no_syntax_check else []
+        )
 
         engines = [e.strip() for e in args.engines.split(",") if e.strip()] or [""]
         modes = [(mode, engine) for engine in engines for mode in ("cold", "daemon", "stdio")]
@@ -133,8 +134,8 @@ def main() -> None:
 
     same = len({json.dumps(edits(out)) for out in outputs.values()}) == 1
     print(
-        f"model: {model}   decoder: {args.decoder}   runs per mode: {args.runs} (after one warm-up; interleaved)"
-        f"   OMP_NUM_THREADS: {args.threads or 'default'}"
+        f"model: {model}   decoder: {args.decoder or 'default'}   runs per mode: {args.runs} (after one warm-up; "
+        f"interleaved)   OMP_NUM_THREADS: {args.threads or 'default'}"
     )
     print(
         f"{'mode':<8} {'engine':<10} {'median ms':>10} {'min ms':>8} {'ratio to cold':>14} {'decode ms':>10} "
@@ -168,9 +169,8 @@ class StdioServer:
             "path": str(source),
             "span": f"{LINE}:{LINE}",
             "model": model,
-            "decoder": args.decoder,
             "syntax_check": not args.no_syntax_check,
-        }
+        } | ({"decoder": args.decoder} if args.decoder else {})
 
     def fill(self, request_id: int, engine: str = "") -> tuple[float, dict[str, Any]]:
         stdin, stdout = self.process.stdin, self.process.stdout

@@ -169,7 +169,7 @@ class Layer(nn.Module):
         q: torch.Tensor,  # (B, Q, n, dh) their queries
         kt: Blocks,  # (n, B, dh, R) keys, head-major and transposed (any strides), or blocks of them
         vh: Blocks,  # (n, B, R, dh) values, head-major (any strides), or blocks of them (the same split)
-        kr: torch.Tensor,  # (n, P, dh) relative keys by distance, descending: index p <-> distance (P-1)/2 - p
+        kr: torch.Tensor,  # (n, dh, P) relative keys by distance, transposed, descending: p <-> distance (P-1)/2 - p
         rel: torch.Tensor | None,  # (B, Q, R) long index into kr, or None: rows and keys are both 0..N-1
         neg: torch.Tensor | None,  # (B, Q, R) additive mask: 0 allowed, -1e30 blocked; None: all allowed
     ) -> torch.Tensor:
@@ -187,7 +187,7 @@ class Layer(nn.Module):
         q: torch.Tensor,  # (B, Q, n, dh)
         kt: Blocks,  # (n, B, dh, R), or blocks (n, B, dh, R_i) with sum R_i = R
         vh: Blocks,  # (n, B, R, dh), or blocks (n, B, R_i, dh)
-        kr: torch.Tensor,  # (n, P, dh)
+        kr: torch.Tensor,  # (n, dh, P)
         rel: torch.Tensor | None,  # (B, Q, R) or None
         neg: torch.Tensor | None,  # (B, Q, R) or None
     ) -> torch.Tensor:
@@ -201,7 +201,7 @@ class Layer(nn.Module):
         B, Q, n, dh = q.shape
         R = sum(k.shape[-1] for k in kts)
         qs = q.permute(2, 0, 1, 3) * self.rel_attn.scale  # (n, B, Q, dh), the 1/sqrt(d_head) folded in
-        by_dist = (qs + self._derived("rr")).reshape(n, B * Q, dh) @ kr.transpose(-1, -2)  # (n, B*Q, P)
+        by_dist = (qs + self._derived("rr")).reshape(n, B * Q, dh) @ kr  # (n, B*Q, P)
         P = by_dist.shape[-1]
         if rel is None:  # row i needs distances i - j, j = 0..N-1: a contiguous window of each row (a view)
             bd = by_dist.as_strided((n, B, Q, R), (B * Q * P, Q * P, P - 1, 1), by_dist.storage_offset() + (P - 1) // 2)
@@ -295,10 +295,10 @@ class TwoStreamXLNet(nn.Module):
         return table
 
     def relative_keys(self, layer: Layer, N: int, device: torch.device) -> torch.Tensor:
-        """(n, 2N-1, dh) relative keys of one layer, head-major (a view of a (2N-1, n, dh) product)."""
+        """(n, dh, 2N-1) relative keys of one layer, head-major and transposed (a view of the product)."""
         r = layer.rel_attn.r
         by_dist = self.distances(N, device).to(r.dtype) @ r.reshape(r.shape[0], -1)  # (2N-1, n*dh)
-        return by_dist.unflatten(-1, r.shape[1:]).transpose(0, 1)
+        return by_dist.t().unflatten(0, r.shape[1:])
 
     # --- training / scoring forward ------------------------------------------------------------------------
 
@@ -336,7 +336,7 @@ class TwoStreamXLNet(nn.Module):
         layers = self.layers()
         last = len(layers) - 1
         for li, layer in enumerate(layers):
-            kr = self.relative_keys(layer, N, dev)  # (n, 2N-1, dh)
+            kr = self.relative_keys(layer, N, dev)  # (n, dh, 2N-1)
             if li < last:
                 q_h, k, v = layer.project(h, "qkv").unbind(-3)  # each (B, N, n, dh)
             else:  # the last layer's content rows feed nothing

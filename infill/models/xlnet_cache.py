@@ -35,11 +35,12 @@ class CachedPass(nn.Module):
     ONNX graph of infill.models.onnx is exported from it).
 
     tokens (G,) long: the new content rows; queries (k,): only its length is read (k query rows, `mask_emb`);
-    keys, values: per layer (n, N, dh), the cache's buffers, whole (rows not committed are masked, and must be
-    finite: zeros or stale rows); kr: per layer (n, P, dh) relative keys by distance; rel (G+k, N+G) long index
+    keys, values: per layer (n, dh, N) and (n, N, dh), the cache's buffers (keys transposed, as the products take
+    them), whole: rows not committed are masked, and must be finite (zeros or stale rows); kr: per layer
+    (n, dh, P) relative keys by distance, transposed; rel (G+k, N+G) long index
     into kr of each (row, key) distance; neg (G+k, N+G) additive mask (0 or -1e30), over the buffer's rows then
     the new rows. The buffers are attended as they are, with the new rows as a second block of keys, so no pass
-    copies them. Returns (logits (k, V), new_k (L, n, G, dh), new_v (L, n, G, dh)): the query rows' logits and
+    copies them. Returns (logits (k, V), new_k (L, n, dh, G), new_v (L, n, G, dh)): the query rows' logits and
     the new rows' keys and values (the caller writes them into the buffers).
     """
 
@@ -66,9 +67,9 @@ class CachedPass(nn.Module):
         for li, layer in enumerate(layers):
             q, key, value = layer.project(x, "qkv").unbind(-3)  # each (G+k, n, dh): one product for both streams
             key_n, value_n = key[:G].transpose(0, 1), value[:G].transpose(0, 1)  # (n, G, dh)
-            new_k.append(key_n)
+            new_k.append(key_n.transpose(-1, -2))
             new_v.append(value_n)
-            kt = (keys[li].transpose(-1, -2)[:, None], key_n.transpose(-1, -2)[:, None])  # (n, 1, dh, N), (.., G)
+            kt = (keys[li][:, None], key_n.transpose(-1, -2)[:, None])  # (n, 1, dh, N), (n, 1, dh, G)
             vh = (values[li][:, None], value_n[:, None])  # (n, 1, N, dh), (n, 1, G, dh)
             rows = slice(G, G + k) if li == last else slice(0, G + k)  # the last layer's content rows feed nothing
             x = layer.ff(
@@ -111,12 +112,12 @@ class XLNetKVCache:
         self._prompt_ids: torch.Tensor | None = None
         self._N = 0
         self._R = 0  # committed rows
-        self._keys: torch.Tensor | None = None  # (L, n, N, dh) rows 0.._R-1 committed, the rest finite
+        self._keys: torch.Tensor | None = None  # (L, n, dh, N) rows 0.._R-1 committed, the rest finite
         self._values: torch.Tensor | None = None  # (L, n, N, dh)
         self._pos: torch.Tensor | None = None  # (N,) positions of the rows
         self._tokens: list[int] = []  # committed masked tokens, rank order
         self._n_prompt = 0
-        self._kr: list[torch.Tensor] = []  # per layer (n, 2N - 1, dh): relative keys by distance
+        self._kr: list[torch.Tensor] = []  # per layer (n, dh, 2N - 1): relative keys by distance, transposed
         # drafts whose rows the last verify pass left at _R..: (committed tokens then, draft tokens)
         self._stash: tuple[list[int], list[int]] | None = None
 
@@ -146,8 +147,8 @@ class XLNetKVCache:
         neg[:, N:] = blocked.to(neg.dtype) * -NEG
         logits, new_k, new_v = self.engine(
             tokens, targets, list(self._keys), list(self._values), self._kr, rel, neg
-        )  # (k, V), (L, n, G, dh) x 2
-        self._keys[:, :, R : R + G] = new_k
+        )  # (k, V), (L, n, dh, G), (L, n, G, dh)
+        self._keys[..., R : R + G] = new_k
         self._values[:, :, R : R + G] = new_v
         self._pos[R : R + G] = pos
         return logits
@@ -164,10 +165,10 @@ class XLNetKVCache:
         self._prompt_ids = ids[p_pos].clone()
         self._N = N
         self._kr = [self.net.relative_keys(layer, N, ids.device).contiguous() for layer in self.layers]
-        shape = (len(self.layers), s.n_head, N, s.d_head)
+        L, n, dh, dtype = len(self.layers), s.n_head, s.d_head, self._kr[0].dtype  # the weights' dtype
         # zeros: every pass reads the whole buffers (masked), so rows never written must be finite
-        self._keys = torch.zeros(shape, device=ids.device, dtype=self._kr[0].dtype)  # the weights' dtype
-        self._values = torch.zeros(shape, device=ids.device, dtype=self._kr[0].dtype)
+        self._keys = torch.zeros(L, n, dh, N, device=ids.device, dtype=dtype)
+        self._values = torch.zeros(L, n, N, dh, device=ids.device, dtype=dtype)
         self._pos = torch.zeros(N, dtype=torch.long, device=ids.device)
         self._R = 0
         self._tokens = []
