@@ -5,15 +5,16 @@ call by call, as a decoder makes them: a new problem (the prompt's pass over --c
 one-row draft, a ten-row draft and a ten-row verify, with --masked positions in the middle of the sequence,
 5 of them decoded. Engines:
   torch        eager PyTorch, fp32 (infill.models.xlnet_cache.InPlacePass)
-  torch-bf16   the same under bf16 autocast (only where the CPU has native bf16: AMX or AVX512-BF16, or CUDA)
+  torch-bf16   the net's weights in bf16 (only where the CPU has native bf16: AMX or AVX512-BF16, or CUDA)
   torch-int8   the same with the linear layers (feed-forward, head) dynamically quantized to int8 (CPU)
   onnx         ONNX Runtime on the graph exported from the same module, fp32 (CPU; the `onnx` extra)
   onnx-int8    the same graph with int8 weight matrices (CPU)
-Each cell is the median of --runs calls: wall time and the process's CPU time (the machine may be loaded: CPU
-time moves less with other work). Also printed per engine: the largest logit difference to torch over the four
-calls, and whether the ten-row verify's top tokens agree. Then the block-diffusion model's pass (a 4-token
-draft over a --context-token cache) through the engines that run a stock transformers model (torch, torch-bf16,
-torch-int8).
+A new problem's pass is mostly the prompt's rows (arithmetic, not reading the weights). Each cell is the median
+of --runs calls: wall time and the process's CPU time (the machine may be loaded: CPU time moves less with other
+work). Also printed per engine: the largest logit difference to torch over the four calls, and whether the
+ten-row verify's top tokens agree. Then the block-diffusion model's pass (a 4-token draft over a
+--context-token cache) through the engines that run a stock transformers model (torch, torch-bf16, torch-int8;
+the bf16 one is autocast, as the block-diffusion backend runs it).
 
 `fills`: single-line tasks (HumanEval lines, and with --heldout held-out corpus lines) filled through
 infill.api.fill_text with the tool's defaults (beam search, syntax check, retrieval) by each product engine
@@ -125,13 +126,13 @@ def passes(args: argparse.Namespace) -> None:
     ids[masked[:done]] = torch.randint(3, base.vocab_size, (done,), generator=g)
     drafted = ids.clone()
     drafted[masked[done : done + 10]] = torch.randint(3, base.vocab_size, (10,), generator=g)
-    fresh = [ids.clone(), ids.clone()]  # two prompts that differ: each call is a new problem
+    fresh = [ids.clone(), ids.clone()]  # two prompts that differ: each engine's call is a new problem
     fresh[1][1] = (int(ids[1]) + 1) % base.vocab_size
-    turn = [0]
+    turn: dict[int, int] = {}  # per model: the prompt of its last call
 
     def new_problem(m: Any) -> torch.Tensor:
-        turn[0] ^= 1
-        return m.draft(fresh[turn[0]], masked, done, masked[done : done + 1])
+        turn[id(m)] = 1 - turn.get(id(m), 0)
+        return m.draft(fresh[turn[id(m)]], masked, done, masked[done : done + 1])
 
     calls: dict[str, Callable[[Any], torch.Tensor]] = {
         "new problem": new_problem,
@@ -151,9 +152,8 @@ def passes(args: argparse.Namespace) -> None:
     for e in engines:
         worst = 0.0
         for name in calls:
-            turn[0] = 1  # the same problem for both
             a = call(e, name)
-            turn[0] = 1
+            turn[id(engines["torch"])] = turn.get(id(engines[e]), 0) ^ 1  # the same problem for both
             b = call("torch", name)
             finite = torch.isfinite(b)
             worst = max(worst, float((a.float() - b)[finite].abs().max()))
