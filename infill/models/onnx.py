@@ -217,6 +217,9 @@ class OnnxPass:
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # errors only
+        # with --threads above 1, idle workers sleep rather than spin, which on a busy machine waits on a
+        # descheduled peer (docs/performance.md, "Threads")
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.int8 = int8
         self.path = path
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
