@@ -139,6 +139,23 @@ def test_an_unwritable_cache_directory_still_runs(
     assert not made.path.is_relative_to(blocker) and made.path.is_file()
 
 
+@needs_onnx
+def test_a_graph_that_cannot_be_made_falls_back_only_under_auto(
+    reference: XLNetAnySubset, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("the exporter broke\nwith a second line")
+
+    monkeypatch.setattr(onnx, "OnnxPass", broken)
+    monkeypatch.delenv("INFILL_ENGINE", raising=False)
+    model = XLNetAnySubset(reference.net, mask_id=reference.mask_id, device="cpu", engine="auto")
+    assert model.engine == "torch"
+    err = capsys.readouterr().err
+    assert "the exporter broke" in err and "second line" not in err and err.count("\n") == 1
+    with pytest.raises(ModelError, match="the exporter broke"):
+        XLNetAnySubset(reference.net, mask_id=reference.mask_id, device="cpu", engine="onnx")
+
+
 def test_engine_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("INFILL_ENGINE", raising=False)
     assert resolve_engine("torch", "cpu") == "torch"

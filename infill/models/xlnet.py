@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from typing import TYPE_CHECKING, Any, get_args
 
 from infill.config import EngineName
-from infill.errors import ModelError
+from infill.errors import ModelError, one_line
 from infill.hardware import resolve_device
 
 if TYPE_CHECKING:
@@ -88,15 +89,24 @@ class XLNetAnySubset:
         self.bf16 = bool(bf16) and fast_bf16(self.device.type)  # bf16 is 65x slower than fp32 on AVX2 CPUs
         self.nfe = 0
         self.engine = resolve_engine(engine, self.device.type)
-        self.cache = XLNetKVCache(self.net, self._engine()) if cache else None  # None = the full forward every pass
+        self.cache = XLNetKVCache(self.net, self._engine(engine)) if cache else None  # None: the full forward
 
-    def _engine(self) -> Engine | None:
-        """The cached pass's engine (None: the eager default)."""
+    def _engine(self, asked: str) -> Engine | None:
+        """The cached pass's engine (None: the eager default). When an ONNX graph cannot be made or run, `auto`
+        falls back to the eager engine with a warning on stderr; an engine asked for by name is a ModelError."""
         if self.engine == "torch":
             return None
         from infill.models.onnx import OnnxPass
 
-        return OnnxPass(self.net, int8=self.engine == "onnx-int8")
+        try:
+            return OnnxPass(self.net, int8=self.engine == "onnx-int8")
+        except Exception as exc:  # the exporter, the quantizer or the runtime (their errors have no common base)
+            reason = one_line(f"{type(exc).__name__}: {exc}")
+            if asked != "auto" or os.environ.get(ENGINE_ENV, "").strip() not in ("", "auto"):
+                raise ModelError(f"--engine {self.engine}: {reason}") from exc
+            print(f"infill: warning: the ONNX Runtime engine failed ({reason}); using torch", file=sys.stderr)
+            self.engine = "torch"
+            return None
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch
