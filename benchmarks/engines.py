@@ -22,8 +22,12 @@ infill.api.fill_text with the tool's defaults (beam search, syntax check, retrie
 time, the paired median ratio of CPU times to torch's, how many fills are identical to torch's, and how many
 equal the reference line (exact match).
 
+`example`: the README's fill (examples/stats.py --span 9:9 with the tool's defaults) through each product engine,
+interleaved: its passes, the decoder's wall time and the fill's CPU time.
+
     python benchmarks/engines.py passes --runs 30
     python benchmarks/engines.py fills --limit 60 --heldout runs/corpus --heldout-limit 60
+    python benchmarks/engines.py example --runs 15
     python benchmarks/engines.py passes --device cuda      # torch engines only
 """
 
@@ -286,9 +290,44 @@ def fills(args: argparse.Namespace) -> None:
         )
 
 
+def example(args: argparse.Namespace) -> None:
+    """The README's fill (examples/stats.py --span 9:9, the tool's defaults) in this process, per engine."""
+    from infill.api import fill_text
+    from infill.config import TOOL_DECODE, ModelSpec
+    from infill.models import onnx
+    from infill.models.registry import load
+    from infill.spans import Selection, resolve
+
+    engines = ["torch", *(["onnx", "onnx-int8"] if onnx.available() and args.device != "cuda" else [])]
+    loaded = {e: load(ModelSpec(name=args.model, device=args.device, engine=e)) for e in engines}
+    text = (Path(__file__).resolve().parent.parent / "examples" / "stats.py").read_text(encoding="utf-8")
+    spans = resolve(text.encode("utf-8"), [Selection("span", "9:9")], "python")
+    results: dict[str, list[Any]] = {e: [] for e in engines}
+
+    def run(e: str) -> None:
+        cpu = time.process_time()
+        result = fill_text(text, spans, language="python", model=loaded[e], decode=TOOL_DECODE)
+        results[e].append((result, time.process_time() - cpu))
+
+    interleaved({e: (lambda e=e: run(e)) for e in engines}, args.runs)
+    print(
+        f"examples/stats.py --span 9:9, the tool's defaults, in-process; {torch.get_num_threads()} thread(s), "
+        f"{describe_cpu()}; median of {args.runs} fills"
+    )
+    print(f"{'engine':10s} {'passes':>7s} {'decoding wall':>14s} {'fill CPU':>9s}  fill")
+    for e, runs in results.items():
+        runs = runs[2:]  # after the warm-up rounds
+        result = runs[0][0]
+        wall = statistics.median(r.stats["seconds"] for r, _ in runs)
+        print(
+            f"{e:10s} {result.stats['nfe']:>7d} {wall * 1e3:>12.1f}ms "
+            f"{statistics.median(c for _, c in runs) * 1e3:>7.1f}ms  {result.edits[0].text.strip()!r}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["passes", "fills"])
+    ap.add_argument("what", choices=["passes", "fills", "example"])
     ap.add_argument("--model", default="default")
     ap.add_argument("--blockdiff", default="blockdiff", help="block-diffusion model for `passes`")
     ap.add_argument("--no-blockdiff", action="store_true", help="skip the block-diffusion passes")
@@ -305,7 +344,7 @@ def main() -> None:
     import os
 
     os.environ["INFILL_THREADS"] = str(args.threads)
-    passes(args) if args.what == "passes" else fills(args)
+    {"passes": passes, "fills": fills, "example": example}[args.what](args)
 
 
 if __name__ == "__main__":
