@@ -18,7 +18,8 @@ Two callers:
   * `TwoStreamXLNet.train_hidden`: a batch of whole sequences (training, held-out loss). The content stream has
     all N rows; the query stream only the T target rows (HF scatters it over all N positions); the last layer's
     content rows are skipped (nothing reads them).
-  * `infill.models.xlnet_cache.XLNetKVCache`: the same layer functions on row subsets with cached keys.
+  * `infill.models.xlnet_cache.CachedPass`: the same layer functions on row subsets with cached keys, the
+    cache's buffers and the new rows attended as two blocks of keys (eager, or exported to ONNX Runtime).
 """
 
 from __future__ import annotations
