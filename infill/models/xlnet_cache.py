@@ -37,11 +37,11 @@ class CachedPass(nn.Module):
     tokens (G,) long: the new content rows; queries (k,): only its length is read (k query rows, `mask_emb`);
     keys, values: per layer (n, dh, N) and (n, N, dh), the cache's buffers (keys transposed, as the products take
     them), whole: rows not committed are masked, and must be finite (zeros or stale rows); kr: per layer
-    (n, dh, P) relative keys by distance, transposed; rel (G+k, N+G) long index
-    into kr of each (row, key) distance; neg (G+k, N+G) additive mask (0 or -1e30), over the buffer's rows then
-    the new rows. The buffers are attended as they are, with the new rows as a second block of keys, so no pass
-    copies them. Returns (logits (k, V), new_k (L, n, dh, G), new_v (L, n, G, dh)): the query rows' logits and
-    the new rows' keys and values (the caller writes them into the buffers).
+    (n, dh, P) relative keys by distance, transposed; rel (G+k, N+G) long index into kr of each (row, key)
+    distance; neg (G+k, N+G) additive mask (0 or -1e30), over the buffer's rows then the new rows. The buffers
+    are attended as they are, with the new rows as a second block of keys, so no pass copies them. Returns
+    (logits (k, V), new_k (L, n, dh, G), new_v (L, n, G, dh)): the query rows' logits and the new rows' keys and
+    values (the caller writes them into the buffers).
     """
 
     def __init__(self, net: TwoStreamXLNet) -> None:
@@ -66,10 +66,10 @@ class CachedPass(nn.Module):
         new_k, new_v = [], []
         for li, layer in enumerate(layers):
             q, key, value = layer.project(x, "qkv").unbind(-3)  # each (G+k, n, dh): one product for both streams
-            key_n, value_n = key[:G].transpose(0, 1), value[:G].transpose(0, 1)  # (n, G, dh)
-            new_k.append(key_n.transpose(-1, -2))
+            key_n, value_n = key[:G].permute(1, 2, 0), value[:G].transpose(0, 1)  # (n, dh, G), (n, G, dh)
+            new_k.append(key_n)
             new_v.append(value_n)
-            kt = (keys[li][:, None], key_n.transpose(-1, -2)[:, None])  # (n, 1, dh, N), (n, 1, dh, G)
+            kt = (keys[li][:, None], key_n[:, None])  # (n, 1, dh, N), (n, 1, dh, G)
             vh = (values[li][:, None], value_n[:, None])  # (n, 1, N, dh), (n, 1, G, dh)
             rows = slice(G, G + k) if li == last else slice(0, G + k)  # the last layer's content rows feed nothing
             x = layer.ff(
