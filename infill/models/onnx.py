@@ -21,6 +21,7 @@ them only when a graph is made or run.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -79,18 +80,25 @@ def fingerprint(net: TwoStreamXLNet) -> str:
     name, so that new weights, a changed pass or another exporter never reuse a stale graph."""
     import torch
 
-    h = hashlib.blake2b(digest_size=16)
-    h.update(_FORMAT.encode())
+    h = hashlib.blake2b(_code_digest(), digest_size=16)
+    for key, tensor in sorted(net.state_dict().items()):
+        h.update(f"{key}{tuple(tensor.shape)}{tensor.dtype};".encode())
+        h.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> bytes:
+    """The code part of `fingerprint`, read once per process (so that a file changed on disk while this process
+    runs the code it loaded earlier cannot name a graph traced from the old code)."""
+    h = hashlib.blake2b(_FORMAT.encode(), digest_size=16)
     here = Path(__file__).resolve().parent
     for name in ("twostream.py", "xlnet_cache.py", "onnx.py"):
         h.update((here / name).read_bytes())
     for package in ("torch", *PACKAGES):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             h.update(f"{package}={importlib.metadata.version(package)};".encode())
-    for key, tensor in sorted(net.state_dict().items()):
-        h.update(f"{key}{tuple(tensor.shape)}{tensor.dtype};".encode())
-        h.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
-    return h.hexdigest()
+    return h.digest()
 
 
 def export(net: TwoStreamXLNet, path: Path) -> None:
