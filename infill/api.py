@@ -20,7 +20,9 @@ planning is infill.core.plan, and what differs between the two model kinds is in
   an end-of-fill pad, whose fills always use the whole budget). Otherwise (an insertion point, blank lines
   or a --marker) the selector's default: span 32, marker 32, function 96, class 192, node 64 tokens.
   Models with a pad token end fills early: everything from the first <pad> of a span on is cut. A span of
-  one whole line (`--span N`, `--span N:N`) gets one line back: the fill is cut at its first line break.
+  one whole line (`--span N`, `--span N:N`) gets one line back: the fill is cut at its first line break. A
+  one-line span that starts inside a line (the language server's completion at the cursor) gets the rest of that
+  line: everything from the fill's first line break on is cut, so a fill that starts with one is empty.
 * Context truncation. A sequence may hold `model.max_length` tokens. The masked tokens and the text between
   spans of one region are never cut. What remains goes 3/4 to the prefix (its end is kept) and 1/4 to the
   suffix (its start is kept); a side that needs less gives the rest to the other. Spans too far apart to share
@@ -36,6 +38,11 @@ planning is infill.core.plan, and what differs between the two model kinds is in
   write something are tried best first until one passes (a small model's few best lines often all break the syntax).
   If none is valid, NoValidFillError names the failing spans (exit code 3: nothing is written); with
   FillOptions.allow_syntax_errors the most likely one is returned with a warning.
+* Monitors (infill.core.checks.Monitor). A candidate that passes the checks may still be refused by a monitor:
+  the static one (FillOptions.monitor, pyflakes rules for Python) or the caller's `monitor` (the docstring
+  filler's checks that each sentence is true of the code). A refusal ranks the candidate after those no monitor
+  refuses and, when sampling, draws another (within max_resample); it never makes the fill fail. The caller
+  judges the returned text again (stats["refused"] counts the refused candidates).
 """
 
 from __future__ import annotations
@@ -62,7 +69,7 @@ from infill.models.registry import LoadedModel
 from infill.spans import LineIndex, Span, check_spans
 
 if TYPE_CHECKING:
-    pass
+    from infill.core.checks import Monitor
 
 
 @dataclass(frozen=True)
@@ -145,7 +152,10 @@ def _candidate_edits(
     for plan, fill in zip(plans, fills, strict=True):
         raw = fill.raw[1:] if plan.healed and fill.raw.startswith(" ") else fill.raw
         if plan.span.one_line:
-            raw = first_line(raw)
+            # a whole line gets its first line of text back; a span that starts inside a line gets the rest of
+            # that line (a fill that begins with a line break leaves it as it is)
+            at_line_start = plan.prefix == "" or plan.prefix.endswith("\n")
+            raw = first_line(raw) if at_line_start else raw.split("\n", 1)[0]
         # a marker is not content: a line holding only a marker is shaped as the emptied line it stands for
         # (`--span N` on a blank line), wherever the marker sits on it, so the model's indentation is kept
         replaced = "" if plan.span.placeholder else plan.replaced
@@ -167,8 +177,9 @@ def fill_text(
     decode: DecodeConfig = DecodeConfig(),  # noqa: B008 (frozen, so a shared default is safe)
     options: FillOptions = FillOptions(),  # noqa: B008
     on_progress: ProgressCallback | None = None,
+    monitor: Monitor | None = None,
 ) -> FillResult:
-    """Fill every span of `text`; see the module docstring."""
+    """Fill every span of `text`; see the module docstring (`monitor`: the caller's, under "Monitors")."""
     from infill.core.checks import SyntaxCheck, monitor_for, parse_rules
     from infill.patch import apply_edits, check_outside_unchanged
     from infill.textops import newline_of
@@ -217,7 +228,8 @@ def fill_text(
             syntax = SyntaxCheck(language, data, ordered)
         except InputError as exc:  # grammar extra missing: fill without the check
             warnings.append(f"syntax check skipped: {exc.message}")
-    monitor = monitor_for(syntax, rules)  # the static monitor, for Python
+    static = monitor_for(syntax, rules)  # the static monitor, for Python
+    monitors = [m for m in (static, monitor) if m is not None]
     newline = newline_of(text)
 
     def rejection(patched: bytes, edits: list[Edit]) -> str | None:
@@ -237,7 +249,7 @@ def fill_text(
     run = Run(loaded, decode, generator, on_progress=on_progress, accept=region_accepts)
     totals = run.totals
     valid: list[tuple[float, list[Edit], str]] = []
-    flagged: list[tuple[float, list[Edit], str]] = []  # pass the checks, but the static monitor refuses them
+    flagged: list[tuple[float, list[Edit], str]] = []  # pass the checks, but a monitor refuses them
     invalid: list[tuple[float, list[Edit], str]] = []
     seen: set[tuple[str, ...]] = set()
     attempts_left = options.candidates + max(0, options.max_resample)  # resampling only happens on rejects
@@ -259,7 +271,7 @@ def fill_text(
         tier = valid
         if rejection(patched, edits) is not None:
             tier = invalid
-        elif monitor is not None and monitor.rejection(patched) is not None:
+        elif any(m.rejection(patched, edits) is not None for m in monitors):
             tier = flagged
         tier.append((sum(e.score for e in edits), edits, patched.decode("utf-8")))
         return True
@@ -304,7 +316,8 @@ def fill_text(
     pool = next(t for t in tiers if t)
     best_score, best_edits, best_text = max(pool, key=lambda c: c[0])
     if pool is tiers[1]:
-        notes.append("the static monitor refused every fill that writes something; kept the most likely one")
+        notes.append("the monitor refused every fill that writes something; kept the most likely one")
+    refused = len(flagged)
     valid += flagged  # what the syntax rule accepts, from here on
     if valid and not _writes(best_edits) and any(_writes(c[1]) for c in invalid):
         empty = ", ".join(s.label or "span" for s, e in zip(ordered, best_edits, strict=True) if not e.text.strip())
@@ -325,6 +338,7 @@ def fill_text(
         retrieved=retrieved,
         rescued=rescued,
         valid=len(valid),
+        refused=refused,
         score=best_score,
         regions=len(regions),
         accepted_histogram=histogram(totals.accepted),
@@ -338,7 +352,7 @@ def fill_text(
         best_score,
         [c for c in valid + invalid if c[1] is not best_edits],
         ordered,
-        monitored=pool is tiers[0] and monitor is not None,
+        monitored=pool is tiers[0] and static is not None,
         rescued=rescued > 0,
         beam_margin=min((s[0] - s[1] for s in beam_scores if len(s) > 1), default=10.0),
     )

@@ -3,14 +3,19 @@ so `infill --help` and shell completion never import torch or transformers."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import click
 
-from infill import __version__
+from infill import __version__, environment
+from infill.clitypes import THREADS
+from infill.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 
 # command name -> "module:attribute"; modules are imported only when the command is used or listed in detail
 COMMANDS: dict[str, str] = {
@@ -20,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "train": "infill.commands.train:train",
     "eval": "infill.commands.evaluate:evaluate",
     "serve": "infill.commands.serve:serve",
+    "lsp": "infill.commands.lsp:lsp",
     "daemon": "infill.commands.daemon:daemon",
     "completion": "infill.commands.completion:completion",
 }
@@ -50,16 +56,14 @@ def error_report(exc: Exception) -> tuple[str, int]:
     """The one stderr line and the exit code of an error no command handled itself: an InfillError's own code
     (2 input, 3 no valid fill, 4 low confidence, 123 model), 2 for an OSError (a file that cannot be read or
     written), and 123 for anything else, which is our bug."""
-    from infill.errors import InfillError, one_line
+    from infill.errors import EXIT_INTERNAL, EXIT_USAGE, InfillError, one_line
 
     if isinstance(exc, InfillError):
         return f"infill: error: {one_line(str(exc))}", exc.exit_code
     if isinstance(exc, OSError):
-        return f"infill: error: {one_line(str(exc))}", 2
-    return f"infill: internal error: {type(exc).__name__}: {one_line(str(exc))} (INFILL_DEBUG=1 shows where)", 123
-
-
-EXIT_BROKEN_PIPE = 141  # what a shell reports for a tool killed by SIGPIPE (128 + 13), e.g. `git log | head`
+        return f"infill: error: {one_line(str(exc))}", EXIT_USAGE
+    line = f"infill: internal error: {type(exc).__name__}: {one_line(str(exc))} (INFILL_DEBUG=1 shows where)"
+    return line, EXIT_INTERNAL
 
 
 def _quiet_broken_pipe() -> NoReturn:
@@ -71,6 +75,48 @@ def _quiet_broken_pipe() -> NoReturn:
     except (OSError, ValueError, AttributeError):
         pass
     sys.exit(EXIT_BROKEN_PIPE)
+
+
+def signal_report(exc: BaseException) -> tuple[str, int]:
+    """The one quiet stderr line and the exit code of a command stopped by Ctrl-C (KeyboardInterrupt) or SIGTERM
+    (Terminated): 130 and 143, what a shell reports for a tool those signals stop (not Click's "Aborted!", 1)."""
+    if isinstance(exc, Terminated):
+        return "infill: terminated", EXIT_TERMINATED
+    return "infill: interrupted", EXIT_INTERRUPTED
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises Terminated while a command runs, as SIGINT raises KeyboardInterrupt, so cleanup runs on both:
+    the writer removes its temporary file, the editor filter echoes its input. Only where nobody else handles
+    SIGTERM (a server or a trainer installs its own handler inside the command, and puts this one back)."""
+    import signal
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main_thread else None
+    if previous != signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _check_environment(ctx: click.Context) -> None:
+    """Every command starts by checking infill's environment variables (infill.environment): a junk value is a
+    usage error naming the variable, as a bad flag is."""
+    from infill.errors import InputError
+
+    try:
+        environment.check()
+    except InputError as exc:
+        raise click.UsageError(exc.message, ctx) from None
 
 
 def subcommand(group: click.Command, args: list[str]) -> tuple[str, list[str]] | None:
@@ -97,15 +143,18 @@ class LazyGroup(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         given = list(args)  # Click's parser consumes the list it is given
         try:
-            return super().parse_args(ctx, args)
+            rest = super().parse_args(ctx, args)
+            _check_environment(ctx)
+            return rest
         except _HELP_NOT_ERROR:
             raise
         except click.exceptions.ClickException as exc:  # `infill --bogus`, `infill --threads 0`, INFILL_THREADS=0
             command = subcommand(self, given)
-            if command is not None and command[0] == "fill":  # the editor filter echoes its input even then
-                from infill.commands.fill import echo_input_if_filter
+            # the editor filter echoes its input even then, and --format json prints its error document
+            if command is not None and command[0] == "fill":
+                from infill.commands.fill import answer_usage_error
 
-                echo_input_if_filter(command[1], error_line(exc), exc.exit_code)
+                answer_usage_error(command[1], error_line(exc), exc.exit_code)
             exit_on_click_error(exc)
         except BrokenPipeError:  # `infill --help | head -1`
             _quiet_broken_pipe()
@@ -114,7 +163,8 @@ class LazyGroup(click.Group):
         """Run the command; an error no command handled itself becomes one line on stderr and the documented
         exit code (2 for bad input, 123 for anything else), never a traceback (INFILL_DEBUG=1 shows it)."""
         try:
-            return super().invoke(ctx)
+            with sigterm_raises():
+                return super().invoke(ctx)
         except _HELP_NOT_ERROR:
             raise
         except click.exceptions.ClickException as exc:  # a bad flag or value of a subcommand: one line, exit 2
@@ -123,8 +173,12 @@ class LazyGroup(click.Group):
             raise
         except BrokenPipeError:  # `infill ... | head -1`: the reader has all it wants
             _quiet_broken_pipe()
+        except (KeyboardInterrupt, Terminated) as exc:  # Ctrl-C, SIGTERM: one quiet line, 130 / 143
+            line, code = signal_report(exc)
+            click.echo(line, err=True)
+            sys.exit(code)
         except Exception as exc:  # noqa: BLE001 - input, model, OS error or our bug: one line, documented code
-            if os.environ.get("INFILL_DEBUG"):
+            if environment.enabled("INFILL_DEBUG"):
                 raise
             line, code = error_report(exc)
             click.echo(line, err=True)
@@ -162,7 +216,7 @@ def load_command(target: str) -> click.Command | None:
 @click.version_option(__version__, prog_name="infill")
 @click.option(
     "--threads",
-    type=click.IntRange(1),
+    type=THREADS,
     default=None,
     envvar="INFILL_THREADS",
     show_envvar=True,

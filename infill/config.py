@@ -10,7 +10,8 @@ from typing import Any, Literal, TypeVar, get_args
 from infill.errors import DecodeError
 
 DecoderName = Literal["assd", "sequential", "parallel", "beam", "confidence", "s2d2", "ssmd", "ptp"]
-ModelKind = Literal["asarm", "blockdiff"]  # any-subset autoregressive (XLNet) or block diffusion
+# any-subset autoregressive (XLNet), block diffusion, or a left-to-right (autoregressive) code model with FIM tokens
+ModelKind = Literal["asarm", "blockdiff", "ar"]
 # The model kind each decoder runs (its function: infill.decoding.registry). Every other list of decoder names
 # (the --decoder choices, the server's checks, the eval flags, the error messages) is derived from this table.
 DECODER_KIND: dict[DecoderName, ModelKind] = {
@@ -23,6 +24,9 @@ DECODER_KIND: dict[DecoderName, ModelKind] = {
     "ssmd": "blockdiff",
     "ptp": "blockdiff",
 }
+# A left-to-right model is an any-subset model whose order is fixed (infill.models.autoregressive): it runs the
+# any-subset decoders that ask for positions in order (ASSD with lookup drafts only: infill.core.backends)
+LEFT_TO_RIGHT_DECODERS: tuple[DecoderName, ...] = ("assd", "sequential", "beam")
 # `--decoder` offers every decoder but beam search, which `--beam N` selects (with its width)
 CHOOSABLE_DECODERS: tuple[DecoderName, ...] = tuple(d for d in get_args(DecoderName) if d != "beam")
 DraftName = Literal["model", "ngram", "lookup"]
@@ -34,6 +38,7 @@ EngineName = Literal["auto", "torch", "onnx", "onnx-int8"]
 
 
 T = TypeVar("T")
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.Generator.manual_seed accepts
 
 
 def _need(ok: bool, message: str) -> None:
@@ -62,7 +67,7 @@ class Sampling:
         _need(self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}")
         _need(self.top_k >= 0, f"top-k must be >= 0 (0 = off), got {self.top_k}")
         _need(0.0 < self.top_p <= 1.0, f"top-p must be in (0, 1], got {self.top_p}")
-        _need(-(2**63) <= self.seed <= 2**64 - 1, f"seed must fit in 64 bits, got {self.seed}")
+        _need(SEED_MIN <= self.seed <= SEED_MAX, f"seed must fit in 64 bits, got {self.seed}")
 
 
 @dataclass(frozen=True)
@@ -251,9 +256,10 @@ class FillOptions:
     # beam search: when every fill it found that writes something is rejected, search again this many times wider
     # (1 = never)
     rescue_width: int = 4
-    # static monitor (infill.core.checks.LINT_RULES, comma-separated; "" = none): refuse Python fills that add a
-    # pyflakes message of these rules over the file with neutral text in the span
-    monitor: str = ""
+    # static monitor (infill.core.checks.LINT_RULES, comma-separated; "" or "none" = off): rank last the Python
+    # fills that add a pyflakes message of these rules over the file with neutral text in the span. The default
+    # is what measurably raised pass@1 (docs/confidence.md, "The static monitor")
+    monitor: str = "binds"
     # write nothing (LowConfidenceError, exit 4) when the best fill's calibrated confidence is below this; 0 = off
     min_confidence: float = 0.0
 
@@ -267,6 +273,8 @@ def decode_label(cfg: DecodeConfig) -> str:
 
 def decoders_for(kind: ModelKind) -> tuple[DecoderName, ...]:
     """The decoders that run a model of `kind`, in DecoderName's order."""
+    if kind == "ar":
+        return tuple(d for d in get_args(DecoderName) if d in LEFT_TO_RIGHT_DECODERS)
     return tuple(d for d in get_args(DecoderName) if DECODER_KIND[d] == kind)
 
 

@@ -1,15 +1,38 @@
-"""Small exceptions that carry a location. The CLI converts them to exit codes; nothing else does.
+"""Small exceptions that carry a location, and the exit codes. The CLI converts them to exit codes; nothing
+else does.
 
-Exit codes (documented in `infill fill --help` and the README):
+Exit codes (documented in `infill fill --help`, the README and docs/reliability.md), defined here once:
   0 ok, 1 changes needed (--check, or --diff with a change), 2 usage / input error, 3 no valid fill (every
   candidate would break the file's syntax; nothing was written), 4 low confidence (the best fill's calibrated
-  confidence is below --min-confidence; nothing was written), 123 internal or model error.
+  confidence is below --min-confidence; nothing was written), 123 internal or model error, and what a shell
+  reports for a tool stopped by a signal (128 + the signal): 130 Ctrl-C (SIGINT), 141 stdout closed early
+  (SIGPIPE), 143 SIGTERM.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+EXIT_OK = 0
+EXIT_CHANGES = 1  # --check would change the file, --diff printed a diff
+EXIT_USAGE = 2  # usage or input error
+EXIT_NO_VALID_FILL = 3  # every candidate breaks the syntax; nothing was written
+EXIT_LOW_CONFIDENCE = 4  # the best fill's calibrated confidence is below --min-confidence; nothing was written
+EXIT_INTERNAL = 123  # model or internal error, or the file changed on disk meanwhile
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+EXIT_BROKEN_PIPE = 141  # stdout's reader went away (128 + SIGPIPE), e.g. `infill ... | head -1`
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15)
+
+
+# every line boundary str.splitlines knows, written as its escape: a name, marker or path a user gave (which may
+# hold a line break) never splits the one line an error is
+_LINE_BREAKS = str.maketrans({c: repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
+def printable(text: str) -> str:
+    """`text` on one line: its line breaks written as escapes (a newline as the two characters \\n)."""
+    return text.translate(_LINE_BREAKS)
 
 
 def one_line(text: str) -> str:
@@ -20,14 +43,15 @@ def one_line(text: str) -> str:
 
 @dataclass
 class InfillError(Exception):
-    """Base class. `message` is one line meant for a human; location fields are optional."""
+    """Base class. `message` is one line meant for a human (str() escapes any line break a user's value brought
+    into it or into the path: printable); location fields are optional."""
 
     message: str
     path: str | None = None
     line: int | None = None  # 1-based
     column: int | None = None  # 1-based, in characters
 
-    exit_code = 123
+    exit_code = EXIT_INTERNAL
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
@@ -41,31 +65,32 @@ class InfillError(Exception):
                 if self.column is not None:
                     where += f":{self.column}"
             where += ": "
-        return f"{where}{self.message}"
+        return printable(f"{where}{self.message}")
 
 
 class InputError(InfillError):
-    """The user's input is unusable: bad file, bad span, marker not found, bad flag combination."""
+    """The user's input is unusable: bad file, bad span, marker not found, bad flag combination; or a file
+    cannot be written (read-only, not a regular file, a full disk), which leaves it untouched."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class ModelError(InfillError):
     """A model folder is missing or corrupt, or a backend failed."""
 
-    exit_code = 123
+    exit_code = EXIT_INTERNAL
 
 
 class DecodeError(InfillError):
     """A decoding problem is malformed (k < 2, no visible token, too long for the model)."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class FileChangedError(InfillError):
     """The file changed on disk between reading it and writing the result; nothing was written."""
 
-    exit_code = 123
+    exit_code = EXIT_INTERNAL
 
 
 @dataclass
@@ -77,7 +102,7 @@ class NoValidFillError(InfillError):
     failed: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
 
-    exit_code = 3
+    exit_code = EXIT_NO_VALID_FILL
     code = "no_valid_fill"  # how --format json and the server name it
 
 
@@ -85,5 +110,11 @@ class LowConfidenceError(NoValidFillError):
     """The best fill passed every check, but its calibrated confidence is below what the caller asked for
     (--min-confidence), so nothing is written. `failed` holds that fill, with its confidence as the reason."""
 
-    exit_code = 4
+    exit_code = EXIT_LOW_CONFIDENCE
     code = "low_confidence"
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (the CLI's handler raises it, as Python raises KeyboardInterrupt for SIGINT), so that
+    cleanup runs: a temporary file is removed, the editor filter echoes its input. Not an Exception: no
+    `except Exception` may swallow it."""

@@ -7,7 +7,6 @@ two: OpenMP workers spin and wait for a peer that the OS has descheduled (docs/p
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -42,13 +41,13 @@ def fast_bf16(device_type: str = "cpu") -> bool:
 
 
 def decode_threads(requested: int | None = None) -> int:
-    """Intra-op threads for decoding: `requested`, else $INFILL_THREADS, else 1."""
+    """Intra-op threads for decoding: `requested`, else $INFILL_THREADS (InputError for a junk value), else 1."""
+    from infill import environment
+
     if requested is not None and requested > 0:
         return requested
-    value = os.environ.get(THREADS_ENV, "").strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    return DECODE_THREADS
+    threads: int | None = environment.read(THREADS_ENV)
+    return threads if threads is not None else DECODE_THREADS
 
 
 def configure_decode_threads(requested: int | None = None) -> int:
@@ -72,3 +71,34 @@ def resolve_device(device: str) -> torch.device:
     if device not in ("cpu", "cuda"):
         raise ModelError(f"unknown device {device!r} (expected auto, cpu or cuda)")
     return torch.device(device)
+
+
+def free_memory(device: str = "cpu") -> int | None:
+    """Bytes a new model could take on `device`: the GPU's free memory for 'cuda'; for the CPU, MemAvailable of
+    /proc/meminfo, lowered to what the cgroup's memory limit leaves. None where it cannot be told."""
+    if device == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0]) if torch.cuda.is_available() else None
+    free: int | None = None
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    free = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        return None
+    limit, used = _read("/sys/fs/cgroup/memory.max"), _read("/sys/fs/cgroup/memory.current")
+    if limit.isdigit() and used.isdigit():  # "max" when the cgroup has no limit
+        room = int(limit) - int(used)
+        free = room if free is None else min(free, room)
+    return free
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""

@@ -12,6 +12,7 @@ This module imports Click but neither torch nor the server: `infill --help` impo
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeVar, get_args
@@ -36,6 +37,9 @@ Section = Literal["decode", "options", "model"]
 F = TypeVar("F", bound=Callable[..., Any])
 _CONFIGS: dict[Section, Any] = {"decode": DecodeConfig, "options": FillOptions, "model": ModelSpec}
 PRECISIONS = ("bf16", "fp32")
+# Work one request may ask for, on the command line and from the server alike (each option's range below says it)
+MAX_SAMPLES = 100  # "candidates", "max_resample" and "beam": 100,000 ran out of memory or for minutes
+MAX_RESCUE = 8  # a rescue search is beam x rescue_width wide
 
 
 @dataclass(frozen=True)
@@ -172,21 +176,21 @@ OPTIONS: tuple[Option, ...] = (
         ("--beam",),
         f"Beam search of width N for the most likely fill (AS-ARM models; the default, at width "
         f"{TOOL_DECODE.beam}; 0 = use --decoder).",
-        click.IntRange(min=0),
+        click.IntRange(min=0, max=MAX_SAMPLES),
     ),
     Option(
         "options",
         "candidates",
         ("-n", "--candidates"),
         "Sample N candidates; keep the most likely.",
-        click.IntRange(min=1),
+        click.IntRange(min=1, max=MAX_SAMPLES),
     ),
     Option(
         "options",
         "max_resample",
         ("--max-resample",),
         "Extra samples when a candidate adds syntax errors.",
-        click.IntRange(min=0),
+        click.IntRange(min=0, max=MAX_SAMPLES),
     ),
     Option(
         "options",
@@ -194,7 +198,7 @@ OPTIONS: tuple[Option, ...] = (
         ("--rescue-width",),
         "Beam search: when every fill it found that writes something is rejected, search again N times wider "
         "(1 = never).",
-        click.IntRange(min=1),
+        click.IntRange(min=1, max=MAX_RESCUE),
     ),
     Option(
         "options",
@@ -275,7 +279,7 @@ OPTIONS: tuple[Option, ...] = (
         "model",
         "bf16",
         ("--precision",),
-        "Compute precision (bf16 autocast over fp32 weights).",
+        "Compute precision (bf16: autocast over fp32 weights; left-to-right code models load bf16 weights).",
         click.Choice(PRECISIONS),
         key="precision",
         choices=PRECISIONS,
@@ -321,14 +325,37 @@ def _click_option(option: Option, default: Any, text: str, unset: bool = False) 
     return click.option(*option.flags, option.name, **kwargs)
 
 
-def read_context(path: str) -> str:
-    """A --context file's text (undecodable bytes replaced: it only supplies candidate lines); InputError (exit 2)
-    when it cannot be read."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError as exc:
-        raise InputError(f"cannot read --context file: {exc.strerror or exc}", path=path) from None
+MAX_CONTEXT_BYTES = 8 << 20  # --context files together: they only supply candidate lines for a one-line fill
+
+
+def read_context(paths: Iterable[str]) -> tuple[str, ...]:
+    """The texts of --context files (undecodable bytes replaced: they only supply candidate lines). InputError
+    (exit 2) for a file that cannot be read, that is not a regular file (a device such as /dev/zero never ends,
+    a named pipe may never deliver; neither is opened for reading), or when the files hold more than
+    MAX_CONTEXT_BYTES together."""
+    import stat
+
+    texts: list[str] = []
+    limit = left = MAX_CONTEXT_BYTES
+    for path in paths:
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise InputError("--context file is not a regular file", path=path)
+            with open(path, "rb", opener=_without_blocking) as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # replaced since the stat
+                    raise InputError("--context file is not a regular file", path=path)
+                data = f.read(left + 1)
+        except OSError as exc:
+            raise InputError(f"cannot read --context file: {exc.strerror or exc}", path=path) from None
+        if len(data) > left:
+            raise InputError(f"--context files hold more than {limit >> 20} MiB together", path=path)
+        left -= len(data)
+        texts.append(data.decode("utf-8", errors="replace"))
+    return tuple(texts)
+
+
+def _without_blocking(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
 
 
 def from_flags(values: Mapping[str, Any]) -> tuple[DecodeConfig, FillOptions, ModelSpec]:
@@ -336,7 +363,7 @@ def from_flags(values: Mapping[str, Any]) -> tuple[DecodeConfig, FillOptions, Mo
     a command does not have keep the config's defaults; the decoder is chosen by config.choose_decoder."""
     given = {name: value for name, value in values.items() if name in BY_NAME}
     if "context" in given:
-        given["context"] = tuple(read_context(path) for path in given["context"])
+        given["context"] = read_context(given["context"])
     if "precision" in given:
         given["precision"] = given["precision"] == "bf16"
     return _build(given)
@@ -353,8 +380,6 @@ def _build(given: Mapping[str, Any]) -> tuple[DecodeConfig, FillOptions, ModelSp
 # ------------------------------------------------------------------------------------------------------------
 # the server's `fill` parameters
 
-MAX_SAMPLES = 100  # "candidates", "max_resample" and "beam" above this would hold the server for too long
-MAX_RESCUE = 8  # a rescue search is beam x rescue_width wide
 _JSON_KINDS: dict[str, type] = {"int": int, "int | None": int, "float": float, "bool": bool, "tuple[str, ...]": list}
 
 
@@ -376,11 +401,22 @@ def typed(name: str, value: Any, kind: type) -> Any:
         raise InputError(f'"{name}" must be {"a number" if kind is float else f"a {kind.__name__}"}')
     if isinstance(value, float) and not math.isfinite(value):  # 1e999 parses as inf
         raise ProtocolError(INVALID_REQUEST, f'"{name}" must be a finite number')
-    if name in ("candidates", "max_resample", "beam") and isinstance(value, int) and value > MAX_SAMPLES:
-        raise ProtocolError(INVALID_REQUEST, f'"{name}" must be at most {MAX_SAMPLES} in a server request')
-    if name == "rescue_width" and isinstance(value, int) and value > MAX_RESCUE:
-        raise ProtocolError(INVALID_REQUEST, f'"{name}" must be at most {MAX_RESCUE} in a server request')
     return value
+
+
+def within(option: Option, value: Any) -> None:
+    """A request's `value` for `option` checked against the option's own range (the one its flag has): above
+    it, the request asks for more work than any command may (ProtocolError invalid_request); below it,
+    InputError, as for the flag."""
+    from infill.server.protocol import INVALID_REQUEST, ProtocolError
+
+    bounds = option.type
+    if not isinstance(bounds, click.IntRange | click.FloatRange) or isinstance(value, bool):
+        return
+    if bounds.max is not None and (value > bounds.max or (bounds.max_open and value == bounds.max)):
+        raise ProtocolError(INVALID_REQUEST, f'"{option.name}" must be at most {bounds.max}')
+    if bounds.min is not None and (value < bounds.min or (bounds.min_open and value == bounds.min)):
+        raise InputError(f'"{option.name}" must be {"above" if bounds.min_open else "at least"} {bounds.min}')
 
 
 def from_params(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -391,6 +427,7 @@ def from_params(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         if option.name not in params:
             continue
         value = typed(option.name, params[option.name], json_kind(option))
+        within(option, value)
         if option.choices and value not in option.choices:
             quoted = [f'"{c}"' for c in option.choices]
             raise InputError(f'"{option.name}" must be {", ".join(quoted[:-1])} or {quoted[-1]}')

@@ -33,6 +33,15 @@ class ByteEdit(Protocol):
 
 
 @dataclass(frozen=True)
+class Replacement:
+    """Replace bytes [start_byte, end_byte) of an original input by `text` (a ByteEdit without a score)."""
+
+    start_byte: int
+    end_byte: int
+    text: str
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """What a file looked like when it was read; used to refuse writing over a file that changed meanwhile."""
 
@@ -83,21 +92,33 @@ def read_source(path: str) -> tuple[bytes, Snapshot]:
 _WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
 
 
-def check_writable(path: str) -> None:
-    """InputError unless `path` (an existing file, or a new one in an existing folder) can be replaced.
+def check_writable(path: str, hint: str = "") -> None:
+    """InputError unless `path` (an existing regular file, or a new one in an existing folder) can be replaced.
 
-    A file or folder without any write bit (chmod a-w) counts as read-only even for root, whom os.access
-    lets write anywhere: the mode bits say what the owner wants."""
+    Only regular files are ever written: a device (/dev/null, /dev/full), a named pipe, a socket or a folder is
+    refused, as it is on the input side. A file or folder without any write bit (chmod a-w) counts as read-only
+    even for root, whom os.access lets write anywhere: the mode bits say what the owner wants. `hint` ends the
+    read-only messages with what the command offers instead (e.g. "use --diff")."""
     p = Path(path)
     folder = p.parent if str(p.parent) else Path(".")
-    if p.exists():
-        mode = p.stat().st_mode
-        if not os.access(p, os.W_OK) or not mode & _WRITE_BITS:
-            raise InputError("file is read-only; nothing was written (use --diff or -o PATH)", path=path)
+    advice = f" ({hint})" if hint else ""
+    try:
+        st: os.stat_result | None = p.stat()
+    except FileNotFoundError:
+        st = None  # a new file (or a dangling symlink, whose target is created)
+    except OSError as exc:
+        raise InputError(f"cannot access: {exc.strerror}; nothing was written", path=path) from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError("is a directory; nothing was written", path=path)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError("not a regular file (a device, pipe or socket); nothing was written", path=path)
+        if not os.access(p, os.W_OK) or not st.st_mode & _WRITE_BITS:
+            raise InputError(f"file is read-only; nothing was written{advice}", path=path)
     if not folder.is_dir():
         raise InputError("output folder does not exist", path=path)
     if not os.access(folder, os.W_OK | os.X_OK) or not folder.stat().st_mode & _WRITE_BITS:
-        raise InputError("folder is read-only; nothing was written (use --diff or -o PATH)", path=path)
+        raise InputError(f"folder is read-only; nothing was written{advice}", path=path)
 
 
 def apply_edits(data: bytes, edits: Sequence[ByteEdit]) -> bytes:
@@ -129,9 +150,11 @@ def check_outside_unchanged(original: bytes, patched: bytes, edits: Sequence[Byt
 
 
 def unified_diff(old: str, new: str, path: str | None) -> str:
-    """A unified diff (difflib) from `old` to `new`, labelled a/PATH and b/PATH; '' when equal."""
+    """A unified diff (difflib) from `old` to `new`, labelled a/PATH and b/PATH; '' when equal. Lines end at
+    "\n" only, as `diff`, `patch` and `git apply` see them: a lone CR is part of a line (a file with lone-CR line
+    endings is one line to them), and a CRLF line keeps its CR."""
     name = (path or "<stdin>").lstrip("/")
-    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{name}", f"b/{name}")
+    lines = difflib.unified_diff(_patch_lines(old), _patch_lines(new), f"a/{name}", f"b/{name}")
     out = []
     for line in lines:
         out.append(line)
@@ -140,19 +163,31 @@ def unified_diff(old: str, new: str, path: str | None) -> str:
     return "".join(out)
 
 
-def atomic_write(path: str, data: bytes, expected: Snapshot | None = None) -> None:
-    """Replace the contents of `path` by `data`, keeping what the file is: its mode, owner and group, its hard
-    links, and a symlink (which keeps pointing at its target, whose contents change).
+def _patch_lines(text: str) -> list[str]:
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
 
-    The usual way is atomic: a temporary file in the same folder, fsync, chown/chmod to the original's owner,
-    group and mode, rename over it. A file with several hard links, or one whose owner or group this process
-    cannot give the temporary file, is rewritten in place instead (as black and ruff do), since a rename would
-    detach the other links or change the owner. With `expected`, refuse (FileChangedError) if the file no
-    longer holds what was read.
+
+def atomic_write(path: str, data: bytes, expected: Snapshot | None = None, hint: str = "") -> None:
+    """Replace the contents of `path` by `data`: the one writer every command, the server and the daemon use.
+    It keeps what the file is: its mode, owner and group, its hard links, and a symlink (which keeps pointing at
+    its target, whose contents change). It never leaves a file cut short.
+
+    The new content is first written in full to a temporary file in the same folder (fsync), so a full disk, a
+    quota or a signal fails before the file is touched. The usual way then gives that file the original's
+    owner, group and mode and renames it over the original (atomic). A file with several hard links, or one
+    whose owner or group this process cannot give the temporary file, is rewritten in place instead (as black
+    and ruff do), since a rename would detach the other links or change the owner: the temporary file is
+    removed (freeing the room it proved there is), and should the rewrite still fail, the original bytes are
+    written back. Refused (InputError, exit 2): a target that is not a regular file, a read-only file or folder
+    (check_writable; `hint` as there), and a write the system refuses (no space, quota, read-only file system,
+    an immutable or append-only file), each one line naming the file. With `expected`, refuse
+    (FileChangedError) if the file no longer holds what was read.
     """
     p = Path(os.path.realpath(path))  # write through a symlink, never replace the link itself
-    check_writable(str(p))
+    check_writable(str(p), hint)
     st: os.stat_result | None = None
+    current: bytes | None = None
     if expected is not None:
         try:
             st = p.stat()
@@ -165,28 +200,74 @@ def atomic_write(path: str, data: bytes, expected: Snapshot | None = None) -> No
             raise FileChangedError("file changed on disk since it was read; nothing written", path=path)
     elif p.exists():
         st = p.stat()
-    if st is not None and st.st_nlink > 1:
-        _write_in_place(p, data)
-        return
     folder = str(p.parent) if str(p.parent) else "."
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".infill-tmp", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if st is not None and not _take_metadata(tmp, st):
-            os.unlink(tmp)
-            _write_in_place(p, data)
-            return
-        os.replace(tmp, p)
-    except BaseException:
+        tmp = _complete_copy(folder, p.name, data)
+        renamed = False
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+            if st is None or (st.st_nlink == 1 and _take_metadata(tmp, st)):
+                os.replace(tmp, p)
+                renamed = True
+        finally:
+            if not renamed:
+                _remove(tmp)
+        if renamed:
+            _sync_folder(folder)
+            return
+        _write_in_place(p, data, current if current is not None else p.read_bytes())
+    except OSError as exc:
+        raise _unwritable(path, exc, existed=st is not None) from None
+
+
+def _unwritable(path: str, exc: OSError, existed: bool) -> InputError:
+    """The one line for a write the system refused: ENOSPC, EDQUOT, EROFS, EPERM (an immutable or append-only
+    file), EIO... The file is as it was (or, for a new file, absent)."""
+    reason = exc.strerror or type(exc).__name__
+    if isinstance(exc, _RestoreFailed):
+        return InputError(f"cannot write: {reason}; restoring its old content failed too, check the file", path=path)
+    return InputError(
+        f"cannot write: {reason}; {'the file is unchanged' if existed else 'nothing was written'}", path=path
+    )
+
+
+class _RestoreFailed(OSError):
+    """An in-place rewrite failed and so did writing the original bytes back (the one case a file may be left
+    changed; the message says so)."""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is written (a write may be short); raises the OSError of the first failure."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _complete_copy(folder: str, name: str, data: bytes) -> str:
+    """A temporary file `.NAME.*.infill-tmp` in `folder` holding all of `data`, flushed to disk; removed again if
+    that fails (a full disk, a signal), so no partial temporary file is ever left behind."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".infill-tmp", dir=folder)
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)  # a delayed allocation fails here, not in write()
+        finally:
+            os.close(fd)
+    except BaseException:
+        _remove(tmp)
         raise
-    try:  # make the rename durable; not every platform can open a folder
+    return tmp
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _sync_folder(folder: str) -> None:
+    """Make a rename durable; not every platform can open a folder."""
+    try:
         dir_fd = os.open(folder, os.O_RDONLY)
     except OSError:
         return
@@ -210,10 +291,23 @@ def _take_metadata(tmp: str, original: os.stat_result) -> bool:
     return True
 
 
-def _write_in_place(p: Path, data: bytes) -> None:
-    """Overwrite the file itself (same inode: hard links, owner and mode stay); not atomic."""
-    with open(p, "r+b") as fh:
-        fh.write(data)
-        fh.truncate()
-        fh.flush()
-        os.fsync(fh.fileno())
+def _write_in_place(p: Path, data: bytes, original: bytes) -> None:
+    """Overwrite the file itself (same inode: hard links, owner and mode stay); not atomic. If that fails (or a
+    signal interrupts it), the original bytes are written back before the error goes on."""
+    fd = os.open(p, os.O_WRONLY)
+    try:
+        try:
+            _write_all(fd, data)
+            os.ftruncate(fd, len(data))
+            os.fsync(fd)
+        except BaseException:
+            try:  # the original's blocks are still allocated: writing it back needs no new room
+                os.lseek(fd, 0, os.SEEK_SET)
+                _write_all(fd, original)
+                os.ftruncate(fd, len(original))
+                os.fsync(fd)
+            except OSError as again:
+                raise _RestoreFailed(again.errno, again.strerror) from None
+            raise
+    finally:
+        os.close(fd)

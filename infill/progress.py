@@ -9,7 +9,11 @@ Events (dicts) sent by infill.api.fill_text:
   {"event": "start", "spans": int, "tokens": int}        tokens = masked tokens of one candidate
   {"event": "candidate", "index": int, "of": int, "nfe": int}   nfe = forwards so far (all candidates)
   {"event": "step", "tokens": int, "base": int, "nfe": int}     tokens = cumulative over candidates; the
-                                                          current candidate has done tokens - base
+                                                          current candidate has done tokens - base (any-subset
+                                                          and block-diffusion decoders alike)
+  {"event": "score", "nfe": int}                         before each oracle pass that scores a line of the
+                                                          user's code (retrieval)
+A callback that raises stops the fill there, between two forward passes (how a server cancels a request).
   {"event": "done"}
 """
 
@@ -50,14 +54,23 @@ def is_interactive(stream: TextIO | None = None) -> bool:
         return False
 
 
+# A non-interactive stderr gets a progress line every PLAIN_EVERY seconds, once a fill of at least PLAIN_TOKENS
+# tokens has taken that long: long runs never go silent, and a quick or small fill prints nothing at all
+PLAIN_EVERY = 30.0
+PLAIN_TOKENS = 512
+
+
 @contextmanager
 def progress(enabled: bool, description: str = "filling") -> Iterator[Callback | None]:
-    """A callback driving a rich progress bar on stderr (spans, tokens, NFE, tokens/s), or None if disabled.
-
-    Enabled only when asked for AND stderr is a terminal, so pipes, editors and CI never see escape codes.
+    """A callback showing progress on stderr, or None if disabled: a rich progress bar (spans, tokens, NFE,
+    tokens/s) when stderr is a terminal; otherwise plain lines (no escape codes for pipes, editors and CI), so a
+    long fill (a thousand spans) never runs in silence: see PLAIN_EVERY.
     """
-    if not (enabled and is_interactive()):
+    if not enabled:
         yield None
+        return
+    if not is_interactive():
+        yield plain_lines(description)
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -92,6 +105,30 @@ def progress(enabled: bool, description: str = "filling") -> Iterator[Callback |
                 bar.update(task, completed=tokens - event.get("base", 0), info=info)
 
         yield on_event
+
+
+def plain_lines(description: str, stream: TextIO | None = None) -> Callback:
+    """The non-interactive progress callback: "infill: filling 1000 span(s): 1,320/32,000 tokens, 40 s"."""
+    state: dict[str, Any] = {"started": time.monotonic(), "said": time.monotonic(), "spans": 0, "tokens": 0}
+
+    def on_event(event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "start":
+            state.update(spans=event.get("spans", 0), tokens=event.get("tokens", 0))
+        if kind != "step":
+            return
+        now = time.monotonic()
+        if now - state["said"] < PLAIN_EVERY or state["tokens"] < PLAIN_TOKENS:
+            return
+        state["said"] = now
+        done = int(event.get("tokens", 0)) - int(event.get("base", 0))
+        line = (
+            f"infill: {description} {state['spans']} span(s): {done:,}/{state['tokens']:,} tokens, "
+            f"{now - state['started']:.0f} s"
+        )
+        print(line, file=stream if stream is not None else sys.stderr, flush=True)
+
+    return on_event
 
 
 Write = Callable[[str, bool], None]  # (text with its line breaks, to stderr?)

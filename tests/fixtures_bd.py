@@ -13,7 +13,7 @@ MASK = V - 1
 END = V - 2
 
 
-def tiny_causal_lm(arch: str = "qwen3", attn: str = "sdpa", seed: int = 0) -> Any:
+def tiny_causal_lm(arch: str = "qwen3", attn: str = "sdpa", seed: int = 0, vocab: int = V) -> Any:
     """A random 2-layer stock causal LM (fp32, eval mode) with untied embeddings, so its predictions vary."""
     import transformers
 
@@ -21,9 +21,10 @@ def tiny_causal_lm(arch: str = "qwen3", attn: str = "sdpa", seed: int = 0) -> An
         "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "starcoder2": (transformers.Starcoder2Config, transformers.Starcoder2ForCausalLM),
     }[arch]
     kwargs: dict[str, Any] = dict(
-        vocab_size=V,
+        vocab_size=vocab,
         hidden_size=32,
         num_hidden_layers=2,
         num_attention_heads=4,

@@ -4,6 +4,9 @@ The model fills each masked span with one of a few scripted alternatives (byte s
 weights. Its draft and verify passes are the exact marginals / conditionals of that mixture, so it is a proper
 any-subset model: ASSD and sequential decoding both sample the mixture exactly. With one alternative per span
 the fill is deterministic (every other token has probability ~1e-12).
+
+Run as a script, this module is `infill` with such a model registered (run_cli), for tests that need a real
+process (signals).
 """
 
 from __future__ import annotations
@@ -119,3 +122,52 @@ def fake_model(
     finally:
         unregister(name)
         api.clear_model_cache()
+
+
+class StalledModel(ScriptedModel):
+    """A ScriptedModel that, on its first forward pass, creates the file `ready` and then waits (for a signal):
+    a fill that is under way for as long as a test needs."""
+
+    def __init__(self, fills: Sequence[Alternatives], ready: str) -> None:
+        super().__init__(fills)
+        self.ready = ready
+
+    def _logits(
+        self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor, verify: bool
+    ) -> torch.Tensor:
+        import time
+
+        open(self.ready, "w").close()  # noqa: SIM115 - an empty marker file
+        time.sleep(600)
+        return super()._logits(ids, masked, n, targets, verify)
+
+
+def run_cli(argv: list[str]) -> None:
+    """`infill ARGV` in this (real) process, with a fake model `fake-cli` that fills every span with the text of
+    $FAKE_CLI_FILL. With $FAKE_CLI_STALL=PATH the model stalls (StalledModel, creating PATH); with
+    $FAKE_CLI_STALL_WRITE=PATH the first fsync of a write does (after creating PATH). For tests that send real
+    signals to a real process: run this file as a script."""
+    import os
+
+    from infill.cli import main
+
+    fill = [[(os.environ.get("FAKE_CLI_FILL", "x = 1"), 1.0)]]
+    stall = os.environ.get("FAKE_CLI_STALL")
+    model = StalledModel(fill, stall) if stall else ScriptedModel(fill)
+    register("fake-cli", lambda spec: LoadedModel("fake-cli", "asarm", model, ByteTokenizer(), {"fake": True}))
+    stall_write = os.environ.get("FAKE_CLI_STALL_WRITE")
+    if stall_write:
+        import time
+
+        def fsync(fd: int) -> None:
+            open(stall_write, "w").close()  # noqa: SIM115 - an empty marker file
+            time.sleep(600)
+
+        os.fsync = fsync
+    main(argv, prog_name="infill")
+
+
+if __name__ == "__main__":
+    import sys
+
+    run_cli(sys.argv[1:])

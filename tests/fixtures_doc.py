@@ -16,6 +16,7 @@ if __name__ == "__main__":  # run as a hook entry: make the worktree's `infill` 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infill.api import Edit, FillResult  # noqa: E402
+from infill.core.checks import Monitor  # noqa: E402
 from infill.spans import Span  # noqa: E402
 
 
@@ -36,24 +37,45 @@ def default_text(key: str, qualname: str) -> str:
 
 @dataclass
 class FakeFiller:
-    """Records every call; answers each span with `text_for(key, qualname)`, `logprob` per token."""
+    """Records every call; answers each span with `text_for(key, qualname)`, `logprob` per token.
 
-    text_for: Callable[[str, str], str] = default_text
+    `text_for` may also give a list: the candidates of that span, most likely first. Like infill.api.fill_text,
+    the fake then returns the first candidate (the i-th text of every span) that the monitor does not refuse,
+    or the first candidate when it refuses them all."""
+
+    text_for: Callable[[str, str], str | list[str]] = default_text
     logprob: float = -1.0
     warnings: list[str] = field(default_factory=list)  # returned with every call
     calls: list[tuple[str, list[Span]]] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)  # every reason the monitor gave
 
-    def __call__(self, text: str, spans: Sequence[Span], *, language: str) -> FillResult:
+    def __call__(
+        self, text: str, spans: Sequence[Span], *, language: str, monitor: Monitor | None = None
+    ) -> FillResult:
         self.calls.append((text, list(spans)))
         data = text.encode("utf-8")
-        edits = []
+        options = []
         for span in spans:
-            key, _, qualname = span.label.partition("|")
-            fill = self.text_for(key, qualname)
-            tokens = max(len(fill.split()), 1)
-            line = data[: span.start_byte].count(b"\n") + 1
-            edits.append(Edit(span.start_byte, span.end_byte, line, line, fill, self.logprob * tokens, tokens))
-        return FillResult(text=text, edits=edits, warnings=list(self.warnings))
+            key, _, qualname = (span.label or "").partition("|")
+            given = self.text_for(key, qualname)
+            options.append(given if isinstance(given, list) else [given])
+        candidates = []
+        for i in range(max(len(o) for o in options) if options else 1):
+            edits = []
+            for span, texts in zip(spans, options, strict=True):
+                fill = texts[min(i, len(texts) - 1)]
+                tokens = max(len(fill.split()), 1)
+                line = data[: span.start_byte].count(b"\n") + 1
+                edits.append(Edit(span.start_byte, span.end_byte, line, line, fill, self.logprob * tokens, tokens))
+            candidates.append(edits)
+        chosen = candidates[0]
+        for edits in candidates:
+            reason = monitor.rejection(data, edits) if monitor is not None else None
+            if reason is None:
+                chosen = edits
+                break
+            self.refusals.append(reason)
+        return FillResult(text=text, edits=chosen, warnings=list(self.warnings))
 
 
 def messy_text(key: str, qualname: str) -> str:

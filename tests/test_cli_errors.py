@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -136,3 +137,74 @@ def test_eval_timeout_nan_is_a_usage_error() -> None:
     assert result.exit_code == 2
     (line,) = result.stderr.splitlines()
     assert line.startswith("error: ") and "--timeout" in line and "finite" in line
+
+
+def _number_options() -> list[tuple[str, click.Option]]:
+    """(command path, option) for every option of every `infill` command that takes a number (not a count)."""
+    from infill.cli import main as group
+
+    found: list[tuple[str, click.Option]] = []
+
+    def walk(command: click.Command, path: str, ctx: click.Context) -> None:
+        for param in command.params:
+            number = isinstance(param.type, click.types.IntParamType | click.types.FloatParamType)
+            if isinstance(param, click.Option) and number and not param.count:
+                found.append((path, param))
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                if sub is not None:
+                    walk(sub, f"{path} {name}", click.Context(sub, parent=ctx, info_name=name))
+
+    walk(group, "infill", click.Context(group, info_name="infill"))
+    return found
+
+
+def test_every_number_option_declares_its_domain() -> None:
+    """Option values outside their domain fail at the flag (exit 2), not deep inside a decoder or a training loop:
+    every integer option has a range with a lower bound, every float option is finite, every --threads is
+    bounded (100,000 threads crashed torch), and so is the work one fill may ask for (as the server's limits) and
+    the worker processes of --jobs."""
+    from infill.clitypes import MAX_THREADS, FiniteFloatRange
+
+    options = _number_options()
+    assert len(options) > 100
+    for path, option in options:
+        name = f"{path} {option.opts[-1]}"
+        if isinstance(option.type, click.types.FloatParamType):
+            assert isinstance(option.type, FiniteFloatRange), name
+        else:
+            assert isinstance(option.type, click.IntRange) and option.type.min is not None, name
+        if option.name == "threads":
+            assert isinstance(option.type, click.IntRange) and option.type.max == MAX_THREADS, name
+        if option.name in ("beam", "candidates", "max_resample", "rescue_width", "jobs"):
+            assert isinstance(option.type, click.IntRange) and option.type.max is not None, name
+
+
+def test_every_environment_variable_declares_its_domain() -> None:
+    """infill's environment variables use the same types: a number is finite and bounded."""
+    from infill import environment
+    from infill.clitypes import FiniteFloatRange
+
+    for variable in environment.VARIABLES:
+        if isinstance(variable.type, click.types.FloatParamType):
+            assert isinstance(variable.type, FiniteFloatRange) and variable.type.max is not None, variable.name
+        if isinstance(variable.type, click.types.IntParamType):
+            assert isinstance(variable.type, click.IntRange) and variable.type.max is not None, variable.name
+    documented = (Path(__file__).resolve().parent.parent / "docs" / "server.md").read_text(encoding="utf-8")
+    assert all(variable.name in documented for variable in environment.VARIABLES)
+
+
+def test_no_help_shows_an_empty_range() -> None:
+    """A float option without bounds showed `[x<=None]` in its help (`infill docstrings --min-confidence`)."""
+    from infill.cli import main as group
+
+    def walk(command: click.Command, ctx: click.Context) -> None:
+        assert "None" not in command.get_help(ctx), ctx.command_path
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                if sub is not None:
+                    walk(sub, click.Context(sub, parent=ctx, info_name=name))
+
+    walk(group, click.Context(group, info_name="infill"))

@@ -67,3 +67,27 @@ def test_readme_examples_run_against_the_repository(tmp_path: Path, monkeypatch:
         assert result.exit_code in (0, 1, 3), (example, result.output)
         if result.exit_code != 3:
             assert not re.search(r"^(infill: )?(internal )?error", result.output, re.M), (example, result.output)
+
+
+def test_the_editor_examples_select_lines_the_example_file_has() -> None:
+    """A filter whose span is past the end echoes its input: an example that does so shows nothing at all."""
+    lines = len((README.parent / "examples" / "stats.py").read_text(encoding="utf-8").splitlines())
+    filters = [e for e in examples() if e.startswith("- ")]
+    assert filters
+    for example in filters:
+        for span in re.findall(r"--span (\d+)(?::(\d+))?", example):
+            assert all(int(n) <= lines for n in span if n), f"{example}: examples/stats.py has {lines} lines"
+
+
+def test_the_samples_are_what_the_commands_print() -> None:
+    """The README's `infill models` table and the daemon's idle time are the code's."""
+    from click.testing import CliRunner
+
+    from infill.cli import main
+    from infill.server.lifecycle import DEFAULT_IDLE_TIMEOUT
+
+    text = README.read_text(encoding="utf-8")
+    sample = text[text.index("$ infill models\n") :].split("```")[0].splitlines()[1:]
+    printed = CliRunner().invoke(main, ["models"]).stdout.splitlines()
+    assert sample == printed
+    assert f"exits after {DEFAULT_IDLE_TIMEOUT / 60:g} idle minutes" in text

@@ -94,7 +94,8 @@ def test_javascript_check_lists_missing_with_skip_rules() -> None:
 def test_javascript_jsdoc_skeleton_and_idempotence() -> None:
     filler = FakeFiller()
     out, outcomes = run(JS, "shapes.js", filler)
-    assert len(filler.calls) == 5 and {o[2] for o in outcomes} == {"filled"}
+    assert len(filler.calls) == 5 and {o[2] for o in outcomes if o[0] != "Shape"} == {"filled"}
+    assert ("Shape", 15, "low-confidence") in outcomes  # the fake's "Returns the Shape ..." is refused: a class
     assert (
         "/**\n"
         " * Returns the area of the input.\n"
@@ -108,7 +109,7 @@ def test_javascript_jsdoc_skeleton_and_idempotence() -> None:
         "export function area("
     ) in out
     assert "  /**\n   * Returns the corners of the input.\n   *\n   * @yields Each item in turn.\n   */\n" in out
-    assert "/** Returns the Shape of the input. */\nclass Shape {" in out
+    assert "/** Shape. */\nclass Shape {" in out
     assert " * @param x - The x to use.\n * @returns The computed value.\n */\nconst twice" in out
     again, _ = run(out, "shapes.js", FakeFiller())
     assert again == out
@@ -119,7 +120,8 @@ def test_typescript_optional_parameters_and_decorators() -> None:
     assert [o[0] for o in outcomes] == ["parse", "Store", "Store.size", "Store.clear"]
     assert " * @param text - The text to use.\n * @param [strict] - The strict to use.\n * @returns " in out
     assert "  /** Returns the size of the input. */\n  @cached\n  get size()" in out
-    assert "  /** Returns the clear of the input. */\n  clear(this: Store)" in out  # `this` is no parameter
+    # `this` is no parameter; `: void` returns nothing, so the fake's "Returns the clear ..." is refused
+    assert "  /** Clear. */\n  clear(this: Store)" in out
 
 
 def test_go_doc_comments_start_with_the_name() -> None:
@@ -164,10 +166,25 @@ def test_rust_doc_comments_above_attributes_with_errors_section() -> None:
         ("Shape.area", 16, "missing"),  # trait methods are public with their trait
     ]
     out, _ = run(RUST, "lib.rs", FakeFiller())
-    assert "/// Returns the Point of the input.\n#[derive(Debug)]\npub struct Point" in out
+    assert "/// Point.\n#[derive(Debug)]\npub struct Point" in out  # a struct returns nothing
     assert (
         "    /// Returns the parse of the input.\n    ///\n    /// # Errors\n    ///\n"
         "    /// Returns an error if the parse is invalid.\n    pub fn parse("
     ) in out
     assert "    fn private(&self) {}" in out and "/// Returns the private" not in out
     assert run(out, "lib.rs", FakeFiller())[0] == out
+
+
+def test_at_an_offset_only_the_declaration_around_it_gets_a_comment() -> None:
+    """The language server's "add a docstring here" in a JavaScript file: the innermost declaration only, with
+    the byte edit that inserts its comment."""
+    from infill.patch import apply_edits
+
+    source = "function outer(a) {\n  return a;\n}\n\nfunction other(b) {\n  return b;\n}\n"
+    data = source.encode("utf-8")
+    at = data.index(b"return b")
+    result = process_source(source, "m.js", DocstringConfig(), FakeFiller(), at=at)
+    assert [o.name for o in result.outcomes] == ["other"]
+    (edit,) = result.edits
+    assert edit.start_byte == edit.end_byte == data.index(b"function other")
+    assert apply_edits(data, result.edits).decode("utf-8") == result.text

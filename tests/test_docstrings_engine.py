@@ -42,8 +42,10 @@ SOURCE = textwrap.dedent(
 
 
 def fill(source: str, filler: FakeFiller | None = None, **cfg: object) -> tuple[str, FakeFiller]:
+    """Fill with the fake model's text wherever the monitor lets it through (min_probability 0 by default)."""
     filler = filler or FakeFiller()
-    result = process_source(source, "pkg/mod.py", DocstringConfig(**cfg), filler)  # type: ignore[arg-type]
+    settings = {"min_probability": 0.0, **cfg}
+    result = process_source(source, "pkg/mod.py", DocstringConfig(**settings), filler)  # type: ignore[arg-type]
     return result.text, filler
 
 
@@ -89,7 +91,8 @@ def test_original_lines_survive_and_one_liners_become_blocks() -> None:
     out_lines = iter(out.splitlines())
     assert all(any(line == o for o in out_lines) for line in kept)  # original lines, in order
     assert '    def grow(self, by):\n        """' in out and "\n        self.size += by\n" in out
-    assert 'class Empty:\n    """Returns the Empty of the input."""\n\n    pass\n' in out
+    # a class returns nothing: the monitor refuses the fake's "Returns the Empty ..." and the name speaks instead
+    assert 'class Empty:\n    """Empty."""\n\n    pass\n' in out
 
 
 def test_idempotent() -> None:
@@ -113,8 +116,13 @@ def test_min_confidence_leaves_docstrings_missing() -> None:
     assert result.text == SOURCE
     assert {o.status for o in result.outcomes} == {"left-missing"}
     assert all(o.confidence == pytest.approx(-5.0) for o in result.outcomes)
-    sure = process_source(SOURCE, "m.py", DocstringConfig(min_confidence=-3.0), FakeFiller(logprob=-1.0))
-    assert {o.status for o in sure.outcomes} == {"filled"}
+    trusting = DocstringConfig(min_confidence=-3.0, min_probability=0.0)
+    sure = process_source(SOURCE, "m.py", trusting, FakeFiller(logprob=-1.0))
+    # the summaries the monitor refuses (a class or a procedure said to return something) are left missing too
+    refused = {o.name for o in sure.outcomes if "summary" in o.refused}
+    assert refused == {"m", "Box", "Box.grow", "Empty"}
+    assert {o.status for o in sure.outcomes if o.name not in refused} == {"filled"}
+    assert {o.status for o in sure.outcomes if o.name in refused} == {"left-missing"}
 
 
 def test_unusable_output_gets_neutral_text_and_is_reported() -> None:
@@ -285,7 +293,7 @@ UPDATE_CASES = {
 @pytest.mark.parametrize("case", sorted(UPDATE_CASES))
 def test_update_fixes_parameter_entries_only(case: str) -> None:
     before, after = (textwrap.dedent(s) for s in UPDATE_CASES[case])
-    cfg = DocstringConfig(ignore_module=True)
+    cfg = DocstringConfig(ignore_module=True, min_probability=0.0)  # the fake model's text for new entries
     result = process_source(before, "m.py", cfg, FakeFiller(), update=True)
     assert result.text == after
     assert process_source(after, "m.py", cfg, FakeFiller(), update=True).text == after  # idempotent
@@ -304,7 +312,8 @@ def test_non_ascii_source_offsets_and_stub_files() -> None:
     out, _ = fill(stub, ignore_module=True)
     ast.parse(out)
     assert out.startswith('def f(x: int) -> int:\n    """Return the f of the input.\n')
-    assert '    def m(self) -> None:\n        """Return the m of the input."""\n        ...\n' in out
+    # `-> None`: even a stub may not say it returns something
+    assert '    def m(self) -> None:\n        """Run m."""\n        ...\n' in out
 
 
 def test_definitions_under_if_and_comment_only_bodies() -> None:
@@ -318,7 +327,8 @@ def test_definitions_under_if_and_comment_only_bodies() -> None:
 
 def test_update_keeps_crlf() -> None:
     before = 'def f(a, b):\r\n    """Do it.\r\n\r\n    Args:\r\n        a: Kept.\r\n    """\r\n'
-    result = process_source(before, "m.py", DocstringConfig(ignore_module=True), FakeFiller(), update=True)
+    cfg = DocstringConfig(ignore_module=True, min_probability=0.0)
+    result = process_source(before, "m.py", cfg, FakeFiller(), update=True)
     assert result.text == before.replace("Kept.\r\n", "Kept.\r\n        b: The b to use.\r\n")
 
 
@@ -327,7 +337,7 @@ def test_blank_lines_after_the_header_do_not_end_up_after_the_docstring() -> Non
     docstring = '    """Return the f of the input.\n\n    Returns:\n        The computed value.\n    """\n'
     assert out == "def f():\n" + docstring + "    return 1\n"
     out, _ = fill("class C:\n\n    x = 1\n", ignore_module=True)
-    assert out == 'class C:\n    """Returns the C of the input."""\n\n    x = 1\n'
+    assert out == 'class C:\n    """C."""\n\n    x = 1\n'
 
 
 def test_min_confidence_also_leaves_missing_when_the_summary_is_unusable() -> None:
@@ -335,3 +345,28 @@ def test_min_confidence_also_leaves_missing_when_the_summary_is_unusable() -> No
     blank = FakeFiller(text_for=lambda key, name: "   \n" if key == "summary" else "the input", logprob=-0.5)
     result = process_source("def f(x):\n    return x\n", "m.py", cfg, blank)
     assert result.text == "def f(x):\n    return x\n" and result.outcomes[0].status == "left-missing"
+
+
+@pytest.mark.parametrize("bom", ["", "\ufeff"])
+def test_at_an_offset_only_the_definition_around_it_is_filled_and_edits_say_where(bom: str) -> None:
+    """An editor's "add a docstring to the function at the cursor": the innermost definition around the offset
+    (a method inside a class: the method); `edits` are the byte replacements that turn the original into the
+    result."""
+    source = bom + SOURCE
+    data = source.encode("utf-8")
+    filler = FakeFiller()
+    inside = data.index(b"self.size = size")
+    result = process_source(source, "m.py", DocstringConfig(ignore_init_method=False), filler, at=inside)
+    assert [o.name for o in result.outcomes] == ["Box.__init__"]
+    assert len(filler.calls) == 1
+    from infill.patch import apply_edits
+
+    assert apply_edits(data, result.edits).decode("utf-8") == result.text
+    (edit,) = result.edits
+    assert data[: edit.start_byte].endswith(b"-> None:\n") and edit.text.lstrip().startswith('"""')
+    # the whole file: every edit, in order, reproduces the text
+    whole = process_source(source, "m.py", DocstringConfig(), FakeFiller())
+    assert len(whole.edits) == len([o for o in whole.outcomes if o.docstring]) > 1
+    assert apply_edits(data, whole.edits).decode("utf-8") == whole.text
+    # outside every definition (the import line): nothing
+    assert process_source(source, "m.py", DocstringConfig(), FakeFiller(), at=data.index(b"import")).outcomes == []

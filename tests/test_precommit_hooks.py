@@ -92,7 +92,8 @@ def test_hooks_end_to_end_with_pre_commit(tmp_path: Path) -> None:
     assert first.returncode == 1, first.stdout + first.stderr  # it filled: files were modified
     assert "files were modified by this hook" in first.stdout
     text = (repo / "geometry.py").read_text()
-    assert 'def area(width, height):\n    """Return the area of the input.\n\n    Args:\n' in text
+    # the fake model's summary is not trusted by the packaged calibration: the names-only sentence is written
+    assert 'def area(width, height):\n    """Return the area.\n\n    Args:\n' in text
 
     run(["git", "add", "-A"], repo, env)
     second = run(pre_commit("run", "--all-files"), repo, env)

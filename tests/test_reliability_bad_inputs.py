@@ -7,6 +7,7 @@ Exit codes: 2 usage or input error, 3 no valid fill (nothing written), 123 model
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -58,6 +59,7 @@ STATS = b"".join(  # 21 lines: line 15 is `total += d * d` in a loop, lines 13-1
         b"",
     ]
 )
+TOKENIZER = str(Path(__file__).resolve().parent.parent / "infill" / "weights" / "default" / "tokenizer.json")
 HUGE = b"".join(b"def f%d(x):\n    return x + %d\n\n\n" % (i, i) for i in range(60_000))  # 1.9 MB
 
 Setup = Callable[[Path, pytest.MonkeyPatch], None]
@@ -168,6 +170,59 @@ def corrupt_registered_model(d: Path, mp: pytest.MonkeyPatch) -> None:
     register("fake-corrupt", corrupt)  # type: ignore[arg-type]
 
 
+def big_context(d: Path, mp: pytest.MonkeyPatch) -> None:
+    from infill import options
+
+    mp.setattr(options, "MAX_CONTEXT_BYTES", 1000)
+    (d / "ctx.py").write_bytes(b"x = 1\n" * 200)
+
+
+def env(name: str, value: str) -> Setup:
+    def setup(d: Path, mp: pytest.MonkeyPatch) -> None:
+        mp.setenv(name, value)
+
+    return setup
+
+
+def empty_corpus(d: Path, mp: pytest.MonkeyPatch) -> None:
+    from fixtures_train import write_corpus
+
+    write_corpus(d / "corpus", [], ["y = 2\n"])
+
+
+def corpus_without_heldout(d: Path, mp: pytest.MonkeyPatch) -> None:
+    from fixtures_train import sample_texts, write_corpus
+
+    write_corpus(d / "corpus", sample_texts(3), [])
+
+
+class RunsCode:
+    """Unpickling this runs a command (here: it creates the file `pwned`, which the table's snapshot would show)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, (f"touch {self.folder / 'pwned'}",))
+
+
+def crafted(checkpoint: str, block_model: bool = False) -> Setup:
+    """A run folder {d}/run whose checkpoint would run code if unpickled; with `block_model`, the tiny
+    block-diffusion model {d}/base and corpus {d}/corpus the PTP and SSMD trainers read before it."""
+
+    def setup(d: Path, mp: pytest.MonkeyPatch) -> None:
+        import torch
+
+        if block_model:
+            from fixtures_train import tiny_block_model_and_corpus
+
+            tiny_block_model_and_corpus(d, "base")
+        (d / "run").mkdir()
+        torch.save({"model": RunsCode(d)}, d / "run" / checkpoint)
+
+    return setup
+
+
 # --- the table ----------------------------------------------------------------------------------------------------
 
 M = ["--model", GOOD]
@@ -275,6 +330,57 @@ CASES = [
     Bad("docstrings-binary", ["{f}"], 2, "binary file", content=b"\x00def f(): pass\n", command="docstrings"),
     Bad("docstrings-read-only", ["{f}"], 2, "read-only", setup=read_only_file, command="docstrings"),
     Bad("docstrings-min-confidence-nan", ["{f}", "--min-confidence", "nan"], 2, "finite", command="docstrings"),
+    Bad("docstrings-read-only-hint", ["{f}"], 2, "nothing was written (use --diff)", setup=read_only_file,
+        command="docstrings"),
+    Bad("docstrings-fifo", ["{d}/pipe.py"], 2, "not a regular file or folder", setup=fifo, command="docstrings"),
+    # what the second sweep found: targets that are not regular files, unbounded work, environment variables
+    Bad("output-fifo", ["{f}", "--span", "3", "-o", "{d}/pipe.py", *M], 2, "not a regular file", setup=fifo),
+    Bad("output-folder", ["{f}", "--span", "3", "-o", "{d}", *M], 2, "is a directory"),
+    Bad("json-with-output", ["{f}", "--span", "3", "--format", "json", "-o", "{d}/out.py", *M], 2,
+        "cannot be combined with -o PATH"),
+    Bad("context-fifo-never-read", ["{f}", "--span", "3", "--context", "{d}/pipe.py", *M], 2, "not a regular file",
+        setup=fifo),
+    Bad("context-too-large", ["{f}", "--span", "3", "--context", "{d}/ctx.py", *M], 2, "more than",
+        setup=big_context),
+    Bad("beam-too-wide", ["{f}", "--span", "3", "--beam", "100000", *M], 2, "--beam"),
+    Bad("candidates-too-many", ["{f}", "--span", "3", "-n", "100000", *M], 2, "--candidates"),
+    Bad("rescue-too-wide", ["{f}", "--span", "3", "--rescue-width", "9", *M], 2, "--rescue-width"),
+    Bad("env-timeout-infinite", ["{f}", "--span", "3", *M], 2, "INFILL_DAEMON_TIMEOUT",
+        setup=env("INFILL_DAEMON_TIMEOUT", "1e999")),
+    Bad("env-switch-junk", ["{f}", "--span", "3", *M], 2, "INFILL_NO_DAEMON", setup=env("INFILL_NO_DAEMON", "2")),
+    Bad("env-threads-too-many", ["{f}", "--span", "3", *M], 2, "INFILL_THREADS",
+        setup=env("INFILL_THREADS", "100000")),
+    Bad("no-valid-fill-names-the-file", ["{f}", "--class", "Stack", "--model", BAD], 3, "a.py: no valid fill"),
+    Bad("no-valid-fill-json", ["{f}", "--class", "Stack", "--format", "json", "--model", BAD], 3, "no valid fill"),
+    Bad("json-selector-not-found", ["{f}", "--function", "nope", "--format", "json", *M], 2, "not found"),
+    # names, markers and paths holding line breaks: still one line (the breaks written as escapes)
+    Bad("function-name-line-break", ["{f}", "--function", "f\nx", *M], 2, "--function f\\nx: function"),
+    Bad("marker-line-break", ["{f}", "--marker", "<A\r\nB>", *M], 2, "--marker <A\\r\\nB>: marker not found"),
+    Bad("file-name-line-break", ["{f}", "--span", "99", *M], 2, "new\\nline.py: --span 99", name="new\nline.py"),
+    Bad("stdin-filename-line-break", ["-", "--stdin-filename", "x\u2028y.py", "--span", "99", "-v", *M], 2,
+        "x\\u2028y.py: --span 99", stdin=SOURCE),
+    # training: an empty corpus, and checkpoints that would run code if unpickled
+    Bad("train-asarm-empty-corpus", ["asarm", "--corpus", "{d}/corpus", "--tokenizer", TOKENIZER, "--run-dir",
+        "{d}/run", "--steps", "1"], 2, "no training text", setup=empty_corpus, content=None, command="train"),
+    Bad("train-asarm-no-heldout", ["asarm", "--corpus", "{d}/corpus", "--tokenizer", TOKENIZER, "--run-dir",
+        "{d}/run", "--steps", "1", "--layers", "1", "--d-model", "8", "--heads", "1", "--d-inner", "8"], 2,
+        "no held-out text", setup=corpus_without_heldout, content=None, command="train"),
+    Bad("train-tokenizer-empty-corpus", ["tokenizer", "--corpus", "{d}/corpus", "--out", "{d}/t.json"], 2,
+        "no training text", setup=empty_corpus, content=None, command="train"),
+    Bad("train-pack-empty-corpus", ["pack", "--corpus", "{d}/corpus", "--tokenizer", TOKENIZER, "--out",
+        "{d}/p.npz"], 2, "no training text", setup=empty_corpus, content=None, command="train"),
+    Bad("train-block-diffusion-empty-corpus", ["block-diffusion", "--data", "{d}/corpus", "--out", "{d}/o"], 2,
+        "no training text", setup=empty_corpus, content=None, command="train"),
+    Bad("train-export-crafted-checkpoint", ["export", "--run-dir", "{d}/run", "--tokenizer", TOKENIZER, "--corpus",
+        "{d}", "--out", "{d}/out"], 2, "last.pt",
+        setup=crafted("last.pt"), content=None, command="train"),
+    Bad("train-ssmd-resume-crafted-checkpoint", ["ssmd", "--model", "{d}/base", "--data", "{d}/corpus", "--out",
+        "{d}/run", "--steps", "1", "--seq-len", "16", "--block-sizes", "4", "--batch-size", "2",
+        "--eval-examples", "2"], 2, "checkpoint.pt",
+        setup=crafted("checkpoint.pt", block_model=True), content=None, command="train"),
+    Bad("train-ptp-resume-crafted-checkpoint", ["ptp", "--teacher", "{d}/base", "--corpus", "{d}/corpus", "--out",
+        "{d}/run", "--resume", "--steps", "1"], 2, "ptp_checkpoint.pt",
+        setup=crafted("ptp_checkpoint.pt", block_model=True), content=None, command="train"),
 ]  # fmt: skip
 
 
@@ -332,6 +438,8 @@ def test_bad_input(case: Bad, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
             (folder / case.name).chmod(0o644)
     assert r.exit_code == case.code, (r.exit_code, r.stdout, r.stderr, r.exception)
     lines = r.stderr.splitlines()
+    if case.command == "train":  # a trainer reports its progress on stderr too; the error is the last line
+        lines = lines[-1:] if [line for line in lines if "error: " in line] == lines[-1:] else lines
     assert len(lines) == 1, r.stderr  # one line, whatever went wrong
     assert lines[0].startswith(("error: ", "infill: error: ")) and case.needle in lines[0], lines[0]
     for name, data in case.others.items():  # what someone else did meanwhile is theirs to keep
@@ -342,5 +450,9 @@ def test_bad_input(case: Bad, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert after == before  # every file byte for byte, every mode, and no temporary files
     if case.stdin is not None and case.echo:
         assert r.stdout_bytes == case.stdin  # the editor's buffer comes back unchanged
+    elif "json" in case.args and case.command == "fill":  # --format json: one document for every outcome
+        document = json.loads(r.stdout)
+        assert document["edits"] == [] and document["error"]["exit_code"] == case.code, document
+        assert case.needle in document["error"]["message"]
     else:
         assert r.stdout == ""

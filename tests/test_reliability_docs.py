@@ -44,7 +44,8 @@ def test_the_readme_lists_every_documented_exit_code() -> None:
         return [cls, *(c for sub in cls.__subclasses__() for c in subclasses(sub))]
 
     raised = {cls.exit_code for cls in subclasses(errors.InfillError)}  # every error class's own code
-    assert readme == documented == {0, 1, 141} | raised
+    defined = {value for name, value in vars(errors).items() if name.startswith("EXIT_")}  # and every constant
+    assert readme == documented == defined == {0, 1, 141, 130, 143} | raised
     row = next(line for line in section(README, "### Exit codes").splitlines() if line.startswith("| 2 |"))
     assert "read-only file" in row and "read-only folder" in row
 
@@ -108,3 +109,14 @@ def test_a_missing_grammar_extra_writes_the_fill_unchecked_as_documented(
     assert warning.startswith(f"warning: {p}: syntax check skipped:") and "infill[rust]" in warning
     assert warning.replace(str(p), "lib.rs") in flat(RELIABILITY)  # the doc quotes the warning word for word
     assert "written unchecked" in flat(section(README, "## Reliability"))
+
+
+def test_every_test_this_page_names_exists() -> None:
+    """docs/reliability.md points each promise at its test (`tests/FILE.py::NAME`): each one is there."""
+    named = set(re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", RELIABILITY))
+    assert len(named) >= 15
+    for path, name in named:
+        source = (ROOT / path).read_text(encoding="utf-8")
+        assert re.search(rf"^def {name}\(", source, re.M), f"{path}::{name}"
+    for path in set(re.findall(r"`(tests/[\w/]+\.py)`", RELIABILITY)):
+        assert (ROOT / path).exists(), path

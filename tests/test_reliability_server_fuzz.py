@@ -41,7 +41,7 @@ def _junk(rng: random.Random) -> Any:
 
 def _malformed(rng: random.Random) -> bytes:
     """One request line the server must refuse (an error reply) without running the model."""
-    kind = rng.randrange(24)
+    kind = rng.randrange(26)
     if kind == 0:  # random bytes: mostly not UTF-8, never JSON
         return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 80))).replace(b"\n", b"~") + b"\xff"
     if kind == 1:  # JSON, but not an object
@@ -147,6 +147,15 @@ def _malformed(rng: random.Random) -> bytes:
         return rng.choice([b"", b"   ", b"\t", b"\r"])
     if kind == 22:  # lone surrogates, which UTF-8 cannot carry
         return rng.choice([b'{"id": "\\ud800", "method": "ping"}', b'{"id": 1, "method": "\\udfff"}'])
+    if kind == 24:  # integers no parameter can use, some of them too long for Python to even convert
+        key = rng.choice(["k", "seed", "tokens", "candidates", "top_k", "block_size", "bogus"])
+        number = rng.choice([b"18446744073709551617", b"-" + b"9" * 30, b"9" * 5000, b"1" + b"0" * 400])
+        return json.dumps(fill(span="2")).encode().replace(b'"span"', b'"%s": %s, "span"' % (key.encode(), number))
+    if kind == 25:  # what JSON allows in a string but no text, path or name holds: NUL, a lone surrogate
+        bad = rng.choice([b"\\u0000", b"\\ud800", b"\\udfff\\ud800", b"a\\u0000"])
+        where = rng.choice([b'"text": "x%sy"', b'"filename": "a%s.py"', b'"span": "%s"', b'"marker": "%s"', b'"%s": 1'])
+        params = b'{"span": "2", "model": "%s", %s}' % (MODEL.encode(), where % bad)
+        return b'{"id": 25, "method": "fill", "params": %s}' % params
     # a malformed request of the daemon's own method
     request = rng.choice(
         [
@@ -217,6 +226,9 @@ def test_server_survives_malformed_requests_and_still_fills() -> None:
     assert all(e["exit_code"] == 2 or e["code"] == protocol.MODEL_ERROR for e in errors)
     codes = {e["code"] for e in errors}
     assert {"parse_error", "invalid_request", "unknown_method", "too_large", "input_error"} <= codes, codes
+    refused = [e["message"] for e in errors if e["code"] == "invalid_request"]
+    for reason in ("integers must be at most", "NUL characters are not allowed", "strings must be valid Unicode"):
+        assert any(reason in message for message in refused), reason  # refused as what they are
     assert current - baseline < 2**20  # nothing accumulates from request to request
     assert peak - baseline < 16 * MAX_REQUEST_BYTES  # no request used much more than its own size
     assert rss_growth < 32 * 2**20  # and the process did not grow over the whole run

@@ -220,9 +220,9 @@ def test_docstrings_method_runs_the_core_on_text_or_path(monkeypatch: pytest.Mon
     entry = reply["files"][0]
     assert entry["path"] == str(tmp_path / "pkg" / "m.py")  # named after the buffer, not the scratch copy
     assert entry["style"] == "numpy" and entry["changed"]
-    flagged = call(
-        dispatcher, "docstrings", {"text": text, "filename": "m.py", "style": "sphinx", "min_confidence": -3}
-    )
+    # min_confidence leaves a docstring missing unless its summary is the model's: trust it (min_probability 0)
+    settings = {"style": "sphinx", "min_confidence": -3, "min_probability": 0}
+    flagged = call(dispatcher, "docstrings", {"text": text, "filename": "m.py", **settings})
     assert flagged["files"][0]["style"] == "sphinx" and ":param x:" in flagged["text"]
 
     (tmp_path / "on_disk.py").write_text("def g():\n    pass\n")

@@ -53,12 +53,14 @@ def _clean_registry() -> Any:
 
 def test_ping_reports_identity_and_echoes_ids() -> None:
     dispatcher = make_dispatcher()
-    for request_id in (1, 0, -5, "abc", "ünï", None, 2**70):
+    for request_id in (1, 0, -5, "abc", "ünï", None, 2**64):
         reply = call(dispatcher, {"id": request_id, "method": "ping"})
         assert reply["id"] == request_id
         assert reply["pong"] is True
         assert reply["protocol"] == protocol.PROTOCOL_VERSION
         assert reply["pid"] == os.getpid()
+    # an integer beyond 64 bits, the id too, is one no client could match (nor any parameter use)
+    assert call(dispatcher, {"id": 2**70, "method": "ping"})["error"]["code"] == protocol.INVALID_REQUEST
     assert "id" not in {k for k in call(dispatcher, {"method": "ping"}) if k != "id"}
     assert call(dispatcher, {"method": "ping"})["id"] is None  # a request without id gets id null
 

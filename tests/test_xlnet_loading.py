@@ -92,18 +92,28 @@ def test_not_a_model_folder(tmp_path: Path) -> None:
         load(ModelSpec(name=str(tmp_path)))
 
 
-def test_other_model_types_go_to_the_blockdiff_backend(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text('{"model_type": "qwen3"}')
+@pytest.mark.parametrize(
+    ("config", "module", "kind"),
+    [
+        ('{"model_type": "qwen3", "block_size": 4}', "blockdiff", "blockdiff"),  # a block size: block diffusion
+        ('{"model_type": "sdar"}', "blockdiff", "blockdiff"),
+        ('{"model_type": "qwen3"}', "autoregressive", "ar"),  # no mark of diffusion: a left-to-right model
+    ],
+)
+def test_other_model_types_go_to_their_backend(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, config: str, module: str, kind: str
+) -> None:
+    import importlib
+
+    (tmp_path / "config.json").write_text(config)
     calls: list[Path] = []
 
     def load_folder(path: Path, spec: ModelSpec, **options: object) -> LoadedModel:
         calls.append(path)
-        return LoadedModel(name=spec.name, kind="blockdiff", model=None, tokenizer=None)
+        return LoadedModel(name=spec.name, kind=kind, model=None, tokenizer=None)  # type: ignore[arg-type]
 
-    import infill.models.blockdiff as blockdiff
-
-    monkeypatch.setattr(blockdiff, "load_folder", load_folder)
-    assert load(ModelSpec(name=str(tmp_path))).kind == "blockdiff"
+    monkeypatch.setattr(importlib.import_module(f"infill.models.{module}"), "load_folder", load_folder)
+    assert load(ModelSpec(name=str(tmp_path))).kind == kind
     assert calls == [tmp_path]
 
 

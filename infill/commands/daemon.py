@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from infill.clitypes import FiniteFloatRange
+from infill.clitypes import SECONDS
 from infill.server import lifecycle
 
 
@@ -42,7 +42,10 @@ def status(fmt: str) -> None:
         click.echo(f"socket:  {info['socket']}")
         click.echo(f"uptime:  {info.get('uptime', 0):.0f} s; idle timeout {'never' if not idle else f'{idle:g} s'}")
         click.echo(f"models:  {models}")
-        if not info.get("compatible"):
+        if info.get("differences") == ["env"]:
+            click.echo("note:    it was started under other environment variables that can change a result; the next")
+            click.echo("         request restarts it")
+        elif not info.get("compatible"):
             click.echo("note:    it runs other code than this infill; the next request restarts it")
     sys.exit(0 if info is not None else 1)
 
@@ -50,7 +53,7 @@ def status(fmt: str) -> None:
 @daemon.command()
 @click.option(
     "--idle-timeout",
-    type=FiniteFloatRange(min=0),
+    type=SECONDS,
     default=lifecycle.DEFAULT_IDLE_TIMEOUT,
     show_default=True,
     metavar="SECONDS",

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from infill.clitypes import FINITE_FLOAT
+from infill.clitypes import FINITE_FLOAT, JOBS, FiniteFloatRange
 from infill.core.docstrings import (
     DocstringsRequest,
     fill_file,
@@ -23,10 +23,10 @@ from infill.core.docstrings import (
     worker_fill_file,
     worker_setup,
 )
-from infill.docstrings.config import STYLES
+from infill.docstrings.config import MIN_LINE_LENGTH, STYLES
 from infill.docstrings.engine import FileResult
 from infill.docstrings.fill import SlotFiller
-from infill.errors import InfillError, one_line
+from infill.errors import EXIT_INTERNAL, InfillError, one_line
 from infill.options import click_options
 from infill.server.options import daemon_options, forward_docstrings
 
@@ -64,6 +64,14 @@ def _bool_flag(name: str, help_text: str) -> Any:
     help="Leave a docstring missing (and report it) when the mean token log-probability of its text is below "
     "this (e.g. -3.5), or when the model could not write its summary.",
 )
+@click.option(
+    "--min-probability",
+    type=FiniteFloatRange(0.0, 1.0),
+    default=None,
+    help="Write the model's sentences only when their calibrated probability of being right is at least this; "
+    "otherwise sentences built from the names and the code [default: the threshold stored with the model's "
+    "calibration; 0 = whenever the checks find no contradiction].",
+)
 @click.option("--ignore-regex", multiple=True, help="Skip names (or dotted names) matching this regex; repeatable.")
 @_bool_flag("private", "Skip _private names and members of private classes [default: ignore].")
 @_bool_flag("magic", "Skip magic methods such as __eq__ [default: ignore].")
@@ -73,7 +81,12 @@ def _bool_flag(name: str, help_text: str) -> Any:
 @_bool_flag("overloads", "Skip @overload stubs; the implementation gets the docstring [default: ignore].")
 @_bool_flag("module", "Skip module docstrings [default: include].")
 @_bool_flag("property-decorators", "Skip @property getters [default: include]; setters are always skipped.")
-@click.option("--line-length", type=int, default=None, help="Wrap descriptions at this width [default: 88].")
+@click.option(
+    "--line-length",
+    type=click.IntRange(MIN_LINE_LENGTH),
+    default=None,
+    help="Wrap descriptions at this width [default: 88].",
+)
 @click_options(("seed",), help={"seed": "Sampling seed [default: 0]; fixed so local and CI runs agree."}, unset=True)
 @click.option(
     "--config",
@@ -87,7 +100,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
 @click.option(
     "-j",
     "--jobs",
-    type=click.IntRange(1),
+    type=JOBS,
     default=1,
     show_default=True,
     help="Worker processes for several files, one thread and one model each (no daemon); the output and exit "
@@ -114,7 +127,7 @@ def docstrings(
     The structure (parameters, Returns/Yields, Raises) comes from the code; the model writes only the text.
     Exit codes: 0 ok, 1 changes needed (--check with a missing docstring, --diff with a change),
     2 usage or input error, 3 a file's new docstrings would not parse (it is left unchanged),
-    123 internal or model error.
+    123 internal or model error, 130 / 143 interrupted (Ctrl-C / SIGTERM).
     Configure defaults in [tool.infill.docstrings] of pyproject.toml.
     """
     request = DocstringsRequest(
@@ -127,7 +140,7 @@ def docstrings(
         code = exc.exit_code
     except Exception as exc:  # noqa: BLE001 - anything else is our bug: exit 123, as documented
         click.echo(f"error: internal error: {type(exc).__name__}: {one_line(str(exc))}", err=True)
-        code = 123
+        code = EXIT_INTERNAL
     ctx.exit(code)
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from infill import __version__
-from infill.clitypes import FiniteFloatRange
+from infill.clitypes import MAX_THREADS, POSITIVE, FiniteFloatRange
 from infill.commands.calibrate import calibrate
 from infill.config import EVAL_DECODE, DecodeConfig, FillOptions, ModelSpec, decode_label
 from infill.options import click_options, from_flags
@@ -61,7 +61,9 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
             is_flag=True,
             help="Token budget = the reference line's token length, instead of the tool's length policy.",
         ),
-        click.option("--limit", type=int, default=None, help="Evaluate a deterministic subset of this many tasks."),
+        click.option(
+            "--limit", type=POSITIVE, default=None, help="Evaluate a deterministic subset of this many tasks."
+        ),
         click.option(
             "-o",
             "--output",
@@ -73,7 +75,7 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("-q", "--quiet", is_flag=True, help="No progress on stderr."),
         click.option(
             "--threads",
-            type=int,
+            type=click.IntRange(0, MAX_THREADS),
             default=0,
             help="CPU threads for decoding (0 = infill's default: $INFILL_THREADS, else 1).",
         ),
@@ -223,7 +225,7 @@ def _header(name: str, model_name: str, decode: DecodeConfig | None, oracle: boo
     show_default=True,
     help="Seconds per candidate program.",
 )
-@click.option("--memory-mb", type=int, default=1024, show_default=True, help="Address-space limit per program.")
+@click.option("--memory-mb", type=POSITIVE, default=1024, show_default=True, help="Address-space limit per program.")
 @click.option(
     "--reference",
     is_flag=True,
@@ -330,7 +332,7 @@ def humaneval_single_line(
 )
 @click.option(
     "--context-tokens",
-    type=int,
+    type=POSITIVE,
     default=None,
     help="Crop each file to this many tokens of whole lines around the masked line "
     "[default: the model's max length minus 64].",

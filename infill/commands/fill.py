@@ -11,27 +11,37 @@ This module imports neither torch nor rich.progress at import time: `infill fill
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any, BinaryIO, NoReturn, cast
+from typing import Any, BinaryIO, NamedTuple, NoReturn, cast
 
 import click
 
+from infill import environment
+from infill.clitypes import JOBS
 from infill.core.fill import (
+    FillRequest,
+    error_json,
+    exception_json,
+    no_valid_fill_json,
+    output_target,
+    preflight,
+    result_json,
+    run_fill,
+)
+from infill.errors import (
     EXIT_CHANGES,
     EXIT_INTERNAL,
     EXIT_NO_VALID_FILL,
     EXIT_OK,
     EXIT_USAGE,
-    FillRequest,
-    no_valid_fill_json,
-    preflight,
-    result_json,
-    run_fill,
+    InfillError,
+    LowConfidenceError,
+    Terminated,
 )
-from infill.errors import InfillError, LowConfidenceError
 from infill.options import click_options, from_flags
 from infill.server.options import daemon_options, fill_command
 from infill.spans import DEFAULT_TOKENS, Selection
@@ -72,7 +82,8 @@ prints only the text, and echoes the input unchanged on any failure.
 Exit codes: 0 ok, 1 changes needed (--check, or --diff with a change),
 2 usage or input error, 3 no valid fill (every candidate breaks the
 syntax; nothing written), 4 low confidence (below --min-confidence;
-nothing written), 123 internal or model error.
+nothing written), 123 internal or model error, 130 / 143
+interrupted (Ctrl-C / SIGTERM).
 """
 
 
@@ -112,9 +123,17 @@ def _write_out(stdout: str, stderr: list[str], write: Callable[[str, bool], None
         write(line + "\n", True)
 
 
-def _filter_mode_args(command: click.Command, args: list[str]) -> tuple[bool, bool]:
-    """(filter mode, verbose) read from raw arguments that Click could not parse: FILE is "-" and the output
-    is stdout text (no --diff, --check, --format json, or -o PATH). Options that take a value skip it."""
+class _Mode(NamedTuple):
+    filter: bool  # the editor filter: FILE is "-" and the output is stdout text
+    verbose: bool
+    json: bool  # --format json
+    file: str | None  # FILE as given (None for "-" or none)
+
+
+def _mode_of_args(command: click.Command, args: list[str]) -> _Mode:
+    """What raw arguments that Click could not parse ask for: the editor filter (FILE is "-" and the output is
+    stdout text: no --diff, --check, --format json, or -o PATH), -v, --format json, and FILE. Options that take
+    a value skip it."""
     takes_value: dict[str, bool] = {}
     for param in command.params:
         if isinstance(param, click.Option):
@@ -151,8 +170,11 @@ def _filter_mode_args(command: click.Command, args: list[str]) -> tuple[bool, bo
         if not arg.startswith("--"):
             positional.append(arg)
         i += 1
-    filter_mode = positional[:1] == ["-"] and not (diff or check or json_format) and output in (None, "-")
-    return filter_mode, verbose
+    filter_mode = (
+        positional[:1] == ["-"] and not (diff or check or json_format) and output_target(output) in (None, "-")
+    )
+    file = positional[0] if positional and positional[0] != "-" else None
+    return _Mode(filter_mode, verbose, json_format, file)
 
 
 _FILTER_INPUT = "infill.fill.filter_input"  # ctx.meta key: (stdin bytes, verbose) while the filter may fail
@@ -169,20 +191,28 @@ def _echo_input(raw: bytes, verbose: bool, line: str, code: int) -> NoReturn:
     raise click.exceptions.Exit(code)
 
 
-def echo_input_if_filter(args: list[str], line: str, code: int) -> None:
-    """Before stdin is read: if `args` (the raw arguments of `infill fill`) run the editor filter, echo stdin
-    unchanged and exit with `code` (`line` on stderr with -v). Otherwise return, and the caller reports the
-    error as usual. Used for usage errors of `infill fill` and of the `infill` group around it (--threads)."""
-    filter_mode, verbose = _filter_mode_args(fill, args)
-    if not filter_mode or sys.stdin is None or sys.stdin.isatty():
+def answer_usage_error(args: list[str], line: str, code: int) -> None:
+    """Before stdin is read, for a usage error of `infill fill` or of the `infill` group around it (--threads):
+    if `args` (the raw arguments of `infill fill`) run the editor filter, echo stdin unchanged and exit with
+    `code` (`line` on stderr with -v); with --format json, print the error document on stdout. Otherwise (and
+    then) return, and the caller reports the error as usual."""
+    mode = _mode_of_args(fill, args)
+    if mode.json:
+        _print_json(error_json(mode.file, "input_error", line.removeprefix("error: "), code))
+    if not mode.filter or sys.stdin is None or sys.stdin.isatty():
         return
-    _echo_input(_binary("stdin").read(), verbose, line, code)
+    _echo_input(_binary("stdin").read(), mode.verbose, line, code)
+
+
+def _print_json(document: dict[str, Any]) -> None:
+    _write_out(json.dumps(document, ensure_ascii=False) + "\n", [])
 
 
 class FillCommand(click.Command):
     """`infill fill`, whose editor filter mode survives every failure: a bad flag or value with FILE "-" echoes
     stdin unchanged to stdout (and exits 2), so `:%!infill fill - ...` can never wipe the buffer; so does an
-    error after stdin was read that run_fill did not report itself (an unreadable --context file, a bug)."""
+    error after stdin was read that run_fill did not report itself (an unreadable --context file, a bug), and
+    Ctrl-C or SIGTERM (exit 130 or 143)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         given = list(args)  # Click's parser consumes the list it is given
@@ -191,7 +221,7 @@ class FillCommand(click.Command):
         except click.exceptions.ClickException as exc:
             from infill.cli import error_line
 
-            echo_input_if_filter(given, error_line(exc), exc.exit_code)
+            answer_usage_error(given, error_line(exc), exc.exit_code)
             raise
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -199,21 +229,36 @@ class FillCommand(click.Command):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
             raise
-        except Exception as exc:
-            pending = ctx.meta.pop(_FILTER_INPUT, None)
-            if pending is None:
-                raise  # not the filter: the `infill` group reports it (one line, documented exit code)
-            from infill.cli import error_line, error_report
+        except (Exception, KeyboardInterrupt, Terminated) as exc:  # signals too: Ctrl-C, SIGTERM (infill.cli)
+            from infill.cli import error_line, error_report, signal_report
 
             if isinstance(exc, click.exceptions.ClickException):
                 line, code = error_line(exc), exc.exit_code
-            else:
+            elif isinstance(exc, Exception):
                 line, code = error_report(exc)
-            if os.environ.get("INFILL_DEBUG"):  # the buffer comes back, and the traceback too
+            else:
+                line, code = signal_report(exc)
+            pending = ctx.meta.pop(_FILTER_INPUT, None)
+            if pending is None:
+                if ctx.params.get("fmt") == "json":  # one document for every outcome
+                    _print_json(_failure_json(ctx, exc, line, code))
+                raise  # the `infill` group reports it (one line, documented exit code)
+            if environment.enabled("INFILL_DEBUG"):  # the buffer comes back, and the traceback too
                 _binary("stdout").write(pending[0])
                 _binary("stdout").flush()
                 raise
             _echo_input(pending[0], pending[1], line, code)
+
+
+def _failure_json(ctx: click.Context, exc: BaseException, line: str, code: int) -> dict[str, Any]:
+    """The --format json document of a failure run_fill did not report itself: a usage error found in the
+    command (input_error), an error before the fill, or a signal (interrupted)."""
+    file = ctx.params.get("file")
+    name = file if isinstance(file, str) and file != "-" else None
+    if isinstance(exc, Exception) and not isinstance(exc, click.exceptions.ClickException):
+        return exception_json(exc, name)
+    kind = "input_error" if isinstance(exc, click.exceptions.ClickException) else "interrupted"
+    return error_json(name, kind, line.removeprefix("infill: ").removeprefix("error: "), code)
 
 
 @click.command("fill", cls=FillCommand, help=_HELP, context_settings={"help_option_names": ["-h", "--help"]})
@@ -227,7 +272,9 @@ class FillCommand(click.Command):
 @click_options()
 @click.option("--diff", is_flag=True, help="Print a unified diff; do not write. Exit 1 if it is not empty.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if the file would change.")
-@click.option("-o", "--output", default=None, metavar="PATH", help="Write the result to PATH (- = stdout).")
+@click.option(
+    "-o", "--output", default=None, metavar="PATH", help="Write the result to PATH (- or /dev/stdout: print it)."
+)
 @click.option("--stdin-filename", default=None, metavar="NAME", help="File name for stdin (selects the language).")
 @click.option(
     "--format",
@@ -243,7 +290,7 @@ class FillCommand(click.Command):
 @click.option(
     "-j",
     "--jobs",
-    type=click.IntRange(1),
+    type=JOBS,
     default=1,
     show_default=True,
     help="Worker processes for several FILEs, one thread and one model each (no daemon); the output and exit "
@@ -276,6 +323,9 @@ def fill(
         raise click.UsageError("- (stdin) cannot be given with other files")
     if more and output is not None:
         raise click.UsageError("-o/--output takes a single FILE")
+    output = output_target(output)  # what -o means here, not in a daemon's process
+    if fmt == "json" and output not in (None, "-"):
+        raise click.UsageError("--format json prints the edits and writes nothing; it cannot be combined with -o PATH")
     filter_mode = file == "-" and not (diff or check or fmt == "json") and output in (None, "-")
     stdin_text: str | None = None
     if file == "-":
@@ -285,11 +335,11 @@ def fill(
         except UnicodeDecodeError as exc:
             if filter_mode:
                 _binary("stdout").write(raw)
+            message = f"{stdin_filename or '<stdin>'}: not UTF-8 (invalid byte at offset {exc.start})"
+            if fmt == "json":
+                _print_json(error_json(None, "input_error", message, EXIT_USAGE))
             if verbose or not filter_mode:
-                click.echo(
-                    f"error: {stdin_filename or '<stdin>'}: not UTF-8 (invalid byte at offset {exc.start})",
-                    err=True,
-                )
+                click.echo(f"error: {message}", err=True)
             sys.exit(EXIT_USAGE)
         if filter_mode:  # from here on, any failure echoes the input (FillCommand.invoke)
             click.get_current_context().meta[_FILTER_INPUT] = (raw, bool(verbose))

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from infill.clitypes import FiniteFloatRange
+from infill import environment
+from infill.clitypes import SECONDS
 from infill.server import protocol
 
 PROTOCOL_HELP = """Keep models in memory and answer requests, one JSON object per line.
@@ -55,7 +56,7 @@ Models stay loaded, keyed by model and device.
 )
 @click.option(
     "--idle-timeout",
-    type=FiniteFloatRange(min=0),
+    type=SECONDS,
     default=0.0,
     show_default=True,
     metavar="SECONDS",
@@ -77,7 +78,7 @@ def serve(
         max_input_bytes = 0 if use_stdio else protocol.DEFAULT_MAX_INPUT_BYTES
     dispatcher = Dispatcher(max_request_bytes=max_request_bytes, max_input_bytes=max_input_bytes, context=context)
     os.environ["INFILL_NO_DAEMON"] = "1"  # the commands a server runs must never call a daemon themselves
-    plugins = os.environ.get("INFILL_SERVER_PLUGINS")
+    plugins = environment.read("INFILL_SERVER_PLUGINS")
     if plugins:
         load_plugins(dispatcher, plugins)
     if use_stdio:

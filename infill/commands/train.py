@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from infill.clitypes import FiniteFloatRange
+from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange
 from infill.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -102,7 +102,7 @@ def corpus_cmd(out: Path, site: tuple[Path, ...], heldout_permille: int, near_du
 @click.option("--vocab-size", type=click.IntRange(512, 65535), default=8192, show_default=True)
 @click.option(
     "--sample-bytes-per-package",
-    type=int,
+    type=POSITIVE,
     default=600_000,
     show_default=True,
     help="Training text per package (files in hash order).",
@@ -205,7 +205,7 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
 @click.option("--eval-sequences", type=click.IntRange(0), default=32, show_default=True)
 @click.option(
     "--threads",
-    type=click.IntRange(1),
+    type=THREADS,
     default=1,
     show_default=True,
     help="torch threads. On a shared CPU 1 beat 2 by 3x here (threads wait for each other when preempted).",
@@ -218,7 +218,7 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
     show_default=True,
     help="Per-package cap on training text, in MB (keeps huge repetitive packages from dominating).",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option(
     "--bf16/--no-bf16",
     default=None,
@@ -350,8 +350,8 @@ def export_cmd(
 )
 @_path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
 @click.option("--sequences", type=click.IntRange(1), default=512, show_default=True)
-@click.option("--seed", type=int, default=99, show_default=True)
-@click.option("--threads", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--seed", type=SEED, default=99, show_default=True)
+@click.option("--threads", type=THREADS, default=1, show_default=True)
 @click.option(
     "--seq-len",
     type=click.IntRange(16),

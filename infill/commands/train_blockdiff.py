@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import click
 
-from infill.clitypes import FiniteFloatRange, block_sizes, settings_from_flags, time_limit_option
+from infill.clitypes import (
+    MAX_THREADS,
+    POSITIVE,
+    SEED,
+    FiniteFloatRange,
+    block_sizes,
+    settings_from_flags,
+    time_limit_option,
+)
 from infill.errors import InputError
 
 
@@ -28,15 +36,22 @@ from infill.errors import InputError
     type=click.Path(exists=True, dir_okay=False),
     help="Reuse this tokenizer.json (e.g. the AS-ARM's); the FIM / mask / end tokens are added to it.",
 )
-@click.option("--vocab-size", default=8192, show_default=True, help="BPE size when no --tokenizer is given.")
-@click.option("--steps", default=1000, show_default=True)
+@click.option(
+    "--vocab-size",
+    type=click.IntRange(512, 65535),
+    default=8192,
+    show_default=True,
+    help="BPE size when no --tokenizer is given.",
+)
+@click.option("--steps", type=POSITIVE, default=1000, show_default=True)
 @click.option(
     "--batch-size",
+    type=POSITIVE,
     default=16,
     show_default=True,
     help="Examples per optimizer step over all processes (under torchrun each process takes its share).",
 )
-@click.option("--seq-len", default=256, show_default=True)
+@click.option("--seq-len", type=click.IntRange(16), default=256, show_default=True)
 @click.option(
     "--block-sizes",
     default="1,4,8,16",
@@ -45,15 +60,21 @@ from infill.errors import InputError
     help="Block sizes drawn per step; keep 1 so the AR (S2D2 verifier) mode is trained.",
 )
 @click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3, show_default=True)
-@click.option("--hidden", default=256, show_default=True)
-@click.option("--layers", default=4, show_default=True)
-@click.option("--heads", default=4, show_default=True)
-@click.option("--kv-heads", default=2, show_default=True)
-@click.option("--seed", default=0, show_default=True)
+@click.option("--hidden", type=click.IntRange(8), default=256, show_default=True)
+@click.option("--layers", type=POSITIVE, default=4, show_default=True)
+@click.option("--heads", type=POSITIVE, default=4, show_default=True)
+@click.option("--kv-heads", type=POSITIVE, default=2, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--bf16/--no-bf16", default=False, show_default=True, help="bf16 autocast (AMX CPUs, CUDA).")
 @time_limit_option
-@click.option("--threads", default=0, show_default=True, help="torch CPU threads (0 = torch's default).")
-@click.option("--log-every", default=50, show_default=True)
+@click.option(
+    "--threads",
+    type=click.IntRange(0, MAX_THREADS),
+    default=0,
+    show_default=True,
+    help="torch CPU threads (0 = torch's default).",
+)
+@click.option("--log-every", type=POSITIVE, default=50, show_default=True)
 @click.option(
     "--save-minutes",
     type=FiniteFloatRange(0),
@@ -68,7 +89,7 @@ from infill.errors import InputError
     show_default=True,
     help="Share of fill-in-the-middle examples.",
 )
-@click.option("--max-middle", default=64, show_default=True, help="Longest FIM middle, in tokens.")
+@click.option("--max-middle", type=POSITIVE, default=64, show_default=True, help="Longest FIM middle, in tokens.")
 @click.option(
     "--loss-on",
     type=click.Choice(["middle", "all"]),

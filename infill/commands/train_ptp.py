@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from infill.clitypes import FiniteFloatRange, settings_from_flags
+from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange, settings_from_flags
 from infill.errors import InputError
 
 
@@ -31,7 +31,7 @@ from infill.errors import InputError
     help="Run folder: ptp_adapter.safetensors, ptp_checkpoint.pt, ptp_log.jsonl. Copy the adapter beside the model.",
 )
 @click.option("--resume", is_flag=True, help="Continue from --out/ptp_checkpoint.pt when it exists.")
-@click.option("--steps", default=100_000, show_default=True)
+@click.option("--steps", type=POSITIVE, default=100_000, show_default=True)
 @click.option(
     "--minutes",
     type=FiniteFloatRange(0),
@@ -41,13 +41,16 @@ from infill.errors import InputError
 )
 @click.option(
     "--batch-size",
+    type=POSITIVE,
     default=8,
     show_default=True,
     help="Sequences per optimizer step over all processes (under torchrun each process takes its share).",
 )
-@click.option("--slots", default=8, show_default=True, help="N: slot rows per group (tokens guessed per call).")
-@click.option("--splits", default=8, show_default=True, help="Split points (slot groups) per sequence.")
-@click.option("--rank", default=32, show_default=True, help="LoRA rank.")
+@click.option(
+    "--slots", type=POSITIVE, default=8, show_default=True, help="N: slot rows per group (tokens guessed per call)."
+)
+@click.option("--splits", type=POSITIVE, default=8, show_default=True, help="Split points (slot groups) per sequence.")
+@click.option("--rank", type=POSITIVE, default=32, show_default=True, help="LoRA rank.")
 @click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3, show_default=True)
 @click.option(
     "--teacher-share",
@@ -63,12 +66,14 @@ from infill.errors import InputError
     show_default=True,
     help="Share of slot groups trained without u (the independent-slot baseline of the same adapter).",
 )
-@click.option("--package-bytes", default=150_000, show_default=True, help="Training text read per corpus package.")
-@click.option("--threads", default=1, show_default=True, help="torch CPU threads.")
-@click.option("--seed", default=0, show_default=True)
-@click.option("--log-every", default=25, show_default=True)
-@click.option("--eval-every", default=100, show_default=True)
-@click.option("--save-every", default=100, show_default=True)
+@click.option(
+    "--package-bytes", type=POSITIVE, default=150_000, show_default=True, help="Training text read per corpus package."
+)
+@click.option("--threads", type=THREADS, default=1, show_default=True, help="torch CPU threads.")
+@click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("--log-every", type=POSITIVE, default=25, show_default=True)
+@click.option("--eval-every", type=POSITIVE, default=100, show_default=True)
+@click.option("--save-every", type=POSITIVE, default=100, show_default=True)
 def ptp(
     teacher: str,
     corpus: str,

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import click
 
-from infill.clitypes import FiniteFloatRange, block_sizes, settings_from_flags, time_limit_option
+from infill.clitypes import (
+    POSITIVE,
+    SEED,
+    THREADS,
+    FiniteFloatRange,
+    block_sizes,
+    settings_from_flags,
+    time_limit_option,
+)
 from infill.errors import InputError
 
 
@@ -27,14 +35,17 @@ from infill.errors import InputError
     help="Run folder: checkpoint.pt, log.jsonl, and ssmd_head.safetensors at the end. Copy the head beside "
     "the model's weights to use it.",
 )
-@click.option("--steps", default=3000, show_default=True)
+@click.option("--steps", type=POSITIVE, default=3000, show_default=True)
 @click.option(
     "--batch-size",
+    type=POSITIVE,
     default=16,
     show_default=True,
     help="Examples per optimizer step over all processes (under torchrun each process takes its share).",
 )
-@click.option("--seq-len", default=256, show_default=True, help="Tokens per example (a multiple of the blocks).")
+@click.option(
+    "--seq-len", type=POSITIVE, default=256, show_default=True, help="Tokens per example (a multiple of the blocks)."
+)
 @click.option(
     "--block-sizes",
     default="4,8,16",
@@ -43,9 +54,13 @@ from infill.errors import InputError
     help="Drawn one per step.",
 )
 @click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3, show_default=True)
-@click.option("--heads", default=4, show_default=True, help="Attention heads of the causal layer.")
-@click.option("--intermediate", default=512, show_default=True, help="Feed-forward width of the causal layer.")
-@click.option("--max-block", default=32, show_default=True, help="Largest block size the head will decode.")
+@click.option("--heads", type=POSITIVE, default=4, show_default=True, help="Attention heads of the causal layer.")
+@click.option(
+    "--intermediate", type=POSITIVE, default=512, show_default=True, help="Feed-forward width of the causal layer."
+)
+@click.option(
+    "--max-block", type=POSITIVE, default=32, show_default=True, help="Largest block size the head will decode."
+)
 @click.option(
     "--fim-rate",
     type=FiniteFloatRange(0, 1),
@@ -53,13 +68,17 @@ from infill.errors import InputError
     show_default=True,
     help="Share of fill-in-the-middle examples.",
 )
-@click.option("--max-docs", default=2000, show_default=True, help="Training documents drawn from the corpus.")
-@click.option("--seed", default=0, show_default=True)
+@click.option(
+    "--max-docs", type=POSITIVE, default=2000, show_default=True, help="Training documents drawn from the corpus."
+)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @time_limit_option
-@click.option("--threads", default=1, show_default=True, help="torch CPU threads.")
-@click.option("--log-every", default=25, show_default=True)
-@click.option("--eval-every", default=250, show_default=True, help="Held-out cross-entropy every N steps.")
-@click.option("--eval-examples", default=48, show_default=True)
+@click.option("--threads", type=THREADS, default=1, show_default=True, help="torch CPU threads.")
+@click.option("--log-every", type=POSITIVE, default=25, show_default=True)
+@click.option(
+    "--eval-every", type=POSITIVE, default=250, show_default=True, help="Held-out cross-entropy every N steps."
+)
+@click.option("--eval-examples", type=POSITIVE, default=48, show_default=True)
 @click.option("--resume/--no-resume", default=True, show_default=True, help="Continue from --out's checkpoint.")
 def ssmd(
     model_name: str,

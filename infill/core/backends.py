@@ -6,6 +6,8 @@ these instead of branching on the kind (docs/decoding.md, docs/blockdiff.md).
   an exact oracle pass; lines of the user's code can be ranked with the samples.
 - "blockdiff" (infill.models.blockdiff): one span per sequence, filled through a FIM or chat prompt
   (infill.decoding.blockfill); the decoder's own log-probability is the score.
+- "ar" (a left-to-right code model, infill.models.autoregressive): the any-subset kind with one span per
+  sequence, decoded in order; scored and ranked with retrieved lines as "asarm" is.
 """
 
 from __future__ import annotations
@@ -131,13 +133,19 @@ class Backend(Protocol):
         ...
 
 
+KIND_NAMES: dict[ModelKind, str] = {
+    "asarm": "an any-subset (AS-ARM)",
+    "blockdiff": "a block-diffusion",
+    "ar": "a left-to-right (autoregressive)",
+}
+
+
 def _check_decoder(cfg: DecodeConfig, loaded: LoadedModel) -> None:
     allowed: tuple[DecoderName, ...] = decoders_for(loaded.kind)
     if cfg.decoder not in allowed:
-        needs = "an any-subset (AS-ARM)" if loaded.kind == "blockdiff" else "a block-diffusion"
-        is_kind = "a block-diffusion" if loaded.kind == "blockdiff" else "an any-subset (AS-ARM)"
+        needs = " or ".join(name for kind, name in KIND_NAMES.items() if cfg.decoder in decoders_for(kind))
         raise InputError(
-            f"--decoder {cfg.decoder} needs {needs} model, but {loaded.name!r} is {is_kind} model; "
+            f"--decoder {cfg.decoder} needs {needs} model, but {loaded.name!r} is {KIND_NAMES[loaded.kind]} model; "
             f"use one of: {', '.join(allowed)}"
         )
 
@@ -146,6 +154,7 @@ class AnySubset:
     """The any-subset (AS-ARM) kind: infill.models.base.AnySubsetModel behind infill.decoding."""
 
     kind: ModelKind = "asarm"
+    groups_spans = True  # several spans share one sequence
 
     def decode_config(self, cfg: DecodeConfig, loaded: LoadedModel) -> DecodeConfig:
         _check_decoder(cfg, loaded)
@@ -154,7 +163,7 @@ class AnySubset:
     def window(self, loaded: LoadedModel) -> Window:
         model = loaded.asarm
         has_bos, has_pad = model.bos_id is not None, model.pad_id is not None
-        return Window(model.max_length or 1 << 30, has_bos, has_pad, groups_spans=True)
+        return Window(model.max_length or 1 << 30, has_bos, has_pad, groups_spans=self.groups_spans)
 
     def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
         """One candidate fill of every span of `region` (beam search: the attempt-th best beam)."""
@@ -211,6 +220,8 @@ class AnySubset:
             ids = loaded.tokenizer.encode(text)
             if len(ids) >= plan.budget:
                 continue
+            if run.on_progress is not None:  # between passes, so a cancelled request stops here too
+                run.on_progress({"event": "score", "nfe": run.totals.nfe})
             logq = score(model, problem, torch.tensor(ids + [pad] * (plan.budget - len(ids))))
             run.totals.nfe += 1
             kept = logq[: len(ids) + 1]
@@ -263,6 +274,35 @@ def _problem(region: Region, loaded: LoadedModel) -> FillProblem:
     )
 
 
+class Autoregressive(AnySubset):
+    """The left-to-right kind: a causal code model with FIM tokens (infill.models.autoregressive.CausalFim) is an
+    any-subset model that fills one span per sequence in order. It runs the any-subset decoders that ask for
+    positions in order; its fills and retrieved lines are scored by the same one-pass log-likelihood."""
+
+    kind: ModelKind = "ar"
+    groups_spans = False  # one FIM prompt has one hole
+
+    def decode_config(self, cfg: DecodeConfig, loaded: LoadedModel) -> DecodeConfig:
+        _check_decoder(cfg, loaded)
+        if cfg.decoder == "assd" and cfg.draft != "lookup":
+            raise InputError(
+                f"--draft {cfg.draft} drafts several positions at once, which the left-to-right model "
+                f"{loaded.name!r} cannot: use --draft lookup"
+            )
+        return cfg
+
+    def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
+        from infill.models.autoregressive import CausalFim
+
+        model, tok = run.loaded.model, run.loaded.tokenizer
+        if isinstance(model, CausalFim) and model.fim is None and tok.decode(region.suffix_ids).strip():
+            raise InputError(
+                f"{run.loaded.name!r} has no fill-in-the-middle tokens, so it can only write at the end of the "
+                "text: select a span with nothing but blank lines after it, or use a model with FIM tokens"
+            )
+        return super().sample(region, run, attempt)
+
+
 class BlockDiffusion:
     """The block-diffusion kind: infill.models.blockdiff behind infill.decoding.blockfill, one span per prompt."""
 
@@ -285,6 +325,14 @@ class BlockDiffusion:
 
         (plan,) = region.spans  # block-diffusion regions hold one span each
         tok = run.loaded.tokenizer
+        on_progress, base = run.on_progress, run.totals.tokens
+
+        def on_step(info: dict[str, Any]) -> None:
+            """The decoder's step (after each block's passes) as the fill's progress event."""
+            if on_progress is not None:
+                decoded = int(info.get("tokens", 0))
+                on_progress({"event": "step", "tokens": base + decoded, "base": base, "nfe": int(info.get("nfe", 0))})
+
         text, stats = fill_middle(
             run.loaded,
             region.prefix_ids,  # tokenized once, by the planner; not decoded and encoded again
@@ -292,6 +340,7 @@ class BlockDiffusion:
             plan.budget,
             run.cfg,
             run.generator,
+            on_step,
         )  # (decoded text, stats); the score is the decoder's own log-probability where it reports one, else 0
         run.totals.add(stats)
         score = float(stats.extra.get("logprob", 0.0)) if isinstance(stats.extra, dict) else 0.0
@@ -301,7 +350,7 @@ class BlockDiffusion:
         return []  # no exact likelihood of a given text: retrieval is for any-subset models
 
 
-BACKENDS: dict[ModelKind, Backend] = {"asarm": AnySubset(), "blockdiff": BlockDiffusion()}
+BACKENDS: dict[ModelKind, Backend] = {"asarm": AnySubset(), "blockdiff": BlockDiffusion(), "ar": Autoregressive()}
 
 
 def backend_of(loaded: LoadedModel) -> Backend:

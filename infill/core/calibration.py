@@ -54,7 +54,11 @@ class Calibrator:
         return {"format": FORMAT, **asdict(self)}
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
+        """Write calibration.json through the one writer (infill.patch.atomic_write: a regular file, never half
+        written)."""
+        from infill import patch
+
+        patch.atomic_write(str(path), (json.dumps(self.to_json(), indent=1) + "\n").encode("utf-8"))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Calibrator:
@@ -140,11 +144,12 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
-def calibration_of(folder: str | Path | None) -> Calibrator | None:
-    """The calibration shipped in a model folder (CALIBRATION_FILE), or None; read once per file version."""
+def calibration_of(folder: str | Path | None, name: str = CALIBRATION_FILE) -> Calibrator | None:
+    """The calibration shipped in a model folder (CALIBRATION_FILE for fills; the docstring writer's has its own
+    name), or None; read once per file version."""
     if folder is None:
         return None
-    path = Path(folder) / CALIBRATION_FILE
+    path = Path(folder) / name
     try:
         stamp = path.stat().st_mtime_ns
     except OSError:

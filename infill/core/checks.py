@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from infill.textops import open_levels, target_indent, to_model
 
@@ -342,6 +342,13 @@ def lint(source: bytes, rules: Sequence[str], after_line: int = 0) -> Lint | Non
     return Lint(found, frozenset(after))
 
 
+class Monitor(Protocol):
+    """A check that may refuse a candidate the syntax rule accepts (infill.api, "Monitors"): the reason, or None.
+    `patched` is the whole text with the candidate's `edits` (infill.api.Edit) applied."""
+
+    def rejection(self, patched: bytes, edits: Sequence[Any]) -> str | None: ...
+
+
 class LintMonitor:
     """Refuses a Python fill by what static analysis of the whole file says (the monitor-guided decoding idea,
     with pyflakes as the analysis): it adds a message of the chosen rules over the input with neutral text in
@@ -354,7 +361,7 @@ class LintMonitor:
         self.baseline = base.found if base is not None else Counter()
         self.unbound = base.undefined_after if base is not None and "binds" in self.rules else frozenset()
 
-    def rejection(self, patched: bytes) -> str | None:
+    def rejection(self, patched: bytes, edits: Sequence[Any] = ()) -> str | None:
         found = lint(patched, self.rules, self.span_line)
         if found is None:
             return None  # the syntax rule judges what does not parse

@@ -24,7 +24,15 @@ from infill.docstrings.comments import COMMENT_LANGUAGES
 from infill.docstrings.config import DocstringConfig, build_config, find_pyproject
 from infill.docstrings.engine import FileResult, process_source
 from infill.docstrings.fill import SlotFiller
-from infill.errors import InfillError, InputError, NoValidFillError
+from infill.errors import (
+    EXIT_CHANGES,
+    EXIT_NO_VALID_FILL,
+    EXIT_OK,
+    EXIT_USAGE,
+    InfillError,
+    InputError,
+    NoValidFillError,
+)
 
 Echo = Callable[[str, bool], None]  # (text with its line break, to stderr?)
 
@@ -115,6 +123,8 @@ def collect_files(paths: Iterable[str]) -> list[Path]:
             if not path.name.endswith(SUFFIXES):
                 raise InputError(f"unsupported file type (supported: {', '.join(SUFFIXES)})", path=raw)
             out.append(path)
+        elif path.exists():  # a named pipe, a device, a socket
+            raise InputError("not a regular file or folder", path=raw)
         else:
             raise InputError("no such file or folder", path=raw)
     unique: dict[str, Path] = {}
@@ -125,17 +135,6 @@ def collect_files(paths: Iterable[str]) -> list[Path]:
 
 def _diff(result: FileResult) -> str:
     return patch.unified_diff(result.original, result.text, result.path)
-
-
-def _real_filler(cfg: DocstringConfig) -> SlotFiller:
-    from infill.config import DecodeConfig, ModelSpec
-    from infill.docstrings.fill import model_filler, options_for
-
-    return model_filler(
-        ModelSpec(name=cfg.model),
-        DecodeConfig(seed=cfg.seed, temperature=cfg.temperature),
-        options_for(),
-    )
 
 
 def _outcome_json(result: FileResult) -> dict[str, Any]:
@@ -150,7 +149,9 @@ def _outcome_json(result: FileResult) -> dict[str, Any]:
                 "line": o.line,
                 "status": o.status,
                 "confidence": o.confidence,
+                "probability": o.probability,
                 "fallbacks": o.fallbacks,
+                "refused": o.refused,
                 "docstring": o.docstring,
                 "warnings": o.warnings,
             }
@@ -159,16 +160,18 @@ def _outcome_json(result: FileResult) -> dict[str, Any]:
     }
 
 
-def _describe(status: str, confidence: float | None, fallbacks: Sequence[str]) -> str:
+def _describe(status: str, confidence: float | None, probability: float | None, fallbacks: Sequence[str]) -> str:
     parts = [status]
     if confidence is not None:
         parts.append(f"mean log-prob {confidence:.2f}")
+    if probability is not None:
+        parts.append(f"p(right) {probability:.2f}")
     if fallbacks:
-        parts.append("neutral text for " + ", ".join(fallbacks))
+        parts.append("names-only text for " + ", ".join(fallbacks))
     return parts[0] + (f" ({'; '.join(parts[1:])})" if len(parts) > 1 else "")
 
 
-def model_filler_for(cfg: DocstringConfig) -> SlotFiller:
+def model_filler_for(cfg: DocstringConfig, on_progress: Callable[[dict[str, Any]], None] | None = None) -> SlotFiller:
     """The real SlotFiller for these settings: infill.api.fill_text with the model (loaded on first use)."""
     from infill.config import DecodeConfig, ModelSpec
     from infill.docstrings.fill import model_filler, options_for
@@ -176,7 +179,8 @@ def model_filler_for(cfg: DocstringConfig) -> SlotFiller:
     return model_filler(
         ModelSpec(name=cfg.model),
         DecodeConfig(seed=cfg.seed, temperature=cfg.temperature),
-        options_for(),
+        options_for(cfg.temperature),
+        on_progress,
     )
 
 
@@ -201,7 +205,7 @@ def fill_file(
         if result.changed and breaks_syntax(languages.detect(str(path)), data, result.text.encode("utf-8")):
             raise NoValidFillError("the new docstrings would break the file's syntax; nothing was written")
         if filler is not None and result.changed and not req.diff:
-            patch.atomic_write(str(path), result.text.encode("utf-8"), snapshot)
+            patch.atomic_write(str(path), result.text.encode("utf-8"), snapshot, "use --diff")
     except NoValidFillError as exc:
         exc.path = str(path)
         return exc
@@ -253,7 +257,8 @@ def process(
         echo(json.dumps(report, indent=2) + "\n", False)
     elif not req.quiet and (results or not (errors or invalid)):  # no "0 of 0 files" after the error lines
         _summary(results, req.check, req.diff, changed, missing, echo)
-    code = 2 if errors else 3 if invalid else 1 if (req.check and missing) or (req.diff and changed) else 0
+    needed = (req.check and missing) or (req.diff and changed)
+    code = EXIT_USAGE if errors else EXIT_NO_VALID_FILL if invalid else EXIT_CHANGES if needed else EXIT_OK
     return Outcome(code, report, failures)
 
 
@@ -292,9 +297,10 @@ def _report_text(result: FileResult, check: bool, show_diff: bool, quiet: bool, 
         echo(_diff(result), False)
     if quiet:
         return
-    for o in result.outcomes:
-        line = f"{result.path}:{o.line}: {o.name}: {_describe(o.status, o.confidence, o.fallbacks)}"
-        echo(line + "\n", show_diff)
+    for o in result.outcomes:  # what happened is news on stderr, as `infill fill` says "filled a.py"; stdout is
+        # for data (a diff, the --check list, JSON), so a report never mixes into what a pipe reads
+        line = f"{result.path}:{o.line}: {o.name}: {_describe(o.status, o.confidence, o.probability, o.fallbacks)}"
+        echo(line + "\n", True)
         for warning in o.warnings:
             echo(f"{result.path}:{o.line}: {o.name}: warning: {warning}\n", True)
 

@@ -13,19 +13,29 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec
-from infill.errors import InfillError, InputError, NoValidFillError, one_line
+from infill.errors import (
+    EXIT_CHANGES,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_USAGE,
+    InfillError,
+    InputError,
+    NoValidFillError,
+    one_line,
+    printable,
+)
 from infill.spans import BOM, Selection
 
 if TYPE_CHECKING:
     from infill.api import FillResult
-
-EXIT_OK, EXIT_CHANGES, EXIT_USAGE, EXIT_NO_VALID_FILL, EXIT_INTERNAL = 0, 1, 2, 3, 123
 
 
 @dataclass(frozen=True)
@@ -70,26 +80,56 @@ class FillRequest:
         return cls(**kw)
 
 
+_STATS = ("decoder", "model", "nfe", "tokens", "seconds")
+
+
 def result_json(result: FillResult, file: str | None) -> dict[str, Any]:
     """The `--format json` document: the file, its edits (Edit.to_json) and the decoding stats."""
     return {
         "file": file,
         "edits": [e.to_json() for e in result.edits],
-        "stats": {k: result.stats.get(k) for k in ("decoder", "model", "nfe", "tokens", "seconds")},
+        "stats": {k: result.stats.get(k) for k in _STATS},
         "confidence": result.confidence,
     }
+
+
+def error_json(file: str | None, code: str, message: str, exit_code: int) -> dict[str, Any]:
+    """The `--format json` document of a fill that failed, whatever failed (a plugin reads one shape for every
+    outcome): no edits, and "error" with the code the server would answer (infill.server.protocol: input_error,
+    model_error, no_valid_fill, internal_error...), the one-line message and the exit code."""
+    return {
+        "file": file,
+        "edits": [],
+        "stats": dict.fromkeys(_STATS),
+        "confidence": None,
+        "error": {"code": code, "message": message, "exit_code": exit_code},
+    }
+
+
+def exception_json(exc: Exception, file: str | None) -> dict[str, Any]:
+    """error_json of an exception (an InfillError's own code, else an internal error)."""
+    from infill.server.protocol import error_code
+
+    if isinstance(exc, NoValidFillError):
+        return no_valid_fill_json(exc, file)
+    if isinstance(exc, InfillError):
+        return error_json(file, error_code(exc), one_line(str(exc)), exc.exit_code)
+    return error_json(
+        file, error_code(exc), f"internal error: {type(exc).__name__}: {one_line(str(exc))}", EXIT_INTERNAL
+    )
 
 
 def no_valid_fill_json(exc: NoValidFillError, file: str | None) -> dict[str, Any]:
     """The `--format json` document when nothing is written (no candidate was valid, or the best one's confidence
     is below --min-confidence): no edits, the refused ones under "failed"."""
+    doc = error_json(file, exc.code, str(exc), exc.exit_code)
+    stats = {k: exc.stats.get(k) for k in _STATS}
     return {
-        "file": file,
-        "edits": [],
-        "stats": {k: exc.stats.get(k) for k in ("decoder", "model", "nfe", "tokens", "seconds")},
+        **doc,
+        "stats": stats,
         "confidence": exc.stats.get("confidence"),
         "failed": exc.failed,
-        "error": {"code": exc.code, "message": str(exc), "exit_code": exc.exit_code},
+        "error": doc["error"],
     }
 
 
@@ -130,40 +170,68 @@ def run_fill(
         return out
     quiet_stderr = req.verbosity < 0 or (req.filter_mode and req.verbosity < 1)
 
-    def say(line: str) -> None:
+    def say(line: str) -> None:  # one line each, whatever the names in it hold
         if not quiet_stderr:
-            out["stderr"].append(line)
+            out["stderr"].append(printable(line))
 
-    original: str | None = req.stdin if req.file == "-" else None
     try:
         _run(req, out, say, on_progress)
-    except NoValidFillError as exc:  # exit 3: nothing written; --format json also lists the failed edits
-        out["exit_code"] = exc.exit_code
-        out["result"] = no_valid_fill_json(exc, None if req.file == "-" else req.file)
-        if req.filter_mode and req.verbosity < 1:
-            out["stderr"] = []
-        else:
-            out["stderr"].append(f"error: {exc}")
-        if req.filter_mode and original is not None:
-            out["stdout"] = original
-        else:
-            out["stdout"] = json.dumps(out["result"], ensure_ascii=False) + "\n" if req.format == "json" else ""
-    except InfillError as exc:
-        out["exit_code"] = exc.exit_code
-        if req.filter_mode and req.verbosity < 1:
-            out["stderr"] = []
-        else:
-            out["stderr"].append(f"error: {exc}")
-        out["stdout"] = original if req.filter_mode and original is not None else ""
-    except Exception as exc:  # a bug or a backend failure: exit 123 with one line (traceback with -v)
-        out["exit_code"] = EXIT_INTERNAL
-        out["stderr"] = [] if req.filter_mode and req.verbosity < 1 else out["stderr"]
-        if not (req.filter_mode and req.verbosity < 1):
-            out["stderr"].append(f"error: internal error: {type(exc).__name__}: {one_line(str(exc))}")
-            if req.verbosity >= 1:
-                out["stderr"].append(traceback.format_exc().rstrip())
-        out["stdout"] = original if req.filter_mode and original is not None else ""
+    except Exception as exc:  # noqa: BLE001 - input, model or internal error (a bug, a backend): an exit code
+        _failed(req, out, exc)
     return out
+
+
+def _failed(req: FillRequest, out: dict[str, Any], exc: Exception) -> None:
+    """run_fill's answer to a failure: its exit code (123 for anything but an InfillError); one stderr line naming
+    the input (none from the editor filter without -v; a bug's traceback too with -v); on stdout the unchanged
+    input in filter mode, else with --format json the error document (exception_json: one shape for every
+    outcome), else nothing. A no-valid-fill's document, with the rejected edits, is also the result."""
+    if isinstance(exc, InfillError):
+        line, out["exit_code"] = f"error: {exc}", exc.exit_code
+    else:
+        line, out["exit_code"] = f"error: internal error: {type(exc).__name__}: {one_line(str(exc))}", EXIT_INTERNAL
+    if req.filter_mode and req.verbosity < 1:
+        out["stderr"] = []
+    else:
+        out["stderr"].append(line)
+        if req.verbosity >= 1 and not isinstance(exc, InfillError):
+            out["stderr"].append(traceback.format_exc().rstrip())
+    document = exception_json(exc, None if req.file == "-" else req.file)
+    if isinstance(exc, NoValidFillError):
+        out["result"] = document
+    if req.filter_mode and req.stdin is not None:
+        out["stdout"] = req.stdin
+    elif req.format == "json":
+        out["stdout"] = json.dumps(document, ensure_ascii=False) + "\n"
+    else:
+        out["stdout"] = ""
+
+
+_STDOUT_NAMES = ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
+_DESCRIPTOR_PATHS = ("/dev/fd/", "/dev/stdin", "/dev/stderr", "/proc/self/", "/proc/thread-self/")
+
+
+def output_target(output: str | None, cwd: str = ".") -> str | None:
+    """`-o PATH` as the process that parsed the flags means it, before the request may go to a daemon (which has
+    other descriptors, a log file for a stdout, and resolves paths in its own process): "-" (print the result) for
+    -, /dev/stdout and the file this process's stdout is; a path into this process's own descriptors (/dev/fd/N,
+    /dev/stderr, /proc/self/...) that names a regular file becomes that file's path; anything else stays as
+    given (what is not a regular file is then refused: infill.patch.check_writable)."""
+    if output is None or output in _STDOUT_NAMES:
+        return None if output is None else "-"
+    path = os.path.join(cwd, output)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return output
+    try:
+        if os.path.samestat(st, os.fstat(sys.stdout.fileno())):
+            return "-"
+    except (OSError, ValueError, AttributeError):  # no stdout, or one without a descriptor (a test's)
+        pass
+    if path.startswith(_DESCRIPTOR_PATHS + (f"/proc/{os.getpid()}/",)) and stat.S_ISREG(st.st_mode):
+        return os.path.realpath(path)
+    return output
 
 
 def _resolve(req: FillRequest, path: str) -> str:
@@ -171,6 +239,9 @@ def _resolve(req: FillRequest, path: str) -> str:
     if os.path.isabs(path) or os.path.realpath(req.cwd) == os.path.realpath(os.getcwd()):
         return path
     return os.path.join(req.cwd, path)
+
+
+IN_PLACE_HINT = "use --diff or -o PATH"  # what `infill fill` offers when the file cannot be written in place
 
 
 @dataclass
@@ -208,7 +279,7 @@ def _prepare(req: FillRequest, tree_sitter: bool = True) -> _Input:
         raise InputError("the input is empty; there is no context to fill around", path=display)
     writes_in_place = req.file != "-" and not (req.diff or req.check or req.format == "json" or req.output)
     if writes_in_place:
-        patch.check_writable(_resolve(req, req.file))
+        patch.check_writable(_resolve(req, req.file), IN_PLACE_HINT)
     elif req.output and req.output != "-":
         patch.check_writable(_resolve(req, req.output))
     language = languages.detect(name)
@@ -238,15 +309,19 @@ def _fill(req: FillRequest, on_progress: Callable[[dict[str, Any]], None] | None
     from infill import api
 
     given = _prepare(req)
-    result = api.fill_text(
-        given.text,
-        given.selected,
-        language=given.language,
-        model=req.model,
-        decode=req.decode,
-        options=req.options,
-        on_progress=on_progress,
-    )
+    try:
+        result = api.fill_text(
+            given.text,
+            given.selected,
+            language=given.language,
+            model=req.model,
+            decode=req.decode,
+            options=req.options,
+            on_progress=on_progress,
+        )
+    except NoValidFillError as exc:  # name the input, as every error about it does
+        exc.path = exc.path or given.display
+        raise
     return given, result
 
 
@@ -321,7 +396,7 @@ def _run(
         out["stdout"] = result.text
         return
     if changed:
-        patch.atomic_write(_resolve(req, req.file), result.text.encode("utf-8"), snapshot)
+        patch.atomic_write(_resolve(req, req.file), result.text.encode("utf-8"), snapshot, IN_PLACE_HINT)
         say(f"filled {display} ({len(result.edits)} span(s))")
     else:
         say(f"unchanged {display}")

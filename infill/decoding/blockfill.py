@@ -2,8 +2,9 @@
 LoadedModel(kind="blockdiff").
 
 Prompt formats:
-- "fim": the tokenizer has <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|> (Qwen-family and project models):
-  <|fim_prefix|> prefix <|fim_suffix|> suffix <|fim_middle|>, then the model writes the middle;
+- "fim": the tokenizer has a family's fill-in-the-middle tokens (infill.models.fim; Qwen's and the project
+  models' <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>): <|fim_prefix|> prefix <|fim_suffix|> suffix
+  <|fim_middle|>, then the model writes the middle;
 - "chat": otherwise an instruction through the tokenizer's chat template (a code fence around the reply is
   stripped).
 Generation ends at an end token or after max_tokens.
@@ -16,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from infill.errors import ModelError
-from infill.models.blockdiff import FIM_TOKENS
+from infill.models.fim import fim_prompt, find_fim
 
 if TYPE_CHECKING:
     import torch
@@ -65,8 +66,8 @@ def build_prompt(
 
     pre_ids = tokenizer.encode(prefix) if isinstance(prefix, str) else list(prefix)
     suf_ids = tokenizer.encode(suffix) if isinstance(suffix, str) else list(suffix)
-    fim = [tokenizer.token_id(t) for t in FIM_TOKENS]
-    if all(t is not None for t in fim):
+    fim = find_fim(tokenizer.token_id)
+    if fim is not None:
         overhead = 3
     elif tokenizer.chat_template:
         overhead = len(tokenizer.chat_prompt(INSTRUCTION.format(hole=HOLE, prefix="", suffix="")))
@@ -76,9 +77,8 @@ def build_prompt(
     if max_prompt is not None and overhead + len(pre_ids) + len(suf_ids) > max_prompt:
         keep_pre, keep_suf = split_context(max(0, max_prompt - overhead), len(pre_ids), len(suf_ids))
         pre_ids, suf_ids, truncated = pre_ids[len(pre_ids) - keep_pre :], suf_ids[:keep_suf], True
-    if overhead == 3:
-        pre, suf, mid = (int(t) for t in fim if t is not None)
-        return [pre, *pre_ids, suf, *suf_ids, mid], "fim", truncated
+    if fim is not None:
+        return fim_prompt(fim, pre_ids, suf_ids), "fim", truncated
     text = INSTRUCTION.format(hole=HOLE, prefix=tokenizer.decode(pre_ids), suffix=tokenizer.decode(suf_ids))
     return tokenizer.chat_prompt(text), "chat", truncated
 

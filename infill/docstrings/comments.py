@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from infill.docstrings import text
 from infill.docstrings.config import DocstringConfig
-from infill.docstrings.engine import FileResult, Outcome, call_filler
+from infill.docstrings.engine import FileResult, Outcome, call_filler, innermost
+from infill.docstrings.facts import from_skeleton
 from infill.docstrings.fill import SlotFiller
 from infill.docstrings.finder import SKIP_COMMENT, SKIP_FILE_COMMENT, captures, parse
+from infill.docstrings.monitor import contradiction
 from infill.docstrings.skeleton import Param, Skeleton, Slot
 from infill.docstrings.styles import Rendered, _Builder
 from infill.errors import InputError
+from infill.patch import Replacement, apply_edits
 
 COMMENT_LANGUAGES = ("javascript", "typescript", "tsx", "go", "rust")  # infill.languages names
 FUNCTION_TYPES = {
@@ -277,8 +280,13 @@ def render_rust(s: Skeleton, indent: str, texts: dict[str, str] | None, width: i
 
 
 def _clean(lang: str, s: Skeleton, raw: dict[str, str], limit: int) -> tuple[dict[str, str], list[str]]:
+    """Cleaned text per slot, refused by the monitor's checks where it contradicts the skeleton (Go's "Name is
+    ..." sentences and Rust's error clauses are cleaned their own way, not checked)."""
     out: dict[str, str] = {}
     fallbacks: list[str] = []
+    known = from_skeleton(s)
+    if lang == "rust":  # its skeleton does not model return values: whether one is returned is not known
+        known = replace(known, returns_value=None)
     for slot in s.slots():
         given = raw.get(slot.key, "").replace("*/", " ").replace("/*", " ")
         cleaned: str | None
@@ -301,6 +309,9 @@ def _clean(lang: str, s: Skeleton, raw: dict[str, str], limit: int) -> tuple[dic
         else:
             cleaned = text.clean_description(given, subject=slot.subject.lstrip("."))
             fallback = text.fallback_description(slot.kind, slot.subject.lstrip("."))
+        checked = lang != "go" and not (lang == "rust" and slot.kind == "raises")
+        if cleaned is not None and checked and contradiction(slot, cleaned, known) is not None:
+            cleaned = None
         if cleaned is None:
             fallbacks.append(slot.key)
             cleaned = fallback
@@ -309,15 +320,20 @@ def _clean(lang: str, s: Skeleton, raw: dict[str, str], limit: int) -> tuple[dic
 
 
 def process_comments(
-    source_text: str, path: str, lang: str, cfg: DocstringConfig, filler: SlotFiller | None
+    source_text: str, path: str, lang: str, cfg: DocstringConfig, filler: SlotFiller | None, at: int | None = None
 ) -> FileResult:
-    """Report (filler None) or fill the missing doc comments of a JavaScript, TypeScript, Go or Rust file."""
+    """Report (filler None) or fill the missing doc comments of a JavaScript, TypeScript, Go or Rust file (with
+    `at`, a byte offset: only of the innermost declaration around it)."""
     source = source_text.encode("utf-8")
     newline = "\r\n" if "\r\n" in source_text else "\n"
     outcomes: list[Outcome] = []
-    replacements: list[tuple[int, str]] = []
+    replacements: list[Replacement] = []
     render = {"go": render_go, "rust": render_rust}.get(lang, render_jsdoc)
-    for t in find_targets(lang, source, path, cfg):
+    targets = find_targets(lang, source, path, cfg)
+    if at is not None:
+        chosen = innermost([(t.insert_at, t.end_byte) for t in targets], at)
+        targets = [] if chosen is None else [targets[chosen]]
+    for t in targets:
         if t.documented or t.skip is not None:
             continue
         if filler is None:
@@ -333,9 +349,10 @@ def process_comments(
         tail = b"\n".join(lines[:CONTEXT_LINES])
         prefix = t.indent.encode("utf-8")
         language = "typescript" if lang == "tsx" else lang
-        raw, confidence, warnings = call_filler(filler, prefix, template, b"\n" + tail, t.qualname, language, cfg)
-        texts, fallbacks = _clean(lang, skeleton, raw, max(cfg.line_length - len(t.indent) - 8, 30))
-        outcome = Outcome(t.qualname, t.kind, t.line, "filled", confidence, fallbacks, warnings=warnings)
+        model = call_filler(filler, prefix, template, b"\n" + tail, t.qualname, language, cfg)
+        texts, fallbacks = _clean(lang, skeleton, model.raw, max(cfg.line_length - len(t.indent) - 8, 30))
+        confidence = model.mean()
+        outcome = Outcome(t.qualname, t.kind, t.line, "filled", confidence, fallbacks, warnings=model.warnings)
         outcomes.append(outcome)
         conf_value = confidence if confidence is not None else -math.inf
         if cfg.min_confidence is not None and (conf_value < cfg.min_confidence or "summary" in fallbacks):
@@ -345,9 +362,7 @@ def process_comments(
             outcome.status = "low-confidence"
         comment = render(skeleton, t.indent, texts, cfg.line_length).text
         outcome.docstring = comment
-        replacements.append((t.insert_at, t.indent + comment.replace("\n", newline) + newline))
-    out = bytearray(source)
-    for at, new in sorted(replacements, reverse=True):
-        out[at:at] = new.encode("utf-8")
+        replacements.append(Replacement(t.insert_at, t.insert_at, t.indent + comment.replace("\n", newline) + newline))
     style = {"go": "godoc", "rust": "rustdoc"}.get(lang, "jsdoc")
-    return FileResult(path, source_text, out.decode("utf-8"), outcomes, style)
+    new_text = apply_edits(source, replacements).decode("utf-8")
+    return FileResult(path, source_text, new_text, outcomes, style, replacements)

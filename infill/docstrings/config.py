@@ -8,6 +8,7 @@ pyproject.toml:
     [tool.infill.docstrings]
     style = "google"               # google | numpy | sphinx | auto
     min-confidence = -3.5          # mean token log-probability; below it a docstring is left missing
+    min-probability = 0.5          # write the model's sentences only at this calibrated probability (0 to 1)
     ignore-private = true          # _name (and everything inside a private class)
     ignore-magic = true            # __eq__ and friends
     ignore-init-method = true      # __init__ (its arguments go to the class docstring)
@@ -31,10 +32,12 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from infill.config import SEED_MAX, SEED_MIN
 from infill.errors import InputError
 
 StyleName = Literal["google", "numpy", "sphinx", "auto"]
 STYLES: tuple[str, ...] = ("google", "numpy", "sphinx", "auto")
+MIN_LINE_LENGTH = 20  # narrower descriptions cannot be wrapped sensibly (--line-length, line-length)
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,9 @@ class DocstringConfig:
     style: StyleName = "google"
     model: str = "default"
     min_confidence: float | None = None  # None = write every docstring, reporting low-confidence ones
+    # the model's sentences are written only when their calibrated probability of being right is at least this;
+    # None = the threshold stored with the model's calibration (infill.docstrings.confidence)
+    min_probability: float | None = None
     low_confidence: float = -4.0  # below this mean log-prob a written docstring is reported as low confidence
     ignore_private: bool = True
     ignore_magic: bool = True
@@ -66,8 +72,12 @@ class DocstringConfig:
                 re.compile(pattern)
             except re.error as exc:
                 raise InputError(f"invalid --ignore-regex {pattern!r}: {exc}") from None
-        if self.line_length < 20:
-            raise InputError(f"line-length must be at least 20, got {self.line_length}")
+        if self.min_probability is not None and not 0.0 <= self.min_probability <= 1.0:
+            raise InputError(f"min-probability must be between 0 and 1, got {self.min_probability}")
+        if self.line_length < MIN_LINE_LENGTH:
+            raise InputError(f"line-length must be at least {MIN_LINE_LENGTH}, got {self.line_length}")
+        if not SEED_MIN <= self.seed <= SEED_MAX:
+            raise InputError(f"seed must fit in 64 bits, got {self.seed}")
 
 
 _BOOL_KEYS = {f.name for f in fields(DocstringConfig) if f.type in ("bool",)}
@@ -127,6 +137,8 @@ def _normalize(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
             value = tuple(value)
         elif name in _BOOL_KEYS and not isinstance(value, bool):
             raise InputError(f"{key} must be true or false", path=where)
+        elif name == "min_probability" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise InputError(f"{key} must be a number between 0 and 1 (a calibrated probability, e.g. 0.5)", path=where)
         elif name in ("min_confidence", "low_confidence", "temperature") and not isinstance(value, (int, float)):
             raise InputError(f"{key} must be a number (a mean token log-probability, e.g. -3.5)", path=where)
         out[name] = value

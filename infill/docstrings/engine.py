@@ -1,4 +1,9 @@
-"""Fill the missing docstrings of one file: find, skeleton, one model call per definition, clean, insert.
+"""Fill the missing docstrings of one file: find, skeleton, one model call per definition, judge, choose, insert.
+
+Each slot's text is judged by the monitor (infill.docstrings.monitor: cleaned, and refused when it contradicts
+what the code says), inside decoding and again on the text decoding returns; the docstring then gets the model's
+sentences only when their calibrated probability reaches the threshold, and the sentences built from the names
+and the code otherwise (infill.docstrings.confidence, infill.docstrings.names).
 
 `process_source` is pure (text in, FileResult out); writing files is the command's job. With `filler=None`
 it only reports what is missing (the `--check` path), so it never needs a model.
@@ -6,15 +11,20 @@ it only reports what is missing (the `--check` path), so it never needs a model.
 
 from __future__ import annotations
 
+import ast
 import math
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from infill.docstrings import styles, text
+from infill.docstrings import confidence, facts, monitor, names, styles
 from infill.docstrings.config import DocstringConfig
 from infill.docstrings.fill import SlotFiller, slot_span
 from infill.docstrings.finder import Definition, colon_byte, find_definitions
-from infill.docstrings.skeleton import Skeleton, build_skeleton, init_method
+from infill.docstrings.skeleton import Skeleton, Slot, build_skeleton, init_method
+from infill.patch import Replacement, apply_edits
+from infill.textops import newline_of
 
 Status = Literal["missing", "filled", "low-confidence", "left-missing", "updated"]
 CONTEXT_LINES = 60  # lines of a definition shown to the model after the docstring
@@ -30,9 +40,11 @@ class Outcome:
     line: int  # 1-based line of the definition in the ORIGINAL file
     status: Status
     confidence: float | None = None  # mean token log-probability of the model's text (None: no model text)
-    fallbacks: list[str] = field(default_factory=list)  # slots that got neutral text instead of the model's
+    fallbacks: list[str] = field(default_factory=list)  # slots that got names-only text instead of the model's
     docstring: str | None = None  # the docstring written (filled / updated)
     warnings: list[str] = field(default_factory=list)  # from the model call, e.g. a budget capped to the context
+    probability: float | None = None  # calibrated probability that the model's summary is right (None: unknown)
+    refused: dict[str, str] = field(default_factory=dict)  # slot -> why the monitor refused the model's text
 
 
 @dataclass
@@ -42,15 +54,16 @@ class FileResult:
     text: str  # the new text (== original when nothing changed)
     outcomes: list[Outcome]
     style: str
+    edits: list[Replacement] = field(default_factory=list)  # what turns original into text (byte offsets of it)
 
     @property
     def changed(self) -> bool:
         return self.text != self.original
 
 
-def _newline(source: str) -> str:
-    first = source.find("\n")
-    return "\r\n" if first > 0 and source[first - 1] == "\r" else "\n"
+# a lone CR ends a line for Python (and in `infill fill`), but tree-sitter's grammar reads it as an error: the
+# definitions are found in a view with LF there, which keeps every byte offset, and edits go into the real text
+_LONE_CR = re.compile(rb"\r(?!\n)")
 
 
 def _indent_unit(source: str) -> str:
@@ -136,29 +149,21 @@ def _describes_init(d: Definition, cfg: DocstringConfig, by_node: dict[int, Defi
     return init_def is not None and init_def.docstring is None
 
 
+def skeleton_and_facts(
+    d: Definition, cfg: DocstringConfig, by_node: dict[int, Definition], tree: ast.Module | None
+) -> tuple[Skeleton, facts.Facts]:
+    """The structure of `d`'s docstring and what its code says (`tree`: the file's `ast`, None if CPython cannot
+    parse it); `by_node` maps tree-sitter node ids to the file's definitions."""
+    skeleton = build_skeleton(d, _describes_init(d, cfg, by_node))
+    owner = d.parent.name if d.kind == "method" and d.parent is not None else None
+    return skeleton, facts.python_facts(tree, skeleton, d.line, owner)
+
+
 def _summary_limit(cfg: DocstringConfig, indent: str, one_line: bool) -> int:
     return max(cfg.line_length - len(indent) - (6 if one_line else 3), 30)
 
 
-def clean_texts(skeleton: Skeleton, raw: dict[str, str], limit: int) -> tuple[dict[str, str], list[str]]:
-    """Cleaned text for every slot, and the keys that fell back to neutral text."""
-    out: dict[str, str] = {}
-    fallbacks: list[str] = []
-    is_function = skeleton.kind in ("function", "method") and not skeleton.is_property
-    for slot in skeleton.slots():
-        given = raw.get(slot.key, "")
-        cleaned: str | None
-        if slot.kind == "summary":
-            cleaned = text.clean_summary(given, name=skeleton.name, is_function=is_function, limit=limit)
-            fallback = text.fallback_summary(skeleton.kind, skeleton.name, skeleton.returns is not None)
-        else:
-            cleaned = text.clean_description(given, subject=slot.subject)
-            fallback = text.fallback_description(slot.kind, slot.subject)
-        if cleaned is None:
-            fallbacks.append(slot.key)
-            cleaned = fallback
-        out[slot.key] = cleaned
-    return out, fallbacks
+MonitorFor = Callable[[Mapping[int, Slot]], monitor.SlotMonitor]
 
 
 def call_filler(
@@ -169,12 +174,11 @@ def call_filler(
     qualname: str,
     language: str,
     cfg: DocstringConfig,
-) -> tuple[dict[str, str], float | None, list[str]]:
-    """One model call: `prefix + template + suffix` with the template's slots as spans.
-
-    Returns the raw text of each slot by key, the mean token log-probability over all slots (None when the
-    filler reports no tokens), and the call's warnings.
-    """
+    monitor_for: MonitorFor | None = None,
+) -> confidence.ModelText:
+    """One model call: `prefix + template + suffix` with the template's slots as spans, and the monitor that
+    `monitor_for` builds for them (it gets each slot by its span's start byte). Returns the raw text and the
+    score of each slot by key, and the call's warnings."""
     context = prefix + template.text.encode("utf-8") + suffix
     spans = []
     for key, (start, end) in template.slots.items():
@@ -183,18 +187,20 @@ def call_filler(
         budget = cfg.summary_tokens if key == "summary" else cfg.description_tokens
         spans.append(slot_span(byte_start, byte_end, f"{key}|{qualname}", budget))
     spans.sort()
-    result = filler(context.decode("utf-8"), spans, language=language)
-    raw: dict[str, str] = {}
-    score, tokens = 0.0, 0
+    watch = None
+    if monitor_for is not None:
+        watch = monitor_for({span.start_byte: Slot.from_key(span.label.split("|", 1)[0]) for span in spans})
+    result = filler(context.decode("utf-8"), spans, language=language, monitor=watch)
+    out = confidence.ModelText(warnings=list(result.warnings))
     by_range = {(e.start_byte, e.end_byte): e for e in result.edits}
     for span in spans:
         edit = by_range.get((span.start_byte, span.end_byte))
         if edit is None:
             continue
-        raw[span.label.split("|", 1)[0]] = edit.text
-        score += edit.score
-        tokens += edit.tokens
-    return raw, (score / tokens if tokens > 0 else None), list(result.warnings)
+        key = span.label.split("|", 1)[0]
+        out.raw[key] = edit.text
+        out.scores[key] = (edit.score, edit.tokens)
+    return out
 
 
 def fill_definition(
@@ -205,24 +211,35 @@ def fill_definition(
     style: str,
     cfg: DocstringConfig,
     filler: SlotFiller,
+    known: facts.Facts,
     language: str = "python",
 ) -> tuple[str | None, Outcome]:
-    """One model call for all slots of one definition; the docstring to write (None: leave it missing)."""
+    """One model call for all slots of one definition, judged by the monitor; the docstring to write (None:
+    leave it missing)."""
     template = styles.render(skeleton, style, ins.indent, None, cfg.line_length)
     head, tail = _context(source, d, ins)
     prefix = head + ins.before.encode("utf-8")
     suffix = ins.after.encode("utf-8") + tail
-    raw, confidence, warnings = call_filler(filler, prefix, template, suffix, d.qualname, language, cfg)
     one_line = not (skeleton.slots()[1:])
-    texts, fallbacks = clean_texts(skeleton, raw, _summary_limit(cfg, ins.indent, one_line))
-    outcome = Outcome(d.qualname, d.kind, d.line, "filled", confidence, fallbacks, warnings=warnings)
-    conf_value = confidence if confidence is not None else -math.inf
-    if cfg.min_confidence is not None and (conf_value < cfg.min_confidence or "summary" in fallbacks):
+    limit = _summary_limit(cfg, ins.indent, one_line)
+
+    def monitor_for(slots: Mapping[int, Slot]) -> monitor.SlotMonitor:
+        return monitor.SlotMonitor(slots, known, limit)
+
+    model = call_filler(filler, prefix, template, suffix, d.qualname, language, cfg, monitor_for)
+    verdicts = monitor.judge_all(skeleton, known, model.raw, limit)
+    choice = confidence.choose(verdicts, names.texts(known, skeleton.slots()), model, cfg.model, cfg.min_probability)
+    score = model.mean()
+    outcome = Outcome(d.qualname, d.kind, d.line, "filled", score, choice.fallbacks, warnings=model.warnings)
+    outcome.probability = choice.probability
+    outcome.refused = {k: v.reason for k, v in verdicts.items() if v.reason is not None}
+    conf_value = score if score is not None else -math.inf
+    if cfg.min_confidence is not None and (conf_value < cfg.min_confidence or "summary" in choice.fallbacks):
         outcome.status = "left-missing"
         return None, outcome
-    if fallbacks or conf_value < cfg.low_confidence:
+    if "summary" in choice.fallbacks or conf_value < cfg.low_confidence:
         outcome.status = "low-confidence"
-    docstring = styles.render(skeleton, style, ins.indent, texts, cfg.line_length).text
+    docstring = styles.render(skeleton, style, ins.indent, choice.texts, cfg.line_length).text
     outcome.docstring = docstring
     return docstring, outcome
 
@@ -231,11 +248,23 @@ def existing_docstrings(source: bytes, definitions: list[Definition]) -> list[st
     return [source[d.docstring[0] : d.docstring[1]].decode("utf-8", "replace") for d in definitions if d.docstring]
 
 
+def innermost(ranges: list[tuple[int, int]], at: int) -> int | None:
+    """Index of the innermost [start, end] range holding byte `at` (the one starting last), or None."""
+    holding = [i for i, (start, end) in enumerate(ranges) if start <= at <= end]
+    return max(holding, key=lambda i: ranges[i][0], default=None)
+
+
 def process_source(
-    source_text: str, path: str, cfg: DocstringConfig, filler: SlotFiller | None, update: bool = False
+    source_text: str,
+    path: str,
+    cfg: DocstringConfig,
+    filler: SlotFiller | None,
+    update: bool = False,
+    at: int | None = None,
 ) -> FileResult:
     """Report (filler None) or fill the missing docstrings of one Python file; with `update`, also fix the
-    parameter entries of existing docstrings."""
+    parameter entries of existing docstrings. With `at` (a byte offset of the text), only the innermost function
+    or class around it is handled (an editor's "the function at the cursor")."""
     from infill import languages
     from infill.docstrings import comments
     from infill.docstrings import update as updating
@@ -243,21 +272,31 @@ def process_source(
     if source_text.startswith(BOM):
         # a UTF-8 byte order mark is not code: work on the text after it and put it back in front, so a module
         # docstring never lands before it (U+FEFF anywhere else does not compile)
-        inner = process_source(source_text[len(BOM) :], path, cfg, filler, update)
-        return FileResult(path, source_text, BOM + inner.text, inner.outcomes, inner.style)
+        skip = len(BOM.encode("utf-8"))
+        inner = process_source(source_text[len(BOM) :], path, cfg, filler, update, None if at is None else at - skip)
+        edits = [Replacement(e.start_byte + skip, e.end_byte + skip, e.text) for e in inner.edits]
+        return FileResult(path, source_text, BOM + inner.text, inner.outcomes, inner.style, edits)
     other_language = languages.detect(path)
     if other_language in comments.COMMENT_LANGUAGES:
-        return comments.process_comments(source_text, path, other_language, cfg, filler)
-    source = source_text.encode("utf-8")
+        return comments.process_comments(source_text, path, other_language, cfg, filler, at)
+    text_bytes = source_text.encode("utf-8")
+    source = _LONE_CR.sub(b"\n", text_bytes)  # the parser's view (see _LONE_CR)
     definitions = find_definitions(source, path, cfg)
+    if at is not None:
+        inner_defs = [d for d in definitions if d.kind != "module"]
+        chosen = innermost([(d.start_byte, d.node.end_byte) for d in inner_defs], at)
+        definitions = [] if chosen is None else [inner_defs[chosen]]
     style: str = cfg.style
     if style == "auto":
         style = styles.detect_style(existing_docstrings(source, definitions))
-    newline = _newline(source_text)
+    newline = newline_of(source_text)
     unit = _indent_unit(source_text)
     by_node = {d.node.id: d for d in definitions if d.kind != "module"}
+    tree: ast.Module | None = None
+    if filler is not None:
+        tree = facts.parse_python(source_text)
     outcomes: list[Outcome] = []
-    replacements: list[tuple[int, int, str]] = []
+    replacements: list[Replacement] = []
     for d in definitions:
         if d.skip is not None:
             continue
@@ -268,22 +307,24 @@ def process_source(
                 change = updating.update_docstring(source, d, skeleton, own_style, cfg, filler)
                 if change is not None:
                     new_text = change.text.replace("\n", newline)
-                    replacements.append((d.docstring[0], d.docstring[1], new_text))
+                    replacements.append(Replacement(d.docstring[0], d.docstring[1], new_text))
                     outcomes.append(Outcome(d.qualname, d.kind, d.line, "updated", change.confidence))
                     outcomes[-1].fallbacks, outcomes[-1].docstring = change.fallbacks, change.text
             continue
         if filler is None:
             outcomes.append(Outcome(d.qualname, d.kind, d.line, "missing"))
             continue
-        skeleton = build_skeleton(d, _describes_init(d, cfg, by_node))
+        skeleton, known = skeleton_and_facts(d, cfg, by_node, tree)
         ins = insertion_for(d, source, newline, unit)
-        docstring, outcome = fill_definition(source, d, skeleton, ins, style, cfg, filler)
+        docstring, outcome = fill_definition(source, d, skeleton, ins, style, cfg, filler, known)
         outcomes.append(outcome)
         if docstring is not None:
             if newline != "\n":
                 docstring = docstring.replace("\n", newline)
-            replacements.append((ins.start, ins.end, ins.before + docstring + ins.after))
-    out = bytearray(source)
-    for start, end, new in sorted(replacements, reverse=True):
-        out[start:end] = new.encode("utf-8")
-    return FileResult(path, source_text, out.decode("utf-8"), outcomes, style)
+            replacements.append(Replacement(ins.start, ins.end, ins.before + docstring + ins.after))
+    new_text = apply_edits(text_bytes, replacements).decode("utf-8")  # lone CRs kept: same offsets
+    return FileResult(path, source_text, new_text, outcomes, style, sorted(replacements, key=_order))
+
+
+def _order(edit: Replacement) -> tuple[int, int]:
+    return edit.start_byte, edit.end_byte

@@ -38,6 +38,11 @@ class Slot:
     def key(self) -> str:
         return self.kind if not self.subject else f"{self.kind}:{self.subject}"
 
+    @classmethod
+    def from_key(cls, key: str) -> Slot:
+        kind, _, subject = key.partition(":")
+        return cls(kind, subject)  # type: ignore[arg-type]
+
 
 @dataclass
 class Skeleton:

@@ -36,6 +36,24 @@ VERBS = {
     "start", "stop", "store", "strip", "sum", "take", "test", "tokenize", "track", "transform", "translate",
     "try", "turn", "unpack", "update", "upload", "use", "validate", "verify", "visit", "wait", "walk",
     "wrap", "write", "yield",
+    "abort", "acquire", "activate", "adapt", "aggregate", "align", "allow", "analyze", "analyse", "annotate",
+    "approve", "assemble", "attach", "authenticate", "authorize", "bind", "broadcast", "bump", "cast",
+    "capture", "chain", "change", "choose", "clip", "clone", "coerce", "commit", "complete", "compress",
+    "concatenate", "consume", "crop", "deactivate", "decompress", "decorate", "decrement", "decrypt",
+    "define", "deny", "deprecate", "dequeue", "deserialize", "destroy", "detach", "detect", "disconnect",
+    "dispatch", "divide", "drop", "edit", "embed", "encrypt", "enqueue", "enter", "escape", "estimate",
+    "exit", "explain", "export", "fail", "flatten", "flip", "fold", "force", "freeze", "gather", "guess",
+    "hide", "include", "infer", "inject", "inspect", "integrate", "interpolate", "invalidate", "invert",
+    "kill", "launch", "lex", "limit", "link", "list", "listen", "lock", "lookup", "lower", "maximize",
+    "measure", "minimize", "modify", "mount", "multiply", "negate", "notify", "obtain", "optimize", "override",
+    "pad", "patch", "pause", "permute", "poll", "populate", "predict", "preprocess", "preserve", "prune",
+    "publish", "quote", "rank", "rebuild", "recompute", "redirect", "refine", "reject", "release", "remap",
+    "reorder", "repeat", "resample", "reshape", "resize", "resume", "retry", "revert", "rewrite", "rotate",
+    "round", "route", "scale", "schedule", "seed", "shift", "shuffle", "shutdown", "simplify", "simulate",
+    "skip", "slice", "solve", "spawn", "squeeze", "stream", "submit", "substitute", "subtract", "suppress",
+    "swap", "sync", "synchronize", "tag", "teardown", "toggle", "trace", "train", "transpose", "traverse",
+    "trigger", "trim", "truncate", "unbind", "unlock", "unmount", "unquote", "unregister", "unwrap", "upgrade",
+    "upper", "view", "warn", "watch",
 }  # fmt: skip
 _LEADING_FILLER = re.compile(
     r"^(?:(?:this|the|a|an)\s+(?:function|method|helper|class|property|routine|generator|decorator)\s+"
@@ -46,7 +64,7 @@ _LEADING_FILLER = re.compile(
 _MARKUP = re.compile(r"^(?:[#*>\-:|`'\"]+\s*)+")
 
 
-def _base_form(word: str) -> str | None:
+def base_form(word: str) -> str | None:
     """ "returns" -> "return", "applies" -> "apply", "pushes" -> "push"; None if not a known verb."""
     w = word.lower()
     if w in VERBS:
@@ -124,8 +142,8 @@ def code_like(text: str) -> bool:
     return bool(re.search(r"\s=\s|==|\w\[|\w\(\)|^\w+\s*\|\s*\w+", text))
 
 
-def _finish(text: str) -> str:
-    text = text.strip().rstrip(",;:-–(\"'` ")
+def finish(text: str) -> str:
+    text = text.strip().rstrip(",;:-–(\"' ")
     if text.count("`") % 2:
         text = text.replace("`", "")
     if text.count("(") != text.count(")"):
@@ -164,12 +182,12 @@ def clean_summary(raw: str, *, name: str, is_function: bool, limit: int) -> str 
     words = text.split(" ", 1)
     first = re.sub(r"\W", "", words[0])
     if is_function:
-        base = _base_form(first)
+        base = base_form(first)
         if base is not None:
             words[0] = base
         elif first.lower() in NON_IMPERATIVE:
             return None
-    text = _finish(" ".join(words))
+    text = finish(" ".join(words))
     if not text or f"{name.lower()}(" in text.lower():  # D402: the summary must not be the signature
         return None
     first_word = re.sub(r"\W", "", text.split(" ", 1)[0]).lower()
@@ -190,7 +208,7 @@ def clean_description(raw: str, *, subject: str = "") -> str | None:
     text = _first_sentence(text)
     if degenerate(text):
         return None
-    text = _finish(cut_repetition(text))
+    text = finish(cut_repetition(text))
     if not re.search(r"[A-Za-z]{2,}", text) or code_like(text):
         return None
     return _truncate(text, 200)
@@ -208,17 +226,17 @@ def fallback_summary(kind: str, name: str, returns: bool) -> str:
     words = words_of(name) or [name.lower()]
     if kind == "module":
         return f"{' '.join(words).capitalize()} module."
-    if kind == "class":
+    if kind in ("class", "type"):
         return f"{' '.join(words).capitalize()}."
-    base = _base_form(words[0])
-    if base is not None:
-        return _finish(" ".join([base, *words[1:]]))
-    return _finish(("Return the " if returns else "Run ") + " ".join(words))
+    base = base_form(words[0])
+    if base is not None and (base != "return" or returns):
+        return finish(" ".join([base, *words[1:]]))
+    return finish(("Return the " if returns else "Run ") + " ".join(words))
 
 
 def fallback_description(kind: str, subject: str) -> str:
     if kind == "param":
-        return _finish("The " + " ".join(words_of(subject.lstrip("*")) or [subject]))
+        return finish("The " + " ".join(words_of(subject.lstrip("*")) or [subject]))
     if kind == "returns":
         return "The result."
     if kind == "yields":

@@ -1,7 +1,8 @@
 """`--update`: bring the parameter entries of an existing docstring up to date.
 
-Entries for parameters that no longer exist are removed; entries for new parameters are added (the model
-writes their descriptions, through the same one-call-per-definition seam). Every other line the user wrote
+Entries for parameters that no longer exist are removed; entries for new parameters are added (with
+`min-probability` 0 the model writes their descriptions, through the same one-call-per-definition seam and
+monitor; otherwise the names-only text). Every other line the user wrote
 is kept byte for byte, in its order.
 """
 
@@ -10,11 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from infill.docstrings.confidence import calibrator_for, threshold
 from infill.docstrings.config import DocstringConfig
+from infill.docstrings.facts import Facts, from_skeleton
 from infill.docstrings.fill import SlotFiller, slot_span
 from infill.docstrings.finder import Definition
-from infill.docstrings.skeleton import Param, Skeleton
-from infill.docstrings.text import clean_description, fallback_description
+from infill.docstrings.monitor import judge
+from infill.docstrings.skeleton import Param, Skeleton, Slot
+from infill.docstrings.text import fallback_description
 
 SENTINEL = "\x00{}\x00"
 _GOOGLE_HEAD = re.compile(r"^(\s*)(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments):\s*$")
@@ -251,18 +255,33 @@ def update_docstring(
     texts: dict[str, str] = {}
     fallbacks: list[str] = []
     confidence: float | None = None
-    if keys:
+    # a new entry has no summary to calibrate on: the model writes it only when the threshold is 0 (trust it
+    # wherever the monitor allows); otherwise the names-only text, which is measured closer to people's
+    trusted = threshold(calibrator_for(cfg.model), cfg.min_probability) <= 0
+    if keys and trusted:
         opening = prefix + quotes
-        texts, fallbacks, confidence = _fill_entries(source, d, opening, new_content, filler, cfg.description_tokens)
+        known = from_skeleton(skeleton)
+        texts, fallbacks, confidence = _fill_entries(
+            source, d, opening, new_content, filler, cfg.description_tokens, known
+        )
+    elif keys:
+        texts = {key: fallback_description("param", key.split(":", 1)[1]) for key in keys}
+        fallbacks = list(keys)
     for key in keys:
         new_content = new_content.replace(SENTINEL.format(key), texts[key])
     return Update(prefix + quotes + new_content + quotes, confidence, fallbacks)
 
 
 def _fill_entries(
-    source: bytes, d: Definition, opening: str, content: str, filler: SlotFiller, description_tokens: int
+    source: bytes,
+    d: Definition,
+    opening: str,
+    content: str,
+    filler: SlotFiller,
+    description_tokens: int,
+    known: Facts,
 ) -> tuple[dict[str, str], list[str], float | None]:
-    """One model call for the new entries; the rest of the definition is the context."""
+    """One model call for the new entries, judged by the monitor; the rest of the definition is the context."""
     doc_start, doc_end = d.docstring or (0, 0)
     line_start = source.rfind(b"\n", 0, d.start_byte) + 1
     head = source[line_start:doc_start] + opening.encode("utf-8")
@@ -285,7 +304,7 @@ def _fill_entries(
         key = span.label.split("|", 1)[0]
         subject = key.split(":", 1)[1]
         edit = by_start.get(span.start_byte)
-        cleaned = clean_description(edit.text, subject=subject) if edit is not None else None
+        cleaned = judge(Slot("param", subject), edit.text, known, 200).text if edit is not None else None
         if edit is not None:
             score += edit.score
             tokens += edit.tokens

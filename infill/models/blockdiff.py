@@ -7,8 +7,6 @@ BlockDiffModel, KVState and ForwardKind are importable from here too.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +14,23 @@ from infill.config import ModelSpec
 from infill.errors import InputError, ModelError
 from infill.hardware import fast_bf16, resolve_device
 from infill.models.blockdiff_model import BlockDiffModel, ForwardKind, KVState
+from infill.models.hf_folder import (
+    END_TOKEN_CANDIDATES,
+    HFTokenizer,
+    check_memory,
+    check_vocabulary,
+    end_token_ids,
+    generation_config,
+    load_network,
+    load_tokenizer,
+    model_folder,
+)
 from infill.models.loading import read_json
 from infill.models.registry import LoadedModel
 
 __all__ = [
     "ARCHITECTURES",
     "END_TOKEN_CANDIDATES",
-    "FIM_TOKENS",
     "MASK_TOKEN_CANDIDATES",
     "BlockDiffModel",
     "ForwardKind",
@@ -41,61 +49,6 @@ ARCHITECTURES: dict[str, tuple[str, bool]] = {
     "llama": ("LlamaForCausalLM", False),
 }
 MASK_TOKEN_CANDIDATES = ("<|MASK|>", "<|mask|>", "<mask>", "[MASK]")
-END_TOKEN_CANDIDATES = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "</s>")
-FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
-_CONFIG_DROP = ("auto_map", "architectures", "model_type", "infill", "transformers_version")
-
-
-# ---- loading from a local folder ------------------------------------------------------------------------
-
-
-class HFTokenizer:
-    """The Tokenizer protocol over a transformers tokenizer. User text never turns into special tokens."""
-
-    def __init__(self, tok: Any) -> None:
-        self.hf = tok
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.hf.encode(text, add_special_tokens=False, split_special_tokens=True, verbose=False))
-
-    def decode(self, ids: list[int]) -> str:
-        return str(self.hf.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
-
-    def token_id(self, token: str) -> int | None:
-        """The id of a single (special) token, or None when the vocabulary lacks it."""
-        vocab = self.hf.get_vocab()
-        return int(vocab[token]) if token in vocab else None
-
-    @property
-    def chat_template(self) -> str | None:
-        return getattr(self.hf, "chat_template", None)
-
-    def chat_prompt(self, user: str) -> list[int]:
-        text = self.hf.apply_chat_template(
-            [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
-        )
-        return list(self.hf.encode(text, add_special_tokens=False))
-
-
-def _load_tokenizer(folder: Path) -> HFTokenizer:
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    if not (folder / "tokenizer.json").exists() and not (folder / "tokenizer_config.json").exists():
-        raise ModelError(f"{folder} has no tokenizer.json")
-    try:
-        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
-    except (ValueError, OSError, KeyError, TypeError):
-        # e.g. tokenizer_config names a remote-code class: the fast tokenizer file alone is enough
-        tok_file = folder / "tokenizer.json"
-        if not tok_file.exists():
-            raise ModelError(f"{folder}: cannot load its tokenizer without remote code") from None
-        tok = PreTrainedTokenizerFast(tokenizer_file=str(tok_file))
-        tcfg = folder / "tokenizer_config.json"
-        if tcfg.exists():
-            template = read_json(tcfg).get("chat_template")
-            if isinstance(template, str):
-                tok.chat_template = template
-    return HFTokenizer(tok)
 
 
 def _first_int(*values: Any) -> int | None:
@@ -123,13 +76,7 @@ def load_folder(
     else config.json (its "infill" section, then `mask_token_id` / `block_size` / `bd_size` /
     `block_length`), else the tokenizer (`<|MASK|>`, ...).
     """
-    import torch
-    import transformers
-    from safetensors import SafetensorError
-
-    folder = Path(path)
-    if not folder.is_dir():
-        raise ModelError(f"model folder not found: {folder}")
+    folder = model_folder(path)
     raw = read_json(folder / "config.json")
     section: dict[str, Any] = raw["infill"] if isinstance(raw.get("infill"), dict) else {}
     model_type = str(raw.get("model_type", "")).lower()
@@ -137,15 +84,11 @@ def load_folder(
         raise ModelError(f"{folder}: unsupported model_type {model_type!r} (known: {', '.join(sorted(ARCHITECTURES))})")
     class_name, default_shift = ARCHITECTURES[model_type]
     is_shifted = shifted if shifted is not None else bool(section.get("shifted", default_shift))
-
-    cls = getattr(transformers, class_name)
-    config_cls = cls.config_class
-    config = config_cls(**{k: v for k, v in raw.items() if k not in _CONFIG_DROP})
-    gen_path = folder / "generation_config.json"
-    gen = read_json(gen_path) if gen_path.exists() else {}
-
-    with _quiet_transformers():
-        tokenizer = _load_tokenizer(folder)
+    device = resolve_device(spec.device).type  # ModelError for cuda without a GPU
+    check_memory(folder, raw, device)
+    gen = generation_config(folder)
+    tokenizer = load_tokenizer(folder)
+    check_vocabulary(folder, raw, tokenizer)
     mask_id: int | None
     if mask_token is not None:
         mask_id = tokenizer.token_id(mask_token)
@@ -175,34 +118,9 @@ def load_folder(
     if bsize < 1:
         raise InputError(f"block size must be >= 1, got {bsize}")
 
-    end_ids: set[int] = set()
-    for src in (raw.get("eos_token_id"), gen.get("eos_token_id")):
-        if isinstance(src, int):
-            end_ids.add(src)
-        elif isinstance(src, list):
-            end_ids.update(int(x) for x in src)
-    if getattr(tokenizer.hf, "eos_token_id", None) is not None:
-        end_ids.add(int(tokenizer.hf.eos_token_id))
-    for tok in END_TOKEN_CANDIDATES:
-        tid = tokenizer.token_id(tok)
-        if tid is not None:
-            end_ids.add(tid)
+    end_ids = end_token_ids(raw, gen, tokenizer)
     end_ids.discard(mask_id)
-
-    device = resolve_device(spec.device).type  # ModelError for cuda without a GPU
-    try:
-        with _quiet_transformers():  # "a model of type sdar ..." is expected here: that is the point
-            model = cls.from_pretrained(
-                str(folder),
-                config=config,
-                dtype=torch.float32,
-                local_files_only=True,
-                trust_remote_code=False,
-                attn_implementation=attn_implementation,
-            )
-    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
-        raise ModelError(f"{folder}: cannot load weights into {class_name}: {exc}") from exc
-    model.to(device).eval()
+    model = load_network(folder, raw, class_name, device, attn_implementation)
     backend = BlockDiffModel(
         model,
         mask_id=mask_id,
@@ -229,19 +147,3 @@ def load_folder(
         "ssmd_head": None if head is None else head["parameters"],
     }
     return LoadedModel(name=spec.name, kind="blockdiff", model=backend, tokenizer=tokenizer, info=info)
-
-
-@contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """Silence transformers' notices and progress bars for one call, restoring its settings afterwards."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()

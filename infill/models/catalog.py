@@ -12,16 +12,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from infill.models.blockdiff import ARCHITECTURES  # imports no torch
-
-ASARM_TYPES = {"xlnet"}
-BLOCKDIFF_TYPES = set(ARCHITECTURES)  # what infill.models.blockdiff loads
+from infill.models.loading import folder_kind  # imports no torch
 
 
 @dataclass(frozen=True)
 class ModelEntry:
     name: str  # what to pass to --model
-    kind: str  # "asarm" | "blockdiff" | "unsupported (<model_type>)"
+    kind: str  # "asarm" | "blockdiff" | "ar" (left to right) | "unsupported (<model_type>)"
     size_bytes: int
     parameters: int | None  # from safetensors headers; None when unknown (e.g. only a .bin file)
     provenance: str
@@ -43,7 +40,12 @@ def hf_cache_dir() -> Path:
     return base / "huggingface" / "hub"
 
 
+MAX_HEADER = 100 << 20  # the safetensors format's own limit on its JSON header
+
+
 def safetensors_parameters(folder: Path) -> int | None:
+    """The parameter count in the headers of the folder's *.safetensors files; None without such files or when one
+    is not a safetensors file."""
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         return None
@@ -52,14 +54,18 @@ def safetensors_parameters(folder: Path) -> int | None:
         try:
             with f.open("rb") as fh:
                 (n,) = struct.unpack("<Q", fh.read(8))
+                if n > min(f.stat().st_size - 8, MAX_HEADER):  # not a safetensors file: never read n bytes
+                    return None
                 header = json.loads(fh.read(n))
         except (OSError, ValueError, struct.error):
+            return None
+        if not isinstance(header, dict):
             return None
         for key, meta in header.items():
             if key == "__metadata__":
                 continue
             count = 1
-            for dim in meta.get("shape", []):
+            for dim in meta.get("shape", []) if isinstance(meta, dict) else []:
                 count *= int(dim)
             total += count
     return total
@@ -74,14 +80,6 @@ def folder_size(folder: Path) -> int:
         except OSError:
             continue
     return total
-
-
-def _kind(model_type: str | None) -> str:
-    if model_type in ASARM_TYPES:
-        return "asarm"
-    if model_type in BLOCKDIFF_TYPES:
-        return "blockdiff"
-    return f"unsupported ({model_type})"
 
 
 def provenance_line(value: object) -> str:
@@ -114,7 +112,7 @@ def describe(folder: Path, name: str, default_provenance: str, revision: str | N
     meta = cfg.get("infill") or {}
     return ModelEntry(
         name=name,
-        kind=_kind(cfg.get("model_type")),
+        kind=folder_kind(cfg, folder) or f"unsupported ({cfg.get('model_type')})",
         size_bytes=folder_size(folder),
         parameters=safetensors_parameters(folder),
         provenance=provenance_line(meta.get("provenance", default_provenance)),

@@ -1,8 +1,10 @@
 """Folder loaders behind infill.models.registry.load: the default, a folder, or an HF-cache repo id.
 
 Never downloads: HF repo ids resolve only from the local cache (local_files_only / offline). The folder's
-config.json `model_type` picks the backend: "xlnet" -> XLNetAnySubset (kind "asarm"); anything else (qwen3,
-qwen2, llama, sdar) -> infill.models.blockdiff.load_folder (kind "blockdiff").
+config.json picks the backend (folder_kind): "xlnet" -> XLNetAnySubset (kind "asarm"); a block-diffusion folder
+(model_type sdar or fast_dllm_v2, or a mask token or block size in its config) -> infill.models.blockdiff (kind
+"blockdiff"); a left-to-right one (qwen2, qwen3, starcoder2, llama without those) -> infill.models.autoregressive
+(kind "ar").
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from infill.config import ModelSpec
+from infill.config import ModelKind, ModelSpec
 from infill.errors import ModelError
 from infill.models.registry import LoadedModel
 
@@ -66,7 +68,7 @@ def _from_hf_cache(repo_id: str, revision: str | None) -> str:
         rev = f" (revision {revision})" if revision else ""
         raise ModelError(
             f"model {repo_id!r}{rev} is not a local folder and not in the HF cache; infill never downloads "
-            "(fetch it once with `huggingface-cli download` or pass a folder)"
+            f"(fetch it once with `hf download {repo_id}` or pass a folder)"
         ) from exc
 
 
@@ -85,16 +87,64 @@ def read_config(folder: Path) -> dict[str, Any]:
     return read_json(folder / "config.json")
 
 
+# Marks of a block-diffusion folder: a diffusion model_type, or a mask token or block size in config.json, its
+# "infill" section or generation_config.json. A left-to-right model has none of them.
+DIFFUSION_TYPES = frozenset({"sdar", "fast_dllm_v2", "fast_dllm_qwen"})
+DIFFUSION_KEYS = ("mask_token_id", "mask_token", "mask_id", "block_size", "bd_size", "block_length")
+
+
+def folder_kind(cfg: dict[str, Any], folder: Path | None = None) -> ModelKind | None:
+    """The kind of model a folder with config.json `cfg` holds: "asarm" (XLNet), "blockdiff" (a diffusion
+    model_type, or a Qwen3 / Qwen2 / Llama config that names a mask token or a block size, there or in the folder's
+    generation_config.json), "ar" (a left-to-right model: no such marks), or None for an unsupported model_type.
+    Reads no weights and imports no torch."""
+    from infill.models.autoregressive import AR_ARCHITECTURES
+    from infill.models.blockdiff import ARCHITECTURES
+
+    generation: Any = None
+    if folder is not None:
+        try:
+            generation = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            generation = None
+
+    model_type = str(cfg.get("model_type", "")).lower()
+    if model_type == "xlnet":
+        return "asarm"
+    section = cfg["infill"] if isinstance(cfg.get("infill"), dict) else {}
+    sources = (cfg, section, generation if isinstance(generation, dict) else {})
+    marked = any(key in source for source in sources for key in DIFFUSION_KEYS)
+    if model_type in DIFFUSION_TYPES or (marked and model_type in ARCHITECTURES):
+        return "blockdiff"
+    if model_type in AR_ARCHITECTURES:
+        return "ar"
+    return "blockdiff" if model_type in ARCHITECTURES else None
+
+
+def known_model_types() -> list[str]:
+    from infill.models.autoregressive import AR_ARCHITECTURES
+    from infill.models.blockdiff import ARCHITECTURES
+
+    return sorted({"xlnet", *ARCHITECTURES, *AR_ARCHITECTURES})
+
+
 def load_by_name(spec: ModelSpec) -> LoadedModel:
     folder, provenance = resolve_folder(spec)
     cfg = read_config(folder)
     model_type = cfg.get("model_type")
-    if model_type == "xlnet":
-        return load_xlnet_folder(folder, spec, cfg, provenance)
     if model_type is None:
         raise ModelError(f"{folder / 'config.json'} has no model_type")
-    if spec.engine not in ("auto", "torch"):
+    kind = folder_kind(cfg, folder)
+    if kind is None:
+        raise ModelError(f"{folder}: unsupported model_type {model_type!r} (known: {', '.join(known_model_types())})")
+    if kind != "asarm" and spec.engine not in ("auto", "torch"):
         raise ModelError(f"--engine {spec.engine} runs AS-ARM (XLNet) models only; {spec.name} is a {model_type} model")
+    if kind == "asarm":
+        return load_xlnet_folder(folder, spec, cfg, provenance)
+    if kind == "ar" and spec.mask_token is None:  # a mask token asked for: the user says it is block diffusion
+        from infill.models import autoregressive
+
+        return autoregressive.load_folder(folder, spec)
     from infill.models import blockdiff
 
     return blockdiff.load_folder(folder, spec, mask_token=spec.mask_token)

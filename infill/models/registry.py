@@ -24,6 +24,8 @@ class LoadedModel:
     """A model ready to decode, with its tokenizer.
 
     kind "asarm": `model` implements infill.models.base.AnySubsetModel (read it as `.asarm`).
+    kind "ar": a left-to-right code model, infill.models.autoregressive.CausalFim, which implements that protocol
+    too (`.asarm`) for one span decoded in order.
     kind "blockdiff": `model` is a block-diffusion backend, infill.models.blockdiff.BlockDiffModel (`.blockdiff`).
     What the fill core does with each kind is infill.core.backends.
     """
@@ -36,8 +38,8 @@ class LoadedModel:
 
     @property
     def asarm(self) -> AnySubsetModel:
-        """The any-subset model; ModelError for a block-diffusion one."""
-        if self.kind != "asarm":
+        """The any-subset model (a left-to-right one is one too); ModelError for a block-diffusion one."""
+        if self.kind not in ("asarm", "ar"):
             raise ModelError(f"model {self.name!r} is not an any-subset (AS-ARM) model")
         return cast("AnySubsetModel", self.model)
 

@@ -145,7 +145,7 @@ def tiny_blockdiff_checkpoint(
     tok = build_tokenizer(corpus, vocab_size=vocab_size)
     if not fim:
         tok = _without_tokens(tok, (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE))
-    model = build_model(tok.get_vocab_size(), shape, seed=seed)
+    model = build_model(max(tok.get_vocab().values()) + 1, shape, seed=seed)  # ids dropped above stay unused
     return save_folder(folder, model, tok, block_size=block_size, provenance={"random": True, "seed": seed})
 
 
@@ -159,3 +159,129 @@ def _without_tokens(tok: Any, drop: Sequence[str]) -> Any:
     for t in drop:
         vocab.pop(t, None)
     return Tokenizer.from_str(json.dumps(data))
+
+
+# family -> (model_type, special tokens in id order, tokenizer_config tokens, whether the tokenizer adds the BOS)
+AR_FAMILIES: dict[str, tuple[str, tuple[str, ...], dict[str, str], bool]] = {
+    "qwen": (
+        "qwen2",
+        (
+            "<|endoftext|>",
+            "<|im_start|>",
+            "<|im_end|>",
+            "<|fim_prefix|>",
+            "<|fim_middle|>",
+            "<|fim_suffix|>",
+            "<|fim_pad|>",
+            "<|file_sep|>",
+        ),
+        {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
+        False,
+    ),
+    "starcoder": (
+        "starcoder2",
+        ("<|endoftext|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>", "<file_sep>"),
+        {"eos_token": "<|endoftext|>", "bos_token": "<|endoftext|>"},
+        False,
+    ),
+    "codellama": (
+        "llama",
+        ("<unk>", "<s>", "</s>", "▁<PRE>", "▁<MID>", "▁<SUF>", "▁<EOT>"),
+        {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+        True,
+    ),
+    "deepseek": (
+        "llama",
+        (
+            "<｜begin▁of▁sentence｜>",
+            "<｜end▁of▁sentence｜>",
+            "<｜fim▁hole｜>",
+            "<｜fim▁begin｜>",
+            "<｜fim▁end｜>",
+            "<|EOT|>",
+        ),
+        {"bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"},
+        True,
+    ),
+    "plain": ("qwen2", ("<|endoftext|>",), {"eos_token": "<|endoftext|>"}, False),  # no FIM tokens
+}
+
+
+# Qwen2.5-Coder-0.5B's shape (494,032,768 parameters), for `shape=`: a random model that costs what the real one does
+QWEN_CODER_05B_SHAPE: dict[str, Any] = {
+    "hidden_size": 896,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "intermediate_size": 4864,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": True,
+}
+
+
+def tiny_ar_checkpoint(
+    folder: str | Path,
+    family: str = "qwen",
+    *,
+    seed: int = 0,
+    texts: Sequence[str] = (),
+    vocab_size: int = 300,
+    shape: dict[str, Any] | None = None,
+    scale: float = 4.0,
+) -> Path:
+    """A RANDOM left-to-right code model in a family's folder layout (AR_FAMILIES: its model_type, its FIM and
+    end tokens, a BOS where the family's tokenizer adds one), for tests and benchmarks; nothing is downloaded.
+
+    `shape` overrides the transformers config (e.g. a real model's sizes; `vocab_size` there pads the network's
+    vocabulary past the tokenizer's). 2-D weights are multiplied by `scale` so that the conditionals are peaky."""
+    import torch
+    import transformers
+    from tokenizers import processors
+
+    from infill.training.tokenizer import train_byte_bpe
+
+    model_type, specials, tokens, adds_bos = AR_FAMILIES[family]
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = train_byte_bpe(list(texts) or [_TEXT], vocab_size, specials)
+    if adds_bos:
+        bos = tokens["bos_token"]
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))]
+        )
+    tok.save(str(folder / "tokenizer.json"))
+    tcfg = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False, **tokens}
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(tcfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    kwargs: dict[str, Any] = dict(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        eos_token_id=tok.token_to_id(tokens["eos_token"]),
+        bos_token_id=tok.token_to_id(tokens["bos_token"]) if "bos_token" in tokens else None,
+    )
+    kwargs.update(shape or {})
+    config_class, model_class = {
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        "starcoder2": (transformers.Starcoder2Config, transformers.Starcoder2ForCausalLM),
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+    }[model_type]
+    torch.manual_seed(seed)
+    model = model_class(config_class(**kwargs)).float().eval()
+    if scale != 1.0:
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() == 2:
+                    p.mul_(scale)
+    from infill.models.hf_folder import quiet_transformers
+
+    with quiet_transformers():
+        model.save_pretrained(str(folder))
+    return folder

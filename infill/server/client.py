@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from infill import environment
 from infill.models import registry
 from infill.server import lifecycle, protocol
 from infill.server.lifecycle import DaemonUnavailable, Paths
@@ -31,7 +32,7 @@ DAEMON_MODES: tuple[str, ...] = ("auto", "on", "off")
 
 PING_TIMEOUT = 15.0  # seconds; generous because the machine may be loaded
 SPAWN_TIMEOUT = 60.0  # for a new daemon to answer its first ping
-LOCK_TIMEOUT = 90.0  # for another client that is starting the daemon
+LOCK_TIMEOUT = 30.0  # for another client that is starting the daemon (not at all if it is stopped: lifecycle.file_lock)
 DEFAULT_REQUEST_TIMEOUT = 3600.0  # a fill on a slow machine can be long; override with INFILL_DAEMON_TIMEOUT
 
 log = logging.getLogger("infill.server")
@@ -72,9 +73,15 @@ class Connection:
 
 def compatible(ping: Mapping[str, Any], env: Mapping[str, str] | None = None) -> bool:
     """Same protocol, version, copy of the code and relevant environment; else the daemon restarts."""
+    return not differences(ping, env)
+
+
+def differences(ping: Mapping[str, Any], env: Mapping[str, str] | None = None) -> list[str]:
+    """What of dispatch.identity differs between a daemon (its ping) and this process: "protocol", "version",
+    "package" (another copy of the code) or "env" (a variable that can change a result)."""
     from infill.server.dispatch import identity
 
-    return all(ping.get(key) == value for key, value in identity(env).items())
+    return [key for key, value in identity(env).items() if ping.get(key) != value]
 
 
 def is_ci(env: Mapping[str, str]) -> bool:
@@ -86,7 +93,7 @@ def daemon_allowed(mode: str, env: Mapping[str, str]) -> bool:
     `on` yields only to INFILL_NO_DAEMON=1."""
     if mode not in DAEMON_MODES:
         raise ValueError(f"daemon mode must be one of {DAEMON_MODES}, not {mode!r}")
-    if mode == "off" or env.get("INFILL_NO_DAEMON", "") not in ("", "0"):
+    if mode == "off" or environment.enabled("INFILL_NO_DAEMON", env):
         return False
     if os.name != "posix" or not hasattr(socket, "AF_UNIX"):
         return False  # Unix sockets and flock: POSIX only
@@ -115,9 +122,9 @@ def request(
     if model is not None and model in registry.registered():
         return None
     if timeout is None:
-        timeout = _float_env(env, "INFILL_DAEMON_TIMEOUT", DEFAULT_REQUEST_TIMEOUT)
+        timeout = _seconds(env, "INFILL_DAEMON_TIMEOUT", DEFAULT_REQUEST_TIMEOUT)
     if idle_timeout is None:
-        idle_timeout = _float_env(env, "INFILL_DAEMON_IDLE_TIMEOUT", lifecycle.DEFAULT_IDLE_TIMEOUT)
+        idle_timeout = _seconds(env, "INFILL_DAEMON_IDLE_TIMEOUT", lifecycle.DEFAULT_IDLE_TIMEOUT)
     conn: Connection | None = None
     try:
         if len(json.dumps(dict(params), ensure_ascii=True)) > protocol.DEFAULT_MAX_REQUEST_BYTES - 1024:
@@ -220,7 +227,8 @@ def status(env: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     if conn is None or paths is None:
         return None
     conn.close()
-    return {**conn.ping, "socket": str(paths.socket), "compatible": compatible(conn.ping, env)}
+    differ = differences(conn.ping, env)
+    return {**conn.ping, "socket": str(paths.socket), "compatible": not differ, "differences": differ}
 
 
 def stop(env: Mapping[str, str] | None = None) -> bool:
@@ -239,7 +247,7 @@ def stop(env: Mapping[str, str] | None = None) -> bool:
 def _note(env: Mapping[str, str], message: str) -> None:
     """Why the daemon was not used: logged, and printed to stderr with INFILL_DAEMON_DEBUG=1."""
     log.debug(message)
-    if env.get("INFILL_DAEMON_DEBUG", "") not in ("", "0"):
+    if environment.enabled("INFILL_DAEMON_DEBUG", env):
         print(f"infill: {message}", file=sys.stderr)
 
 
@@ -250,8 +258,7 @@ def _existing_paths(env: Mapping[str, str] | None) -> Paths | None:
         return None
 
 
-def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
-    try:
-        return float(env[name])
-    except (KeyError, ValueError):
-        return default
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A timeout variable's value (infill.environment: InputError for junk), else `default`."""
+    value: float | None = environment.read(name, env)
+    return default if value is None else value

@@ -197,14 +197,17 @@ _ENV_PREFIXES = (
     "MKL_",
     "PYTHONHASHSEED",
 )
-_ENV_IGNORED = frozenset(
-    {"INFILL_NO_DAEMON", "INFILL_RUNTIME_DIR", "INFILL_DAEMON_TIMEOUT", "INFILL_DAEMON_IDLE_TIMEOUT"}
-)
 _ENV_IGNORED_PARTS = ("VERBOSITY", "PROGRESS_BARS", "ADVISORY_WARNINGS", "TOKEN")  # logging noise, secrets
 
 
 def _relevant(key: str) -> bool:
-    return key.startswith(_ENV_PREFIXES) and key not in _ENV_IGNORED and not any(p in key for p in _ENV_IGNORED_PARTS)
+    """Whether a daemon started under another value of `key` must restart: infill's own variables say so
+    themselves (infill.environment: INFILL_DAEMON_DEBUG, say, is the client's business only)."""
+    from infill import environment
+
+    if key.startswith("INFILL_"):
+        return environment.restarts_daemon(key)
+    return key.startswith(_ENV_PREFIXES) and not any(p in key for p in _ENV_IGNORED_PARTS)
 
 
 def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -221,10 +224,11 @@ def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     }
 
 
-def load_plugins(dispatcher: Dispatcher, spec: str) -> None:
-    """Call each "module:function" of a comma-separated list with the dispatcher (INFILL_SERVER_PLUGINS).
+def load_plugins(server: object, spec: str) -> None:
+    """Call each "module:function" of a comma-separated list with the server: the Dispatcher of `infill serve`
+    (INFILL_SERVER_PLUGINS) or the language server of `infill lsp` (INFILL_LSP_PLUGINS).
 
-    This is how tests and extensions add methods or register models inside a daemon they do not own."""
+    This is how tests and extensions add methods or register models inside a server they do not own."""
     import importlib
 
     from infill.errors import InputError
@@ -233,4 +237,4 @@ def load_plugins(dispatcher: Dispatcher, spec: str) -> None:
         module_name, _, attr = item.partition(":")
         if not attr:
             raise InputError(f"server plugin {item!r} must look like module:function")
-        getattr(importlib.import_module(module_name), attr)(dispatcher)
+        getattr(importlib.import_module(module_name), attr)(server)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from infill import options
+from infill import options, patch
 from infill.core import docstrings as core_docstrings
 from infill.core import fill as core_fill
 from infill.errors import InfillError, InputError, NoValidFillError
@@ -124,15 +124,22 @@ def _preload(context: ServerContext, model: dict[str, Any]) -> None:
 
 
 class RequestCancelled(Exception):
-    """The client went away; raised from the progress callback so the command stops before writing."""
+    """The client went away (or cancelled the request); raised from the progress callback so the work stops
+    between two forward passes, before writing anything."""
+
+
+def cancel_check(cancelled: Callable[[], bool], why: str = "the client went away") -> Callable[[dict[str, Any]], None]:
+    """A progress callback (fill_text's on_progress) that raises RequestCancelled once `cancelled()` holds."""
+
+    def on_progress(info: dict[str, Any]) -> None:
+        if cancelled():
+            raise RequestCancelled(why)
+
+    return on_progress
 
 
 def _watch(context: ServerContext) -> Callable[[dict[str, Any]], None]:
-    def on_progress(info: dict[str, Any]) -> None:
-        if context.cancelled():
-            raise RequestCancelled("the client went away")
-
-    return on_progress
+    return cancel_check(context.cancelled)
 
 
 def fill(params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
@@ -173,6 +180,7 @@ _DOC_SETTINGS: dict[str, type] = {  # DocstringConfig fields a request may set (
     "style": str,
     "model": str,
     "min_confidence": float,
+    "min_probability": float,
     "seed": int,
     "line_length": int,
 }
@@ -198,8 +206,10 @@ def docstrings(params: dict[str, Any], context: ServerContext) -> dict[str, Any]
     with tempfile.TemporaryDirectory(prefix="infill-doc-") as scratch, working_directory(cwd):
         if text is not None:
             filename = Path(_typed("filename", params.get("filename", "buffer.py"), str))
+            if filename.name in ("", ".", ".."):
+                raise InputError('"filename" must name a file')
             target = Path(scratch) / filename.name
-            target.write_text(_typed("text", text, str), encoding="utf-8", newline="")
+            patch.atomic_write(str(target), _typed("text", text, str).encode("utf-8"))  # the one writer
             if config is None:  # the buffer's project settings, as if it were filled where it lives
                 found = _pyproject_above(filename if filename.is_absolute() else Path.cwd() / filename)
                 config = None if found is None else str(found)

@@ -64,10 +64,13 @@ class Paths:
 def runtime_paths(env: Mapping[str, str] | None = None, *, create: bool = True) -> Paths:
     """The checked runtime directory of this user's daemon for this installation (see installation_key); raises
     DaemonUnavailable if it is not safe to use."""
+    from infill import environment
+
     env = os.environ if env is None else env
     uid = os.getuid()
-    if env.get("INFILL_RUNTIME_DIR"):
-        directory = Path(env["INFILL_RUNTIME_DIR"])
+    base = environment.read("INFILL_RUNTIME_DIR", env)
+    if base:
+        directory = Path(base)
     elif env.get("XDG_RUNTIME_DIR") and _owned_private_dir(Path(env["XDG_RUNTIME_DIR"]), uid):
         directory = Path(env["XDG_RUNTIME_DIR"]) / "infill"
     else:
@@ -125,7 +128,9 @@ def check_private_dir(directory: Path) -> None:
 
 @contextlib.contextmanager
 def file_lock(path: Path, timeout: float) -> Iterator[None]:
-    """An exclusive flock on `path` (created 0600), waiting at most `timeout` seconds."""
+    """An exclusive flock on `path` (created 0600), waiting at most `timeout` seconds, and not at all while its
+    holder is stopped (a client paused with Ctrl-Z would otherwise keep every other client waiting): then
+    DaemonUnavailable, and the caller works in-process. The holder writes its pid into the file."""
     import fcntl  # POSIX only; clients on other systems never get here (see client.daemon_allowed)
 
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -136,12 +141,26 @@ def file_lock(path: Path, timeout: float) -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                holder = _holder(fd)
+                if holder is not None and _process_state(holder) in (b"T", b"t"):
+                    raise DaemonUnavailable(f"the process holding {path} (pid {holder}) is stopped") from None
                 if time.monotonic() >= deadline:
                     raise DaemonUnavailable(f"timed out waiting for the lock {path}") from None
                 time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _holder(fd: int) -> int | None:
+    """The pid the holder of a lock file wrote into it, if any."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def connect(path: Path, timeout: float) -> socket.socket | None:
@@ -271,8 +290,13 @@ def wait_for_exit(pid: int, timeout: float) -> bool:
 
 
 def _is_zombie(pid: int) -> bool:
+    return _process_state(pid) == b"Z"
+
+
+def _process_state(pid: int) -> bytes | None:
+    """The state letter of process `pid` (R, S, T stopped, Z zombie...); None where /proc cannot tell."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+            return f.read().rsplit(b")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return False
+        return None

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from infill.clitypes import FiniteFloatRange
+from infill.clitypes import SECONDS
 from infill.server.client import DAEMON_MODES
 from infill.server.lifecycle import DEFAULT_IDLE_TIMEOUT
 
@@ -18,7 +18,7 @@ def daemon_options(function: F) -> F:
     """Adds `daemon: str` and `idle_timeout: float | None` parameters for infill.server.client.request()."""
     function = click.option(
         "--idle-timeout",
-        type=FiniteFloatRange(min=0),
+        type=SECONDS,
         default=None,
         metavar="SECONDS",
         help=f"A daemon this command starts exits after this long without a request "

@@ -11,6 +11,7 @@ This module is pure Python: no torch, no I/O.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +80,7 @@ def parse_request(line: bytes) -> Request:
     if not text.strip():
         raise ProtocolError(INVALID_REQUEST, "empty request line")
     try:
-        obj = json.loads(text, parse_constant=_no_constant)
+        obj = json.loads(text, parse_constant=_no_constant, parse_int=_bounded_int)
     except (json.JSONDecodeError, RecursionError) as exc:
         detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
         raise ProtocolError(PARSE_ERROR, f"request is not JSON: {detail}") from None
@@ -98,6 +99,9 @@ def parse_request(line: bytes) -> Request:
         params = {}
     if not isinstance(params, dict):
         raise ProtocolError(INVALID_REQUEST, '"params" must be an object', request_id)
+    problem = _unusable(obj)
+    if problem is not None:
+        raise ProtocolError(INVALID_REQUEST, problem, request_id)
     return Request(request_id, method, params)
 
 
@@ -106,26 +110,60 @@ def _no_constant(name: str) -> Any:
     raise ProtocolError(INVALID_REQUEST, f"{name} is not a valid JSON number")
 
 
+MAX_INTEGER = 2**64  # no parameter needs more (a seed is at most 2**64 - 1); far larger ones cost seconds to parse
+_UNUSABLE_CHARACTER = re.compile("[\x00\ud800-\udfff]")
+
+
+def _bounded_int(digits: str) -> int:
+    """An integer of the request, refused (invalid_request) beyond MAX_INTEGER before it is even converted."""
+    if len(digits.lstrip("-")) > 20 or abs(int(digits)) > MAX_INTEGER:
+        raise ProtocolError(INVALID_REQUEST, f"integers must be at most {MAX_INTEGER} in size")
+    return int(digits)
+
+
+def _unusable(obj: Any) -> str | None:
+    """What JSON allows but the server cannot use, anywhere in a request (keys too): a NUL character (no text or
+    path holds one) or a lone surrogate ("\\ud800", which UTF-8 cannot carry). None when there is none."""
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            found = _UNUSABLE_CHARACTER.search(item)
+            if found is not None:
+                return "NUL characters are not allowed" if found.group() == "\x00" else "strings must be valid Unicode"
+    return None
+
+
 def _is_clean(text: str) -> bool:
-    """False for strings holding lone surrogates (JSON allows "\\ud800"; UTF-8 does not)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    """False for strings holding lone surrogates (JSON allows "\\ud800"; UTF-8 does not) or NUL characters."""
+    return _UNUSABLE_CHARACTER.search(text) is None
 
 
-def error_object(code: str, message: str, exit_code: int = 2) -> dict[str, Any]:
+def error_object(code: str, message: str, exit_code: int = errors.EXIT_USAGE) -> dict[str, Any]:
     return {"code": code, "message": message, "exit_code": exit_code}
+
+
+def error_code(exc: BaseException) -> str:
+    """The error code of an exception: a ProtocolError's own, an InfillError's (most specific class first), else
+    internal_error. `infill fill --format json` names its errors with the same codes."""
+    if isinstance(exc, ProtocolError):
+        return exc.code
+    if isinstance(exc, errors.InfillError):
+        return next(c for cls, c in _ERROR_CODES if isinstance(exc, cls))
+    return INTERNAL_ERROR
 
 
 def error_from_exception(exc: BaseException) -> dict[str, Any]:
     """The "error" object for an exception raised by a handler."""
     if isinstance(exc, ProtocolError):
-        return error_object(exc.code, exc.message, 2)
+        return error_object(exc.code, exc.message, errors.EXIT_USAGE)
     if isinstance(exc, errors.InfillError):
-        code = next(c for cls, c in _ERROR_CODES if isinstance(exc, cls))
-        obj = error_object(code, exc.message, exc.exit_code)
+        obj = error_object(error_code(exc), exc.message, exc.exit_code)
         for key in ("path", "line", "column"):
             value = getattr(exc, key)
             if value is not None:
@@ -133,7 +171,7 @@ def error_from_exception(exc: BaseException) -> dict[str, Any]:
         if isinstance(exc, errors.NoValidFillError):
             obj["failed"] = exc.failed  # the rejected edits, so an editor can show them or apply them anyway
         return obj
-    return error_object(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], 123)
+    return error_object(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], errors.EXIT_INTERNAL)
 
 
 def exception_from_error(error: dict[str, Any]) -> errors.InfillError | None:

@@ -249,6 +249,8 @@ def train(
 
     log = Log(cfg.steps or None, quiet=not world.main)
     t0 = time.time()
+    # first: a corpus with no held-out text fails before the training stream is tokenized and cached
+    held = heldout_batches(tok, corpus, cfg, cfg.eval_sequences) if cfg.eval_sequences > 0 and world.main else []
     if not world.main:
         world.barrier()  # rank 0 tokenizes and caches the stream first
     stream, files = cached_stream(tok, tokenizer_json, corpus, cfg.max_package_bytes, run_dir, write=world.main)
@@ -265,7 +267,6 @@ def train(
         cfg.seq_len,
         cfg.batch_size,
     )
-    held = heldout_batches(tok, corpus, cfg, cfg.eval_sequences) if cfg.eval_sequences > 0 and world.main else []
     held = [{k: v.to(device) for k, v in b.items()} for b in held]
 
     nll_sum = world.data_parallel(model, lambda batch: target_nll(model, batch, cfg.bf16).sum())

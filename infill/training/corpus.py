@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from infill.errors import InputError
+
 if TYPE_CHECKING:
     from infill.training.dedup import Problem
 
@@ -283,7 +285,9 @@ def heldout_files(corpus_dir: Path) -> list[Path]:
 
 def balanced_records(corpus_dir: Path, split: str, max_package_bytes: int) -> list[dict[str, str]]:
     """Records of `split` with at most `max_package_bytes` of text per package (files taken in hash order), in
-    hash order. Caps keep a few huge, repetitive packages (e.g. transformers' model files) from dominating."""
+    hash order. Caps keep a few huge, repetitive packages (e.g. transformers' model files) from dominating.
+    Every trainer reads its training text here: a train split without any is an InputError (exit 2), not a
+    run that trains on nothing or fails deep inside torch."""
     by_pkg: dict[str, list[dict[str, str]]] = {}
     for r in read_split(corpus_dir, split):
         by_pkg.setdefault(r["package"], []).append(r)
@@ -295,4 +299,6 @@ def balanced_records(corpus_dir: Path, split: str, max_package_bytes: int) -> li
                 break
             chosen.append(r)
             total += len(r["text"])
+    if split == "train" and not any(r["text"].strip() for r in chosen):
+        raise InputError(f"{corpus_dir}: the corpus has no training text (build one with `infill train corpus`)")
     return sorted(chosen, key=lambda r: r["sha256"])

@@ -46,7 +46,7 @@ def measure_heldout(
     import numpy as np
     import torch
 
-    stream = heldout_stream(tok, corpus)
+    stream = heldout_stream(tok, corpus, required=True)
     sampler = LayoutSampler(token_strings(tok), line_break_ids(tok), np.random.default_rng(seed))
     batches = Batches(stream, sampler, seq_len, 1)
     by_layout: dict[str, list[Example]] = {}

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infill.errors import InputError
 from infill.training.checkpoints import read_checkpoint, write_checkpoint
 from infill.training.ptp_teacher import (
     Batch,
@@ -265,6 +266,8 @@ def train(
     docs = load_docs(Path(corpus), "train", tok, max_package_bytes)
     held_docs = load_docs(Path(corpus), "heldout", tok, 0, limit=400)
     log(f"{len(docs)} training documents, {sum(len(d) for d in docs)} tokens; {len(held_docs)} held-out documents")
+    if not docs or not held_docs:
+        raise InputError(f"{corpus}: needs training and held-out documents long enough to cut examples from")
     held_rng = random.Random(1000 + cfg.seed)
     held = make_examples(
         teacher,

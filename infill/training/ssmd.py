@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from infill.errors import InputError
 from infill.models.ssmd import HEAD_FILE, HeadShape, SSMDHead, identity_gap, save_head
 from infill.training.blockdiff import Specials, fim_example, specials_of, two_stream_mask
 from infill.training.checkpoints import read_checkpoint, write_checkpoint
@@ -221,7 +222,7 @@ def train_head(
     rng.shuffle(pool)
     docs = [d for d in (e.ids for e in tokenizer.encode_batch(pool[: cfg.max_docs])) if len(d) >= 8]
     if not docs:
-        raise ValueError("no training documents")
+        raise InputError("no training documents of 8 tokens or more in the corpus")
     ho_rng = random.Random(cfg.seed + 1)
     ho_docs = [d for d in (e.ids for e in tokenizer.encode_batch(list(heldout_texts)[:400])) if len(d) >= 8]
     heldout: list[tuple[torch.Tensor, torch.Tensor]] = []

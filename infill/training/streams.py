@@ -25,23 +25,28 @@ def heldout_batches(
     corpus folder or a packed training set (`pack_streams`)."""
     import numpy as np
 
-    stream = heldout_stream(tok, corpus)
+    stream = heldout_stream(tok, corpus, required=True)
     sampler = LayoutSampler(token_strings(tok), line_break_ids(tok), np.random.default_rng(seed))
     b = Batches(stream, sampler, cfg.seq_len, min(cfg.batch_size, count))
     return [b.next() for _ in range(max(1, count // b.batch_size))]
 
 
-def heldout_stream(tok: HFTokenizer, corpus: Path) -> np.ndarray:
+def heldout_stream(tok: HFTokenizer, corpus: Path, required: bool = False) -> np.ndarray:
     """The held-out split as one token stream (from a corpus folder, or from a pack), its files in hash order:
-    the same windows whatever order a corpus build found them in (the order of --site folders, of packages)."""
+    the same windows whatever order a corpus build found them in (the order of --site folders, of packages).
+    `required`: an empty one is an InputError (something is to be measured on it)."""
     import numpy as np
 
     from infill.training.corpus import read_split
 
     if corpus.is_file():
-        return np.load(corpus)["heldout"]
-    records = sorted(read_split(corpus, "heldout"), key=lambda r: r["sha256"])
-    return tokenize_stream(tok, [r["text"] for r in records])
+        stream = np.load(corpus)["heldout"]
+    else:
+        records = sorted(read_split(corpus, "heldout"), key=lambda r: r["sha256"])
+        stream = tokenize_stream(tok, [r["text"] for r in records])
+    if required and not len(stream):
+        raise InputError(f"{corpus}: the corpus has no held-out text to measure on")
+    return stream
 
 
 def pack_streams(
@@ -93,6 +98,8 @@ def cached_stream(
         meta = json.loads(str(data["meta"]))
         if meta["tokenizer_sha256"] != hashlib.sha256(tokenizer_json.read_bytes()).hexdigest():
             raise InputError(f"{corpus} was packed with another tokenizer than {tokenizer_json}")
+        if not len(data["train"]):
+            raise InputError(f"{corpus}: the packed training set has no training text")
         return data["train"], 0
     key = hashlib.sha256()
     key.update(tokenizer_json.read_bytes())

@@ -1,0 +1,72 @@
+"""infill's own environment variables, declared once: each one's type and domain (the same Click types as the
+options: finite, in range, bounded), and whether it can change what a daemon computes. Every reader goes through
+`read`, and every command checks them all when it starts (`check`: infill.cli), so a junk value is one usage
+error (exit 2) naming the variable, never silently ignored and never an internal error.
+
+Click and the standard library only: `infill --help` imports this.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from infill.clitypes import SECONDS, THREADS
+from infill.errors import InputError
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    type: click.ParamType | None  # None: any text (a folder, a list of plugins)
+    help: str
+    client_only: bool  # read only by the command that talks to a daemon: never restarts one (dispatch.identity)
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("INFILL_THREADS", THREADS, "CPU threads for decoding (as --threads)", client_only=False),
+    Variable("INFILL_SERVER_PLUGINS", None, "module:function,... called with a server's dispatcher", False),
+    Variable("INFILL_NO_DAEMON", click.BOOL, "never use the per-user daemon", client_only=True),
+    Variable("INFILL_RUNTIME_DIR", None, "where the per-user daemon's socket lives", client_only=True),
+    Variable("INFILL_DAEMON_TIMEOUT", SECONDS, "seconds a client waits for the daemon's answer", client_only=True),
+    Variable("INFILL_DAEMON_IDLE_TIMEOUT", SECONDS, "seconds a daemon a command starts waits idle", client_only=True),
+    Variable("INFILL_DAEMON_DEBUG", click.BOOL, "say on stderr why the daemon was not used", client_only=True),
+    Variable("INFILL_DEBUG", click.BOOL, "show the traceback of an error", client_only=True),
+)
+BY_NAME: dict[str, Variable] = {v.name: v for v in VARIABLES}
+
+
+def read(name: str, env: Mapping[str, str] | None = None) -> Any:
+    """The value of variable `name` in `env` (os.environ by default), converted and checked; None when it is unset
+    or empty. InputError (exit 2) for a value outside its domain."""
+    env = os.environ if env is None else env
+    raw = env.get(name, "").strip()
+    variable = BY_NAME[name]
+    if not raw or variable.type is None:
+        return raw or None
+    try:
+        return variable.type.convert(raw, None, None)
+    except click.BadParameter as exc:
+        raise InputError(f"environment variable {name}={raw[:40]!r}: {exc.format_message()}") from None
+
+
+def enabled(name: str, env: Mapping[str, str] | None = None) -> bool:
+    """A boolean variable: set to 1, true, yes or on."""
+    return bool(read(name, env))
+
+
+def check(env: Mapping[str, str] | None = None) -> None:
+    """InputError for the first of infill's variables that holds a value outside its domain."""
+    for variable in VARIABLES:
+        read(variable.name, env)
+
+
+def restarts_daemon(name: str) -> bool:
+    """Whether a daemon started under another value of `name` must be restarted: every variable of infill's (an
+    unknown INFILL_* one too, to be safe) except those only a client reads."""
+    variable = BY_NAME.get(name)
+    return variable is None or not variable.client_only

@@ -1,0 +1,235 @@
+"""Left-to-right code models (Qwen2.5-Coder, StarCoder2, Code Llama, DeepSeek-Coder) as fill-in-the-middle
+models behind the any-subset interface (docs/code-models.md).
+
+Such a model fills one span: it reads PREFIX_TOKEN prefix SUFFIX_TOKEN suffix MIDDLE_TOKEN (infill.models.fim)
+and writes the middle token by token, as a block-diffusion model does at block size 1. That is an any-subset
+model (infill.models.base.AnySubsetModel) whose decoding order is fixed: left to right over one contiguous span.
+So `CausalFim` implements that protocol, and the any-subset decoders that ask for positions in order run it
+unchanged: beam search, sequential sampling, and speculative decoding with prompt-lookup drafts
+(infill.decoding.lookup), whose verify pass is one causal forward over the drafts; `infill.decoding.score`
+scores a fill (or a retrieved line) in one pass too.
+
+A FillProblem [prefix, M masks, suffix] (`masked` one contiguous run) becomes the causal sequence
+    lead + PREFIX_TOKEN prefix SUFFIX_TOKEN suffix MIDDLE_TOKEN + x_0 .. x_{n+k-2}
+(lead: what the tokenizer puts before any text, such as a BOS), whose last k rows predict masked[n:n+k] (row j
+predicts token j+1). `draft` asks for the next position only (k = 1); `verify` for k positions, with drafts
+written at the first k-1.
+
+The distribution is the model's with two fixed changes, the same in every pass, so speculative decoding stays
+exact for it: special tokens other than the end tokens (FIM and chat markers, a BOS) and the padding rows past
+the tokenizer's last id get probability 0, and the end tokens' probabilities are summed into one of them,
+`pad_id`, which ends the fill (the any-subset end-of-fill pad). Undecoded positions hold `mask_id` =
+vocab_size, an id no logit has and no pass reads.
+
+The prompt cache: the KV cache of the last sequence is kept, and the next pass computes only from the first token
+that differs. Beam search visits hypotheses in order so that consecutive passes share a prefix, and drafts that a
+verify pass accepted are already in the cache.
+
+Without FIM tokens the model can only continue text: the prompt is lead + prefix, and a fill with text after it
+is refused (infill.core.backends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from infill.config import ModelSpec
+from infill.errors import DecodeError, ModelError
+from infill.models.fim import FimTokens, fim_prompt, find_fim
+
+if TYPE_CHECKING:
+    import torch
+
+    from infill.models.registry import LoadedModel
+
+# model_type in config.json -> the stock transformers class a left-to-right folder loads into
+AR_ARCHITECTURES: dict[str, str] = {
+    "qwen2": "Qwen2ForCausalLM",  # Qwen2.5-Coder
+    "qwen3": "Qwen3ForCausalLM",
+    "starcoder2": "Starcoder2ForCausalLM",
+    "llama": "LlamaForCausalLM",  # Code Llama, DeepSeek-Coder
+}
+WINDOW = 4096  # tokens one fill's sequence may hold at most (prompt and fill), below the model's own limit
+
+
+class CausalFim:
+    """infill.models.base.AnySubsetModel over a stock transformers causal LM (see the module docstring).
+
+    fim:        the tokenizer's FIM tokens; None = a model that only continues text.
+    lead:       tokens before the prompt (a BOS where the tokenizer adds one).
+    end_ids:    tokens that end the middle (their probabilities go to `pad_id`).
+    banned:     tokens never written (special tokens that are not end tokens; the FIM and lead tokens always are).
+    text_vocab: one more than the tokenizer's last id (rows past it are padding).
+    window:     the longest causal sequence a pass may run (its `max_length`, the longest FillProblem, is that
+                less the lead and the FIM tokens).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        fim: FimTokens | None,
+        lead: Sequence[int] = (),
+        end_ids: Iterable[int] = (),
+        banned: Iterable[int] = (),
+        text_vocab: int | None = None,
+        window: int = WINDOW,
+        pad_id: int | None = None,
+    ) -> None:
+        import torch
+
+        self.model = model
+        self.fim = fim
+        self.lead = [int(t) for t in lead]
+        self.vocab_size = int(model.config.vocab_size)
+        self.mask_id = self.vocab_size  # names no token: undecoded positions are never read
+        ends = sorted({int(t) for t in end_ids})
+        self.pad_id = pad_id if pad_id in ends else (ends[0] if ends else None)
+        self.bos_id: int | None = None  # the lead is part of the prompt
+        self.max_length = int(window) - self.overhead
+        self.nfe = 0
+        never = {int(t) for t in banned} | set(range(text_vocab or self.vocab_size, self.vocab_size))
+        never |= set(ends) | set(self.lead) | set(fim.ids if fim is not None else ())
+        never.discard(self.pad_id if self.pad_id is not None else -1)
+        self._ends = torch.tensor(ends, dtype=torch.long)
+        self._banned = torch.tensor(sorted(t for t in never if t < self.vocab_size), dtype=torch.long)
+        self._tokens: list[int] = []  # the sequence whose keys and values `_cache` holds
+        self._cache: Any = None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def overhead(self) -> int:
+        """Prompt tokens beyond the prefix and suffix: the lead and the three FIM tokens."""
+        return len(self.lead) + (3 if self.fim is not None else 0)
+
+    def prompt(self, prefix: Sequence[int], suffix: Sequence[int]) -> list[int]:
+        """The tokens before the middle: lead + FIM prompt, or lead + prefix for a model without FIM tokens."""
+        if self.fim is None:
+            return [*self.lead, *prefix]
+        return [*self.lead, *fim_prompt(self.fim, prefix, suffix)]
+
+    def draft(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
+        """q(x_n | prompt, x_{<n}) for the one target masked[n]: (1, V) logits."""
+        if int(targets.numel()) != 1:
+            raise DecodeError(
+                "a left-to-right model predicts one position per pass, the next one: draft with --draft lookup"
+            )
+        return self._logits(ids, masked, n, targets)
+
+    def verify(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
+        """q(x_i | prompt, x_{<n}, drafts before i) for the targets masked[n:n+k]: (k, V) logits, one forward."""
+        return self._logits(ids, masked, n, targets)
+
+    def _logits(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
+        order = [int(p) for p in masked.tolist()]
+        k = int(targets.numel())
+        start, total = (order[0] if order else 0), len(order)
+        if order != list(range(start, start + total)):
+            raise DecodeError("a left-to-right model fills one contiguous span per sequence")
+        if [int(p) for p in targets.tolist()] != order[n : n + k]:
+            raise DecodeError("a left-to-right model predicts the positions of its span in order")
+        tokens = [int(t) for t in ids.tolist()]
+        seq = self.prompt(tokens[:start], tokens[start + total :]) + tokens[start : start + n + k - 1]
+        if len(seq) < k:
+            raise DecodeError("nothing to condition on: the span starts the text and the model has no start token")
+        return self._forward(seq, k)
+
+    def _forward(self, seq: list[int], k: int) -> torch.Tensor:
+        """float32 logits (k, V) of the last k rows of `seq`, computed from the first token the cache lacks."""
+        import torch
+        from transformers import DynamicCache
+
+        from infill.models.blockdiff_model import kv_cache
+
+        reuse, limit = 0, min(len(self._tokens), len(seq) - k)  # the last k rows are always computed
+        while reuse < limit and self._tokens[reuse] == seq[reuse]:
+            reuse += 1
+        if self._cache is None or reuse == 0:
+            self._cache, reuse = DynamicCache(), 0
+        elif self._cache.get_seq_length() > reuse:
+            self._cache.crop(reuse - self._cache.get_seq_length())
+        self._tokens = []  # stays empty if the forward fails: the next pass starts over
+        dev = self.device
+        with torch.no_grad():
+            out = self.model(
+                input_ids=torch.tensor([seq[reuse:]], dtype=torch.long, device=dev),  # (1, L)
+                position_ids=torch.arange(reuse, len(seq), device=dev)[None],  # (1, L)
+                **kv_cache(self.model, self._cache),
+                use_cache=True,
+                logits_to_keep=k,
+            ).logits  # (1, k, V)
+        self._tokens = seq
+        self.nfe += 1
+        logits = out[0].float().cpu()  # (k, V)
+        if self._ends.numel() > 1:
+            logits[:, self.pad_id] = torch.logsumexp(logits[:, self._ends], dim=-1)
+        logits[:, self._banned] = float("-inf")
+        return logits
+
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def load_folder(path: str | Path, spec: ModelSpec) -> LoadedModel:
+    """A left-to-right code model folder (config.json, *.safetensors, tokenizer files) as a CausalFim, kind "ar".
+
+    Nothing is downloaded and no remote code runs (`model_type` picks a stock class, AR_ARCHITECTURES). Before any
+    weight is read: the tokenizer must fit the vocabulary and the weights the free memory (ModelError), and a
+    tokenizer with only part of a family's FIM tokens is refused."""
+    from infill.hardware import fast_bf16, resolve_device
+    from infill.models.hf_folder import (
+        check_memory,
+        check_vocabulary,
+        end_token_ids,
+        generation_config,
+        load_network,
+        load_tokenizer,
+        model_folder,
+    )
+    from infill.models.loading import read_json
+    from infill.models.registry import LoadedModel
+
+    folder = model_folder(path)
+    raw = read_json(folder / "config.json")
+    model_type = str(raw.get("model_type", "")).lower()
+    if model_type not in AR_ARCHITECTURES:
+        known = ", ".join(sorted(AR_ARCHITECTURES))
+        raise ModelError(f"{folder}: unsupported left-to-right model_type {model_type!r} (known: {known})")
+    device = resolve_device(spec.device).type
+    # bf16 weights where bf16 products are fast: half the memory, and a long prompt's pass twice as fast as an
+    # autocast over fp32 weights (docs/code-models.md)
+    dtype = "bfloat16" if spec.bf16 and fast_bf16(device) else "float32"
+    check_memory(folder, raw, device, dtype)
+    tokenizer = load_tokenizer(folder)
+    check_vocabulary(folder, raw, tokenizer)
+    fim = find_fim(tokenizer.token_id, f"the tokenizer of {folder}")
+    ends = end_token_ids(raw, generation_config(folder), tokenizer, fim.ends if fim is not None else ())
+    class_name = AR_ARCHITECTURES[model_type]
+    model = load_network(folder, raw, class_name, device, dtype=dtype)
+    positions = int(getattr(model.config, "max_position_embeddings", None) or WINDOW)
+    backend = CausalFim(
+        model,
+        fim=fim,
+        lead=tokenizer.lead_ids(),
+        end_ids=ends,
+        banned=tokenizer.special_ids(),
+        text_vocab=tokenizer.size(),
+        window=min(positions, WINDOW),
+        pad_id=getattr(tokenizer.hf, "eos_token_id", None),
+    )
+    info = {
+        "path": str(folder),
+        "architecture": class_name,
+        "model_type": model_type,
+        "fim": fim.family if fim is not None else None,
+        "parameters": backend.parameter_count(),
+        "device": device,
+        "dtype": dtype,
+        "max_length": backend.max_length,
+    }
+    return LoadedModel(name=spec.name, kind="ar", model=backend, tokenizer=tokenizer, info=info)

@@ -1,0 +1,82 @@
+"""Fill-in-the-middle prompts: each code-model family's FIM tokens, and the one prompt layout they share.
+
+Every family below is trained in the prefix-suffix-middle order: PREFIX_TOKEN prefix SUFFIX_TOKEN suffix
+MIDDLE_TOKEN, after which the model writes the middle and then an end token. Only the token names differ; a
+folder's tokenizer says which family it is (the first family whose three tokens it all has).
+
+Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from infill.errors import ModelError
+
+
+@dataclass(frozen=True)
+class FimFamily:
+    """One family's FIM tokens; each entry lists the spellings tokenizers use for it."""
+
+    name: str
+    prefix: tuple[str, ...]
+    suffix: tuple[str, ...]
+    middle: tuple[str, ...]
+    ends: tuple[str, ...] = ()  # tokens that end the middle, besides the folder's own end-of-text tokens
+
+
+FAMILIES: tuple[FimFamily, ...] = (
+    # Qwen2.5-Coder (and the block-diffusion models `infill train block-diffusion` writes)
+    FimFamily("qwen", ("<|fim_prefix|>",), ("<|fim_suffix|>",), ("<|fim_middle|>",), ("<|fim_pad|>", "<|file_sep|>")),
+    # StarCoder, StarCoder2, SantaCoder
+    FimFamily("starcoder", ("<fim_prefix>",), ("<fim_suffix>",), ("<fim_middle>",), ("<file_sep>",)),
+    # Code Llama: sentencepiece spells them with a leading "▁"; converted tokenizers sometimes without
+    FimFamily("codellama", ("▁<PRE>", "<PRE>"), ("▁<SUF>", "<SUF>"), ("▁<MID>", "<MID>"), ("▁<EOT>", "<EOT>")),
+    # DeepSeek-Coder: begin = before the prefix, hole = where the middle goes, end = before the middle
+    FimFamily(
+        "deepseek", ("<｜fim▁begin｜>",), ("<｜fim▁hole｜>",), ("<｜fim▁end｜>",), ("<|EOT|>", "<｜end▁of▁sentence｜>")
+    ),
+)
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    """A tokenizer's FIM token ids (and the family they come from)."""
+
+    family: str
+    prefix: int
+    suffix: int
+    middle: int
+    ends: tuple[str, ...] = ()
+
+    @property
+    def ids(self) -> tuple[int, int, int]:
+        return self.prefix, self.suffix, self.middle
+
+
+def find_fim(token_id: Callable[[str], int | None], where: str = "the tokenizer") -> FimTokens | None:
+    """The FIM tokens of a tokenizer (`token_id`: a token's id, or None), or None when it has none of them.
+    ModelError when it has two of a family's three tokens: that tokenizer was cut or edited."""
+
+    def first(spellings: tuple[str, ...]) -> int | None:
+        return next((i for i in map(token_id, spellings) if i is not None), None)
+
+    for family in FAMILIES:
+        found = [first(family.prefix), first(family.suffix), first(family.middle)]
+        if all(i is not None for i in found):
+            pre, suf, mid = (int(i) for i in found if i is not None)
+            return FimTokens(family.name, pre, suf, mid, family.ends)
+        if sum(i is not None for i in found) == 2:  # one alone may be an ordinary token that looks like it
+            missing = [
+                s[0] for s, i in zip((family.prefix, family.suffix, family.middle), found, strict=True) if i is None
+            ]
+            raise ModelError(
+                f"{where} has some of the {family.name} fill-in-the-middle tokens but not {', '.join(missing)}"
+            )
+    return None
+
+
+def fim_prompt(fim: FimTokens, prefix: Sequence[int], suffix: Sequence[int]) -> list[int]:
+    """PREFIX_TOKEN prefix SUFFIX_TOKEN suffix MIDDLE_TOKEN: the model writes the middle next."""
+    return [fim.prefix, *prefix, fim.suffix, *suffix, fim.middle]

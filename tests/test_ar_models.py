@@ -1,0 +1,229 @@
+"""Left-to-right code models (Qwen2.5-Coder, StarCoder2, Code Llama, DeepSeek-Coder layouts) load from a folder or
+the Hugging Face cache as fill-in-the-middle models and fill through the same pipeline as the other kinds: beam
+search with the syntax check, retrieval, exact sampling with lookup drafts. Tiny random models whose tokenizers
+carry each family's special tokens, built here; nothing is downloaded."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from infill import api
+from infill.cli import main
+from infill.config import ModelSpec
+from infill.models.autoregressive import CausalFim
+from infill.models.loading import folder_kind
+from infill.models.tiny import tiny_ar_checkpoint
+
+torch.set_num_threads(1)
+
+SOURCE = (
+    "def mean(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total / len(xs)\n\n\n"
+    "def total(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n"
+)
+# family -> (model_type, FIM tokens in prompt order, the token before them or None)
+FAMILIES = {
+    "qwen": ("qwen2", ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"), None),
+    "starcoder": ("starcoder2", ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"), None),
+    "codellama": ("llama", ("▁<PRE>", "▁<SUF>", "▁<MID>"), "<s>"),
+    "deepseek": ("llama", ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"), "<｜begin▁of▁sentence｜>"),
+}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("ar")
+    return {family: tiny_ar_checkpoint(root / family, family, texts=[SOURCE] * 3) for family in [*FAMILIES, "plain"]}
+
+
+def fill(*args: str, input: str | None = None) -> tuple[int, str, str]:
+    """`infill fill ARGS` in fp32, which every CPU computes alike (bf16 weights load only where bf16 is fast)."""
+    api.clear_model_cache()
+    r = CliRunner().invoke(main, ["fill", *args, "--precision", "fp32"], input=input)
+    return r.exit_code, r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_each_family_loads_as_a_fim_model_with_its_own_tokens(folders: dict[str, Path], family: str) -> None:
+    model_type, names, lead = FAMILIES[family]
+    raw = json.loads((folders[family] / "config.json").read_text())
+    assert raw["model_type"] == model_type and folder_kind(raw) == "ar"
+    loaded = api.load_model(ModelSpec(name=str(folders[family]), device="cpu", bf16=False))
+    assert loaded.kind == "ar" and loaded.info["fim"] == family
+    model = loaded.model
+    assert isinstance(model, CausalFim)
+    tok = loaded.tokenizer
+    pre, suf = tok.encode("x = "), tok.encode("\n")
+    ids = [tok.token_id(t) for t in names]  # type: ignore[attr-defined]
+    expected = [*([tok.token_id(lead)] if lead else []), ids[0], *pre, ids[1], *suf, ids[2]]  # type: ignore[attr-defined]
+    assert model.prompt(pre, suf) == expected
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_python_line_is_filled_through_the_cli(folders: dict[str, Path], family: str, tmp_path: Path) -> None:
+    """Default decoding (beam search with the syntax check) on a random model: exit 0 with a diff of the one
+    line, or exit 3 with the file untouched; either way a file that parsed still parses."""
+    path = tmp_path / "s.py"
+    path.write_text(SOURCE)
+    code, out, err = fill(str(path), "--span", "4", "--model", str(folders[family]))
+    assert code in (0, 3), err
+    ast.parse(path.read_text())
+    lines, before = path.read_text().splitlines(), SOURCE.splitlines()
+    assert lines[:3] + lines[4:] == before[:3] + before[4:]  # only line 4 may change
+
+
+def test_the_syntax_check_and_retrieval_apply(folders: dict[str, Path], tmp_path: Path) -> None:
+    """This model's most likely line breaks the file; with the check on, a line of the user's own code that keeps
+    it parsing is written instead (retrieval ranks it with the model's own fills)."""
+    path = tmp_path / "s.py"
+    path.write_text(SOURCE)
+    base = [str(path), "--span", "10", "--model", str(folders["qwen"]), "-o", "-"]
+    code, unchecked, err = fill(*base, "--no-syntax-check")
+    assert code == 0, err
+    with pytest.raises(SyntaxError):
+        ast.parse(unchecked)
+    code, checked, err = fill(*base)
+    assert code == 0, err
+    ast.parse(checked)
+    written = checked.splitlines()[9].strip()
+    assert written != unchecked.splitlines()[9].strip()
+    assert written in [line.strip() for line in SOURCE.splitlines()[:9]]  # a line from above it, re-indented
+    code, alone, _ = fill(*base, "--no-retrieve")
+    assert code == 3 or alone.splitlines()[9].strip() != written
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--decoder", "assd", "--temperature", "0.8"],
+        ["--decoder", "sequential", "--temperature", "0.8"],
+        ["--beam", "2"],
+    ],
+)
+def test_decoders_that_run_left_to_right_models(folders: dict[str, Path], tmp_path: Path, args: list[str]) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("first line\nsecond line\nthird line\n")
+    model = ["--model", str(folders["qwen"]), "--allow-syntax-errors"]  # a random model may split a UTF-8 character
+    code, out, err = fill(str(path), "--span", "2", *model, "--diff", "--stats", *args)
+    decoder = "beam" if "--beam" in args else args[1]
+    assert code in (0, 1) and f"stats: decoder={decoder} " in err, err
+    assert path.read_text() == "first line\nsecond line\nthird line\n"  # --diff writes nothing
+
+
+def hf_cache(root: Path, repo: str, folder: Path) -> Path:
+    """`folder` as the Hugging Face cache stores a download of `repo`: refs/main names a snapshot."""
+    entry = root / ("models--" + repo.replace("/", "--"))
+    shutil.copytree(folder, entry / "snapshots" / "0123abcd")
+    (entry / "refs").mkdir()
+    (entry / "refs" / "main").write_text("0123abcd")
+    return root
+
+
+def test_a_model_in_the_hf_cache_is_listed_and_filled_with_offline(
+    folders: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub import constants
+
+    cache = hf_cache(tmp_path / "hub", "Qwen/Qwen2.5-Coder-0.5B", folders["qwen"])
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))  # $HF_HUB_CACHE, read when huggingface_hub loads
+    r = CliRunner().invoke(main, ["models", "--json", "--cache-dir", str(cache)])
+    (entry,) = [e for e in json.loads(r.stdout) if e["name"] == "Qwen/Qwen2.5-Coder-0.5B"]
+    assert entry["kind"] == "ar" and entry["revision"] is None
+    path = tmp_path / "notes.txt"
+    path.write_text("first line\nsecond line\n")
+    code, out, err = fill(str(path), "--span", "2", "--model", "Qwen/Qwen2.5-Coder-0.5B", "--diff")
+    assert code in (0, 1), err
+    code, _, err = fill(str(path), "--span", "2", "--model", "Qwen/Qwen2.5-Coder-7B")
+    assert code == 123 and "not in the HF cache" in err
+
+
+def test_infill_models_tells_diffusion_folders_from_left_to_right_ones(tmp_path: Path) -> None:
+    """By config alone: a diffusion model_type, or a mask token or block size, makes a block-diffusion folder."""
+    configs = {
+        "coder": ({"model_type": "qwen2"}, "ar"),
+        "starcoder2": ({"model_type": "starcoder2"}, "ar"),
+        "codellama": ({"model_type": "llama"}, "ar"),
+        "fast-dllm": ({"model_type": "qwen2", "bd_size": 32}, "blockdiff"),
+        "masked-llama": ({"model_type": "llama", "mask_token_id": 7}, "blockdiff"),
+        "sdar": ({"model_type": "sdar"}, "blockdiff"),
+        "mamba": ({"model_type": "mamba"}, "unsupported (mamba)"),
+    }
+    for name, (cfg, _) in configs.items():
+        (tmp_path / "hub" / f"models--me--{name}" / "snapshots" / "abc").mkdir(parents=True)
+        (tmp_path / "hub" / f"models--me--{name}" / "snapshots" / "abc" / "config.json").write_text(json.dumps(cfg))
+    blocky = tmp_path / "hub" / "models--me--coder-bd" / "snapshots" / "abc"
+    blocky.mkdir(parents=True)
+    (blocky / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    (blocky / "generation_config.json").write_text(json.dumps({"block_length": 4}))
+    r = CliRunner().invoke(main, ["models", "--json", "--cache-dir", str(tmp_path / "hub")])
+    kinds = {e["name"]: e["kind"] for e in json.loads(r.stdout) if e["name"].startswith("me/")}
+    assert kinds == {f"me/{name}": kind for name, (_, kind) in configs.items()} | {"me/coder-bd": "blockdiff"}
+    table = CliRunner().invoke(main, ["models", "--cache-dir", str(tmp_path / "hub")]).stdout
+    assert any(line.startswith("me/coder ") and " ar " in line for line in table.splitlines())
+
+
+def test_the_packaged_models_keep_their_kinds() -> None:
+    from infill.models.catalog import packaged_models
+
+    assert {e.name: e.kind for e in packaged_models()} == {"blockdiff": "blockdiff", "default": "asarm"}
+
+
+def test_weights_load_in_bf16_only_where_bf16_is_fast(folders: dict[str, Path]) -> None:
+    from infill.hardware import fast_bf16
+
+    api.clear_model_cache()
+    loaded = api.load_model(ModelSpec(name=str(folders["qwen"]), device="cpu", bf16=True))
+    want = torch.bfloat16 if fast_bf16("cpu") else torch.float32
+    assert next(loaded.model.model.parameters()).dtype == want  # type: ignore[union-attr]
+    assert loaded.info["dtype"] == str(want).removeprefix("torch.")
+    fp32 = api.load_model(ModelSpec(name=str(folders["qwen"]), device="cpu", bf16=False))
+    assert next(fp32.model.model.parameters()).dtype == torch.float32  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("family", "fewer"), [("qwen", False), ("codellama", True)])
+def test_greedy_speculation_writes_the_greedy_fill_through_the_cli(
+    folders: dict[str, Path], family: str, fewer: bool
+) -> None:
+    """`--decoder assd --temperature 0` (lookup drafts) and `--decoder sequential --temperature 0` write the same
+    fill, the speculative one in no more passes (this Code Llama model repeats a token, and the lookup copies it)."""
+    source = "a b c d a b c d a b c d\n" * 9
+    out = {}
+    for decoder in ("sequential", "assd"):
+        args = ["-", "--stdin-filename", "x.txt", "--span", "5:6", "--tokens", "24", "--format", "json", "--model"]
+        code, stdout, err = fill(
+            *args,
+            str(folders[family]),
+            "--decoder",
+            decoder,
+            "--temperature",
+            "0",
+            "--allow-syntax-errors",
+            input=source,
+        )
+        assert code == 0, err
+        out[decoder] = json.loads(stdout)
+    (seq,), (spec,) = out["sequential"]["edits"], out["assd"]["edits"]
+    assert spec["text"] == seq["text"] and spec["score"] == pytest.approx(seq["score"], abs=1e-4)
+    passes = out["assd"]["stats"]["nfe"], out["sequential"]["stats"]["nfe"]
+    assert passes[0] < passes[1] if fewer else passes[0] <= passes[1]
+
+
+def test_the_family_is_read_from_the_tokenizer() -> None:
+    from infill.errors import ModelError
+    from infill.models.fim import find_fim
+
+    def lookup(vocab: list[str]) -> Any:
+        return lambda token: vocab.index(token) if token in vocab else None
+
+    codellama = find_fim(lookup(["<s>", "<PRE>", "<SUF>", "<MID>", "<EOT>"]))  # the spelling without "▁"
+    assert codellama is not None and codellama.family == "codellama" and codellama.ids == (1, 2, 3)
+    assert find_fim(lookup(["<s>", "a", "<MID>"])) is None  # one look-alike is an ordinary token
+    with pytest.raises(ModelError, match="starcoder fill-in-the-middle tokens but not <fim_middle>"):
+        find_fim(lookup(["<fim_prefix>", "<fim_suffix>"]))
