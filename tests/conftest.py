@@ -6,9 +6,12 @@ temporary directory, never the user's cache."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 os.environ["INFILL_NO_DAEMON"] = "1"
 os.environ["INFILL_ENGINE"] = "torch"
 os.environ["INFILL_CACHE_DIR"] = tempfile.mkdtemp(prefix="infill-test-cache-")
+atexit.register(shutil.rmtree, os.environ["INFILL_CACHE_DIR"], ignore_errors=True)
