@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode, decoders_for
+from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode
 from infill.core.backends import Fill, Run, backend_of
 from infill.core.plan import (
     MIN_CONTEXT,
@@ -101,12 +101,8 @@ class FillResult:
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 
-ASARM_DECODERS = decoders_for("asarm")
-BLOCKDIFF_DECODERS = decoders_for("blockdiff")
 # planning lives in infill.core.plan; these names stay importable from here
 __all__ = [
-    "ASARM_DECODERS",
-    "BLOCKDIFF_DECODERS",
     "MIN_CONTEXT",
     "PREFIX_SHARE",
     "WINDOW_BYTES_PER_TOKEN",

@@ -21,11 +21,11 @@ import click
 
 from infill.clitypes import SEED, FiniteFloatRange
 from infill.config import (
-    CHOOSABLE_DECODERS,
+    DECODERS,
+    DRAFTS,
     TOOL_DECODE,
     DecodeConfig,
     DeviceName,
-    DraftName,
     FillOptions,
     ModelSpec,
     choose_decoder,
@@ -88,10 +88,9 @@ OPTIONS: tuple[Option, ...] = (
         "decoder",
         ("--decoder",),
         "Default: beam search (see --beam), or assd with --temperature above 0. "
-        "assd/sequential are exact; parallel is not; confidence/s2d2/ssmd/ptp are for block-diffusion models "
-        "(ptp: exact, needs a PTP adapter; ssmd needs a model with an SSMD head and is exact per speculative step, "
-        "not with respect to one fixed model's joint).",
-        click.Choice(CHOOSABLE_DECODERS),
+        + "; ".join(f"{name}: {entry.summary}" for name, entry in DECODERS.items() if entry.flag)
+        + ".",
+        click.Choice([name for name, entry in DECODERS.items() if entry.flag]),
     ),
     Option("decode", "k", ("-k",), "Speculation width (tokens drafted per step).", click.IntRange(min=1)),
     Option(
@@ -109,9 +108,10 @@ OPTIONS: tuple[Option, ...] = (
         "decode",
         "draft",
         ("--draft",),
-        "ASSD draft: the model itself, a bigram of the visible text (Algorithm 2), or copies of what followed the "
-        "same tokens elsewhere in the text (lookup; one verify pass per step).",
-        click.Choice(get_args(DraftName)),
+        "Where assd's drafts come from: "
+        + "; ".join(f"{name}: {entry.summary}" for name, entry in DRAFTS.items())
+        + ".",
+        click.Choice(list(DRAFTS)),
     ),
     Option(
         "decode",

@@ -1,10 +1,13 @@
 """Any-subset decoders: pure functions (model, problem, cfg, generator, on_step) -> (tokens, stats).
 
-- `decode()` runs cfg.decoder (its function: infill.decoding.registry): "assd" (Algorithm 1, exact; with
-  draft="lookup" the drafts are copied from the visible text and verified in one pass: infill.decoding.lookup),
-  "sequential" (exact, one forward per token), "parallel" (mean-field baseline, not exact), "beam" (the most
-  likely fill, width cfg.beam).
+- `decode()` runs cfg.decoder (registered in infill.config.DECODERS; imported by infill.decoding.registry):
+  "assd" (Algorithm 1, exact: one verification loop, infill.decoding.assd, over the draft source cfg.draft:
+  the model, a bigram or prompt lookup), "sequential" (exact, one forward per token), "parallel" (mean-field
+  baseline, not exact), "beam" (the most likely fill, width cfg.beam).
 - `score()` gives the per-token log q of a finished fill in one oracle pass (for ranking candidates).
+
+Every sampler that verifies drafts (ASSD here; S2D2, SSMD and PTP for block-diffusion models) accepts or rejects
+them with infill.decoding.speculative.accept.
 
 Importing this package does not import torch.
 """

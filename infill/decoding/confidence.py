@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from infill.config import BlockOptions, Sampling, options_of
-from infill.decoding.sampling import sample
+from infill.decoding.sampling import sample, transform
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError
 
@@ -42,14 +42,6 @@ if TYPE_CHECKING:
 
 
 # ---- sampling: infill.decoding.sampling's transform, the same for drafts and verifiers -----------------
-
-
-def probs(logits: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
-    """(n, V) logits -> (n, V) float64 probabilities after temperature, top-k, top-p (temperature 0 = the
-    one-hot argmax)."""
-    from infill.decoding import sampling
-
-    return sampling.probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
 
 
 def confidence_probs(logits: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
@@ -91,7 +83,7 @@ def confidence_step(step: Step) -> int:
 
     cfg, opts = step.cfg, step.options
     idx = step.masked.nonzero().squeeze(-1)  # (m,) masked block positions
-    x_hat = sample(probs(step.logits[idx], cfg), step.generator)  # (m,)
+    x_hat = sample(transform(step.logits[idx], cfg), step.generator)  # (m,)
     conf = confidence_probs(step.logits[idx], cfg).gather(-1, x_hat[:, None]).squeeze(-1)  # (m,)
     if opts.unmask_per_step > 0:  # static
         choose = torch.zeros_like(conf, dtype=torch.bool)

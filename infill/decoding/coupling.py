@@ -89,24 +89,3 @@ def u_bits(u: torch.Tensor) -> torch.Tensor:
     shifts = torch.arange(U_BITS - 1, -1, -1, dtype=torch.int64)  # (32,)
     bits = (m[..., None] >> shifts) & 1  # (..., 32)
     return bits.to(torch.float32) * 2.0 - 1.0
-
-
-def coupled_accept(drafts: torch.Tensor, u: torch.Tensor, q: torch.Tensor) -> tuple[int, int | None]:
-    """Coupled acceptance of one iteration.
-
-    drafts (D,) long: the drafter's tokens for positions k = 1..D after the last accepted token.
-    u (M,) float64: the uniforms of positions 1..M, M in {D, D + 1}.
-    q (M, V): the verifier's transformed distributions at positions 1..M given the drafts before each.
-
-    Returns (a, token): drafts[:a] are accepted (the longest prefix with drafts[k] == pick(u[k], q[k])), then
-    `token` = pick(u[a], q[a]) is the verifier's own token at the first position not accepted (a correction
-    after a mismatch, a bonus token when every draft matched and M = D + 1), or None when a == M."""
-    d, m = int(drafts.numel()), int(u.numel())
-    if q.shape[0] != m or m not in (d, d + 1):
-        raise DecodeError(f"coupled_accept: {d} drafts need {d} or {d + 1} rows of u and q, got {m} and {q.shape[0]}")
-    picks = pick(u, q).tolist()  # (M,)
-    guess = drafts.tolist()
-    a = 0
-    while a < d and guess[a] == picks[a]:
-        a += 1
-    return a, (picks[a] if a < m else None)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from infill.config import ParallelOptions, options_of
 from infill.decoding.problem import LeftToRight, StepCallback, ends_span, force_pads
-from infill.decoding.sampling import probs, sample
+from infill.decoding.sampling import sample, transform
 from infill.decoding.stats import DecodeStats
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def parallel(
         targets = masked[n : n + chunk]  # (k',)
         logits = model.draft(ids, masked, n, targets)  # (k', V)
         stats.nfe += 1
-        x = sample(probs(logits, cfg.temperature, cfg.top_k, cfg.top_p), generator)  # (k',)
+        x = sample(transform(logits, cfg), generator)  # (k',)
         ids[targets] = x
         before = n
         n += targets.shape[0]

@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from infill.config import PtpOptions, Sampling, options_of
-from infill.decoding.coupling import U_BITS, coupled_accept, draw_u, pick, u_bits
+from infill.decoding.coupling import U_BITS, draw_u, pick, u_bits
+from infill.decoding.speculative import Acceptance, Proposal, accept
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError, InputError, ModelError
 
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 
 DraftFn = Callable[[int, "torch.Tensor"], "torch.Tensor"]  # (position i, u (n,)) -> drafts (n-1,) for i+1..
 
+COUPLED = Acceptance(order="coupled")  # the drafts are point masses, tested against the fixed u's
 _ADAPTERS: weakref.WeakKeyDictionary[Any, PTPAdapter] = weakref.WeakKeyDictionary()
 
 
@@ -242,7 +244,8 @@ def run(
     iteration made final, and extra)."""
     import torch
 
-    from infill.decoding.confidence import confidence_probs, probs
+    from infill.decoding.confidence import confidence_probs
+    from infill.decoding.sampling import transform
 
     stats = DecodeStats(decoder=cfg.decoder)
     out: list[int] = []
@@ -257,7 +260,7 @@ def run(
         n = min(slots, r)
         q_logits, drafts = session.propose(pending, u[j : j + n])  # (V,), (n-1,)
         rows = [q_logits]  # the logits each new token was sampled from
-        first = pick(u[j], probs(q_logits[None], cfg)[0])  # () the teacher's exact token at position i
+        first = pick(u[j], transform(q_logits[None], cfg)[0])  # () the teacher's exact token at position i
         new = [int(first)]
         a = 0
         if new[0] not in end_ids and n >= 2:
@@ -265,7 +268,7 @@ def run(
             m = min(d + 1, r - 1)  # verified positions: every draft, plus the bonus row when the budget allows
             clean = torch.cat([first[None], drafts[: m - 1]])  # (M,)
             v = session.verify(clean, m)  # (M, V)
-            a, tok = coupled_accept(drafts[:d], u[j + 1 : j + 1 + m], probs(v, cfg))
+            a, tok = accept(Proposal(drafts[:d]), transform(v, cfg), COUPLED, u=u[j + 1 : j + 1 + m])
             new += drafts[:a].tolist()
             rows += list(v[:a])
             if tok is not None:

@@ -18,9 +18,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from infill.config import S2D2Options, options_of
-from infill.decoding.confidence import Step, confidence_probs, confidence_step, generate, probs
+from infill.decoding.confidence import Step, confidence_probs, confidence_step, generate
 from infill.decoding.routing import Router, RoutingConfig, features, make_router, parse_routing
-from infill.decoding.sampling import residual, sample
+from infill.decoding.sampling import sample, transform
+from infill.decoding.speculative import Acceptance, Proposal, accept
 
 if TYPE_CHECKING:
     import torch
@@ -33,24 +34,13 @@ if TYPE_CHECKING:
 def accept_prefix(
     p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, generator: torch.Generator, gamma: float = 1.0
 ) -> tuple[int, int | None]:
-    """Speculative acceptance over a span. p, q (S, V) probabilities; drafts (S,) with p[i, drafts[i]] > 0.
+    """S2D2's and SSMD's acceptance over a span: infill.decoding.speculative.accept in the "span-first" order.
 
-    Returns (accepted, correction): drafts[:accepted] are kept; `correction` is the token resampled from
-    (q - p)+ at position `accepted` after a rejection, or None when every draft was accepted. S uniforms are
-    drawn up front from `generator`, then one multinomial draw at a rejection."""
-    import torch
-
-    s = int(drafts.numel())
-    r = torch.rand(s, generator=generator, dtype=torch.float64)  # (S,)
-    p_x = p.gather(-1, drafts[:, None]).squeeze(-1).double()  # (S,)
-    q_x = q.gather(-1, drafts[:, None]).squeeze(-1).double()  # (S,)
-    for i in range(s):
-        ratio = float(q_x[i] / p_x[i]) if float(p_x[i]) > 0 else 1.0
-        if float(r[i]) < min(1.0, ratio**gamma):
-            continue
-        fix = torch.multinomial(residual(q[i].double(), p[i].double()), 1, generator=generator)
-        return i, int(fix)
-    return s, None
+    p, q (S, V) probabilities; drafts (S,) with p[i, drafts[i]] > 0. Returns (accepted, correction):
+    drafts[:accepted] are kept; `correction` is the token resampled from (q - p)+ at position `accepted` after a
+    rejection, or None when every draft was accepted. S uniforms are drawn up front from `generator`, then one
+    multinomial draw at a rejection."""
+    return accept(Proposal(drafts, p), q, Acceptance(order="span-first", gamma=gamma), generator)
 
 
 def first_masked_span(masked: torch.Tensor) -> tuple[int, int]:
@@ -79,12 +69,12 @@ def s2d2_step(step: Step, router: Router, rc: RoutingConfig, opts: S2D2Options) 
         got = confidence_step(step)
         router.update(False, got, 1 + state.nfe - nfe0)
         return got
-    p = probs(step.logits[s : s + n], cfg)  # (S, V) draft densities
+    p = transform(step.logits[s : s + n], cfg)  # (S, V) draft densities: the model's own draft pass
     x_hat = sample(p, step.generator)  # (S,)
     filled = step.block.clone()  # (L,)
     filled[s : s + n] = x_hat
     q_logits = model.verify(state, filled, s, n)  # (S, V)
-    q = probs(q_logits, cfg)  # (S, V) verifier densities
+    q = transform(q_logits, cfg)  # (S, V) verifier densities
     accepted, fix = accept_prefix(p, q, x_hat, step.generator, opts.gamma)
     step.block[s : s + accepted] = x_hat[:accepted]
     step.masked[s : s + accepted] = False

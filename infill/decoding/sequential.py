@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from infill.decoding.problem import LeftToRight, StepCallback, ends_span, force_pads
-from infill.decoding.sampling import probs, sample
+from infill.decoding.sampling import sample, transform
 from infill.decoding.stats import DecodeStats
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def sequential(
     while n < run.total:
         logits = model.draft(ids, masked, n, masked[n : n + 1])  # (1, V)
         stats.nfe += 1
-        x = int(sample(probs(logits, cfg.temperature, cfg.top_k, cfg.top_p), generator)[0])
+        x = int(sample(transform(logits, cfg), generator)[0])
         ids[masked[n]] = x
         before = n
         n += 1

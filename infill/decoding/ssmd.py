@@ -43,9 +43,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from infill.config import SsmdOptions, options_of
-from infill.decoding.confidence import Step, confidence_probs, generate, probs
+from infill.decoding.confidence import Step, confidence_probs, generate
 from infill.decoding.s2d2 import accept_prefix
-from infill.decoding.sampling import sample
+from infill.decoding.sampling import sample, transform
 from infill.errors import DecodeError
 
 if TYPE_CHECKING:
@@ -84,13 +84,13 @@ def speculate_window(
 
     nc_logits (w, V): the full forward's logits at W, in order; `causal(tokens (w,)) -> (w, V)`: the causal
     logits given the window's current tokens (row 0 equals nc_logits[0]; row j depends on tokens[:j] only).
-    Both go through the same `probs` transform (temperature, top-k, top-p).
+    Both go through the same sampling transform (temperature, top-k, top-p).
     -> (revealed tokens (n,), the causal logits each was decided under (n, V), causal passes run); the
     revealed positions are W[:n], n >= min(w, passes + 1)."""
     import torch
 
     w = int(nc_logits.shape[0])
-    p_nc = probs(nc_logits, cfg)  # (w, V)
+    p_nc = transform(nc_logits, cfg)  # (w, V)
     drafts = sample(p_nc, generator)  # (w,)
     if w == 1:  # p_C = p_NC at the first position: nothing to verify
         return drafts, nc_logits, 0
@@ -100,7 +100,7 @@ def speculate_window(
     while pos < w and used < passes:
         c_logits = causal(tokens)  # (w, V)
         used += 1
-        p_c = probs(c_logits, cfg)  # (w, V)
+        p_c = transform(c_logits, cfg)  # (w, V)
         accepted, fix = accept_prefix(p_nc[pos:], p_c[pos:], drafts[pos:], generator)
         if fix is not None:
             tokens[pos + accepted] = fix
