@@ -20,7 +20,9 @@ planning is infill.core.plan, and what differs between the two model kinds is in
   an end-of-fill pad, whose fills always use the whole budget). Otherwise (an insertion point, blank lines
   or a --marker) the selector's default: span 32, marker 32, function 96, class 192, node 64 tokens.
   Models with a pad token end fills early: everything from the first <pad> of a span on is cut. A span of
-  one whole line (`--span N`, `--span N:N`) gets one line back: the fill is cut at its first line break.
+  one whole line (`--span N`, `--span N:N`) gets one line back: the fill is cut at its first line break. A
+  one-line span that starts inside a line (the language server's completion at the cursor) gets the rest of that
+  line: everything from the fill's first line break on is cut, so a fill that starts with one is empty.
 * Context truncation. A sequence may hold `model.max_length` tokens. The masked tokens and the text between
   spans of one region are never cut. What remains goes 3/4 to the prefix (its end is kept) and 1/4 to the
   suffix (its start is kept); a side that needs less gives the rest to the other. Spans too far apart to share
@@ -146,7 +148,10 @@ def _candidate_edits(
     for plan, fill in zip(plans, fills, strict=True):
         raw = fill.raw[1:] if plan.healed and fill.raw.startswith(" ") else fill.raw
         if plan.span.one_line:
-            raw = first_line(raw)
+            # a whole line gets its first line of text back; a span that starts inside a line gets the rest of
+            # that line (a fill that begins with a line break leaves it as it is)
+            at_line_start = plan.prefix == "" or plan.prefix.endswith("\n")
+            raw = first_line(raw) if at_line_start else raw.split("\n", 1)[0]
         # a marker is not content: a line holding only a marker is shaped as the emptied line it stands for
         # (`--span N` on a blank line), wherever the marker sits on it, so the model's indentation is kept
         replaced = "" if plan.span.placeholder else plan.replaced

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "train": "infill.commands.train:train",
     "eval": "infill.commands.evaluate:evaluate",
     "serve": "infill.commands.serve:serve",
+    "lsp": "infill.commands.lsp:lsp",
     "daemon": "infill.commands.daemon:daemon",
     "completion": "infill.commands.completion:completion",
 }

@@ -33,6 +33,15 @@ class ByteEdit(Protocol):
 
 
 @dataclass(frozen=True)
+class Replacement:
+    """Replace bytes [start_byte, end_byte) of an original input by `text` (a ByteEdit without a score)."""
+
+    start_byte: int
+    end_byte: int
+    text: str
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """What a file looked like when it was read; used to refuse writing over a file that changed meanwhile."""
 

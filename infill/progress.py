@@ -9,7 +9,11 @@ Events (dicts) sent by infill.api.fill_text:
   {"event": "start", "spans": int, "tokens": int}        tokens = masked tokens of one candidate
   {"event": "candidate", "index": int, "of": int, "nfe": int}   nfe = forwards so far (all candidates)
   {"event": "step", "tokens": int, "base": int, "nfe": int}     tokens = cumulative over candidates; the
-                                                          current candidate has done tokens - base
+                                                          current candidate has done tokens - base (any-subset
+                                                          and block-diffusion decoders alike)
+  {"event": "score", "nfe": int}                         before each oracle pass that scores a line of the
+                                                          user's code (retrieval)
+A callback that raises stops the fill there, between two forward passes (how a server cancels a request).
   {"event": "done"}
 """
 

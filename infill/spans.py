@@ -38,7 +38,9 @@ class Span:
     label: str = ""  # where it came from, e.g. "--span 12:18" or "function foo"
     default_tokens: int = 32  # budget when the span replaces no text
     placeholder: bool = False  # True when the replaced text is a placeholder (a marker), not content to resize
-    one_line: bool = False  # --span N (one whole line): the fill is one line too (cut at its first line break)
+    # --span N (one whole line): the fill is one line too (cut at its first line break); a one-line span inside a
+    # line (the language server's cursor) gets the rest of that line
+    one_line: bool = False
 
 
 @dataclass(frozen=True)

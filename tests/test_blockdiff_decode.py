@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
-from infill.config import DecodeConfig, ModelSpec
+from infill.config import DecodeConfig, FillOptions, ModelSpec
 from infill.decoding.blockfill import fill_middle, generate
 from infill.decoding.confidence import _end_of_generation
 from infill.errors import DecodeError, ModelError
@@ -269,3 +270,30 @@ def test_block_size_zero_means_the_models_own() -> None:
     cfg = DecodeConfig(decoder="confidence", temperature=0.0, block_size=0)
     _, st = generate(bk, PROMPT, 6, cfg, torch.Generator().manual_seed(0))
     assert st.extra["block_size"] == bk.block_size
+
+
+def test_block_diffusion_fills_report_their_steps_so_a_cancel_check_can_stop_them(fim_folder: Path) -> None:
+    """fill_text's progress events reach the block-diffusion decoders too (a server cancels a fill by raising
+    from them); the first step's event stops the fill there."""
+    from infill.api import fill_text
+    from infill.spans import Span
+
+    text = "def add(a, b):\n    return \n"
+    at = text.index(" \n") + 1
+    spec = ModelSpec(name=str(fim_folder), device="cpu", bf16=False)
+    cfg = DecodeConfig(decoder="confidence", block_size=4)
+    events: list[dict[str, Any]] = []
+    loose = FillOptions(allow_syntax_errors=True, max_resample=0)  # a random tiny model writes anything
+    fill_text(text, [Span(at, at, "s", 8)], model=spec, decode=cfg, options=loose, on_progress=events.append)
+    steps = [e for e in events if e["event"] == "step"]
+    assert steps and all(e["tokens"] >= 1 for e in steps)
+
+    class Stop(Exception):
+        pass
+
+    def stop(event: dict[str, Any]) -> None:
+        if event["event"] == "step":
+            raise Stop
+
+    with pytest.raises(Stop):
+        fill_text(text, [Span(at, at, "s", 8)], model=spec, decode=cfg, options=loose, on_progress=stop)

@@ -189,3 +189,67 @@ def test_registered_models_are_not_cached_across_registrations() -> None:
             assert api.fill_text(text, spans, model=ModelSpec("fake-rereg")).text == f"x = {fill_with}\n"
     finally:
         unregister("fake-rereg")
+
+
+def test_a_one_line_span_inside_a_line_gets_the_rest_of_that_line() -> None:
+    """The language server's completion at the cursor: a one-line insertion after some text on the line. A
+    fill that goes on to the next line is cut at its line break; one that starts with a line break is empty
+    (a whole line instead keeps its first line of text: `--span N`)."""
+    text = "def mean(values):\n    n = \n    return n\n"
+    at = text.index(" \n") + 1
+    span = Span(at, at, "cursor", 32, one_line=True)
+    for fill_, expected in [("len(values)\n    print(n)", "len(values)"), ("\n    return 0", "")]:
+        with fake_model([fill_], name="fake-api"):
+            r = api.fill_text(text, [span], language=None, model=ModelSpec("fake-api"))
+        assert r.edits[0].text == expected, fill_
+    line = text.index("    n")
+    whole = Span(line, text.index("\n", line), "--span 2", 32, one_line=True)
+    with fake_model(["\n    n = len(values)"], name="fake-api"):
+        r = api.fill_text(text, [whole], language=None, model=ModelSpec("fake-api"), options=FillOptions(tokens=32))
+    assert r.edits[0].text == "    n = len(values)"
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("decoder", ["sequential", "assd", "beam"])
+def test_a_progress_callback_that_raises_stops_the_fill_between_forward_passes(decoder: str) -> None:
+    """How a server cancels a running fill: its on_progress raises at the next event, and no forward pass
+    starts after that. Events come after every pass (beam search: after each of a step's `width` passes; ASSD:
+    after each iteration, a draft and a verify pass at most)."""
+    seen: list[int] = []
+
+    def stop_at_third_step(event: dict[str, Any]) -> None:
+        if event["event"] == "step":
+            seen.append(model.forwards)
+            if len(seen) == 3:
+                raise Stop
+
+    with fake_model(["total = sum(values) / len(values)"], name="fake-api") as model:
+        with pytest.raises(Stop):
+            fill(SRC, [Selection("span", "2:2")], decode=DecodeConfig(decoder=decoder), on_progress=stop_at_third_step)
+        assert seen[-1] == model.forwards  # nothing ran after the event that raised
+        assert 3 <= model.forwards <= (6 if decoder == "assd" else 3)
+
+
+def test_each_retrieved_line_is_scored_after_a_progress_event() -> None:
+    """Lines from the user's code are scored one oracle pass each, after a progress event: a cancel check."""
+    src = "def f(x):\n    y = x + 1\n    return y\n\n\ndef g(x):\n    pass\n    return y\n"
+    at_first_score: list[int] = []
+
+    def note(event: dict[str, Any]) -> None:
+        if event["event"] == "score" and not at_first_score:
+            at_first_score.append(model.forwards)
+
+    def stop_at_score(event: dict[str, Any]) -> None:
+        if event["event"] == "score":
+            raise Stop
+
+    with fake_model(["y = x + 2"], name="fake-api") as model:
+        fill(src, [Selection("span", "7:7")], on_progress=note)
+        assert at_first_score and model.forwards > at_first_score[0]  # lines were scored after the event
+        before = model.forwards
+        with pytest.raises(Stop):
+            fill(src, [Selection("span", "7:7")], on_progress=stop_at_score)
+        assert model.forwards - before == at_first_score[0]  # no line was scored once it raised

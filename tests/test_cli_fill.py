@@ -481,7 +481,13 @@ def test_blockdiff_model_uses_fill_middle(tmp_path: Path, monkeypatch: pytest.Mo
     tok = ByteTokenizer()
 
     def fill_middle(
-        loaded: object, prefix: list[int], suffix: list[int], max_tokens: int, cfg: object, gen: object
+        loaded: object,
+        prefix: list[int],
+        suffix: list[int],
+        max_tokens: int,
+        cfg: object,
+        gen: object,
+        on_step: object = None,
     ) -> object:  # the planner's token ids arrive as they are (no second tokenization)
         calls.append((tok.decode(prefix), tok.decode(suffix), max_tokens, cfg.decoder))  # type: ignore[attr-defined]
         return "return x * 2", DecodeStats(decoder="s2d2", nfe=3, tokens=12)

@@ -21,14 +21,21 @@ from infill.cli import main
 for args in ({args}):
     r = CliRunner().invoke(main, list(args))
     assert r.exit_code == 0, (args, r.output)
-heavy = sorted(m for m in ("torch", "transformers", "rich.progress", "tree_sitter") if m in sys.modules)
+heavy = sorted(m for m in ("torch", "transformers", "rich.progress", "tree_sitter", "pygls", "lsprotocol")
+               if m in sys.modules)
 print(",".join(heavy))
 """
 
 
 @pytest.mark.parametrize(
     "args",
-    [(["--help"],), (["fill", "--help"],), (["completion", "bash"],), (["--help"], ["fill", "--help"])],
+    [
+        (["--help"],),
+        (["fill", "--help"],),
+        (["lsp", "--help"],),
+        (["completion", "bash"],),
+        (["--help"], ["fill", "--help"]),
+    ],
 )
 def test_help_and_completion_do_not_import_torch(args: tuple[list[str], ...]) -> None:
     code = PROBE.format(args=", ".join(repr(a) for a in args) + ",")

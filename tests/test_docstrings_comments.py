@@ -173,3 +173,18 @@ def test_rust_doc_comments_above_attributes_with_errors_section() -> None:
     ) in out
     assert "    fn private(&self) {}" in out and "/// Returns the private" not in out
     assert run(out, "lib.rs", FakeFiller())[0] == out
+
+
+def test_at_an_offset_only_the_declaration_around_it_gets_a_comment() -> None:
+    """The language server's "add a docstring here" in a JavaScript file: the innermost declaration only, with
+    the byte edit that inserts its comment."""
+    from infill.patch import apply_edits
+
+    source = "function outer(a) {\n  return a;\n}\n\nfunction other(b) {\n  return b;\n}\n"
+    data = source.encode("utf-8")
+    at = data.index(b"return b")
+    result = process_source(source, "m.js", DocstringConfig(), FakeFiller(), at=at)
+    assert [o.name for o in result.outcomes] == ["other"]
+    (edit,) = result.edits
+    assert edit.start_byte == edit.end_byte == data.index(b"function other")
+    assert apply_edits(data, result.edits).decode("utf-8") == result.text

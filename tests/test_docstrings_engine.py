@@ -345,3 +345,28 @@ def test_min_confidence_also_leaves_missing_when_the_summary_is_unusable() -> No
     blank = FakeFiller(text_for=lambda key, name: "   \n" if key == "summary" else "the input", logprob=-0.5)
     result = process_source("def f(x):\n    return x\n", "m.py", cfg, blank)
     assert result.text == "def f(x):\n    return x\n" and result.outcomes[0].status == "left-missing"
+
+
+@pytest.mark.parametrize("bom", ["", "\ufeff"])
+def test_at_an_offset_only_the_definition_around_it_is_filled_and_edits_say_where(bom: str) -> None:
+    """An editor's "add a docstring to the function at the cursor": the innermost definition around the offset
+    (a method inside a class: the method); `edits` are the byte replacements that turn the original into the
+    result."""
+    source = bom + SOURCE
+    data = source.encode("utf-8")
+    filler = FakeFiller()
+    inside = data.index(b"self.size = size")
+    result = process_source(source, "m.py", DocstringConfig(ignore_init_method=False), filler, at=inside)
+    assert [o.name for o in result.outcomes] == ["Box.__init__"]
+    assert len(filler.calls) == 1
+    from infill.patch import apply_edits
+
+    assert apply_edits(data, result.edits).decode("utf-8") == result.text
+    (edit,) = result.edits
+    assert data[: edit.start_byte].endswith(b"-> None:\n") and edit.text.lstrip().startswith('"""')
+    # the whole file: every edit, in order, reproduces the text
+    whole = process_source(source, "m.py", DocstringConfig(), FakeFiller())
+    assert len(whole.edits) == len([o for o in whole.outcomes if o.docstring]) > 1
+    assert apply_edits(data, whole.edits).decode("utf-8") == whole.text
+    # outside every definition (the import line): nothing
+    assert process_source(source, "m.py", DocstringConfig(), FakeFiller(), at=data.index(b"import")).outcomes == []

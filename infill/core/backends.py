@@ -220,6 +220,8 @@ class AnySubset:
             ids = loaded.tokenizer.encode(text)
             if len(ids) >= plan.budget:
                 continue
+            if run.on_progress is not None:  # between passes, so a cancelled request stops here too
+                run.on_progress({"event": "score", "nfe": run.totals.nfe})
             logq = score(model, problem, torch.tensor(ids + [pad] * (plan.budget - len(ids))))
             run.totals.nfe += 1
             kept = logq[: len(ids) + 1]
@@ -323,6 +325,14 @@ class BlockDiffusion:
 
         (plan,) = region.spans  # block-diffusion regions hold one span each
         tok = run.loaded.tokenizer
+        on_progress, base = run.on_progress, run.totals.tokens
+
+        def on_step(info: dict[str, Any]) -> None:
+            """The decoder's step (after each block's passes) as the fill's progress event."""
+            if on_progress is not None:
+                decoded = int(info.get("tokens", 0))
+                on_progress({"event": "step", "tokens": base + decoded, "base": base, "nfe": int(info.get("nfe", 0))})
+
         text, stats = fill_middle(
             run.loaded,
             region.prefix_ids,  # tokenized once, by the planner; not decoded and encoded again
@@ -330,6 +340,7 @@ class BlockDiffusion:
             plan.budget,
             run.cfg,
             run.generator,
+            on_step,
         )  # (decoded text, stats); the score is the decoder's own log-probability where it reports one, else 0
         run.totals.add(stats)
         score = float(stats.extra.get("logprob", 0.0)) if isinstance(stats.extra, dict) else 0.0

@@ -171,7 +171,7 @@ def _describe(status: str, confidence: float | None, probability: float | None, 
     return parts[0] + (f" ({'; '.join(parts[1:])})" if len(parts) > 1 else "")
 
 
-def model_filler_for(cfg: DocstringConfig) -> SlotFiller:
+def model_filler_for(cfg: DocstringConfig, on_progress: Callable[[dict[str, Any]], None] | None = None) -> SlotFiller:
     """The real SlotFiller for these settings: infill.api.fill_text with the model (loaded on first use)."""
     from infill.config import DecodeConfig, ModelSpec
     from infill.docstrings.fill import model_filler, options_for
@@ -180,6 +180,7 @@ def model_filler_for(cfg: DocstringConfig) -> SlotFiller:
         ModelSpec(name=cfg.model),
         DecodeConfig(seed=cfg.seed, temperature=cfg.temperature),
         options_for(cfg.temperature),
+        on_progress,
     )
 
 

@@ -81,6 +81,8 @@ def beam_search(
         for score, ids, n in sorted(live, key=lambda h: h[1][masked[: h[2]]].tolist()):
             logits = model.draft(ids, masked, n, masked[n : n + 1])  # (1, V)
             stats.nfe += 1
+            if on_step is not None:  # after every pass, not every step of `width` passes: a cancel stops sooner
+                on_step(max(h[2] for h in live), M)
             logq = torch.log_softmax(logits[0].double(), dim=-1)  # (V,)
             top = torch.topk(logq, min(width, int(torch.isfinite(logq).sum())))
             for lq, x in zip(top.values.tolist(), top.indices.tolist(), strict=True):
@@ -104,8 +106,6 @@ def beam_search(
             kept += 1
         best = max((s for s, f in finished if good(f)), default=float("-inf"))
         live = [h for h in live if h[0] > best]  # a longer fill only loses probability
-        if on_step is not None:
-            on_step(max((n for _, _, n in live), default=M), M)
     finished.sort(key=lambda h: (not _writes(model, problem, h[1]), not good(h[1]), -h[0]))
     score, ids = finished[0]
     stats.tokens = M  # stats.accepted stays empty: no token is final before the search ends

@@ -15,7 +15,7 @@ from typing import Any
 
 from infill.docstrings import text
 from infill.docstrings.config import DocstringConfig
-from infill.docstrings.engine import FileResult, Outcome, call_filler
+from infill.docstrings.engine import FileResult, Outcome, call_filler, innermost
 from infill.docstrings.facts import from_skeleton
 from infill.docstrings.fill import SlotFiller
 from infill.docstrings.finder import SKIP_COMMENT, SKIP_FILE_COMMENT, captures, parse
@@ -23,6 +23,7 @@ from infill.docstrings.monitor import contradiction
 from infill.docstrings.skeleton import Param, Skeleton, Slot
 from infill.docstrings.styles import Rendered, _Builder
 from infill.errors import InputError
+from infill.patch import Replacement, apply_edits
 
 COMMENT_LANGUAGES = ("javascript", "typescript", "tsx", "go", "rust")  # infill.languages names
 FUNCTION_TYPES = {
@@ -319,15 +320,20 @@ def _clean(lang: str, s: Skeleton, raw: dict[str, str], limit: int) -> tuple[dic
 
 
 def process_comments(
-    source_text: str, path: str, lang: str, cfg: DocstringConfig, filler: SlotFiller | None
+    source_text: str, path: str, lang: str, cfg: DocstringConfig, filler: SlotFiller | None, at: int | None = None
 ) -> FileResult:
-    """Report (filler None) or fill the missing doc comments of a JavaScript, TypeScript, Go or Rust file."""
+    """Report (filler None) or fill the missing doc comments of a JavaScript, TypeScript, Go or Rust file (with
+    `at`, a byte offset: only of the innermost declaration around it)."""
     source = source_text.encode("utf-8")
     newline = "\r\n" if "\r\n" in source_text else "\n"
     outcomes: list[Outcome] = []
-    replacements: list[tuple[int, str]] = []
+    replacements: list[Replacement] = []
     render = {"go": render_go, "rust": render_rust}.get(lang, render_jsdoc)
-    for t in find_targets(lang, source, path, cfg):
+    targets = find_targets(lang, source, path, cfg)
+    if at is not None:
+        chosen = innermost([(t.insert_at, t.end_byte) for t in targets], at)
+        targets = [] if chosen is None else [targets[chosen]]
+    for t in targets:
         if t.documented or t.skip is not None:
             continue
         if filler is None:
@@ -356,9 +362,7 @@ def process_comments(
             outcome.status = "low-confidence"
         comment = render(skeleton, t.indent, texts, cfg.line_length).text
         outcome.docstring = comment
-        replacements.append((t.insert_at, t.indent + comment.replace("\n", newline) + newline))
-    out = bytearray(source)
-    for at, new in sorted(replacements, reverse=True):
-        out[at:at] = new.encode("utf-8")
+        replacements.append(Replacement(t.insert_at, t.insert_at, t.indent + comment.replace("\n", newline) + newline))
     style = {"go": "godoc", "rust": "rustdoc"}.get(lang, "jsdoc")
-    return FileResult(path, source_text, out.decode("utf-8"), outcomes, style)
+    new_text = apply_edits(source, replacements).decode("utf-8")
+    return FileResult(path, source_text, new_text, outcomes, style, replacements)

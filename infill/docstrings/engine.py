@@ -23,6 +23,7 @@ from infill.docstrings.config import DocstringConfig
 from infill.docstrings.fill import SlotFiller, slot_span
 from infill.docstrings.finder import Definition, colon_byte, find_definitions
 from infill.docstrings.skeleton import Skeleton, Slot, build_skeleton, init_method
+from infill.patch import Replacement, apply_edits
 from infill.textops import newline_of
 
 Status = Literal["missing", "filled", "low-confidence", "left-missing", "updated"]
@@ -53,6 +54,7 @@ class FileResult:
     text: str  # the new text (== original when nothing changed)
     outcomes: list[Outcome]
     style: str
+    edits: list[Replacement] = field(default_factory=list)  # what turns original into text (byte offsets of it)
 
     @property
     def changed(self) -> bool:
@@ -246,11 +248,23 @@ def existing_docstrings(source: bytes, definitions: list[Definition]) -> list[st
     return [source[d.docstring[0] : d.docstring[1]].decode("utf-8", "replace") for d in definitions if d.docstring]
 
 
+def innermost(ranges: list[tuple[int, int]], at: int) -> int | None:
+    """Index of the innermost [start, end] range holding byte `at` (the one starting last), or None."""
+    holding = [i for i, (start, end) in enumerate(ranges) if start <= at <= end]
+    return max(holding, key=lambda i: ranges[i][0], default=None)
+
+
 def process_source(
-    source_text: str, path: str, cfg: DocstringConfig, filler: SlotFiller | None, update: bool = False
+    source_text: str,
+    path: str,
+    cfg: DocstringConfig,
+    filler: SlotFiller | None,
+    update: bool = False,
+    at: int | None = None,
 ) -> FileResult:
     """Report (filler None) or fill the missing docstrings of one Python file; with `update`, also fix the
-    parameter entries of existing docstrings."""
+    parameter entries of existing docstrings. With `at` (a byte offset of the text), only the innermost function
+    or class around it is handled (an editor's "the function at the cursor")."""
     from infill import languages
     from infill.docstrings import comments
     from infill.docstrings import update as updating
@@ -258,14 +272,20 @@ def process_source(
     if source_text.startswith(BOM):
         # a UTF-8 byte order mark is not code: work on the text after it and put it back in front, so a module
         # docstring never lands before it (U+FEFF anywhere else does not compile)
-        inner = process_source(source_text[len(BOM) :], path, cfg, filler, update)
-        return FileResult(path, source_text, BOM + inner.text, inner.outcomes, inner.style)
+        skip = len(BOM.encode("utf-8"))
+        inner = process_source(source_text[len(BOM) :], path, cfg, filler, update, None if at is None else at - skip)
+        edits = [Replacement(e.start_byte + skip, e.end_byte + skip, e.text) for e in inner.edits]
+        return FileResult(path, source_text, BOM + inner.text, inner.outcomes, inner.style, edits)
     other_language = languages.detect(path)
     if other_language in comments.COMMENT_LANGUAGES:
-        return comments.process_comments(source_text, path, other_language, cfg, filler)
+        return comments.process_comments(source_text, path, other_language, cfg, filler, at)
     text_bytes = source_text.encode("utf-8")
     source = _LONE_CR.sub(b"\n", text_bytes)  # the parser's view (see _LONE_CR)
     definitions = find_definitions(source, path, cfg)
+    if at is not None:
+        inner_defs = [d for d in definitions if d.kind != "module"]
+        chosen = innermost([(d.start_byte, d.node.end_byte) for d in inner_defs], at)
+        definitions = [] if chosen is None else [inner_defs[chosen]]
     style: str = cfg.style
     if style == "auto":
         style = styles.detect_style(existing_docstrings(source, definitions))
@@ -276,7 +296,7 @@ def process_source(
     if filler is not None:
         tree = facts.parse_python(source_text)
     outcomes: list[Outcome] = []
-    replacements: list[tuple[int, int, str]] = []
+    replacements: list[Replacement] = []
     for d in definitions:
         if d.skip is not None:
             continue
@@ -287,7 +307,7 @@ def process_source(
                 change = updating.update_docstring(source, d, skeleton, own_style, cfg, filler)
                 if change is not None:
                     new_text = change.text.replace("\n", newline)
-                    replacements.append((d.docstring[0], d.docstring[1], new_text))
+                    replacements.append(Replacement(d.docstring[0], d.docstring[1], new_text))
                     outcomes.append(Outcome(d.qualname, d.kind, d.line, "updated", change.confidence))
                     outcomes[-1].fallbacks, outcomes[-1].docstring = change.fallbacks, change.text
             continue
@@ -301,8 +321,10 @@ def process_source(
         if docstring is not None:
             if newline != "\n":
                 docstring = docstring.replace("\n", newline)
-            replacements.append((ins.start, ins.end, ins.before + docstring + ins.after))
-    out = bytearray(text_bytes)
-    for start, end, new in sorted(replacements, reverse=True):
-        out[start:end] = new.encode("utf-8")
-    return FileResult(path, source_text, out.decode("utf-8"), outcomes, style)
+            replacements.append(Replacement(ins.start, ins.end, ins.before + docstring + ins.after))
+    new_text = apply_edits(text_bytes, replacements).decode("utf-8")  # lone CRs kept: same offsets
+    return FileResult(path, source_text, new_text, outcomes, style, sorted(replacements, key=_order))
+
+
+def _order(edit: Replacement) -> tuple[int, int]:
+    return edit.start_byte, edit.end_byte

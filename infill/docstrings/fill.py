@@ -11,8 +11,8 @@ infill.docstrings.engine.process_source, or to the CLI command through Click's c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec
 from infill.spans import Span
@@ -42,12 +42,27 @@ class SlotFiller(Protocol):
     ) -> FillResult: ...
 
 
-def model_filler(model: ModelSpec, decode: DecodeConfig, options: FillOptions) -> SlotFiller:
-    """A SlotFiller backed by infill.api.fill_text (the model is loaded on the first call, then cached)."""
+def model_filler(
+    model: ModelSpec,
+    decode: DecodeConfig,
+    options: FillOptions,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+) -> SlotFiller:
+    """A SlotFiller backed by infill.api.fill_text (the model is loaded on the first call, then cached);
+    `on_progress` gets every fill's progress events (a server's cancel check raises from it)."""
 
     def fill(text: str, spans: Sequence[Span], *, language: str, monitor: Monitor | None = None) -> FillResult:
         from infill.api import fill_text
 
-        return fill_text(text, spans, language=language, model=model, decode=decode, options=options, monitor=monitor)
+        return fill_text(
+            text,
+            spans,
+            language=language,
+            model=model,
+            decode=decode,
+            options=options,
+            on_progress=on_progress,
+            monitor=monitor,
+        )
 
     return fill

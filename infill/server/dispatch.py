@@ -224,10 +224,11 @@ def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     }
 
 
-def load_plugins(dispatcher: Dispatcher, spec: str) -> None:
-    """Call each "module:function" of a comma-separated list with the dispatcher (INFILL_SERVER_PLUGINS).
+def load_plugins(server: object, spec: str) -> None:
+    """Call each "module:function" of a comma-separated list with the server: the Dispatcher of `infill serve`
+    (INFILL_SERVER_PLUGINS) or the language server of `infill lsp` (INFILL_LSP_PLUGINS).
 
-    This is how tests and extensions add methods or register models inside a daemon they do not own."""
+    This is how tests and extensions add methods or register models inside a server they do not own."""
     import importlib
 
     from infill.errors import InputError
@@ -236,4 +237,4 @@ def load_plugins(dispatcher: Dispatcher, spec: str) -> None:
         module_name, _, attr = item.partition(":")
         if not attr:
             raise InputError(f"server plugin {item!r} must look like module:function")
-        getattr(importlib.import_module(module_name), attr)(dispatcher)
+        getattr(importlib.import_module(module_name), attr)(server)

@@ -124,15 +124,22 @@ def _preload(context: ServerContext, model: dict[str, Any]) -> None:
 
 
 class RequestCancelled(Exception):
-    """The client went away; raised from the progress callback so the command stops before writing."""
+    """The client went away (or cancelled the request); raised from the progress callback so the work stops
+    between two forward passes, before writing anything."""
+
+
+def cancel_check(cancelled: Callable[[], bool], why: str = "the client went away") -> Callable[[dict[str, Any]], None]:
+    """A progress callback (fill_text's on_progress) that raises RequestCancelled once `cancelled()` holds."""
+
+    def on_progress(info: dict[str, Any]) -> None:
+        if cancelled():
+            raise RequestCancelled(why)
+
+    return on_progress
 
 
 def _watch(context: ServerContext) -> Callable[[dict[str, Any]], None]:
-    def on_progress(info: dict[str, Any]) -> None:
-        if context.cancelled():
-            raise RequestCancelled("the client went away")
-
-    return on_progress
+    return cancel_check(context.cancelled)
 
 
 def fill(params: dict[str, Any], context: ServerContext) -> dict[str, Any]:

@@ -41,14 +41,18 @@ def serve_stream(dispatcher: Dispatcher, reader: BinaryIO, writer: BinaryIO) -> 
             return
 
 
-def serve_stdio(dispatcher: Dispatcher) -> None:
-    """Serve on the process's stdin/stdout.
-
-    The protocol keeps a private duplicate of file descriptor 1; fd 1 and sys.stdout then point at stderr, so
-    a stray print (ours, a library's, or C code's) can never corrupt the response stream."""
+def protocol_stdout() -> BinaryIO:
+    """The process's stdout kept for a protocol alone: a private duplicate of file descriptor 1, after which fd 1
+    and sys.stdout point at stderr, so a stray print (ours, a library's, or C code's) can never corrupt the
+    stream. `infill serve --stdio` and `infill lsp` write their responses to it."""
     sys.stdout.flush()
     protocol_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    with os.fdopen(protocol_fd, "wb") as writer:
+    return os.fdopen(protocol_fd, "wb")
+
+
+def serve_stdio(dispatcher: Dispatcher) -> None:
+    """Serve on the process's stdin/stdout (responses on protocol_stdout())."""
+    with protocol_stdout() as writer:
         serve_stream(dispatcher, sys.stdin.buffer, writer)

@@ -1,0 +1,48 @@
+"""`infill lsp`: a language server for editors (inline completions, completions, code actions)."""
+
+from __future__ import annotations
+
+import click
+
+from infill.server import protocol
+
+HELP = """Serve editors over the Language Server Protocol (stdio, or --tcp on 127.0.0.1).
+
+\b
+Inline completions (ghost text, LSP 3.18 textDocument/inlineCompletion) and the same
+fills as textDocument/completion; code actions "Fill selection with infill" and
+"Add missing docstrings". The model is loaded once and kept. Settings (model,
+threshold, tokens, decoder) come from initializationOptions and
+workspace/didChangeConfiguration. Needs the lsp extra: pip install 'infill[lsp]'.
+Editor set-up: docs/editors.md.
+"""
+
+
+@click.command(help=HELP)
+@click.option("--stdio", "use_stdio", is_flag=True, help="Serve on stdin/stdout (the default; editors often pass it).")
+@click.option(
+    "--tcp",
+    "tcp_port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve on 127.0.0.1:PORT instead (loopback only), one client at a time.",
+)
+@click.option(
+    "--max-input-bytes",
+    type=click.IntRange(min=0),
+    default=protocol.DEFAULT_MAX_INPUT_BYTES,
+    show_default=True,
+    help="Documents larger than this get no fills (0 = no limit).",
+)
+def lsp(use_stdio: bool, tcp_port: int | None, max_input_bytes: int) -> None:
+    if use_stdio and tcp_port is not None:
+        raise click.UsageError("give --stdio or --tcp PORT, not both")
+    try:
+        import lsprotocol  # noqa: F401
+        import pygls  # noqa: F401
+    except ImportError:
+        raise click.ClickException("infill lsp needs the lsp extra: pip install 'infill[lsp]'") from None
+    from infill.lsp.server import serve
+
+    serve(max_input_bytes, tcp_port)

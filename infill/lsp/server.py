@@ -1,0 +1,588 @@
+"""`infill lsp`: the language server, on pygls (JSON-RPC, framing, capabilities) with lsprotocol's types.
+
+What runs where: messages are read and answered on pygls's asyncio loop; every fill (and the model load) runs
+on one worker thread, one at a time, so the loop keeps reading while a fill runs. A fill checks between forward
+passes whether it is still wanted (infill.server.handlers.cancel_check) and stops there when its request was
+cancelled ($/cancelRequest), when a newer completion request came in (superseded: answered with no items), or
+when its document changed (modified: no items). The model is loaded once, through the process's model cache
+(infill.models.cache.SHARED), right after `initialized` and again when the settings name another model.
+
+Documents are kept by infill.lsp.documents (incremental sync, positions in the negotiated encoding) rather than
+pygls's workspace. A request the server cannot serve gets an LSP error (InvalidParams for a position past the
+end or an unknown document, RequestFailed for a fill that cannot run), never a crash; a message that is not
+JSON gets a ParseError response (id null), and one whose params do not fit the method's types an InvalidParams
+response with its id. Documents over the size limit, with a lone UTF-16 surrogate, or out of step get no
+completions and one window/showMessage saying why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+from lsprotocol import types as lsp
+from pygls.exceptions import (
+    JsonRpcContentModified,
+    JsonRpcException,
+    JsonRpcInvalidParams,
+    JsonRpcInvalidRequest,
+    JsonRpcParseError,
+    JsonRpcRequestCancelled,
+)
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol, lsp_method
+
+import infill
+from infill.config import ModelSpec
+from infill.errors import InfillError
+from infill.lsp import fills
+from infill.lsp.documents import ENCODINGS, Document, Encoding, PositionError, lone_surrogate
+from infill.server.handlers import RequestCancelled, cancel_check
+
+T = TypeVar("T")
+REQUEST_FAILED = -32803  # LSP's RequestFailed: the request was valid but could not be served
+FILL_SELECTION = "infill.fillSelection"
+ADD_DOCSTRINGS = "infill.addDocstrings"
+logger = logging.getLogger("infill.lsp")
+
+
+class RequestFailed(JsonRpcException):
+    CODE = REQUEST_FAILED
+    MESSAGE = "Request Failed"
+
+
+@dataclass
+class Job:
+    """One piece of work for the worker thread; `why` is set once it is no longer wanted."""
+
+    uri: str
+    completion: bool  # a completion (superseded by the next one) or a command (cancelled only by the client)
+    why: str | None = None
+
+    def cancel(self, why: str) -> None:
+        if self.why is None:
+            self.why = why
+
+
+@dataclass
+class Refused:
+    """A request whose params do not fit its method's types: answered with this error and its id."""
+
+    id: int | str
+    error: lsp.ResponseError
+
+
+class InfillProtocol(LanguageServerProtocol):
+    """pygls's protocol with infill's document store, cancellation of running fills, and an error response for
+    every request it cannot read."""
+
+    _server: InfillServer
+
+    @lsp_method(lsp.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: lsp.DidOpenTextDocumentParams) -> None:
+        self._server.opened(params)
+
+    @lsp_method(lsp.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: lsp.DidChangeTextDocumentParams) -> None:
+        self._server.changed(params)
+
+    @lsp_method(lsp.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: lsp.DidCloseTextDocumentParams) -> None:
+        self._server.closed(params)
+
+    @lsp_method(lsp.INITIALIZE)
+    def lsp_initialize(self, params: lsp.InitializeParams) -> Generator[Any, Any, lsp.InitializeResult]:
+        """pygls's initialize, once: a second one is refused (InvalidRequest) instead of resetting the session."""
+        if self._server.initialized:
+            raise JsonRpcInvalidRequest("the server is already initialized")
+        self._server.initialized = True
+        result: lsp.InitializeResult = yield from super().lsp_initialize(params)
+        return result
+
+    @lsp_method(lsp.EXIT)
+    def lsp_exit(self, *args: Any) -> Generator[Any, Any, None]:
+        """pygls's exit, remembering the exit code the specification asks for (0 after shutdown, else 1): its
+        SystemExit does not get through pygls's loop."""
+        self._server.exit_code = 0 if self._shutdown else 1
+        yield from super().lsp_exit(*args)
+
+    def _handle_cancel_notification(self, msg_id: Any) -> None:
+        job = self._server.jobs.get(msg_id)
+        if job is not None:
+            job.cancel("cancelled by the client")
+        super()._handle_cancel_notification(msg_id)
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            request_id = data.get("id")
+            if "method" not in data or isinstance(request_id, bool) or not isinstance(request_id, int | str):
+                raise  # a notification (nobody to answer) or a response
+            detail = _validation_detail(exc.__cause__)
+            error = JsonRpcInvalidParams(f"invalid params for {data.get('method')}: {detail}")
+            return Refused(request_id, error.to_response_error())
+
+    def handle_message(self, message: Any) -> None:
+        if isinstance(message, Refused):
+            self._send_response(message.id, error=message.error)
+            return
+        if not hasattr(message, "jsonrpc"):  # JSON, but not a JSON-RPC 2.0 message
+            request_id = message.get("id") if isinstance(message, dict) else None
+            if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+                request_id = None
+            error = JsonRpcInvalidRequest('not a JSON-RPC 2.0 message (needs "jsonrpc": "2.0" and a "method")')
+            self.send_error(request_id, error)
+            return
+        super().handle_message(message)
+
+    def send_error(self, request_id: int | str | None, error: JsonRpcException) -> None:
+        """An error response; id None (null) when the request's id could not be read."""
+        self._send_response(cast(Any, request_id), error=error.to_response_error())
+
+
+def _validation_detail(cause: BaseException | None) -> str:
+    """cattrs' validation error as one short line (which field, what was expected)."""
+    if cause is None:
+        return "they do not match the method's types"
+    try:
+        import cattrs
+
+        if isinstance(cause, cattrs.BaseValidationError):
+            return "; ".join(cattrs.transform_error(cause))[:500]
+    except ImportError:  # pragma: no cover - cattrs comes with pygls
+        pass
+    return str(cause).splitlines()[0][:500]
+
+
+class InfillServer(LanguageServer):
+    """The language server: open documents, settings, and the worker thread that fills."""
+
+    protocol: InfillProtocol
+
+    def __init__(self, max_input_bytes: int) -> None:
+        super().__init__(
+            "infill",
+            infill.__version__,
+            protocol_cls=InfillProtocol,
+            text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental,
+        )
+        self.max_input_bytes = max_input_bytes  # documents above this size get no fills (0: no limit)
+        self.documents: dict[str, Document] = {}
+        self.settings = fills.Settings()
+        self.jobs: dict[Any, Job] = {}  # by request id
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="infill-fill")
+        self.told: set[str] = set()  # the documents (and languages) whose problem was told
+        self.exit_code = 1  # until a shutdown request and the exit notification
+        self.initialized = False
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """A message pygls could not read: a body that is not JSON (or not UTF-8) is answered with ParseError
+        (id null, as JSON-RPC says); anything else is logged on stderr, never shown as a popup."""
+        if isinstance(error, ValueError) and not isinstance(error, JsonRpcException):  # JSONDecodeError, Unicode
+            detail = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+            self.protocol.send_error(None, JsonRpcParseError(f"not JSON: {detail}"))
+            return
+        logger.warning("%s", error)
+
+    # --- messages to the user -------------------------------------------------------------------------------
+
+    def tell(self, key: str | None, message: str, kind: lsp.MessageType = lsp.MessageType.Warning) -> None:
+        """Show `message`, once per `key` (a document, until it is usable again; a language) when one is given,
+        so typing does not repeat it; without a key (the answer to the user's new settings) every time."""
+        if key is not None:
+            if key in self.told:
+                return
+            self.told.add(key)
+        self.window_show_message(lsp.ShowMessageParams(kind, f"infill: {message}"))
+
+    # --- documents ------------------------------------------------------------------------------------------
+
+    @property
+    def encoding(self) -> Encoding:
+        chosen = str(getattr(self.server_capabilities, "position_encoding", None) or "utf-16")
+        return chosen if chosen in ENCODINGS else "utf-16"
+
+    def opened(self, params: lsp.DidOpenTextDocumentParams) -> None:
+        item = params.text_document
+        document = Document(item.uri, item.language_id, item.version, item.text)
+        self.documents[item.uri] = document
+        if fills.language_of(document) is None and item.language_id not in ("plaintext", "text", ""):
+            self.tell(
+                f"language:{item.language_id}",
+                f"{item.language_id!r} is not a language infill parses; it is filled as plain text, without a "
+                "syntax check",
+                lsp.MessageType.Info,
+            )
+
+    def changed(self, params: lsp.DidChangeTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        document = self.documents.get(uri)
+        if document is None:
+            logger.warning("didChange for %s, which is not open", uri)
+            return
+        for job in self.jobs.values():
+            if job.uri == uri and job.completion:
+                job.cancel("the document changed")
+        for change in params.content_changes:
+            span = change.range if isinstance(change, lsp.TextDocumentContentChangePartial) else None
+            start = None if span is None else (span.start.line, span.start.character)
+            end = None if span is None else (span.end.line, span.end.character)
+            try:
+                document.change(params.text_document.version, change.text, start, end, self.encoding)
+            except PositionError:
+                continue  # the document is marked broken (its next request says so) until a full text comes
+
+    def closed(self, params: lsp.DidCloseTextDocumentParams) -> None:
+        self.documents.pop(params.text_document.uri, None)
+        self.told.discard(params.text_document.uri)
+
+    def document(self, uri: str) -> Document:
+        document = self.documents.get(uri)
+        if document is None:
+            raise JsonRpcInvalidParams(f"unknown document {uri}: it was not opened (textDocument/didOpen)")
+        return document
+
+    def unusable(self, document: Document) -> str | None:
+        """Why no fill can run on this document now, or None."""
+        if document.broken is not None:
+            return f"{_name(document)} is out of step with the editor ({document.broken}); reopen it"
+        at = lone_surrogate(document.text)
+        if at is not None:
+            line, _ = document.position(at, "utf-32")
+            return f"{_name(document)} holds an invalid UTF-16 character (a lone surrogate) on line {line + 1}"
+        size = len(document.text.encode("utf-8"))
+        if self.max_input_bytes and size > self.max_input_bytes:
+            return (
+                f"{_name(document)} is {size:,} bytes, over the server's limit of {self.max_input_bytes:,} "
+                "(--max-input-bytes); it gets no fills"
+            )
+        return None
+
+    def offset(self, document: Document, position: lsp.Position) -> int:
+        try:
+            return document.offset(position.line, position.character, self.encoding)
+        except PositionError as exc:
+            raise JsonRpcInvalidParams(f"{_name(document)}: {exc}") from None
+
+    def position(self, document: Document, offset: int) -> lsp.Position:
+        line, character = document.position(offset, self.encoding)
+        return lsp.Position(line, character)
+
+    def range(self, document: Document, start: int, end: int) -> lsp.Range:
+        return lsp.Range(self.position(document, start), self.position(document, end))
+
+    # --- the worker -----------------------------------------------------------------------------------------
+
+    async def run(self, job: Job, work: Callable[[Callable[[dict[str, Any]], None]], T]) -> T:
+        """Run `work(on_progress)` on the worker thread; RequestCancelled when the job was cancelled (before it
+        started or between two forward passes)."""
+        key = self.protocol.msg_id
+        if job.completion:
+            for other in self.jobs.values():
+                if other.completion:
+                    other.cancel("superseded by a newer request")
+        if key is not None:
+            self.jobs[key] = job
+        check = cancel_check(lambda: job.why is not None, "cancelled")
+
+        def task() -> T:
+            check({"event": "queued"})
+            return work(check)
+
+        try:
+            return await asyncio.wrap_future(self.worker.submit(task))
+        except asyncio.CancelledError:
+            job.cancel("cancelled by the client")
+            raise
+        finally:
+            if key is not None and self.jobs.get(key) is job:
+                del self.jobs[key]
+
+    def load_model(self) -> None:
+        """Load the settings' model on the worker (the first completion then finds it warm); a failure is shown
+        (by the message loop's thread: only it writes to the client)."""
+        spec = self.settings.model
+        loop = asyncio.get_running_loop()
+
+        def load() -> None:
+            from infill.api import load_model
+
+            try:
+                load_model(spec)
+            except Exception as exc:  # noqa: BLE001 - an InfillError or not: shown to the user; the server goes on
+                message = f"cannot load model {spec.name!r}: {exc}"
+                loop.call_soon_threadsafe(self.tell, None, message, lsp.MessageType.Error)
+
+        self.worker.submit(load)
+
+    def configure(self, given: object) -> None:
+        """New settings from the client; on a bad one the old settings stay and the user is told why."""
+        try:
+            settings = fills.Settings.parse(given)
+        except InfillError as exc:
+            self.tell(None, f"settings not applied: {exc}", lsp.MessageType.Error)
+            return
+        reload = settings.model != self.settings.model
+        self.settings = settings
+        if reload:
+            self.load_model()
+
+    # --- completions ----------------------------------------------------------------------------------------
+
+    async def complete(self, uri: str, position: lsp.Position, selected: lsp.SelectedCompletionInfo | None) -> Any:
+        """(snapshot, filled) for a completion at `position`, or None: nothing to show."""
+        document = self.document(uri)
+        offset = self.offset(document, position)
+        why = self.unusable(document)
+        if why is not None:
+            self.tell(uri, why)
+            return None
+        self.told.discard(uri)  # usable again: a later problem is told again
+        snapshot = Document(document.uri, document.language_id, document.version, document.text)
+        prefix = ""
+        if selected is not None:  # the completion menu's selected item is part of what the fill continues
+            start, end = self.offset(document, selected.range.start), self.offset(document, selected.range.end)
+            if not start <= offset <= end or end < start:
+                return None
+            prefix = selected.text
+            snapshot.text = document.text[:start] + prefix + document.text[end:]
+            offset = start + len(prefix)
+        target = fills.cursor_target(snapshot, offset)
+        if target is None:
+            return None
+        settings = self.settings
+        job = Job(uri, completion=True)
+        try:
+            filled = await self.run(job, lambda check: fills.fill(snapshot, target, settings, check))
+        except RequestCancelled:
+            if job.why == "cancelled by the client":
+                raise JsonRpcRequestCancelled() from None
+            return None  # superseded, or the document changed: the client asks again
+        except InfillError as exc:
+            raise RequestFailed(str(exc)) from None
+        filled = fills.shown(filled, snapshot, settings)
+        if filled is None or document.version != snapshot.version:
+            return None
+        if selected is not None:  # one item from the selected item's start: its text and the fill after it
+            start = self.offset(document, selected.range.start)
+            end = self.offset(document, selected.range.end)
+            return document, fills.Filled(start, end, prefix + filled.text, filled.confidence)
+        return document, filled
+
+    # --- commands -------------------------------------------------------------------------------------------
+
+    def versioned(self, uri: str, version: object) -> Document:
+        """The document a command names, as it was when the command was offered (ContentModified otherwise)."""
+        document = self.document(uri)
+        if isinstance(version, int) and version != document.version:
+            raise JsonRpcContentModified(f"{_name(document)} changed since the action was offered; try again")
+        why = self.unusable(document)
+        if why is not None:
+            raise RequestFailed(why)
+        return document
+
+    async def apply(self, document: Document, edits: list[tuple[int, int, str]], label: str) -> None:
+        """Send `edits` (string offsets of the document as it is now) with workspace/applyEdit."""
+        text_edits = [lsp.TextEdit(self.range(document, a, b), text) for a, b, text in edits]
+        capabilities = self.client_capabilities.workspace
+        versioned = bool(capabilities and capabilities.workspace_edit and capabilities.workspace_edit.document_changes)
+        if versioned:
+            identifier = lsp.OptionalVersionedTextDocumentIdentifier(uri=document.uri, version=document.version)
+            edit = lsp.WorkspaceEdit(document_changes=[lsp.TextDocumentEdit(identifier, list(text_edits))])
+        else:
+            edit = lsp.WorkspaceEdit(changes={document.uri: text_edits})
+        result = await self.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(edit, label=label))
+        if not result.applied:
+            raise RequestFailed(f"the editor did not apply the edit: {result.failure_reason or 'no reason given'}")
+
+    async def run_command(self, document: Document, work: Callable[[Callable[[dict[str, Any]], None]], T]) -> T:
+        """Run a command's work on the worker; RequestCancelled and InfillError become LSP errors."""
+        try:
+            return await self.run(Job(document.uri, completion=False), work)
+        except RequestCancelled:
+            raise JsonRpcRequestCancelled() from None
+        except InfillError as exc:
+            raise RequestFailed(str(exc)) from None
+
+
+def _name(document: Document) -> str:
+    return document.uri.rsplit("/", 1)[-1] or document.uri
+
+
+def _keyword_start(text: str, offset: int) -> int:
+    """Where the word before `offset` starts (letters, digits, underscore): completion menus filter and replace
+    from there."""
+    start = offset
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    return start
+
+
+def build(max_input_bytes: int) -> InfillServer:
+    """The language server with its features registered."""
+    server = InfillServer(max_input_bytes)
+
+    @server.feature(lsp.INITIALIZE)
+    def initialize(ls: InfillServer, params: lsp.InitializeParams) -> None:
+        ls.configure(params.initialization_options)
+
+    @server.feature(lsp.INITIALIZED)
+    def initialized(ls: InfillServer, params: lsp.InitializedParams) -> None:
+        ls.load_model()
+
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def did_change_configuration(ls: InfillServer, params: lsp.DidChangeConfigurationParams) -> None:
+        if params.settings is not None:
+            ls.configure(params.settings)
+
+    @server.feature(lsp.SHUTDOWN)
+    def shutdown(ls: InfillServer, params: None) -> None:
+        for job in ls.jobs.values():
+            job.cancel("the server is shutting down")
+
+    @server.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
+    async def inline_completion(
+        ls: InfillServer, params: lsp.InlineCompletionParams
+    ) -> lsp.InlineCompletionList | None:
+        found = await ls.complete(params.text_document.uri, params.position, params.context.selected_completion_info)
+        if found is None:
+            return None
+        document, filled = found
+        item = lsp.InlineCompletionItem(filled.text, range=ls.range(document, filled.start, filled.end))
+        return lsp.InlineCompletionList([item])
+
+    @server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions())
+    async def completion(ls: InfillServer, params: lsp.CompletionParams) -> lsp.CompletionList | None:
+        found = await ls.complete(params.text_document.uri, params.position, None)
+        if found is None:
+            return lsp.CompletionList(is_incomplete=True, items=[])
+        document, filled = found
+        start, text = filled.start, filled.text
+        word = _keyword_start(document.text, ls.offset(document, params.position))
+        if word < start:  # from the start of the word being typed: menus filter and replace from there
+            text, start = document.text[word:start] + text, word
+        elif start < word and text.startswith(document.text[start:word]):
+            text, start = text[word - start :], word
+        label = text.strip().splitlines()[0] if text.strip() else text
+        item = lsp.CompletionItem(
+            label=label if len(label) <= 80 else label[:77] + "...",
+            kind=lsp.CompletionItemKind.Text,
+            detail="infill",
+            sort_text="0",
+            filter_text=text,
+            insert_text_format=lsp.InsertTextFormat.PlainText,
+            text_edit=lsp.TextEdit(ls.range(document, start, filled.end), text),
+        )
+        return lsp.CompletionList(is_incomplete=True, items=[item])
+
+    @server.feature(
+        lsp.TEXT_DOCUMENT_CODE_ACTION,
+        lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.RefactorRewrite, lsp.CodeActionKind.Source]),
+    )
+    def code_action(ls: InfillServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
+        document = ls.document(params.text_document.uri)
+        start, end = ls.offset(document, params.range.start), ls.offset(document, params.range.end)
+        if ls.unusable(document) is not None or end < start:
+            return None
+        wanted = params.context.only
+        actions = []
+
+        def offered(kind: str) -> bool:
+            return not wanted or any(kind == w or kind.startswith(f"{w}.") for w in wanted)
+
+        uri, version = document.uri, document.version
+        if end > start and offered(lsp.CodeActionKind.RefactorRewrite):
+            command = lsp.Command("Fill selection with infill", FILL_SELECTION, arguments=[uri, start, end, version])
+            actions.append(lsp.CodeAction(command.title, kind=lsp.CodeActionKind.RefactorRewrite, command=command))
+        try:
+            here = fills.docstrings(document, document.byte_offset(start), check_only=True)
+            whole = fills.docstrings(document, None, check_only=True)
+        except InfillError:
+            return actions or None  # not a language with docstrings, or the file does not parse now
+        if here.outcomes and offered(lsp.CodeActionKind.RefactorRewrite):
+            title = f"Add docstring to {here.outcomes[0].name} (infill)"
+            command = lsp.Command(title, ADD_DOCSTRINGS, arguments=[uri, start, version])
+            actions.append(lsp.CodeAction(title, kind=lsp.CodeActionKind.RefactorRewrite, command=command))
+        missing = len(whole.outcomes)
+        if missing and offered(lsp.CodeActionKind.Source):
+            title = f"Add {missing} missing docstring{'s' * (missing != 1)} (infill)"
+            command = lsp.Command(title, ADD_DOCSTRINGS, arguments=[uri, None, version])
+            actions.append(lsp.CodeAction(title, kind=lsp.CodeActionKind.Source, command=command))
+        return actions or None
+
+    @server.command(FILL_SELECTION)
+    async def fill_selection(ls: InfillServer, *args: Any) -> None:
+        """[uri, start, end, version]: fill the text between two offsets of the document at that version."""
+        if len(args) != 4 or not isinstance(args[0], str) or not _offsets(args[1:3]):
+            raise JsonRpcInvalidParams(f"{FILL_SELECTION} takes [uri, start offset, end offset, version]")
+        document = ls.versioned(args[0], args[3])
+        start, end = args[1], args[2]
+        if not start <= end <= len(document.text):
+            raise JsonRpcInvalidParams(f"{FILL_SELECTION}: {start}..{end} is not a range of {_name(document)}")
+        snapshot = Document(document.uri, document.language_id, document.version, document.text)
+        target = fills.selection_target(snapshot, start, end)
+        settings = ls.settings
+        filled = await ls.run_command(snapshot, lambda check: fills.fill(snapshot, target, settings, check))
+        if filled is None:
+            raise RequestFailed("no valid fill: every candidate breaks the syntax; nothing was changed")
+        await ls.apply(snapshot, [(filled.start, filled.end, filled.text)], "infill: fill selection")
+
+    @server.command(ADD_DOCSTRINGS)
+    async def add_docstrings(ls: InfillServer, *args: Any) -> None:
+        """[uri, offset or null, version]: the docstring of the function or class around the offset, or every
+        missing docstring of the document at that version."""
+        if len(args) != 3 or not isinstance(args[0], str) or not (args[1] is None or _offsets(args[1:2])):
+            raise JsonRpcInvalidParams(f"{ADD_DOCSTRINGS} takes [uri, offset or null, version]")
+        document = ls.versioned(args[0], args[2])
+        if args[1] is not None and args[1] > len(document.text):
+            raise JsonRpcInvalidParams(f"{ADD_DOCSTRINGS}: offset {args[1]} is past the end of {_name(document)}")
+        snapshot = Document(document.uri, document.language_id, document.version, document.text)
+        at = None if args[1] is None else snapshot.byte_offset(args[1])
+        name = ls.settings.model.name
+        model = None if name == ModelSpec.name else name  # a model the user chose for this server wins
+        result = await ls.run_command(snapshot, lambda check: fills.docstrings(snapshot, at, check, model=model))
+        if not result.edits:
+            raise RequestFailed("no docstring is missing there")
+        data = snapshot.text.encode("utf-8")
+        edits = [(_chars(data, e.start_byte), _chars(data, e.end_byte), e.text) for e in result.edits]
+        await ls.apply(snapshot, edits, "infill: add docstrings")
+
+    return server
+
+
+def _offsets(values: Any) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
+
+
+def _chars(data: bytes, byte_offset: int) -> int:
+    """The string offset of a UTF-8 byte offset of `data`."""
+    return len(data[:byte_offset].decode("utf-8"))
+
+
+def serve(max_input_bytes: int, tcp_port: int | None = None) -> None:
+    """Run the server on stdin/stdout (responses on a private copy of stdout), or on 127.0.0.1:`tcp_port`."""
+    import os
+
+    from infill.server.dispatch import load_plugins
+    from infill.server.stdio import protocol_stdout
+
+    logging.basicConfig(level=logging.WARNING, format="infill lsp: %(levelname)s: %(message)s")
+    logging.getLogger("pygls").setLevel(logging.CRITICAL)  # every error a client sees is in its response
+    os.environ["INFILL_NO_DAEMON"] = "1"  # fills run here, never through the per-user daemon
+    server = build(max_input_bytes)
+    plugins = os.environ.get("INFILL_LSP_PLUGINS")
+    if plugins:
+        load_plugins(server, plugins)
+    if tcp_port is not None:
+        server.start_tcp("127.0.0.1", tcp_port)
+        return
+    import sys
+
+    with protocol_stdout() as writer:
+        server.start_io(sys.stdin.buffer, writer)
+    sys.exit(server.exit_code)

@@ -1,0 +1,536 @@
+"""`infill lsp` driven through a real client over stdio (JSON-RPC with Content-Length framing, in a subprocess):
+initialize, document sync, inline completion, completion, code actions and the edits they apply, cancellation,
+settings, shutdown/exit, and bad input answered with errors while the server keeps serving.
+
+The server loads tests/fixtures_lsp.py as a plugin: a scripted model (a known fill, so what the server sends
+can be compared with what `infill fill` writes in-process) and a model whose forward passes wait for the test.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fixtures_cli import fake_model
+from fixtures_lsp import GATED_MODEL, LspClient, inline_params, release, started, wait_until
+
+from infill.api import fill_text
+from infill.config import TOOL_DECODE, ModelSpec
+from infill.spans import Span
+
+pytest.importorskip("pygls")
+
+URI = "file:///project/stats.py"
+SOURCE = "def mean(values):\n    total = 0\n    \n    return total / len(values)\n"
+INVALID_PARAMS, PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND = -32602, -32700, -32600, -32601
+REQUEST_CANCELLED, REQUEST_FAILED, CONTENT_MODIFIED = -32800, -32803, -32801
+SCRIPTED_MODEL = "scripted-lsp"
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[LspClient]:
+    """One server for most tests of this file (starting one imports torch: seconds on a busy machine); each test
+    names its settings and uses its own documents."""
+    found = LspClient()
+    try:
+        found.initialize({"model": SCRIPTED_MODEL})
+        yield found
+    finally:
+        assert found.close() == 0, found.stderr()
+
+
+@pytest.fixture
+def client(shared: LspClient, request: pytest.FixtureRequest) -> LspClient:
+    """The shared server with the scripted model (fill: "total += 1") and the default threshold; URI is opened
+    fresh (at version 1) for each test."""
+    shared.configure({"model": SCRIPTED_MODEL})
+    shared.open(URI, SOURCE)
+    return shared
+
+
+def text_of(client: LspClient, uri: str = URI) -> dict[str, Any]:
+    result: dict[str, Any] = client.result("test/document", {"uri": uri})
+    return result
+
+
+def position(line: int, character: int) -> dict[str, int]:
+    return {"line": line, "character": character}
+
+
+def span_range(a: tuple[int, int], b: tuple[int, int]) -> dict[str, Any]:
+    return {"start": position(*a), "end": position(*b)}
+
+
+def in_process(text: str, span: Span, fill: str) -> str:
+    """What `infill fill` writes into `span` with the same scripted model (its edit's text)."""
+    with fake_model([fill], name="lsp-compare"):
+        model = ModelSpec("lsp-compare")
+        result = fill_text(text, [span], language="python", model=model, decode=TOOL_DECODE)
+    return result.edits[0].text
+
+
+# --- initialize -----------------------------------------------------------------------------------------------
+
+
+def test_initialize_advertises_features_and_the_default_encoding(shared: LspClient) -> None:
+    response = shared.request("initialize", {"processId": None, "rootUri": None, "capabilities": {}})
+    assert response["error"]["code"] == INVALID_REQUEST  # once only; what it answered first:
+    capabilities = shared.initialize_result["capabilities"]
+    assert capabilities["positionEncoding"] == "utf-16"  # the client offered none
+    assert capabilities["textDocumentSync"]["change"] == 2  # incremental
+    assert "inlineCompletionProvider" in capabilities
+    assert "completionProvider" in capabilities
+    assert set(capabilities["codeActionProvider"]["codeActionKinds"]) == {"refactor.rewrite", "source"}
+    commands = set(capabilities["executeCommandProvider"]["commands"])
+    assert commands == {"infill.fillSelection", "infill.addDocstrings"}
+
+
+# --- completions ----------------------------------------------------------------------------------------------
+
+
+def test_inline_completion_on_a_blank_line_fills_the_whole_line(client: LspClient) -> None:
+    result = client.inline(URI, 2, 4)["result"]
+    start = SOURCE.index("    \n")
+    expected = in_process(SOURCE, Span(start, start + 4, "cursor", 32, one_line=True), "total += 1")
+    assert expected == "    total += 1"
+    assert result == {"items": [{"insertText": expected, "range": span_range((2, 0), (2, 4))}]}
+
+
+def test_inline_completion_after_text_fills_the_rest_of_the_line(client: LspClient) -> None:
+    client.configure({"model": "scripted-rest"})  # fills "len(values)\n    print(total)"
+    client.open(URI, "def mean(values):\n    n = \n    return n\n")
+    result = client.inline(URI, 1, 8)["result"]
+    assert result == {"items": [{"insertText": "len(values)", "range": span_range((1, 8), (1, 8))}]}
+    # in the indentation of a line with text after the cursor there is no line to complete
+    assert client.inline(URI, 2, 2)["result"] is None
+
+
+def test_a_fill_that_starts_a_new_line_completes_nothing_on_this_one(client: LspClient) -> None:
+    client.configure({"model": "scripted-newline"})  # fills "\n    return 0"
+    client.open(URI, "def zero():\n    pass\n")
+    assert client.inline(URI, 0, 11)["result"] is None
+
+
+def test_completion_offers_the_same_fill_from_the_start_of_the_word(client: LspClient) -> None:
+    client.configure({"model": "scripted-word"})  # fills "al / len(values)"
+    client.open(URI, "def mean(values):\n    total = sum(values)\n    return tot\n")
+    inline = client.inline(URI, 2, 14)["result"]
+    assert inline == {"items": [{"insertText": "al / len(values)", "range": span_range((2, 14), (2, 14))}]}
+    listed = client.result("textDocument/completion", {"textDocument": {"uri": URI}, "position": position(2, 14)})
+    assert listed["isIncomplete"] is True
+    (item,) = listed["items"]
+    assert item["textEdit"] == {"newText": "total / len(values)", "range": span_range((2, 11), (2, 14))}
+    assert item["filterText"] == "total / len(values)"
+    assert item["label"] == "total / len(values)"
+
+
+def test_the_model_is_loaded_once_and_kept(client: LspClient) -> None:
+    for _ in range(3):
+        assert client.inline(URI, 2, 4)["result"] is not None
+    assert client.result("test/loads")[SCRIPTED_MODEL] == 1
+
+
+def test_selected_completion_item_is_continued(client: LspClient) -> None:
+    client.open(URI, "def mean(values):\n    to\n")
+    params = inline_params(URI, 1, 6)
+    params["context"]["selectedCompletionInfo"] = {"range": span_range((1, 4), (1, 6)), "text": "total"}
+    (item,) = client.result("textDocument/inlineCompletion", params)["items"]
+    assert item["range"] == span_range((1, 4), (1, 6))
+    assert item["insertText"] == "totaltotal += 1"  # the selected item, then the fill that follows it
+
+
+# --- settings and the confidence threshold --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("model", "shown"), [("scripted-low", False), ("scripted-high", True)])
+def test_fills_below_the_confidence_threshold_are_not_shown(client: LspClient, model: str, shown: bool) -> None:
+    client.configure({"model": model, "threshold": 0.5})  # the fills' confidence: 0.3 (low), 0.7 (high)
+    assert (client.inline(URI, 2, 4)["result"] is not None) is shown
+    completion = client.result("textDocument/completion", {"textDocument": {"uri": URI}, "position": position(2, 4)})
+    assert len(completion["items"]) == shown
+    client.configure({"model": model, "threshold": 0.2})
+    assert client.inline(URI, 2, 4)["result"] is not None
+
+
+def test_bad_settings_are_refused_with_a_message_and_the_old_ones_stay(client: LspClient) -> None:
+    for bad, named in [
+        ({"threshold": "high"}, '"threshold"'),
+        ({"threshold": 2}, '"threshold"'),
+        ({"tokens": 0}, '"tokens"'),
+        ({"decoder": "nonsense"}, "decoder"),
+        ({"colour": "blue"}, "colour"),
+        ({"fill": {"beam": 10_000}}, '"beam"'),
+    ]:
+        mark = client.mark()
+        client.configure({"model": "scripted-word", **bad})
+        (message,) = client.wait_for_notification("window/showMessage", after=mark)
+        assert named in message["params"]["message"] and message["params"]["type"] == 1, message
+    assert client.inline(URI, 2, 4)["result"]["items"][0]["insertText"] == "    total += 1"
+
+
+def test_a_model_that_cannot_load_is_reported(client: LspClient) -> None:
+    mark = client.mark()
+    client.configure({"model": "/nonexistent/model"})
+    (message,) = client.wait_for_notification("window/showMessage", after=mark)
+    assert "cannot load model '/nonexistent/model'" in message["params"]["message"]
+    response = client.inline(URI, 2, 4)
+    assert response["error"]["code"] == REQUEST_FAILED
+    assert "/nonexistent/model" in response["error"]["message"]
+
+
+# --- document sync and positions ------------------------------------------------------------------------------
+
+
+def check_changes(client: LspClient, size: Any) -> None:
+    """Incremental changes around non-ASCII and astral characters, positions counted by `size`."""
+    client.open(URI, "s = 'é😀x'\n\ny = 1\n")
+    # replace the "x" after the emoji with "ü🐍", add a line at the end, then type on the blank line
+    at = size("s = 'é😀")
+    client.change(URI, 2, [{"range": span_range((0, at), (0, at + 1)), "text": "ü🐍"}])
+    client.change(URI, 3, [{"range": span_range((3, 0), (3, 0)), "text": "z = 'Ω'\n"}])
+    client.change(URI, 4, [{"range": span_range((1, 0), (1, 0)), "text": "    "}])
+    assert text_of(client) == {"text": "s = 'é😀ü🐍'\n    \ny = 1\nz = 'Ω'\n", "version": 4, "broken": None}
+    # a completion after the astral characters: its range is in the client's units
+    end = size("s = 'é😀ü🐍'")
+    client.change(URI, 5, [{"range": span_range((0, end), (0, end)), "text": "; "}])
+    result = client.inline(URI, 0, end + 2)["result"]
+    assert result["items"][0] == {"insertText": "total += 1", "range": span_range((0, end + 2), (0, end + 2))}
+
+
+def test_incremental_changes_in_utf16(client: LspClient) -> None:
+    check_changes(client, lambda s: len(s.encode("utf-16-le")) // 2)
+
+
+def test_utf8_positions_when_the_client_offers_them() -> None:
+    client = LspClient()
+    try:
+        assert (
+            client.initialize({"model": SCRIPTED_MODEL}, encodings=["utf-8", "utf-16"])["capabilities"][
+                "positionEncoding"
+            ]
+            == "utf-8"
+        )
+        check_changes(client, lambda s: len(s.encode("utf-8")))
+    finally:
+        assert client.close() == 0
+
+
+def test_a_full_text_change_replaces_the_document(client: LspClient) -> None:
+    client.change(URI, 2, [{"text": "x = 1\n"}])
+    assert text_of(client) == {"text": "x = 1\n", "version": 2, "broken": None}
+
+
+# --- code actions ---------------------------------------------------------------------------------------------
+
+
+def code_actions(client: LspClient, a: tuple[int, int], b: tuple[int, int], uri: str = URI) -> list[dict[str, Any]]:
+    params = {"textDocument": {"uri": uri}, "range": span_range(a, b), "context": {"diagnostics": []}}
+    found: list[dict[str, Any]] = client.result("textDocument/codeAction", params) or []
+    return found
+
+
+def run_action(client: LspClient, action: dict[str, Any]) -> dict[str, Any]:
+    """Execute the action's command; the workspace/applyEdit the server sent while doing it."""
+    before = len(client.server_requests)
+    client.result("workspace/executeCommand", action["command"])
+    (request,) = client.server_requests[before:]
+    assert request["method"] == "workspace/applyEdit"
+    edit: dict[str, Any] = request["params"]["edit"]
+    return edit
+
+
+def test_fill_selection_applies_the_cli_fill_with_the_document_version(client: LspClient) -> None:
+    client.open(URI, SOURCE, version=7)
+    (fill,) = [a for a in code_actions(client, (1, 4), (1, 13)) if a["title"] == "Fill selection with infill"]
+    edit = run_action(client, fill)
+    start = SOURCE.index("total = 0")
+    expected = in_process(SOURCE, Span(start, start + len("total = 0"), "selection", 32), "total += 1")
+    (document_edit,) = edit["documentChanges"]
+    assert document_edit["textDocument"] == {"uri": URI, "version": 7}
+    assert document_edit["edits"] == [{"range": span_range((1, 4), (1, 13)), "newText": expected}]
+
+
+def test_an_action_on_a_changed_document_is_refused(client: LspClient) -> None:
+    (fill,) = [a for a in code_actions(client, (1, 4), (1, 13)) if a["title"] == "Fill selection with infill"]
+    client.change(URI, 2, [{"range": span_range((0, 0), (0, 0)), "text": "# changed\n"}])
+    before = len(client.server_requests)
+    response = client.request("workspace/executeCommand", fill["command"])
+    assert response["error"]["code"] == CONTENT_MODIFIED
+    assert client.server_requests[before:] == []
+
+
+def test_an_edit_the_editor_refuses_is_an_error(client: LspClient) -> None:
+    (fill,) = [a for a in code_actions(client, (1, 4), (1, 13)) if a["title"] == "Fill selection with infill"]
+    client.on_request = lambda message: {"applied": False, "failureReason": "read-only buffer"}
+    try:
+        response = client.request("workspace/executeCommand", fill["command"])
+    finally:
+        client.on_request = lambda message: {"applied": True}
+    assert response["error"] == {
+        "code": REQUEST_FAILED,
+        "message": "the editor did not apply the edit: read-only buffer",
+    }
+
+
+DOCUMENTED = (
+    "class Stats:\n    def mean(self, values):\n        return sum(values) / len(values)\n\n\n"
+    "def total(values):\n    return sum(values)\n"
+)
+
+
+@pytest.mark.parametrize("where", ["function", "file"])
+def test_add_docstrings_inserts_what_the_docstring_filler_writes(client: LspClient, where: str) -> None:
+    from fixtures_doc import FakeFiller
+
+    from infill.docstrings.config import DocstringConfig
+    from infill.docstrings.engine import process_source
+
+    client.open(URI, DOCUMENTED)
+    actions = code_actions(client, (2, 8), (2, 8))
+    titles = [a["title"] for a in actions]
+    assert "Add docstring to Stats.mean (infill)" in titles
+    assert "Add 4 missing docstrings (infill)" in titles  # the module's, the class's and both functions'
+    chosen = next(a for a in actions if (where == "function") == a["title"].startswith("Add docstring to"))
+    (document_edit,) = run_action(client, chosen)["documentChanges"]
+    new = apply_lsp_edits(DOCUMENTED, document_edit["edits"])
+    ast.parse(new)  # CPython's verdict: the file still parses
+    # the same insertions as the docstring filler makes in-process with the same fill in every slot
+    at = DOCUMENTED.index("return sum(values) /") if where == "function" else None
+    filler = FakeFiller(lambda key, qualname: "total += 1")
+    expected = process_source(DOCUMENTED, "stats.py", DocstringConfig(), filler, at=at)
+    assert [e.text for e in expected.edits] == [e["newText"] for e in document_edit["edits"]]
+    assert new.count('"""') == (2 if where == "function" else 8)
+
+
+def apply_lsp_edits(text: str, edits: list[dict[str, Any]]) -> str:
+    """Apply LSP TextEdits (UTF-16 positions, ASCII text here) the way an editor does."""
+    lines = text.splitlines(keepends=True)
+    starts = [sum(len(line) for line in lines[:i]) for i in range(len(lines) + 1)]
+
+    def offset(p: dict[str, int]) -> int:
+        return starts[p["line"]] + p["character"]
+
+    for edit in sorted(edits, key=lambda e: offset(e["range"]["start"]), reverse=True):
+        a, b = offset(edit["range"]["start"]), offset(edit["range"]["end"])
+        text = text[:a] + edit["newText"] + text[b:]
+    return text
+
+
+def test_no_docstring_actions_for_other_languages_or_a_file_that_does_not_parse(client: LspClient) -> None:
+    client.open(URI, "def broken(:\n    pass\n")
+    assert code_actions(client, (1, 4), (1, 4)) == []
+    client.open("file:///project/notes.md", "# notes\n\ntext\n", language="markdown")
+    (action,) = code_actions(client, (2, 0), (2, 2), uri="file:///project/notes.md")
+    assert action["title"] == "Fill selection with infill"
+
+
+# --- cancellation ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gated(client: LspClient, tmp_path: Path) -> Iterator[Path]:
+    """The gated model (sequential decoding: one forward pass per token) on the shared server; its gate."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    client.result("test/gate", {"path": str(gate)})
+    client.configure({"model": GATED_MODEL, "fill": {"decoder": "sequential"}})
+    try:
+        yield gate
+    finally:
+        for number in range(1, 200):
+            release(gate, number)  # let whatever still runs finish
+        assert client.result("test/idle") == "idle"
+
+
+def settle(client: LspClient) -> None:
+    """Return once the server has read every message sent before (it answers them in order)."""
+    client.result("test/document", {"uri": URI})
+
+
+def test_cancel_request_stops_the_fill_between_forward_passes(client: LspClient, gated: Path) -> None:
+    request = client.start("textDocument/inlineCompletion", inline_params(URI, 2, 4))
+    wait_until(lambda: started(gated) == 1, "the first pass")
+    release(gated, 1)
+    wait_until(lambda: started(gated) == 2, "the second pass")
+    client.notify("$/cancelRequest", {"id": request})
+    settle(client)  # the cancel has been read
+    release(gated, 2)
+    assert client.wait(request)["error"]["code"] == REQUEST_CANCELLED
+    assert client.result("test/idle") == "idle"  # the worker finished the cancelled fill
+    assert started(gated) == 2  # the pass that was running finished; no other started
+
+
+@pytest.mark.parametrize("how", ["newer request", "document change"])
+def test_a_newer_request_or_a_change_stops_the_running_fill(client: LspClient, gated: Path, how: str) -> None:
+    first = client.start("textDocument/inlineCompletion", inline_params(URI, 2, 4))
+    wait_until(lambda: started(gated) == 1, "the first pass")
+    if how == "newer request":
+        client.open("file:///project/other.py", "x = 1\n\n")
+        second = client.start("textDocument/inlineCompletion", inline_params("file:///project/other.py", 1, 0))
+    else:
+        client.change(URI, 2, [{"range": span_range((0, 0), (0, 0)), "text": "# edited\n"}])
+    settle(client)
+    release(gated, 1)
+    assert client.wait(first)["result"] is None  # superseded: no items, no error
+    if how == "newer request":
+        # the newer fill runs next, from pass 2 on: the first stopped after its one pass
+        wait_until(lambda: started(gated) == 2, "the newer fill's first pass")
+        for number in range(2, 200):
+            release(gated, number)
+        assert client.wait(second)["result"]["items"][0]["insertText"].startswith("x = 123")
+    else:
+        assert client.result("test/idle") == "idle"  # the worker finished the stopped fill
+        assert started(gated) == 1
+
+
+# --- shutdown and exit ----------------------------------------------------------------------------------------
+
+
+def test_exit_without_shutdown_exits_1_and_after_it_0() -> None:
+    client = LspClient()
+    client.initialize({"model": SCRIPTED_MODEL})
+    assert client.close(shutdown=False) == 1
+    # the shared server's fixture checks the other way round: shutdown, exit, 0
+
+
+# --- bad input ------------------------------------------------------------------------------------------------
+
+
+def test_bad_messages_get_errors_and_the_server_keeps_serving(client: LspClient) -> None:
+    client.send_raw(b"{this is not json")
+    client.send_raw(b"\xff\xfe not utf-8")
+    client.send_raw(json.dumps({"id": 90, "method": "textDocument/inlineCompletion"}).encode())  # no "jsonrpc"
+    bad_type = inline_params(URI, 0, 0)
+    bad_type["position"] = {"line": "two", "character": 0}
+    answers = {
+        "bad type": client.request("textDocument/inlineCompletion", bad_type),
+        "past the end": client.inline(URI, 40, 0),
+        "negative": client.request("textDocument/inlineCompletion", inline_params(URI, 0, -1)),
+        "unknown uri": client.inline("file:///project/missing.py", 0, 0),
+        "unknown method": client.request("infill/nonsense", {}),
+        "bad command": client.request(
+            "workspace/executeCommand", {"command": "infill.fillSelection", "arguments": [1]}
+        ),
+    }
+    assert client.wait(90)["error"]["code"] == INVALID_REQUEST
+    assert client.wait(None)["error"]["code"] == PARSE_ERROR
+    assert answers["bad type"]["error"]["code"] == INVALID_PARAMS
+    assert "line" in answers["bad type"]["error"]["message"]
+    assert answers["past the end"]["error"] == {
+        "code": INVALID_PARAMS,
+        "message": "stats.py: line 40 is past the end of the document (5 lines)",
+    }
+    assert answers["negative"]["error"]["code"] == INVALID_PARAMS
+    assert answers["unknown uri"]["error"]["code"] == INVALID_PARAMS
+    assert answers["unknown method"]["error"]["code"] == METHOD_NOT_FOUND
+    assert answers["bad command"]["error"]["code"] == INVALID_PARAMS
+    # still serving
+    assert client.inline(URI, 2, 4)["result"]["items"][0]["insertText"] == "    total += 1"
+
+
+def test_a_character_past_the_end_of_a_line_means_its_end(client: LspClient) -> None:
+    assert client.inline(URI, 2, 99)["result"]["items"][0]["range"] == span_range((2, 0), (2, 4))
+
+
+def test_a_huge_document_gets_a_message_and_no_fills(client: LspClient) -> None:
+    huge = "x = 1\n" * 200_000 + "\n"  # 1.2 MB, over the default limit of 1 MiB
+    mark = client.mark()
+    client.open("file:///project/huge.py", huge)
+    assert client.inline("file:///project/huge.py", 200_000, 0)["result"] is None
+    (message,) = client.wait_for_notification("window/showMessage", after=mark)
+    assert "over the server's limit" in message["params"]["message"]
+    # typing on: no new message for every keystroke
+    client.change("file:///project/huge.py", 2, [{"range": span_range((200_000, 0), (200_000, 0)), "text": "x"}])
+    assert client.inline("file:///project/huge.py", 200_000, 1)["result"] is None
+    settle(client)
+    assert len(client.wait_for_notification("window/showMessage", after=mark)) == 1  # told once
+    assert client.inline(URI, 2, 4)["result"] is not None
+    client.notify("textDocument/didClose", {"textDocument": {"uri": "file:///project/huge.py"}})
+
+
+def test_lone_surrogates_and_a_change_inside_a_character_are_refused(client: LspClient) -> None:
+    uri = "file:///project/odd.py"
+    mark = client.mark()
+    body = {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": "x = '\ud800'\n\n"}}
+    client.send_raw(b'{"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": ' + _ascii_json(body) + b"}")
+    assert client.inline(uri, 1, 0)["result"] is None
+    (message,) = client.wait_for_notification("window/showMessage", after=mark)
+    assert "lone surrogate" in message["params"]["message"]
+    # the client sends the whole text again: usable; then a change that splits the emoji: out of step
+    client.change(uri, 2, [{"text": "s = '😀'\n\n"}])
+    assert client.inline(uri, 1, 0)["result"] is not None
+    client.change(uri, 3, [{"range": span_range((0, 6), (0, 6)), "text": "x"}])
+    assert text_of(client, uri)["broken"] is not None
+    assert client.inline(uri, 1, 0)["result"] is None
+    messages = client.wait_for_notification("window/showMessage", 2, after=mark)
+    assert "out of step" in messages[-1]["params"]["message"]
+    client.change(uri, 4, [{"text": "s = 1\n\n"}])
+    assert client.inline(uri, 1, 0)["result"] is not None
+
+
+def _ascii_json(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=True).encode("ascii")
+
+
+def test_unknown_languages_are_filled_as_plain_text_with_a_message(client: LspClient) -> None:
+    mark = client.mark()
+    client.open("file:///project/notes.txt", "Shopping list\n\nmilk\n", language="restructuredtext")
+    (message,) = client.wait_for_notification("window/showMessage", after=mark)
+    assert "'restructuredtext' is not a language infill parses" in message["params"]["message"]
+    assert client.inline("file:///project/notes.txt", 1, 0)["result"]["items"][0]["insertText"] == "total += 1"
+
+
+def test_stdio_and_tcp_together_are_a_usage_error() -> None:
+    from click.testing import CliRunner
+
+    from infill.cli import main
+
+    result = CliRunner().invoke(main, ["lsp", "--stdio", "--tcp", "2087"])
+    assert result.exit_code == 2
+    assert "not both" in result.output
+
+
+def test_tcp_serves_on_loopback() -> None:
+    """`infill lsp --tcp PORT`: the same server on 127.0.0.1, for clients that connect instead of spawning."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "infill", "lsp", "--tcp", str(port)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                connection = socket.create_connection(("127.0.0.1", port), timeout=120)
+                break
+            except ConnectionRefusedError:
+                assert time.monotonic() < deadline and server.poll() is None, "the server did not listen"
+                time.sleep(0.1)
+        with connection:
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}})
+            connection.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(body), body.encode()))
+            reader = connection.makefile("rb")
+            length = 0
+            while (header := reader.readline()) not in (b"\r\n", b""):
+                if header.lower().startswith(b"content-length:"):
+                    length = int(header.split(b":")[1])
+            answer = json.loads(reader.read(length))
+            assert answer["id"] == 1 and "inlineCompletionProvider" in answer["result"]["capabilities"]
+            reader.close()
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:  # this test is about the socket, not about signals: don't leave it running
+            server.kill()
+            server.wait(30)
+        if server.stderr is not None:
+            server.stderr.close()
