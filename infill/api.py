@@ -54,17 +54,10 @@ from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode
 from infill.core.backends import Fill, Run, backend_of
-from infill.core.plan import (
-    MIN_CONTEXT,
-    PREFIX_SHARE,
-    WINDOW_BYTES_PER_TOKEN,
-    Region,
-    plan_regions,
-    split_context,
-    token_budget,
-)
+from infill.core.plan import MIN_CONTEXT, WINDOW_BYTES_PER_TOKEN, Region, plan_regions, token_budget
 from infill.decoding.stats import histogram
 from infill.errors import InputError, LowConfidenceError, NoValidFillError
+from infill.models.fim import PREFIX_SHARE, split_context
 from infill.models.registry import LoadedModel
 from infill.spans import LineIndex, Span, check_spans
 

@@ -28,6 +28,7 @@ from infill.config import (
     drafts_for,
 )
 from infill.errors import DecodeError, InputError
+from infill.server import params as server_params
 
 
 def _params(command: click.Command) -> dict[str, click.Parameter]:
@@ -152,16 +153,18 @@ def test_the_decoder_is_chosen_from_what_was_given(given: dict[str, Any], decode
 
 
 def test_server_params_are_checked_by_the_same_table() -> None:
-    parts = options.from_params({"top_k": 3, "temperature": 1, "context": ["a"], "precision": "bf16", "text": "x"})
+    parts = server_params.from_params(
+        {"top_k": 3, "temperature": 1, "context": ["a"], "precision": "bf16", "text": "x"}
+    )
     assert parts == {
         "decode": {"top_k": 3, "temperature": 1.0, "decoder": "assd"},  # a temperature above 0 samples
         "options": {"context": ("a",)},
         "model": {"bf16": True},
     }
     with pytest.raises(InputError, match='"device" must be "auto", "cpu" or "cuda"'):
-        options.from_params({"device": "tpu"})
+        server_params.from_params({"device": "tpu"})
     with pytest.raises(InputError, match='"k" must be a int'):
-        options.from_params({"k": "10"})
+        server_params.from_params({"k": "10"})
 
 
 def test_each_decoder_reads_its_own_options_with_the_requests_defaults() -> None:

@@ -7,9 +7,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infill.decoding.coupling import draw_u, extract_u, pick, u_bits
+from infill.decoding.coupling import draw_u, extract_u, pick
 from infill.decoding.sampling import probs
 from infill.errors import DecodeError
+from infill.models.ptp import u_bits
 
 torch.set_num_threads(1)
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange
+from infill.commands.shell import load_command
 from infill.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,8 +53,6 @@ class TrainGroup(click.Group):
         return super().get_command(ctx, cmd_name) or self._lazy(cmd_name)
 
     def _lazy(self, name: str) -> click.Command | None:
-        from infill.cli import load_command
-
         target = self.LAZY.get(name)
         return None if target is None else load_command(target)
 
@@ -91,9 +90,16 @@ def train() -> None:
 )
 def corpus_cmd(out: Path, site: tuple[Path, ...], heldout_permille: int, near_dup: float) -> None:
     """Collect local Python sources (stdlib + installed packages, no tests or eval sets) into a corpus."""
+    from infill.evaluation.humaneval import humaneval_problems
     from infill.training.corpus import build_corpus
 
-    build_corpus(out, site=list(site) or None, heldout_permille=heldout_permille, near_dup_threshold=near_dup)
+    build_corpus(
+        out,
+        site=list(site) or None,
+        heldout_permille=heldout_permille,
+        near_dup_threshold=near_dup,
+        problems=humaneval_problems(),  # never trained on
+    )
 
 
 @train.command("tokenizer")

@@ -145,7 +145,8 @@ def block_diffusion(
 ) -> None:
     """Train a block-diffusion model (BD3-LM / SDAR objective, fill-in-the-middle formatting); runs under
     torchrun."""
-    from infill.training.blockdiff import ModelShape, TrainConfig, load_texts, train
+    from infill.models.blockdiff_folder import ModelShape
+    from infill.training.blockdiff import TrainConfig, load_texts, train
     from infill.training.distributed import joined
 
     if hidden % heads or heads % kv_heads:

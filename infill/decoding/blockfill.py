@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from infill.errors import ModelError
-from infill.models.fim import fim_prompt, find_fim
+from infill.models.fim import fim_prompt, find_fim, split_context
 
 if TYPE_CHECKING:
     import torch
@@ -61,9 +61,7 @@ def build_prompt(
     """-> (prompt ids, format "fim" | "chat", truncated). `prefix` and `suffix` are texts or, from a fill that
     already tokenized them, token ids (used as they are). When the prompt would exceed `max_prompt` tokens, the
     prefix loses its beginning and the suffix its end, split as every fill splits its context
-    (infill.core.plan.split_context)."""
-    from infill.core.plan import split_context
-
+    (infill.models.fim.split_context)."""
     pre_ids = tokenizer.encode(prefix) if isinstance(prefix, str) else list(prefix)
     suf_ids = tokenizer.encode(suffix) if isinstance(suffix, str) else list(suffix)
     fim = find_fim(tokenizer.token_id)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from infill.config import PtpOptions, Sampling, options_of
-from infill.decoding.coupling import U_BITS, draw_u, pick, u_bits
+from infill.decoding.coupling import draw_u, pick
 from infill.decoding.speculative import Acceptance, Proposal, accept
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError, InputError, ModelError
@@ -138,6 +138,8 @@ class KVSession:
 
     def propose(self, pending: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         import torch
+
+        from infill.models.ptp import U_BITS, u_bits
 
         model, state = self.model, self.state
         kind: ForwardKind = "prefill" if self.first else "draft"

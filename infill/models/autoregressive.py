@@ -190,8 +190,8 @@ def load_folder(path: str | Path, spec: ModelSpec) -> LoadedModel:
         load_network,
         load_tokenizer,
         model_folder,
+        read_json,
     )
-    from infill.models.loading import read_json
     from infill.models.registry import LoadedModel
 
     folder = model_folder(path)

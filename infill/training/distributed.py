@@ -39,9 +39,7 @@ DEFAULT_TIMEOUT_S = 600.0  # longer than rank 0's held-out evaluation and checkp
 
 
 class DistributedError(InfillError):
-    """A process of a distributed run failed or stopped answering: this one cannot go on."""
-
-    exit_code = 123
+    """A process of a distributed run failed or stopped answering: this one cannot go on (exit 123)."""
 
 
 @dataclass(frozen=True)

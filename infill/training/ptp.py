@@ -42,6 +42,8 @@ from infill.errors import InputError
 from infill.training.checkpoints import read_checkpoint, write_checkpoint
 from infill.training.ptp_teacher import (
     Batch,
+    Example,
+    Special,
     iteration_tokens,
     sample_middles,
     slot_inside,
@@ -94,25 +96,6 @@ class PTPTrainConfig:
     eval_every: int = 100
     eval_sequences: int = 32
     save_every: int = 100
-
-
-@dataclass
-class Special:
-    end: int
-    mask: int
-    pre: int
-    suf: int
-    mid: int
-    newline: int
-
-
-@dataclass
-class Example:
-    """One FIM sequence: tokens (prompt + middle (+ end)), where the middle starts, where it stops."""
-
-    ids: list[int]
-    start: int  # index of the first middle token
-    stop: int  # index after the last target (the end token's index + 1 when the middle ended)
 
 
 def specials(tokenizer: Any, mask_id: int) -> Special:
