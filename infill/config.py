@@ -166,7 +166,7 @@ DECODERS: dict[DecoderName, Decoder] = {
         "exact speculative sampling of drafts (--draft)",
     ),
     "sequential": Decoder(
-        "infill.decoding.sequential:sequential", ("asarm", "ar"), SequentialOptions, "exact, one pass per token"
+        "infill.decoding.assd:sequential", ("asarm", "ar"), SequentialOptions, "exact, one pass per token"
     ),
     "parallel": Decoder(
         "infill.decoding.parallel:parallel", ("asarm",), ParallelOptions, "the mean-field baseline, not exact"
@@ -179,25 +179,25 @@ DECODERS: dict[DecoderName, Decoder] = {
         flag=False,
     ),
     "confidence": Decoder(
-        "infill.decoding.confidence:generate",
+        "infill.decoding.confidence:denoise",
         ("blockdiff",),
         BlockOptions,
         "block diffusion, unmasking by confidence, not exact",
     ),
     "s2d2": Decoder(
-        "infill.decoding.s2d2:decode",
+        "infill.decoding.s2d2:s2d2",
         ("blockdiff",),
         S2D2Options,
         "block diffusion, self-speculative where its router verifies",
     ),
     "ssmd": Decoder(
-        "infill.decoding.ssmd:decode",
+        "infill.decoding.ssmd:ssmd",
         ("blockdiff",),
         SsmdOptions,
         "block diffusion with an SSMD head, exact per speculative step (not to one fixed joint)",
     ),
     "ptp": Decoder(
-        "infill.decoding.ptp:decode",
+        "infill.decoding.ptp:ptp",
         ("blockdiff",),
         PtpOptions,
         "block diffusion with a PTP adapter, exact autoregressive sampling",

@@ -38,16 +38,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from infill.config import AssdOptions, options_of
-from infill.decoding.problem import LeftToRight, StepCallback
+from infill.decoding.problem import LeftToRight
 from infill.decoding.sampling import transform
 from infill.decoding.speculative import Acceptance, Proposal, accept
-from infill.decoding.stats import DecodeStats
 
 if TYPE_CHECKING:
     import torch
 
     from infill.config import DecodeConfig
-    from infill.models.base import AnySubsetModel, FillProblem
+    from infill.models.base import AnySubsetModel
 
 
 class DraftSource(Protocol):
@@ -82,32 +81,35 @@ class ModelDraft:
         pass
 
 
-def assd(
-    model: AnySubsetModel,
-    problem: FillProblem,
-    cfg: DecodeConfig,
-    generator: torch.Generator,
-    on_step: StepCallback | None = None,
-) -> tuple[torch.Tensor, DecodeStats]:
-    """Fill `problem.masked` with Algorithm 1 and the draft source cfg.draft (module docstring).
-
-    model: an AnySubsetModel; problem.ids (N,) long, problem.masked (M,) long ascending; cfg.k is the speculation
-    width (the longest lookup draft). Returns (tokens (M,) long in decoding order, stats); stats.extra counts
-    `drafted` tokens, `rejections` and `sequential_steps` (steps without a proposal)."""
-    import torch
-
+def assd(run: LeftToRight) -> None:
+    """Fill run.problem with Algorithm 1 and the draft source cfg.draft (module docstring); cfg.k is the
+    speculation width (the longest lookup draft). stats.extra counts `drafted` tokens, `rejections` and
+    `sequential_steps` (steps without a proposal)."""
     from infill.decoding.registry import draft_source
 
-    opts = options_of(AssdOptions, cfg)
-    source: DraftSource = draft_source(opts.draft)(model, cfg, opts.k)
-    fallback = ModelDraft(model, cfg, 1)  # the next token alone: a sequential step
-    rule = Acceptance(order="as-tested", epsilon=opts.epsilon)
-    extra = {"k": opts.k, "draft": opts.draft, "drafted": 0, "rejections": 0, "sequential_steps": 0}
-    stats = DecodeStats(decoder="assd", extra=extra)
+    opts = options_of(AssdOptions, run.cfg)
+    run.stats.extra.update(k=opts.k, draft=opts.draft)
     if opts.epsilon > 0:
-        stats.extra["lossy_epsilon"] = opts.epsilon
-    run = LeftToRight.begin(model, problem, cfg, stats, on_step)
+        run.stats.extra["lossy_epsilon"] = opts.epsilon
+    source: DraftSource = draft_source(opts.draft)(run.model, run.cfg, opts.k)
+    speculate(run, source, Acceptance(order="as-tested", epsilon=opts.epsilon))
+
+
+def sequential(run: LeftToRight) -> None:
+    """Exact sequential decoding (Eq. 4): one forward pass per masked token, left to right. It is the loop below
+    with the model's own draft of the next token alone, which is the oracle's sample (with one target the draft
+    mask equals the oracle mask), so nothing is ever verified and the fill follows the joint by the chain rule."""
+    speculate(run, ModelDraft(run.model, run.cfg, 1), Acceptance())
+
+
+def speculate(run: LeftToRight, source: DraftSource, rule: Acceptance) -> None:
+    """The verification loop (module docstring): drafts from `source`, one verify pass, `rule` accepts."""
+    import torch
+
+    model, cfg, generator, stats = run.model, run.cfg, run.generator, run.stats
     ids, masked, M = run.ids, run.masked, run.total  # (N,): prompt, decoded x_{<n}, <mask> elsewhere; (M,) order
+    stats.extra.update(drafted=0, rejections=0, sequential_steps=0)
+    fallback = ModelDraft(model, cfg, 1)  # the next token alone: a sequential step
     visible = torch.ones_like(ids, dtype=torch.bool)  # (N,) prompt + decoded, for the drafts that read the text
     visible[masked] = False
     n = 0
@@ -123,7 +125,7 @@ def assd(
         targets = masked[n : n + size + proposal.bonus]  # the drafts' positions (and the bonus row's)
         if proposal.first_exact and size == 1 and not proposal.bonus:  # Lemma 1: nothing to verify
             ids[targets[0]] = proposal.tokens[0]
-            n = run.settle(model, problem, n, n + 1, visible)
+            n = run.settle(n, n + 1, visible)
             continue
         ids[targets[:size]] = proposal.tokens
         q = transform(model.verify(ids, masked, n, targets), cfg)  # (L [+ 1], V)
@@ -135,5 +137,4 @@ def assd(
             ids[targets[accepted]] = token
             new_n += 1
         stats.extra["rejections"] += accepted < size
-        n = run.settle(model, problem, n, new_n, visible)
-    return run.result()
+        n = run.settle(n, new_n, visible)

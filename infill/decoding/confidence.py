@@ -27,17 +27,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from infill.config import BlockOptions, Sampling, options_of
 from infill.decoding.sampling import sample, transform
 from infill.decoding.stats import DecodeStats
-from infill.errors import DecodeError
 
 if TYPE_CHECKING:
     import torch
 
     from infill.config import DecodeConfig
+    from infill.decoding.problem import Generation
     from infill.models.blockdiff import BlockDiffModel, KVState
 
 
@@ -113,38 +113,21 @@ def _end_of_generation(seq: torch.Tensor, start: int, stop: int, mask_id: int, e
     return start + int(ends[0]) if ends.numel() else None
 
 
-def generate(
-    model: BlockDiffModel,
-    prompt: torch.Tensor,
-    max_tokens: int,
-    cfg: DecodeConfig,
-    generator: torch.Generator,
-    step_fn: StepFn | None = None,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
-    hidden: bool = False,
-) -> tuple[torch.Tensor, DecodeStats]:
-    """Algorithm 1. prompt (P,) long -> (generated tokens (n,) long without the end token, stats).
+def denoise(job: Generation, step_fn: StepFn | None = None, hidden: bool = False) -> tuple[torch.Tensor, DecodeStats]:
+    """Algorithm 1 -> (generated tokens (n,) long without the end token, stats).
 
     `step_fn` is the denoising step (default: confidence_step); S2D2 and SSMD pass their own. `hidden` keeps
     the draft forwards' last hidden states in `step.state.hidden` (SSMD's causal head reads them)."""
     import torch
 
+    model, prompt, max_tokens, cfg = job.model, job.prompt, job.max_tokens, job.cfg
     options_of(Sampling, cfg)
     opts = options_of(BlockOptions, cfg)  # the decoders that run this loop (S2D2, SSMD) build their own too
     t0 = time.perf_counter()
     step: StepFn = step_fn or confidence_step
     stats = DecodeStats(decoder=cfg.decoder)
     n_prompt, bsz, mask_id = int(prompt.numel()), opts.block_size or model.block_size, model.mask_id
-    if n_prompt == 0:
-        raise DecodeError("block-diffusion decoding needs at least one prompt token")
-    if bool((prompt == mask_id).any()):
-        raise DecodeError("the prompt contains the mask token")
-    if max_tokens < 0:
-        raise DecodeError(f"max_tokens must be >= 0, got {max_tokens}")
     total = n_prompt + max_tokens
-    limit = model.max_positions or total
-    if total > limit:
-        raise DecodeError(f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's {limit}")
     state = model.new_state()
     state.want_hidden = hidden
     seq = torch.cat([prompt.long().cpu(), torch.full((max_tokens,), mask_id, dtype=torch.long)])  # (P+max,)
@@ -165,14 +148,14 @@ def generate(
                 logits = model.draft(state, block)
             view = logp[b_start:b_end]
             before = int(masked.sum())
-            step(Step(model, state, block, masked, generated, logits, view, cfg, generator, stats, opts))
+            step(Step(model, state, block, masked, generated, logits, view, cfg, job.generator, stats, opts))
             stats.accepted.append(before - int(masked.sum()))  # tokens this step made final
             logits = None
             steps += 1
             end_at = _end_of_generation(seq, n_prompt, b_end, mask_id, model.end_ids)
-            if on_step is not None:
+            if job.on_step is not None:
                 decoded = int((seq[n_prompt:] != mask_id).sum())
-                on_step({"tokens": decoded, "nfe": state.nfe, "block": blocks})
+                job.on_step({"tokens": decoded, "nfe": state.nfe, "block": blocks})
             if end_at is not None:
                 break
         blocks += 1

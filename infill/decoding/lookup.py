@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import torch
 
     from infill.config import DecodeConfig
-    from infill.decoding.problem import LeftToRight, StepCallback
+    from infill.decoding.problem import LeftToRight
     from infill.decoding.stats import DecodeStats
     from infill.models.base import AnySubsetModel, FillProblem
 
@@ -86,13 +86,9 @@ class LookupDraft:
 
 
 def lookup_decode(
-    model: AnySubsetModel,
-    problem: FillProblem,
-    cfg: DecodeConfig,
-    generator: torch.Generator,
-    on_step: StepCallback | None = None,
+    model: AnySubsetModel, problem: FillProblem, cfg: DecodeConfig, generator: torch.Generator
 ) -> tuple[torch.Tensor, DecodeStats]:
-    """ASSD with lookup drafts, whatever cfg.draft says (infill.decoding.assd.assd)."""
-    from infill.decoding.assd import assd
+    """ASSD with lookup drafts, whatever cfg.decoder and cfg.draft say (infill.decoding.decode)."""
+    from infill.decoding import decode
 
-    return assd(model, problem, replace(cfg, draft="lookup"), generator, on_step)
+    return decode(model, problem, replace(cfg, decoder="assd", draft="lookup"), generator)

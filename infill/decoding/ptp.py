@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     import torch
 
     from infill.config import DecodeConfig
+    from infill.decoding.problem import Generation
     from infill.models.blockdiff import BlockDiffModel, ForwardKind
     from infill.models.ptp import PTPAdapter
 
@@ -321,39 +322,37 @@ def decode(
     max_tokens: int,
     cfg: DecodeConfig,
     generator: torch.Generator,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
     draft_fn: DraftFn | None = None,
 ) -> tuple[torch.Tensor, DecodeStats]:
-    """PTP decoding: prompt (P,) -> (generated tokens (n,) without the end token, stats). Slots per iteration:
-    min(cfg.k, the adapter's trained slots) (cfg.k with `draft_fn`); k = 1 is autoregressive sampling by
-    inverse CDF. stats.accepted holds the tokens each iteration made final (the end token included);
-    stats.extra adds `drafts_accepted` (per iteration), `iterations`, `tokens_per_iteration`, `slots`, `drafter`
-    ("ptp", or "independent": the adapter without u, which is what runs at temperature 0 or when
-    `adapter.use_u` is False) and `logprob` (as confidence decoding reports it)."""
+    """`ptp` on a prompt (P,) long -> (generated tokens (n,) without the end token, stats); `draft_fn` replaces
+    the adapter (tests: an oracle, a random or an always-wrong drafter)."""
+    from infill.decoding.problem import Generation
+
+    return ptp(Generation(model, prompt, max_tokens, cfg, generator), draft_fn)
+
+
+def ptp(job: Generation, draft_fn: DraftFn | None = None) -> tuple[torch.Tensor, DecodeStats]:
+    """PTP decoding -> (generated tokens (n,) without the end token, stats). Slots per iteration: min(cfg.k, the
+    adapter's trained slots) (cfg.k with `draft_fn`); k = 1 is autoregressive sampling by inverse CDF.
+    stats.accepted holds the tokens each iteration made final (the end token included); stats.extra adds
+    `drafts_accepted` (per iteration), `iterations`, `tokens_per_iteration`, `slots`, `drafter` ("ptp", or
+    "independent": the adapter without u, which is what runs at temperature 0 or when `adapter.use_u` is
+    False) and `logprob` (as confidence decoding reports it)."""
     import torch
 
+    model, prompt, max_tokens, cfg = job.model, job.prompt, job.max_tokens, job.cfg
     sampling, opts = options_of(Sampling, cfg), options_of(PtpOptions, cfg)
     t0 = time.perf_counter()
-    n_prompt = int(prompt.numel())
     if model.shifted:
         raise InputError("--decoder ptp needs a position-aligned block-diffusion model (SDAR layout)")
-    if n_prompt == 0:
-        raise DecodeError("ptp decoding needs at least one prompt token")
-    if bool((prompt == model.mask_id).any()):
-        raise DecodeError("the prompt contains the mask token")
-    if max_tokens < 0:
-        raise DecodeError(f"max_tokens must be >= 0, got {max_tokens}")
-    limit = model.max_positions or n_prompt + max_tokens
-    if n_prompt + max_tokens > limit:
-        raise DecodeError(f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's {limit}")
     adapter = None if draft_fn is not None else adapter_of(model)
     slots = opts.k if adapter is None else min(opts.k, adapter.cfg.slots)
     # at temperature 0 pick is the argmax and u carries nothing: the drafter then guesses without u (its
     # independent mode), since with u it was trained to guess the SAMPLED path, not the greedy one
     use_u = adapter is not None and adapter.use_u and sampling.temperature > 0
     session = KVSession(model, adapter=adapter, draft_fn=draft_fn, use_u=use_u)
-    u = draw_u(max_tokens, generator)  # (max_tokens,) one per generated position, fixed before decoding
-    tokens, stats = run(session, prompt.cpu(), max_tokens, u, cfg, slots, model.end_ids, on_step)
+    u = draw_u(max_tokens, job.generator)  # (max_tokens,) one per generated position, fixed before decoding
+    tokens, stats = run(session, prompt.cpu(), max_tokens, u, cfg, slots, model.end_ids, job.on_step)
     stats.seconds = time.perf_counter() - t0
     stats.extra["drafter"] = "function" if adapter is None else ("ptp" if use_u else "independent")
     return torch.tensor(tokens, dtype=torch.long), stats

@@ -14,11 +14,10 @@ Variable names follow the paper: p = draft density, q = verifier density.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from infill.config import S2D2Options, options_of
-from infill.decoding.confidence import Step, confidence_probs, confidence_step, generate
+from infill.decoding.confidence import Step, confidence_probs, confidence_step, denoise
 from infill.decoding.routing import Router, RoutingConfig, features, make_router, parse_routing
 from infill.decoding.sampling import sample, transform
 from infill.decoding.speculative import Acceptance, Proposal, accept
@@ -26,9 +25,8 @@ from infill.decoding.speculative import Acceptance, Proposal, accept
 if TYPE_CHECKING:
     import torch
 
-    from infill.config import DecodeConfig
+    from infill.decoding.problem import Generation
     from infill.decoding.stats import DecodeStats
-    from infill.models.blockdiff import BlockDiffModel
 
 
 def accept_prefix(
@@ -92,25 +90,18 @@ def s2d2_step(step: Step, router: Router, rc: RoutingConfig, opts: S2D2Options) 
     return kept
 
 
-def decode(
-    model: BlockDiffModel,
-    prompt: torch.Tensor,
-    max_tokens: int,
-    cfg: DecodeConfig,
-    generator: torch.Generator,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
-) -> tuple[torch.Tensor, DecodeStats]:
-    """Block-wise S2D2 decoding: prompt (P,) -> (generated tokens (n,), stats). stats.accepted holds the tokens
+def s2d2(job: Generation) -> tuple[torch.Tensor, DecodeStats]:
+    """Block-wise S2D2 decoding -> (generated tokens (n,), stats). stats.accepted holds the tokens
     each denoising step unmasked (verified or not); stats.extra adds `verifications`, `verified_tokens` and
     `drafts_accepted`, the drafts accepted per verification (before the correction)."""
-    opts = options_of(S2D2Options, cfg)
+    opts = options_of(S2D2Options, job.cfg)
     rc = parse_routing(opts.routing)
     router = make_router(rc)
 
     def step_fn(step: Step) -> None:
         s2d2_step(step, router, rc, opts)
 
-    tokens, stats = generate(model, prompt, max_tokens, cfg, generator, step_fn, on_step)
+    tokens, stats = denoise(job, step_fn)
     stats.extra.setdefault("verifications", 0)
     stats.extra.setdefault("verified_tokens", 0)
     stats.extra.setdefault("drafts_accepted", [])

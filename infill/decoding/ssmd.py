@@ -40,10 +40,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from infill.config import SsmdOptions, options_of
-from infill.decoding.confidence import Step, confidence_probs, generate
+from infill.decoding.confidence import Step, confidence_probs, denoise
 from infill.decoding.s2d2 import accept_prefix
 from infill.decoding.sampling import sample, transform
 from infill.errors import DecodeError
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     import torch
 
     from infill.config import DecodeConfig
+    from infill.decoding.problem import Generation
     from infill.decoding.stats import DecodeStats
     from infill.models.blockdiff import BlockDiffModel
 
@@ -148,21 +149,24 @@ def ssmd_step(step: Step, tally: dict[str, int], opts: SsmdOptions) -> int:
 
 
 def decode(
-    model: BlockDiffModel,
-    prompt: torch.Tensor,
-    max_tokens: int,
-    cfg: DecodeConfig,
-    generator: torch.Generator,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
+    model: BlockDiffModel, prompt: torch.Tensor, max_tokens: int, cfg: DecodeConfig, generator: torch.Generator
 ) -> tuple[torch.Tensor, DecodeStats]:
-    """Block-wise SSMD decoding: prompt (P,) -> (generated tokens (n,), stats). stats.accepted holds the
-    tokens revealed per full forward; stats.extra adds the pass counts (module docstring)."""
+    """`ssmd` on a prompt (P,) long -> (generated tokens (n,), stats)."""
+    from infill.decoding.problem import Generation
+
+    return ssmd(Generation(model, prompt, max_tokens, cfg, generator))
+
+
+def ssmd(job: Generation) -> tuple[torch.Tensor, DecodeStats]:
+    """Block-wise SSMD decoding -> (generated tokens (n,), stats). stats.accepted holds the tokens revealed per
+    full forward; stats.extra adds the pass counts (module docstring)."""
+    model = job.model
     head = model.ssmd_head
     if head is None:
         raise DecodeError(MISSING_HEAD)
     if model.shifted:
         raise DecodeError("--decoder ssmd runs position-aligned block-diffusion models only (SDAR style)")
-    opts = options_of(SsmdOptions, cfg)
+    opts = options_of(SsmdOptions, job.cfg)
     bsz = opts.block_size or model.block_size
     if bsz > head.shape.max_block:
         raise DecodeError(f"the SSMD head decodes blocks of at most {head.shape.max_block} positions, not {bsz}")
@@ -171,7 +175,7 @@ def decode(
     def step_fn(step: Step) -> None:
         ssmd_step(step, tally, opts)
 
-    tokens, stats = generate(model, prompt, max_tokens, cfg, generator, step_fn, on_step, hidden=True)
+    tokens, stats = denoise(job, step_fn, hidden=True)
     layers = model.num_layers + 1
     stats.extra.update(
         {
