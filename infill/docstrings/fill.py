@@ -56,21 +56,11 @@ def model_filler(
     """A SlotFiller backed by infill.api.fill_text (the model is loaded on the first call, then cached);
     `on_progress` gets every fill's progress events (a server's cancel check raises from it)."""
 
-    def fill(text: str, spans: Sequence[Span], *, language: str, monitor: Monitor | None = None) -> FillResult:
-        from infill.api import fill_text
+    from functools import partial
 
-        return fill_text(
-            text,
-            spans,
-            language=language,
-            model=model,
-            decode=decode,
-            options=options,
-            on_progress=on_progress,
-            monitor=monitor,
-        )
+    from infill.api import fill_text
 
-    return fill
+    return partial(fill_text, model=model, decode=decode, options=options, on_progress=on_progress)
 
 
 MonitorFor = Callable[[Mapping[int, Slot]], SlotMonitor]

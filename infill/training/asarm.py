@@ -52,6 +52,7 @@ from infill.training.layouts import (  # noqa: F401 - the data pipeline, re-expo
     tokenize_stream,
 )
 from infill.training.objective import ModelShape, TrainConfig, build_model, joint_loss, target_nll  # noqa: F401
+from infill.training.optimizer import adamw
 from infill.training.streams import cached_stream, heldout_batches, heldout_stream, pack_streams  # noqa: F401
 
 
@@ -160,14 +161,7 @@ def train(
             raise InputError(f"{init_from}: {exc}") from exc
     device = torch.device(cfg.device)
     model.to(device)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=(0.9, 0.98),
-        eps=1e-8,
-    )
+    opt = adamw(model, cfg.lr, cfg.weight_decay, betas=(0.9, 0.98))
     rng = np.random.default_rng(cfg.seed)
     state = TrainState()
     counter = 0
@@ -254,11 +248,7 @@ def train(
             for g in opt.param_groups:
                 g["lr"] = lr
             mean = nll_sum(batch) / max(my_count, 1)
-            loss = world.share(mean, my_count, count)  # Eq. 7 over the global batch
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
+            world.step(opt, model, (mean, my_count, count), cfg.grad_clip)  # Eq. 7 over the global batch
             state.step += 1
             state.tokens_seen += positions
             state.targets_seen += count

@@ -31,6 +31,7 @@ from infill.models.blockdiff_folder import (
     build_tokenizer,
     save_folder,
 )
+from infill.training.optimizer import adamw
 
 if TYPE_CHECKING:
     import torch
@@ -312,13 +313,7 @@ def train(
     elif model.config.vocab_size != tok.get_vocab_size():
         raise ValueError(f"{init}: model has {model.config.vocab_size} tokens, tokenizer {tok.get_vocab_size()}")
     model.train()
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=(0.9, 0.95),
-    )
+    opt = adamw(model, cfg.lr, cfg.weight_decay, betas=(0.9, 0.95))
     ckpt_path = Path(run_dir) / "last.pt" if run_dir is not None else None
     losses: list[float] = []
     step, elapsed_before = 0, 0.0
@@ -417,11 +412,7 @@ def train(
         n_resp, my_resp = int(in_resp.sum()), int(in_resp[part].sum())
         with torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=cfg.bf16):
             mean = loss_of(x0[part], xt[part], weight[part], block, my_resp)
-        loss = world.share(mean, my_resp, n_resp)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        world.step(opt, model, (mean, my_resp, n_resp))
         losses.append(world.average(my_resp, float(mean.detach()))[1][0])
         if step % cfg.log_every == 0 or step == cfg.steps:
             recent = losses[-cfg.log_every :]

@@ -3,22 +3,15 @@ model's shape, the run's config, a fresh model, and the teacher-forced joint los
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from infill.models.twostream import XLNetShape as ModelShape  # a run trains the network's own shape
 
 if TYPE_CHECKING:
     import torch
 
     from infill.models.twostream import TwoStreamXLNet
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    vocab_size: int = 8192
-    d_model: int = 256
-    n_layer: int = 6
-    n_head: int = 4
-    d_inner: int = 1024
 
 
 @dataclass(frozen=True)
@@ -47,9 +40,9 @@ class TrainConfig:
 def build_model(shape: ModelShape, seq_len: int) -> TwoStreamXLNet:
     """A fresh XLNet (bidirectional attention, no dropout, no memory) in fp32, initialised from torch's global
     generator. `seq_len` is not part of the weights: relative positions work at any length."""
-    from infill.models.twostream import TwoStreamXLNet, XLNetShape
+    from infill.models.twostream import TwoStreamXLNet
 
-    model = TwoStreamXLNet(XLNetShape(**asdict(shape)))
+    model = TwoStreamXLNet(shape)
     model.init_weights()
     return model
 

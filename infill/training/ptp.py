@@ -359,11 +359,7 @@ def train(
         mean = loss_of(batch, splits[part], with_u[part])
         inside = slot_inside(splits, start, stop, cfg.slots)  # (B, G*N) the targets
         count, my_count = int(inside.sum()), int(inside[part].sum())
-        loss = world.share(mean, my_count, count)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(adapter.parameters(), 1.0)
-        opt.step()
+        world.step(opt, adapter, (mean, my_count, count))
         losses.append(world.average(my_count, float(mean.detach()))[1][0])
         if step % cfg.log_every == 0:
             recent = losses[-cfg.log_every :]
