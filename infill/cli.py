@@ -130,7 +130,8 @@ class LazyGroup(click.Group):
         return None if target is None else load_command(target)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+# every option of every command shows its default in --help (Click's show_default, inherited by subcommands)
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.version_option(__version__, prog_name="infill")
 @click.option(
     "--threads",

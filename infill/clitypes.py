@@ -79,6 +79,5 @@ time_limit_option = click.option(
     "--time-limit",
     type=FiniteFloatRange(0),
     default=0.0,
-    show_default=True,
     help="Stop after this many minutes (0 = none).",
 )

@@ -304,7 +304,9 @@ def click_options(
 def _click_option(option: Option, default: Any, text: str, unset: bool = False) -> Callable[[F], F]:
     kwargs: dict[str, Any] = {"help": text or None}
     if option.name == "syntax_check":  # the flag turns the check off
-        return click.option(*option.flags, option.name, is_flag=True, flag_value=False, default=default, **kwargs)
+        return click.option(
+            *option.flags, option.name, is_flag=True, flag_value=False, default=default, show_default=False, **kwargs
+        )
     if isinstance(default, bool) and "/" not in option.flags[0]:
         return click.option(*option.flags, option.name, is_flag=True, default=default, **kwargs)
     kwargs.update(default=default, show_default=option.show_default and not unset, multiple=option.multiple)

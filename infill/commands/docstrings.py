@@ -102,7 +102,6 @@ def _bool_flag(name: str, help_text: str) -> Any:
     "--jobs",
     type=JOBS,
     default=1,
-    show_default=True,
     help="Worker processes for several files, one thread and one model each (no daemon); the output and exit "
     "code are those of one.",
 )

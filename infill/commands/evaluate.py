@@ -40,7 +40,6 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--form",
             type=click.Choice(["span", "marker", "marker-column-0"]),
             default="span",
-            show_default=True,
             help="How the line is selected: emptied and --span N:N, or a <FILL> line and --marker (the marker at "
             "the line's indentation, or at column 0).",
         ),
@@ -210,10 +209,9 @@ def _header(name: str, model_name: str, decode: DecodeConfig | None, oracle: boo
     "--timeout",
     type=FiniteFloatRange(0, min_open=True),
     default=10.0,
-    show_default=True,
     help="Seconds per candidate program.",
 )
-@click.option("--memory-mb", type=POSITIVE, default=1024, show_default=True, help="Address-space limit per program.")
+@click.option("--memory-mb", type=POSITIVE, default=1024, help="Address-space limit per program.")
 @click.option(
     "--reference",
     is_flag=True,

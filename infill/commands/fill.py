@@ -269,18 +269,16 @@ def _failure_json(ctx: click.Context, exc: BaseException, line: str, code: int) 
     "fmt",
     type=click.Choice(["text", "json"]),
     default="text",
-    show_default=True,
     help="json: print the edits and stats; the file is not written.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
-@click.option("-v", "--verbose", count=True, help="More detail on stderr (tracebacks with -v).")
+@click.option("-v", "--verbose", count=True, show_default=False, help="More detail on stderr (tracebacks with -v).")
 @click.option("--stats", is_flag=True, help="Print decoding stats (NFE, tokens, tokens/NFE, time) on stderr.")
 @click.option(
     "-j",
     "--jobs",
     type=JOBS,
     default=1,
-    show_default=True,
     help="Worker processes for several FILEs, one thread and one model each (no daemon); the output and exit "
     "code are those of one.",
 )

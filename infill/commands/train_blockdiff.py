@@ -29,7 +29,7 @@ from infill.errors import InputError
     help="Training text: files, directories (searched with --glob), or an AS-ARM corpus directory "
     "(train.jsonl). Repeatable.",
 )
-@click.option("--glob", default="*.py", show_default=True, help="File pattern inside --data directories.")
+@click.option("--glob", default="*.py", help="File pattern inside --data directories.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output model folder.")
 @click.option(
     "--tokenizer",
@@ -40,68 +40,60 @@ from infill.errors import InputError
     "--vocab-size",
     type=click.IntRange(512, 65535),
     default=8192,
-    show_default=True,
     help="BPE size when no --tokenizer is given.",
 )
-@click.option("--steps", type=POSITIVE, default=1000, show_default=True)
+@click.option("--steps", type=POSITIVE, default=1000)
 @click.option(
     "--batch-size",
     type=POSITIVE,
     default=16,
-    show_default=True,
     help="Examples per optimizer step over all processes (under torchrun each process takes its share).",
 )
-@click.option("--seq-len", type=click.IntRange(16), default=256, show_default=True)
+@click.option("--seq-len", type=click.IntRange(16), default=256)
 @click.option(
     "--block-sizes",
     default="1,4,8,16",
-    show_default=True,
     callback=block_sizes(1),
     help="Block sizes drawn per step; keep 1 so the AR (S2D2 verifier) mode is trained.",
 )
-@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3, show_default=True)
-@click.option("--hidden", type=click.IntRange(8), default=256, show_default=True)
-@click.option("--layers", type=POSITIVE, default=4, show_default=True)
-@click.option("--heads", type=POSITIVE, default=4, show_default=True)
-@click.option("--kv-heads", type=POSITIVE, default=2, show_default=True)
-@click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("--bf16/--no-bf16", default=False, show_default=True, help="bf16 autocast (AMX CPUs, CUDA).")
+@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3)
+@click.option("--hidden", type=click.IntRange(8), default=256)
+@click.option("--layers", type=POSITIVE, default=4)
+@click.option("--heads", type=POSITIVE, default=4)
+@click.option("--kv-heads", type=POSITIVE, default=2)
+@click.option("--seed", type=SEED, default=0)
+@click.option("--bf16/--no-bf16", default=False, help="bf16 autocast (AMX CPUs, CUDA).")
 @time_limit_option
 @click.option(
     "--threads",
     type=click.IntRange(0, MAX_THREADS),
     default=0,
-    show_default=True,
     help="torch CPU threads (0 = torch's default).",
 )
-@click.option("--log-every", type=POSITIVE, default=50, show_default=True)
+@click.option("--log-every", type=POSITIVE, default=50)
 @click.option(
     "--save-minutes",
     type=FiniteFloatRange(0),
     default=0.0,
-    show_default=True,
     help="Also save --out every N minutes (0 = at end).",
 )
 @click.option(
     "--fim-rate",
     type=FiniteFloatRange(0, 1),
     default=0.9,
-    show_default=True,
     help="Share of fill-in-the-middle examples.",
 )
-@click.option("--max-middle", type=POSITIVE, default=64, show_default=True, help="Longest FIM middle, in tokens.")
+@click.option("--max-middle", type=POSITIVE, default=64, help="Longest FIM middle, in tokens.")
 @click.option(
     "--loss-on",
     type=click.Choice(["middle", "all"]),
     default="middle",
-    show_default=True,
     help="Noise only a FIM example's middle, or every token (prefix and suffix learned left to right too).",
 )
 @click.option(
     "--line-rate",
     type=FiniteFloatRange(0, 1),
     default=0.0,
-    show_default=True,
     help="Share of FIM middles that are 1-3 whole lines, as a user's --span.",
 )
 @click.option(

@@ -15,7 +15,6 @@ from infill.errors import InputError
 @click.option(
     "--teacher",
     default="blockdiff",
-    show_default=True,
     help="Block-diffusion model name or folder (frozen; its tokenizer must have the FIM tokens).",
 )
 @click.option(
@@ -31,49 +30,41 @@ from infill.errors import InputError
     help="Run folder: ptp_adapter.safetensors, ptp_checkpoint.pt, ptp_log.jsonl. Copy the adapter beside the model.",
 )
 @click.option("--resume", is_flag=True, help="Continue from --out/ptp_checkpoint.pt when it exists.")
-@click.option("--steps", type=POSITIVE, default=100_000, show_default=True)
+@click.option("--steps", type=POSITIVE, default=100_000)
 @click.option(
     "--minutes",
     type=FiniteFloatRange(0),
     default=0.0,
-    show_default=True,
     help="Stop after this many minutes of this run (0 = none).",
 )
 @click.option(
     "--batch-size",
     type=POSITIVE,
     default=8,
-    show_default=True,
     help="Sequences per optimizer step over all processes (under torchrun each process takes its share).",
 )
-@click.option(
-    "--slots", type=POSITIVE, default=8, show_default=True, help="N: slot rows per group (tokens guessed per call)."
-)
-@click.option("--splits", type=POSITIVE, default=8, show_default=True, help="Split points (slot groups) per sequence.")
-@click.option("--rank", type=POSITIVE, default=32, show_default=True, help="LoRA rank.")
-@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3, show_default=True)
+@click.option("--slots", type=POSITIVE, default=8, help="N: slot rows per group (tokens guessed per call).")
+@click.option("--splits", type=POSITIVE, default=8, help="Split points (slot groups) per sequence.")
+@click.option("--rank", type=POSITIVE, default=32, help="LoRA rank.")
+@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3)
 @click.option(
     "--teacher-share",
     type=FiniteFloatRange(0, 1),
     default=0.5,
-    show_default=True,
     help="Share of middles sampled by the teacher.",
 )
 @click.option(
     "--independent-share",
     type=FiniteFloatRange(0, 1),
     default=0.5,
-    show_default=True,
     help="Share of slot groups trained without u (the independent-slot baseline of the same adapter).",
 )
-@click.option(
-    "--package-bytes", type=POSITIVE, default=150_000, show_default=True, help="Training text read per corpus package."
-)
-@click.option("--threads", type=THREADS, default=1, show_default=True, help="torch CPU threads.")
-@click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("--log-every", type=POSITIVE, default=25, show_default=True)
-@click.option("--eval-every", type=POSITIVE, default=100, show_default=True)
-@click.option("--save-every", type=POSITIVE, default=100, show_default=True)
+@click.option("--package-bytes", type=POSITIVE, default=150_000, help="Training text read per corpus package.")
+@click.option("--threads", type=THREADS, default=1, help="torch CPU threads.")
+@click.option("--seed", type=SEED, default=0)
+@click.option("--log-every", type=POSITIVE, default=25)
+@click.option("--eval-every", type=POSITIVE, default=100)
+@click.option("--save-every", type=POSITIVE, default=100)
 def ptp(
     teacher: str,
     corpus: str,

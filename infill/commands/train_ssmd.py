@@ -21,7 +21,7 @@ from infill.errors import InputError
 
 
 @click.command("ssmd")
-@click.option("--model", "model_name", default="blockdiff", show_default=True, help="Block-diffusion model (frozen).")
+@click.option("--model", "model_name", default="blockdiff", help="Block-diffusion model (frozen).")
 @click.option(
     "--data",
     required=True,
@@ -35,51 +35,38 @@ from infill.errors import InputError
     help="Run folder: checkpoint.pt, log.jsonl, and ssmd_head.safetensors at the end. Copy the head beside "
     "the model's weights to use it.",
 )
-@click.option("--steps", type=POSITIVE, default=3000, show_default=True)
+@click.option("--steps", type=POSITIVE, default=3000)
 @click.option(
     "--batch-size",
     type=POSITIVE,
     default=16,
-    show_default=True,
     help="Examples per optimizer step over all processes (under torchrun each process takes its share).",
 )
-@click.option(
-    "--seq-len", type=POSITIVE, default=256, show_default=True, help="Tokens per example (a multiple of the blocks)."
-)
+@click.option("--seq-len", type=POSITIVE, default=256, help="Tokens per example (a multiple of the blocks).")
 @click.option(
     "--block-sizes",
     default="4,8,16",
-    show_default=True,
     callback=block_sizes(2, " (a block of 1 has nothing to verify)"),
     help="Drawn one per step.",
 )
-@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3, show_default=True)
-@click.option("--heads", type=POSITIVE, default=4, show_default=True, help="Attention heads of the causal layer.")
-@click.option(
-    "--intermediate", type=POSITIVE, default=512, show_default=True, help="Feed-forward width of the causal layer."
-)
-@click.option(
-    "--max-block", type=POSITIVE, default=32, show_default=True, help="Largest block size the head will decode."
-)
+@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3)
+@click.option("--heads", type=POSITIVE, default=4, help="Attention heads of the causal layer.")
+@click.option("--intermediate", type=POSITIVE, default=512, help="Feed-forward width of the causal layer.")
+@click.option("--max-block", type=POSITIVE, default=32, help="Largest block size the head will decode.")
 @click.option(
     "--fim-rate",
     type=FiniteFloatRange(0, 1),
     default=0.5,
-    show_default=True,
     help="Share of fill-in-the-middle examples.",
 )
-@click.option(
-    "--max-docs", type=POSITIVE, default=2000, show_default=True, help="Training documents drawn from the corpus."
-)
-@click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("--max-docs", type=POSITIVE, default=2000, help="Training documents drawn from the corpus.")
+@click.option("--seed", type=SEED, default=0)
 @time_limit_option
-@click.option("--threads", type=THREADS, default=1, show_default=True, help="torch CPU threads.")
-@click.option("--log-every", type=POSITIVE, default=25, show_default=True)
-@click.option(
-    "--eval-every", type=POSITIVE, default=250, show_default=True, help="Held-out cross-entropy every N steps."
-)
-@click.option("--eval-examples", type=POSITIVE, default=48, show_default=True)
-@click.option("--resume/--no-resume", default=True, show_default=True, help="Continue from --out's checkpoint.")
+@click.option("--threads", type=THREADS, default=1, help="torch CPU threads.")
+@click.option("--log-every", type=POSITIVE, default=25)
+@click.option("--eval-every", type=POSITIVE, default=250, help="Held-out cross-entropy every N steps.")
+@click.option("--eval-examples", type=POSITIVE, default=48)
+@click.option("--resume/--no-resume", default=True, help="Continue from --out's checkpoint.")
 def ssmd(
     model_name: str,
     data: str,
