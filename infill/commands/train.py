@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange
+from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange, settings_from_flags
 from infill.commands.shell import load_command
 from infill.errors import InputError
 
@@ -231,31 +231,7 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
     help="Where to train (docs/training.md has the CUDA recipe).",
 )
 def asarm(
-    corpus: Path,
-    tokenizer_json: Path,
-    run_dir: Path,
-    out: Path | None,
-    steps: int,
-    minutes: float,
-    until: str | None,
-    resume: bool,
-    init_from: Path | None,
-    layers: int,
-    d_model: int,
-    heads: int,
-    d_inner: int,
-    seq_len: int,
-    batch_size: int,
-    lr: float,
-    warmup: int,
-    checkpoint_minutes: float,
-    eval_sequences: int,
-    threads: int,
-    log_every: int,
-    max_package_mb: float,
-    seed: int,
-    bf16: bool | None,
-    device: str,
+    corpus: Path, tokenizer_json: Path, run_dir: Path, out: Path | None, init_from: Path | None, **flags: Any
 ) -> None:
     """Train an any-subset autoregressive XLNet with the joint loss (Eq. 7); resumable; runs under torchrun."""
     from infill.hardware import fast_bf16
@@ -263,31 +239,32 @@ def asarm(
     from infill.training.asarm import train as run_training
     from infill.training.distributed import joined
 
-    if d_model % heads:
-        raise InputError(f"--d-model {d_model} is not divisible by --heads {heads}")
-    if not (steps or minutes or until):
+    if flags["d_model"] % flags["heads"]:
+        raise InputError(f"--d-model {flags['d_model']} is not divisible by --heads {flags['heads']}")
+    if not (flags["steps"] or flags["minutes"] or flags["until"]):
         raise InputError("give --steps, --minutes or --until, or training never stops")
-    cfg = TrainConfig(
-        seq_len=seq_len,
-        batch_size=batch_size,
-        lr=lr,
-        warmup_steps=warmup,
-        steps=steps,
-        minutes=minutes,
-        until=_parse_until(until),
-        seed=seed,
-        checkpoint_minutes=checkpoint_minutes,
-        eval_sequences=eval_sequences,
-        threads=threads,
+    device, bf16 = flags["device"], flags["bf16"]
+    # the flags named after a field of TrainConfig set it; these are named or measured otherwise
+    cfg = settings_from_flags(
+        TrainConfig,
+        warmup_steps=flags["warmup"],
+        until=_parse_until(flags["until"]),
         bf16=fast_bf16(device) if bf16 is None else bf16,
-        device=device,
-        log_every=log_every,
-        max_package_bytes=int(max_package_mb * 1e6),
-        shape=ModelShape(d_model=d_model, n_layer=layers, n_head=heads, d_inner=d_inner),
+        max_package_bytes=int(flags["max_package_mb"] * 1e6),
+        shape=ModelShape(
+            d_model=flags["d_model"], n_layer=flags["layers"], n_head=flags["heads"], d_inner=flags["d_inner"]
+        ),
     )
     with joined(device) as world:
         state = run_training(
-            corpus, tokenizer_json, run_dir, cfg, resume=resume, export_to=out, init_from=init_from, world=world
+            corpus,
+            tokenizer_json,
+            run_dir,
+            cfg,
+            resume=flags["resume"],
+            export_to=out,
+            init_from=init_from,
+            world=world,
         )
     if not world.main:
         return

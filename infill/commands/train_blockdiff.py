@@ -5,6 +5,8 @@ Attached to the `train` group by infill/commands/train.py. torch is imported onl
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from infill.clitypes import (
@@ -107,46 +109,16 @@ from infill.errors import InputError
     help="Keep a resumable checkpoint here (last.pt); a run with the same --run-dir resumes from it, and "
     "--time-limit is then the training time across resumes.",
 )
-def block_diffusion(
-    data: tuple[str, ...],
-    glob: str,
-    out: str,
-    tokenizer: str | None,
-    vocab_size: int,
-    steps: int,
-    batch_size: int,
-    seq_len: int,
-    block_sizes: tuple[int, ...],
-    lr: float,
-    hidden: int,
-    layers: int,
-    heads: int,
-    kv_heads: int,
-    seed: int,
-    bf16: bool,
-    time_limit: float,
-    threads: int,
-    log_every: int,
-    save_minutes: float,
-    fim_rate: float,
-    max_middle: int,
-    loss_on: str,
-    line_rate: float,
-    init: str | None,
-    run_dir: str | None,
-) -> None:
+def block_diffusion(data: tuple[str, ...], glob: str, out: str, threads: int, **flags: Any) -> None:
     """Train a block-diffusion model (BD3-LM / SDAR objective, fill-in-the-middle formatting); runs under
     torchrun."""
     from infill.models.blockdiff_folder import ModelShape
     from infill.training.blockdiff import TrainConfig, load_texts, train
     from infill.training.distributed import joined
 
-    if hidden % heads or heads % kv_heads:
+    hidden, heads = flags["hidden"], flags["heads"]
+    if hidden % heads or heads % flags["kv_heads"]:
         raise InputError(f"--hidden ({hidden}) must divide by --heads ({heads}), and --heads by --kv-heads")
-    if not 0.0 <= fim_rate <= 1.0 or max_middle < 1:
-        raise InputError("--fim-rate must be in [0, 1] and --max-middle >= 1")
-    if seq_len < 8 or steps < 1 or batch_size < 1:
-        raise InputError("--seq-len must be >= 8, --steps and --batch-size >= 1")
     texts = load_texts(data, glob)
     if not texts:
         raise InputError(f"no training text found in {', '.join(data)} (pattern {glob})")
@@ -154,15 +126,11 @@ def block_diffusion(
         import torch
 
         torch.set_num_threads(threads)
-    cfg = settings_from_flags(TrainConfig, warmup=min(100, max(1, steps // 10)), time_limit=time_limit * 60)
-    shape = ModelShape(
-        hidden=hidden,
-        layers=layers,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=hidden // heads,
-        intermediate=3 * hidden,
-        max_length=max(512, seq_len),
+    cfg = settings_from_flags(
+        TrainConfig, warmup=min(100, max(1, flags["steps"] // 10)), time_limit=flags["time_limit"] * 60
+    )
+    shape = settings_from_flags(
+        ModelShape, head_dim=hidden // heads, intermediate=3 * hidden, max_length=max(512, cfg.seq_len)
     )
     with joined() as world:
         if world.main:
@@ -172,10 +140,10 @@ def block_diffusion(
             out,
             cfg,
             shape=shape,
-            tokenizer_path=tokenizer,
-            vocab_size=vocab_size,
-            init=init,
-            run_dir=run_dir,
+            tokenizer_path=flags["tokenizer"],
+            vocab_size=flags["vocab_size"],
+            init=flags["init"],
+            run_dir=flags["run_dir"],
             log=lambda line: click.echo(line, err=True),
             world=world,
         )

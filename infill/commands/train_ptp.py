@@ -5,10 +5,11 @@ Attached to the `train` group by infill/commands/train.py. torch is imported onl
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange, settings_from_flags
-from infill.errors import InputError
 
 
 @click.command("ptp")
@@ -43,7 +44,7 @@ from infill.errors import InputError
     default=8,
     help="Sequences per optimizer step over all processes (under torchrun each process takes its share).",
 )
-@click.option("--slots", type=POSITIVE, default=8, help="N: slot rows per group (tokens guessed per call).")
+@click.option("--slots", type=click.IntRange(2), default=8, help="N: slot rows per group (tokens guessed per call).")
 @click.option("--splits", type=POSITIVE, default=8, help="Split points (slot groups) per sequence.")
 @click.option("--rank", type=POSITIVE, default=32, help="LoRA rank.")
 @click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3)
@@ -55,7 +56,7 @@ from infill.errors import InputError
 )
 @click.option(
     "--independent-share",
-    type=FiniteFloatRange(0, 1),
+    type=FiniteFloatRange(0, 1, max_open=True),
     default=0.5,
     help="Share of slot groups trained without u (the independent-slot baseline of the same adapter).",
 )
@@ -65,42 +66,18 @@ from infill.errors import InputError
 @click.option("--log-every", type=POSITIVE, default=25)
 @click.option("--eval-every", type=POSITIVE, default=100)
 @click.option("--save-every", type=POSITIVE, default=100)
-def ptp(
-    teacher: str,
-    corpus: str,
-    out: str,
-    resume: bool,
-    steps: int,
-    minutes: float,
-    batch_size: int,
-    slots: int,
-    splits: int,
-    rank: int,
-    lr: float,
-    teacher_share: float,
-    independent_share: float,
-    package_bytes: int,
-    threads: int,
-    seed: int,
-    log_every: int,
-    eval_every: int,
-    save_every: int,
-) -> None:
+def ptp(teacher: str, corpus: str, out: str, resume: bool, package_bytes: int, threads: int, **flags: Any) -> None:
     """Train a PTP drafter for a block-diffusion model (O-PTP distillation, gated LoRA on the slot rows); runs
     under torchrun."""
     from infill.models.loading import packaged_folder
     from infill.training.distributed import joined
     from infill.training.ptp import PTPTrainConfig, train
 
-    if slots < 2 or splits < 1 or rank < 1 or batch_size < 1 or steps < 1:
-        raise InputError("--slots must be >= 2; --splits, --rank, --batch-size, --steps >= 1")
-    if not (0.0 <= teacher_share <= 1.0 and 0.0 <= independent_share < 1.0):
-        raise InputError("--teacher-share must be in [0, 1] and --independent-share in [0, 1)")
     folder = packaged_folder(teacher) or teacher
     import torch
 
     torch.set_num_threads(max(1, threads))
-    cfg = settings_from_flags(PTPTrainConfig, time_limit=minutes * 60)
+    cfg = settings_from_flags(PTPTrainConfig, time_limit=flags["minutes"] * 60)
     with joined() as world:
         summary = train(
             folder,

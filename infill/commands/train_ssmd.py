@@ -6,6 +6,8 @@ Attached to the `train` group by infill/commands/train.py. torch is imported onl
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from infill.clitypes import (
@@ -67,38 +69,11 @@ from infill.errors import InputError
 @click.option("--eval-every", type=POSITIVE, default=250, help="Held-out cross-entropy every N steps.")
 @click.option("--eval-examples", type=POSITIVE, default=48)
 @click.option("--resume/--no-resume", default=True, help="Continue from --out's checkpoint.")
-def ssmd(
-    model_name: str,
-    data: str,
-    out: str,
-    steps: int,
-    batch_size: int,
-    seq_len: int,
-    block_sizes: tuple[int, ...],
-    lr: float,
-    heads: int,
-    intermediate: int,
-    max_block: int,
-    fim_rate: float,
-    max_docs: int,
-    seed: int,
-    time_limit: float,
-    threads: int,
-    log_every: int,
-    eval_every: int,
-    eval_examples: int,
-    resume: bool,
-) -> None:
+def ssmd(model_name: str, data: str, out: str, threads: int, resume: bool, **flags: Any) -> None:
     """Train an SSMD causal head on a frozen block-diffusion model (teacher-forced causal cross-entropy); runs
     under torchrun."""
     from pathlib import Path
 
-    if steps < 1 or batch_size < 1 or eval_examples < 1 or log_every < 1 or eval_every < 1:
-        raise InputError("--steps, --batch-size, --eval-examples, --log-every and --eval-every must be >= 1")
-    if not 0.0 <= fim_rate <= 1.0:
-        raise InputError(f"--fim-rate must be in [0, 1], got {fim_rate}")
-    if any(seq_len % b for b in block_sizes) or max(block_sizes) > max_block:
-        raise InputError(f"--seq-len ({seq_len}) must be a multiple of every block size, each <= --max-block")
     import torch
     from tokenizers import Tokenizer
 
@@ -110,6 +85,15 @@ def ssmd(
     from infill.training.distributed import joined
     from infill.training.ssmd import SSMDTrainConfig, train_head
 
+    steps, eval_every = flags["steps"], flags["eval_every"]
+    cfg = settings_from_flags(
+        SSMDTrainConfig,
+        warmup=min(50, max(1, steps // 10)),
+        time_limit=flags["time_limit"] * 60,
+        save_every=max(1, min(100, eval_every)),
+    )
+    if any(cfg.seq_len % b for b in cfg.block_sizes) or max(cfg.block_sizes) > flags["max_block"]:
+        raise InputError(f"--seq-len ({cfg.seq_len}) must be a multiple of every block size, each <= --max-block")
     if threads > 0:
         torch.set_num_threads(threads)
     loaded = load_model(ModelSpec(name=model_name, device="cpu", bf16=False))
@@ -117,21 +101,14 @@ def ssmd(
         raise InputError(f"--model {model_name} is not a block-diffusion model")
     folder = Path(str(loaded.info["path"]))
     base = loaded.blockdiff.model
-    hidden = int(base.config.hidden_size)
-    if hidden % heads:
-        raise InputError(f"the model's width {hidden} does not divide by --heads {heads}")
+    shape = settings_from_flags(HeadShape, hidden=int(base.config.hidden_size))
+    if shape.hidden % shape.heads:
+        raise InputError(f"the model's width {shape.hidden} does not divide by --heads {shape.heads}")
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     texts = load_texts([data])
     heldout = [r["text"] for r in balanced_records(Path(data), "heldout", 6_000_000) if r["text"].strip()]
     if not texts or not heldout:
         raise InputError(f"{data}: needs a train and a held-out split")
-    cfg = settings_from_flags(
-        SSMDTrainConfig,
-        warmup=min(50, max(1, steps // 10)),
-        time_limit=time_limit * 60,
-        save_every=max(1, min(100, eval_every)),
-    )
-    shape = HeadShape(hidden=hidden, heads=heads, intermediate=intermediate, max_block=max_block)
     with joined() as world:
         if world.main:
             click.echo(f"SSMD head on {folder} (frozen): {len(texts)} documents -> {out}", err=True)
