@@ -14,7 +14,9 @@ from infill.clitypes import (
     POSITIVE,
     SEED,
     FiniteFloatRange,
-    block_sizes,
+    batch_size_option,
+    block_sizes_option,
+    fim_rate_option,
     settings_from_flags,
     time_limit_option,
 )
@@ -45,19 +47,9 @@ from infill.errors import InputError
     help="BPE size when no --tokenizer is given.",
 )
 @click.option("--steps", type=POSITIVE, default=1000)
-@click.option(
-    "--batch-size",
-    type=POSITIVE,
-    default=16,
-    help="Examples per optimizer step over all processes (under torchrun each process takes its share).",
-)
+@batch_size_option(16)
 @click.option("--seq-len", type=click.IntRange(16), default=256)
-@click.option(
-    "--block-sizes",
-    default="1,4,8,16",
-    callback=block_sizes(1),
-    help="Block sizes drawn per step; keep 1 so the AR (S2D2 verifier) mode is trained.",
-)
+@block_sizes_option("1,4,8,16", 1, "Block sizes drawn per step; keep 1 so the AR (S2D2 verifier) mode is trained.")
 @click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3)
 @click.option("--hidden", type=click.IntRange(8), default=256)
 @click.option("--layers", type=POSITIVE, default=4)
@@ -79,12 +71,7 @@ from infill.errors import InputError
     default=0.0,
     help="Also save --out every N minutes (0 = at end).",
 )
-@click.option(
-    "--fim-rate",
-    type=FiniteFloatRange(0, 1),
-    default=0.9,
-    help="Share of fill-in-the-middle examples.",
-)
+@fim_rate_option(0.9)
 @click.option("--max-middle", type=POSITIVE, default=64, help="Longest FIM middle, in tokens.")
 @click.option(
     "--loss-on",

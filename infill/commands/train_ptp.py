@@ -9,7 +9,15 @@ from typing import Any
 
 import click
 
-from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange, settings_from_flags
+from infill.clitypes import (
+    POSITIVE,
+    SEED,
+    THREADS,
+    FiniteFloatRange,
+    batch_size_option,
+    corpus_option,
+    settings_from_flags,
+)
 
 
 @click.command("ptp")
@@ -18,12 +26,7 @@ from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange, settings_
     default="blockdiff",
     help="Block-diffusion model name or folder (frozen; its tokenizer must have the FIM tokens).",
 )
-@click.option(
-    "--corpus",
-    required=True,
-    type=click.Path(exists=True, file_okay=False),
-    help="Corpus folder (train.jsonl, heldout.jsonl), as built by `infill train corpus`.",
-)
+@corpus_option("--corpus")
 @click.option(
     "--out",
     required=True,
@@ -38,12 +41,7 @@ from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange, settings_
     default=0.0,
     help="Stop after this many minutes of this run (0 = none).",
 )
-@click.option(
-    "--batch-size",
-    type=POSITIVE,
-    default=8,
-    help="Sequences per optimizer step over all processes (under torchrun each process takes its share).",
-)
+@batch_size_option(8, "Sequences")
 @click.option("--slots", type=click.IntRange(2), default=8, help="N: slot rows per group (tokens guessed per call).")
 @click.option("--splits", type=POSITIVE, default=8, help="Split points (slot groups) per sequence.")
 @click.option("--rank", type=POSITIVE, default=32, help="LoRA rank.")

@@ -15,7 +15,10 @@ from infill.clitypes import (
     SEED,
     THREADS,
     FiniteFloatRange,
-    block_sizes,
+    batch_size_option,
+    block_sizes_option,
+    corpus_option,
+    fim_rate_option,
     settings_from_flags,
     time_limit_option,
 )
@@ -24,12 +27,7 @@ from infill.errors import InputError
 
 @click.command("ssmd")
 @click.option("--model", "model_name", default="blockdiff", help="Block-diffusion model (frozen).")
-@click.option(
-    "--data",
-    required=True,
-    type=click.Path(exists=True, file_okay=False),
-    help="Corpus directory (train.jsonl, heldout.jsonl) as `infill train corpus` writes it.",
-)
+@corpus_option("--data")
 @click.option(
     "--out",
     required=True,
@@ -38,29 +36,14 @@ from infill.errors import InputError
     "the model's weights to use it.",
 )
 @click.option("--steps", type=POSITIVE, default=3000)
-@click.option(
-    "--batch-size",
-    type=POSITIVE,
-    default=16,
-    help="Examples per optimizer step over all processes (under torchrun each process takes its share).",
-)
+@batch_size_option(16)
 @click.option("--seq-len", type=POSITIVE, default=256, help="Tokens per example (a multiple of the blocks).")
-@click.option(
-    "--block-sizes",
-    default="4,8,16",
-    callback=block_sizes(2, " (a block of 1 has nothing to verify)"),
-    help="Drawn one per step.",
-)
+@block_sizes_option("4,8,16", 2, "Drawn one per step.", " (a block of 1 has nothing to verify)")
 @click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3)
 @click.option("--heads", type=POSITIVE, default=4, help="Attention heads of the causal layer.")
 @click.option("--intermediate", type=POSITIVE, default=512, help="Feed-forward width of the causal layer.")
 @click.option("--max-block", type=POSITIVE, default=32, help="Largest block size the head will decode.")
-@click.option(
-    "--fim-rate",
-    type=FiniteFloatRange(0, 1),
-    default=0.5,
-    help="Share of fill-in-the-middle examples.",
-)
+@fim_rate_option(0.5)
 @click.option("--max-docs", type=POSITIVE, default=2000, help="Training documents drawn from the corpus.")
 @click.option("--seed", type=SEED, default=0)
 @time_limit_option
