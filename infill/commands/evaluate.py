@@ -311,7 +311,6 @@ def humaneval_single_line(
 )
 @click.option(
     "--files",
-    "files",
     multiple=True,
     type=click.Path(dir_okay=False, path_type=Path),
     help="Use these files instead (repeatable).",

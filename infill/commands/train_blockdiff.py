@@ -9,17 +9,8 @@ from typing import Any
 
 import click
 
-from infill.clitypes import (
-    MAX_THREADS,
-    POSITIVE,
-    SEED,
-    FiniteFloatRange,
-    batch_size_option,
-    block_sizes_option,
-    fim_rate_option,
-    settings_from_flags,
-    time_limit_option,
-)
+from infill.clitypes import MAX_THREADS, POSITIVE, SEED, FiniteFloatRange, settings_from_flags
+from infill.commands.training import batch_size_option, block_sizes_option, fim_rate_option, time_limit_option
 from infill.errors import InputError
 
 

@@ -9,15 +9,8 @@ from typing import Any
 
 import click
 
-from infill.clitypes import (
-    POSITIVE,
-    SEED,
-    THREADS,
-    FiniteFloatRange,
-    batch_size_option,
-    corpus_option,
-    settings_from_flags,
-)
+from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange, settings_from_flags
+from infill.commands.training import batch_size_option, corpus_option
 
 
 @click.command("ptp")

@@ -10,16 +10,12 @@ from typing import Any
 
 import click
 
-from infill.clitypes import (
-    POSITIVE,
-    SEED,
-    THREADS,
-    FiniteFloatRange,
+from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange, settings_from_flags
+from infill.commands.training import (
     batch_size_option,
     block_sizes_option,
     corpus_option,
     fim_rate_option,
-    settings_from_flags,
     time_limit_option,
 )
 from infill.errors import InputError
