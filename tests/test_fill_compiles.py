@@ -62,6 +62,13 @@ def test_a_break_below_needs_a_loop() -> None:
         ("x = 1\n{line}\ny = 2\n", "2:2", "return x", "x = 3"),
         # an emptied function header: its body returns, so only a `def` makes the file compile
         ("import os\n\n{line}\n    return os.sep\n", "3:3", "if True:", "def f():"),
+        # an emptied line that opened a bracket the next lines continue (HumanEval/19's `value_map = {`); as a
+        # real model does, these fills carry their own indentation
+        ("def f(x):\n{line}\n        'zero': 0,\n    }}\n    return m[x]\n", "2:2", "    return 0", "    m = {"),
+        # ... and one that closed it (HumanEval/105's `}`)
+        ("def f(x):\n    m = {{\n        'zero': 0,\n{line}\n    return m[x]\n", "4:4", "        'one': 1,", "    }"),
+        # a file indented in uneven steps: the emptied line's level shows only in the lines below it
+        ("def f(a):\n    while a:\n{line}\n        a = 0\n      a -= 1\n    return a\n", "3:3", "      x = 1", "      if a:"),
     ],
 )
 def test_fills_that_do_not_compile_are_refused(source: str, line: str, bad: str, good: str) -> None:

@@ -11,22 +11,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from infill.textops import open_levels, target_indent, to_model
+from infill.textops import indent_of, open_levels, target_indent, to_model
 
 
 def python_compiles(source: bytes) -> bool:
     """Whether CPython compiles `source`: the interpreter's own verdict. Tree-sitter's Python grammar recovers
     from indentation errors without ERROR nodes (a block opener with no body, an unexpected indent), and the
     compile stage also refuses what ast.parse accepts (`return` outside a function, `break` outside a loop)."""
+    return python_error_line(source) is None
+
+
+def python_error_line(source: bytes) -> int | None:
+    """None when CPython compiles `source`, else the 1-based line its first error names (0 when it names none)."""
     import warnings
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compile(source, "<fill>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-        return False
-    return True
+    except SyntaxError as exc:
+        return exc.lineno or 0
+    except (ValueError, RecursionError, MemoryError, OverflowError):
+        return 0
+    return None
 
 
 def syntax_errors(language: str, source: bytes) -> int:
@@ -78,7 +85,28 @@ _PY_LINE_FILLERS = (
     "else:",
     "except Exception:",
     "finally:",
+    # an emptied line that opened or closed a bracket the lines around it continue
+    "_ = (",
+    "_ = [",
+    "_ = {",
+    "_ = f(",
+    "def _(",
+    "from _ import (",
+    ")",
+    "]",
+    "}",
+    "):",
+    "),",
+    "],",
+    "},",
+    # a line inside brackets (an argument, an element, a parameter), and one that opened or closed a string
+    "_,",
+    "f(",
+    '"""',
+    "'''",
 )
+_NEAR_LINES = 60  # how far from a span CPython's first error may be for a text in the span to mend it
+_MAX_FILLERS = 160  # filler texts tried at most, at their indentations (a bound on one fill's set-up cost)
 _PY_INLINE_FILLERS = ("", "0", "pass")
 _BRACE_LINE_FILLERS = ("", "{", "}")
 
@@ -147,16 +175,30 @@ class SyntaxCheck:
         source = _apply_shifted(original, markers, offset)
         own = self._verdict(source)
         self.compiling = source if own.compiles else None
-        if self._clean(own):
+        if self._clean(own) or not self._near(source, original, spans, offset):
             return own
-        for variant in self._fillers(original, spans, offset):
+        for variant in self._fillers(original, spans, offset)[:_MAX_FILLERS]:
             source = _apply_shifted(original, variant, offset)
+            if self.language == "python" and not python_compiles(source):
+                continue  # the compiler alone decides; tree-sitter only counts the winner's errors
             verdict = self._verdict(source)
             if self._clean(verdict):
                 if verdict.compiles:
                     self.compiling = source
                 return _Verdict(min(own.errors, verdict.errors), verdict.compiles)
         return own
+
+    def _near(self, source: bytes, original: bytes, spans: Sequence[Any], offset: int) -> bool:
+        """Whether CPython's first error in `source` is near a span (Python): an error far from every span is
+        one no text in them can mend, so the fillers are not tried (on a large broken file they would cost
+        dozens of whole-file compiles for nothing)."""
+        if self.language != "python" or not spans:
+            return True
+        where = python_error_line(source)
+        if not where:
+            return True
+        lines = [original.count(b"\n", 0, s.start_byte - offset) + 1 for s in spans]
+        return any(abs(where - line) <= _NEAR_LINES for line in lines)
 
     def _clean(self, verdict: _Verdict) -> bool:
         return verdict.compiles if self.language == "python" else verdict.errors == 0
@@ -176,7 +218,11 @@ class SyntaxCheck:
         prefix = to_model(head.decode("utf-8", errors="replace"))
         tail = original[first.end_byte - offset : first.end_byte - offset + 8192]
         suffix = to_model(tail.decode("utf-8", errors="replace"))
-        indents = sorted(open_levels(prefix) | {target_indent(prefix, "", suffix)}, key=len, reverse=True)
+        # the levels a new line may take after the prefix, and those of the next lines (a file indented in
+        # uneven steps, whose emptied line was at a level only the lines below it show)
+        below = {indent_of(line) for line in suffix.split("\n")[:8] if line.strip()}
+        levels = open_levels(prefix) | {target_indent(prefix, "", suffix)} | below
+        indents = sorted(levels, key=len, reverse=True)
         variants = []
         for filler in line_fillers:
             for indent in indents if filler else [""]:
