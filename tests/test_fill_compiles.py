@@ -68,7 +68,12 @@ def test_a_break_below_needs_a_loop() -> None:
         # ... and one that closed it (HumanEval/105's `}`)
         ("def f(x):\n    m = {{\n        'zero': 0,\n{line}\n    return m[x]\n", "4:4", "        'one': 1,", "    }"),
         # a file indented in uneven steps: the emptied line's level shows only in the lines below it
-        ("def f(a):\n    while a:\n{line}\n        a = 0\n      a -= 1\n    return a\n", "3:3", "      x = 1", "      if a:"),
+        (
+            "def f(a):\n    while a:\n{line}\n        a = 0\n      a -= 1\n    return a\n",
+            "3:3",
+            "      x = 1",
+            "      if a:",
+        ),
     ],
 )
 def test_fills_that_do_not_compile_are_refused(source: str, line: str, bad: str, good: str) -> None:
