@@ -187,16 +187,18 @@ def test_lookup_drafts_are_exact_and_fire(model: Memo, layout: str) -> None:
 
     cfg = DecodeConfig(decoder="assd", draft="lookup", k=4)
     problem = _lookup_problem(layout)
-    drafted = 0
+    drafted, most = 0, 0
 
     def draw(p: FillProblem, g: torch.Generator) -> list[int]:
-        nonlocal drafted
+        nonlocal drafted, most
         tokens, stats = lookup_decode(model, p, cfg, g)
         drafted += stats.extra["drafted"]
+        most = max([most, *stats.accepted])
         return tokens.tolist()
 
     assert _chi_square_of(model, problem, cfg, draw, SAMPLES) > 1e-4
     assert drafted > 100  # the lookup really proposed drafts (else this only tests sequential steps)
+    assert most == 3  # two accepted drafts and the bonus token from the verify pass's extra row, in one pass
 
 
 def test_lookup_drafts_accepted_without_verification_fail(model: Memo) -> None:
