@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="default", help="model name or folder (default: the embedded model)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--engine", default="auto", choices=["auto", "torch", "onnx", "onnx-int8"])
     parser.add_argument("--limit", type=int, default=100, help="tasks, evenly spaced over the 1,033 (default 100)")
     parser.add_argument("--ks", default="5,10", help="ASSD speculation widths, model drafts (default 5,10)")
     parser.add_argument("--lookup-ks", default="4,8", help="longest lookup drafts (default 4,8; '' = none)")
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         import os
 
         os.environ["INFILL_THREADS"] = str(args.threads)
-    loaded = load(ModelSpec(name=args.model, device=args.device))
+    loaded = load(ModelSpec(name=args.model, device=args.device, engine=args.engine))
     tasks: list[Any] = evenly_spaced(build_tasks(load_problems()), args.limit)
     if args.heldout is not None:
         from infill.evaluation import heldout
@@ -129,7 +130,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
 
     print(
-        f"model {args.model}, {len(tasks)} single-line tasks, T={args.temperature:g}, "
+        f"model {args.model} ({loaded.info.get('engine', 'torch')} engine), {len(tasks)} single-line tasks, "
+        f"T={args.temperature:g}, "
         f"{'oracle length' if args.oracle_length else 'length policy'}, {platform.machine()}, "
         f"{time.perf_counter() - started:.0f} s"
     )

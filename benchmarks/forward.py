@@ -4,10 +4,13 @@ Same weights (the default model unless --model), same problem: a fill of --maske
 a --context-token sequence, some already decoded. Prints the median time of
   - transformers' XLNetLMHeadModel full forward (perm_mask + target_mapping), the reference implementation;
   - infill's full two-stream forward (TwoStreamXLNet.train_hidden without a cache);
-  - infill's cached pass (infill.models.xlnet_cache), which decoding uses,
-for a draft pass with 1 and 10 target rows and a verify pass with 10 rows, and two bounds: the arithmetic of
-one row (2 x parameters FLOP at this machine's measured fp32 matrix rate) and the time to stream the weights
-once from memory (measured with a chain of distinct matrix-vector products of the same total size).
+  - infill's cached pass (infill.models.xlnet_cache), which decoding uses, on the eager engine (--engine torch;
+    benchmarks/engines.py compares the engines),
+for a draft pass with 1 and 10 target rows and a verify pass with 10 rows, and two floors: the arithmetic of
+one row (2 x parameters FLOP at this machine's measured fp32 matrix rate) and the time to read the weights'
+bytes once (one reduction over an fp32 buffer of that size: the memory read rate, from whichever cache level
+holds the buffer; a pass reads each weight once, so it cannot be faster than this; int8 weights, a quarter of
+the bytes, at the same rate).
 
     python benchmarks/forward.py --threads 1 --runs 30
 """
@@ -36,6 +39,7 @@ def median_ms(fn: Callable[[], object], runs: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="default")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--context", type=int, default=256, help="sequence length in tokens")
@@ -48,9 +52,9 @@ def main() -> None:
     from infill.models.loading import load_by_name, resolve_folder
     from infill.models.xlnet import XLNetAnySubset
 
-    spec = ModelSpec(name=args.model, device="cpu", bf16=False)
+    spec = ModelSpec(name=args.model, device=args.device, bf16=False, engine="torch")
     cached = load_by_name(spec).model
-    full = XLNetAnySubset(cached.net, mask_id=cached.mask_id, device="cpu", cache=False)
+    full = XLNetAnySubset(cached.net, mask_id=cached.mask_id, device=args.device, cache=False)
     N, M, done = args.context, args.masked, 5
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(3, cached.vocab_size, (N,), generator=g)
@@ -102,16 +106,16 @@ def main() -> None:
     a = torch.randn(512, 512)
     gemm_ms = median_ms(lambda: a @ a, 20)
     flops = 2 * 512**3 / (gemm_ms / 1e3)
-    chain = [torch.randn(1024, 256) for _ in range(max(1, params // (1024 * 256)))]
-    v = torch.randn(256)
-    stream_ms = median_ms(lambda: [w @ v for w in chain], 10)
+    fp32 = torch.randn(params)
+    read_fp32 = median_ms(lambda: fp32.sum(), 20)
     print(
         f"model {args.model}: {params / 1e6:.2f}M parameters ({params * 4 / 1e6:.0f} MB fp32); sequence {N} tokens, "
         f"{M} masked, {done} decoded; {args.threads} thread(s); median of {args.runs} runs"
     )
     print(
-        f"bounds: arithmetic of one row {2 * params / flops * 1e3:.3f} ms (fp32 matrix rate {flops / 1e9:.0f} "
-        f"GFLOP/s); streaming the weights once {stream_ms:.2f} ms"
+        f"floors: arithmetic of one row {2 * params / flops * 1e3:.3f} ms (fp32 matrix rate {flops / 1e9:.0f} "
+        f"GFLOP/s); reading the weights once {read_fp32:.2f} ms in fp32 ({params * 4 / read_fp32 / 1e6:.0f} GB/s), "
+        f"{read_fp32 / 4:.2f} ms in int8 at that rate"
     )
     names = list(next(iter(rows.values())))
     print(f"{'pass':18s}" + "".join(f"{n:>20s}" for n in names))

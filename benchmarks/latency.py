@@ -9,6 +9,7 @@ Prints the median wall time of each and its ratio to cold; checks that all three
     python benchmarks/latency.py                      # the default model
     python benchmarks/latency.py --tiny               # a tiny random checkpoint (infill.models.tiny)
     python benchmarks/latency.py --model PATH --runs 9
+    python benchmarks/latency.py --decoder '' --engines torch,onnx   # the default fill, engines side by side
 
 The daemon runs in a private runtime directory and is stopped at the end.
 """
@@ -58,11 +59,14 @@ def main() -> None:
     parser.add_argument("--model", default="default", help="model name or folder [default: the embedded model]")
     parser.add_argument("--tiny", action="store_true", help="build and use a tiny random checkpoint")
     parser.add_argument("--runs", type=int, default=7, help="timed runs per mode (after one warm-up) [7]")
-    parser.add_argument("--decoder", default="assd")
+    parser.add_argument("--decoder", default="assd", help="'' = the tool's default (beam search)")
     parser.add_argument(
         "--no-syntax-check",
         action="store_true",
         help="no resampling on syntax errors (on with --tiny: a random model's lines never parse)",
+    )
+    parser.add_argument(
+        "--engines", default="", help="comma-separated --engine values, each timed in every mode [the default only]"
     )
     parser.add_argument(
         "--threads", type=int, default=None, help="OMP_NUM_THREADS for every mode alike (torch's default: one per core)"
@@ -97,48 +101,56 @@ def main() -> None:
             "json",
             "--model",
             model,
-            "--decoder",
-            args.decoder,
-        ] + (["--no-syntax-check"] if args.no_syntax_check else [])
+        ]
+        fill += (["--decoder", args.decoder] if args.decoder else []) + (
+            ["--no-syntax-check"] if args.no_syntax_check else []
+        )
 
-        results: dict[str, list[float]] = {"cold": [], "daemon": [], "stdio": []}
-        inside: dict[str, list[float]] = {"cold": [], "daemon": [], "stdio": []}  # the fill's own stats.seconds
-        outputs: dict[str, dict[str, Any]] = {}
+        engines = [e.strip() for e in args.engines.split(",") if e.strip()] or [""]
+        modes = [(mode, engine) for engine in engines for mode in ("cold", "daemon", "stdio")]
+        results: dict[tuple[str, str], list[float]] = {m: [] for m in modes}
+        inside: dict[tuple[str, str], list[float]] = {m: [] for m in modes}  # the fill's own stats.seconds
+        outputs: dict[tuple[str, str], dict[str, Any]] = {}
         stdio = StdioServer(env, model, source, args)
         try:
             # one warm-up each (starts the daemon, loads the model in both servers), then the modes take turns,
-            # so a change in the machine's load hits all three alike
+            # so a change in the machine's load hits all of them alike
             for i in range(args.runs + 1):
-                for mode in ("cold", "daemon", "stdio"):
+                for mode, engine in modes:
                     if mode == "stdio":
-                        seconds, outputs[mode] = stdio.fill(i)
+                        seconds, outputs[mode, engine] = stdio.fill(i, engine)
                     else:
-                        seconds, outputs[mode] = timed([*fill, "--daemon", "off" if mode == "cold" else "on"], env)
+                        flags = ["--daemon", "off" if mode == "cold" else "on"]
+                        flags += ["--engine", engine] if engine else []
+                        seconds, outputs[mode, engine] = timed([*fill, *flags], env)
                     if i:
-                        results[mode].append(seconds)
-                        inside[mode].append(outputs[mode]["stats"]["seconds"])
+                        results[mode, engine].append(seconds)
+                        inside[mode, engine].append(outputs[mode, engine]["stats"]["seconds"])
         finally:
             stdio.close()
             subprocess.run(
                 [sys.executable, "-m", "infill", "daemon", "stop"], env=env, cwd=REPO, capture_output=True, timeout=120
             )
 
-    same = edits(outputs["cold"]) == edits(outputs["daemon"]) == edits(outputs["stdio"])
-    cold = statistics.median(results["cold"])
+    same = len({json.dumps(edits(out)) for out in outputs.values()}) == 1
     print(
-        f"model: {model}   decoder: {args.decoder}   runs per mode: {args.runs} (after one warm-up; interleaved)"
-        f"   OMP_NUM_THREADS: {args.threads or 'default'}"
+        f"model: {model}   decoder: {args.decoder or 'default'}   runs per mode: {args.runs} (after one warm-up; "
+        f"interleaved)   OMP_NUM_THREADS: {args.threads or 'default'}"
     )
-    print(f"{'mode':<8} {'median ms':>10} {'min ms':>8} {'ratio to cold':>14} {'decode ms':>10} {'other ms':>9}")
-    for mode, times in results.items():
-        median, decode = statistics.median(times), statistics.median(inside[mode])
+    print(
+        f"{'mode':<8} {'engine':<10} {'median ms':>10} {'min ms':>8} {'ratio to cold':>14} {'decode ms':>10} "
+        f"{'other ms':>9}"
+    )
+    for (mode, engine), times in results.items():
+        cold = statistics.median(results["cold", engine])
+        median, decode = statistics.median(times), statistics.median(inside[mode, engine])
         print(
-            f"{mode:<8} {median * 1000:>10.1f} {min(times) * 1000:>8.1f} {median / cold:>14.3f} "
-            f"{decode * 1000:>10.1f} {(median - decode) * 1000:>9.1f}"
+            f"{mode:<8} {engine or 'default':<10} {median * 1000:>10.1f} {min(times) * 1000:>8.1f} "
+            f"{median / cold:>14.3f} {decode * 1000:>10.1f} {(median - decode) * 1000:>9.1f}"
         )
     print("decode = the fill's own stats.seconds (median); other = wall time around it")
-    print(f"same edits in all three modes: {same}")
-    print(f"fill: {edits(outputs['cold'])}")
+    print(f"same edits in every mode: {same}")
+    print(f"fill: {edits(next(iter(outputs.values())))}")
 
 
 class StdioServer:
@@ -157,16 +169,16 @@ class StdioServer:
             "path": str(source),
             "span": f"{LINE}:{LINE}",
             "model": model,
-            "decoder": args.decoder,
             "syntax_check": not args.no_syntax_check,
-        }
+        } | ({"decoder": args.decoder} if args.decoder else {})
 
-    def fill(self, request_id: int) -> tuple[float, dict[str, Any]]:
+    def fill(self, request_id: int, engine: str = "") -> tuple[float, dict[str, Any]]:
         stdin, stdout = self.process.stdin, self.process.stdout
         if stdin is None or stdout is None:  # never: both are pipes
             raise SystemExit("serve --stdio has no pipes")
+        params = self.params | ({"engine": engine} if engine else {})
         start = time.perf_counter()
-        stdin.write(json.dumps({"id": request_id, "method": "fill", "params": self.params}).encode() + b"\n")
+        stdin.write(json.dumps({"id": request_id, "method": "fill", "params": params}).encode() + b"\n")
         stdin.flush()
         reply: dict[str, Any] = json.loads(stdout.readline())
         seconds = time.perf_counter() - start

@@ -17,6 +17,10 @@ DraftName = str  # a key of DRAFTS
 # any-subset autoregressive (XLNet), block diffusion, or a left-to-right (autoregressive) code model with FIM tokens
 ModelKind = Literal["asarm", "blockdiff", "ar"]
 DeviceName = Literal["auto", "cpu", "cuda"]
+# what runs the AS-ARM's cached pass: eager PyTorch, or ONNX Runtime on a graph exported from the same module
+# (fp32, exact to 1e-5; or int8 weights, not exact); auto = onnx when the `onnx` extra is installed and the
+# device is the CPU, else torch (infill.models.xlnet.resolve_engine, docs/performance.md)
+EngineName = Literal["auto", "torch", "onnx", "onnx-int8"]
 
 
 T = TypeVar("T")
@@ -285,6 +289,7 @@ class ModelSpec:
     bf16: bool = True  # bf16 autocast on fp32 weights (CPU with AMX, or CUDA)
     revision: str | None = None  # HF cache revision, e.g. "code" or "nlp" for the ASSD checkpoints
     mask_token: str | None = None  # block-diffusion mask token override (e.g. "<|MASK|>"); None = from the folder
+    engine: EngineName = "auto"  # AS-ARM models: what runs the forward passes (see EngineName)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from infill.config import (
     TOOL_DECODE,
     DecodeConfig,
     DeviceName,
+    EngineName,
     FillOptions,
     ModelSpec,
     choose_decoder,
@@ -249,6 +250,15 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("model", "name", ("--model",), "Model name or folder.", key="model", metavar="NAME|PATH"),
     Option("model", "device", ("--device",), "", click.Choice(get_args(DeviceName)), choices=get_args(DeviceName)),
+    Option(
+        "model",
+        "engine",
+        ("--engine",),
+        "AS-ARM models: what runs the forward passes (onnx: ONNX Runtime, exact, needs the `onnx` extra; "
+        "onnx-int8: int8 weights, faster, not exact; auto: onnx when installed, on the CPU).",
+        click.Choice(get_args(EngineName)),
+        choices=get_args(EngineName),
+    ),
     Option(
         "model",
         "revision",

@@ -1,8 +1,17 @@
 """Test-session settings: `--daemon auto` must not start per-user daemons from the test suite (tests that
-exercise the daemon build their own environment without this variable: fixtures_serve.plugin_env)."""
+exercise the daemon build their own environment without this variable: fixtures_serve.plugin_env). Models run
+on the eager engine unless a test asks for another (`--engine auto` would export every tiny model to ONNX when
+the `onnx` extra is installed; tests/test_engines.py covers those engines), and exported graphs go to a
+temporary directory, never the user's cache."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ["INFILL_NO_DAEMON"] = "1"
+os.environ["INFILL_ENGINE"] = "torch"
+os.environ["INFILL_CACHE_DIR"] = tempfile.mkdtemp(prefix="infill-test-cache-")
+atexit.register(shutil.rmtree, os.environ["INFILL_CACHE_DIR"], ignore_errors=True)

@@ -27,7 +27,19 @@ if TYPE_CHECKING:
     from infill.models.registry import LoadedModel
 
 # the decoding options every evaluation shares with `infill fill` (infill.options), greedy by default
-_SHARED = ("model", "device", "decoder", "k", "temperature", "seed", "beam", "candidates", "retrieve", "monitor")
+_SHARED = (
+    "model",
+    "device",
+    "engine",
+    "decoder",
+    "k",
+    "temperature",
+    "seed",
+    "beam",
+    "candidates",
+    "retrieve",
+    "monitor",
+)
 _HELP = {
     "seed": "Decoding seed (and line sampling seed for heldout-exact).",
 }

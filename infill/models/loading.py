@@ -140,6 +140,8 @@ def load_by_name(spec: ModelSpec) -> LoadedModel:
     kind = folder_kind(cfg, folder)
     if kind is None:
         raise ModelError(f"{folder}: unsupported model_type {model_type!r} (known: {', '.join(known_model_types())})")
+    if kind != "asarm" and spec.engine not in ("auto", "torch"):
+        raise ModelError(f"--engine {spec.engine} runs AS-ARM (XLNet) models only; {spec.name} is a {model_type} model")
     if kind == "asarm":
         return load_xlnet_folder(folder, spec, cfg, provenance)
     if kind == "ar" and spec.mask_token is None:  # a mask token asked for: the user says it is block diffusion
@@ -178,6 +180,7 @@ def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], proven
         max_length=int(meta.get("max_length", DEFAULT_MAX_LENGTH)),
         device=spec.device,
         bf16=spec.bf16,
+        engine=spec.engine,
     )
     params = model.parameter_count()
     info = {
@@ -187,6 +190,7 @@ def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], proven
         "parameters": params,
         "device": str(model.device),
         "bf16": model.bf16,
+        "engine": model.engine,
         "tokenizer": type(tokenizer).__name__,
         "max_length": model.max_length,
     }

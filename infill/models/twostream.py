@@ -18,12 +18,14 @@ Two callers:
   * `TwoStreamXLNet.train_hidden`: a batch of whole sequences (training, held-out loss). The content stream has
     all N rows; the query stream only the T target rows (HF scatters it over all N positions); the last layer's
     content rows are skipped (nothing reads them).
-  * `infill.models.xlnet_cache.XLNetKVCache`: the same layer functions on row subsets with cached keys.
+  * `infill.models.xlnet_cache.CachedPass`: the same layer functions on row subsets with cached keys, the
+    cache's buffers and the new rows attended as two blocks of keys (eager, or exported to ONNX Runtime).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -31,6 +33,7 @@ import torch
 from torch import nn
 
 NEG = 1e30  # HF's masking constant: score - 1e30 on blocked pairs
+Blocks = torch.Tensor | Sequence[torch.Tensor]  # keys or values, whole or in blocks along the key axis
 
 
 @dataclass(frozen=True)
@@ -165,13 +168,14 @@ class Layer(nn.Module):
         self,
         x: torch.Tensor,  # (B, Q, d) stream input of the query rows
         q: torch.Tensor,  # (B, Q, n, dh) their queries
-        kt: torch.Tensor,  # (n, B, dh, R) keys, head-major and transposed (any strides)
-        vh: torch.Tensor,  # (n, B, R, dh) values, head-major (any strides)
-        kr: torch.Tensor,  # (P, n, dh) relative keys by distance, descending: index p <-> distance (P-1)/2 - p
+        kt: Blocks,  # (n, B, dh, R) keys, head-major and transposed (any strides), or blocks of them
+        vh: Blocks,  # (n, B, R, dh) values, head-major (any strides), or blocks of them (the same split)
+        kr: torch.Tensor,  # (n, dh, P) relative keys by distance, transposed, descending: p <-> distance (P-1)/2 - p
         rel: torch.Tensor | None,  # (B, Q, R) long index into kr, or None: rows and keys are both 0..N-1
         neg: torch.Tensor | None,  # (B, Q, R) additive mask: 0 allowed, -1e30 blocked; None: all allowed
     ) -> torch.Tensor:
-        """One attention sub-layer with residual and layer norm: (B, Q, d)."""
+        """One attention sub-layer with residual and layer norm: (B, Q, d). The keys (and values) may come in
+        blocks, e.g. a cache's buffer and the new rows, attended as one concatenation without making it."""
         return self.post(x, self.attention(q, kt, vh, kr, rel, neg))
 
     def post(self, x: torch.Tensor, vec: torch.Tensor) -> torch.Tensor:
@@ -182,9 +186,9 @@ class Layer(nn.Module):
     def attention(
         self,
         q: torch.Tensor,  # (B, Q, n, dh)
-        kt: torch.Tensor,  # (n, B, dh, R)
-        vh: torch.Tensor,  # (n, B, R, dh)
-        kr: torch.Tensor,  # (P, n, dh)
+        kt: Blocks,  # (n, B, dh, R), or blocks (n, B, dh, R_i) with sum R_i = R
+        vh: Blocks,  # (n, B, R, dh), or blocks (n, B, R_i, dh)
+        kr: torch.Tensor,  # (n, dh, P)
         rel: torch.Tensor | None,  # (B, Q, R) or None
         neg: torch.Tensor | None,  # (B, Q, R) or None
     ) -> torch.Tensor:
@@ -193,23 +197,32 @@ class Layer(nn.Module):
         Head-major layout (n, B, ...) throughout, so every large (Q, R) tensor is made contiguous by the
         operation that produces it and never copied.
         """
+        kts = [kt] if isinstance(kt, torch.Tensor) else list(kt)
+        vhs = [vh] if isinstance(vh, torch.Tensor) else list(vh)
         B, Q, n, dh = q.shape
-        R = kt.shape[-1]
+        R = sum(k.shape[-1] for k in kts)
         qs = q.permute(2, 0, 1, 3) * self.rel_attn.scale  # (n, B, Q, dh), the 1/sqrt(d_head) folded in
-        by_dist = (qs + self._derived("rr")).reshape(n, B * Q, dh) @ kr.permute(1, 2, 0)  # (n, B*Q, P)
+        by_dist = (qs + self._derived("rr")).reshape(n, B * Q, dh) @ kr  # (n, B*Q, P)
         P = by_dist.shape[-1]
         if rel is None:  # row i needs distances i - j, j = 0..N-1: a contiguous window of each row (a view)
             bd = by_dist.as_strided((n, B, Q, R), (B * Q * P, Q * P, P - 1, 1), by_dist.storage_offset() + (P - 1) // 2)
         else:
             bd = by_dist.view(n, B, Q, P).gather(3, rel[None].expand(n, -1, -1, -1))  # (n, B, Q, R)
-        base = bd if neg is None else bd + neg[None]  # (n, B, Q, R)
-        score = torch.baddbmm(  # base + (q + r_w) . k, one fused product per (head, batch)
-            base.reshape(n * B, Q, R),
-            (qs + self._derived("rw")).reshape(n * B, Q, dh),
-            kt.reshape(n * B, dh, R),
-        )
-        prob = torch.softmax(score, dim=-1)  # (n*B, Q, R)
-        vec = prob @ vh.reshape(n * B, R, dh)  # (n*B, Q, dh)
+        base = (bd if neg is None else bd + neg[None]).reshape(n * B, Q, R)
+        qw = (qs + self._derived("rw")).reshape(n * B, Q, dh)
+        parts, at = [], 0
+        for block in kts:  # base + (q + r_w) . k, one fused product per (head, batch) and block
+            width = block.shape[-1]
+            parts.append(torch.baddbmm(base[..., at : at + width], qw, block.reshape(n * B, dh, width)))
+            at += width
+        prob = torch.softmax(parts[0] if len(parts) == 1 else torch.cat(parts, -1), dim=-1)  # (n*B, Q, R)
+        vec, at = None, 0
+        for block in vhs:
+            width = block.shape[-2]
+            term = prob[..., at : at + width] @ block.reshape(n * B, width, dh)  # (n*B, Q, dh)
+            vec = term if vec is None else vec + term
+            at += width
+        assert vec is not None
         return vec.view(n, B, Q, dh).permute(1, 2, 0, 3).reshape(B, Q, n * dh)  # (B, Q, n*dh)
 
 
@@ -283,9 +296,10 @@ class TwoStreamXLNet(nn.Module):
         return table
 
     def relative_keys(self, layer: Layer, N: int, device: torch.device) -> torch.Tensor:
-        """(2N-1, n, dh) relative keys of one layer."""
+        """(n, dh, 2N-1) relative keys of one layer, head-major and transposed (a view of the product)."""
         r = layer.rel_attn.r
-        return (self.distances(N, device) @ r.reshape(r.shape[0], -1)).unflatten(-1, r.shape[1:])
+        by_dist = self.distances(N, device).to(r.dtype) @ r.reshape(r.shape[0], -1)  # (2N-1, n*dh)
+        return by_dist.t().unflatten(0, r.shape[1:])
 
     # --- training / scoring forward ------------------------------------------------------------------------
 
@@ -323,7 +337,7 @@ class TwoStreamXLNet(nn.Module):
         layers = self.layers()
         last = len(layers) - 1
         for li, layer in enumerate(layers):
-            kr = self.relative_keys(layer, N, dev)  # (2N-1, n, dh)
+            kr = self.relative_keys(layer, N, dev)  # (n, dh, 2N-1)
             if li < last:
                 q_h, k, v = layer.project(h, "qkv").unbind(-3)  # each (B, N, n, dh)
             else:  # the last layer's content rows feed nothing

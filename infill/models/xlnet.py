@@ -8,19 +8,51 @@ The masks are those of infill.models.masks (shared with training):
 Passes go through the prompt/KV cache (xlnet_cache.py), which returns the same logits as the full forward
 (tests: <= 1e-5) at a fraction of the cost; `cache=False` keeps the full forward. The `<mask>` logit is -inf
 before any softmax. Weights stay fp32; bf16 autocast is used only where it is fast (infill.hardware).
+The cached pass runs in eager PyTorch or in ONNX Runtime (`engine`, infill.models.onnx), on the same module.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+import os
+import sys
+from typing import TYPE_CHECKING, Any, get_args
 
+from infill.config import EngineName
+from infill.errors import ModelError, one_line
 from infill.hardware import resolve_device
 
 if TYPE_CHECKING:
     import torch
 
     from infill.models.twostream import TwoStreamXLNet
+    from infill.models.xlnet_cache import Engine
+
+
+ENGINE_ENV = "INFILL_ENGINE"
+
+
+def resolve_engine(engine: str, device: str) -> str:
+    """The engine that runs the cached pass: 'torch', 'onnx' or 'onnx-int8'. `auto` is $INFILL_ENGINE when set,
+    else onnx on the CPU when the `onnx` extra is installed, else torch; an ONNX engine asked for on another
+    device, or without the extra, is a ModelError."""
+    from infill.models import onnx
+
+    if engine == "auto":
+        chosen = os.environ.get(ENGINE_ENV, "").strip()
+        if chosen and chosen != "auto":
+            if chosen not in get_args(EngineName):
+                raise ModelError(f"${ENGINE_ENV}={chosen!r} is not an engine (expected torch, onnx or onnx-int8)")
+            return resolve_engine(chosen, device)
+        return "onnx" if device == "cpu" and onnx.available() else "torch"
+    if engine in ("onnx", "onnx-int8"):
+        if device != "cpu":
+            raise ModelError(f"--engine {engine} runs on the CPU; use --engine torch with --device {device}")
+        onnx.require()
+        return engine
+    if engine not in get_args(EngineName):
+        raise ModelError(f"unknown engine {engine!r} (expected auto, torch, onnx or onnx-int8)")
+    return engine
 
 
 class XLNetAnySubset:
@@ -40,6 +72,7 @@ class XLNetAnySubset:
         device: str = "auto",
         bf16: bool = False,
         cache: bool = True,
+        engine: str = "torch",
     ) -> None:
         import torch
 
@@ -55,7 +88,25 @@ class XLNetAnySubset:
         self.max_length = int(max_length)
         self.bf16 = bool(bf16) and fast_bf16(self.device.type)  # bf16 is 65x slower than fp32 on AVX2 CPUs
         self.nfe = 0
-        self.cache = XLNetKVCache(self.net) if cache else None  # None = the full forward every pass
+        self.engine = resolve_engine(engine, self.device.type)
+        self.cache = XLNetKVCache(self.net, self._engine(engine)) if cache else None  # None: the full forward
+
+    def _engine(self, asked: str) -> Engine | None:
+        """The cached pass's engine (None: the eager default). When an ONNX graph cannot be made or run, `auto`
+        falls back to the eager engine with a warning on stderr; an engine asked for by name is a ModelError."""
+        if self.engine == "torch":
+            return None
+        from infill.models.onnx import OnnxPass
+
+        try:
+            return OnnxPass(self.net, int8=self.engine == "onnx-int8")
+        except Exception as exc:  # the exporter, the quantizer or the runtime (their errors have no common base)
+            reason = one_line(f"{type(exc).__name__}: {exc}")
+            if asked != "auto" or os.environ.get(ENGINE_ENV, "").strip() not in ("", "auto"):
+                raise ModelError(f"--engine {self.engine}: {reason}") from exc
+            print(f"infill: warning: the ONNX Runtime engine failed ({reason}); using torch", file=sys.stderr)
+            self.engine = "torch"
+            return None
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch

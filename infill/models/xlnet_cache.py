@@ -7,7 +7,9 @@ those "committed" rows are kept in preallocated buffers; a pass then computes on
   - the content rows of newly decoded tokens (appended to the buffers, rank-causal among themselves),
   - for verify, the content rows of the k drafts (written after the committed rows, not committed),
   - the query stream of the k targets,
-with the layer functions of infill.models.twostream (the same code that trains the model).
+with the layer functions of infill.models.twostream (the same code that trains the model), in one module,
+`CachedPass`, a function of tensors: the eager engine runs it with the buffers written in place, and the ONNX
+Runtime engine (infill.models.onnx) runs a graph exported from it.
 
 One pass, one trip through the weights. The new content rows and the query rows are different rows of the
 same layer: they are stacked and go through each projection, attention and feed-forward product together,
@@ -20,12 +22,75 @@ committed rows, and they are exactly the rows a commit of those tokens would com
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    import torch
+import torch
+from torch import nn
 
-    from infill.models.twostream import TwoStreamXLNet
+from infill.models.twostream import NEG, TwoStreamXLNet
+
+
+class CachedPass(nn.Module):
+    """One cached pass as a function of tensors: the layer loop every engine runs (eagerly, as this module; the
+    ONNX graph of infill.models.onnx is exported from it).
+
+    tokens (G,) long: the new content rows; queries (k,): only its length is read (k query rows, `mask_emb`);
+    keys, values: per layer (n, dh, N) and (n, N, dh), the cache's buffers (keys transposed, as the products take
+    them), whole: rows not committed are masked, and must be finite (zeros or stale rows); kr: per layer
+    (n, dh, P) relative keys by distance, transposed; rel (G+k, N+G) long index into kr of each (row, key)
+    distance; neg (G+k, N+G) additive mask (0 or -1e30), over the buffer's rows then the new rows. The buffers
+    are attended as they are, with the new rows as a second block of keys, so no pass copies them. Returns
+    (logits (k, V), new_k (L, n, dh, G), new_v (L, n, G, dh)): the query rows' logits and the new rows' keys and
+    values (the caller writes them into the buffers).
+    """
+
+    def __init__(self, net: TwoStreamXLNet) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        queries: torch.Tensor,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+        kr: list[torch.Tensor],
+        rel: torch.Tensor,
+        neg: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        G, k = tokens.shape[0], queries.shape[0]
+        tr = self.net.transformer
+        x = torch.cat([tr.word_embedding(tokens), tr.mask_emb[0].expand(k, -1)])  # (G+k, d)
+        layers = self.net.layers()
+        last = len(layers) - 1
+        new_k, new_v = [], []
+        for li, layer in enumerate(layers):
+            q, key, value = layer.project(x, "qkv").unbind(-3)  # each (G+k, n, dh): one product for both streams
+            key_n, value_n = key[:G].permute(1, 2, 0), value[:G].transpose(0, 1)  # (n, dh, G), (n, G, dh)
+            new_k.append(key_n)
+            new_v.append(value_n)
+            kt = (keys[li][:, None], key_n[:, None])  # (n, 1, dh, N), (n, 1, dh, G)
+            vh = (values[li][:, None], value_n[:, None])  # (n, 1, N, dh), (n, 1, G, dh)
+            rows = slice(G, G + k) if li == last else slice(0, G + k)  # the last layer's content rows feed nothing
+            x = layer.ff(
+                layer.attend(x[rows][None], q[rows][None], kt, vh, kr[li], rel[None, rows], neg[None, rows])[0]
+            )
+        return self.net.lm_loss(x), torch.stack(new_k), torch.stack(new_v)
+
+
+class Engine(Protocol):
+    """Runs CachedPass (its arguments and results as there): the module itself, or infill.models.onnx.OnnxPass."""
+
+    def __call__(
+        self,
+        tokens: torch.Tensor,
+        queries: torch.Tensor,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+        kr: list[torch.Tensor],
+        rel: torch.Tensor,
+        neg: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
 
 class XLNetKVCache:
@@ -33,24 +98,26 @@ class XLNetKVCache:
 
     `logits(...)` is a drop-in for the full forward. The cache is keyed by (N, masked positions, prompt tokens);
     committed masked tokens that differ from the call's `ids` (a new sample of the same problem) truncate it back
-    to the longest common prefix, which stays valid because rank r only sees ranks < r.
+    to the longest common prefix, which stays valid because rank r only sees ranks < r. `engine` runs the passes
+    (CachedPass, eager, by default; infill.models.onnx.OnnxPass runs the same pass as an ONNX graph).
     """
 
-    def __init__(self, net: TwoStreamXLNet) -> None:
+    def __init__(self, net: TwoStreamXLNet, engine: Engine | None = None) -> None:
         self.net = net
         self.layers = net.layers()
+        self.engine: Engine = engine if engine is not None else CachedPass(net)
         self.prefills = 0  # prompt passes (one per new problem)
         self.reused = 0  # draft rows committed from a verify pass (for tests and benchmarks)
         self._key: tuple[int, tuple[int, ...]] | None = None
         self._prompt_ids: torch.Tensor | None = None
         self._N = 0
         self._R = 0  # committed rows
-        self._keys: torch.Tensor | None = None  # (L, n, N, dh) head-major; rows 0.._R-1 committed
+        self._keys: torch.Tensor | None = None  # (L, n, dh, N) rows 0.._R-1 committed, the rest finite
         self._values: torch.Tensor | None = None  # (L, n, N, dh)
         self._pos: torch.Tensor | None = None  # (N,) positions of the rows
         self._tokens: list[int] = []  # committed masked tokens, rank order
         self._n_prompt = 0
-        self._kr: list[torch.Tensor] = []  # per layer (2N - 1, n, dh): relative keys by distance
+        self._kr: list[torch.Tensor] = []  # per layer (n, dh, 2N - 1): relative keys by distance, transposed
         # drafts whose rows the last verify pass left at _R..: (committed tokens then, draft tokens)
         self._stash: tuple[list[int], list[int]] | None = None
 
@@ -63,47 +130,32 @@ class XLNetKVCache:
         targets: torch.Tensor,
         sees: torch.Tensor,
         bidirectional: bool = False,
-    ) -> torch.Tensor | None:
+    ) -> torch.Tensor:
         """Content rows for `tokens` (G,) at `pos` (G,), rank-causal among themselves (all-visible when
         `bidirectional`: the prompt), written at _R.._R+G-1 of every layer (the caller commits them or not), and
         query rows for `targets` (k,); `sees` (k, G) bool says which new rows each query row sees (every row sees
-        the committed rows). Returns the targets' (k, d) final states, or None when k == 0."""
-        import torch
-
-        from infill.models.twostream import NEG
-
+        the committed rows). Returns the targets' (k, V) logits."""
         assert self._keys is not None and self._values is not None and self._pos is not None
-        R, G, k = self._R, tokens.shape[0], targets.shape[0]
+        R, G, k, N = self._R, tokens.shape[0], targets.shape[0], self._N
         dev = tokens.device
-        width = R + G
-        self._pos[R:width] = pos
         q_pos = torch.cat([pos, targets])  # (G+k,) the rows' positions
-        rel = ((self._N - 1) - (q_pos[:, None] - self._pos[None, :width]))[None]  # (1, G+k, width)
+        rel = (N - 1) - (q_pos[:, None] - torch.cat([self._pos, pos])[None])  # (G+k, N+G)
         within = torch.ones(G, G, dtype=torch.bool, device=dev)
         blocked = torch.cat([~within if bidirectional else ~within.tril(), ~sees])  # (G+k, G)
-        neg = torch.zeros(1, G + k, width, device=dev)
-        neg[0, :, R:] = blocked.to(neg.dtype) * -NEG
-        x = torch.cat([self.net.transformer.word_embedding(tokens), self.net.transformer.mask_emb[0].expand(k, -1)])
-        last = len(self.layers) - 1
-        for li, layer in enumerate(self.layers):
-            q, key, value = layer.project(x, "qkv").unbind(-3)  # each (G+k, n, dh): one product for both streams
-            self._keys[li, :, R:width] = key[:G].transpose(0, 1)
-            self._values[li, :, R:width] = value[:G].transpose(0, 1)
-            rows = slice(G, G + k) if li == last else slice(0, G + k)  # the last layer's content rows feed nothing
-            if li == last and k == 0:
-                return None
-            kt = self._keys[li, :, None, :width].transpose(-1, -2)  # (n, 1, dh, width) views
-            vh = self._values[li, :, None, :width]
-            x = layer.ff(
-                layer.attend(x[rows][None], q[rows][None], kt, vh, self._kr[li], rel[:, rows], neg[:, rows])[0]
-            )
-        return x if k else None
+        neg = torch.zeros(G + k, N + G, device=dev, dtype=self._keys.dtype)
+        neg[:, R:N] = -NEG  # buffer rows not committed
+        neg[:, N:] = blocked.to(neg.dtype) * -NEG
+        logits, new_k, new_v = self.engine(
+            tokens, targets, list(self._keys), list(self._values), self._kr, rel, neg
+        )  # (k, V), (L, n, dh, G), (L, n, G, dh)
+        self._keys[..., R : R + G] = new_k
+        self._values[:, :, R : R + G] = new_v
+        self._pos[R : R + G] = pos
+        return logits
 
     # --- cache maintenance ------------------------------------------------------------------------
 
     def _reset(self, ids: torch.Tensor, masked: torch.Tensor) -> None:
-        import torch
-
         N = ids.shape[0]
         s = self.net.shape
         prompt = torch.ones(N, dtype=torch.bool, device=ids.device)
@@ -112,17 +164,24 @@ class XLNetKVCache:
         self._key = (N, tuple(masked.tolist()))
         self._prompt_ids = ids[p_pos].clone()
         self._N = N
-        self._kr = [self.net.relative_keys(layer, N, ids.device) for layer in self.layers]
-        shape = (len(self.layers), s.n_head, N, s.d_head)
-        self._keys = torch.empty(shape, device=ids.device)
-        self._values = torch.empty(shape, device=ids.device)
-        self._pos = torch.empty(N, dtype=torch.long, device=ids.device)
+        self._kr = [self.net.relative_keys(layer, N, ids.device).contiguous() for layer in self.layers]
+        L, n, dh, dtype = len(self.layers), s.n_head, s.d_head, self._kr[0].dtype  # the weights' dtype
+        # zeros: every pass reads the whole buffers (masked), so rows never written must be finite
+        self._keys = torch.zeros(L, n, dh, N, device=ids.device, dtype=dtype)
+        self._values = torch.zeros(L, n, N, dh, device=ids.device, dtype=dtype)
+        self._pos = torch.zeros(N, dtype=torch.long, device=ids.device)
         self._R = 0
         self._tokens = []
         self._stash = None
         self._n_prompt = p_pos.shape[0]
         none = torch.zeros(0, dtype=torch.long, device=ids.device)
-        self._pass(ids[p_pos], p_pos, none, torch.zeros(0, p_pos.shape[0], dtype=torch.bool), bidirectional=True)
+        self._pass(
+            ids[p_pos],
+            p_pos,
+            none,
+            torch.zeros(0, p_pos.shape[0], dtype=torch.bool, device=ids.device),
+            bidirectional=True,
+        )
         self._R = p_pos.shape[0]  # the prompt block is bidirectional: every prompt row sees every other
         self.prefills += 1
 
@@ -130,8 +189,6 @@ class XLNetKVCache:
         """Make the cache hold the prompt + the longest committed prefix of masked[:n] that matches `ids`, using
         a verify pass's stashed drafts where they were accepted. Returns the positions masked[c:n] still to
         commit (the caller computes them in its pass)."""
-        import torch
-
         key = (ids.shape[0], tuple(masked.tolist()))
         prompt_ok = self._key == key and self._prompt_ids is not None
         if prompt_ok:
@@ -168,8 +225,6 @@ class XLNetKVCache:
     ) -> torch.Tensor:
         """(k, V) logits at `targets` = masked[n:n+k]: draft (targets see prompt + masked[:n]) or verify
         (the drafts written at the targets are seen by later targets)."""
-        import torch
-
         pending = self._sync(ids, masked, n)  # (G,) decoded positions not in the cache yet
         G, k = pending.shape[0], targets.shape[0]
         dev = ids.device
@@ -185,11 +240,9 @@ class XLNetKVCache:
         else:
             rows = pending
             sees = torch.ones(k, G, dtype=torch.bool, device=dev)
-        g = self._pass(ids[rows], rows, targets, sees)
+        out = self._pass(ids[rows], rows, targets, sees)  # (k, V)
         self._R += G
         self._tokens.extend(ids[pending].tolist())
         if verify:
             self._stash = (list(self._tokens), ids[targets].tolist())
-        assert g is not None
-        out: torch.Tensor = self.net.lm_loss(g)  # (k, V)
         return out

@@ -214,7 +214,17 @@ def timeout_seconds(environ: Mapping[str, str] | None = None) -> float:
     return value
 
 
-_TRANSPORT = ("gloo", "nccl", "connection closed", "connection reset", "timed out", "broken pipe", "process group")
+_TRANSPORT = (
+    "gloo",
+    "nccl",
+    "connection closed",
+    "connection reset",
+    "timed out",
+    "timeout",  # gloo: "Application timeout caused pair closure"
+    "pair closure",
+    "broken pipe",
+    "process group",
+)
 
 
 def _lost(exc: BaseException) -> bool:

@@ -1,0 +1,207 @@
+"""Every engine of the AS-ARM's cached pass (eager PyTorch, ONNX Runtime fp32 and int8) against the full forward,
+on a tiny model: the same logits (int8: close ones), the same fills, and the exported graph's cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from infill import api
+from infill.cli import main
+from infill.config import DecodeConfig, ModelSpec
+from infill.decoding import decode
+from infill.errors import ModelError
+from infill.models import onnx
+from infill.models.base import FillProblem
+from infill.models.loading import load_by_name
+from infill.models.xlnet import XLNetAnySubset, resolve_engine
+
+torch.set_num_threads(1)
+needs_onnx = pytest.mark.skipif(not onnx.available(), reason="the `onnx` extra is not installed")
+ENGINES = ["torch", pytest.param("onnx", marks=needs_onnx), pytest.param("onnx-int8", marks=needs_onnx)]
+SOURCE = "def mean(values):\n    total = 0\n    for value in values:\n        total += value\n    return total\n"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from infill.models.tiny import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-engines") / "model", init_scale=0.3, seed=5)
+
+
+@pytest.fixture(scope="module")
+def reference(folder: Path) -> XLNetAnySubset:
+    """The full two-stream forward (no cache): the reference every engine is held to."""
+    model = load_by_name(ModelSpec(name=str(folder), device="cpu", bf16=False, engine="torch")).model
+    return XLNetAnySubset(model.net, mask_id=model.mask_id, device="cpu", cache=False)
+
+
+@pytest.fixture(scope="module")
+def engines(reference: XLNetAnySubset) -> dict[str, XLNetAnySubset]:
+    out = {"torch": XLNetAnySubset(reference.net, mask_id=reference.mask_id, device="cpu", engine="torch")}
+    if onnx.available():
+        for name in ("onnx", "onnx-int8"):
+            out[name] = XLNetAnySubset(reference.net, mask_id=reference.mask_id, device="cpu", engine=name)
+    return out
+
+
+def walk(model: XLNetAnySubset, reference: XLNetAnySubset, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(engine, reference) logits of every draft and verify pass of a left-to-right walk over a problem."""
+    g = torch.Generator().manual_seed(seed)
+    V, mask = reference.vocab_size, reference.mask_id
+    N = 20
+    ids = torch.randint(3, V, (N,), generator=g)  # ids 0-2 are the specials, <mask> among them
+    masked = torch.tensor(sorted(torch.randperm(N - 1, generator=g)[:7].add(1).tolist()))
+    ids[masked] = mask
+    pairs = []
+    for n in range(masked.shape[0]):
+        targets = masked[n : n + 4]
+        pairs.append((model.draft(ids, masked, n, targets), reference.draft(ids, masked, n, targets)))
+        drafted = ids.clone()
+        drafted[targets] = torch.randint(3, V, (targets.shape[0],), generator=g)
+        pairs.append((model.verify(drafted, masked, n, targets), reference.verify(drafted, masked, n, targets)))
+        ids[masked[n]] = int(torch.randint(3, V, (), generator=g))
+    return pairs
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_engine_matches_the_full_forward(
+    engines: dict[str, XLNetAnySubset], reference: XLNetAnySubset, engine: str
+) -> None:
+    model = engines[engine]
+    assert model.engine == engine
+    for seed in range(3):
+        for got, want in walk(model, reference, seed):
+            finite = torch.isfinite(want)
+            assert torch.equal(finite, torch.isfinite(got))
+            if engine == "onnx-int8":  # int8 weights: close distributions, not the same numbers
+                p, q = torch.softmax(got, -1), torch.softmax(want, -1)
+                assert (p - q).abs().sum(-1).max() < 0.1  # total variation below 0.05
+            else:
+                assert (got - want)[finite].abs().max() < 2e-5
+
+
+@needs_onnx
+def test_greedy_fills_are_the_same_on_onnx_runtime(engines: dict[str, XLNetAnySubset]) -> None:
+    mask = engines["torch"].mask_id
+    ids = torch.tensor([50, mask, mask, mask, 90, 120, mask, mask, mask, mask, 70, 30, 50, mask, 80])
+    problem = FillProblem(ids, (ids == mask).nonzero().squeeze(-1))
+    for cfg in (
+        DecodeConfig(decoder="sequential", temperature=0),
+        DecodeConfig(decoder="assd", draft="lookup", k=4, temperature=0),
+        DecodeConfig(decoder="beam", beam=4, temperature=0),
+    ):
+        a, sa = decode(engines["torch"], problem, cfg, torch.Generator().manual_seed(0))
+        b, sb = decode(engines["onnx"], problem, cfg, torch.Generator().manual_seed(0))
+        assert a.tolist() == b.tolist() and sa.nfe == sb.nfe, cfg.decoder
+
+
+@needs_onnx
+def test_the_exported_graph_is_kept_and_keyed_by_the_weights(
+    engines: dict[str, XLNetAnySubset], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import copy
+
+    from infill.models.onnx import OnnxPass
+
+    net = engines["torch"].net
+    first = OnnxPass(net)
+    assert first.path.is_file() and first.path.parent == onnx.cache_dir() / "onnx"
+
+    def no_export(*_: object) -> None:
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(onnx, "export", no_export)
+    assert OnnxPass(net).path == first.path  # the second load reads the file
+    changed = copy.deepcopy(net)
+    with torch.no_grad():
+        changed.transformer.layer[0].ff.layer_1.bias[0] += 1.0
+    assert onnx.fingerprint(changed) != onnx.fingerprint(net)  # new weights never reuse a stale graph
+    assert not list(first.path.parent.glob(".*"))  # no temporary file left behind
+
+
+@needs_onnx
+def test_an_unwritable_cache_directory_still_runs(
+    engines: dict[str, XLNetAnySubset], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from infill.models.onnx import OnnxPass
+
+    graph = OnnxPass(engines["torch"].net).path
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv(onnx.CACHE_ENV, str(blocker))  # mkdir under a file fails
+    monkeypatch.setattr(onnx, "export", lambda _net, path: path.write_bytes(graph.read_bytes()))
+    made = OnnxPass(engines["torch"].net)
+    assert not made.path.is_relative_to(blocker) and made.path.is_file()
+
+
+@needs_onnx
+def test_a_graph_that_cannot_be_made_falls_back_only_under_auto(
+    reference: XLNetAnySubset, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("the exporter broke\nwith a second line")
+
+    monkeypatch.setattr(onnx, "OnnxPass", broken)
+    monkeypatch.delenv("INFILL_ENGINE", raising=False)
+    model = XLNetAnySubset(reference.net, mask_id=reference.mask_id, device="cpu", engine="auto")
+    assert model.engine == "torch"
+    err = capsys.readouterr().err
+    assert "the exporter broke" in err and "second line" not in err and err.count("\n") == 1
+    with pytest.raises(ModelError, match="the exporter broke"):
+        XLNetAnySubset(reference.net, mask_id=reference.mask_id, device="cpu", engine="onnx")
+
+
+def test_engine_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INFILL_ENGINE", raising=False)
+    assert resolve_engine("torch", "cpu") == "torch"
+    assert resolve_engine("auto", "cuda") == "torch"
+    assert resolve_engine("auto", "cpu") == ("onnx" if onnx.available() else "torch")
+    with pytest.raises(ModelError, match="runs on the CPU"):
+        resolve_engine("onnx", "cuda")
+    monkeypatch.setenv("INFILL_ENGINE", "torch")
+    assert resolve_engine("auto", "cpu") == "torch"
+    monkeypatch.setenv("INFILL_ENGINE", "fast")
+    with pytest.raises(ModelError, match="INFILL_ENGINE"):
+        resolve_engine("auto", "cpu")
+    monkeypatch.delenv("INFILL_ENGINE")
+    monkeypatch.setattr(onnx, "PACKAGES", (*onnx.PACKAGES, "no_such_package_for_infill"))
+    assert resolve_engine("auto", "cpu") == "torch"  # a partial install: the eager engine, silently
+    with pytest.raises(ModelError, match=r"pip install 'infill\[onnx\]'"):
+        resolve_engine("onnx", "cpu")
+
+
+def fill(*args: str) -> tuple[int, str, str]:
+    api.clear_model_cache()
+    r = CliRunner().invoke(main, ["fill", *args])
+    return r.exit_code, r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_fill_with_engine_through_the_cli(folder: Path, tmp_path: Path, engine: str) -> None:
+    p = tmp_path / "m.py"
+    p.write_text(SOURCE)
+    common = ["--span", "4:4", "--model", str(folder), "--tokens", "6", "--format", "json", "--allow-syntax-errors"]
+    code, out, err = fill(str(p), *common, "--engine", engine)
+    assert code == 0, err
+    if engine == "onnx":  # exact: the same edit as the eager engine
+        code, eager, err = fill(str(p), *common, "--engine", "torch")
+        assert code == 0, err
+        (a,), (b,) = json.loads(out)["edits"], json.loads(eager)["edits"]
+        assert a["score"] == pytest.approx(b.pop("score"), abs=1e-4)  # float sums in another order
+        assert {k: v for k, v in a.items() if k != "score"} == b
+    assert p.read_text() == SOURCE
+
+
+def test_unknown_engine_and_onnx_on_a_block_diffusion_model(tmp_path: Path) -> None:
+    p = tmp_path / "m.py"
+    p.write_text(SOURCE)
+    code, _, err = fill(str(p), "--span", "4:4", "--engine", "fast")
+    assert code == 2 and "--engine" in err
+    code, _, err = fill(str(p), "--span", "4:4", "--model", "blockdiff", "--engine", "onnx-int8")
+    assert code == ModelError.exit_code and "AS-ARM" in err
+    assert p.read_text() == SOURCE
