@@ -84,7 +84,11 @@ class ModelDraft:
 def assd(run: LeftToRight) -> None:
     """Fill run.problem with Algorithm 1 and the draft source cfg.draft (module docstring); cfg.k is the
     speculation width (the longest lookup draft). stats.extra counts `drafted` tokens, `rejections` and
-    `sequential_steps` (steps without a proposal)."""
+    `sequential_steps` (steps without a proposal).
+
+    `run` (infill.decoding.problem.LeftToRight, built by infill.decoding.decode): run.ids (N,) long is filled in
+    place at run.masked (M,) long, in that order, drawing from run.generator; returns nothing (decode returns
+    run.result(): the tokens (M,) long in decoding order, and run.stats)."""
     from infill.decoding.registry import draft_source
 
     opts = options_of(AssdOptions, run.cfg)
@@ -98,12 +102,17 @@ def assd(run: LeftToRight) -> None:
 def sequential(run: LeftToRight) -> None:
     """Exact sequential decoding (Eq. 4): one forward pass per masked token, left to right. It is the loop below
     with the model's own draft of the next token alone, which is the oracle's sample (with one target the draft
-    mask equals the oracle mask), so nothing is ever verified and the fill follows the joint by the chain rule."""
+    mask equals the oracle mask), so nothing is ever verified and the fill follows the joint by the chain rule.
+
+    `run`: as for `assd` (run.ids (N,) filled in place at run.masked (M,)); returns nothing. M passes at most."""
     speculate(run, ModelDraft(run.model, run.cfg, 1), Acceptance())
 
 
 def speculate(run: LeftToRight, source: DraftSource, rule: Acceptance) -> None:
-    """The verification loop (module docstring): drafts from `source`, one verify pass, `rule` accepts."""
+    """The verification loop (module docstring): drafts from `source`, one verify pass, `rule` accepts.
+
+    Fills run.ids (N,) in place at run.masked (M,); each iteration verifies the L drafts of one Proposal with
+    q (L or L + 1, V) from model.verify and records the tokens it made final in run.stats.accepted."""
     import torch
 
     model, cfg, generator, stats = run.model, run.cfg, run.generator, run.stats

@@ -36,7 +36,13 @@ if TYPE_CHECKING:
 def beam_search(run: LeftToRight) -> None:
     """The best fill that writes something found with beam width cfg.beam (>= 1; 1 = greedy), written into run.ids.
     stats.extra["nbest"] lists up to `width` finished fills as (log-probability, tokens): fills that write, best
-    first, then empty ones. The search is deterministic: run.generator is not drawn from."""
+    first, then empty ones. The search is deterministic: run.generator is not drawn from.
+
+    `run`: as for infill.decoding.assd.assd; the best fill's sequence replaces run.ids (N,) long (its tokens at
+    run.masked (M,) long); returns nothing. Each step extends every live beam by one position with one
+    model.draft pass of one target, (1, V) logits (with one target the draft is the oracle); a fill's score is
+    the sum of its tokens' untransformed log-probabilities. A finished fill that run.problem.accept refuses does
+    not end the search."""
     import torch
 
     model, problem, stats, on_step = run.model, run.problem, run.stats, run.on_step

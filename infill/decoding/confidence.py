@@ -114,10 +114,14 @@ def _end_of_generation(seq: torch.Tensor, start: int, stop: int, mask_id: int, e
 
 
 def denoise(job: Generation, step_fn: StepFn | None = None, hidden: bool = False) -> tuple[torch.Tensor, DecodeStats]:
-    """Algorithm 1 -> (generated tokens (n,) long without the end token, stats).
+    """Algorithm 1 -> (generated tokens (n,) long without the end token, n <= job.max_tokens; stats).
 
-    `step_fn` is the denoising step (default: confidence_step); S2D2 and SSMD pass their own. `hidden` keeps
-    the draft forwards' last hidden states in `step.state.hidden` (SSMD's causal head reads them)."""
+    `job` (infill.decoding.problem.Generation, built by infill.decoding.blockfill): job.prompt (P,) long, at most
+    job.max_tokens tokens written after it with job.model, every draw from job.generator, job.on_step called after every
+    step. Blocks of cfg.block_size (else the model's) are decoded one after another: each step sees the block's draft
+    logits (L, V) and unmasks some of its positions (Step); a full block is committed to the cache. `step_fn` is the
+    denoising step (default: confidence_step); S2D2 and SSMD pass their own. `hidden` keeps the draft forwards' last
+    hidden states in `step.state.hidden` (SSMD's causal head reads them)."""
     import torch
 
     model, prompt, max_tokens, cfg = job.model, job.prompt, job.max_tokens, job.cfg

@@ -12,7 +12,10 @@ from infill.decoding.sampling import sample, transform
 
 
 def parallel(run: LeftToRight) -> None:
-    """Fill run.problem in chunks of `cfg.k` positions, one draft pass per chunk."""
+    """Fill run.problem in chunks of `cfg.k` positions, one draft pass per chunk: the k positions of a chunk are
+    sampled independently from model.draft's (k, V) logits, so the fill does not follow the model's joint (the
+    mean-field baseline). `run`: as for infill.decoding.assd.assd (run.ids (N,) filled in place at run.masked
+    (M,)); returns nothing."""
     model, problem, cfg, generator = run.model, run.problem, run.cfg, run.generator
     chunk = options_of(ParallelOptions, cfg).k
     ids, masked, stats = run.ids, run.masked, run.stats

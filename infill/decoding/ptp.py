@@ -337,7 +337,12 @@ def ptp(job: Generation, draft_fn: DraftFn | None = None) -> tuple[torch.Tensor,
     stats.accepted holds the tokens each iteration made final (the end token included); stats.extra adds
     `drafts_accepted` (per iteration), `iterations`, `tokens_per_iteration`, `slots`, `drafter` ("ptp", or
     "independent": the adapter without u, which is what runs at temperature 0 or when `adapter.use_u` is
-    False) and `logprob` (as confidence decoding reports it)."""
+    False) and `logprob` (as confidence decoding reports it).
+
+    `job` (infill.decoding.problem.Generation, built by infill.decoding.blockfill): job.prompt (P,) long, at most
+    job.max_tokens tokens written after it with job.model, every draw from job.generator, job.on_step called after every
+    step. job.model must be position-aligned (InputError otherwise). `draft_fn` replaces the adapter's drafter (tests);
+    u (max_tokens,) float64, one uniform per generated position, is drawn from job.generator before decoding starts."""
     import torch
 
     model, prompt, max_tokens, cfg = job.model, job.prompt, job.max_tokens, job.cfg

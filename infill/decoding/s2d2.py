@@ -91,9 +91,15 @@ def s2d2_step(step: Step, router: Router, rc: RoutingConfig, opts: S2D2Options) 
 
 
 def s2d2(job: Generation) -> tuple[torch.Tensor, DecodeStats]:
-    """Block-wise S2D2 decoding -> (generated tokens (n,), stats). stats.accepted holds the tokens
-    each denoising step unmasked (verified or not); stats.extra adds `verifications`, `verified_tokens` and
-    `drafts_accepted`, the drafts accepted per verification (before the correction)."""
+    """Block-wise S2D2 decoding -> (generated tokens (n,) long without the end token, n <= job.max_tokens;
+    stats). stats.accepted holds the tokens each denoising step unmasked (verified or not); stats.extra adds
+    `verifications`, `verified_tokens` and `drafts_accepted`, the drafts accepted per verification (before the
+    correction).
+
+    `job` (infill.decoding.problem.Generation, built by infill.decoding.blockfill): job.prompt (P,) long, at most
+    job.max_tokens tokens written after it with job.model, every draw from job.generator, job.on_step called after every
+    step. A routed step verifies a span of S drafts with the model's block-size-1 predictions q (S, V)
+    (BlockDiffModel.verify) through infill.decoding.speculative.accept."""
     opts = options_of(S2D2Options, job.cfg)
     rc = parse_routing(opts.routing)
     router = make_router(rc)

@@ -158,8 +158,14 @@ def decode(
 
 
 def ssmd(job: Generation) -> tuple[torch.Tensor, DecodeStats]:
-    """Block-wise SSMD decoding -> (generated tokens (n,), stats). stats.accepted holds the tokens revealed per
-    full forward; stats.extra adds the pass counts (module docstring)."""
+    """Block-wise SSMD decoding -> (generated tokens (n,) long without the end token, n <= job.max_tokens;
+    stats). stats.accepted holds the tokens revealed per full forward; stats.extra adds the pass counts (module
+    docstring).
+
+    `job` (infill.decoding.problem.Generation, built by infill.decoding.blockfill): job.prompt (P,) long, at most
+    job.max_tokens tokens written after it with job.model, every draw from job.generator, job.on_step called after every
+    step. job.model must ship an SSMD head and be position-aligned, its block size at most the head's (DecodeError
+    otherwise)."""
     model = job.model
     head = model.ssmd_head
     if head is None:
