@@ -80,8 +80,7 @@ def main() -> None:
 
     from infill.config import DecodeConfig, ModelSpec
     from infill.decoding import decode
-    from infill.models.loading import default_folder
-    from infill.models.registry import load
+    from infill.models.loading import default_folder, load
 
     torch.set_num_threads(args.threads)
     tmp = None

@@ -55,7 +55,7 @@ def main() -> None:
     from infill.evaluation import heldout, humaneval
     from infill.evaluation.execute import run_program
     from infill.evaluation.filling import token_counter
-    from infill.models.registry import load
+    from infill.models.loading import load
 
     loaded = load(ModelSpec(name=args.model, device="cpu"))
     tasks: list[tuple[str, Any]] = []

@@ -438,7 +438,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/docstrings_quality.json"))
     args = parser.parse_args()
 
-    from infill.core.docstrings import model_filler_for
+    from infill.docstrings.run import model_filler_for
 
     cfg = DocstringConfig(style=args.style, model=args.model, seed=args.seed)
     filler = model_filler_for(cfg)

@@ -54,8 +54,8 @@ def main() -> None:
     from infill.config import DecodeConfig, FillOptions, ModelSpec
     from infill.evaluation import heldout, humaneval
     from infill.evaluation.filling import api_filler
+    from infill.models.blockdiff_folder import ModelShape
     from infill.models.tiny import tiny_blockdiff_checkpoint as tiny_checkpoint
-    from infill.training.blockdiff import ModelShape
 
     torch.set_num_threads(args.threads)
     tmp = tempfile.TemporaryDirectory()

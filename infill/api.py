@@ -52,19 +52,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode, decoders_for
+from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode
 from infill.core.backends import Fill, Run, backend_of
-from infill.core.plan import (
-    MIN_CONTEXT,
-    PREFIX_SHARE,
-    WINDOW_BYTES_PER_TOKEN,
-    Region,
-    plan_regions,
-    split_context,
-    token_budget,
-)
+from infill.core.plan import MIN_CONTEXT, WINDOW_BYTES_PER_TOKEN, Region, plan_regions, token_budget
 from infill.decoding.stats import histogram
 from infill.errors import InputError, LowConfidenceError, NoValidFillError
+from infill.models.fim import PREFIX_SHARE, split_context
 from infill.models.registry import LoadedModel
 from infill.spans import LineIndex, Span, check_spans
 
@@ -74,6 +67,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Edit:
+    """One span's fill: the byte range [start_byte, end_byte) and lines of the ORIGINAL text it replaces, the
+    replacement, and how likely the model found it."""
+
     start_byte: int
     end_byte: int
     start_line: int  # 1-based, inclusive
@@ -91,6 +87,8 @@ class Edit:
 
 @dataclass
 class FillResult:
+    """What fill_text returns: the patched text, one Edit per span (in text order), and how it was found."""
+
     text: str  # the whole patched text
     edits: list[Edit]
     stats: dict[str, Any] = field(default_factory=dict)  # decoder, model, nfe, tokens, seconds, ...
@@ -103,12 +101,8 @@ class FillResult:
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 
-ASARM_DECODERS = decoders_for("asarm")
-BLOCKDIFF_DECODERS = decoders_for("blockdiff")
 # planning lives in infill.core.plan; these names stay importable from here
 __all__ = [
-    "ASARM_DECODERS",
-    "BLOCKDIFF_DECODERS",
     "MIN_CONTEXT",
     "PREFIX_SHARE",
     "WINDOW_BYTES_PER_TOKEN",
@@ -179,7 +173,37 @@ def fill_text(
     on_progress: ProgressCallback | None = None,
     monitor: Monitor | None = None,
 ) -> FillResult:
-    """Fill every span of `text`; see the module docstring (`monitor`: the caller's, under "Monitors")."""
+    """Fill every span of `text` and return the patched text; nothing is written (the module docstring says how).
+
+    Arguments:
+        text: the whole input. Spans and edits index the bytes of its UTF-8 encoding.
+        spans: the regions to replace (infill.spans.Span, half-open byte ranges of `text`, e.g. from
+            infill.spans.resolve), in any order; they must not overlap. No span gives `text` back unchanged.
+        language: a tree-sitter language name (infill.languages.detect) for the syntax check; None checks only
+            for broken UTF-8.
+        model: a ModelSpec (loaded once per process through infill.models.cache.SHARED), a LoadedModel, or None
+            for the default model.
+        decode: the decoder and its settings; checked before any model runs. The model's kind may adjust it
+            (infill.core.backends.Backend.decode_config); `decode.seed` seeds the one generator of every draw.
+        options: candidates, resampling, token budget, syntax check, monitor rules, retrieval, min_confidence.
+        on_progress: called with one dict per event, named by its "event": "load" (model; only when `model`
+            is not a LoadedModel), "start" (spans, tokens), "candidate" (index, of, nfe), "step" (tokens, base,
+            nfe) as a decoder goes, "score" (nfe), and "done".
+        monitor: the caller's own check of candidates that pass the syntax check ("Monitors" above).
+
+    Returns:
+        A FillResult: `text` the patched text; `edits` one Edit per span in text order (byte and line ranges of
+        the original text, the replacement, its log-likelihood); `stats` (decoder, model, nfe, tokens, seconds,
+        samples, score, confidence, accepted_histogram, ...); `warnings`; `notes` (for -v); `confidence` (the
+        calibrated probability that the fill is right, None without a calibration).
+
+    Raises:
+        InputError (exit 2): spans outside `text`, inside a UTF-8 character or overlapping; a setting out of
+            range; an unknown monitor rule; a decoder the model's kind does not run; min_confidence for a model
+            without a calibration. ModelError: the model cannot be loaded.
+        NoValidFillError (exit 3): no candidate passes the checks (unless options.allow_syntax_errors).
+        LowConfidenceError (exit 4): the best fill's confidence is below options.min_confidence.
+    """
     from infill.core.checks import SyntaxCheck, monitor_for, parse_rules
     from infill.patch import apply_edits, check_outside_unchanged
     from infill.textops import newline_of

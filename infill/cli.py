@@ -3,19 +3,24 @@ so `infill --help` and shell completion never import torch or transformers."""
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
 import sys
-import threading
-from collections.abc import Iterator
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 from infill import __version__, environment
 from infill.clitypes import THREADS
-from infill.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
+from infill.commands.shell import (
+    error_line,
+    error_report,
+    exit_on_click_error,
+    load_command,
+    quiet_broken_pipe,
+    signal_report,
+    sigterm_raises,
+)
+from infill.errors import Terminated
 
 # command name -> "module:attribute"; modules are imported only when the command is used or listed in detail
 COMMANDS: dict[str, str] = {
@@ -35,77 +40,6 @@ COMMANDS: dict[str, str] = {
 _HELP_NOT_ERROR: tuple[type[BaseException], ...] = tuple(
     cls for cls in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if cls is not None
 )
-
-
-def error_line(exc: click.ClickException) -> str:
-    """A Click error as the one stderr line every `infill` error is: `error: MESSAGE`, with a pointer to the
-    command's --help for usage errors (Click's own format is four lines: usage, hint, blank, error)."""
-    message = " ".join(exc.format_message().split())
-    if isinstance(exc, click.UsageError) and exc.ctx is not None:
-        message += f" (see '{exc.ctx.command_path} --help')"
-    return f"error: {message}"
-
-
-def exit_on_click_error(exc: click.ClickException) -> NoReturn:
-    """Print `exc` as one line and exit with its code (2 for usage errors, as documented)."""
-    click.echo(error_line(exc), err=True)
-    raise click.exceptions.Exit(exc.exit_code)
-
-
-def error_report(exc: Exception) -> tuple[str, int]:
-    """The one stderr line and the exit code of an error no command handled itself: an InfillError's own code
-    (2 input, 3 no valid fill, 4 low confidence, 123 model), 2 for an OSError (a file that cannot be read or
-    written), and 123 for anything else, which is our bug."""
-    from infill.errors import EXIT_INTERNAL, EXIT_USAGE, InfillError, one_line
-
-    if isinstance(exc, InfillError):
-        return f"infill: error: {one_line(str(exc))}", exc.exit_code
-    if isinstance(exc, OSError):
-        return f"infill: error: {one_line(str(exc))}", EXIT_USAGE
-    line = f"infill: internal error: {type(exc).__name__}: {one_line(str(exc))} (INFILL_DEBUG=1 shows where)"
-    return line, EXIT_INTERNAL
-
-
-def _quiet_broken_pipe() -> NoReturn:
-    """Stop quietly when stdout's reader went away. Pointing stdout at /dev/null keeps the interpreter's final
-    flush from printing "Exception ignored ... BrokenPipeError" (the recipe of Python's signal docs)."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
-    sys.exit(EXIT_BROKEN_PIPE)
-
-
-def signal_report(exc: BaseException) -> tuple[str, int]:
-    """The one quiet stderr line and the exit code of a command stopped by Ctrl-C (KeyboardInterrupt) or SIGTERM
-    (Terminated): 130 and 143, what a shell reports for a tool those signals stop (not Click's "Aborted!", 1)."""
-    if isinstance(exc, Terminated):
-        return "infill: terminated", EXIT_TERMINATED
-    return "infill: interrupted", EXIT_INTERRUPTED
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated()
-
-
-@contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """SIGTERM raises Terminated while a command runs, as SIGINT raises KeyboardInterrupt, so cleanup runs on both:
-    the writer removes its temporary file, the editor filter echoes its input. Only where nobody else handles
-    SIGTERM (a server or a trainer installs its own handler inside the command, and puts this one back)."""
-    import signal
-
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGTERM) if main_thread else None
-    if previous != signal.SIG_DFL:
-        yield
-        return
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _check_environment(ctx: click.Context) -> None:
@@ -157,7 +91,7 @@ class LazyGroup(click.Group):
                 answer_usage_error(command[1], error_line(exc), exc.exit_code)
             exit_on_click_error(exc)
         except BrokenPipeError:  # `infill --help | head -1`
-            _quiet_broken_pipe()
+            quiet_broken_pipe()
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; an error no command handled itself becomes one line on stderr and the documented
@@ -172,7 +106,7 @@ class LazyGroup(click.Group):
         except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except BrokenPipeError:  # `infill ... | head -1`: the reader has all it wants
-            _quiet_broken_pipe()
+            quiet_broken_pipe()
         except (KeyboardInterrupt, Terminated) as exc:  # Ctrl-C, SIGTERM: one quiet line, 130 / 143
             line, code = signal_report(exc)
             click.echo(line, err=True)
@@ -196,23 +130,8 @@ class LazyGroup(click.Group):
         return None if target is None else load_command(target)
 
 
-def load_command(target: str) -> click.Command | None:
-    """The Click command at "module:attribute", imported when a group first needs it; None when that module is
-    absent from this installation. The `infill` group and `infill train` load their commands this way."""
-    module_name, attr = target.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            return None
-        raise
-    command = getattr(module, attr)
-    if not isinstance(command, click.Command):
-        raise TypeError(f"{target} is not a click command")
-    return command
-
-
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+# every option of every command shows its default in --help (Click's show_default, inherited by subcommands)
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.version_option(__version__, prog_name="infill")
 @click.option(
     "--threads",

@@ -5,31 +5,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar
 
 from infill.errors import DecodeError
 
-DecoderName = Literal["assd", "sequential", "parallel", "beam", "confidence", "s2d2", "ssmd", "ptp"]
+# Decoders and drafts are registered once, in DECODERS and DRAFTS below; every other list of their names (the
+# --decoder and --draft choices and help, the server's checks, which model kind runs which, the error messages, the
+# tables in docs/decoding.md, which a test holds against these) is derived from those two records.
+DecoderName = str  # a key of DECODERS
+DraftName = str  # a key of DRAFTS
 # any-subset autoregressive (XLNet), block diffusion, or a left-to-right (autoregressive) code model with FIM tokens
 ModelKind = Literal["asarm", "blockdiff", "ar"]
-# The model kind each decoder runs (its function: infill.decoding.registry). Every other list of decoder names
-# (the --decoder choices, the server's checks, the eval flags, the error messages) is derived from this table.
-DECODER_KIND: dict[DecoderName, ModelKind] = {
-    "assd": "asarm",
-    "sequential": "asarm",
-    "parallel": "asarm",
-    "beam": "asarm",
-    "confidence": "blockdiff",
-    "s2d2": "blockdiff",
-    "ssmd": "blockdiff",
-    "ptp": "blockdiff",
-}
-# A left-to-right model is an any-subset model whose order is fixed (infill.models.autoregressive): it runs the
-# any-subset decoders that ask for positions in order (ASSD with lookup drafts only: infill.core.backends)
-LEFT_TO_RIGHT_DECODERS: tuple[DecoderName, ...] = ("assd", "sequential", "beam")
-# `--decoder` offers every decoder but beam search, which `--beam N` selects (with its width)
-CHOOSABLE_DECODERS: tuple[DecoderName, ...] = tuple(d for d in get_args(DecoderName) if d != "beam")
-DraftName = Literal["model", "ngram", "lookup"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 # what runs the AS-ARM's cached pass: eager PyTorch, or ONNX Runtime on a graph exported from the same module
 # (fp32, exact to 1e-5; or int8 weights, not exact); auto = onnx when the `onnx` extra is installed and the
@@ -78,18 +64,13 @@ class SequentialOptions:
 @dataclass(frozen=True)
 class AssdOptions:
     k: int = 10  # speculation width: tokens drafted per step (the longest lookup draft)
-    # "ngram" = Algorithm 2 of the ASSD paper (bigram draft from the visible context); "lookup" = copy what followed
-    # the same tokens elsewhere in the text, verified in one pass (infill.decoding.lookup)
-    draft: DraftName = "lookup"
+    draft: DraftName = "lookup"  # where the drafts come from: a key of DRAFTS
     epsilon: float = 0.0  # LOSSY acceptance tolerance r < min(1, q/p + eps); 0 keeps sampling exact
 
     def __post_init__(self) -> None:
-        drafts = get_args(DraftName)
-        _need(self.draft in drafts, f"draft must be one of {', '.join(drafts)}, got {self.draft!r}")
-        if self.draft == "lookup":
-            _need(self.k >= 1, f"the lookup draft length k must be at least 1, got {self.k}")
-        else:
-            _need(self.k >= 2, f"assd needs a speculation width k >= 2, got {self.k}")
+        _need(self.draft in DRAFTS, f"draft must be one of {', '.join(DRAFTS)}, got {self.draft!r}")
+        least = DRAFTS[self.draft].min_k
+        _need(self.k >= least, f"with the {self.draft} draft, k must be at least {least}, got {self.k}")
         _need(self.epsilon >= 0, f"epsilon must be >= 0, got {self.epsilon}")
 
 
@@ -156,15 +137,85 @@ class PtpOptions:
         _need(self.block_size in (0, 1), f"ptp runs the model at block size 1 (autoregressive), not {self.block_size}")
 
 
-DECODER_OPTIONS: dict[DecoderName, type] = {
-    "assd": AssdOptions,
-    "sequential": SequentialOptions,
-    "parallel": ParallelOptions,
-    "beam": BeamOptions,
-    "confidence": BlockOptions,
-    "s2d2": S2D2Options,
-    "ssmd": SsmdOptions,
-    "ptp": PtpOptions,
+# ---- the registry: each decoder and each draft, once ------------------------------------------------------
+# Adding one is a file of its own plus one entry here (docs/contributing.md).
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """A registered decoder."""
+
+    function: str  # "module:attribute", imported when it first runs (infill.decoding.registry)
+    kinds: tuple[ModelKind, ...]  # the model kinds that run it
+    options: type  # its options class: the DecodeConfig fields it reads, and their ranges
+    summary: str  # what it gives, in a few words (--decoder's help; docs/decoding.md's table names it)
+    flag: bool = True  # offered by --decoder (beam search is asked for with --beam N)
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A registered draft source of ASSD (infill.decoding.assd.DraftSource)."""
+
+    source: str  # "module:attribute" of its class, imported when it first runs
+    kinds: tuple[ModelKind, ...]  # the model kinds whose ASSD it drafts for
+    min_k: int  # the smallest -k it takes
+    summary: str  # what it drafts, in a few words (--draft's help; docs/decoding.md's table names it)
+
+
+DECODERS: dict[DecoderName, Decoder] = {
+    "assd": Decoder(
+        "infill.decoding.assd:assd",
+        ("asarm", "ar"),
+        AssdOptions,
+        "exact speculative sampling of drafts (--draft)",
+    ),
+    "sequential": Decoder(
+        "infill.decoding.assd:sequential", ("asarm", "ar"), SequentialOptions, "exact, one pass per token"
+    ),
+    "parallel": Decoder(
+        "infill.decoding.parallel:parallel", ("asarm",), ParallelOptions, "the mean-field baseline, not exact"
+    ),
+    "beam": Decoder(
+        "infill.decoding.beam:beam_search",
+        ("asarm", "ar"),
+        BeamOptions,
+        "the most likely fill the search finds",
+        flag=False,
+    ),
+    "confidence": Decoder(
+        "infill.decoding.confidence:denoise",
+        ("blockdiff",),
+        BlockOptions,
+        "block diffusion, unmasking by confidence, not exact",
+    ),
+    "s2d2": Decoder(
+        "infill.decoding.s2d2:s2d2",
+        ("blockdiff",),
+        S2D2Options,
+        "block diffusion, self-speculative where its router verifies",
+    ),
+    "ssmd": Decoder(
+        "infill.decoding.ssmd:ssmd",
+        ("blockdiff",),
+        SsmdOptions,
+        "block diffusion with an SSMD head, exact per speculative step (not to one fixed joint)",
+    ),
+    "ptp": Decoder(
+        "infill.decoding.ptp:ptp",
+        ("blockdiff",),
+        PtpOptions,
+        "block diffusion with a PTP adapter, exact autoregressive sampling",
+    ),
+}
+DRAFTS: dict[DraftName, Draft] = {
+    "model": Draft("infill.decoding.assd:ModelDraft", ("asarm",), 2, "the model itself, one draft pass"),
+    "ngram": Draft("infill.decoding.ngram:BigramDraft", ("asarm",), 2, "a bigram of the visible text"),
+    "lookup": Draft(
+        "infill.decoding.lookup:LookupDraft",
+        ("asarm", "ar"),
+        1,
+        "what followed the same tokens elsewhere in the text",
+    ),
 }
 
 
@@ -203,8 +254,8 @@ def options_of(kind: type[T], cfg: DecodeConfig) -> T:
 
 
 def decoder_options(cfg: DecodeConfig) -> Any:
-    """The options of cfg.decoder (DECODER_OPTIONS), checked."""
-    return options_of(DECODER_OPTIONS[cfg.decoder], cfg)
+    """The options of cfg.decoder (its registered options class), checked."""
+    return options_of(DECODERS[cfg.decoder].options, cfg)
 
 
 # What the tool does when the user names no decoder (`infill fill`, the server, the daemon, `infill eval`): beam
@@ -272,14 +323,13 @@ def decode_label(cfg: DecodeConfig) -> str:
 
 
 def decoders_for(kind: ModelKind) -> tuple[DecoderName, ...]:
-    """The decoders that run a model of `kind`, in DecoderName's order."""
-    if kind == "ar":
-        return tuple(d for d in get_args(DecoderName) if d in LEFT_TO_RIGHT_DECODERS)
-    return tuple(d for d in get_args(DecoderName) if DECODER_KIND[d] == kind)
+    """The decoders that run a model of `kind`, in registration order."""
+    return tuple(name for name, entry in DECODERS.items() if kind in entry.kinds)
 
 
-if not set(DECODER_KIND) == set(DECODER_OPTIONS) == set(get_args(DecoderName)):  # pragma: no cover
-    raise AssertionError("DECODER_KIND and DECODER_OPTIONS must name every DecoderName")
+def drafts_for(kind: ModelKind) -> tuple[DraftName, ...]:
+    """The ASSD drafts that a model of `kind` takes, in registration order."""
+    return tuple(name for name, entry in DRAFTS.items() if kind in entry.kinds)
 
 
 def check_decode(cfg: DecodeConfig) -> None:
@@ -299,8 +349,8 @@ def check_decode(cfg: DecodeConfig) -> None:
             raise InputError(f"{f.name} must be {what}, got {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
             raise InputError(f"{f.name} must be a finite number, got {value!r}")
-    if cfg.decoder not in DECODER_OPTIONS:
-        raise InputError(f"decoder must be one of {', '.join(DECODER_OPTIONS)}, got {cfg.decoder!r}")
+    if cfg.decoder not in DECODERS:
+        raise InputError(f"decoder must be one of {', '.join(DECODERS)}, got {cfg.decoder!r}")
     try:
         options_of(Sampling, cfg)
         chosen = decoder_options(cfg)
@@ -315,10 +365,11 @@ def check_decode(cfg: DecodeConfig) -> None:
                 raise InputError(refusal)
 
 
-# option name -> the option classes that read it (DECODER_OPTIONS)
+# option name -> the option classes that read it (the registered decoders')
+_OPTION_CLASSES = tuple(dict.fromkeys(entry.options for entry in DECODERS.values()))
 _READERS: dict[str, tuple[type, ...]] = {
-    f.name: tuple(k for k in DECODER_OPTIONS.values() if f.name in {g.name for g in fields(k)})
-    for kind in DECODER_OPTIONS.values()
+    f.name: tuple(k for k in _OPTION_CLASSES if f.name in {g.name for g in fields(k)})
+    for kind in _OPTION_CLASSES
     for f in fields(kind)
 }
 

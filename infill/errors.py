@@ -1,7 +1,7 @@
-"""Small exceptions that carry a location, and the exit codes. The CLI converts them to exit codes; nothing
-else does.
+"""Small exceptions that carry a location, the exit codes, and the error codes that name the exceptions on the
+wire (`--format json`, the server). The CLI converts them to exit codes; nothing else does.
 
-Exit codes (documented in `infill fill --help`, the README and docs/reliability.md), defined here once:
+Exit codes (documented in `infill fill --help`, the README and docs/reliability.md), defined here once (ExitCode):
   0 ok, 1 changes needed (--check, or --diff with a change), 2 usage / input error, 3 no valid fill (every
   candidate would break the file's syntax; nothing was written), 4 low confidence (the best fill's calibrated
   confidence is below --min-confidence; nothing was written), 123 internal or model error, and what a shell
@@ -12,17 +12,22 @@ Exit codes (documented in `infill fill --help`, the README and docs/reliability.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
-EXIT_OK = 0
-EXIT_CHANGES = 1  # --check would change the file, --diff printed a diff
-EXIT_USAGE = 2  # usage or input error
-EXIT_NO_VALID_FILL = 3  # every candidate breaks the syntax; nothing was written
-EXIT_LOW_CONFIDENCE = 4  # the best fill's calibrated confidence is below --min-confidence; nothing was written
-EXIT_INTERNAL = 123  # model or internal error, or the file changed on disk meanwhile
-EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
-EXIT_BROKEN_PIPE = 141  # stdout's reader went away (128 + SIGPIPE), e.g. `infill ... | head -1`
-EXIT_TERMINATED = 143  # SIGTERM (128 + 15)
+
+class ExitCode(IntEnum):
+    """Every exit code the tool documents, once."""
+
+    OK = 0
+    CHANGES = 1  # --check would change the file, --diff printed a diff
+    USAGE = 2  # usage or input error
+    NO_VALID_FILL = 3  # every candidate breaks the syntax; nothing was written
+    LOW_CONFIDENCE = 4  # the best fill's calibrated confidence is below --min-confidence; nothing was written
+    INTERNAL = 123  # model or internal error, or the file changed on disk meanwhile
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+    BROKEN_PIPE = 141  # stdout's reader went away (128 + SIGPIPE), e.g. `infill ... | head -1`
+    TERMINATED = 143  # SIGTERM (128 + 15)
 
 
 # every line boundary str.splitlines knows, written as its escape: a name, marker or path a user gave (which may
@@ -51,7 +56,8 @@ class InfillError(Exception):
     line: int | None = None  # 1-based
     column: int | None = None  # 1-based, in characters
 
-    exit_code = EXIT_INTERNAL
+    exit_code = ExitCode.INTERNAL
+    code = "infill_error"  # how --format json and the server name it
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
@@ -72,25 +78,29 @@ class InputError(InfillError):
     """The user's input is unusable: bad file, bad span, marker not found, bad flag combination; or a file
     cannot be written (read-only, not a regular file, a full disk), which leaves it untouched."""
 
-    exit_code = EXIT_USAGE
+    exit_code = ExitCode.USAGE
+    code = "input_error"
 
 
 class ModelError(InfillError):
     """A model folder is missing or corrupt, or a backend failed."""
 
-    exit_code = EXIT_INTERNAL
+    exit_code = ExitCode.INTERNAL
+    code = "model_error"
 
 
 class DecodeError(InfillError):
     """A decoding problem is malformed (k < 2, no visible token, too long for the model)."""
 
-    exit_code = EXIT_USAGE
+    exit_code = ExitCode.USAGE
+    code = "decode_error"
 
 
 class FileChangedError(InfillError):
     """The file changed on disk between reading it and writing the result; nothing was written."""
 
-    exit_code = EXIT_INTERNAL
+    exit_code = ExitCode.INTERNAL
+    code = "file_changed"
 
 
 @dataclass
@@ -102,15 +112,15 @@ class NoValidFillError(InfillError):
     failed: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
 
-    exit_code = EXIT_NO_VALID_FILL
-    code = "no_valid_fill"  # how --format json and the server name it
+    exit_code = ExitCode.NO_VALID_FILL
+    code = "no_valid_fill"
 
 
 class LowConfidenceError(NoValidFillError):
     """The best fill passed every check, but its calibrated confidence is below what the caller asked for
     (--min-confidence), so nothing is written. `failed` holds that fill, with its confidence as the reason."""
 
-    exit_code = EXIT_LOW_CONFIDENCE
+    exit_code = ExitCode.LOW_CONFIDENCE
     code = "low_confidence"
 
 
@@ -118,3 +128,12 @@ class Terminated(BaseException):
     """SIGTERM arrived (the CLI's handler raises it, as Python raises KeyboardInterrupt for SIGINT), so that
     cleanup runs: a temporary file is removed, the editor filter echoes its input. Not an Exception: no
     `except Exception` may swallow it."""
+
+
+INTERNAL_ERROR = "internal_error"  # the code of an exception that is no InfillError: a bug
+
+
+def error_code(exc: BaseException) -> str:
+    """How `--format json` and the server name an exception: an InfillError's own code (its class's `code`),
+    else INTERNAL_ERROR."""
+    return exc.code if isinstance(exc, InfillError) else INTERNAL_ERROR

@@ -20,9 +20,7 @@ R = TypeVar("R")
 
 
 class WorkerError(InfillError):
-    """A worker process ended before it finished its files (killed, out of memory)."""
-
-    exit_code = 123
+    """A worker process ended before it finished its files (killed, out of memory): exit 123."""
 
 
 def in_order(

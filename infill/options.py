@@ -1,5 +1,6 @@
 """The decoding options, declared once: one table from which `infill fill`'s and `infill eval`'s Click options
-and the server's `fill` parameters are generated (docs/decoding.md describes what each option does).
+and the server's `fill` parameters (infill.server.params) are generated (docs/decoding.md describes what each
+option does).
 
 Defaults are not restated here: they are read from infill.config (DecodeConfig, FillOptions, ModelSpec, and
 TOOL_DECODE for the tool's decoder), so changing a default is a one-line change there. A request parameter is
@@ -11,21 +12,20 @@ This module imports Click but neither torch nor the server: `infill --help` impo
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, get_args
 
 import click
 
 from infill.clitypes import SEED, FiniteFloatRange
 from infill.config import (
-    CHOOSABLE_DECODERS,
+    DECODERS,
+    DRAFTS,
     TOOL_DECODE,
     DecodeConfig,
     DeviceName,
-    DraftName,
     EngineName,
     FillOptions,
     ModelSpec,
@@ -35,7 +35,7 @@ from infill.errors import InputError
 
 Section = Literal["decode", "options", "model"]
 F = TypeVar("F", bound=Callable[..., Any])
-_CONFIGS: dict[Section, Any] = {"decode": DecodeConfig, "options": FillOptions, "model": ModelSpec}
+CONFIGS: dict[Section, Any] = {"decode": DecodeConfig, "options": FillOptions, "model": ModelSpec}
 PRECISIONS = ("bf16", "fp32")
 # Work one request may ask for, on the command line and from the server alike (each option's range below says it)
 MAX_SAMPLES = 100  # "candidates", "max_resample" and "beam": 100,000 ran out of memory or for minutes
@@ -71,7 +71,7 @@ class Option:
             return FillOptions.syntax_check
         if self.name == "context":
             return ()
-        source = decode if self.section == "decode" else _CONFIGS[self.section]
+        source = decode if self.section == "decode" else CONFIGS[self.section]
         return getattr(source, self.field)
 
 
@@ -89,10 +89,9 @@ OPTIONS: tuple[Option, ...] = (
         "decoder",
         ("--decoder",),
         "Default: beam search (see --beam), or assd with --temperature above 0. "
-        "assd/sequential are exact; parallel is not; confidence/s2d2/ssmd/ptp are for block-diffusion models "
-        "(ptp: exact, needs a PTP adapter; ssmd needs a model with an SSMD head and is exact per speculative step, "
-        "not with respect to one fixed model's joint).",
-        click.Choice(CHOOSABLE_DECODERS),
+        + "; ".join(f"{name}: {entry.summary}" for name, entry in DECODERS.items() if entry.flag)
+        + ".",
+        click.Choice([name for name, entry in DECODERS.items() if entry.flag]),
     ),
     Option("decode", "k", ("-k",), "Speculation width (tokens drafted per step).", click.IntRange(min=1)),
     Option(
@@ -110,9 +109,10 @@ OPTIONS: tuple[Option, ...] = (
         "decode",
         "draft",
         ("--draft",),
-        "ASSD draft: the model itself, a bigram of the visible text (Algorithm 2), or copies of what followed the "
-        "same tokens elsewhere in the text (lookup; one verify pass per step).",
-        click.Choice(get_args(DraftName)),
+        "Where assd's drafts come from: "
+        + "; ".join(f"{name}: {entry.summary}" for name, entry in DRAFTS.items())
+        + ".",
+        click.Choice(list(DRAFTS)),
     ),
     Option(
         "decode",
@@ -314,7 +314,9 @@ def click_options(
 def _click_option(option: Option, default: Any, text: str, unset: bool = False) -> Callable[[F], F]:
     kwargs: dict[str, Any] = {"help": text or None}
     if option.name == "syntax_check":  # the flag turns the check off
-        return click.option(*option.flags, option.name, is_flag=True, flag_value=False, default=default, **kwargs)
+        return click.option(
+            *option.flags, option.name, is_flag=True, flag_value=False, default=default, show_default=False, **kwargs
+        )
     if isinstance(default, bool) and "/" not in option.flags[0]:
         return click.option(*option.flags, option.name, is_flag=True, default=default, **kwargs)
     kwargs.update(default=default, show_default=option.show_default and not unset, multiple=option.multiple)
@@ -375,68 +377,3 @@ def _build(given: Mapping[str, Any]) -> tuple[DecodeConfig, FillOptions, ModelSp
         option = BY_NAME[name]
         parts[option.section][option.field] = value
     return DecodeConfig(**choose_decoder(parts["decode"])), FillOptions(**parts["options"]), ModelSpec(**parts["model"])
-
-
-# ------------------------------------------------------------------------------------------------------------
-# the server's `fill` parameters
-
-_JSON_KINDS: dict[str, type] = {"int": int, "int | None": int, "float": float, "bool": bool, "tuple[str, ...]": list}
-
-
-def json_kind(option: Option) -> type:
-    """The JSON type a request gives for `option`: int, float, bool, list, or str (strings and name literals)."""
-    if option.name == "precision":
-        return str
-    field_type = {f.name: str(f.type) for f in fields(_CONFIGS[option.section])}[option.field]
-    return _JSON_KINDS.get(field_type, str)
-
-
-def typed(name: str, value: Any, kind: type) -> Any:
-    """`value` of request parameter `name` checked against `kind`; InputError (exit 2) when it is not one."""
-    from infill.server.protocol import INVALID_REQUEST, ProtocolError
-
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value) if abs(value) < 2**1023 else math.inf
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise InputError(f'"{name}" must be {"a number" if kind is float else f"a {kind.__name__}"}')
-    if isinstance(value, float) and not math.isfinite(value):  # 1e999 parses as inf
-        raise ProtocolError(INVALID_REQUEST, f'"{name}" must be a finite number')
-    return value
-
-
-def within(option: Option, value: Any) -> None:
-    """A request's `value` for `option` checked against the option's own range (the one its flag has): above
-    it, the request asks for more work than any command may (ProtocolError invalid_request); below it,
-    InputError, as for the flag."""
-    from infill.server.protocol import INVALID_REQUEST, ProtocolError
-
-    bounds = option.type
-    if not isinstance(bounds, click.IntRange | click.FloatRange) or isinstance(value, bool):
-        return
-    if bounds.max is not None and (value > bounds.max or (bounds.max_open and value == bounds.max)):
-        raise ProtocolError(INVALID_REQUEST, f'"{option.name}" must be at most {bounds.max}')
-    if bounds.min is not None and (value < bounds.min or (bounds.min_open and value == bounds.min)):
-        raise InputError(f'"{option.name}" must be {"above" if bounds.min_open else "at least"} {bounds.min}')
-
-
-def from_params(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The decoding parameters of a server request -> the FillRequest sections they set, checked for type
-    (and, for device and precision, for value). Parameters that are not options are ignored here."""
-    parts: dict[str, dict[str, Any]] = {"decode": {}, "options": {}, "model": {}}
-    for option in OPTIONS:
-        if option.name not in params:
-            continue
-        value = typed(option.name, params[option.name], json_kind(option))
-        within(option, value)
-        if option.choices and value not in option.choices:
-            quoted = [f'"{c}"' for c in option.choices]
-            raise InputError(f'"{option.name}" must be {", ".join(quoted[:-1])} or {quoted[-1]}')
-        if option.name == "context":
-            if not all(isinstance(c, str) for c in value):
-                raise InputError('"context" must be a list of strings (texts of other files)')
-            value = tuple(value)
-        elif option.name == "precision":
-            value = value == "bf16"
-        parts[option.section][option.field] = value
-    parts["decode"] = choose_decoder(parts["decode"])
-    return parts

@@ -329,10 +329,7 @@ def _outermost(spans: list[Span]) -> list[Span]:
 
 
 def resolve(
-    data: bytes,
-    selections: Sequence[Selection],
-    language: str | None = None,
-    filename: str | None = None,
+    data: bytes, selections: Sequence[Selection], language: str | None = None, filename: str | None = None
 ) -> list[Span]:
     """All spans selected in `data`, sorted; InputError for out-of-range/reversed/overlapping/missing ones."""
     if not selections:

@@ -13,8 +13,19 @@ MASK = V - 1
 END = V - 2
 
 
-def tiny_causal_lm(arch: str = "qwen3", attn: str = "sdpa", seed: int = 0, vocab: int = V) -> Any:
-    """A random 2-layer stock causal LM (fp32, eval mode) with untied embeddings, so its predictions vary."""
+def tiny_causal_lm(
+    arch: str = "qwen3",
+    attn: str = "sdpa",
+    seed: int = 0,
+    vocab: int = V,
+    *,
+    width: tuple[int, int, int, int] = (32, 4, 2, 64),
+    positions: int = 128,
+    scale: float = 4.0,
+) -> Any:
+    """A random 2-layer stock causal LM (fp32, eval mode) with untied embeddings, so its predictions vary:
+    `width` is (hidden size, attention heads, key-value heads, feed-forward size), a Qwen3's heads 8 wide; its
+    matrices are multiplied by `scale` after the default init, so that distributions are far from uniform."""
     import transformers
 
     cfg_cls, model_cls = {
@@ -23,14 +34,15 @@ def tiny_causal_lm(arch: str = "qwen3", attn: str = "sdpa", seed: int = 0, vocab
         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
         "starcoder2": (transformers.Starcoder2Config, transformers.Starcoder2ForCausalLM),
     }[arch]
+    hidden, heads, kv_heads, intermediate = width
     kwargs: dict[str, Any] = dict(
         vocab_size=vocab,
-        hidden_size=32,
+        hidden_size=hidden,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        intermediate_size=intermediate,
+        max_position_embeddings=positions,
         tie_word_embeddings=False,
     )
     if arch == "qwen3":
@@ -39,10 +51,10 @@ def tiny_causal_lm(arch: str = "qwen3", attn: str = "sdpa", seed: int = 0, vocab
     config._attn_implementation = attn
     torch.manual_seed(seed)
     model = model_cls(config).float().eval()
-    with torch.no_grad():  # larger weights than the default init, so distributions are far from uniform
+    with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
-                p.mul_(4.0)
+                p.mul_(scale)
     return model
 
 

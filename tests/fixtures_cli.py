@@ -12,11 +12,13 @@ process (signals).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from infill import api
@@ -171,3 +173,27 @@ if __name__ == "__main__":
     import sys
 
     run_cli(sys.argv[1:])
+
+
+def compiles(text: str) -> bool:
+    """CPython's verdict on `text` as a module."""
+    try:
+        compile(text, "<test>", "exec", dont_inherit=True)
+    except SyntaxError:
+        return False
+    return True
+
+
+def unreadable_file(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the file at `path` unreadable (mode 0; as root, who reads any file, reading it fails as it would for
+    its owner)."""
+    path.chmod(0)
+    if os.geteuid() == 0:
+        real = Path.read_bytes
+
+        def read_bytes(self: Path) -> bytes:
+            if self == path:
+                raise PermissionError(13, "Permission denied")
+            return real(self)
+
+        monkeypatch.setattr(Path, "read_bytes", read_bytes)

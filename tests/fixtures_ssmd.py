@@ -10,6 +10,7 @@ import torch
 
 from infill.models.blockdiff import BlockDiffModel, KVState
 from infill.models.ssmd import HeadShape, SSMDHead, save_head
+from tests.fixtures_bd import tiny_causal_lm
 
 V_REAL = 5  # tokens 0..4
 MASK = 5  # the mask token; vocabulary 6
@@ -17,27 +18,7 @@ MASK = 5  # the mask token; vocabulary 6
 
 def tiny_lm(seed: int = 0, vocab: int = V_REAL + 1) -> Any:
     """A random 2-layer stock Qwen3 (fp32, eval) with large weights, so its distributions are far from uniform."""
-    import transformers
-
-    config = transformers.Qwen3Config(
-        vocab_size=vocab,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        intermediate_size=32,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    model = transformers.Qwen3ForCausalLM(config).float().eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(3.0)
-    return model
+    return tiny_causal_lm(seed=seed, vocab=vocab, width=(16, 2, 1, 32), positions=64, scale=3.0)
 
 
 def random_head(hidden: int = 16, seed: int = 0, scale: float = 1.0, max_block: int = 8) -> SSMDHead:

@@ -16,6 +16,7 @@ from infill.models.blockdiff import BlockDiffModel, load_folder
 from infill.models.registry import LoadedModel
 from infill.models.tiny import tiny_blockdiff_checkpoint as tiny_checkpoint
 from tests.fixtures_bd import END, MASK, V, tiny_backend
+from tests.fixtures_stats import pooled_p_value
 
 torch.set_num_threads(1)
 PROMPT = torch.tensor([3, 7, 11, 5, 2, 9])  # 6 tokens: one full block of 4 plus a tail, at B = 4
@@ -180,8 +181,6 @@ def test_s2d2_sampling_follows_the_verifiers_joint_by_enumeration() -> None:
     two positions independently from one draft pass, fails the same test."""
     from collections import Counter
 
-    from scipy.stats import chisquare
-
     from infill.decoding.sampling import probs
 
     bk = tiny_backend("qwen3", end=False)
@@ -204,11 +203,7 @@ def test_s2d2_sampling_follows_the_verifiers_joint_by_enumeration() -> None:
         counts = Counter(tuple(generate(bk, prompt, n, cfg, g)[0].tolist()) for _ in range(samples))
         if not set(counts) <= set(joint):
             return 0.0  # a filling the joint gives probability 0
-        cells = [x for x in joint if joint[x] * samples >= 5]
-        rest = [x for x in joint if joint[x] * samples < 5]
-        observed = [counts[x] for x in cells] + ([sum(counts[x] for x in rest)] if rest else [])
-        expected = [joint[x] * samples for x in cells] + ([sum(joint[x] for x in rest) * samples] if rest else [])
-        return float(chisquare(observed, expected).pvalue)
+        return pooled_p_value(counts, joint)
 
     base = dict(block_size=block, temperature=1.0, top_k=3)
     assert p_value(DecodeConfig(decoder="s2d2", routing="always", **base), samples) > 1e-4  # type: ignore[arg-type]

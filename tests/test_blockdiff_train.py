@@ -13,15 +13,8 @@ from infill.commands.train_blockdiff import block_diffusion
 from infill.config import DecodeConfig, ModelSpec
 from infill.decoding.blockfill import fill_middle
 from infill.models.blockdiff import BlockDiffModel, load_folder
-from infill.training.blockdiff import (
-    ModelShape,
-    Specials,
-    build_model,
-    build_tokenizer,
-    fim_example,
-    noise,
-    two_stream_mask,
-)
+from infill.models.blockdiff_folder import ModelShape, build_model, build_tokenizer
+from infill.training.blockdiff import Specials, fim_example, noise, two_stream_mask
 
 torch.set_num_threads(1)
 TINY = ModelShape(hidden=32, layers=2, heads=2, kv_heads=1, head_dim=16, intermediate=64, max_length=64)

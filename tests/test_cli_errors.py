@@ -76,18 +76,14 @@ def test_multi_line_messages_are_cut_to_one_line(
     assert printed.startswith(line), printed
 
 
-def _float_options() -> list[tuple[str, str]]:
-    """(command path, option) for every option of every `infill` command that takes a float."""
-    import click
-
+def _all_options() -> list[tuple[str, click.Option]]:
+    """(command path, option) for every option of every `infill` command."""
     from infill.cli import main as group
 
-    found: list[tuple[str, str]] = []
+    found: list[tuple[str, click.Option]] = []
 
     def walk(command: click.Command, path: str, ctx: click.Context) -> None:
-        for param in command.params:
-            if isinstance(param, click.Option) and isinstance(param.type, click.types.FloatParamType):
-                found.append((path, param.opts[-1]))
+        found.extend((path, param) for param in command.params if isinstance(param, click.Option))
         if isinstance(command, click.Group):
             for name in command.list_commands(ctx):
                 sub = command.get_command(ctx, name)
@@ -96,6 +92,11 @@ def _float_options() -> list[tuple[str, str]]:
 
     walk(group, "infill", click.Context(group, info_name="infill"))
     return found
+
+
+def _float_options() -> list[tuple[str, str]]:
+    """(command path, option) for every option of every `infill` command that takes a float."""
+    return [(path, o.opts[-1]) for path, o in _all_options() if isinstance(o.type, click.types.FloatParamType)]
 
 
 def test_the_float_options_are_found() -> None:
@@ -141,23 +142,8 @@ def test_eval_timeout_nan_is_a_usage_error() -> None:
 
 def _number_options() -> list[tuple[str, click.Option]]:
     """(command path, option) for every option of every `infill` command that takes a number (not a count)."""
-    from infill.cli import main as group
-
-    found: list[tuple[str, click.Option]] = []
-
-    def walk(command: click.Command, path: str, ctx: click.Context) -> None:
-        for param in command.params:
-            number = isinstance(param.type, click.types.IntParamType | click.types.FloatParamType)
-            if isinstance(param, click.Option) and number and not param.count:
-                found.append((path, param))
-        if isinstance(command, click.Group):
-            for name in command.list_commands(ctx):
-                sub = command.get_command(ctx, name)
-                if sub is not None:
-                    walk(sub, f"{path} {name}", click.Context(sub, parent=ctx, info_name=name))
-
-    walk(group, "infill", click.Context(group, info_name="infill"))
-    return found
+    number = click.types.IntParamType | click.types.FloatParamType
+    return [(path, o) for path, o in _all_options() if isinstance(o.type, number) and not o.count]
 
 
 def test_every_number_option_declares_its_domain() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from fixtures_cli import fake_model
+from fixtures_cli import fake_model, unreadable_file
 
 from infill import api
 from infill.cli import main
@@ -286,16 +286,7 @@ def test_missing_grammar_extra(tmp_path: Path, model: str, monkeypatch: pytest.M
 
 def test_unreadable_file(tmp_path: Path, model: str, monkeypatch: pytest.MonkeyPatch) -> None:
     p = write(tmp_path, "a.py", SOURCE)
-    os.chmod(p, 0)
-    if os.geteuid() == 0:  # root reads any file; simulate what a user would get
-        real = Path.read_bytes
-
-        def read_bytes(self: Path) -> bytes:
-            if self == p:
-                raise PermissionError(13, "Permission denied")
-            return real(self)
-
-        monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    unreadable_file(p, monkeypatch)
     try:
         assert_refused(run([str(p), "--span", "1:1", "--model", model]), 2, "permission denied")
     finally:
@@ -340,17 +331,24 @@ def test_model_folder_missing(tmp_path: Path) -> None:
     assert p.read_bytes() == SOURCE.encode()
 
 
-def test_model_corrupt(tmp_path: Path) -> None:
-    def corrupt(spec: object) -> object:
-        raise ModelError("model.safetensors is corrupt: header too large", path="/m")
+def fill_with_failing_model(tmp_path: Path, error: Exception, name: str) -> tuple[Result, Path]:
+    """`infill fill` of a one-line span with a model `name` whose loading raises `error`."""
+
+    def failing(spec: object) -> object:
+        raise error
 
     p = write(tmp_path, "a.py", SOURCE)
-    register("fake-corrupt", corrupt)  # type: ignore[arg-type]
+    register(name, failing)  # type: ignore[arg-type]
     api.clear_model_cache()
     try:
-        r = run([str(p), "--span", "3:3", "--model", "fake-corrupt"])
+        return run([str(p), "--span", "3:3", "--model", name]), p
     finally:
-        unregister("fake-corrupt")
+        unregister(name)
+
+
+def test_model_corrupt(tmp_path: Path) -> None:
+    error = ModelError("model.safetensors is corrupt: header too large", path="/m")
+    r, p = fill_with_failing_model(tmp_path, error, "fake-corrupt")
     assert_refused(r, 123, "corrupt", p, SOURCE.encode())
 
 
@@ -381,17 +379,7 @@ def test_error_messages_starting_with_a_line_break_keep_their_text(
     tmp_path: Path, error: Exception, needle: str
 ) -> None:
     """Messages that span lines (torch and numpy errors quote tensors) give their first non-blank line."""
-
-    def broken(spec: object) -> object:
-        raise error
-
-    p = write(tmp_path, "a.py", SOURCE)
-    register("fake-broken-lines", broken)  # type: ignore[arg-type]
-    api.clear_model_cache()
-    try:
-        r = run([str(p), "--span", "3:3", "--model", "fake-broken-lines"])
-    finally:
-        unregister("fake-broken-lines")
+    r, p = fill_with_failing_model(tmp_path, error, "fake-broken-lines")
     assert_refused(r, 123, needle, p, SOURCE.encode())
 
 

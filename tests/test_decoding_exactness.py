@@ -17,13 +17,13 @@ from collections import Counter
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from infill.config import DecodeConfig
 from infill.decoding import decode
 from infill.decoding.sampling import probs
 from infill.models.base import FillProblem
 from tests.fixtures_decode import Memo, tiny_xlnet
+from tests.fixtures_stats import pooled_p_value
 
 torch.set_num_threads(1)
 
@@ -62,22 +62,6 @@ def exact_joint(model: Memo, problem: FillProblem, cfg: DecodeConfig) -> dict[tu
     total = sum(joint.values())
     assert abs(total - 1.0) < 1e-6, total  # the chain rule covers all V^M fillings
     return joint
-
-
-def pooled_p_value(counts: Counter[tuple[int, ...]], joint: dict[tuple[int, ...], float], samples: int) -> float:
-    """Chi-square p-value of `counts` against `joint`; cells expecting fewer than 5 draws are pooled."""
-    observed, expected, pooled_o, pooled_e = [], [], 0.0, 0.0
-    for x, pr in joint.items():
-        if pr * samples >= 5:
-            observed.append(counts[x])
-            expected.append(pr * samples)
-        else:
-            pooled_o += counts[x]
-            pooled_e += pr * samples
-    if pooled_e > 0:
-        observed.append(pooled_o)
-        expected.append(pooled_e)
-    return float(chisquare(observed, expected).pvalue)
 
 
 def chi_square_p(model: Memo, layout: str, cfg: DecodeConfig, seed: int = 1234, samples: int = SAMPLES) -> float:
@@ -203,16 +187,18 @@ def test_lookup_drafts_are_exact_and_fire(model: Memo, layout: str) -> None:
 
     cfg = DecodeConfig(decoder="assd", draft="lookup", k=4)
     problem = _lookup_problem(layout)
-    drafted = 0
+    drafted, most = 0, 0
 
     def draw(p: FillProblem, g: torch.Generator) -> list[int]:
-        nonlocal drafted
+        nonlocal drafted, most
         tokens, stats = lookup_decode(model, p, cfg, g)
         drafted += stats.extra["drafted"]
+        most = max([most, *stats.accepted])
         return tokens.tolist()
 
     assert _chi_square_of(model, problem, cfg, draw, SAMPLES) > 1e-4
     assert drafted > 100  # the lookup really proposed drafts (else this only tests sequential steps)
+    assert most == 3  # two accepted drafts and the bonus token from the verify pass's extra row, in one pass
 
 
 def test_lookup_drafts_accepted_without_verification_fail(model: Memo) -> None:

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 from fixtures_doc import FakeFiller
 
@@ -223,3 +224,32 @@ def test_a_multi_line_model_error_is_one_line(tmp_path: Path) -> None:
     code, _, err = invoke(str(root / "pkg" / "mod.py"), filler=FakeFiller(text_for=broken))
     assert code == 123 and err.splitlines() == ["error: internal error: RuntimeError: backend exploded"]
     assert (root / "pkg" / "mod.py").read_text() == CODE
+
+
+@pytest.mark.parametrize("flags", [[], ["--diff"], ["--format", "json"]])
+def test_docstrings_that_would_break_the_syntax_are_never_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str]
+) -> None:
+    """The write guard: whatever the engine produced, a file whose new text does not parse is left as it was,
+    reported (exit 3), and neither written nor shown as a diff; the other files of the run are filled."""
+    import infill.docstrings.run as run
+    from infill.docstrings.outcome import FileResult
+
+    root = project(tmp_path)
+    bad = root / "pkg" / "bad.py"
+    bad.write_text("def f():\n    pass\n")
+    real = run.process_source
+
+    def engine(source: str, path: str, *args: Any, **kwargs: Any) -> FileResult:
+        if path.endswith("bad.py"):  # an engine bug: an unterminated docstring
+            return FileResult(path, source, source.replace("pass", '"""unterminated\n    pass'), [], "google")
+        return real(source, path, *args, **kwargs)
+
+    monkeypatch.setattr(run, "process_source", engine)
+    code, out, err = invoke(str(root / "pkg"), *flags)
+    assert code == 3, err
+    assert bad.read_text() == "def f():\n    pass\n"
+    assert "bad.py" in err and "would break the file's syntax" in err
+    assert "unterminated" not in out
+    mod = (root / "pkg" / "mod.py").read_text()
+    assert (mod != CODE) == (flags != ["--diff"])  # the good file is written, unless --diff writes nothing

@@ -22,7 +22,8 @@ from infill import api
 from infill.config import DecodeConfig, FillOptions, ModelSpec
 from infill.docstrings import facts, monitor, names
 from infill.docstrings.config import DocstringConfig
-from infill.docstrings.engine import Outcome, process_source
+from infill.docstrings.engine import process_source
+from infill.docstrings.outcome import Outcome
 from infill.docstrings.skeleton import Param, Skeleton, Slot
 from infill.spans import Selection, resolve
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fixtures_cli import fake_model
+from fixtures_cli import compiles, fake_model
 
 from infill import api
 from infill.cli import main
@@ -19,14 +19,6 @@ from infill.errors import NoValidFillError
 from infill.spans import Selection, Span, resolve
 
 LOOP = "def total(l):\n    s = 0\n{line}\n        s += e\n    return s\n"  # the emptied line opened a loop
-
-
-def compiles(text: str) -> bool:
-    try:
-        compile(text, "<test>", "exec", dont_inherit=True)
-    except SyntaxError:
-        return False
-    return True
 
 
 def fill(text: str, where: str, **kw: object) -> api.FillResult:

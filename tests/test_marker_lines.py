@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from fixtures_cli import compiles
 
 from infill import api
 from infill.cli import main
@@ -21,14 +22,6 @@ def fill_json(path: Path, *where: str) -> tuple[dict, str]:
     assert r.exit_code == 0, r.output
     (edit,) = json.loads(r.stdout)["edits"]
     return edit, r.stdout
-
-
-def compiles(text: str) -> bool:
-    try:
-        compile(text, "<test>", "exec", dont_inherit=True)
-    except SyntaxError:
-        return False
-    return True
 
 
 @pytest.mark.parametrize(

@@ -3,21 +3,21 @@ generated from infill.options and infill.config, so a new setting or a changed d
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
-from typing import Any, get_args
+from pathlib import Path
+from typing import Any
 
 import click
 import pytest
 
 from infill import options
 from infill.config import (
-    CHOOSABLE_DECODERS,
-    DECODER_KIND,
-    DECODER_OPTIONS,
+    DECODERS,
+    DRAFTS,
     EVAL_DECODE,
     TOOL_DECODE,
     DecodeConfig,
-    DecoderName,
     FillOptions,
     ModelSpec,
     Sampling,
@@ -25,8 +25,10 @@ from infill.config import (
     choose_decoder,
     decoder_options,
     decoders_for,
+    drafts_for,
 )
 from infill.errors import DecodeError, InputError
+from infill.server import params as server_params
 
 
 def _params(command: click.Command) -> dict[str, click.Parameter]:
@@ -68,19 +70,41 @@ def test_eval_shares_fills_flags_with_its_own_decoding_defaults() -> None:
     assert ours["temperature"].default == EVAL_DECODE.temperature == 0.0
 
 
-def test_decoder_names_are_listed_once() -> None:
+def test_decoders_and_drafts_are_registered_once_and_every_list_derives_from_the_record() -> None:
     from infill.commands.evaluate import humaneval_single_line
     from infill.commands.fill import fill
-    from infill.decoding.registry import FUNCTIONS
+    from infill.decoding.registry import decoder_function, draft_source
 
-    names = get_args(DecoderName)
-    assert set(DECODER_KIND) == set(FUNCTIONS) == set(names)
-    assert decoders_for("asarm") + decoders_for("blockdiff") == tuple(
-        sorted(names, key=lambda n: (DECODER_KIND[n] != "asarm", names.index(n)))
-    )
+    for name, entry in DECODERS.items():  # each registration names code that exists
+        assert callable(decoder_function(DecodeConfig(decoder=name), entry.kinds[0])), name
+    for name in DRAFTS:
+        assert callable(draft_source(name).propose), name
+    kinds = ("asarm", "blockdiff", "ar")
+    assert {d for kind in kinds for d in decoders_for(kind)} == set(DECODERS)
+    assert decoders_for("ar") == ("assd", "sequential", "beam") and drafts_for("ar") == ("lookup",)
+    flagged = tuple(name for name, entry in DECODERS.items() if entry.flag)
+    draft = _params(fill)["draft"].type
+    assert isinstance(draft, click.Choice) and tuple(draft.choices) == tuple(DRAFTS)
     for command in (fill, humaneval_single_line):
-        choice = _params(command)["decoder"].type
-        assert isinstance(choice, click.Choice) and tuple(choice.choices) == CHOOSABLE_DECODERS
+        params = _params(command)
+        choice = params["decoder"].type
+        assert isinstance(choice, click.Choice) and tuple(choice.choices) == flagged
+        for name in flagged:
+            assert f"{name}: {DECODERS[name].summary}" in " ".join((params["decoder"].help or "").split())
+
+
+def _doc_table(heading: str) -> set[str]:
+    """The names in the first column of the first table under `heading` in docs/decoding.md."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "decoding.md").read_text(encoding="utf-8")
+    lines = text.split(f"\n{heading}\n", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = lines[start : next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))]
+    return {m.group(1) for line in table if (m := re.match(r"\| `(\w+)`", line))}
+
+
+def test_the_docs_tables_name_every_registered_decoder_and_draft() -> None:
+    assert _doc_table("## Decoders") == set(DECODERS)
+    assert _doc_table("### Drafts") == set(DRAFTS)
 
 
 @pytest.mark.parametrize(
@@ -129,28 +153,31 @@ def test_the_decoder_is_chosen_from_what_was_given(given: dict[str, Any], decode
 
 
 def test_server_params_are_checked_by_the_same_table() -> None:
-    parts = options.from_params({"top_k": 3, "temperature": 1, "context": ["a"], "precision": "bf16", "text": "x"})
+    parts = server_params.from_params(
+        {"top_k": 3, "temperature": 1, "context": ["a"], "precision": "bf16", "text": "x"}
+    )
     assert parts == {
         "decode": {"top_k": 3, "temperature": 1.0, "decoder": "assd"},  # a temperature above 0 samples
         "options": {"context": ("a",)},
         "model": {"bf16": True},
     }
     with pytest.raises(InputError, match='"device" must be "auto", "cpu" or "cuda"'):
-        options.from_params({"device": "tpu"})
+        server_params.from_params({"device": "tpu"})
     with pytest.raises(InputError, match='"k" must be a int'):
-        options.from_params({"k": "10"})
+        server_params.from_params({"k": "10"})
 
 
 def test_each_decoder_reads_its_own_options_with_the_requests_defaults() -> None:
     flat = {f.name: f.default for f in fields(DecodeConfig)}
-    for kind in (Sampling, *DECODER_OPTIONS.values()):
+    classes = [entry.options for entry in DECODERS.values()]
+    for kind in (Sampling, *classes):
         for f in fields(kind):  # every option is a request field, with one default
             assert f.name in flat and f.default == flat[f.name], (kind.__name__, f.name)
-    taken = {f.name for kind in (Sampling, *DECODER_OPTIONS.values()) for f in fields(kind)}
+    taken = {f.name for kind in (Sampling, *classes) for f in fields(kind)}
     assert taken == set(flat) - {"decoder"}  # and every request field belongs to someone
-    for decoder in get_args(DecoderName):
+    for decoder, entry in DECODERS.items():
         opts = decoder_options(DecodeConfig(decoder=decoder, k=3, beam=2, ssmd_passes=5))
-        assert type(opts) is DECODER_OPTIONS[decoder]
+        assert type(opts) is entry.options
         assert {f.name: getattr(opts, f.name) for f in fields(opts)}.items() <= {
             **flat,
             "k": 3,
@@ -162,7 +189,7 @@ def test_each_decoder_reads_its_own_options_with_the_requests_defaults() -> None
 @pytest.mark.parametrize(
     ("cfg", "message"),
     [
-        (DecodeConfig(decoder="assd", draft="model", k=1), "k >= 2"),
+        (DecodeConfig(decoder="assd", draft="model", k=1), "k must be at least 2"),
         (DecodeConfig(decoder="parallel", k=0), "chunk size k >= 1"),
         (DecodeConfig(decoder="beam", beam=0), "beam width"),
         (DecodeConfig(decoder="confidence", threshold=1.5), "threshold"),

@@ -7,9 +7,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infill.decoding.coupling import coupled_accept, draw_u, extract_u, pick, u_bits
+from infill.decoding.coupling import draw_u, extract_u, pick
 from infill.decoding.sampling import probs
 from infill.errors import DecodeError
+from infill.models.ptp import u_bits
 
 torch.set_num_threads(1)
 
@@ -92,17 +93,6 @@ def test_u_bits_are_the_32_bit_integer_msb_first() -> None:
     u = draw_u(1000, torch.Generator().manual_seed(0))
     back = ((u_bits(u) > 0).long() * (2 ** torch.arange(31, -1, -1))).sum(-1)  # (1000,)
     assert torch.equal(back.double() / 2**32, u)  # draw_u's u are exact 32-bit fractions
-
-
-def test_coupled_accept_prefix_correction_and_bonus() -> None:
-    q = torch.stack([dist(0.0, 1.0, 0.0), dist(0.5, 0.0, 0.5), dist(1.0, 0.0, 0.0)])  # (3, V)
-    u = torch.tensor([0.3, 0.7, 0.1], dtype=torch.float64)  # picks: 1, 2, 0
-    assert coupled_accept(torch.tensor([1, 2]), u, q) == (2, 0)  # both drafts, then the bonus
-    assert coupled_accept(torch.tensor([1, 0]), u, q) == (1, 2)  # the second is corrected to the pick
-    assert coupled_accept(torch.tensor([0, 2]), u, q) == (0, 1)  # a wrong first draft: nothing after it counts
-    assert coupled_accept(torch.tensor([1, 2, 0]), u, q) == (3, None)  # M = D: no bonus row
-    with pytest.raises(DecodeError):
-        coupled_accept(torch.tensor([1]), u, q)
 
 
 def test_transform_is_applied_before_pick() -> None:

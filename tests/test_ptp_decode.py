@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from scipy.stats import chisquare
 
 from infill.config import DecodeConfig, ModelSpec
 from infill.decoding import ptp
@@ -25,7 +24,8 @@ from infill.errors import DecodeError, InputError
 from infill.models.blockdiff import BlockDiffModel, load_folder
 from infill.models.ptp import ADAPTER_FILE, PTPAdapter, load_adapter
 from infill.models.tiny import tiny_blockdiff_checkpoint as tiny_checkpoint
-from tests.fixtures_bd import END, MASK, V, tiny_backend
+from tests.fixtures_bd import END, MASK, V, tiny_backend, tiny_causal_lm
+from tests.fixtures_stats import pooled_p_value
 
 torch.set_num_threads(1)
 PROMPT = torch.tensor([3, 7, 11, 5, 2, 9])
@@ -233,26 +233,8 @@ E_PROMPT = (1, 3)
 
 @cache
 def _enum_model() -> torch.nn.Module:
-    import transformers
-
-    config = transformers.Qwen3Config(
-        vocab_size=V_REAL + 1,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        intermediate_size=32,
-        max_position_embeddings=32,
-        tie_word_embeddings=False,
-    )
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(11)
-    model = transformers.Qwen3ForCausalLM(config).float().eval()
-    with torch.no_grad():
-        for prm in model.parameters():
-            if prm.dim() == 2:
-                prm.mul_(6.0)  # peaky, context-dependent conditionals: the test has power
+    # peaky, context-dependent conditionals: the test has power
+    model: torch.nn.Module = tiny_causal_lm(seed=11, vocab=V_REAL + 1, width=(16, 2, 1, 32), positions=32, scale=6.0)
     return model
 
 
@@ -347,18 +329,7 @@ def chi_square_p(cfg: DecodeConfig, samples: int, rubber_stamp: bool = False) ->
         iters += st.extra["iterations"]
     support = {x for x, pr in joint.items() if pr > 0}
     assert set(counts) <= support  # never the mask, never a token top-k / top-p removed
-    observed, expected, pooled_o, pooled_e = [], [], 0.0, 0.0
-    for x in sorted(support):
-        if joint[x] * samples >= 5:
-            observed.append(counts[x])
-            expected.append(joint[x] * samples)
-        else:
-            pooled_o += counts[x]
-            pooled_e += joint[x] * samples
-    if pooled_e > 0:
-        observed.append(pooled_o)
-        expected.append(pooled_e)
-    return float(chisquare(observed, expected).pvalue), samples * M_POS / iters
+    return pooled_p_value(counts, {x: joint[x] for x in support}), samples * M_POS / iters
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fixtures_cli import fake_model
+from fixtures_cli import fake_model, unreadable_file
 from fixtures_doc import FakeFiller
 
 from infill import api
@@ -93,17 +93,7 @@ def fifo(d: Path, mp: pytest.MonkeyPatch) -> None:
 
 
 def unreadable(d: Path, mp: pytest.MonkeyPatch) -> None:
-    target = d / "a.py"
-    target.chmod(0)
-    if os.geteuid() == 0:  # root reads any file: make reading fail as it would for its owner
-        real = Path.read_bytes
-
-        def read_bytes(path: Path) -> bytes:
-            if path == target:
-                raise PermissionError(13, "Permission denied")
-            return real(path)
-
-        mp.setattr(Path, "read_bytes", read_bytes)
+    unreadable_file(d / "a.py", mp)
 
 
 def read_only_file(d: Path, mp: pytest.MonkeyPatch) -> None:

@@ -44,7 +44,7 @@ def test_the_readme_lists_every_documented_exit_code() -> None:
         return [cls, *(c for sub in cls.__subclasses__() for c in subclasses(sub))]
 
     raised = {cls.exit_code for cls in subclasses(errors.InfillError)}  # every error class's own code
-    defined = {value for name, value in vars(errors).items() if name.startswith("EXIT_")}  # and every constant
+    defined = {int(code) for code in errors.ExitCode}  # and every code of the one enum
     assert readme == documented == defined == {0, 1, 141, 130, 143} | raised
     row = next(line for line in section(README, "### Exit codes").splitlines() if line.startswith("| 2 |"))
     assert "read-only file" in row and "read-only folder" in row

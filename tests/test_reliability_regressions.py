@@ -134,8 +134,8 @@ def test_item02_server_answers_no_valid_fill() -> None:
 
 
 def test_item02_docstrings_never_write_an_unparseable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import infill.core.docstrings as command
-    from infill.docstrings.engine import FileResult
+    import infill.docstrings.run as command
+    from infill.docstrings.outcome import FileResult
 
     p = tmp_path / "m.py"
     p.write_text("def f():\n    pass\n")

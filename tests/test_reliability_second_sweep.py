@@ -421,14 +421,15 @@ def test_work_one_command_asks_for_is_bounded(args: list[str], tmp_path: Path) -
 def test_the_server_and_the_command_line_share_the_bounds() -> None:
     """One table (infill.options) bounds both: a flag's range is what a server request may ask for."""
     from infill import options
+    from infill.server import params as server_params
     from infill.server.protocol import ProtocolError
 
     for name in ("beam", "candidates", "max_resample", "rescue_width"):
         option = options.BY_NAME[name]
         assert isinstance(option.type, click.IntRange) and option.type.max is not None, name
         with pytest.raises(ProtocolError, match="at most"):
-            options.from_params({name: option.type.max + 1})
-        options.from_params({name: option.type.max})
+            server_params.from_params({name: option.type.max + 1})
+        server_params.from_params({name: option.type.max})
 
 
 # --- environment variables: a client-only one restarted the daemon, junk values were ignored or crashed ----------

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infill.decoding.s2d2 import accept_prefix, first_masked_span, residual
+from infill.decoding.s2d2 import accept_prefix, first_masked_span
+from infill.decoding.sampling import residual
 
 torch.set_num_threads(1)
 

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from fixtures_doc import FakeFiller
 
 from infill.commands.docstrings import docstrings as docstrings_cli
-from infill.core import docstrings as core_docstrings
 from infill.core import fill as core_fill
+from infill.docstrings import run as docstrings_run
 from infill.errors import InputError, ModelError
 from infill.server import handlers, protocol
 from infill.server.dispatch import Dispatcher, ModelCache, ServerContext
@@ -210,7 +210,7 @@ def test_exception_mapping_rebuilds_input_errors() -> None:
 
 
 def test_docstrings_method_runs_the_core_on_text_or_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(core_docstrings, "model_filler_for", lambda cfg: FakeFiller())
+    monkeypatch.setattr(docstrings_run, "model_filler_for", lambda cfg: FakeFiller())
     (tmp_path / "pyproject.toml").write_text('[tool.infill.docstrings]\nstyle = "numpy"\n')
     dispatcher = Dispatcher()
     text = "def f(x):\r\n    return x\r\n"

@@ -185,17 +185,18 @@ def test_version_mismatch_restarts_the_daemon(runtime_dir: Path) -> None:
             old.wait()
 
 
+def serve_at_the_daemon_socket(runtime_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    """`infill serve --socket` at the daemon's own socket path, run to its end."""
+    socket = str(daemon_dir(runtime_dir) / "daemon.sock")
+    argv = [sys.executable, "-m", "infill", "serve", "--socket", socket]
+    return subprocess.run(argv, env=env, cwd=REPO_ROOT, capture_output=True, timeout=120)
+
+
 def test_live_socket_is_not_stolen(runtime_dir: Path) -> None:
     env = plugin_env(runtime_dir)
     first = serve_socket_process(runtime_dir, env)
     try:
-        second = subprocess.run(
-            [sys.executable, "-m", "infill", "serve", "--socket", str(daemon_dir(runtime_dir) / "daemon.sock")],
-            env=env,
-            cwd=REPO_ROOT,
-            capture_output=True,
-            timeout=120,
-        )
+        second = serve_at_the_daemon_socket(runtime_dir, env)
         assert second.returncode == 1 and b"already listening" in second.stderr
         assert first.poll() is None and daemon_pid(env) == first.pid
     finally:
@@ -331,12 +332,6 @@ def test_a_regular_file_at_the_socket_path_is_never_replaced(runtime_dir: Path) 
     env = plugin_env(runtime_dir)
     (daemon_dir(runtime_dir) / "daemon.sock").write_text("not a socket")
     assert fill(env) is None  # falls back to in-process
-    done = subprocess.run(
-        [sys.executable, "-m", "infill", "serve", "--socket", str(daemon_dir(runtime_dir) / "daemon.sock")],
-        env=env,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        timeout=120,
-    )
+    done = serve_at_the_daemon_socket(runtime_dir, env)
     assert done.returncode == 1 and b"not a socket" in done.stderr
     assert (daemon_dir(runtime_dir) / "daemon.sock").read_text() == "not a socket"

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from click.testing import CliRunner
+from fixtures_cli import fake_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infill import languages
+from infill.cli import main
 from infill.errors import InputError
 from infill.spans import LineIndex, Selection, Span, check_spans, parse_span, resolve, snap_to_lines
 
@@ -169,6 +174,61 @@ def test_node_selector_any_capture() -> None:
     assert text_of(data, spans) == [b"# one", b"# two"]
     spans = resolve(data, [Selection("node", "function.body")], "python", "a.py")
     assert text_of(data, spans) == [b"    pass"]
+
+
+# Two classes with a method of the same name, and a function of that name: a qualified name picks one of them
+SAME_NAMES = {
+    "a.py": (
+        b"class A:\n    def f(self):\n        return 'a'\n\n\nclass B:\n    def f(self):\n        return 'b'\n\n\n"
+        b"def f():\n    return 'top'\n",
+        {"A.f": b"        return 'a'", "B.f": b"        return 'b'"},
+    ),
+    "a.cpp": (
+        b"int A::f() {\n  return 1;\n}\nint B::f() {\n  return 2;\n}\nint f() {\n  return 3;\n}\n",
+        {"A::f": b"  return 1;", "B::f": b"  return 2;"},
+    ),
+    "a.js": (
+        b"class A {\n  f() { return 1; }\n}\nclass B {\n  f() { return 2; }\n}\nfunction f() {\n  return 3;\n}\n",
+        {"A.f": b" return 1; ", "B.f": b" return 2; "},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAME_NAMES))
+def test_a_qualified_function_name_selects_that_class_s_method_only(name: str) -> None:
+    """`--function A.f` is A's f: never B's f, nor a function f outside any class (each is matched on its whole
+    qualified name, not on its last part)."""
+    data, bodies = SAME_NAMES[name]
+    lang = languages.detect(name)
+    for qualified, body in bodies.items():
+        spans = resolve(data, [Selection("function", qualified)], lang, name)
+        assert text_of(data, spans) == [body], qualified
+    assert len(resolve(data, [Selection("function", "f")], lang, name)) == 3  # the bare name: every f
+    with pytest.raises(InputError, match="not found"):  # a class that has no f, though f exists elsewhere
+        resolve(data, [Selection("function", "C.f")], lang, name)
+
+
+def test_a_qualified_name_needs_the_whole_qualifier_to_match() -> None:
+    """Outer.A.f is found as A.f and as Outer.A.f, but not as Other.A.f or B.A.f."""
+    data = b"class Outer:\n    class A:\n        def f(self):\n            return 1\n"
+    for found in ("f", "A.f", "Outer.A.f"):
+        assert text_of(data, resolve(data, [Selection("function", found)], "python", "a.py")) == [
+            b"            return 1"
+        ]
+    for missing in ("Other.A.f", "B.A.f", "Outer.f", "A.Outer.f"):
+        with pytest.raises(InputError, match="not found"):
+            resolve(data, [Selection("function", missing)], "python", "a.py")
+
+
+def test_the_command_line_fills_only_the_qualified_method(tmp_path: Path) -> None:
+    """`infill fill --function B.f` as a user runs it changes B's f and nothing else."""
+    source = SAME_NAMES["a.py"][0].decode()
+    path = tmp_path / "a.py"
+    path.write_text(source)
+    with fake_model(["return 'filled'"], name="fake-qualified"):
+        result = CliRunner().invoke(main, ["fill", str(path), "--function", "B.f", "--model", "fake-qualified"])
+    assert result.exit_code == 0, result.output
+    assert path.read_text() == source.replace("return 'b'", "return 'filled'")
 
 
 def test_function_not_found_lists_names() -> None:

@@ -22,7 +22,6 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 import infill.decoding.ssmd as ssmd
 import infill.models.ssmd as ssmd_head
@@ -31,6 +30,7 @@ from infill.decoding.sampling import probs
 from infill.models.blockdiff import BlockDiffModel
 from infill.models.ssmd import SSMDHead, causal_logits
 from tests.fixtures_ssmd import MASK, V_REAL, random_head, tiny_backend
+from tests.fixtures_stats import pooled_p_value
 
 torch.set_num_threads(1)
 
@@ -41,21 +41,9 @@ Joint = dict[tuple[int, ...], float]
 
 
 def chi_square_p(counts: Counter[tuple[int, ...]], joint: Joint) -> float:
-    samples = sum(counts.values())
-    support = {x for x, p in joint.items() if p > 0}
-    assert set(counts) <= support, set(counts) - support  # never a mask or an impossible filling
-    observed, expected, pooled_o, pooled_e = [], [], 0.0, 0.0
-    for x in sorted(support):
-        if joint[x] * samples >= 5:
-            observed.append(counts[x])
-            expected.append(joint[x] * samples)
-        else:
-            pooled_o += counts[x]
-            pooled_e += joint[x] * samples
-    if pooled_e > 0:
-        observed.append(pooled_o)
-        expected.append(pooled_e)
-    return float(chisquare(observed, expected).pvalue)
+    support = {x: p for x, p in joint.items() if p > 0}
+    assert set(counts) <= set(support), set(counts) - set(support)  # never a mask or an impossible filling
+    return pooled_p_value(counts, support)
 
 
 def full_pass(bk: BlockDiffModel, block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infill.models.tokenizer import ByteBPETokenizer, SentencePieceTokenizer, load_tokenizer
-from infill.training.tokenizer import train_byte_bpe
+from infill.models.tokenizer import ByteBPETokenizer, SentencePieceTokenizer, load_tokenizer, train_byte_bpe
 
 CODE = "def f(x):\n\tif x:\r\n        return  x  \n    y = 'é😀'  # <mask> <pad>\n\n\n"
 PIECES = [" ", "  ", "\t", "\n", "\r\n", "\r", "a", "bc", "(", ":", "é", "😀", "\u00a0", "<mask>"]

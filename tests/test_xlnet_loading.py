@@ -14,7 +14,8 @@ from infill.decoding import decode
 from infill.errors import ModelError
 from infill.models import loading
 from infill.models.base import FillProblem
-from infill.models.registry import LoadedModel, load
+from infill.models.loading import load
+from infill.models.registry import LoadedModel
 from infill.models.tiny import build_tiny_checkpoint
 
 torch.set_num_threads(1)

@@ -26,14 +26,12 @@ REPORT = click.Path(exists=True, dir_okay=False, path_type=Path)
     "--threshold",
     type=FiniteFloatRange(0.0, 1.0),
     default=0.5,
-    show_default=True,
     help="The confidence to report coverage and precision at (the editor's default threshold).",
 )
 @click.option(
     "--test-share",
     type=FiniteFloatRange(0.0, 0.9),
     default=0.0,
-    show_default=True,
     help="Keep this share of the fit reports' files (by a hash of their names) out of the fit, to judge on.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the judgements as JSON.")

@@ -12,21 +12,20 @@ COMPLETE_VAR = "_INFILL_COMPLETE"
 SHELLS = ("bash", "zsh", "fish")
 
 
-def completion_script(shell: str) -> str:
-    """The completion script Click generates for `infill` in `shell`."""
+def completion_script(shell: str, group: click.Command) -> str:
+    """The completion script Click generates for `group` (the `infill` group) in `shell`."""
     from click.shell_completion import get_completion_class
-
-    from infill.cli import main
 
     cls = get_completion_class(shell)
     if cls is None:
         raise click.BadParameter(f"unsupported shell {shell!r}")
-    return cls(main, {}, PROG, COMPLETE_VAR).source()
+    return cls(group, {}, PROG, COMPLETE_VAR).source()
 
 
 @click.command("completion")
 @click.argument("shell", type=click.Choice(SHELLS))
-def completion(shell: str) -> None:
+@click.pass_context
+def completion(ctx: click.Context, shell: str) -> None:
     """Print the shell completion script for SHELL.
 
     \b
@@ -34,4 +33,4 @@ def completion(shell: str) -> None:
     zsh:   infill completion zsh > "${fpath[1]}/_infill"
     fish:  infill completion fish > ~/.config/fish/completions/infill.fish
     """
-    click.echo(completion_script(shell), nl=False)
+    click.echo(completion_script(shell, ctx.find_root().command), nl=False)

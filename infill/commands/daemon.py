@@ -22,7 +22,7 @@ def daemon() -> None:
 
 
 @daemon.command()
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 def status(fmt: str) -> None:
     """Show the running daemon. Exit 0 if one runs, 1 if none does."""
     from infill.server import client
@@ -55,7 +55,6 @@ def status(fmt: str) -> None:
     "--idle-timeout",
     type=SECONDS,
     default=lifecycle.DEFAULT_IDLE_TIMEOUT,
-    show_default=True,
     metavar="SECONDS",
     help="Exit after this long without a request (0 = never).",
 )

@@ -1,6 +1,6 @@
 """`infill docstrings`: fill missing docstrings, or list them (--check) without loading a model.
 
-Click only: flags -> one DocstringsRequest -> infill.core.docstrings (also what the server and a daemon run)
+Click only: flags -> one DocstringsRequest -> infill.docstrings.run (also what the server and a daemon run)
 -> the output echoed here.
 """
 
@@ -14,7 +14,10 @@ from typing import Any
 import click
 
 from infill.clitypes import FINITE_FLOAT, JOBS, FiniteFloatRange
-from infill.core.docstrings import (
+from infill.docstrings.config import MIN_LINE_LENGTH, STYLES
+from infill.docstrings.fill import SlotFiller
+from infill.docstrings.outcome import FileResult
+from infill.docstrings.run import (
     DocstringsRequest,
     fill_file,
     model_filler_for,
@@ -23,10 +26,7 @@ from infill.core.docstrings import (
     worker_fill_file,
     worker_setup,
 )
-from infill.docstrings.config import MIN_LINE_LENGTH, STYLES
-from infill.docstrings.engine import FileResult
-from infill.docstrings.fill import SlotFiller
-from infill.errors import EXIT_INTERNAL, InfillError, one_line
+from infill.errors import ExitCode, InfillError, one_line
 from infill.options import click_options
 from infill.server.options import daemon_options, forward_docstrings
 
@@ -102,7 +102,6 @@ def _bool_flag(name: str, help_text: str) -> Any:
     "--jobs",
     type=JOBS,
     default=1,
-    show_default=True,
     help="Worker processes for several files, one thread and one model each (no daemon); the output and exit "
     "code are those of one.",
 )
@@ -140,7 +139,7 @@ def docstrings(
         code = exc.exit_code
     except Exception as exc:  # noqa: BLE001 - anything else is our bug: exit 123, as documented
         click.echo(f"error: internal error: {type(exc).__name__}: {one_line(str(exc))}", err=True)
-        code = EXIT_INTERNAL
+        code = ExitCode.INTERNAL
     ctx.exit(code)
 
 

@@ -52,7 +52,6 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--form",
             type=click.Choice(["span", "marker", "marker-column-0"]),
             default="span",
-            show_default=True,
             help="How the line is selected: emptied and --span N:N, or a <FILL> line and --marker (the marker at "
             "the line's indentation, or at column 0).",
         ),
@@ -161,7 +160,15 @@ class _Progress:
             self._bar.stop()
 
 
-def _emit(report: dict[str, Any], output: Path | None, as_json: bool, lines: list[str]) -> None:
+LENGTH = {True: "oracle length", False: "length policy"}  # the budget a run fills with, by --oracle-length
+
+
+def _emit(
+    report: dict[str, Any], run: dict[str, Any], start: float, output: Path | None, as_json: bool, lines: list[str]
+) -> None:
+    """`report` (the run's header and settings), completed with the time since `start` and the `run`'s results,
+    written to `output` when given and printed as JSON, or as `lines`."""
+    report.update(seconds=round(time.perf_counter() - start, 1), **run)
     text = json.dumps(report, indent=1, default=str)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -222,10 +229,9 @@ def _header(name: str, model_name: str, decode: DecodeConfig | None, oracle: boo
     "--timeout",
     type=FiniteFloatRange(0, min_open=True),
     default=10.0,
-    show_default=True,
     help="Seconds per candidate program.",
 )
-@click.option("--memory-mb", type=POSITIVE, default=1024, show_default=True, help="Address-space limit per program.")
+@click.option("--memory-mb", type=POSITIVE, default=1024, help="Address-space limit per program.")
 @click.option(
     "--reference",
     is_flag=True,
@@ -288,24 +294,17 @@ def humaneval_single_line(
         subset="all" if len(tasks) == total else f"{len(tasks)} evenly spaced",
         timeout=timeout,
         memory_mb=memory_mb,
-        seconds=round(time.perf_counter() - start, 1),
-        **run,
     )
-    s = run["summary"]
-    length = "oracle length" if oracle_length else "length policy"
-    _emit(
-        report,
-        output,
-        as_json,
-        [
-            f"humaneval-single-line pass@1 {s['pass_at_1']:.1%} ({s['passed']}/{s['tasks']} tasks, {length}, "
-            f"{decode_label(decode)}); exact line {s['exact_match']:.1%}; "
-            f"statuses {s['statuses']}",
-            f"as infill fill writes them: {s['refused']} refused (exit 3), {s['written_not_compiling']} written "
-            "that do not compile",
-            f"tokens/NFE {s['tokens_per_nfe']:.2f}; fill {s['fill_seconds']:.0f} s, exec {s['exec_seconds']:.0f} s",
-        ],
-    )
+    s, length = run["summary"], LENGTH[oracle_length]
+    lines = [
+        f"humaneval-single-line pass@1 {s['pass_at_1']:.1%} ({s['passed']}/{s['tasks']} tasks, {length}, "
+        f"{decode_label(decode)}); exact line {s['exact_match']:.1%}; "
+        f"statuses {s['statuses']}",
+        f"as infill fill writes them: {s['refused']} refused (exit 3), {s['written_not_compiling']} written "
+        "that do not compile",
+        f"tokens/NFE {s['tokens_per_nfe']:.2f}; fill {s['fill_seconds']:.0f} s, exec {s['exec_seconds']:.0f} s",
+    ]
+    _emit(report, run, start, output, as_json, lines)
 
 
 @evaluate.command("heldout-exact")
@@ -325,7 +324,6 @@ def humaneval_single_line(
 )
 @click.option(
     "--files",
-    "files",
     multiple=True,
     type=click.Path(dir_okay=False, path_type=Path),
     help="Use these files instead (repeatable).",
@@ -391,19 +389,12 @@ def heldout_exact(
         source=str(corpus) if corpus else "files",
         files_available=len(paths),
         context_tokens=max_tokens,
-        seconds=round(time.perf_counter() - start, 1),
-        **run,
     )
-    s = run["summary"]
-    length = "oracle length" if oracle_length else "length policy"
-    _emit(
-        report,
-        output,
-        as_json,
-        [
-            f"heldout-exact {s['exact_match']:.1%} ({s['exact']}/{s['tasks']} lines from {s['files']} files, "
-            f"{length}, {decode_label(decode)}); "
-            f"ignoring surrounding whitespace {s['exact_match_stripped']:.1%}",
-            f"tokens/NFE {s['tokens_per_nfe']:.2f}; fill {s['fill_seconds']:.0f} s; errors {s['errors']}",
-        ],
-    )
+    s, length = run["summary"], LENGTH[oracle_length]
+    lines = [
+        f"heldout-exact {s['exact_match']:.1%} ({s['exact']}/{s['tasks']} lines from {s['files']} files, "
+        f"{length}, {decode_label(decode)}); "
+        f"ignoring surrounding whitespace {s['exact_match_stripped']:.1%}",
+        f"tokens/NFE {s['tokens_per_nfe']:.2f}; fill {s['fill_seconds']:.0f} s; errors {s['errors']}",
+    ]
+    _emit(report, run, start, output, as_json, lines)

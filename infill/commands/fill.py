@@ -22,6 +22,7 @@ import click
 
 from infill import environment
 from infill.clitypes import JOBS
+from infill.commands.shell import error_line, error_report, signal_report
 from infill.core.fill import (
     FillRequest,
     error_json,
@@ -32,16 +33,7 @@ from infill.core.fill import (
     result_json,
     run_fill,
 )
-from infill.errors import (
-    EXIT_CHANGES,
-    EXIT_INTERNAL,
-    EXIT_NO_VALID_FILL,
-    EXIT_OK,
-    EXIT_USAGE,
-    InfillError,
-    LowConfidenceError,
-    Terminated,
-)
+from infill.errors import ExitCode, InfillError, InputError, LowConfidenceError, Terminated
 from infill.options import click_options, from_flags
 from infill.server.options import daemon_options, fill_command
 from infill.spans import DEFAULT_TOKENS, Selection
@@ -198,7 +190,7 @@ def answer_usage_error(args: list[str], line: str, code: int) -> None:
     then) return, and the caller reports the error as usual."""
     mode = _mode_of_args(fill, args)
     if mode.json:
-        _print_json(error_json(mode.file, "input_error", line.removeprefix("error: "), code))
+        _print_json(error_json(mode.file, InputError.code, line.removeprefix("error: "), code))
     if not mode.filter or sys.stdin is None or sys.stdin.isatty():
         return
     _echo_input(_binary("stdin").read(), mode.verbose, line, code)
@@ -219,8 +211,6 @@ class FillCommand(click.Command):
         try:
             return super().parse_args(ctx, args)
         except click.exceptions.ClickException as exc:
-            from infill.cli import error_line
-
             answer_usage_error(given, error_line(exc), exc.exit_code)
             raise
 
@@ -230,8 +220,6 @@ class FillCommand(click.Command):
         except (click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
             raise
         except (Exception, KeyboardInterrupt, Terminated) as exc:  # signals too: Ctrl-C, SIGTERM (infill.cli)
-            from infill.cli import error_line, error_report, signal_report
-
             if isinstance(exc, click.exceptions.ClickException):
                 line, code = error_line(exc), exc.exit_code
             elif isinstance(exc, Exception):
@@ -257,7 +245,7 @@ def _failure_json(ctx: click.Context, exc: BaseException, line: str, code: int) 
     name = file if isinstance(file, str) and file != "-" else None
     if isinstance(exc, Exception) and not isinstance(exc, click.exceptions.ClickException):
         return exception_json(exc, name)
-    kind = "input_error" if isinstance(exc, click.exceptions.ClickException) else "interrupted"
+    kind = InputError.code if isinstance(exc, click.exceptions.ClickException) else "interrupted"
     return error_json(name, kind, line.removeprefix("infill: ").removeprefix("error: "), code)
 
 
@@ -281,18 +269,16 @@ def _failure_json(ctx: click.Context, exc: BaseException, line: str, code: int) 
     "fmt",
     type=click.Choice(["text", "json"]),
     default="text",
-    show_default=True,
     help="json: print the edits and stats; the file is not written.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
-@click.option("-v", "--verbose", count=True, help="More detail on stderr (tracebacks with -v).")
+@click.option("-v", "--verbose", count=True, show_default=False, help="More detail on stderr (tracebacks with -v).")
 @click.option("--stats", is_flag=True, help="Print decoding stats (NFE, tokens, tokens/NFE, time) on stderr.")
 @click.option(
     "-j",
     "--jobs",
     type=JOBS,
     default=1,
-    show_default=True,
     help="Worker processes for several FILEs, one thread and one model each (no daemon); the output and exit "
     "code are those of one.",
 )
@@ -337,10 +323,10 @@ def fill(
                 _binary("stdout").write(raw)
             message = f"{stdin_filename or '<stdin>'}: not UTF-8 (invalid byte at offset {exc.start})"
             if fmt == "json":
-                _print_json(error_json(None, "input_error", message, EXIT_USAGE))
+                _print_json(error_json(None, InputError.code, message, ExitCode.USAGE))
             if verbose or not filter_mode:
                 click.echo(f"error: {message}", err=True)
-            sys.exit(EXIT_USAGE)
+            sys.exit(ExitCode.USAGE)
         if filter_mode:  # from here on, any failure echoes the input (FillCommand.invoke)
             click.get_current_context().meta[_FILTER_INPUT] = (raw, bool(verbose))
     decode, options, model = from_flags(decoding)
@@ -389,7 +375,14 @@ def _fill_one(request: FillRequest, daemon: str, idle_timeout: float | None, sho
 
 
 # least to most severe: a low-confidence refusal (4) is milder than no valid fill (3)
-_SEVERITY = (EXIT_OK, EXIT_CHANGES, LowConfidenceError.exit_code, EXIT_NO_VALID_FILL, EXIT_USAGE, EXIT_INTERNAL)
+_SEVERITY = (
+    ExitCode.OK,
+    ExitCode.CHANGES,
+    LowConfidenceError.exit_code,
+    ExitCode.NO_VALID_FILL,
+    ExitCode.USAGE,
+    ExitCode.INTERNAL,
+)
 
 
 def _fill_files(requests: list[FillRequest], jobs: int, daemon: str, idle_timeout: float | None, show: bool) -> int:

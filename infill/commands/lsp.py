@@ -32,7 +32,6 @@ Editor set-up: docs/editors.md.
     "--max-input-bytes",
     type=click.IntRange(min=0),
     default=protocol.DEFAULT_MAX_INPUT_BYTES,
-    show_default=True,
     help="Documents larger than this get no fills (0 = no limit).",
 )
 def lsp(use_stdio: bool, tcp_port: int | None, max_input_bytes: int) -> None:

@@ -43,7 +43,6 @@ Models stay loaded, keyed by model and device.
     "--max-request-bytes",
     type=click.IntRange(min=1),
     default=protocol.DEFAULT_MAX_REQUEST_BYTES,
-    show_default=True,
     help="Longer request lines get a too_large error.",
 )
 @click.option(
@@ -58,7 +57,6 @@ Models stay loaded, keyed by model and device.
     "--idle-timeout",
     type=SECONDS,
     default=0.0,
-    show_default=True,
     metavar="SECONDS",
     help="With --socket: exit after this long without a request (0 = never).",
 )

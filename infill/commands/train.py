@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 import click
 
-from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange
+from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange, settings_from_flags
+from infill.commands.shell import load_command
 from infill.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,8 +53,6 @@ class TrainGroup(click.Group):
         return super().get_command(ctx, cmd_name) or self._lazy(cmd_name)
 
     def _lazy(self, name: str) -> click.Command | None:
-        from infill.cli import load_command
-
         target = self.LAZY.get(name)
         return None if target is None else load_command(target)
 
@@ -79,32 +78,36 @@ def train() -> None:
     "--heldout-permille",
     type=click.IntRange(0, 1000),
     default=20,
-    show_default=True,
     help="Held-out share in 1/1000, decided by each file's content hash.",
 )
 @click.option(
     "--near-dup",
     type=FiniteFloatRange(0.5, 1.0),
     default=0.85,
-    show_default=True,
     help="Drop files this similar (estimated Jaccard of word 5-grams) to a file kept earlier; 1 = exact only.",
 )
 def corpus_cmd(out: Path, site: tuple[Path, ...], heldout_permille: int, near_dup: float) -> None:
     """Collect local Python sources (stdlib + installed packages, no tests or eval sets) into a corpus."""
+    from infill.evaluation.humaneval import humaneval_problems
     from infill.training.corpus import build_corpus
 
-    build_corpus(out, site=list(site) or None, heldout_permille=heldout_permille, near_dup_threshold=near_dup)
+    build_corpus(
+        out,
+        site=list(site) or None,
+        heldout_permille=heldout_permille,
+        near_dup_threshold=near_dup,
+        problems=humaneval_problems(),  # never trained on
+    )
 
 
 @train.command("tokenizer")
 @_path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
-@click.option("--out", type=click.Path(path_type=Path), default=Path("runs/tokenizer.json"), show_default=True)
-@click.option("--vocab-size", type=click.IntRange(512, 65535), default=8192, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("runs/tokenizer.json"))
+@click.option("--vocab-size", type=click.IntRange(512, 65535), default=8192)
 @click.option(
     "--sample-bytes-per-package",
     type=POSITIVE,
     default=600_000,
-    show_default=True,
     help="Training text per package (files in hash order).",
 )
 def tokenizer_cmd(corpus: Path, out: Path, vocab_size: int, sample_bytes_per_package: int) -> None:
@@ -137,8 +140,8 @@ def _parse_until(value: str | None) -> float:
 @_path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
 @_path_option("--tokenizer", "tokenizer_json", exists=True, dir_okay=False, required=True)
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="The .npz file to write.")
-@click.option("--max-mb", type=FiniteFloatRange(1), default=60.0, show_default=True, help="Size cap of the file.")
-@click.option("--max-package-mb", type=FiniteFloatRange(0.01), default=6.0, show_default=True)
+@click.option("--max-mb", type=FiniteFloatRange(1), default=60.0, help="Size cap of the file.")
+@click.option("--max-package-mb", type=FiniteFloatRange(0.01), default=6.0)
 def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_package_mb: float) -> None:
     """Tokenize the corpus into one compressed file (train + held-out streams) that travels to a GPU machine;
     `infill train asarm --corpus FILE.npz` trains from it."""
@@ -178,7 +181,7 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
     help="Training-time budget across resumes; the LR schedule follows it (0 = none).",
 )
 @click.option("--until", "until", default=None, help="Stop at this UTC time (HH:MM or ISO 8601).")
-@click.option("--resume/--no-resume", default=True, show_default=True, help="Continue from run-dir/last.pt.")
+@click.option("--resume/--no-resume", default=True, help="Continue from run-dir/last.pt.")
 @click.option(
     "--init",
     "init_from",
@@ -187,38 +190,35 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
     help="Start a fresh run from the weights of an exported model folder (e.g. infill/weights/default); "
     "give the same --layers/--d-model/--heads/--d-inner.",
 )
-@click.option("--layers", type=click.IntRange(1), default=6, show_default=True)
-@click.option("--d-model", type=click.IntRange(8), default=256, show_default=True)
-@click.option("--heads", type=click.IntRange(1), default=4, show_default=True)
-@click.option("--d-inner", type=click.IntRange(8), default=1024, show_default=True)
-@click.option("--seq-len", type=click.IntRange(16), default=256, show_default=True)
+@click.option("--layers", type=click.IntRange(1), default=6)
+@click.option("--d-model", type=click.IntRange(8), default=256)
+@click.option("--heads", type=click.IntRange(1), default=4)
+@click.option("--d-inner", type=click.IntRange(8), default=1024)
+@click.option("--seq-len", type=click.IntRange(16), default=256)
 @click.option(
     "--batch-size",
     type=click.IntRange(1),
     default=16,
-    show_default=True,
     help="Sequences per optimizer step over all processes (under torchrun each process takes its share).",
 )
-@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3, show_default=True)
-@click.option("--warmup", type=click.IntRange(0), default=200, show_default=True)
-@click.option("--checkpoint-minutes", type=FiniteFloatRange(0), default=5.0, show_default=True)
-@click.option("--eval-sequences", type=click.IntRange(0), default=32, show_default=True)
+@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3)
+@click.option("--warmup", type=click.IntRange(0), default=200)
+@click.option("--checkpoint-minutes", type=FiniteFloatRange(0), default=5.0)
+@click.option("--eval-sequences", type=click.IntRange(0), default=32)
 @click.option(
     "--threads",
     type=THREADS,
     default=1,
-    show_default=True,
     help="torch threads. On a shared CPU 1 beat 2 by 3x here (threads wait for each other when preempted).",
 )
-@click.option("--log-every", type=click.IntRange(1), default=10, show_default=True)
+@click.option("--log-every", type=click.IntRange(1), default=10)
 @click.option(
     "--max-package-mb",
     type=FiniteFloatRange(0.01),
     default=6.0,
-    show_default=True,
     help="Per-package cap on training text, in MB (keeps huge repetitive packages from dominating).",
 )
-@click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0)
 @click.option(
     "--bf16/--no-bf16",
     default=None,
@@ -228,35 +228,10 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
     "--device",
     type=click.Choice(["cpu", "cuda"]),
     default="cpu",
-    show_default=True,
     help="Where to train (docs/training.md has the CUDA recipe).",
 )
 def asarm(
-    corpus: Path,
-    tokenizer_json: Path,
-    run_dir: Path,
-    out: Path | None,
-    steps: int,
-    minutes: float,
-    until: str | None,
-    resume: bool,
-    init_from: Path | None,
-    layers: int,
-    d_model: int,
-    heads: int,
-    d_inner: int,
-    seq_len: int,
-    batch_size: int,
-    lr: float,
-    warmup: int,
-    checkpoint_minutes: float,
-    eval_sequences: int,
-    threads: int,
-    log_every: int,
-    max_package_mb: float,
-    seed: int,
-    bf16: bool | None,
-    device: str,
+    corpus: Path, tokenizer_json: Path, run_dir: Path, out: Path | None, init_from: Path | None, **flags: Any
 ) -> None:
     """Train an any-subset autoregressive XLNet with the joint loss (Eq. 7); resumable; runs under torchrun."""
     from infill.hardware import fast_bf16
@@ -264,31 +239,32 @@ def asarm(
     from infill.training.asarm import train as run_training
     from infill.training.distributed import joined
 
-    if d_model % heads:
-        raise InputError(f"--d-model {d_model} is not divisible by --heads {heads}")
-    if not (steps or minutes or until):
+    if flags["d_model"] % flags["heads"]:
+        raise InputError(f"--d-model {flags['d_model']} is not divisible by --heads {flags['heads']}")
+    if not (flags["steps"] or flags["minutes"] or flags["until"]):
         raise InputError("give --steps, --minutes or --until, or training never stops")
-    cfg = TrainConfig(
-        seq_len=seq_len,
-        batch_size=batch_size,
-        lr=lr,
-        warmup_steps=warmup,
-        steps=steps,
-        minutes=minutes,
-        until=_parse_until(until),
-        seed=seed,
-        checkpoint_minutes=checkpoint_minutes,
-        eval_sequences=eval_sequences,
-        threads=threads,
+    device, bf16 = flags["device"], flags["bf16"]
+    # the flags named after a field of TrainConfig set it; these are named or measured otherwise
+    cfg = settings_from_flags(
+        TrainConfig,
+        warmup_steps=flags["warmup"],
+        until=_parse_until(flags["until"]),
         bf16=fast_bf16(device) if bf16 is None else bf16,
-        device=device,
-        log_every=log_every,
-        max_package_bytes=int(max_package_mb * 1e6),
-        shape=ModelShape(d_model=d_model, n_layer=layers, n_head=heads, d_inner=d_inner),
+        max_package_bytes=int(flags["max_package_mb"] * 1e6),
+        shape=ModelShape(
+            d_model=flags["d_model"], n_layer=flags["layers"], n_head=flags["heads"], d_inner=flags["d_inner"]
+        ),
     )
     with joined(device) as world:
         state = run_training(
-            corpus, tokenizer_json, run_dir, cfg, resume=resume, export_to=out, init_from=init_from, world=world
+            corpus,
+            tokenizer_json,
+            run_dir,
+            cfg,
+            resume=flags["resume"],
+            export_to=out,
+            init_from=init_from,
+            world=world,
         )
     if not world.main:
         return
@@ -349,9 +325,9 @@ def export_cmd(
     help="An exported model folder (config.json, model.safetensors, tokenizer.json).",
 )
 @_path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
-@click.option("--sequences", type=click.IntRange(1), default=512, show_default=True)
-@click.option("--seed", type=SEED, default=99, show_default=True)
-@click.option("--threads", type=THREADS, default=1, show_default=True)
+@click.option("--sequences", type=click.IntRange(1), default=512)
+@click.option("--seed", type=SEED, default=99)
+@click.option("--threads", type=THREADS, default=1)
 @click.option(
     "--seq-len",
     type=click.IntRange(16),

@@ -5,17 +5,12 @@ Attached to the `train` group by infill/commands/train.py. torch is imported onl
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from infill.clitypes import (
-    MAX_THREADS,
-    POSITIVE,
-    SEED,
-    FiniteFloatRange,
-    block_sizes,
-    settings_from_flags,
-    time_limit_option,
-)
+from infill.clitypes import MAX_THREADS, POSITIVE, SEED, FiniteFloatRange, settings_from_flags
+from infill.commands.training import batch_size_option, block_sizes_option, fim_rate_option, time_limit_option
 from infill.errors import InputError
 
 
@@ -29,7 +24,7 @@ from infill.errors import InputError
     help="Training text: files, directories (searched with --glob), or an AS-ARM corpus directory "
     "(train.jsonl). Repeatable.",
 )
-@click.option("--glob", default="*.py", show_default=True, help="File pattern inside --data directories.")
+@click.option("--glob", default="*.py", help="File pattern inside --data directories.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output model folder.")
 @click.option(
     "--tokenizer",
@@ -40,68 +35,45 @@ from infill.errors import InputError
     "--vocab-size",
     type=click.IntRange(512, 65535),
     default=8192,
-    show_default=True,
     help="BPE size when no --tokenizer is given.",
 )
-@click.option("--steps", type=POSITIVE, default=1000, show_default=True)
-@click.option(
-    "--batch-size",
-    type=POSITIVE,
-    default=16,
-    show_default=True,
-    help="Examples per optimizer step over all processes (under torchrun each process takes its share).",
-)
-@click.option("--seq-len", type=click.IntRange(16), default=256, show_default=True)
-@click.option(
-    "--block-sizes",
-    default="1,4,8,16",
-    show_default=True,
-    callback=block_sizes(1),
-    help="Block sizes drawn per step; keep 1 so the AR (S2D2 verifier) mode is trained.",
-)
-@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3, show_default=True)
-@click.option("--hidden", type=click.IntRange(8), default=256, show_default=True)
-@click.option("--layers", type=POSITIVE, default=4, show_default=True)
-@click.option("--heads", type=POSITIVE, default=4, show_default=True)
-@click.option("--kv-heads", type=POSITIVE, default=2, show_default=True)
-@click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("--bf16/--no-bf16", default=False, show_default=True, help="bf16 autocast (AMX CPUs, CUDA).")
+@click.option("--steps", type=POSITIVE, default=1000)
+@batch_size_option(16)
+@click.option("--seq-len", type=click.IntRange(16), default=256)
+@block_sizes_option("1,4,8,16", 1, "Block sizes drawn per step; keep 1 so the AR (S2D2 verifier) mode is trained.")
+@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3)
+@click.option("--hidden", type=click.IntRange(8), default=256)
+@click.option("--layers", type=POSITIVE, default=4)
+@click.option("--heads", type=POSITIVE, default=4)
+@click.option("--kv-heads", type=POSITIVE, default=2)
+@click.option("--seed", type=SEED, default=0)
+@click.option("--bf16/--no-bf16", default=False, help="bf16 autocast (AMX CPUs, CUDA).")
 @time_limit_option
 @click.option(
     "--threads",
     type=click.IntRange(0, MAX_THREADS),
     default=0,
-    show_default=True,
     help="torch CPU threads (0 = torch's default).",
 )
-@click.option("--log-every", type=POSITIVE, default=50, show_default=True)
+@click.option("--log-every", type=POSITIVE, default=50)
 @click.option(
     "--save-minutes",
     type=FiniteFloatRange(0),
     default=0.0,
-    show_default=True,
     help="Also save --out every N minutes (0 = at end).",
 )
-@click.option(
-    "--fim-rate",
-    type=FiniteFloatRange(0, 1),
-    default=0.9,
-    show_default=True,
-    help="Share of fill-in-the-middle examples.",
-)
-@click.option("--max-middle", type=POSITIVE, default=64, show_default=True, help="Longest FIM middle, in tokens.")
+@fim_rate_option(0.9)
+@click.option("--max-middle", type=POSITIVE, default=64, help="Longest FIM middle, in tokens.")
 @click.option(
     "--loss-on",
     type=click.Choice(["middle", "all"]),
     default="middle",
-    show_default=True,
     help="Noise only a FIM example's middle, or every token (prefix and suffix learned left to right too).",
 )
 @click.option(
     "--line-rate",
     type=FiniteFloatRange(0, 1),
     default=0.0,
-    show_default=True,
     help="Share of FIM middles that are 1-3 whole lines, as a user's --span.",
 )
 @click.option(
@@ -115,45 +87,16 @@ from infill.errors import InputError
     help="Keep a resumable checkpoint here (last.pt); a run with the same --run-dir resumes from it, and "
     "--time-limit is then the training time across resumes.",
 )
-def block_diffusion(
-    data: tuple[str, ...],
-    glob: str,
-    out: str,
-    tokenizer: str | None,
-    vocab_size: int,
-    steps: int,
-    batch_size: int,
-    seq_len: int,
-    block_sizes: tuple[int, ...],
-    lr: float,
-    hidden: int,
-    layers: int,
-    heads: int,
-    kv_heads: int,
-    seed: int,
-    bf16: bool,
-    time_limit: float,
-    threads: int,
-    log_every: int,
-    save_minutes: float,
-    fim_rate: float,
-    max_middle: int,
-    loss_on: str,
-    line_rate: float,
-    init: str | None,
-    run_dir: str | None,
-) -> None:
+def block_diffusion(data: tuple[str, ...], glob: str, out: str, threads: int, **flags: Any) -> None:
     """Train a block-diffusion model (BD3-LM / SDAR objective, fill-in-the-middle formatting); runs under
     torchrun."""
-    from infill.training.blockdiff import ModelShape, TrainConfig, load_texts, train
+    from infill.models.blockdiff_folder import ModelShape
+    from infill.training.blockdiff import TrainConfig, load_texts, train
     from infill.training.distributed import joined
 
-    if hidden % heads or heads % kv_heads:
+    hidden, heads = flags["hidden"], flags["heads"]
+    if hidden % heads or heads % flags["kv_heads"]:
         raise InputError(f"--hidden ({hidden}) must divide by --heads ({heads}), and --heads by --kv-heads")
-    if not 0.0 <= fim_rate <= 1.0 or max_middle < 1:
-        raise InputError("--fim-rate must be in [0, 1] and --max-middle >= 1")
-    if seq_len < 8 or steps < 1 or batch_size < 1:
-        raise InputError("--seq-len must be >= 8, --steps and --batch-size >= 1")
     texts = load_texts(data, glob)
     if not texts:
         raise InputError(f"no training text found in {', '.join(data)} (pattern {glob})")
@@ -161,15 +104,11 @@ def block_diffusion(
         import torch
 
         torch.set_num_threads(threads)
-    cfg = settings_from_flags(TrainConfig, warmup=min(100, max(1, steps // 10)), time_limit=time_limit * 60)
-    shape = ModelShape(
-        hidden=hidden,
-        layers=layers,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=hidden // heads,
-        intermediate=3 * hidden,
-        max_length=max(512, seq_len),
+    cfg = settings_from_flags(
+        TrainConfig, warmup=min(100, max(1, flags["steps"] // 10)), time_limit=flags["time_limit"] * 60
+    )
+    shape = settings_from_flags(
+        ModelShape, head_dim=hidden // heads, intermediate=3 * hidden, max_length=max(512, cfg.seq_len)
     )
     with joined() as world:
         if world.main:
@@ -179,10 +118,10 @@ def block_diffusion(
             out,
             cfg,
             shape=shape,
-            tokenizer_path=tokenizer,
-            vocab_size=vocab_size,
-            init=init,
-            run_dir=run_dir,
+            tokenizer_path=flags["tokenizer"],
+            vocab_size=flags["vocab_size"],
+            init=flags["init"],
+            run_dir=flags["run_dir"],
             log=lambda line: click.echo(line, err=True),
             world=world,
         )

@@ -5,25 +5,21 @@ Attached to the `train` group by infill/commands/train.py. torch is imported onl
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange, settings_from_flags
-from infill.errors import InputError
+from infill.commands.training import batch_size_option, corpus_option
 
 
 @click.command("ptp")
 @click.option(
     "--teacher",
     default="blockdiff",
-    show_default=True,
     help="Block-diffusion model name or folder (frozen; its tokenizer must have the FIM tokens).",
 )
-@click.option(
-    "--corpus",
-    required=True,
-    type=click.Path(exists=True, file_okay=False),
-    help="Corpus folder (train.jsonl, heldout.jsonl), as built by `infill train corpus`.",
-)
+@corpus_option("--corpus")
 @click.option(
     "--out",
     required=True,
@@ -31,85 +27,48 @@ from infill.errors import InputError
     help="Run folder: ptp_adapter.safetensors, ptp_checkpoint.pt, ptp_log.jsonl. Copy the adapter beside the model.",
 )
 @click.option("--resume", is_flag=True, help="Continue from --out/ptp_checkpoint.pt when it exists.")
-@click.option("--steps", type=POSITIVE, default=100_000, show_default=True)
+@click.option("--steps", type=POSITIVE, default=100_000)
 @click.option(
     "--minutes",
     type=FiniteFloatRange(0),
     default=0.0,
-    show_default=True,
     help="Stop after this many minutes of this run (0 = none).",
 )
-@click.option(
-    "--batch-size",
-    type=POSITIVE,
-    default=8,
-    show_default=True,
-    help="Sequences per optimizer step over all processes (under torchrun each process takes its share).",
-)
-@click.option(
-    "--slots", type=POSITIVE, default=8, show_default=True, help="N: slot rows per group (tokens guessed per call)."
-)
-@click.option("--splits", type=POSITIVE, default=8, show_default=True, help="Split points (slot groups) per sequence.")
-@click.option("--rank", type=POSITIVE, default=32, show_default=True, help="LoRA rank.")
-@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3, show_default=True)
+@batch_size_option(8, "Sequences")
+@click.option("--slots", type=click.IntRange(2), default=8, help="N: slot rows per group (tokens guessed per call).")
+@click.option("--splits", type=POSITIVE, default=8, help="Split points (slot groups) per sequence.")
+@click.option("--rank", type=POSITIVE, default=32, help="LoRA rank.")
+@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3)
 @click.option(
     "--teacher-share",
     type=FiniteFloatRange(0, 1),
     default=0.5,
-    show_default=True,
     help="Share of middles sampled by the teacher.",
 )
 @click.option(
     "--independent-share",
-    type=FiniteFloatRange(0, 1),
+    type=FiniteFloatRange(0, 1, max_open=True),
     default=0.5,
-    show_default=True,
     help="Share of slot groups trained without u (the independent-slot baseline of the same adapter).",
 )
-@click.option(
-    "--package-bytes", type=POSITIVE, default=150_000, show_default=True, help="Training text read per corpus package."
-)
-@click.option("--threads", type=THREADS, default=1, show_default=True, help="torch CPU threads.")
-@click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("--log-every", type=POSITIVE, default=25, show_default=True)
-@click.option("--eval-every", type=POSITIVE, default=100, show_default=True)
-@click.option("--save-every", type=POSITIVE, default=100, show_default=True)
-def ptp(
-    teacher: str,
-    corpus: str,
-    out: str,
-    resume: bool,
-    steps: int,
-    minutes: float,
-    batch_size: int,
-    slots: int,
-    splits: int,
-    rank: int,
-    lr: float,
-    teacher_share: float,
-    independent_share: float,
-    package_bytes: int,
-    threads: int,
-    seed: int,
-    log_every: int,
-    eval_every: int,
-    save_every: int,
-) -> None:
+@click.option("--package-bytes", type=POSITIVE, default=150_000, help="Training text read per corpus package.")
+@click.option("--threads", type=THREADS, default=1, help="torch CPU threads.")
+@click.option("--seed", type=SEED, default=0)
+@click.option("--log-every", type=POSITIVE, default=25)
+@click.option("--eval-every", type=POSITIVE, default=100)
+@click.option("--save-every", type=POSITIVE, default=100)
+def ptp(teacher: str, corpus: str, out: str, resume: bool, package_bytes: int, threads: int, **flags: Any) -> None:
     """Train a PTP drafter for a block-diffusion model (O-PTP distillation, gated LoRA on the slot rows); runs
     under torchrun."""
     from infill.models.loading import packaged_folder
     from infill.training.distributed import joined
     from infill.training.ptp import PTPTrainConfig, train
 
-    if slots < 2 or splits < 1 or rank < 1 or batch_size < 1 or steps < 1:
-        raise InputError("--slots must be >= 2; --splits, --rank, --batch-size, --steps >= 1")
-    if not (0.0 <= teacher_share <= 1.0 and 0.0 <= independent_share < 1.0):
-        raise InputError("--teacher-share must be in [0, 1] and --independent-share in [0, 1)")
     folder = packaged_folder(teacher) or teacher
     import torch
 
     torch.set_num_threads(max(1, threads))
-    cfg = settings_from_flags(PTPTrainConfig, time_limit=minutes * 60)
+    cfg = settings_from_flags(PTPTrainConfig, time_limit=flags["minutes"] * 60)
     with joined() as world:
         summary = train(
             folder,

@@ -6,28 +6,24 @@ Attached to the `train` group by infill/commands/train.py. torch is imported onl
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from infill.clitypes import (
-    POSITIVE,
-    SEED,
-    THREADS,
-    FiniteFloatRange,
-    block_sizes,
-    settings_from_flags,
+from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange, settings_from_flags
+from infill.commands.training import (
+    batch_size_option,
+    block_sizes_option,
+    corpus_option,
+    fim_rate_option,
     time_limit_option,
 )
 from infill.errors import InputError
 
 
 @click.command("ssmd")
-@click.option("--model", "model_name", default="blockdiff", show_default=True, help="Block-diffusion model (frozen).")
-@click.option(
-    "--data",
-    required=True,
-    type=click.Path(exists=True, file_okay=False),
-    help="Corpus directory (train.jsonl, heldout.jsonl) as `infill train corpus` writes it.",
-)
+@click.option("--model", "model_name", default="blockdiff", help="Block-diffusion model (frozen).")
+@corpus_option("--data")
 @click.option(
     "--out",
     required=True,
@@ -35,83 +31,28 @@ from infill.errors import InputError
     help="Run folder: checkpoint.pt, log.jsonl, and ssmd_head.safetensors at the end. Copy the head beside "
     "the model's weights to use it.",
 )
-@click.option("--steps", type=POSITIVE, default=3000, show_default=True)
-@click.option(
-    "--batch-size",
-    type=POSITIVE,
-    default=16,
-    show_default=True,
-    help="Examples per optimizer step over all processes (under torchrun each process takes its share).",
-)
-@click.option(
-    "--seq-len", type=POSITIVE, default=256, show_default=True, help="Tokens per example (a multiple of the blocks)."
-)
-@click.option(
-    "--block-sizes",
-    default="4,8,16",
-    show_default=True,
-    callback=block_sizes(2, " (a block of 1 has nothing to verify)"),
-    help="Drawn one per step.",
-)
-@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3, show_default=True)
-@click.option("--heads", type=POSITIVE, default=4, show_default=True, help="Attention heads of the causal layer.")
-@click.option(
-    "--intermediate", type=POSITIVE, default=512, show_default=True, help="Feed-forward width of the causal layer."
-)
-@click.option(
-    "--max-block", type=POSITIVE, default=32, show_default=True, help="Largest block size the head will decode."
-)
-@click.option(
-    "--fim-rate",
-    type=FiniteFloatRange(0, 1),
-    default=0.5,
-    show_default=True,
-    help="Share of fill-in-the-middle examples.",
-)
-@click.option(
-    "--max-docs", type=POSITIVE, default=2000, show_default=True, help="Training documents drawn from the corpus."
-)
-@click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("--steps", type=POSITIVE, default=3000)
+@batch_size_option(16)
+@click.option("--seq-len", type=POSITIVE, default=256, help="Tokens per example (a multiple of the blocks).")
+@block_sizes_option("4,8,16", 2, "Drawn one per step.", " (a block of 1 has nothing to verify)")
+@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3)
+@click.option("--heads", type=POSITIVE, default=4, help="Attention heads of the causal layer.")
+@click.option("--intermediate", type=POSITIVE, default=512, help="Feed-forward width of the causal layer.")
+@click.option("--max-block", type=POSITIVE, default=32, help="Largest block size the head will decode.")
+@fim_rate_option(0.5)
+@click.option("--max-docs", type=POSITIVE, default=2000, help="Training documents drawn from the corpus.")
+@click.option("--seed", type=SEED, default=0)
 @time_limit_option
-@click.option("--threads", type=THREADS, default=1, show_default=True, help="torch CPU threads.")
-@click.option("--log-every", type=POSITIVE, default=25, show_default=True)
-@click.option(
-    "--eval-every", type=POSITIVE, default=250, show_default=True, help="Held-out cross-entropy every N steps."
-)
-@click.option("--eval-examples", type=POSITIVE, default=48, show_default=True)
-@click.option("--resume/--no-resume", default=True, show_default=True, help="Continue from --out's checkpoint.")
-def ssmd(
-    model_name: str,
-    data: str,
-    out: str,
-    steps: int,
-    batch_size: int,
-    seq_len: int,
-    block_sizes: tuple[int, ...],
-    lr: float,
-    heads: int,
-    intermediate: int,
-    max_block: int,
-    fim_rate: float,
-    max_docs: int,
-    seed: int,
-    time_limit: float,
-    threads: int,
-    log_every: int,
-    eval_every: int,
-    eval_examples: int,
-    resume: bool,
-) -> None:
+@click.option("--threads", type=THREADS, default=1, help="torch CPU threads.")
+@click.option("--log-every", type=POSITIVE, default=25)
+@click.option("--eval-every", type=POSITIVE, default=250, help="Held-out cross-entropy every N steps.")
+@click.option("--eval-examples", type=POSITIVE, default=48)
+@click.option("--resume/--no-resume", default=True, help="Continue from --out's checkpoint.")
+def ssmd(model_name: str, data: str, out: str, threads: int, resume: bool, **flags: Any) -> None:
     """Train an SSMD causal head on a frozen block-diffusion model (teacher-forced causal cross-entropy); runs
     under torchrun."""
     from pathlib import Path
 
-    if steps < 1 or batch_size < 1 or eval_examples < 1 or log_every < 1 or eval_every < 1:
-        raise InputError("--steps, --batch-size, --eval-examples, --log-every and --eval-every must be >= 1")
-    if not 0.0 <= fim_rate <= 1.0:
-        raise InputError(f"--fim-rate must be in [0, 1], got {fim_rate}")
-    if any(seq_len % b for b in block_sizes) or max(block_sizes) > max_block:
-        raise InputError(f"--seq-len ({seq_len}) must be a multiple of every block size, each <= --max-block")
     import torch
     from tokenizers import Tokenizer
 
@@ -123,6 +64,15 @@ def ssmd(
     from infill.training.distributed import joined
     from infill.training.ssmd import SSMDTrainConfig, train_head
 
+    steps, eval_every = flags["steps"], flags["eval_every"]
+    cfg = settings_from_flags(
+        SSMDTrainConfig,
+        warmup=min(50, max(1, steps // 10)),
+        time_limit=flags["time_limit"] * 60,
+        save_every=max(1, min(100, eval_every)),
+    )
+    if any(cfg.seq_len % b for b in cfg.block_sizes) or max(cfg.block_sizes) > flags["max_block"]:
+        raise InputError(f"--seq-len ({cfg.seq_len}) must be a multiple of every block size, each <= --max-block")
     if threads > 0:
         torch.set_num_threads(threads)
     loaded = load_model(ModelSpec(name=model_name, device="cpu", bf16=False))
@@ -130,21 +80,14 @@ def ssmd(
         raise InputError(f"--model {model_name} is not a block-diffusion model")
     folder = Path(str(loaded.info["path"]))
     base = loaded.blockdiff.model
-    hidden = int(base.config.hidden_size)
-    if hidden % heads:
-        raise InputError(f"the model's width {hidden} does not divide by --heads {heads}")
+    shape = settings_from_flags(HeadShape, hidden=int(base.config.hidden_size))
+    if shape.hidden % shape.heads:
+        raise InputError(f"the model's width {shape.hidden} does not divide by --heads {shape.heads}")
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     texts = load_texts([data])
     heldout = [r["text"] for r in balanced_records(Path(data), "heldout", 6_000_000) if r["text"].strip()]
     if not texts or not heldout:
         raise InputError(f"{data}: needs a train and a held-out split")
-    cfg = settings_from_flags(
-        SSMDTrainConfig,
-        warmup=min(50, max(1, steps // 10)),
-        time_limit=time_limit * 60,
-        save_every=max(1, min(100, eval_every)),
-    )
-    shape = HeadShape(hidden=hidden, heads=heads, intermediate=intermediate, max_block=max_block)
     with joined() as world:
         if world.main:
             click.echo(f"SSMD head on {folder} (frozen): {len(texts)} documents -> {out}", err=True)

@@ -1,7 +1,9 @@
-"""The work behind the commands, shared by the CLI and the server: plain requests in, results or InfillError out.
+"""The fill core, shared by the CLI, the server, the language server, the docstring filler and `infill eval`:
+plain requests in, results or InfillError out.
 
 - infill.core.fill: one `infill fill` request (FillRequest, run_fill, fill_json);
-- infill.core.docstrings: one `infill docstrings` run (DocstringsRequest, run_docstrings).
+- infill.core.plan, infill.core.backends, infill.core.checks, infill.core.calibration: what a fill is made of.
 
-The fill itself is infill.api.fill_text. Nothing here imports torch or Click.
+The fill itself is infill.api.fill_text. One `infill docstrings` run is infill.docstrings.run, a client of this
+core. Nothing here imports torch or Click.
 """

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from infill.config import DecodeConfig, DecoderName, FillOptions, ModelKind, decoders_for
+from infill.config import DRAFTS, DecodeConfig, DecoderName, FillOptions, ModelKind, decoders_for, drafts_for
 from infill.core.plan import Region, Window
 from infill.errors import DecodeError, InputError
 from infill.models.registry import LoadedModel
@@ -284,10 +284,10 @@ class Autoregressive(AnySubset):
 
     def decode_config(self, cfg: DecodeConfig, loaded: LoadedModel) -> DecodeConfig:
         _check_decoder(cfg, loaded)
-        if cfg.decoder == "assd" and cfg.draft != "lookup":
+        if cfg.decoder == "assd" and self.kind not in DRAFTS[cfg.draft].kinds:
             raise InputError(
                 f"--draft {cfg.draft} drafts several positions at once, which the left-to-right model "
-                f"{loaded.name!r} cannot: use --draft lookup"
+                f"{loaded.name!r} cannot: use --draft {' or '.join(drafts_for(self.kind))}"
             )
         return cfg
 

@@ -21,17 +21,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec
-from infill.errors import (
-    EXIT_CHANGES,
-    EXIT_INTERNAL,
-    EXIT_OK,
-    EXIT_USAGE,
-    InfillError,
-    InputError,
-    NoValidFillError,
-    one_line,
-    printable,
-)
+from infill.errors import ExitCode, InfillError, InputError, NoValidFillError, error_code, one_line, printable
 from infill.spans import BOM, Selection
 
 if TYPE_CHECKING:
@@ -95,7 +85,7 @@ def result_json(result: FillResult, file: str | None) -> dict[str, Any]:
 
 def error_json(file: str | None, code: str, message: str, exit_code: int) -> dict[str, Any]:
     """The `--format json` document of a fill that failed, whatever failed (a plugin reads one shape for every
-    outcome): no edits, and "error" with the code the server would answer (infill.server.protocol: input_error,
+    outcome): no edits, and "error" with the code the server would answer (infill.errors.error_code: input_error,
     model_error, no_valid_fill, internal_error...), the one-line message and the exit code."""
     return {
         "file": file,
@@ -108,14 +98,12 @@ def error_json(file: str | None, code: str, message: str, exit_code: int) -> dic
 
 def exception_json(exc: Exception, file: str | None) -> dict[str, Any]:
     """error_json of an exception (an InfillError's own code, else an internal error)."""
-    from infill.server.protocol import error_code
-
     if isinstance(exc, NoValidFillError):
         return no_valid_fill_json(exc, file)
     if isinstance(exc, InfillError):
         return error_json(file, error_code(exc), one_line(str(exc)), exc.exit_code)
     return error_json(
-        file, error_code(exc), f"internal error: {type(exc).__name__}: {one_line(str(exc))}", EXIT_INTERNAL
+        file, error_code(exc), f"internal error: {type(exc).__name__}: {one_line(str(exc))}", ExitCode.INTERNAL
     )
 
 
@@ -161,11 +149,11 @@ def run_fill(
     Never raises for input, model or internal errors: they become an exit code and one stderr line. In filter
     mode stdout is the patched text, or the unchanged input on failure; stderr stays empty unless verbose.
     """
-    out: dict[str, Any] = {"exit_code": EXIT_OK, "stdout": "", "stderr": [], "result": None}
+    out: dict[str, Any] = {"exit_code": ExitCode.OK, "stdout": "", "stderr": [], "result": None}
     try:
         req = request if isinstance(request, FillRequest) else FillRequest.from_dict(request)
     except (InfillError, TypeError, KeyError, ValueError) as exc:
-        out["exit_code"] = EXIT_USAGE
+        out["exit_code"] = ExitCode.USAGE
         out["stderr"].append(f"error: bad request: {exc}")
         return out
     quiet_stderr = req.verbosity < 0 or (req.filter_mode and req.verbosity < 1)
@@ -189,7 +177,7 @@ def _failed(req: FillRequest, out: dict[str, Any], exc: Exception) -> None:
     if isinstance(exc, InfillError):
         line, out["exit_code"] = f"error: {exc}", exc.exit_code
     else:
-        line, out["exit_code"] = f"error: internal error: {type(exc).__name__}: {one_line(str(exc))}", EXIT_INTERNAL
+        line, out["exit_code"] = f"error: internal error: {type(exc).__name__}: {one_line(str(exc))}", ExitCode.INTERNAL
     if req.filter_mode and req.verbosity < 1:
         out["stderr"] = []
     else:
@@ -373,11 +361,11 @@ def _run(
         diff = patch.unified_diff(text, result.text, display)
         if req.format != "json":
             out["stdout"] = diff
-        out["exit_code"] = EXIT_CHANGES if changed else EXIT_OK
+        out["exit_code"] = ExitCode.CHANGES if changed else ExitCode.OK
     if req.check:
         if changed:
             say(f"would fill {display} ({len(result.edits)} span(s))")
-        out["exit_code"] = EXIT_CHANGES if changed else EXIT_OK
+        out["exit_code"] = ExitCode.CHANGES if changed else ExitCode.OK
     if req.diff or req.check:
         return
     if req.output:

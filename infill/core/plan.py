@@ -7,18 +7,17 @@ its suffix, cut to the model's window (3/4 of the free room to the prefix, 1/4 t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from infill.config import FillOptions
 from infill.errors import DecodeError, InputError
+from infill.models.fim import split_context
 from infill.spans import LineIndex, Span
 
 if TYPE_CHECKING:
     from infill.models.base import Tokenizer
 
-PREFIX_SHARE = 0.75  # share of the free context given to the prefix (the suffix gets the rest)
 MIN_CONTEXT = 16  # tokens of context a region keeps at least, when spans are grouped into regions
 # A generous bound on the UTF-8 bytes of one token (byte-level BPE tokens of code average 3-4): context more than
 # max_length * this many bytes away from a span cannot fit the model's window, so it is never even tokenized.
@@ -211,18 +210,3 @@ def _heals(before: str) -> bool:
 
 def model_prefix(before: str, healed: bool) -> str:
     return before[:-1] if healed else before
-
-
-def split_context(free: int, prefix: int, suffix: int) -> tuple[int, int]:
-    """Prefix / suffix tokens to keep in `free` slots: 3/4 : 1/4; an unused share goes to the other side."""
-    if prefix + suffix <= free:
-        return prefix, suffix
-    pre_share = math.ceil(free * PREFIX_SHARE)
-    suf_share = free - pre_share
-    if prefix < pre_share:
-        suf_share += pre_share - prefix
-        pre_share = prefix
-    if suffix < suf_share:
-        pre_share = min(prefix, pre_share + suf_share - suffix)
-        suf_share = suffix
-    return pre_share, suf_share

@@ -1,10 +1,13 @@
-"""Any-subset decoders: pure functions (model, problem, cfg, generator, on_step) -> (tokens, stats).
+"""Any-subset decoders: each a function of one run (infill.decoding.problem.LeftToRight), which `decode` builds.
 
-- `decode()` runs cfg.decoder (its function: infill.decoding.registry): "assd" (Algorithm 1, exact; with
-  draft="lookup" the drafts are copied from the visible text and verified in one pass: infill.decoding.lookup),
-  "sequential" (exact, one forward per token), "parallel" (mean-field baseline, not exact), "beam" (the most
-  likely fill, width cfg.beam).
+- `decode()` runs cfg.decoder (registered in infill.config.DECODERS; imported by infill.decoding.registry):
+  "assd" (Algorithm 1, exact: one verification loop, infill.decoding.assd, over the draft source cfg.draft:
+  the model, a bigram or prompt lookup), "sequential" (exact, one forward per token), "parallel" (mean-field
+  baseline, not exact), "beam" (the most likely fill, width cfg.beam).
 - `score()` gives the per-token log q of a finished fill in one oracle pass (for ranking candidates).
+
+Every sampler that verifies drafts (ASSD here; S2D2, SSMD and PTP for block-diffusion models) accepts or rejects
+them with infill.decoding.speculative.accept.
 
 Importing this package does not import torch.
 """
@@ -33,16 +36,27 @@ def decode(
     generator: torch.Generator,
     on_step: StepCallback | None = None,
 ) -> tuple[torch.Tensor, DecodeStats]:
-    """Fill the masked positions of `problem`. Returns (tokens (M,) long in decoding order, stats).
+    """Fill the masked positions of `problem` with the decoder cfg.decoder.
 
-    `on_step(decoded, total)` is called after every iteration. Raises DecodeError for a malformed problem or
-    config.
+    model: an AnySubsetModel (infill.models.base); problem.ids (N,) long with <mask> at the masked positions,
+    problem.masked (M,) long, ascending (the decoding order). Every random draw comes from `generator`.
+    `on_step(decoded, total)` is called after every iteration. Returns (tokens (M,) long in decoding order,
+    stats). Raises DecodeError for a malformed problem or config, or a decoder of another model kind.
     """
+    from infill.config import Sampling, options_of
+    from infill.decoding.problem import LeftToRight, check_problem, pads_enabled
     from infill.decoding.registry import decoder_function
+    from infill.decoding.stats import DecodeStats
 
     function = decoder_function(cfg, "asarm")
-    tokens, stats = function(model, problem, cfg, generator, on_step)
-    return tokens, stats
+    check_problem(model, problem)
+    options_of(Sampling, cfg)  # DecodeError for an out-of-range temperature, top-k or top-p
+    ids = problem.ids.detach().to("cpu").clone()  # (N,)
+    masked = problem.masked.detach().to("cpu")  # (M,)
+    stats = DecodeStats(decoder=cfg.decoder)
+    run = LeftToRight(model, problem, cfg, generator, ids, masked, pads_enabled(model, problem), stats, on_step)
+    function(run)
+    return run.result()
 
 
 def score(model: AnySubsetModel, problem: FillProblem, tokens: torch.Tensor) -> torch.Tensor:

@@ -22,43 +22,36 @@ and the model's prompt cache recomputes only the rows that differ.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from infill.config import BeamOptions, options_of
-from infill.decoding.problem import StepCallback, check_problem, ends_span, force_pads, is_pad, pads_enabled
-from infill.decoding.stats import DecodeStats
+from infill.decoding.problem import LeftToRight, ends_span, force_pads, is_pad
 
 if TYPE_CHECKING:
     import torch
 
-    from infill.config import DecodeConfig
     from infill.models.base import AnySubsetModel, FillProblem
 
 
-def beam_search(
-    model: AnySubsetModel,
-    problem: FillProblem,
-    cfg: DecodeConfig,
-    generator: torch.Generator,
-    on_step: StepCallback | None = None,
-) -> tuple[torch.Tensor, DecodeStats]:
-    """The best fill that writes something found with beam width cfg.beam (>= 1; 1 = greedy). Returns
-    (tokens (M,) long, stats); stats.extra["nbest"] lists up to `width` finished fills as (log-probability,
-    tokens): fills that write, best first, then empty ones.
+def beam_search(run: LeftToRight) -> None:
+    """The best fill that writes something found with beam width cfg.beam (>= 1; 1 = greedy), written into run.ids.
+    stats.extra["nbest"] lists up to `width` finished fills as (log-probability, tokens): fills that write, best
+    first, then empty ones. The search is deterministic: run.generator is not drawn from.
 
-    `generator` is unused (the search is deterministic); it is taken for the decoders' common signature.
-    """
+    `run`: as for infill.decoding.assd.assd; the best fill's sequence replaces run.ids (N,) long (its tokens at
+    run.masked (M,) long); returns nothing. Each step extends every live beam by one position with one
+    model.draft pass of one target, (1, V) logits (with one target the draft is the oracle); a fill's score is
+    the sum of its tokens' untransformed log-probabilities. A finished fill that run.problem.accept refuses does
+    not end the search."""
     import torch
 
-    width = options_of(BeamOptions, cfg).beam
-    check_problem(model, problem)
-    start = time.perf_counter()
-    stats = DecodeStats(decoder="beam", extra={"beam": width})
-    masked = problem.masked.detach().to("cpu")  # (M,)
-    M = masked.shape[0]
-    pads = pads_enabled(model, problem)
-    live: list[tuple[float, torch.Tensor, int]] = [(0.0, problem.ids.detach().to("cpu").clone(), 0)]
+    model, problem, stats, on_step = run.model, run.problem, run.stats, run.on_step
+    width = options_of(BeamOptions, run.cfg).beam
+    stats.extra["beam"] = width
+    masked = run.masked  # (M,)
+    M = run.total
+    pads = run.pads
+    live: list[tuple[float, torch.Tensor, int]] = [(0.0, run.ids.clone(), 0)]
     finished: list[tuple[float, torch.Tensor]] = []
     verdicts: dict[tuple[int, ...], bool] = {}
 
@@ -107,13 +100,10 @@ def beam_search(
         best = max((s for s, f in finished if good(f)), default=float("-inf"))
         live = [h for h in live if h[0] > best]  # a longer fill only loses probability
     finished.sort(key=lambda h: (not _writes(model, problem, h[1]), not good(h[1]), -h[0]))
-    score, ids = finished[0]
-    stats.tokens = M  # stats.accepted stays empty: no token is final before the search ends
+    score, run.ids = finished[0]  # stats.accepted stays empty: no token is final before the search ends
     stats.extra["logprob"] = score
     stats.extra["nbest"] = [(s, f[masked].tolist()) for s, f in finished[:width]]  # best first
     stats.extra["refused"] = sum(not ok for ok in verdicts.values())
-    stats.seconds = time.perf_counter() - start
-    return ids[masked], stats
 
 
 def _writes(model: AnySubsetModel, problem: FillProblem, ids: torch.Tensor) -> bool:

@@ -13,11 +13,12 @@ Generation ends at an end token or after max_tokens.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
 
+from infill.decoding.problem import BlockCallback, Generation
 from infill.errors import ModelError
-from infill.models.fim import fim_prompt, find_fim
+from infill.models.fim import fim_prompt, find_fim, split_context
 
 if TYPE_CHECKING:
     import torch
@@ -36,19 +37,21 @@ _FENCE = re.compile(r"^\s*```[\w+-]*\n(.*?)\n?```\s*$", re.DOTALL)
 
 
 def generate(
-    model: BlockDiffModel,
-    prompt: torch.Tensor,
-    max_tokens: int,
-    cfg: DecodeConfig,
-    generator: torch.Generator,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
+    model: BlockDiffModel, prompt: torch.Tensor, max_tokens: int, cfg: DecodeConfig, generator: torch.Generator
 ) -> tuple[torch.Tensor, DecodeStats]:
-    """Run cfg.decoder (infill.decoding.registry): "confidence" (Algorithms 1-2), "s2d2" (Algorithm 3), "ssmd"
-    (infill.decoding.ssmd) or "ptp" (parallel token prediction, infill.decoding.ptp)."""
+    """Run cfg.decoder on a prompt (P,) long -> (generated tokens (n,) long without the end token, stats):
+    "confidence" (Algorithms 1-2), "s2d2" (Algorithm 3), "ssmd" (infill.decoding.ssmd) or "ptp" (parallel token
+    prediction, infill.decoding.ptp). DecodeError for a decoder of another model kind or a prompt the model
+    cannot take."""
+    return run_decoder(Generation(model, prompt, max_tokens, cfg, generator))
+
+
+def run_decoder(job: Generation) -> tuple[torch.Tensor, DecodeStats]:
+    """job.cfg.decoder's function (infill.config.DECODERS) on `job`."""
     from infill.decoding.registry import decoder_function
 
-    function = decoder_function(cfg, "blockdiff")
-    tokens, stats = function(model, prompt, max_tokens, cfg, generator, on_step=on_step)
+    function = decoder_function(job.cfg, "blockdiff")
+    tokens, stats = function(job)
     return tokens, stats
 
 
@@ -61,9 +64,7 @@ def build_prompt(
     """-> (prompt ids, format "fim" | "chat", truncated). `prefix` and `suffix` are texts or, from a fill that
     already tokenized them, token ids (used as they are). When the prompt would exceed `max_prompt` tokens, the
     prefix loses its beginning and the suffix its end, split as every fill splits its context
-    (infill.core.plan.split_context)."""
-    from infill.core.plan import split_context
-
+    (infill.models.fim.split_context)."""
     pre_ids = tokenizer.encode(prefix) if isinstance(prefix, str) else list(prefix)
     suf_ids = tokenizer.encode(suffix) if isinstance(suffix, str) else list(suffix)
     fim = find_fim(tokenizer.token_id)
@@ -90,7 +91,7 @@ def fill_middle(
     max_tokens: int,
     cfg: DecodeConfig,
     generator: torch.Generator,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
+    on_step: BlockCallback | None = None,
 ) -> tuple[str, DecodeStats]:
     """The text between `prefix` and `suffix` (texts, or token ids of the model's tokenizer; see build_prompt)
     without the end token, and the decoding stats. A prompt too long for the model keeps the end of the prefix
@@ -101,7 +102,8 @@ def fill_middle(
     tokenizer = cast("HFTokenizer", loaded.tokenizer)  # block-diffusion folders load an HFTokenizer
     limit = model.max_positions
     ids, fmt, truncated = build_prompt(tokenizer, prefix, suffix, None if limit is None else limit - max_tokens)
-    tokens, stats = generate(model, torch.tensor(ids, dtype=torch.long), max_tokens, cfg, generator, on_step)
+    prompt = torch.tensor(ids, dtype=torch.long)  # (P,)
+    tokens, stats = run_decoder(Generation(model, prompt, max_tokens, cfg, generator, on_step))
     text = tokenizer.decode(tokens.tolist())
     if fmt == "chat":
         fenced = _FENCE.match(text)

@@ -27,29 +27,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from infill.config import BlockOptions, Sampling, options_of
-from infill.decoding.sampling import sample
+from infill.decoding.sampling import sample, transform
 from infill.decoding.stats import DecodeStats
-from infill.errors import DecodeError
 
 if TYPE_CHECKING:
     import torch
 
     from infill.config import DecodeConfig
+    from infill.decoding.problem import Generation
     from infill.models.blockdiff import BlockDiffModel, KVState
 
 
 # ---- sampling: infill.decoding.sampling's transform, the same for drafts and verifiers -----------------
-
-
-def probs(logits: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
-    """(n, V) logits -> (n, V) float64 probabilities after temperature, top-k, top-p (temperature 0 = the
-    one-hot argmax)."""
-    from infill.decoding import sampling
-
-    return sampling.probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
 
 
 def confidence_probs(logits: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
@@ -91,7 +83,7 @@ def confidence_step(step: Step) -> int:
 
     cfg, opts = step.cfg, step.options
     idx = step.masked.nonzero().squeeze(-1)  # (m,) masked block positions
-    x_hat = sample(probs(step.logits[idx], cfg), step.generator)  # (m,)
+    x_hat = sample(transform(step.logits[idx], cfg), step.generator)  # (m,)
     conf = confidence_probs(step.logits[idx], cfg).gather(-1, x_hat[:, None]).squeeze(-1)  # (m,)
     if opts.unmask_per_step > 0:  # static
         choose = torch.zeros_like(conf, dtype=torch.bool)
@@ -121,38 +113,25 @@ def _end_of_generation(seq: torch.Tensor, start: int, stop: int, mask_id: int, e
     return start + int(ends[0]) if ends.numel() else None
 
 
-def generate(
-    model: BlockDiffModel,
-    prompt: torch.Tensor,
-    max_tokens: int,
-    cfg: DecodeConfig,
-    generator: torch.Generator,
-    step_fn: StepFn | None = None,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
-    hidden: bool = False,
-) -> tuple[torch.Tensor, DecodeStats]:
-    """Algorithm 1. prompt (P,) long -> (generated tokens (n,) long without the end token, stats).
+def denoise(job: Generation, step_fn: StepFn | None = None, hidden: bool = False) -> tuple[torch.Tensor, DecodeStats]:
+    """Algorithm 1 -> (generated tokens (n,) long without the end token, n <= job.max_tokens; stats).
 
-    `step_fn` is the denoising step (default: confidence_step); S2D2 and SSMD pass their own. `hidden` keeps
-    the draft forwards' last hidden states in `step.state.hidden` (SSMD's causal head reads them)."""
+    `job` (infill.decoding.problem.Generation, built by infill.decoding.blockfill): job.prompt (P,) long, at most
+    job.max_tokens tokens written after it with job.model, every draw from job.generator, job.on_step called after every
+    step. Blocks of cfg.block_size (else the model's) are decoded one after another: each step sees the block's draft
+    logits (L, V) and unmasks some of its positions (Step); a full block is committed to the cache. `step_fn` is the
+    denoising step (default: confidence_step); S2D2 and SSMD pass their own. `hidden` keeps the draft forwards' last
+    hidden states in `step.state.hidden` (SSMD's causal head reads them)."""
     import torch
 
+    model, prompt, max_tokens, cfg = job.model, job.prompt, job.max_tokens, job.cfg
     options_of(Sampling, cfg)
     opts = options_of(BlockOptions, cfg)  # the decoders that run this loop (S2D2, SSMD) build their own too
     t0 = time.perf_counter()
     step: StepFn = step_fn or confidence_step
     stats = DecodeStats(decoder=cfg.decoder)
     n_prompt, bsz, mask_id = int(prompt.numel()), opts.block_size or model.block_size, model.mask_id
-    if n_prompt == 0:
-        raise DecodeError("block-diffusion decoding needs at least one prompt token")
-    if bool((prompt == mask_id).any()):
-        raise DecodeError("the prompt contains the mask token")
-    if max_tokens < 0:
-        raise DecodeError(f"max_tokens must be >= 0, got {max_tokens}")
     total = n_prompt + max_tokens
-    limit = model.max_positions or total
-    if total > limit:
-        raise DecodeError(f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's {limit}")
     state = model.new_state()
     state.want_hidden = hidden
     seq = torch.cat([prompt.long().cpu(), torch.full((max_tokens,), mask_id, dtype=torch.long)])  # (P+max,)
@@ -173,14 +152,14 @@ def generate(
                 logits = model.draft(state, block)
             view = logp[b_start:b_end]
             before = int(masked.sum())
-            step(Step(model, state, block, masked, generated, logits, view, cfg, generator, stats, opts))
+            step(Step(model, state, block, masked, generated, logits, view, cfg, job.generator, stats, opts))
             stats.accepted.append(before - int(masked.sum()))  # tokens this step made final
             logits = None
             steps += 1
             end_at = _end_of_generation(seq, n_prompt, b_end, mask_id, model.end_ids)
-            if on_step is not None:
+            if job.on_step is not None:
                 decoded = int((seq[n_prompt:] != mask_id).sum())
-                on_step({"tokens": decoded, "nfe": state.nfe, "block": blocks})
+                job.on_step({"tokens": decoded, "nfe": state.nfe, "block": blocks})
             if end_at is not None:
                 break
         blocks += 1

@@ -23,8 +23,7 @@ from infill.errors import DecodeError
 if TYPE_CHECKING:
     import torch
 
-U_BITS = 32  # u = m / 2**32 with m a 32-bit integer; the drafter reads m's bits
-U_SCALE = float(2**U_BITS)
+U_SCALE = 2**32  # u = m / 2**32 with m a 32-bit integer, exact in float64 (the drafter reads m's bits)
 
 
 def pick(u: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -76,37 +75,5 @@ def draw_u(n: int, generator: torch.Generator) -> torch.Tensor:
     """n uniforms u = m / 2**32 from 32-bit integers m (exact in float64) -> (n,) float64."""
     import torch
 
-    m = torch.randint(0, 2**U_BITS, (n,), generator=generator, dtype=torch.int64)  # (n,)
+    m = torch.randint(0, U_SCALE, (n,), generator=generator, dtype=torch.int64)  # (n,)
     return m.to(torch.float64) / U_SCALE
-
-
-def u_bits(u: torch.Tensor) -> torch.Tensor:
-    """u (...) in [0, 1) -> (..., 32) float32 in {-1, +1}: the bits of m = floor(u * 2**32), most significant
-    first (the drafter's input; structured bits beat a scalar)."""
-    import torch
-
-    m = torch.clamp(torch.floor(u.to(torch.float64) * U_SCALE), 0, U_SCALE - 1).to(torch.int64)  # (...)
-    shifts = torch.arange(U_BITS - 1, -1, -1, dtype=torch.int64)  # (32,)
-    bits = (m[..., None] >> shifts) & 1  # (..., 32)
-    return bits.to(torch.float32) * 2.0 - 1.0
-
-
-def coupled_accept(drafts: torch.Tensor, u: torch.Tensor, q: torch.Tensor) -> tuple[int, int | None]:
-    """Coupled acceptance of one iteration.
-
-    drafts (D,) long: the drafter's tokens for positions k = 1..D after the last accepted token.
-    u (M,) float64: the uniforms of positions 1..M, M in {D, D + 1}.
-    q (M, V): the verifier's transformed distributions at positions 1..M given the drafts before each.
-
-    Returns (a, token): drafts[:a] are accepted (the longest prefix with drafts[k] == pick(u[k], q[k])), then
-    `token` = pick(u[a], q[a]) is the verifier's own token at the first position not accepted (a correction
-    after a mismatch, a bonus token when every draft matched and M = D + 1), or None when a == M."""
-    d, m = int(drafts.numel()), int(u.numel())
-    if q.shape[0] != m or m not in (d, d + 1):
-        raise DecodeError(f"coupled_accept: {d} drafts need {d} or {d + 1} rows of u and q, got {m} and {q.shape[0]}")
-    picks = pick(u, q).tolist()  # (M,)
-    guess = drafts.tolist()
-    a = 0
-    while a < d and guess[a] == picks[a]:
-        a += 1
-    return a, (picks[a] if a < m else None)

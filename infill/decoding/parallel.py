@@ -6,38 +6,25 @@ to show that the exactness test has power. NFE = ceil(M / k).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from infill.config import ParallelOptions, options_of
-from infill.decoding.problem import LeftToRight, StepCallback, ends_span, force_pads
-from infill.decoding.sampling import probs, sample
-from infill.decoding.stats import DecodeStats
-
-if TYPE_CHECKING:
-    import torch
-
-    from infill.config import DecodeConfig
-    from infill.models.base import AnySubsetModel, FillProblem
+from infill.decoding.problem import LeftToRight, ends_span, force_pads
+from infill.decoding.sampling import sample, transform
 
 
-def parallel(
-    model: AnySubsetModel,
-    problem: FillProblem,
-    cfg: DecodeConfig,
-    generator: torch.Generator,
-    on_step: StepCallback | None = None,
-) -> tuple[torch.Tensor, DecodeStats]:
-    """Fill `problem.masked` in chunks of `cfg.k` positions, one draft pass per chunk. Returns (tokens,
-    stats)."""
+def parallel(run: LeftToRight) -> None:
+    """Fill run.problem in chunks of `cfg.k` positions, one draft pass per chunk: the k positions of a chunk are
+    sampled independently from model.draft's (k, V) logits, so the fill does not follow the model's joint (the
+    mean-field baseline). `run`: as for infill.decoding.assd.assd (run.ids (N,) filled in place at run.masked
+    (M,)); returns nothing."""
+    model, problem, cfg, generator = run.model, run.problem, run.cfg, run.generator
     chunk = options_of(ParallelOptions, cfg).k
-    run = LeftToRight.begin(model, problem, cfg, DecodeStats(decoder="parallel"), on_step)
     ids, masked, stats = run.ids, run.masked, run.stats
     n = 0
     while n < run.total:
         targets = masked[n : n + chunk]  # (k',)
         logits = model.draft(ids, masked, n, targets)  # (k', V)
         stats.nfe += 1
-        x = sample(probs(logits, cfg.temperature, cfg.top_k, cfg.top_p), generator)  # (k',)
+        x = sample(transform(logits, cfg), generator)  # (k',)
         ids[targets] = x
         before = n
         n += targets.shape[0]
@@ -50,4 +37,3 @@ def parallel(
                     j += 1
             n = max(n, j)
         n = run.advance(before, n)
-    return run.result()

@@ -1,13 +1,13 @@
-"""Checks and bookkeeping shared by the decoders: input validation and end-of-fill padding."""
+"""What a decoder is handed, and the checks and bookkeeping the decoders share: one any-subset decode
+(LeftToRight: input validation, end-of-fill padding, progress) and one block-diffusion decode (Generation)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from infill.config import Sampling, options_of
 from infill.errors import DecodeError
 
 if TYPE_CHECKING:
@@ -16,9 +16,12 @@ if TYPE_CHECKING:
     from infill.config import DecodeConfig
     from infill.decoding.stats import DecodeStats
     from infill.models.base import AnySubsetModel, FillProblem
+    from infill.models.blockdiff_model import BlockDiffModel
 
 # on_step(decoded, total): called after every iteration with the number of masked positions filled so far
 StepCallback = Callable[[int, int], None]
+# a block-diffusion decoder's on_step({"tokens": decoded, "nfe": passes, "block": index}), after every step
+BlockCallback = Callable[[dict[str, Any]], None]
 
 
 def check_problem(model: AnySubsetModel, problem: FillProblem) -> None:
@@ -104,30 +107,21 @@ def settle(model: AnySubsetModel, problem: FillProblem, ids: torch.Tensor, n: in
 
 @dataclass
 class LeftToRight:
-    """The state every left-to-right any-subset decoder keeps: the sequence being filled, the decoding order,
-    whether pads end spans, the stats and the clock. `begin` checks the inputs; `advance` records one
-    iteration; `result` is what a decoder returns."""
+    """One any-subset decode, as every decoder of that kind sees it: the model, the problem, the settings and the
+    one generator, the sequence being filled, the decoding order, whether pads end spans, the stats and the clock.
+    infill.decoding.decode builds it (after checking the inputs) and hands it to the decoder, which writes its
+    tokens into `ids`; `advance` records one iteration; `result` is what decode returns."""
 
+    model: AnySubsetModel
+    problem: FillProblem
+    cfg: DecodeConfig
+    generator: torch.Generator
     ids: torch.Tensor  # (N,): prompt, decoded tokens, <mask> elsewhere
     masked: torch.Tensor  # (M,) decoding order
     pads: bool
     stats: DecodeStats
     on_step: StepCallback | None
     start: float = field(default_factory=time.perf_counter)
-
-    @classmethod
-    def begin(
-        cls,
-        model: AnySubsetModel,
-        problem: FillProblem,
-        cfg: DecodeConfig,
-        stats: DecodeStats,
-        on_step: StepCallback | None,
-    ) -> LeftToRight:
-        check_problem(model, problem)
-        options_of(Sampling, cfg)  # DecodeError for an out-of-range temperature, top-k or top-p
-        ids = problem.ids.detach().to("cpu").clone()
-        return cls(ids, problem.masked.detach().to("cpu"), pads_enabled(model, problem), stats, on_step)
 
     @property
     def total(self) -> int:
@@ -140,14 +134,43 @@ class LeftToRight:
             self.on_step(n, self.total)
         return n
 
-    def settle(self, model: AnySubsetModel, problem: FillProblem, n: int, new_n: int, visible: torch.Tensor) -> int:
-        """After a verified iteration decoded masked[n:new_n]: end spans at their pads (`settle`), show the
-        decoded positions to the drafts (`visible`), and record the iteration. Returns the new n."""
-        new_n = settle(model, problem, self.ids, n, new_n, self.pads)
+    def settle(self, n: int, new_n: int, visible: torch.Tensor) -> int:
+        """After an iteration decoded masked[n:new_n]: end spans at their pads (`settle`), show the decoded
+        positions to the drafts (`visible`), and record the iteration. Returns the new n."""
+        new_n = settle(self.model, self.problem, self.ids, n, new_n, self.pads)
         visible[self.masked[n:new_n]] = True
         return self.advance(n, new_n)
 
     def result(self) -> tuple[torch.Tensor, DecodeStats]:
+        """(tokens (M,) long in decoding order, stats)."""
         self.stats.tokens = self.total
         self.stats.seconds = time.perf_counter() - self.start
         return self.ids[self.masked], self.stats
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One block-diffusion decode, as every decoder of that kind is handed it (infill.decoding.blockfill builds
+    it): write at most `max_tokens` tokens after `prompt` (P,) long with `model`, drawing from `generator`.
+    Built only for a prompt the model can take: DecodeError otherwise."""
+
+    model: BlockDiffModel
+    prompt: torch.Tensor
+    max_tokens: int
+    cfg: DecodeConfig
+    generator: torch.Generator
+    on_step: BlockCallback | None = None
+
+    def __post_init__(self) -> None:
+        n_prompt = int(self.prompt.numel())
+        if n_prompt == 0:
+            raise DecodeError("block-diffusion decoding needs at least one prompt token")
+        if bool((self.prompt == self.model.mask_id).any()):
+            raise DecodeError("the prompt contains the mask token")
+        if self.max_tokens < 0:
+            raise DecodeError(f"max_tokens must be >= 0, got {self.max_tokens}")
+        limit = self.model.max_positions or n_prompt + self.max_tokens
+        if n_prompt + self.max_tokens > limit:
+            raise DecodeError(
+                f"prompt ({n_prompt} tokens) + max_tokens ({self.max_tokens}) exceeds the model's {limit}"
+            )

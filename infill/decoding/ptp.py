@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from infill.config import PtpOptions, Sampling, options_of
-from infill.decoding.coupling import U_BITS, coupled_accept, draw_u, pick, u_bits
+from infill.decoding.coupling import draw_u, pick
+from infill.decoding.speculative import Acceptance, Proposal, accept
 from infill.decoding.stats import DecodeStats
 from infill.errors import DecodeError, InputError, ModelError
 
@@ -43,11 +44,13 @@ if TYPE_CHECKING:
     import torch
 
     from infill.config import DecodeConfig
+    from infill.decoding.problem import Generation
     from infill.models.blockdiff import BlockDiffModel, ForwardKind
     from infill.models.ptp import PTPAdapter
 
 DraftFn = Callable[[int, "torch.Tensor"], "torch.Tensor"]  # (position i, u (n,)) -> drafts (n-1,) for i+1..
 
+COUPLED = Acceptance(order="coupled")  # the drafts are point masses, tested against the fixed u's
 _ADAPTERS: weakref.WeakKeyDictionary[Any, PTPAdapter] = weakref.WeakKeyDictionary()
 
 
@@ -136,6 +139,8 @@ class KVSession:
 
     def propose(self, pending: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         import torch
+
+        from infill.models.ptp import U_BITS, u_bits
 
         model, state = self.model, self.state
         kind: ForwardKind = "prefill" if self.first else "draft"
@@ -242,7 +247,8 @@ def run(
     iteration made final, and extra)."""
     import torch
 
-    from infill.decoding.confidence import confidence_probs, probs
+    from infill.decoding.confidence import confidence_probs
+    from infill.decoding.sampling import transform
 
     stats = DecodeStats(decoder=cfg.decoder)
     out: list[int] = []
@@ -257,7 +263,7 @@ def run(
         n = min(slots, r)
         q_logits, drafts = session.propose(pending, u[j : j + n])  # (V,), (n-1,)
         rows = [q_logits]  # the logits each new token was sampled from
-        first = pick(u[j], probs(q_logits[None], cfg)[0])  # () the teacher's exact token at position i
+        first = pick(u[j], transform(q_logits[None], cfg)[0])  # () the teacher's exact token at position i
         new = [int(first)]
         a = 0
         if new[0] not in end_ids and n >= 2:
@@ -265,7 +271,7 @@ def run(
             m = min(d + 1, r - 1)  # verified positions: every draft, plus the bonus row when the budget allows
             clean = torch.cat([first[None], drafts[: m - 1]])  # (M,)
             v = session.verify(clean, m)  # (M, V)
-            a, tok = coupled_accept(drafts[:d], u[j + 1 : j + 1 + m], probs(v, cfg))
+            a, tok = accept(Proposal(drafts[:d]), transform(v, cfg), COUPLED, u=u[j + 1 : j + 1 + m])
             new += drafts[:a].tolist()
             rows += list(v[:a])
             if tok is not None:
@@ -316,39 +322,42 @@ def decode(
     max_tokens: int,
     cfg: DecodeConfig,
     generator: torch.Generator,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
     draft_fn: DraftFn | None = None,
 ) -> tuple[torch.Tensor, DecodeStats]:
-    """PTP decoding: prompt (P,) -> (generated tokens (n,) without the end token, stats). Slots per iteration:
-    min(cfg.k, the adapter's trained slots) (cfg.k with `draft_fn`); k = 1 is autoregressive sampling by
-    inverse CDF. stats.accepted holds the tokens each iteration made final (the end token included);
-    stats.extra adds `drafts_accepted` (per iteration), `iterations`, `tokens_per_iteration`, `slots`, `drafter`
-    ("ptp", or "independent": the adapter without u, which is what runs at temperature 0 or when
-    `adapter.use_u` is False) and `logprob` (as confidence decoding reports it)."""
+    """`ptp` on a prompt (P,) long -> (generated tokens (n,) without the end token, stats); `draft_fn` replaces
+    the adapter (tests: an oracle, a random or an always-wrong drafter)."""
+    from infill.decoding.problem import Generation
+
+    return ptp(Generation(model, prompt, max_tokens, cfg, generator), draft_fn)
+
+
+def ptp(job: Generation, draft_fn: DraftFn | None = None) -> tuple[torch.Tensor, DecodeStats]:
+    """PTP decoding -> (generated tokens (n,) without the end token, stats). Slots per iteration: min(cfg.k, the
+    adapter's trained slots) (cfg.k with `draft_fn`); k = 1 is autoregressive sampling by inverse CDF.
+    stats.accepted holds the tokens each iteration made final (the end token included); stats.extra adds
+    `drafts_accepted` (per iteration), `iterations`, `tokens_per_iteration`, `slots`, `drafter` ("ptp", or
+    "independent": the adapter without u, which is what runs at temperature 0 or when `adapter.use_u` is
+    False) and `logprob` (as confidence decoding reports it).
+
+    `job` (infill.decoding.problem.Generation, built by infill.decoding.blockfill): job.prompt (P,) long, at most
+    job.max_tokens tokens written after it with job.model, every draw from job.generator, job.on_step called after every
+    step. job.model must be position-aligned (InputError otherwise). `draft_fn` replaces the adapter's drafter (tests);
+    u (max_tokens,) float64, one uniform per generated position, is drawn from job.generator before decoding starts."""
     import torch
 
+    model, prompt, max_tokens, cfg = job.model, job.prompt, job.max_tokens, job.cfg
     sampling, opts = options_of(Sampling, cfg), options_of(PtpOptions, cfg)
     t0 = time.perf_counter()
-    n_prompt = int(prompt.numel())
     if model.shifted:
         raise InputError("--decoder ptp needs a position-aligned block-diffusion model (SDAR layout)")
-    if n_prompt == 0:
-        raise DecodeError("ptp decoding needs at least one prompt token")
-    if bool((prompt == model.mask_id).any()):
-        raise DecodeError("the prompt contains the mask token")
-    if max_tokens < 0:
-        raise DecodeError(f"max_tokens must be >= 0, got {max_tokens}")
-    limit = model.max_positions or n_prompt + max_tokens
-    if n_prompt + max_tokens > limit:
-        raise DecodeError(f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's {limit}")
     adapter = None if draft_fn is not None else adapter_of(model)
     slots = opts.k if adapter is None else min(opts.k, adapter.cfg.slots)
     # at temperature 0 pick is the argmax and u carries nothing: the drafter then guesses without u (its
     # independent mode), since with u it was trained to guess the SAMPLED path, not the greedy one
     use_u = adapter is not None and adapter.use_u and sampling.temperature > 0
     session = KVSession(model, adapter=adapter, draft_fn=draft_fn, use_u=use_u)
-    u = draw_u(max_tokens, generator)  # (max_tokens,) one per generated position, fixed before decoding
-    tokens, stats = run(session, prompt.cpu(), max_tokens, u, cfg, slots, model.end_ids, on_step)
+    u = draw_u(max_tokens, job.generator)  # (max_tokens,) one per generated position, fixed before decoding
+    tokens, stats = run(session, prompt.cpu(), max_tokens, u, cfg, slots, model.end_ids, job.on_step)
     stats.seconds = time.perf_counter() - t0
     stats.extra["drafter"] = "function" if adapter is None else ("ptp" if use_u else "independent")
     return torch.tensor(tokens, dtype=torch.long), stats

@@ -14,43 +14,31 @@ Variable names follow the paper: p = draft density, q = verifier density.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from infill.config import S2D2Options, options_of
-from infill.decoding.confidence import Step, confidence_probs, confidence_step, generate, probs
+from infill.decoding.confidence import Step, confidence_probs, confidence_step, denoise
 from infill.decoding.routing import Router, RoutingConfig, features, make_router, parse_routing
-from infill.decoding.sampling import residual, sample
+from infill.decoding.sampling import sample, transform
+from infill.decoding.speculative import Acceptance, Proposal, accept
 
 if TYPE_CHECKING:
     import torch
 
-    from infill.config import DecodeConfig
+    from infill.decoding.problem import Generation
     from infill.decoding.stats import DecodeStats
-    from infill.models.blockdiff import BlockDiffModel
 
 
 def accept_prefix(
     p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, generator: torch.Generator, gamma: float = 1.0
 ) -> tuple[int, int | None]:
-    """Speculative acceptance over a span. p, q (S, V) probabilities; drafts (S,) with p[i, drafts[i]] > 0.
+    """S2D2's and SSMD's acceptance over a span: infill.decoding.speculative.accept in the "span-first" order.
 
-    Returns (accepted, correction): drafts[:accepted] are kept; `correction` is the token resampled from
-    (q - p)+ at position `accepted` after a rejection, or None when every draft was accepted. S uniforms are
-    drawn up front from `generator`, then one multinomial draw at a rejection."""
-    import torch
-
-    s = int(drafts.numel())
-    r = torch.rand(s, generator=generator, dtype=torch.float64)  # (S,)
-    p_x = p.gather(-1, drafts[:, None]).squeeze(-1).double()  # (S,)
-    q_x = q.gather(-1, drafts[:, None]).squeeze(-1).double()  # (S,)
-    for i in range(s):
-        ratio = float(q_x[i] / p_x[i]) if float(p_x[i]) > 0 else 1.0
-        if float(r[i]) < min(1.0, ratio**gamma):
-            continue
-        fix = torch.multinomial(residual(q[i].double(), p[i].double()), 1, generator=generator)
-        return i, int(fix)
-    return s, None
+    p, q (S, V) probabilities; drafts (S,) with p[i, drafts[i]] > 0. Returns (accepted, correction):
+    drafts[:accepted] are kept; `correction` is the token resampled from (q - p)+ at position `accepted` after a
+    rejection, or None when every draft was accepted. S uniforms are drawn up front from `generator`, then one
+    multinomial draw at a rejection."""
+    return accept(Proposal(drafts, p), q, Acceptance(order="span-first", gamma=gamma), generator)
 
 
 def first_masked_span(masked: torch.Tensor) -> tuple[int, int]:
@@ -79,12 +67,12 @@ def s2d2_step(step: Step, router: Router, rc: RoutingConfig, opts: S2D2Options) 
         got = confidence_step(step)
         router.update(False, got, 1 + state.nfe - nfe0)
         return got
-    p = probs(step.logits[s : s + n], cfg)  # (S, V) draft densities
+    p = transform(step.logits[s : s + n], cfg)  # (S, V) draft densities: the model's own draft pass
     x_hat = sample(p, step.generator)  # (S,)
     filled = step.block.clone()  # (L,)
     filled[s : s + n] = x_hat
     q_logits = model.verify(state, filled, s, n)  # (S, V)
-    q = probs(q_logits, cfg)  # (S, V) verifier densities
+    q = transform(q_logits, cfg)  # (S, V) verifier densities
     accepted, fix = accept_prefix(p, q, x_hat, step.generator, opts.gamma)
     step.block[s : s + accepted] = x_hat[:accepted]
     step.masked[s : s + accepted] = False
@@ -102,25 +90,24 @@ def s2d2_step(step: Step, router: Router, rc: RoutingConfig, opts: S2D2Options) 
     return kept
 
 
-def decode(
-    model: BlockDiffModel,
-    prompt: torch.Tensor,
-    max_tokens: int,
-    cfg: DecodeConfig,
-    generator: torch.Generator,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
-) -> tuple[torch.Tensor, DecodeStats]:
-    """Block-wise S2D2 decoding: prompt (P,) -> (generated tokens (n,), stats). stats.accepted holds the tokens
-    each denoising step unmasked (verified or not); stats.extra adds `verifications`, `verified_tokens` and
-    `drafts_accepted`, the drafts accepted per verification (before the correction)."""
-    opts = options_of(S2D2Options, cfg)
+def s2d2(job: Generation) -> tuple[torch.Tensor, DecodeStats]:
+    """Block-wise S2D2 decoding -> (generated tokens (n,) long without the end token, n <= job.max_tokens;
+    stats). stats.accepted holds the tokens each denoising step unmasked (verified or not); stats.extra adds
+    `verifications`, `verified_tokens` and `drafts_accepted`, the drafts accepted per verification (before the
+    correction).
+
+    `job` (infill.decoding.problem.Generation, built by infill.decoding.blockfill): job.prompt (P,) long, at most
+    job.max_tokens tokens written after it with job.model, every draw from job.generator, job.on_step called after every
+    step. A routed step verifies a span of S drafts with the model's block-size-1 predictions q (S, V)
+    (BlockDiffModel.verify) through infill.decoding.speculative.accept."""
+    opts = options_of(S2D2Options, job.cfg)
     rc = parse_routing(opts.routing)
     router = make_router(rc)
 
     def step_fn(step: Step) -> None:
         s2d2_step(step, router, rc, opts)
 
-    tokens, stats = generate(model, prompt, max_tokens, cfg, generator, step_fn, on_step)
+    tokens, stats = denoise(job, step_fn)
     stats.extra.setdefault("verifications", 0)
     stats.extra.setdefault("verified_tokens", 0)
     stats.extra.setdefault("drafts_accepted", [])

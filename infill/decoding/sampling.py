@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+    from infill.config import DecodeConfig, Sampling
+
 
 def probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """(k, V) logits -> (k, V) float64 probabilities after temperature, top-k and top-p (rows sum to 1).
@@ -39,6 +41,12 @@ def probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p:
         pr = pr.masked_fill(drop, 0.0)
         pr = pr / pr.sum(dim=-1, keepdim=True)
     return pr
+
+
+def transform(logits: torch.Tensor, cfg: DecodeConfig | Sampling) -> torch.Tensor:
+    """`probs` with the settings of `cfg`: (n, V) logits -> (n, V) float64 probabilities, the one transform every
+    sampler applies to its drafts and its verifier alike."""
+    return probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
 
 
 def sample(pr: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

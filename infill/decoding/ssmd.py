@@ -40,18 +40,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from infill.config import SsmdOptions, options_of
-from infill.decoding.confidence import Step, confidence_probs, generate, probs
+from infill.decoding.confidence import Step, confidence_probs, denoise
 from infill.decoding.s2d2 import accept_prefix
-from infill.decoding.sampling import sample
+from infill.decoding.sampling import sample, transform
 from infill.errors import DecodeError
 
 if TYPE_CHECKING:
     import torch
 
     from infill.config import DecodeConfig
+    from infill.decoding.problem import Generation
     from infill.decoding.stats import DecodeStats
     from infill.models.blockdiff import BlockDiffModel
 
@@ -84,13 +85,13 @@ def speculate_window(
 
     nc_logits (w, V): the full forward's logits at W, in order; `causal(tokens (w,)) -> (w, V)`: the causal
     logits given the window's current tokens (row 0 equals nc_logits[0]; row j depends on tokens[:j] only).
-    Both go through the same `probs` transform (temperature, top-k, top-p).
+    Both go through the same sampling transform (temperature, top-k, top-p).
     -> (revealed tokens (n,), the causal logits each was decided under (n, V), causal passes run); the
     revealed positions are W[:n], n >= min(w, passes + 1)."""
     import torch
 
     w = int(nc_logits.shape[0])
-    p_nc = probs(nc_logits, cfg)  # (w, V)
+    p_nc = transform(nc_logits, cfg)  # (w, V)
     drafts = sample(p_nc, generator)  # (w,)
     if w == 1:  # p_C = p_NC at the first position: nothing to verify
         return drafts, nc_logits, 0
@@ -100,7 +101,7 @@ def speculate_window(
     while pos < w and used < passes:
         c_logits = causal(tokens)  # (w, V)
         used += 1
-        p_c = probs(c_logits, cfg)  # (w, V)
+        p_c = transform(c_logits, cfg)  # (w, V)
         accepted, fix = accept_prefix(p_nc[pos:], p_c[pos:], drafts[pos:], generator)
         if fix is not None:
             tokens[pos + accepted] = fix
@@ -148,21 +149,30 @@ def ssmd_step(step: Step, tally: dict[str, int], opts: SsmdOptions) -> int:
 
 
 def decode(
-    model: BlockDiffModel,
-    prompt: torch.Tensor,
-    max_tokens: int,
-    cfg: DecodeConfig,
-    generator: torch.Generator,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
+    model: BlockDiffModel, prompt: torch.Tensor, max_tokens: int, cfg: DecodeConfig, generator: torch.Generator
 ) -> tuple[torch.Tensor, DecodeStats]:
-    """Block-wise SSMD decoding: prompt (P,) -> (generated tokens (n,), stats). stats.accepted holds the
-    tokens revealed per full forward; stats.extra adds the pass counts (module docstring)."""
+    """`ssmd` on a prompt (P,) long -> (generated tokens (n,), stats)."""
+    from infill.decoding.problem import Generation
+
+    return ssmd(Generation(model, prompt, max_tokens, cfg, generator))
+
+
+def ssmd(job: Generation) -> tuple[torch.Tensor, DecodeStats]:
+    """Block-wise SSMD decoding -> (generated tokens (n,) long without the end token, n <= job.max_tokens;
+    stats). stats.accepted holds the tokens revealed per full forward; stats.extra adds the pass counts (module
+    docstring).
+
+    `job` (infill.decoding.problem.Generation, built by infill.decoding.blockfill): job.prompt (P,) long, at most
+    job.max_tokens tokens written after it with job.model, every draw from job.generator, job.on_step called after every
+    step. job.model must ship an SSMD head and be position-aligned, its block size at most the head's (DecodeError
+    otherwise)."""
+    model = job.model
     head = model.ssmd_head
     if head is None:
         raise DecodeError(MISSING_HEAD)
     if model.shifted:
         raise DecodeError("--decoder ssmd runs position-aligned block-diffusion models only (SDAR style)")
-    opts = options_of(SsmdOptions, cfg)
+    opts = options_of(SsmdOptions, job.cfg)
     bsz = opts.block_size or model.block_size
     if bsz > head.shape.max_block:
         raise DecodeError(f"the SSMD head decodes blocks of at most {head.shape.max_block} positions, not {bsz}")
@@ -171,7 +181,7 @@ def decode(
     def step_fn(step: Step) -> None:
         ssmd_step(step, tally, opts)
 
-    tokens, stats = generate(model, prompt, max_tokens, cfg, generator, step_fn, on_step, hidden=True)
+    tokens, stats = denoise(job, step_fn, hidden=True)
     layers = model.num_layers + 1
     stats.extra.update(
         {

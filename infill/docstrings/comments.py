@@ -15,11 +15,11 @@ from typing import Any
 
 from infill.docstrings import text
 from infill.docstrings.config import DocstringConfig
-from infill.docstrings.engine import FileResult, Outcome, call_filler, innermost
 from infill.docstrings.facts import from_skeleton
-from infill.docstrings.fill import SlotFiller
-from infill.docstrings.finder import SKIP_COMMENT, SKIP_FILE_COMMENT, captures, parse
+from infill.docstrings.fill import SlotFiller, call_filler
+from infill.docstrings.finder import SKIP_COMMENT, SKIP_FILE_COMMENT, captures, innermost, parse
 from infill.docstrings.monitor import contradiction
+from infill.docstrings.outcome import FileResult, Outcome
 from infill.docstrings.skeleton import Param, Skeleton, Slot
 from infill.docstrings.styles import Rendered, _Builder
 from infill.errors import InputError

@@ -14,51 +14,20 @@ from __future__ import annotations
 import ast
 import math
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from infill.docstrings import confidence, facts, monitor, names, styles
 from infill.docstrings.config import DocstringConfig
-from infill.docstrings.fill import SlotFiller, slot_span
-from infill.docstrings.finder import Definition, colon_byte, find_definitions
+from infill.docstrings.fill import SlotFiller, call_filler
+from infill.docstrings.finder import Definition, colon_byte, find_definitions, innermost
+from infill.docstrings.outcome import FileResult, Outcome
 from infill.docstrings.skeleton import Skeleton, Slot, build_skeleton, init_method
 from infill.patch import Replacement, apply_edits
 from infill.textops import newline_of
 
-Status = Literal["missing", "filled", "low-confidence", "left-missing", "updated"]
 CONTEXT_LINES = 60  # lines of a definition shown to the model after the docstring
 BOM = "\ufeff"  # a UTF-8 byte order mark, as decoded text
-
-
-@dataclass
-class Outcome:
-    """What happened to one definition."""
-
-    name: str  # qualified name, e.g. "Stack.push"
-    kind: str
-    line: int  # 1-based line of the definition in the ORIGINAL file
-    status: Status
-    confidence: float | None = None  # mean token log-probability of the model's text (None: no model text)
-    fallbacks: list[str] = field(default_factory=list)  # slots that got names-only text instead of the model's
-    docstring: str | None = None  # the docstring written (filled / updated)
-    warnings: list[str] = field(default_factory=list)  # from the model call, e.g. a budget capped to the context
-    probability: float | None = None  # calibrated probability that the model's summary is right (None: unknown)
-    refused: dict[str, str] = field(default_factory=dict)  # slot -> why the monitor refused the model's text
-
-
-@dataclass
-class FileResult:
-    path: str
-    original: str
-    text: str  # the new text (== original when nothing changed)
-    outcomes: list[Outcome]
-    style: str
-    edits: list[Replacement] = field(default_factory=list)  # what turns original into text (byte offsets of it)
-
-    @property
-    def changed(self) -> bool:
-        return self.text != self.original
 
 
 # a lone CR ends a line for Python (and in `infill fill`), but tree-sitter's grammar reads it as an error: the
@@ -163,46 +132,6 @@ def _summary_limit(cfg: DocstringConfig, indent: str, one_line: bool) -> int:
     return max(cfg.line_length - len(indent) - (6 if one_line else 3), 30)
 
 
-MonitorFor = Callable[[Mapping[int, Slot]], monitor.SlotMonitor]
-
-
-def call_filler(
-    filler: SlotFiller,
-    prefix: bytes,
-    template: styles.Rendered,
-    suffix: bytes,
-    qualname: str,
-    language: str,
-    cfg: DocstringConfig,
-    monitor_for: MonitorFor | None = None,
-) -> confidence.ModelText:
-    """One model call: `prefix + template + suffix` with the template's slots as spans, and the monitor that
-    `monitor_for` builds for them (it gets each slot by its span's start byte). Returns the raw text and the
-    score of each slot by key, and the call's warnings."""
-    context = prefix + template.text.encode("utf-8") + suffix
-    spans = []
-    for key, (start, end) in template.slots.items():
-        byte_start = len(prefix) + len(template.text[:start].encode("utf-8"))
-        byte_end = len(prefix) + len(template.text[:end].encode("utf-8"))
-        budget = cfg.summary_tokens if key == "summary" else cfg.description_tokens
-        spans.append(slot_span(byte_start, byte_end, f"{key}|{qualname}", budget))
-    spans.sort()
-    watch = None
-    if monitor_for is not None:
-        watch = monitor_for({span.start_byte: Slot.from_key(span.label.split("|", 1)[0]) for span in spans})
-    result = filler(context.decode("utf-8"), spans, language=language, monitor=watch)
-    out = confidence.ModelText(warnings=list(result.warnings))
-    by_range = {(e.start_byte, e.end_byte): e for e in result.edits}
-    for span in spans:
-        edit = by_range.get((span.start_byte, span.end_byte))
-        if edit is None:
-            continue
-        key = span.label.split("|", 1)[0]
-        out.raw[key] = edit.text
-        out.scores[key] = (edit.score, edit.tokens)
-    return out
-
-
 def fill_definition(
     source: bytes,
     d: Definition,
@@ -246,12 +175,6 @@ def fill_definition(
 
 def existing_docstrings(source: bytes, definitions: list[Definition]) -> list[str]:
     return [source[d.docstring[0] : d.docstring[1]].decode("utf-8", "replace") for d in definitions if d.docstring]
-
-
-def innermost(ranges: list[tuple[int, int]], at: int) -> int | None:
-    """Index of the innermost [start, end] range holding byte `at` (the one starting last), or None."""
-    holding = [i for i, (start, end) in enumerate(ranges) if start <= at <= end]
-    return max(holding, key=lambda i: ranges[i][0], default=None)
 
 
 def process_source(

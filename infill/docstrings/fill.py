@@ -1,4 +1,4 @@
-"""The one seam between the docstring filler and a model.
+"""The one seam between the docstring filler and a model: `call_filler` makes every model call of a run.
 
 A SlotFiller takes a text (the definition's code with the docstring skeleton inserted), the spans of its
 empty slots and the monitor of their text (infill.docstrings.monitor.SlotMonitor: a candidate it refuses is
@@ -11,10 +11,15 @@ infill.docstrings.engine.process_source, or to the CLI command through Click's c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec
+from infill.docstrings.confidence import ModelText
+from infill.docstrings.config import DocstringConfig
+from infill.docstrings.monitor import SlotMonitor
+from infill.docstrings.skeleton import Slot
+from infill.docstrings.styles import Rendered
 from infill.spans import Span
 
 if TYPE_CHECKING:
@@ -51,18 +56,48 @@ def model_filler(
     """A SlotFiller backed by infill.api.fill_text (the model is loaded on the first call, then cached);
     `on_progress` gets every fill's progress events (a server's cancel check raises from it)."""
 
-    def fill(text: str, spans: Sequence[Span], *, language: str, monitor: Monitor | None = None) -> FillResult:
-        from infill.api import fill_text
+    from functools import partial
 
-        return fill_text(
-            text,
-            spans,
-            language=language,
-            model=model,
-            decode=decode,
-            options=options,
-            on_progress=on_progress,
-            monitor=monitor,
-        )
+    from infill.api import fill_text
 
-    return fill
+    return partial(fill_text, model=model, decode=decode, options=options, on_progress=on_progress)
+
+
+MonitorFor = Callable[[Mapping[int, Slot]], SlotMonitor]
+
+
+def call_filler(
+    filler: SlotFiller,
+    prefix: bytes,
+    template: Rendered,
+    suffix: bytes,
+    qualname: str,
+    language: str,
+    cfg: DocstringConfig,
+    monitor_for: MonitorFor | None = None,
+) -> ModelText:
+    """One model call: `prefix + template + suffix` with the template's slots as spans, and the monitor that
+    `monitor_for` builds for them (it gets each slot by its span's start byte). Returns the raw text and the
+    score of each slot by key, and the call's warnings."""
+    context = prefix + template.text.encode("utf-8") + suffix
+    spans = []
+    for key, (start, end) in template.slots.items():
+        byte_start = len(prefix) + len(template.text[:start].encode("utf-8"))
+        byte_end = len(prefix) + len(template.text[:end].encode("utf-8"))
+        budget = cfg.summary_tokens if key == "summary" else cfg.description_tokens
+        spans.append(slot_span(byte_start, byte_end, f"{key}|{qualname}", budget))
+    spans.sort()
+    watch = None
+    if monitor_for is not None:
+        watch = monitor_for({span.start_byte: Slot.from_key(span.label.split("|", 1)[0]) for span in spans})
+    result = filler(context.decode("utf-8"), spans, language=language, monitor=watch)
+    out = ModelText(warnings=list(result.warnings))
+    by_range = {(e.start_byte, e.end_byte): e for e in result.edits}
+    for span in spans:
+        edit = by_range.get((span.start_byte, span.end_byte))
+        if edit is None:
+            continue
+        key = span.label.split("|", 1)[0]
+        out.raw[key] = edit.text
+        out.scores[key] = (edit.score, edit.tokens)
+    return out

@@ -240,3 +240,9 @@ def _first_error_line(node: Any) -> int:
             return int(current.start_point[0]) + 1
         stack.extend(reversed([c for c in current.children if c.has_error or c.is_missing or c.type == "ERROR"]))
     return int(node.start_point[0]) + 1
+
+
+def innermost(ranges: list[tuple[int, int]], at: int) -> int | None:
+    """Index of the innermost [start, end] range holding byte `at` (the one starting last), or None."""
+    holding = [i for i, (start, end) in enumerate(ranges) if start <= at <= end]
+    return max(holding, key=lambda i: ranges[i][0], default=None)

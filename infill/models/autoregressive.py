@@ -182,20 +182,11 @@ def load_folder(path: str | Path, spec: ModelSpec) -> LoadedModel:
     weight is read: the tokenizer must fit the vocabulary and the weights the free memory (ModelError), and a
     tokenizer with only part of a family's FIM tokens is refused."""
     from infill.hardware import fast_bf16, resolve_device
-    from infill.models.hf_folder import (
-        check_memory,
-        check_vocabulary,
-        end_token_ids,
-        generation_config,
-        load_network,
-        load_tokenizer,
-        model_folder,
-    )
-    from infill.models.loading import read_json
+    from infill.models import hf_folder
     from infill.models.registry import LoadedModel
 
-    folder = model_folder(path)
-    raw = read_json(folder / "config.json")
+    folder = hf_folder.model_folder(path)
+    raw = hf_folder.read_json(folder / "config.json")
     model_type = str(raw.get("model_type", "")).lower()
     if model_type not in AR_ARCHITECTURES:
         known = ", ".join(sorted(AR_ARCHITECTURES))
@@ -204,13 +195,15 @@ def load_folder(path: str | Path, spec: ModelSpec) -> LoadedModel:
     # bf16 weights where bf16 products are fast: half the memory, and a long prompt's pass twice as fast as an
     # autocast over fp32 weights (docs/code-models.md)
     dtype = "bfloat16" if spec.bf16 and fast_bf16(device) else "float32"
-    check_memory(folder, raw, device, dtype)
-    tokenizer = load_tokenizer(folder)
-    check_vocabulary(folder, raw, tokenizer)
+    hf_folder.check_memory(folder, raw, device, dtype)
+    tokenizer = hf_folder.load_tokenizer(folder)
+    hf_folder.check_vocabulary(folder, raw, tokenizer)
     fim = find_fim(tokenizer.token_id, f"the tokenizer of {folder}")
-    ends = end_token_ids(raw, generation_config(folder), tokenizer, fim.ends if fim is not None else ())
+    ends = hf_folder.end_token_ids(
+        raw, hf_folder.generation_config(folder), tokenizer, fim.ends if fim is not None else ()
+    )
     class_name = AR_ARCHITECTURES[model_type]
-    model = load_network(folder, raw, class_name, device, dtype=dtype)
+    model = hf_folder.load_network(folder, raw, class_name, device, dtype=dtype)
     positions = int(getattr(model.config, "max_position_embeddings", None) or WINDOW)
     backend = CausalFim(
         model,

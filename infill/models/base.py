@@ -63,9 +63,19 @@ class AnySubsetModel(Protocol):
     max_length: int  # longest sequence the model was trained on / supports
 
     def draft(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
-        """p(x_i | prompt, masked[:n]) independently for each target i: (k, V) logits."""
+        """The draft density: p(x_i | prompt, masked[:n]) for each target i, independently of the other targets
+        (each sees the prompt and the n decoded positions, not the other targets).
+
+        ids (N,) long: the sequence (module docstring); masked (M,) long: the decoding order; n: how many of
+        masked are decoded (0 <= n < M); targets (k,) long: the positions to predict, masked[n : n + k].
+        Returns (k, V) float32 logits (untransformed; `<mask>` at -inf). With k = 1 it equals `verify`."""
         ...
 
     def verify(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
-        """q(x_i | prompt, masked[:n], drafts at targets before i) for each target i: (k, V) logits (oracle)."""
+        """The oracle: q(x_i | prompt, masked[:n], the drafts at targets[:i]) for each target i, in one pass.
+
+        ids (N,) long: the sequence with the drafts written at `targets`; masked, n as for `draft`; targets
+        (k,) long: masked[n : n + k] (a draft source's drafts, plus the bonus row's position when it asks for
+        one). Returns (k, V) float32 logits (untransformed; `<mask>` at -inf): row i is the model's conditional
+        for targets[i] given everything decoded and the drafts before it."""
         ...

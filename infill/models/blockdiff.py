@@ -24,8 +24,8 @@ from infill.models.hf_folder import (
     load_network,
     load_tokenizer,
     model_folder,
+    read_json,
 )
-from infill.models.loading import read_json
 from infill.models.registry import LoadedModel
 
 __all__ = [

@@ -117,6 +117,7 @@ class BlockDiffModel:
         return str(self.model.config._attn_implementation)
 
     def new_state(self) -> KVState:
+        """An empty cache (no committed token, length 0) for one generation; the operations below extend it."""
         from transformers import DynamicCache
 
         return KVState(cache=DynamicCache(config=self.model.config))

@@ -26,12 +26,14 @@ Fingerprint = tuple[tuple[str, float, int], ...]
 
 
 def load_spec(spec: ModelSpec) -> LoadedModel:
-    """Load `spec` through the registry, with a corrupt folder (bad JSON, bad safetensors...) as a ModelError."""
+    """Load `spec` (infill.models.loading.load: a registered name, else a folder), with a corrupt folder (bad JSON,
+    bad safetensors...) as a ModelError."""
+    from infill.models.loading import load
     from infill.progress import quiet_libraries
 
     quiet_libraries()
     try:
-        return registry.load(spec)
+        return load(spec)
     except InfillError:
         raise
     except (OSError, ValueError, RuntimeError, KeyError) as exc:  # corrupt folder, bad safetensors, bad json

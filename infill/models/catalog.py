@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from infill.models.hf_folder import safetensors_parameters
 from infill.models.loading import folder_kind  # imports no torch
 
 
@@ -38,37 +38,6 @@ def hf_cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "huggingface" / "hub"
-
-
-MAX_HEADER = 100 << 20  # the safetensors format's own limit on its JSON header
-
-
-def safetensors_parameters(folder: Path) -> int | None:
-    """The parameter count in the headers of the folder's *.safetensors files; None without such files or when one
-    is not a safetensors file."""
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        return None
-    total = 0
-    for f in files:
-        try:
-            with f.open("rb") as fh:
-                (n,) = struct.unpack("<Q", fh.read(8))
-                if n > min(f.stat().st_size - 8, MAX_HEADER):  # not a safetensors file: never read n bytes
-                    return None
-                header = json.loads(fh.read(n))
-        except (OSError, ValueError, struct.error):
-            return None
-        if not isinstance(header, dict):
-            return None
-        for key, meta in header.items():
-            if key == "__metadata__":
-                continue
-            count = 1
-            for dim in meta.get("shape", []) if isinstance(meta, dict) else []:
-                count *= int(dim)
-            total += count
-    return total
 
 
 def folder_size(folder: Path) -> int:

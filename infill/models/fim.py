@@ -1,4 +1,5 @@
-"""Fill-in-the-middle prompts: each code-model family's FIM tokens, and the one prompt layout they share.
+"""Fill-in-the-middle prompts: each code-model family's FIM tokens, the one prompt layout they share, and the one
+split of a context too long for the model between prefix and suffix (every fill uses it: infill.core.plan).
 
 Every family below is trained in the prefix-suffix-middle order: PREFIX_TOKEN prefix SUFFIX_TOKEN suffix
 MIDDLE_TOKEN, after which the model writes the middle and then an end token. Only the token names differ; a
@@ -9,10 +10,13 @@ Importing this module does not import torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from infill.errors import ModelError
+
+PREFIX_SHARE = 0.75  # share of the free context given to the prefix (the suffix gets the rest)
 
 
 @dataclass(frozen=True)
@@ -80,3 +84,18 @@ def find_fim(token_id: Callable[[str], int | None], where: str = "the tokenizer"
 def fim_prompt(fim: FimTokens, prefix: Sequence[int], suffix: Sequence[int]) -> list[int]:
     """PREFIX_TOKEN prefix SUFFIX_TOKEN suffix MIDDLE_TOKEN: the model writes the middle next."""
     return [fim.prefix, *prefix, fim.suffix, *suffix, fim.middle]
+
+
+def split_context(free: int, prefix: int, suffix: int) -> tuple[int, int]:
+    """Prefix / suffix tokens to keep in `free` slots: 3/4 : 1/4; an unused share goes to the other side."""
+    if prefix + suffix <= free:
+        return prefix, suffix
+    pre_share = math.ceil(free * PREFIX_SHARE)
+    suf_share = free - pre_share
+    if prefix < pre_share:
+        suf_share += pre_share - prefix
+        pre_share = prefix
+    if suffix < suf_share:
+        pre_share = min(prefix, pre_share + suf_share - suffix)
+        suf_share = suffix
+    return pre_share, suf_share

@@ -1,6 +1,7 @@
-"""Stock transformers decoders from a local folder, without remote code: what the block-diffusion loader
-(infill.models.blockdiff) and the left-to-right loader (infill.models.autoregressive) share.
+"""Model folders on disk, and stock transformers decoders from a local folder without remote code: what the
+loaders (infill.models.loading, infill.models.blockdiff, infill.models.autoregressive) and the catalog share.
 
+- a folder's JSON files (read_json) and the parameter count in its safetensors headers;
 - the tokenizer (HFTokenizer: user text never turns into special tokens);
 - the checks made before any weight is read: the folder's tokenizer must fit the network's vocabulary, and the
   network must fit in memory (its parameter count, from the safetensors headers or else estimated from
@@ -13,17 +14,58 @@ Importing this module does not import torch.
 
 from __future__ import annotations
 
+import json
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from infill.errors import ModelError
-from infill.models.loading import read_json
 
 END_TOKEN_CANDIDATES = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "</s>")
 _CONFIG_DROP = ("auto_map", "architectures", "model_type", "infill", "transformers_version")
 BYTES_PER_PARAMETER = {"float32": 4, "bfloat16": 2}
+MAX_HEADER = 100 << 20  # the safetensors format's own limit on its JSON header
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A model folder's JSON file (config.json, generation_config.json ...) as a dict; ModelError otherwise."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ModelError(f"{path} is not a JSON object")
+    return data
+
+
+def safetensors_parameters(folder: Path) -> int | None:
+    """The parameter count in the headers of the folder's *.safetensors files; None without such files or when one
+    is not a safetensors file."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for f in files:
+        try:
+            with f.open("rb") as fh:
+                (n,) = struct.unpack("<Q", fh.read(8))
+                if n > min(f.stat().st_size - 8, MAX_HEADER):  # not a safetensors file: never read n bytes
+                    return None
+                header = json.loads(fh.read(n))
+        except (OSError, ValueError, struct.error):
+            return None
+        if not isinstance(header, dict):
+            return None
+        for key, meta in header.items():
+            if key == "__metadata__":
+                continue
+            count = 1
+            for dim in meta.get("shape", []) if isinstance(meta, dict) else []:
+                count *= int(dim)
+            total += count
+    return total
 
 
 class HFTokenizer:
@@ -120,8 +162,6 @@ def check_vocabulary(folder: Path, raw: dict[str, Any], tokenizer: HFTokenizer) 
 def estimate_parameters(folder: Path, raw: dict[str, Any]) -> int | None:
     """The network's parameter count: from the safetensors headers when the folder has them, else from the shape
     in config.json (a decoder with gated feed-forward layers; None when the config does not say enough)."""
-    from infill.models.catalog import safetensors_parameters
-
     exact = safetensors_parameters(folder)
     if exact:
         return exact

@@ -1,4 +1,5 @@
-"""Folder loaders behind infill.models.registry.load: the default, a folder, or an HF-cache repo id.
+"""Loading a model by name (`load`): a registered name (infill.models.registry) first, else a folder: the
+default, a local folder, or an HF-cache repo id.
 
 Never downloads: HF repo ids resolve only from the local cache (local_files_only / offline). The folder's
 config.json picks the backend (folder_kind): "xlnet" -> XLNetAnySubset (kind "asarm"); a block-diffusion folder
@@ -15,6 +16,8 @@ from typing import Any
 
 from infill.config import ModelKind, ModelSpec
 from infill.errors import ModelError
+from infill.models import registry
+from infill.models.hf_folder import read_json
 from infill.models.registry import LoadedModel
 
 WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
@@ -72,17 +75,6 @@ def _from_hf_cache(repo_id: str, revision: str | None) -> str:
         ) from exc
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A model folder's JSON file (config.json, generation_config.json ...) as a dict; ModelError otherwise."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ModelError(f"{path} is not a JSON object")
-    return data
-
-
 def read_config(folder: Path) -> dict[str, Any]:
     return read_json(folder / "config.json")
 
@@ -126,6 +118,17 @@ def known_model_types() -> list[str]:
     from infill.models.blockdiff import ARCHITECTURES
 
     return sorted({"xlnet", *ARCHITECTURES, *AR_ARCHITECTURES})
+
+
+def load(spec: ModelSpec) -> LoadedModel:
+    """Load the model named by `spec.name`: a registered name first, then the folder loaders (load_by_name)."""
+    from infill.hardware import configure_decode_threads
+
+    configure_decode_threads()  # every model that decodes loads here: fill, docstrings, server, eval
+    factory = registry.factory_of(spec.name)
+    if factory is not None:
+        return factory(spec)
+    return load_by_name(spec)
 
 
 def load_by_name(spec: ModelSpec) -> LoadedModel:

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from infill.decoding.coupling import U_BITS
 from infill.errors import ModelError
 from infill.models.blockdiff_model import kv_cache
 
@@ -42,6 +41,7 @@ if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
 
 ADAPTER_FILE = "ptp_adapter.safetensors"
+U_BITS = 32  # the drafter reads u as the bits of m = floor(u * 2**32): all of u, as infill.decoding.coupling draws it
 TARGETS = (
     "self_attn.q_proj",
     "self_attn.k_proj",
@@ -63,6 +63,15 @@ class AdapterConfig:
     vocab_size: int = 0
     targets: tuple[str, ...] = TARGETS
     provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def u_bits(u: torch.Tensor) -> torch.Tensor:
+    """u (...) in [0, 1) -> (..., 32) float32 in {-1, +1}: the bits of m = floor(u * 2**32), most significant
+    first (the drafter's input; structured bits beat a scalar)."""
+    m = torch.clamp(torch.floor(u.to(torch.float64) * 2**U_BITS), 0, 2**U_BITS - 1).to(torch.int64)  # (...)
+    shifts = torch.arange(U_BITS - 1, -1, -1, dtype=torch.int64)  # (32,)
+    bits = (m[..., None] >> shifts) & 1  # (..., 32)
+    return bits.to(torch.float32) * 2.0 - 1.0
 
 
 class PTPAdapter(nn.Module):

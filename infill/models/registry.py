@@ -1,6 +1,6 @@
-"""Model names -> loaded models: the packaged default, a local folder, or an HF cache entry (always offline).
-
-Backends and tests register factories by name (simonw/llm style); tests unregister in `finally`.
+"""What a loaded model is (LoadedModel), and models registered by name: backends and tests register factories
+(simonw/llm style; tests unregister in `finally`). infill.models.loading.load looks a name up here first, then
+among the folders.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from infill.errors import ModelError
 
 if TYPE_CHECKING:
     from infill.models.base import AnySubsetModel, Tokenizer
-    from infill.models.blockdiff import BlockDiffModel
+    from infill.models.blockdiff_model import BlockDiffModel
 
-__all__ = ["Factory", "LoadedModel", "ModelKind", "factory_of", "load", "register", "registered", "unregister"]
+__all__ = ["Factory", "LoadedModel", "ModelKind", "factory_of", "register", "registered", "unregister"]
 
 
 @dataclass
@@ -72,16 +72,3 @@ def registered() -> list[str]:
 def factory_of(name: str) -> Factory | None:
     """The factory registered under `name`, or None (a folder model)."""
     return _FACTORIES.get(name)
-
-
-def load(spec: ModelSpec) -> LoadedModel:
-    """Load the model named by `spec.name`: a registered name first, then the folder loaders (see load_folder)."""
-    from infill.hardware import configure_decode_threads
-
-    configure_decode_threads()  # every model that decodes loads here: fill, docstrings, server, eval
-    factory = _FACTORIES.get(spec.name)
-    if factory is not None:
-        return factory(spec)
-    from infill.models.loading import load_by_name  # heavy: imports torch
-
-    return load_by_name(spec)

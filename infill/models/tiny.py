@@ -85,9 +85,8 @@ def build_tiny_checkpoint(
     `vocab_size` >= 259 (256 bytes + 3 specials). `init_scale` is the weight init std; larger values give
     peakier, less uniform distributions. Deterministic for a given seed.
     """
-    from infill.models.tokenizer import SPECIALS, ByteBPETokenizer
+    from infill.models.tokenizer import SPECIALS, ByteBPETokenizer, train_byte_bpe
     from infill.models.xlnet_folder import save_folder
-    from infill.training.tokenizer import train_byte_bpe
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -123,10 +122,10 @@ def tiny_blockdiff_checkpoint(
     vocab_size: int = 300,
 ) -> Path:
     """A tiny RANDOM SDAR-layout block-diffusion checkpoint for tests and benchmarks (untrained: its fills are
-    noise); `shape` is an infill.training.blockdiff.ModelShape.
+    noise); `shape` is an infill.models.blockdiff_folder.ModelShape.
 
     fim=False leaves the FIM tokens out of the vocabulary, so fills go through the chat template."""
-    from infill.training.blockdiff import (
+    from infill.models.blockdiff_folder import (
         FIM_MIDDLE,
         FIM_PREFIX,
         FIM_SUFFIX,
@@ -239,7 +238,7 @@ def tiny_ar_checkpoint(
     import transformers
     from tokenizers import processors
 
-    from infill.training.tokenizer import train_byte_bpe
+    from infill.models.tokenizer import train_byte_bpe
 
     model_type, specials, tokens, adds_bos = AR_FAMILIES[family]
     folder = Path(folder)

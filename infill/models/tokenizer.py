@@ -11,6 +11,12 @@
   decode). The round trip is exact for every text whose non-whitespace characters the vocabulary covers;
   `lossless(text)` tells.
 
+`train_byte_bpe` is the project's one BPE recipe, for the AS-ARM's tokenizer (infill.training.tokenizer), the
+block-diffusion models' (infill.models.blockdiff_folder) and the tiny test models': every line break ("\\r\\n",
+"\\r" or "\\n") is its own pre-token, then GPT-2's byte-level split, so a line boundary is always a token boundary
+(docs/training.md, "Tokenizer": masking whole lines in training and tokenizing prefix / fill / suffix separately
+at inference give the same tokens), and bytes map to printable characters, so any UTF-8 text round-trips exactly.
+
 Importing this module is cheap (no torch); `tokenizers` / `sentencepiece` are imported on use.
 """
 
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -26,6 +32,40 @@ from typing import Any
 from infill.errors import ModelError
 
 SPECIALS = ("<pad>", "<mask>", "<bos>")  # ids 0, 1, 2 in the project's tokenizers
+LINE_BREAK = r"\r\n|\r|\n"
+
+
+def new_tokenizer() -> Any:
+    """An untrained tokenizer with the project's normalization-free byte-level pipeline."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(LINE_BREAK), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def train_byte_bpe(texts: Iterable[str], vocab_size: int, specials: Sequence[str] = SPECIALS) -> Any:
+    """Train the BPE on `texts` (new_tokenizer's pipeline): `specials` get ids 0, 1, ... in order, then the 256
+    byte symbols, then merges of pairs seen at least twice (so the vocabulary may stop below `vocab_size` on
+    little text)."""
+    from tokenizers import pre_tokenizers, trainers
+
+    tok = new_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(specials),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        min_frequency=2,
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
 
 
 @lru_cache(maxsize=1)

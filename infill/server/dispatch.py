@@ -12,32 +12,20 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import infill
-from infill.models import cache
 from infill.models.cache import ModelCache
 from infill.server import protocol
+from infill.server.context import Handler, ServerContext
 from infill.server.protocol import ProtocolError, Request
 
-
-@dataclass
-class ServerContext:
-    """What handlers may use besides their params."""
-
-    models: ModelCache = field(default_factory=lambda: cache.SHARED)  # the process's one model cache
-    transport: str = "stdio"  # "stdio" | "socket" | "inprocess"
-    idle_timeout: float = 0.0
-    started: float = field(default_factory=time.time)
-    # True once the client of the request in progress has gone away (set per request by the socket server);
-    # long handlers poll it through their progress callback and stop before writing anything
-    cancelled: Callable[[], bool] = lambda: False
+# what a transport builds a server from (infill.commands.serve, the daemon, tests)
+__all__ = ["Dispatcher", "Handler", "ModelCache", "ServerContext", "identity", "input_bytes", "load_plugins"]
 
 
-Handler = Callable[[dict[str, Any], ServerContext], dict[str, Any]]
 LOCK_FREE_METHODS = frozenset({"ping"})  # read nothing a running request could be changing
 
 

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from infill import options, patch
-from infill.core import docstrings as core_docstrings
 from infill.core import fill as core_fill
+from infill.docstrings import run as docstrings_run
 from infill.errors import InfillError, InputError, NoValidFillError
 from infill.models import registry
+from infill.server import params as server_params
 from infill.server import protocol
-from infill.server.dispatch import ServerContext
+from infill.server.context import ServerContext
 from infill.server.protocol import ProtocolError
 
 
@@ -74,7 +75,7 @@ _SELECTORS = {
     "nodes": "node",
 }
 _OTHER = {"text", "path", "filename", "cwd"}
-_typed = options.typed
+_typed = server_params.typed
 
 
 def fill_request(params: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +102,7 @@ def fill_request(params: dict[str, Any]) -> dict[str, Any]:
         "file": "-" if text is not None else _typed("path", path, str),
         "selections": selections,
         "format": "json",
-        **options.from_params(params),
+        **server_params.from_params(params),
     }
     if text is not None:
         request["stdin"] = _typed("text", text, str)
@@ -216,11 +217,11 @@ def docstrings(params: dict[str, Any], context: ServerContext) -> dict[str, Any]
             paths = (str(target),)
         else:
             paths = (_typed("path", path, str),)
-        request = core_docstrings.DocstringsRequest(
+        request = docstrings_run.DocstringsRequest(
             paths, **switches, config_path=config, format="json", overrides=overrides
         )
         with _reported():
-            outcome = core_docstrings.run_docstrings(request, core_docstrings.Output())
+            outcome = docstrings_run.run_docstrings(request, docstrings_run.Output())
             if outcome.exit_code not in (0, 1) or outcome.report is None:
                 raise outcome.errors[-1] if outcome.errors else InputError("the docstrings run failed")
         report = outcome.report
@@ -234,11 +235,11 @@ def docstrings(params: dict[str, Any], context: ServerContext) -> dict[str, Any]
 def docstrings_command(params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
     """A DocstringsRequest dict (`infill docstrings --daemon`) -> {"exit_code", "stdout", "stderr"}: exactly
     what the command prints and exits with, run in the client's directory."""
-    request = core_docstrings.DocstringsRequest.from_dict(params)
-    output = core_docstrings.Output()
+    request = docstrings_run.DocstringsRequest.from_dict(params)
+    output = docstrings_run.Output()
     with working_directory(request.cwd):
         try:
-            code = core_docstrings.run_docstrings(request, output).exit_code
+            code = docstrings_run.run_docstrings(request, output).exit_code
         except InfillError as exc:
             output(f"error: {exc}\n", True)
             code = exc.exit_code

@@ -29,7 +29,6 @@ def daemon_options(function: F) -> F:
         "daemon",
         type=click.Choice(DAEMON_MODES),
         default="auto",
-        show_default=True,
         help="Use this user's background model server (auto: start it if needed; never in CI or with "
         "INFILL_NO_DAEMON=1). Any daemon failure falls back to working in-process, with the same output.",
     )(function)

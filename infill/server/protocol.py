@@ -29,26 +29,25 @@ PARSE_ERROR = "parse_error"  # not UTF-8 or not JSON
 INVALID_REQUEST = "invalid_request"  # JSON, but not a request object
 UNKNOWN_METHOD = "unknown_method"
 TOO_LARGE = "too_large"  # longer than --max-request-bytes, or input over --max-input-bytes
-INPUT_ERROR = "input_error"  # infill.errors.InputError: bad span, marker not found, ...
-DECODE_ERROR = "decode_error"  # infill.errors.DecodeError
-MODEL_ERROR = "model_error"  # infill.errors.ModelError
-FILE_CHANGED = "file_changed"  # infill.errors.FileChangedError
-NO_VALID_FILL = "no_valid_fill"  # infill.errors.NoValidFillError: every candidate breaks the syntax (exit 3)
-LOW_CONFIDENCE = "low_confidence"  # infill.errors.LowConfidenceError: below "min_confidence" (exit 4)
-INFILL_ERROR = "infill_error"  # any other infill.errors.InfillError
-INTERNAL_ERROR = "internal_error"  # a bug: an unexpected exception in a handler
-
-# most specific first: the first matching class names the code
-_ERROR_CODES: tuple[tuple[type[errors.InfillError], str], ...] = (
-    (errors.InputError, INPUT_ERROR),
-    (errors.DecodeError, DECODE_ERROR),
-    (errors.ModelError, MODEL_ERROR),
-    (errors.FileChangedError, FILE_CHANGED),
-    (errors.LowConfidenceError, LOW_CONFIDENCE),
-    (errors.NoValidFillError, NO_VALID_FILL),
-    (errors.InfillError, INFILL_ERROR),
+# infill's own errors carry their codes (infill.errors): the first of these classes an exception is names it
+_ERROR_CLASSES: tuple[type[errors.InfillError], ...] = (
+    errors.InputError,  # bad span, marker not found, ...
+    errors.DecodeError,
+    errors.ModelError,
+    errors.FileChangedError,
+    errors.LowConfidenceError,  # below "min_confidence" (exit 4)
+    errors.NoValidFillError,  # every candidate breaks the syntax (exit 3)
+    errors.InfillError,  # any other
 )
-_CODE_CLASSES: dict[str, type[errors.InfillError]] = {code: cls for cls, code in _ERROR_CODES}
+INPUT_ERROR = errors.InputError.code
+DECODE_ERROR = errors.DecodeError.code
+MODEL_ERROR = errors.ModelError.code
+FILE_CHANGED = errors.FileChangedError.code
+NO_VALID_FILL = errors.NoValidFillError.code
+LOW_CONFIDENCE = errors.LowConfidenceError.code
+INFILL_ERROR = errors.InfillError.code
+INTERNAL_ERROR = errors.INTERNAL_ERROR  # a bug: an unexpected exception in a handler
+_CODE_CLASSES: dict[str, type[errors.InfillError]] = {cls.code: cls for cls in _ERROR_CLASSES}
 
 
 class ProtocolError(Exception):
@@ -144,24 +143,22 @@ def _is_clean(text: str) -> bool:
     return _UNUSABLE_CHARACTER.search(text) is None
 
 
-def error_object(code: str, message: str, exit_code: int = errors.EXIT_USAGE) -> dict[str, Any]:
+def error_object(code: str, message: str, exit_code: int = errors.ExitCode.USAGE) -> dict[str, Any]:
     return {"code": code, "message": message, "exit_code": exit_code}
 
 
 def error_code(exc: BaseException) -> str:
-    """The error code of an exception: a ProtocolError's own, an InfillError's (most specific class first), else
-    internal_error. `infill fill --format json` names its errors with the same codes."""
+    """The error code of an exception: a ProtocolError's own, else infill.errors.error_code (an InfillError's
+    class's code, or internal_error). `infill fill --format json` names its errors with the same codes."""
     if isinstance(exc, ProtocolError):
         return exc.code
-    if isinstance(exc, errors.InfillError):
-        return next(c for cls, c in _ERROR_CODES if isinstance(exc, cls))
-    return INTERNAL_ERROR
+    return errors.error_code(exc)
 
 
 def error_from_exception(exc: BaseException) -> dict[str, Any]:
     """The "error" object for an exception raised by a handler."""
     if isinstance(exc, ProtocolError):
-        return error_object(exc.code, exc.message, errors.EXIT_USAGE)
+        return error_object(exc.code, exc.message, errors.ExitCode.USAGE)
     if isinstance(exc, errors.InfillError):
         obj = error_object(error_code(exc), exc.message, exc.exit_code)
         for key in ("path", "line", "column"):
@@ -171,7 +168,7 @@ def error_from_exception(exc: BaseException) -> dict[str, Any]:
         if isinstance(exc, errors.NoValidFillError):
             obj["failed"] = exc.failed  # the rejected edits, so an editor can show them or apply them anyway
         return obj
-    return error_object(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], errors.EXIT_INTERNAL)
+    return error_object(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], errors.ExitCode.INTERNAL)
 
 
 def exception_from_error(error: dict[str, Any]) -> errors.InfillError | None:

@@ -25,14 +25,11 @@ import math
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import torch
-
-    from infill.models.twostream import TwoStreamXLNet
     from infill.training.distributed import World
 
 from infill.errors import InputError
@@ -54,73 +51,9 @@ from infill.training.layouts import (  # noqa: F401 - the data pipeline, re-expo
     token_strings,
     tokenize_stream,
 )
+from infill.training.objective import ModelShape, TrainConfig, build_model, joint_loss, target_nll  # noqa: F401
+from infill.training.optimizer import adamw
 from infill.training.streams import cached_stream, heldout_batches, heldout_stream, pack_streams  # noqa: F401
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    vocab_size: int = 8192
-    d_model: int = 256
-    n_layer: int = 6
-    n_head: int = 4
-    d_inner: int = 1024
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    seq_len: int = 256  # including the leading <bos>
-    batch_size: int = 16
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    warmup_steps: int = 200
-    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
-    grad_clip: float = 1.0
-    steps: int = 0  # 0 = no step limit (use minutes)
-    minutes: float = 0.0  # total training time budget across resumes; 0 = no time limit. Drives the schedule
-    until: float = 0.0  # unix time at which to stop (checkpoint + exit); 0 = none
-    seed: int = 0
-    max_package_bytes: int = 6_000_000  # per-package cap on training text (see corpus.balanced_records)
-    checkpoint_minutes: float = 5.0
-    log_every: int = 10
-    eval_sequences: int = 32  # held-out sequences evaluated at each checkpoint
-    threads: int = 2
-    device: str = "cpu"  # "cpu" or "cuda"
-    bf16: bool = False  # autocast; fast only on AMX / AVX512-BF16 CPUs and CUDA (infill.hardware.fast_bf16)
-    shape: ModelShape = field(default_factory=ModelShape)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Model and loss
-
-
-def build_model(shape: ModelShape, seq_len: int) -> TwoStreamXLNet:
-    """A fresh XLNet (bidirectional attention, no dropout, no memory) in fp32, initialised from torch's global
-    generator. `seq_len` is not part of the weights: relative positions work at any length."""
-    from infill.models.twostream import TwoStreamXLNet, XLNetShape
-
-    model = TwoStreamXLNet(XLNetShape(**asdict(shape)))
-    model.init_weights()
-    return model
-
-
-def target_nll(model: TwoStreamXLNet, batch: dict[str, torch.Tensor], bf16: bool = False) -> torch.Tensor:
-    """Per-target negative log-likelihood (B, T) from one teacher-forced forward; 0 where labels are -100.
-
-    The content stream holds the true tokens (teacher forcing); the mask is the permuted-causal oracle mask of
-    `infill.models.masks`, identical to the verify pass at inference, so no masked position sees its own or
-    any later masked token. `bf16`: autocast (only worth it where `infill.hardware.fast_bf16()`).
-    """
-    import torch
-
-    device = batch["ids"].device.type
-    with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-        return model.target_nll(batch).float()
-
-
-def joint_loss(model: TwoStreamXLNet, batch: dict[str, torch.Tensor], bf16: bool = False) -> tuple[torch.Tensor, int]:
-    """Eq. 7: mean cross-entropy over the loss-carrying masked positions, one forward -> (loss, n_targets)."""
-    count = int((batch["labels"] >= 0).sum())
-    return target_nll(model, batch, bf16).sum() / max(count, 1), count
 
 
 def lr_at(cfg: TrainConfig, step: int, elapsed: float) -> float:
@@ -228,14 +161,7 @@ def train(
             raise InputError(f"{init_from}: {exc}") from exc
     device = torch.device(cfg.device)
     model.to(device)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=(0.9, 0.98),
-        eps=1e-8,
-    )
+    opt = adamw(model, cfg.lr, cfg.weight_decay, betas=(0.9, 0.98))
     rng = np.random.default_rng(cfg.seed)
     state = TrainState()
     counter = 0
@@ -322,11 +248,7 @@ def train(
             for g in opt.param_groups:
                 g["lr"] = lr
             mean = nll_sum(batch) / max(my_count, 1)
-            loss = world.share(mean, my_count, count)  # Eq. 7 over the global batch
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
+            world.step(opt, model, (mean, my_count, count), cfg.grad_clip)  # Eq. 7 over the global batch
             state.step += 1
             state.tokens_seen += positions
             state.targets_seen += count

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     import torch
 
     from infill.models.twostream import TwoStreamXLNet
-    from infill.training.asarm import TrainConfig
     from infill.training.layouts import Batches
+    from infill.training.objective import TrainConfig
 
 
 def write_checkpoint(path: Path, payload: dict[str, Any]) -> None:
@@ -66,7 +66,7 @@ def config_to_json(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def config_from_json(d: dict[str, Any]) -> TrainConfig:
-    from infill.training.asarm import ModelShape, TrainConfig
+    from infill.training.objective import ModelShape, TrainConfig
 
     d = dict(d)
     d["shape"] = ModelShape(**d["shape"])
@@ -174,7 +174,7 @@ def provenance(cfg: TrainConfig, state: TrainState, corpus: Path) -> dict[str, A
 
 def load_checkpoint_model(run_dir: Path) -> tuple[TwoStreamXLNet, TrainConfig, TrainState]:
     """The model, config and state of `run_dir/last.pt` (for export and measurement)."""
-    from infill.training.asarm import build_model
+    from infill.training.objective import build_model
 
     ckpt = read_checkpoint(run_dir / "last.pt")
     cfg = config_from_json(ckpt["config"])

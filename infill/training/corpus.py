@@ -157,16 +157,17 @@ def build_corpus(
     heldout_permille: int = 20,
     log: bool = True,
     near_dup_threshold: float = 0.85,
-    problems: Sequence[Problem] | None = None,
+    problems: Sequence[Problem] = (),
 ) -> dict[str, object]:
     """Collect, deduplicate, split and write the corpus to `out` (layout in the module docstring); returns the
     manifest.
 
     `site`: one or more site-packages folders (default: this interpreter's). `near_dup_threshold`: files whose
     estimated Jaccard similarity to a file kept earlier reaches it are dropped (1.0 or more: exact duplicates only).
-    `problems`: evaluation problems that must not be trained on (default: HumanEval's, when installed).
+    `problems`: evaluation problems that must not be trained on (`infill train corpus` gives HumanEval's:
+    infill.evaluation.humaneval.humaneval_problems).
     """
-    from infill.training.dedup import Contamination, NearDuplicates, humaneval_problems
+    from infill.training.dedup import Contamination, NearDuplicates
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "heldout").mkdir(exist_ok=True)
@@ -178,7 +179,7 @@ def build_corpus(
     for folder in sites:
         sources += list(site_files(folder))
     near = NearDuplicates(near_dup_threshold) if near_dup_threshold < 1.0 else None
-    contamination = Contamination(humaneval_problems() if problems is None else problems)
+    contamination = Contamination(problems)
     removed: dict[str, list[str]] = {}
     seen: set[str] = set()
     packages: dict[str, dict[str, object]] = {}

