@@ -80,3 +80,13 @@ def test_eval_without_adapter_or_head_scores_every_task_as_an_error(folders: Any
     assert report["summary"]["statuses"] == {"error": LIMIT}
     needs = "PTP adapter" if decoder == "ptp" else "SSMD head"
     assert all(needs in str(r["error"]) for r in report["results"]), [r["error"] for r in report["results"]]
+
+
+def test_raw_with_a_block_diffusion_model_is_one_line_not_a_crash(folders: Any, tmp_path: Path) -> None:
+    """`--raw` (the model alone, without the fill core) is an any-subset evaluation: asked of a block-diffusion
+    folder it is a usage error naming the model, exit 2 (it was an AttributeError, exit 123)."""
+    _, bare = folders
+    args = ["eval", "humaneval-single-line", "--model", str(bare), "--raw", "--limit", "1", "--device", "cpu", "-q"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "--raw is for any-subset and left-to-right models" in result.output and "block-diffusion" in result.output

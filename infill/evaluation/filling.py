@@ -190,10 +190,12 @@ def raw_filler(model: Any, decode: DecodeConfig, default_tokens: int = 32) -> Fi
 
     from infill.api import split_context
     from infill.decoding import decode as run_decode
-    from infill.errors import InfillError
+    from infill.errors import InfillError, InputError
     from infill.models.base import FillProblem
 
-    net, tok = model.model, model.tokenizer
+    if model.kind == "blockdiff":  # its decoders are already the model alone: nothing to take away
+        raise InputError(f"--raw is for any-subset and left-to-right models; {model.name!r} is a block-diffusion model")
+    net, tok = model.asarm, model.tokenizer
     head = [net.bos_id] if net.bos_id is not None else []
 
     def fill(slot: Slot, budget: int | None) -> FillOutcome:
