@@ -294,7 +294,7 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class FillOptions:
-    tokens: int | None = None  # token budget per span; None = the length policy (see api.py)
+    tokens: int | None = None  # token budget per span; None = the length policy (see core/pipeline.py)
     candidates: int = 1  # -n: candidates ranked by log-likelihood
     max_resample: int = 4  # extra samples when a candidate adds syntax errors
     syntax_check: bool = True

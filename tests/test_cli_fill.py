@@ -16,6 +16,7 @@ from fixtures_cli import fake_model, unreadable_file
 from infill import api
 from infill.cli import main
 from infill.commands.fill import FillRequest, run_fill
+from infill.core import pipeline
 from infill.errors import ModelError
 from infill.models.registry import register, unregister
 from infill.spans import Span
@@ -319,7 +320,7 @@ def test_file_changed_during_run(tmp_path: Path, model: str, monkeypatch: pytest
         p.write_text(edited)  # the user saves in their editor while we decode
         return result
 
-    monkeypatch.setattr(api, "fill_text", fill_then_edit)
+    monkeypatch.setattr(pipeline, "fill_text", fill_then_edit)
     assert_refused(run([str(p), "--span", "3:3", "--model", model]), 123, "changed on disk", p, edited.encode())
 
 

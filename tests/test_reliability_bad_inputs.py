@@ -22,6 +22,7 @@ from fixtures_doc import FakeFiller
 
 from infill import api
 from infill.cli import main
+from infill.core import pipeline
 from infill.errors import ModelError
 from infill.models import cache
 from infill.models.registry import register, unregister
@@ -117,7 +118,7 @@ def changed_during_run(d: Path, mp: pytest.MonkeyPatch) -> None:
         (d / "a.py").write_bytes(SOURCE + b"# saved meanwhile\n")
         return result
 
-    mp.setattr(api, "fill_text", fill_then_edit)
+    mp.setattr(pipeline, "fill_text", fill_then_edit)
 
 
 def deleted_during_run(d: Path, mp: pytest.MonkeyPatch) -> None:
@@ -128,7 +129,7 @@ def deleted_during_run(d: Path, mp: pytest.MonkeyPatch) -> None:
         (d / "a.py").unlink()
         return result
 
-    mp.setattr(api, "fill_text", fill_then_delete)
+    mp.setattr(pipeline, "fill_text", fill_then_delete)
 
 
 def no_rust_grammar(d: Path, mp: pytest.MonkeyPatch) -> None:

@@ -619,12 +619,12 @@ def crash(*args: object, **kwargs: object) -> None:
 def test_json_mode_prints_one_document_for_every_outcome(
     args: list[str], code: int, kind: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from infill import api
+    from infill.core import pipeline
 
     p = tmp_path / "a.py"
     p.write_text(SOURCE)
     if "--crash" in args:
-        monkeypatch.setattr(api, "fill_text", crash)
+        monkeypatch.setattr(pipeline, "fill_text", crash)
         args = [a for a in args if a != "--crash"]
     r = fill(str(p), *[a.replace("{d}", str(tmp_path)) for a in args], "--format", "json")
     assert r.exit_code == code, r.output

@@ -2,8 +2,9 @@
 plain requests in, results or InfillError out.
 
 - infill.core.fill: one `infill fill` request (FillRequest, run_fill, fill_json);
+- infill.core.pipeline: the fill itself (fill_text: text and spans -> edits), which infill.api re-exports;
 - infill.core.plan, infill.core.backends, infill.core.checks, infill.core.calibration: what a fill is made of.
 
-The fill itself is infill.api.fill_text. One `infill docstrings` run is infill.docstrings.run, a client of this
+One `infill docstrings` run is infill.docstrings.run, a client of this
 core. Nothing here imports torch or Click.
 """

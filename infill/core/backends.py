@@ -1,5 +1,5 @@
 """The two model kinds behind one interface (Backend): which decoders each runs, how a fill's window is laid
-out, how one candidate is sampled and scored, and whether retrieved lines can be ranked. infill.api calls
+out, how one candidate is sampled and scored, and whether retrieved lines can be ranked. infill.core.pipeline calls
 these instead of branching on the kind (docs/decoding.md, docs/blockdiff.md).
 
 - "asarm" (the any-subset XLNet, infill.models.xlnet): several spans share one sequence; fills are scored by

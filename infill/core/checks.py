@@ -389,8 +389,8 @@ def lint(source: bytes, rules: Sequence[str], after_line: int = 0) -> Lint | Non
 
 
 class Monitor(Protocol):
-    """A check that may refuse a candidate the syntax rule accepts (infill.api, "Monitors"): the reason, or None.
-    `patched` is the whole text with the candidate's `edits` (infill.api.Edit) applied."""
+    """A check that may refuse a candidate the syntax rule accepts (infill.core.pipeline, "Monitors"): the reason,
+    or None. `patched` is the whole text with the candidate's `edits` (infill.core.pipeline.Edit) applied."""
 
     def rejection(self, patched: bytes, edits: Sequence[Any]) -> str | None: ...
 

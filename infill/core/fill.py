@@ -25,7 +25,7 @@ from infill.errors import ExitCode, InfillError, InputError, NoValidFillError, e
 from infill.spans import BOM, Selection
 
 if TYPE_CHECKING:
-    from infill.api import FillResult
+    from infill.core.pipeline import FillResult
 
 
 @dataclass(frozen=True)
@@ -293,12 +293,13 @@ def preflight(req: FillRequest) -> bool:
 
 
 def _fill(req: FillRequest, on_progress: Callable[[dict[str, Any]], None] | None) -> tuple[_Input, FillResult]:
-    """Read and check the input, then fill it -> (the input, infill.api.FillResult). Writes nothing."""
-    from infill import api
+    """Read and check the input, then fill it -> (the input, a FillResult). Writes nothing. The pipeline is
+    imported here, not at the top: `preflight`, which a daemon's client runs, needs none of it."""
+    from infill.core import pipeline
 
     given = _prepare(req)
     try:
-        result = api.fill_text(
+        result = pipeline.fill_text(
             given.text,
             given.selected,
             language=given.language,

@@ -1,5 +1,5 @@
-"""Planning a fill: spans -> regions of token pieces (the data flow and the length policy: infill.api's module
-docstring, and docs/decoding.md).
+"""Planning a fill: spans -> regions of token pieces (the data flow and the length policy: infill.core.pipeline's
+module docstring, and docs/decoding.md).
 
 Each region of nearby spans becomes one sequence: its prefix, the spans' masks with the text between them, and
 its suffix, cut to the model's window (3/4 of the free room to the prefix, 1/4 to the suffix).

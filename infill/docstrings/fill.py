@@ -2,7 +2,7 @@
 
 A SlotFiller takes a text (the definition's code with the docstring skeleton inserted), the spans of its
 empty slots and the monitor of their text (infill.docstrings.monitor.SlotMonitor: a candidate it refuses is
-ranked last and, when sampling, resampled; see infill.api's "Monitors"), and returns an infill.api.FillResult
+ranked last and, when sampling, resampled; see infill.core.pipeline's "Monitors"), and returns an infill.api.FillResult
 whose edits fill those spans. The real one calls infill.api.fill_text once per definition; tests pass a
 deterministic fake instead (no model, no torch), either as the `filler` argument of
 infill.docstrings.engine.process_source, or to the CLI command through Click's context object:
