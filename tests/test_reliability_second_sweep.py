@@ -207,7 +207,14 @@ def start_cli(args: list[str], cwd: Path, stdin: bytes = b"", **env: str) -> sub
             stdin=fh,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            preexec_fn=_interruptible,
         )
+
+
+def _interruptible() -> None:
+    """Ctrl-C reaches the child as it reaches a command typed in a terminal: a suite started in the background by
+    a non-interactive shell ignores SIGINT, and a process that starts with SIGINT ignored never sees it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def signal_when(process: subprocess.Popen[bytes], marker: Path, signum: int) -> tuple[bytes, bytes]:
