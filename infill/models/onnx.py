@@ -233,19 +233,13 @@ class OnnxPass:
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._inputs = [i.name for i in self.session.get_inputs()]
 
-    def __call__(
-        self,
-        tokens: torch.Tensor,
-        queries: torch.Tensor,
-        keys: list[torch.Tensor],
-        values: list[torch.Tensor],
-        kr: list[torch.Tensor],
-        rel: torch.Tensor,
-        neg: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __call__(self, *inputs: torch.Tensor | list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """CachedPass's arguments, in its order (the per-layer lists flattened as the graph's inputs are named)."""
         import torch
 
-        given = dict(zip(input_names(len(keys)), [tokens, queries, *keys, *values, *kr, rel, neg], strict=True))
+        flat = [t for x in inputs for t in (x if isinstance(x, list) else [x])]
+        layers = len(inputs[2])
+        given = dict(zip(input_names(layers), flat, strict=True))
         # each buffer is a contiguous block, passed without a copy
         logits, new_k, new_v = self.session.run(None, {n: given[n].numpy() for n in self._inputs})
         return torch.from_numpy(logits), torch.from_numpy(new_k), torch.from_numpy(new_v)

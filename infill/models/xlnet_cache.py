@@ -22,7 +22,7 @@ committed rows, and they are exactly the rows a commit of those tokens would com
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -78,19 +78,12 @@ class CachedPass(nn.Module):
         return self.net.lm_loss(x), torch.stack(new_k), torch.stack(new_v)
 
 
-class Engine(Protocol):
-    """Runs CachedPass (its arguments and results as there): the module itself, or infill.models.onnx.OnnxPass."""
-
-    def __call__(
-        self,
-        tokens: torch.Tensor,
-        queries: torch.Tensor,
-        keys: list[torch.Tensor],
-        values: list[torch.Tensor],
-        kr: list[torch.Tensor],
-        rel: torch.Tensor,
-        neg: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+# What runs CachedPass (its arguments and results as there): the module itself, or infill.models.onnx.OnnxPass.
+PerLayer = list[torch.Tensor]
+Engine = Callable[
+    [torch.Tensor, torch.Tensor, PerLayer, PerLayer, PerLayer, torch.Tensor, torch.Tensor],
+    tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+]
 
 
 class XLNetKVCache:
