@@ -6,12 +6,13 @@ only when a model is loaded.
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,8 +46,23 @@ _HELP = {
 }
 
 
+@dataclass(frozen=True)
+class RunFlags:
+    """How an evaluation runs its tasks (the flags of _model_options other than the decoding options)."""
+
+    form: str
+    oracle_length: bool
+    limit: int | None
+    output: Path | None
+    as_json: bool
+    quiet: bool
+    threads: int
+    raw: bool
+
+
 def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """Flags shared by every evaluation: the decoding options of `infill fill`, and how to run the tasks."""
+    """Flags shared by every evaluation: the decoding options of `infill fill`, and how to run the tasks. The
+    command receives the latter as one RunFlags (its first argument), the decoding flags as keywords."""
     options = [
         click.option(
             "--form",
@@ -86,9 +102,15 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "any-subset models only), for comparison with published model-only figures.",
         ),
     ]
+
+    @functools.wraps(f)
+    def command(**flags: Any) -> Any:
+        run = RunFlags(**{field.name: flags.pop(field.name) for field in fields(RunFlags)})
+        return f(run, **flags)
+
     for option in reversed(options):
-        f = option(f)
-    return click_options(_SHARED, decode=EVAL_DECODE, help=_HELP)(f)
+        command = option(command)
+    return click_options(_SHARED, decode=EVAL_DECODE, help=_HELP)(command)
 
 
 class _EvalGroup(click.Group):
@@ -164,28 +186,29 @@ LENGTH = {True: "oracle length", False: "length policy"}  # the budget a run fil
 
 
 def _emit(
-    report: dict[str, Any], run: dict[str, Any], start: float, output: Path | None, as_json: bool, lines: list[str]
+    report: dict[str, Any], run: dict[str, Any], start: float, how: RunFlags, decode: DecodeConfig, lines: list[str]
 ) -> None:
     """`report` (the run's header and settings), completed with the time since `start` and the `run`'s results,
-    written to `output` when given and printed as JSON, or as `lines`."""
+    written to --output when given and printed as JSON (--json), or as `lines`: str.format templates of the
+    run's summary fields, `length` (the token budget) and `decode` (the decoding's label)."""
     report.update(seconds=round(time.perf_counter() - start, 1), **run)
     text = json.dumps(report, indent=1, default=str)
-    if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text + "\n", encoding="utf-8")
-    if as_json:
+    if how.output is not None:
+        how.output.parent.mkdir(parents=True, exist_ok=True)
+        how.output.write_text(text + "\n", encoding="utf-8")
+    if how.as_json:
         click.echo(text)
     else:
         for line in lines:
-            click.echo(line)
+            click.echo(line.format(**run["summary"], length=LENGTH[how.oracle_length], decode=decode_label(decode)))
 
 
-def _filler(loaded: Any, decode: DecodeConfig, options: FillOptions, raw: bool) -> Any:
+def _filler(loaded: Any, decode: DecodeConfig, options: FillOptions, how: RunFlags) -> Any:
     from infill.evaluation.filling import api_filler, raw_filler
 
-    if raw:
+    if how.raw:
         return raw_filler(loaded, decode)
-    return api_filler(loaded, decode, options, form=click.get_current_context().params["form"])
+    return api_filler(loaded, decode, options, form=how.form)
 
 
 def _command_line() -> str:
@@ -207,19 +230,21 @@ def _command_line() -> str:
     return shlex.join(words)
 
 
-def _header(name: str, model_name: str, decode: DecodeConfig | None, oracle: bool, loaded: Any) -> dict[str, Any]:
+def _header(
+    name: str, model_name: str, decode: DecodeConfig | None, how: RunFlags, loaded: Any, **settings: Any
+) -> dict[str, Any]:
+    """The report's head: what ran, with which model and decoding, and the evaluation's own `settings`."""
     return {
         "eval": name,
         "command": _command_line(),
         "infill_version": __version__,
         "model": model_name,
         "model_info": dict(loaded.info) if loaded is not None else None,
-        "length": "oracle" if oracle else "policy",
-        "fill_path": "raw model (no post-processing)"
-        if click.get_current_context().params.get("raw")
-        else "infill.api.fill_text",
+        "length": "oracle" if how.oracle_length else "policy",
+        "fill_path": "raw model (no post-processing)" if how.raw else "infill.api.fill_text",
         "decode": asdict(decode) if decode is not None else None,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **settings,
     }
 
 
@@ -238,14 +263,7 @@ def _header(name: str, model_name: str, decode: DecodeConfig | None, oracle: boo
     help="Fill every line with the reference (harness self-check: must score 100%); loads no model.",
 )
 def humaneval_single_line(
-    form: str,
-    oracle_length: bool,
-    limit: int | None,
-    output: Path | None,
-    as_json: bool,
-    quiet: bool,
-    threads: int,
-    raw: bool,
+    how: RunFlags,
     timeout: float,
     memory_mb: int,
     reference: bool,
@@ -265,16 +283,16 @@ def humaneval_single_line(
     if len(tasks) != humaneval.EXPECTED_TASKS:
         click.echo(f"warning: built {len(tasks)} tasks, expected {humaneval.EXPECTED_TASKS}", err=True)
     total = len(tasks)
-    tasks = humaneval.evenly_spaced(tasks, limit)
+    tasks = humaneval.evenly_spaced(tasks, how.limit)
     decode, options, spec = from_flags(decoding)
     loaded = None
     filler: Filler = reference_filler
     budget_of: Callable[[str], int] | None = None
     if not reference:
-        loaded = _load(spec, threads)
-        filler = _filler(loaded, decode, options, raw)
-        budget_of = token_counter(loaded) if oracle_length else None
-    progress = _Progress("humaneval-single-line", len(tasks), quiet, "passed")
+        loaded = _load(spec, how.threads)
+        filler = _filler(loaded, decode, options, how)
+        budget_of = token_counter(loaded) if how.oracle_length else None
+    progress = _Progress("humaneval-single-line", len(tasks), how.quiet, "passed")
     start = time.perf_counter()
     try:
         run = humaneval.run_single_line(
@@ -286,25 +304,20 @@ def humaneval_single_line(
         "humaneval-single-line",
         "reference" if reference else spec.name,
         None if reference else decode,
-        oracle_length,
+        how,
         loaded,
-    )
-    report.update(
         tasks_total=total,
         subset="all" if len(tasks) == total else f"{len(tasks)} evenly spaced",
         timeout=timeout,
         memory_mb=memory_mb,
     )
-    s, length = run["summary"], LENGTH[oracle_length]
     lines = [
-        f"humaneval-single-line pass@1 {s['pass_at_1']:.1%} ({s['passed']}/{s['tasks']} tasks, {length}, "
-        f"{decode_label(decode)}); exact line {s['exact_match']:.1%}; "
-        f"statuses {s['statuses']}",
-        f"as infill fill writes them: {s['refused']} refused (exit 3), {s['written_not_compiling']} written "
-        "that do not compile",
-        f"tokens/NFE {s['tokens_per_nfe']:.2f}; fill {s['fill_seconds']:.0f} s, exec {s['exec_seconds']:.0f} s",
+        "humaneval-single-line pass@1 {pass_at_1:.1%} ({passed}/{tasks} tasks, {length}, {decode}); "
+        "exact line {exact_match:.1%}; statuses {statuses}",
+        "as infill fill writes them: {refused} refused (exit 3), {written_not_compiling} written that do not compile",
+        "tokens/NFE {tokens_per_nfe:.2f}; fill {fill_seconds:.0f} s, exec {exec_seconds:.0f} s",
     ]
-    _emit(report, run, start, output, as_json, lines)
+    _emit(report, run, start, how, decode, lines)
 
 
 @evaluate.command("heldout-exact")
@@ -336,14 +349,7 @@ def humaneval_single_line(
     "[default: the model's max length minus 64].",
 )
 def heldout_exact(
-    form: str,
-    oracle_length: bool,
-    limit: int | None,
-    output: Path | None,
-    as_json: bool,
-    quiet: bool,
-    threads: int,
-    raw: bool,
+    how: RunFlags,
     corpus: Path | None,
     dirs: tuple[Path, ...],
     files: tuple[Path, ...],
@@ -365,8 +371,8 @@ def heldout_exact(
     paths = heldout.corpus_heldout_files(corpus) if corpus is not None else []
     paths += heldout.python_files(list(files), list(dirs))
     decode, options, spec = from_flags(decoding)
-    tasks = heldout.sample_line_tasks(paths, limit or 500, decode.seed)
-    loaded = _load(spec, threads)
+    tasks = heldout.sample_line_tasks(paths, how.limit or 500, decode.seed)
+    loaded = _load(spec, how.threads)
     count = token_counter(loaded)
     # a block-diffusion model declares no training length: its files are cropped as for a 512-token model
     model_length = loaded.asarm.max_length if loaded.kind == "asarm" else 512
@@ -375,26 +381,28 @@ def heldout_exact(
     def crop(slot: Any) -> Any:
         return heldout.crop_slot(slot, count, max_tokens)
 
-    filler = _filler(loaded, decode, options, raw)
-    progress = _Progress("heldout-exact", len(tasks), quiet, "exact")
+    filler = _filler(loaded, decode, options, how)
+    progress = _Progress("heldout-exact", len(tasks), how.quiet, "exact")
     start = time.perf_counter()
     try:
         run = heldout.run_heldout_exact(
-            tasks, filler, budget_of=count if oracle_length else None, crop=crop, on_result=progress
+            tasks, filler, budget_of=count if how.oracle_length else None, crop=crop, on_result=progress
         )
     finally:
         progress.close()
-    report = _header("heldout-exact", spec.name, decode, oracle_length, loaded)
-    report.update(
+    report = _header(
+        "heldout-exact",
+        spec.name,
+        decode,
+        how,
+        loaded,
         source=str(corpus) if corpus else "files",
         files_available=len(paths),
         context_tokens=max_tokens,
     )
-    s, length = run["summary"], LENGTH[oracle_length]
     lines = [
-        f"heldout-exact {s['exact_match']:.1%} ({s['exact']}/{s['tasks']} lines from {s['files']} files, "
-        f"{length}, {decode_label(decode)}); "
-        f"ignoring surrounding whitespace {s['exact_match_stripped']:.1%}",
-        f"tokens/NFE {s['tokens_per_nfe']:.2f}; fill {s['fill_seconds']:.0f} s; errors {s['errors']}",
+        "heldout-exact {exact_match:.1%} ({exact}/{tasks} lines from {files} files, {length}, {decode}); "
+        "ignoring surrounding whitespace {exact_match_stripped:.1%}",
+        "tokens/NFE {tokens_per_nfe:.2f}; fill {fill_seconds:.0f} s; errors {errors}",
     ]
-    _emit(report, run, start, output, as_json, lines)
+    _emit(report, run, start, how, decode, lines)
