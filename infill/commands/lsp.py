@@ -24,7 +24,6 @@ Editor set-up: docs/editors.md.
     "--tcp",
     "tcp_port",
     type=click.IntRange(1, 65535),
-    default=None,
     metavar="PORT",
     help="Serve on 127.0.0.1:PORT instead (loopback only), one client at a time.",
 )

@@ -15,8 +15,16 @@ from typing import Any, TypeVar
 
 import click
 
-from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange, settings_from_flags
+from infill.clitypes import POSITIVE, FiniteFloatRange, settings_from_flags
 from infill.commands.shell import load_command
+from infill.commands.training import (
+    batch_size_option,
+    log_every_option,
+    lr_option,
+    seed_option,
+    threads_option,
+    under_torchrun,
+)
 from infill.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -195,30 +203,20 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
 @click.option("--heads", type=click.IntRange(1), default=4)
 @click.option("--d-inner", type=click.IntRange(8), default=1024)
 @click.option("--seq-len", type=click.IntRange(16), default=256)
-@click.option(
-    "--batch-size",
-    type=click.IntRange(1),
-    default=16,
-    help="Sequences per optimizer step over all processes (under torchrun each process takes its share).",
-)
-@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3)
+@batch_size_option(16, "Sequences")
+@lr_option()
 @click.option("--warmup", type=click.IntRange(0), default=200)
 @click.option("--checkpoint-minutes", type=FiniteFloatRange(0), default=5.0)
 @click.option("--eval-sequences", type=click.IntRange(0), default=32)
-@click.option(
-    "--threads",
-    type=THREADS,
-    default=1,
-    help="torch threads. On a shared CPU 1 beat 2 by 3x here (threads wait for each other when preempted).",
-)
-@click.option("--log-every", type=click.IntRange(1), default=10)
+@threads_option(1, "torch threads. On a shared CPU 1 beat 2 by 3x here (threads wait for each other when preempted).")
+@log_every_option(10)
 @click.option(
     "--max-package-mb",
     type=FiniteFloatRange(0.01),
     default=6.0,
     help="Per-package cap on training text, in MB (keeps huge repetitive packages from dominating).",
 )
-@click.option("--seed", type=SEED, default=0)
+@seed_option()
 @click.option(
     "--bf16/--no-bf16",
     default=None,
@@ -237,7 +235,6 @@ def asarm(
     from infill.hardware import fast_bf16
     from infill.training.asarm import ModelShape, TrainConfig
     from infill.training.asarm import train as run_training
-    from infill.training.distributed import joined
 
     if flags["d_model"] % flags["heads"]:
         raise InputError(f"--d-model {flags['d_model']} is not divisible by --heads {flags['heads']}")
@@ -255,8 +252,8 @@ def asarm(
             d_model=flags["d_model"], n_layer=flags["layers"], n_head=flags["heads"], d_inner=flags["d_inner"]
         ),
     )
-    with joined(device) as world:
-        state = run_training(
+    state = under_torchrun(
+        lambda world: run_training(
             corpus,
             tokenizer_json,
             run_dir,
@@ -265,8 +262,10 @@ def asarm(
             export_to=out,
             init_from=init_from,
             world=world,
-        )
-    if not world.main:
+        ),
+        device=device,
+    )
+    if state is None:
         return
     click.echo(
         json.dumps(
@@ -326,8 +325,8 @@ def export_cmd(
 )
 @_path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
 @click.option("--sequences", type=click.IntRange(1), default=512)
-@click.option("--seed", type=SEED, default=99)
-@click.option("--threads", type=THREADS, default=1)
+@seed_option(99)
+@threads_option()
 @click.option(
     "--seq-len",
     type=click.IntRange(16),

@@ -9,8 +9,18 @@ from typing import Any
 
 import click
 
-from infill.clitypes import MAX_THREADS, POSITIVE, SEED, FiniteFloatRange, settings_from_flags
-from infill.commands.training import batch_size_option, block_sizes_option, fim_rate_option, time_limit_option
+from infill.clitypes import POSITIVE, FiniteFloatRange, settings_from_flags
+from infill.commands.training import (
+    batch_size_option,
+    block_sizes_option,
+    fim_rate_option,
+    log_every_option,
+    lr_option,
+    seed_option,
+    threads_option,
+    time_limit_option,
+    under_torchrun,
+)
 from infill.errors import InputError
 
 
@@ -41,21 +51,16 @@ from infill.errors import InputError
 @batch_size_option(16)
 @click.option("--seq-len", type=click.IntRange(16), default=256)
 @block_sizes_option("1,4,8,16", 1, "Block sizes drawn per step; keep 1 so the AR (S2D2 verifier) mode is trained.")
-@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3)
+@lr_option()
 @click.option("--hidden", type=click.IntRange(8), default=256)
 @click.option("--layers", type=POSITIVE, default=4)
 @click.option("--heads", type=POSITIVE, default=4)
 @click.option("--kv-heads", type=POSITIVE, default=2)
-@click.option("--seed", type=SEED, default=0)
+@seed_option()
 @click.option("--bf16/--no-bf16", default=False, help="bf16 autocast (AMX CPUs, CUDA).")
 @time_limit_option
-@click.option(
-    "--threads",
-    type=click.IntRange(0, MAX_THREADS),
-    default=0,
-    help="torch CPU threads (0 = torch's default).",
-)
-@click.option("--log-every", type=POSITIVE, default=50)
+@threads_option(0, "torch CPU threads (0 = torch's default).")
+@log_every_option(50)
 @click.option(
     "--save-minutes",
     type=FiniteFloatRange(0),
@@ -92,7 +97,6 @@ def block_diffusion(data: tuple[str, ...], glob: str, out: str, threads: int, **
     torchrun."""
     from infill.models.blockdiff_folder import ModelShape
     from infill.training.blockdiff import TrainConfig, load_texts, train
-    from infill.training.distributed import joined
 
     hidden, heads = flags["hidden"], flags["heads"]
     if hidden % heads or heads % flags["kv_heads"]:
@@ -110,10 +114,8 @@ def block_diffusion(data: tuple[str, ...], glob: str, out: str, threads: int, **
     shape = settings_from_flags(
         ModelShape, head_dim=hidden // heads, intermediate=3 * hidden, max_length=max(512, cfg.seq_len)
     )
-    with joined() as world:
-        if world.main:
-            click.echo(f"block diffusion: {len(texts)} documents -> {out}", err=True)
-        summary = train(
+    summary = under_torchrun(
+        lambda world: train(
             texts,
             out,
             cfg,
@@ -124,8 +126,10 @@ def block_diffusion(data: tuple[str, ...], glob: str, out: str, threads: int, **
             run_dir=flags["run_dir"],
             log=lambda line: click.echo(line, err=True),
             world=world,
-        )
-    if not world.main:
+        ),
+        f"block diffusion: {len(texts)} documents -> {out}",
+    )
+    if summary is None:
         return
     click.echo(
         f"saved {out}: {summary['parameters'] / 1e6:.1f}M parameters, {summary['steps']} steps, "

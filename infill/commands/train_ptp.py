@@ -9,8 +9,17 @@ from typing import Any
 
 import click
 
-from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange, settings_from_flags
-from infill.commands.training import batch_size_option, corpus_option
+from infill.clitypes import POSITIVE, FiniteFloatRange, settings_from_flags
+from infill.commands.training import (
+    batch_size_option,
+    corpus_option,
+    log_every_option,
+    lr_option,
+    run_folder_option,
+    seed_option,
+    threads_option,
+    under_torchrun,
+)
 
 
 @click.command("ptp")
@@ -20,11 +29,8 @@ from infill.commands.training import batch_size_option, corpus_option
     help="Block-diffusion model name or folder (frozen; its tokenizer must have the FIM tokens).",
 )
 @corpus_option("--corpus")
-@click.option(
-    "--out",
-    required=True,
-    type=click.Path(file_okay=False),
-    help="Run folder: ptp_adapter.safetensors, ptp_checkpoint.pt, ptp_log.jsonl. Copy the adapter beside the model.",
+@run_folder_option(
+    "Run folder: ptp_adapter.safetensors, ptp_checkpoint.pt, ptp_log.jsonl. Copy the adapter beside the model."
 )
 @click.option("--resume", is_flag=True, help="Continue from --out/ptp_checkpoint.pt when it exists.")
 @click.option("--steps", type=POSITIVE, default=100_000)
@@ -38,7 +44,7 @@ from infill.commands.training import batch_size_option, corpus_option
 @click.option("--slots", type=click.IntRange(2), default=8, help="N: slot rows per group (tokens guessed per call).")
 @click.option("--splits", type=POSITIVE, default=8, help="Split points (slot groups) per sequence.")
 @click.option("--rank", type=POSITIVE, default=32, help="LoRA rank.")
-@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3)
+@lr_option()
 @click.option(
     "--teacher-share",
     type=FiniteFloatRange(0, 1),
@@ -52,16 +58,15 @@ from infill.commands.training import batch_size_option, corpus_option
     help="Share of slot groups trained without u (the independent-slot baseline of the same adapter).",
 )
 @click.option("--package-bytes", type=POSITIVE, default=150_000, help="Training text read per corpus package.")
-@click.option("--threads", type=THREADS, default=1, help="torch CPU threads.")
-@click.option("--seed", type=SEED, default=0)
-@click.option("--log-every", type=POSITIVE, default=25)
+@threads_option()
+@seed_option()
+@log_every_option(25)
 @click.option("--eval-every", type=POSITIVE, default=100)
 @click.option("--save-every", type=POSITIVE, default=100)
 def ptp(teacher: str, corpus: str, out: str, resume: bool, package_bytes: int, threads: int, **flags: Any) -> None:
     """Train a PTP drafter for a block-diffusion model (O-PTP distillation, gated LoRA on the slot rows); runs
     under torchrun."""
     from infill.models.loading import packaged_folder
-    from infill.training.distributed import joined
     from infill.training.ptp import PTPTrainConfig, train
 
     folder = packaged_folder(teacher) or teacher
@@ -69,8 +74,8 @@ def ptp(teacher: str, corpus: str, out: str, resume: bool, package_bytes: int, t
 
     torch.set_num_threads(max(1, threads))
     cfg = settings_from_flags(PTPTrainConfig, time_limit=flags["minutes"] * 60)
-    with joined() as world:
-        summary = train(
+    summary = under_torchrun(
+        lambda world: train(
             folder,
             corpus,
             out,
@@ -80,7 +85,8 @@ def ptp(teacher: str, corpus: str, out: str, resume: bool, package_bytes: int, t
             log=lambda line: click.echo(line, err=True),
             world=world,
         )
-    if not world.main:
+    )
+    if summary is None:
         return
     ev = summary["heldout_tokens_per_iteration"] or {}
     click.echo(

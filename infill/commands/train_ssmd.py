@@ -10,13 +10,19 @@ from typing import Any
 
 import click
 
-from infill.clitypes import POSITIVE, SEED, THREADS, FiniteFloatRange, settings_from_flags
+from infill.clitypes import POSITIVE, settings_from_flags
 from infill.commands.training import (
     batch_size_option,
     block_sizes_option,
     corpus_option,
     fim_rate_option,
+    log_every_option,
+    lr_option,
+    run_folder_option,
+    seed_option,
+    threads_option,
     time_limit_option,
+    under_torchrun,
 )
 from infill.errors import InputError
 
@@ -24,27 +30,24 @@ from infill.errors import InputError
 @click.command("ssmd")
 @click.option("--model", "model_name", default="blockdiff", help="Block-diffusion model (frozen).")
 @corpus_option("--data")
-@click.option(
-    "--out",
-    required=True,
-    type=click.Path(file_okay=False),
-    help="Run folder: checkpoint.pt, log.jsonl, and ssmd_head.safetensors at the end. Copy the head beside "
-    "the model's weights to use it.",
+@run_folder_option(
+    "Run folder: checkpoint.pt, log.jsonl, and ssmd_head.safetensors at the end. Copy the head beside the model's "
+    "weights to use it."
 )
 @click.option("--steps", type=POSITIVE, default=3000)
 @batch_size_option(16)
 @click.option("--seq-len", type=POSITIVE, default=256, help="Tokens per example (a multiple of the blocks).")
 @block_sizes_option("4,8,16", 2, "Drawn one per step.", " (a block of 1 has nothing to verify)")
-@click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=1e-3)
+@lr_option()
 @click.option("--heads", type=POSITIVE, default=4, help="Attention heads of the causal layer.")
 @click.option("--intermediate", type=POSITIVE, default=512, help="Feed-forward width of the causal layer.")
 @click.option("--max-block", type=POSITIVE, default=32, help="Largest block size the head will decode.")
 @fim_rate_option(0.5)
 @click.option("--max-docs", type=POSITIVE, default=2000, help="Training documents drawn from the corpus.")
-@click.option("--seed", type=SEED, default=0)
+@seed_option()
 @time_limit_option
-@click.option("--threads", type=THREADS, default=1, help="torch CPU threads.")
-@click.option("--log-every", type=POSITIVE, default=25)
+@threads_option()
+@log_every_option(25)
 @click.option("--eval-every", type=POSITIVE, default=250, help="Held-out cross-entropy every N steps.")
 @click.option("--eval-examples", type=POSITIVE, default=48)
 @click.option("--resume/--no-resume", default=True, help="Continue from --out's checkpoint.")
@@ -61,7 +64,6 @@ def ssmd(model_name: str, data: str, out: str, threads: int, resume: bool, **fla
     from infill.models.ssmd import HeadShape
     from infill.training.blockdiff import load_texts
     from infill.training.corpus import balanced_records
-    from infill.training.distributed import joined
     from infill.training.ssmd import SSMDTrainConfig, train_head
 
     steps, eval_every = flags["steps"], flags["eval_every"]
@@ -88,10 +90,8 @@ def ssmd(model_name: str, data: str, out: str, threads: int, resume: bool, **fla
     heldout = [r["text"] for r in balanced_records(Path(data), "heldout", 6_000_000) if r["text"].strip()]
     if not texts or not heldout:
         raise InputError(f"{data}: needs a train and a held-out split")
-    with joined() as world:
-        if world.main:
-            click.echo(f"SSMD head on {folder} (frozen): {len(texts)} documents -> {out}", err=True)
-        summary = train_head(
+    summary = under_torchrun(
+        lambda world: train_head(
             base,
             tokenizer,
             texts,
@@ -103,8 +103,10 @@ def ssmd(model_name: str, data: str, out: str, threads: int, resume: bool, **fla
             base_info={"path": str(folder), "provenance_date": (loaded.info.get("provenance") or {}).get("date")},
             log=lambda line: click.echo(line, err=True),
             world=world,
-        )
-    if not world.main:
+        ),
+        f"SSMD head on {folder} (frozen): {len(texts)} documents -> {out}",
+    )
+    if summary is None:
         return
     ho = summary["heldout"]["all"]
     click.echo(

@@ -4,13 +4,17 @@ here with the trainer's own default. Click only: no torch."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from infill.clitypes import POSITIVE, FiniteFloatRange
+from infill.clitypes import MAX_THREADS, POSITIVE, SEED, THREADS, FiniteFloatRange
+
+if TYPE_CHECKING:
+    from infill.training.distributed import World
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 # `--time-limit` of the trainers that stop on a wall-clock budget (block diffusion, SSMD)
 time_limit_option = click.option(
@@ -57,3 +61,42 @@ def block_sizes_option(default: str, minimum: int, text: str, why: str = "") -> 
         return sizes
 
     return click.option("--block-sizes", default=default, callback=parse, help=text)
+
+
+def run_folder_option(text: str) -> Callable[[F], F]:
+    """`--out`: the folder a trainer writes (required); `text` says what goes in it."""
+    return click.option("--out", required=True, type=click.Path(file_okay=False), help=text)
+
+
+def threads_option(default: int = 1, text: str = "torch CPU threads.") -> Callable[[F], F]:
+    """`--threads`: torch's CPU threads for this process; a default of 0 allows 0 (torch's own choice)."""
+    kind = THREADS if default else click.IntRange(0, MAX_THREADS)
+    return click.option("--threads", type=kind, default=default, help=text)
+
+
+def seed_option(default: int = 0) -> Callable[[F], F]:
+    """`--seed`: the run's random seed."""
+    return click.option("--seed", type=SEED, default=default)
+
+
+def lr_option(default: float = 1e-3) -> Callable[[F], F]:
+    """`--lr`: the peak learning rate."""
+    return click.option("--lr", type=FiniteFloatRange(0, min_open=True), default=default)
+
+
+def log_every_option(default: int) -> Callable[[F], F]:
+    """`--log-every`: a progress line every N optimizer steps."""
+    return click.option("--log-every", type=POSITIVE, default=default)
+
+
+def under_torchrun(train: Callable[[World], T], header: str = "", device: str = "cpu") -> T | None:
+    """Runs `train(world)` as this process's share of a torchrun job (or alone, a world of one), after printing
+    `header` on stderr from the main process. Returns what `train` returned on the main process, None on the
+    others (which print nothing)."""
+    from infill.training.distributed import joined
+
+    with joined(device) as world:
+        if world.main and header:
+            click.echo(header, err=True)
+        result = train(world)
+    return result if world.main else None
