@@ -11,12 +11,14 @@ import hashlib
 import os
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from infill.errors import FileChangedError, InfillError, InputError
+
+T = TypeVar("T")
 
 
 class ByteEdit(Protocol):
@@ -67,25 +69,28 @@ def decode_utf8(data: bytes, path: str) -> str:
         ) from None
 
 
+def _reading(path: str, what: str, call: Callable[[], T]) -> T:
+    """call(), its OSError as InputError: "no such file", "permission denied: cannot `what` file" or
+    "cannot `what` file: <reason>"."""
+    try:
+        return call()
+    except FileNotFoundError:
+        raise InputError("no such file", path=path) from None
+    except PermissionError:
+        raise InputError(f"permission denied: cannot {what} file", path=path) from None
+    except OSError as exc:
+        raise InputError(f"cannot {what} file: {exc.strerror}", path=path) from None
+
+
 def read_source(path: str) -> tuple[bytes, Snapshot]:
     """The bytes of `path` and a snapshot of it; InputError for missing, directory, unreadable files."""
     p = Path(path)
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise InputError("no such file", path=path) from None
-    except OSError as exc:
-        raise InputError(f"cannot access file: {exc.strerror}", path=path) from None
+    st = _reading(path, "access", p.stat)
     if stat.S_ISDIR(st.st_mode):
         raise InputError("is a directory; give a file (or - for stdin)", path=path)
     if not stat.S_ISREG(st.st_mode):
         raise InputError("not a regular file", path=path)
-    try:
-        data = p.read_bytes()
-    except PermissionError:
-        raise InputError("permission denied: cannot read file", path=path) from None
-    except OSError as exc:
-        raise InputError(f"cannot read file: {exc.strerror}", path=path) from None
+    data = _reading(path, "read", p.read_bytes)
     return data, Snapshot(path, len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest(), stat.S_IMODE(st.st_mode))
 
 

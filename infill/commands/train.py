@@ -21,6 +21,7 @@ from infill.commands.training import (
     batch_size_option,
     log_every_option,
     lr_option,
+    path_option,
     seed_option,
     threads_option,
     under_torchrun,
@@ -31,15 +32,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_CORPUS = Path("runs/corpus")
 DEFAULT_RUN = Path("runs/asarm")
-
-
-def _path_option(*names: str, help: str | None = None, **kwargs: Any) -> Callable[[F], F]:  # noqa: A002
-    """A path option: click.Path's own checks (exists, file_okay, dir_okay) from `kwargs`, the rest
-    (default, required) passed on; a default is shown in --help."""
-    checks = {k: kwargs.pop(k) for k in ("exists", "file_okay", "dir_okay") if k in kwargs}
-    if "default" in kwargs:
-        kwargs["show_default"] = True
-    return click.option(*names, type=click.Path(path_type=Path, **checks), help=help, **kwargs)
 
 
 class TrainGroup(click.Group):
@@ -71,7 +63,7 @@ def train() -> None:
 
 
 @train.command("corpus")
-@_path_option(
+@path_option(
     "--out",
     default=DEFAULT_CORPUS,
     help="Corpus folder to write (train.jsonl, heldout.jsonl, heldout/, manifest.json).",
@@ -109,7 +101,7 @@ def corpus_cmd(out: Path, site: tuple[Path, ...], heldout_permille: int, near_du
 
 
 @train.command("tokenizer")
-@_path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
+@path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
 @click.option("--out", type=click.Path(path_type=Path), default=Path("runs/tokenizer.json"))
 @click.option("--vocab-size", type=click.IntRange(512, 65535), default=8192)
 @click.option(
@@ -145,8 +137,8 @@ def _parse_until(value: str | None) -> float:
 
 
 @train.command("pack")
-@_path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
-@_path_option("--tokenizer", "tokenizer_json", exists=True, dir_okay=False, required=True)
+@path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
+@path_option("--tokenizer", "tokenizer_json", exists=True, dir_okay=False, required=True)
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="The .npz file to write.")
 @click.option("--max-mb", type=FiniteFloatRange(1), default=60.0, help="Size cap of the file.")
 @click.option("--max-package-mb", type=FiniteFloatRange(0.01), default=6.0)
@@ -161,13 +153,13 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
 
 
 @train.command("asarm")
-@_path_option(
+@path_option(
     "--corpus",
     exists=True,
     default=DEFAULT_CORPUS,
     help="A corpus folder, or a packed training set from `infill train pack`.",
 )
-@_path_option(
+@path_option(
     "--tokenizer",
     "tokenizer_json",
     exists=True,
@@ -175,8 +167,8 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
     required=True,
     help="tokenizer.json from `infill train tokenizer`.",
 )
-@_path_option("--run-dir", default=DEFAULT_RUN, help="Checkpoints (last.pt) go here.")
-@_path_option(
+@path_option("--run-dir", default=DEFAULT_RUN, help="Checkpoints (last.pt) go here.")
+@path_option(
     "--out",
     default=None,
     help="Export the final model folder here (config.json, model.safetensors, tokenizer.json).",
@@ -280,9 +272,9 @@ def asarm(
 
 
 @train.command("export")
-@_path_option("--run-dir", exists=True, file_okay=False, default=DEFAULT_RUN)
-@_path_option("--tokenizer", "tokenizer_json", exists=True, dir_okay=False, required=True)
-@_path_option("--corpus", exists=True, default=DEFAULT_CORPUS)
+@path_option("--run-dir", exists=True, file_okay=False, default=DEFAULT_RUN)
+@path_option("--tokenizer", "tokenizer_json", exists=True, dir_okay=False, required=True)
+@path_option("--corpus", exists=True, default=DEFAULT_CORPUS)
 @click.option("--out", type=click.Path(path_type=Path), required=True)
 @click.option("--bf16", is_flag=True, help="Store the weights in bf16 (half the size; loaded back as fp32).")
 @click.option(
@@ -315,7 +307,7 @@ def export_cmd(
 
 
 @train.command("heldout-nll")
-@_path_option(
+@path_option(
     "--model",
     "model_dir",
     exists=True,
@@ -323,7 +315,7 @@ def export_cmd(
     required=True,
     help="An exported model folder (config.json, model.safetensors, tokenizer.json).",
 )
-@_path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
+@path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
 @click.option("--sequences", type=click.IntRange(1), default=512)
 @seed_option(99)
 @threads_option()

@@ -16,6 +16,7 @@ from infill.commands.training import (
     fim_rate_option,
     log_every_option,
     lr_option,
+    path_option,
     seed_option,
     threads_option,
     time_limit_option,
@@ -36,9 +37,10 @@ from infill.errors import InputError
 )
 @click.option("--glob", default="*.py", help="File pattern inside --data directories.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output model folder.")
-@click.option(
+@path_option(
     "--tokenizer",
-    type=click.Path(exists=True, dir_okay=False),
+    exists=True,
+    dir_okay=False,
     help="Reuse this tokenizer.json (e.g. the AS-ARM's); the FIM / mask / end tokens are added to it.",
 )
 @click.option(
@@ -81,14 +83,15 @@ from infill.errors import InputError
     default=0.0,
     help="Share of FIM middles that are 1-3 whole lines, as a user's --span.",
 )
-@click.option(
+@path_option(
     "--init",
-    type=click.Path(exists=True, file_okay=False),
+    exists=True,
+    file_okay=False,
     help="Continue from this block-diffusion folder's weights, shape and tokenizer (e.g. infill/weights/blockdiff).",
 )
-@click.option(
+@path_option(
     "--run-dir",
-    type=click.Path(file_okay=False),
+    file_okay=False,
     help="Keep a resumable checkpoint here (last.pt); a run with the same --run-dir resumes from it, and "
     "--time-limit is then the training time across resumes.",
 )

@@ -4,6 +4,7 @@ here with the trainer's own default. Click only: no torch."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -61,6 +62,15 @@ def block_sizes_option(default: str, minimum: int, text: str, why: str = "") -> 
         return sizes
 
     return click.option("--block-sizes", default=default, callback=parse, help=text)
+
+
+def path_option(*names: str, help: str | None = None, **kwargs: Any) -> Callable[[F], F]:  # noqa: A002
+    """A path option: click.Path's own checks (exists, file_okay, dir_okay) from `kwargs`, the rest
+    (default, required) passed on; a default is shown in --help."""
+    checks = {k: kwargs.pop(k) for k in ("exists", "file_okay", "dir_okay") if k in kwargs}
+    if "default" in kwargs:
+        kwargs["show_default"] = True
+    return click.option(*names, type=click.Path(path_type=Path, **checks), help=help, **kwargs)
 
 
 def run_folder_option(text: str) -> Callable[[F], F]:
