@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -99,6 +100,28 @@ def test_a_rescue_runs_only_when_needed_and_never_returns_an_empty_fill() -> Non
     with fake_model([[("return (x", 0.6), ("", 0.3), ("return [x", 0.1)]], name="fake-api"):
         with pytest.raises(NoValidFillError):
             beam_fill(1, rescue_width=8)
+
+
+def test_a_greedy_fill_the_checks_reject_is_rescued_by_sampling() -> None:
+    """Greedy decoding (temperature 0, not beam search) writes one fill; when the checks reject it, up to
+    2 x rescue_width samples at RESCUE_TEMPERATURE are drawn and the first that passes is written."""
+    greedy = DecodeConfig(decoder="assd", temperature=0.0)
+    with fake_model([[("return (x", 0.55), ("return x + 1", 0.45)]], name="fake-api"):
+        with pytest.raises(NoValidFillError):  # no rescue: the one greedy line breaks the syntax
+            fill(SRC, [Selection("span", "2:2")], decode=greedy, options=FillOptions(retrieve=False, rescue_width=1))
+        for seed in range(4):
+            r = fill(
+                SRC,
+                [Selection("span", "2:2")],
+                decode=replace(greedy, seed=seed),
+                options=FillOptions(retrieve=False),
+            )
+            assert r.text == "def inc(x):\n    return x + 1\n" and not r.warnings, seed
+            assert r.stats["rescued"] == 1 and 2 < r.stats["samples"] <= 2 + 8, seed
+    # a greedy fill that passes needs no rescue
+    with fake_model([[("return x + 1", 0.6), ("return (x", 0.4)]], name="fake-api"):
+        r = fill(SRC, [Selection("span", "2:2")], decode=greedy, options=FillOptions(retrieve=False))
+    assert r.stats["rescued"] == 0 and r.stats["samples"] == 1
 
 
 def test_broken_utf8_is_resampled() -> None:

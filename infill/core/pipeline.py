@@ -38,6 +38,8 @@ planning is infill.core.plan, and what differs between the two model kinds is in
   FillProblem.accept): a finished fill they reject does not end the search. When every fill it found that writes
   something is still rejected, the search runs once more FillOptions.rescue_width times wider and its fills that
   write something are tried best first until one passes (a small model's few best lines often all break the syntax).
+  A greedy decoder (temperature 0: ASSD, S2D2, PTP, SSMD, confidence, a code model's) writes one fill; when it is
+  rejected, up to 2 x rescue_width samples are drawn at RESCUE_TEMPERATURE and the first that passes is taken.
   If none is valid, NoValidFillError names the failing spans (exit code 3: nothing is written); with
   FillOptions.allow_syntax_errors the most likely one is returned with a warning.
 * Monitors (infill.core.checks.Monitor). A candidate that passes the checks may still be refused by a monitor:
@@ -65,6 +67,10 @@ from infill.spans import LineIndex, Span, check_spans
 
 if TYPE_CHECKING:
     from infill.core.checks import Monitor
+
+# the temperature of the samples that rescue a greedy fill the checks rejected: below 1, so that the rescue stays
+# near the model's most likely lines
+RESCUE_TEMPERATURE = 0.7
 
 
 @dataclass(frozen=True)
@@ -333,6 +339,21 @@ def fill_text(
             attempts += 1
             rescued += consider(fills, writing_only=True)  # an empty fill is no rescue
             if any(_writes(c[1]) for c in valid) or attempt + 1 >= max(map(len, totals.nbest.values()), default=0):
+                break
+    elif (
+        options.rescue_width > 1
+        and decode.temperature == 0
+        and syntax is not None
+        and not any(_writes(c[1]) for c in valid)
+    ):
+        # a greedy decoder (ASSD, S2D2, PTP, SSMD, confidence, a code model's) wrote one fill and it was rejected:
+        # draw up to 2 x rescue_width samples at RESCUE_TEMPERATURE and take the first that passes
+        hot = replace(run, cfg=replace(decode, temperature=RESCUE_TEMPERATURE))
+        for attempt in range(2 * options.rescue_width):
+            fills = [f for region in regions for f in backend.sample(region, hot, attempt)]
+            attempts += 1
+            rescued += consider(fills, writing_only=True)
+            if any(_writes(c[1]) for c in valid):
                 break
     if on_progress is not None:
         on_progress({"event": "done"})
