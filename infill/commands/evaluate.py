@@ -134,15 +134,19 @@ def evaluate() -> None:
 evaluate.add_command(calibrate)
 
 
-def _load(spec: ModelSpec, threads: int) -> LoadedModel:
-    """The model, through the process's one model cache (infill.models.cache.SHARED) as `infill fill` loads it."""
+def _load(spec: ModelSpec, threads: int, decode: DecodeConfig) -> tuple[LoadedModel, DecodeConfig]:
+    """The model, through the process's one model cache (infill.models.cache.SHARED) as `infill fill` loads it,
+    and `decode` as that model's kind runs it (a block-diffusion model's default decoder is S2D2), so that the
+    report names the decoder that ran."""
     import os
 
+    from infill.core.backends import backend_of
     from infill.models import cache
 
     if threads > 0:
         os.environ["INFILL_THREADS"] = str(threads)
-    return cache.SHARED.get(spec)
+    loaded = cache.SHARED.get(spec)
+    return loaded, backend_of(loaded).decode_config(decode, loaded)
 
 
 class _Progress:
@@ -289,7 +293,7 @@ def humaneval_single_line(
     filler: Filler = reference_filler
     budget_of: Callable[[str], int] | None = None
     if not reference:
-        loaded = _load(spec, how.threads)
+        loaded, decode = _load(spec, how.threads, decode)
         filler = _filler(loaded, decode, options, how)
         budget_of = token_counter(loaded) if how.oracle_length else None
     progress = _Progress("humaneval-single-line", len(tasks), how.quiet, "passed")
@@ -372,7 +376,7 @@ def heldout_exact(
     paths += heldout.python_files(list(files), list(dirs))
     decode, options, spec = from_flags(decoding)
     tasks = heldout.sample_line_tasks(paths, how.limit or 500, decode.seed)
-    loaded = _load(spec, how.threads)
+    loaded, decode = _load(spec, how.threads, decode)
     count = token_counter(loaded)
     # a block-diffusion model declares no training length: its files are cropped as for a 512-token model
     model_length = loaded.asarm.max_length if loaded.kind == "asarm" else 512
