@@ -63,3 +63,16 @@ def test_shipped_tokenizer_round_trip() -> None:
     for text in ["def f(x):\r\n\treturn x  \n", "    # é 中 😀\n\n", "<mask>"]:
         assert decode(tok, encode(tok, text)) == text
     assert tok.get_vocab_size() == 8192
+
+
+def test_encode_documents_keeps_each_texts_ids_compactly_in_order(tiny_tokenizer) -> None:  # noqa: F811
+    from array import array
+
+    from infill.training.tokenizer import encode_documents
+
+    texts = ["x", "def f(a):\n    return a\n", "", *(f"y{i} = {i}\n" for i in range(300))]  # more than one chunk
+    docs = encode_documents(tiny_tokenizer, texts, min_tokens=2)
+    expected = [e.ids for e in tiny_tokenizer.encode_batch(texts) if len(e.ids) >= 2]
+    assert [list(d) for d in docs] == expected and len(docs) > 256
+    assert all(isinstance(d, array) and d.itemsize == 4 for d in docs)
+    assert len(encode_documents(tiny_tokenizer, texts)) == len([t for t in texts if t])

@@ -32,6 +32,7 @@ from infill.models.blockdiff_folder import (
     save_folder,
 )
 from infill.training.optimizer import adamw
+from infill.training.tokenizer import encode_documents
 
 if TYPE_CHECKING:
     import torch
@@ -306,7 +307,7 @@ def train(
     tok = with_specials(tok)
     sp = specials_of(tok)
     newlines = newline_ids(tok)
-    docs = [d for d in (e.ids for e in tok.encode_batch(list(texts))) if len(d) >= 2]
+    docs = encode_documents(tok, texts, min_tokens=2)
     weights = [len(d) for d in docs]  # sample documents by length
     if model is None:
         model = build_model(tok.get_vocab_size(), replace(shape, max_length=max(shape.max_length, cfg.seq_len)))

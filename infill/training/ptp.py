@@ -33,6 +33,7 @@ import json
 import math
 import random
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -133,8 +134,9 @@ def fim_prompt(doc: Sequence[int], sp: Special, cfg: PTPTrainConfig, rng: random
 # ---- the loop ---------------------------------------------------------------------------------------------------
 
 
-def load_docs(corpus: Path, split: str, tokenizer: Any, max_package_bytes: int, limit: int = 0) -> list[list[int]]:
+def load_docs(corpus: Path, split: str, tokenizer: Any, max_package_bytes: int, limit: int = 0) -> list[array[int]]:
     from infill.training.corpus import balanced_records, read_split
+    from infill.training.tokenizer import encode_documents
 
     if split == "train":
         texts = [r["text"] for r in balanced_records(corpus, "train", max_package_bytes)]
@@ -142,12 +144,12 @@ def load_docs(corpus: Path, split: str, tokenizer: Any, max_package_bytes: int, 
         texts = [r["text"] for r in read_split(corpus, split)]
     if limit:
         texts = texts[:limit]
-    return [e.ids for e in tokenizer.encode_batch(texts) if len(e.ids) >= 16]
+    return encode_documents(tokenizer, texts, min_tokens=16)
 
 
 def make_examples(
     teacher: Any,
-    docs: list[list[int]],
+    docs: Sequence[Sequence[int]],
     sp: Special,
     cfg: PTPTrainConfig,
     rng: random.Random,

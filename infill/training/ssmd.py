@@ -38,6 +38,7 @@ from infill.models.ssmd import HEAD_FILE, HeadShape, SSMDHead, identity_gap, sav
 from infill.training.blockdiff import Specials, fim_example, specials_of, two_stream_mask
 from infill.training.checkpoints import read_checkpoint, write_checkpoint
 from infill.training.optimizer import adamw
+from infill.training.tokenizer import encode_documents
 
 if TYPE_CHECKING:
     from infill.training.distributed import World
@@ -221,11 +222,11 @@ def train_head(
     gen = torch.Generator().manual_seed(cfg.seed)
     pool = list(texts)
     rng.shuffle(pool)
-    docs = [d for d in (e.ids for e in tokenizer.encode_batch(pool[: cfg.max_docs])) if len(d) >= 8]
+    docs = encode_documents(tokenizer, pool[: cfg.max_docs], min_tokens=8)
     if not docs:
         raise InputError("no training documents of 8 tokens or more in the corpus")
     ho_rng = random.Random(cfg.seed + 1)
-    ho_docs = [d for d in (e.ids for e in tokenizer.encode_batch(list(heldout_texts)[:400])) if len(d) >= 8]
+    ho_docs = encode_documents(tokenizer, list(heldout_texts)[:400], min_tokens=8)
     heldout: list[tuple[torch.Tensor, torch.Tensor]] = []
     for i in range(0, cfg.eval_examples, cfg.batch_size):
         heldout.append(make_batch(ho_docs, sp, cfg, ho_rng, min(cfg.batch_size, cfg.eval_examples - i)))
