@@ -2,8 +2,9 @@
 
 A 300-line HumanEval run tells 3% from 1% only roughly; this measures every token of many held-out middles.
 For each of --examples held-out windows (the corpus's held-out split, a fixed seed, so every folder sees the same
-examples), 1-3 whole lines (a random cut where a window has no such lines) are cut out as the middle of a fill-in-the-middle prompt (as a user's --span is, and as
-`infill train block-diffusion --line-rate` trains) and the folder's model predicts them:
+examples), 1-3 whole lines (a random cut where a window has no such lines) are cut out as the middle of a
+fill-in-the-middle prompt (as a user's --span is, and as `infill train block-diffusion --line-rate` trains) and
+the folder's model predicts them:
 
 - "ar": block size 1, every middle token masked: the left-to-right cross-entropy (what S2D2's verifier and
   `--block-size 1` decode with), nats per middle token (the end token included);
