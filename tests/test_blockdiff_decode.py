@@ -256,8 +256,12 @@ def test_infill_fill_command_with_a_block_diffusion_model(fim_folder: Path, tmp_
         assert out[0] == "def add(a, b):\n" and "".join(out[-3:]) == "\n\nprint(add(1, 2))\n"
         assert f"decoder={'s2d2' if decoder == 'assd' else decoder}" in result.stderr
     assert path.read_text() == src
-    wrong = CliRunner().invoke(main, [*args, "--decoder", "sequential"])
-    assert wrong.exit_code == 2
+    # at block size 1 the model is a left-to-right FIM model: sequential (and beam search) run it there
+    at_one = CliRunner().invoke(main, [*args, "--decoder", "sequential", "--stats"])
+    assert at_one.exit_code == 0, at_one.output
+    assert "decoder=sequential" in at_one.stderr
+    wrong = CliRunner().invoke(main, [*args, "--decoder", "parallel"])
+    assert wrong.exit_code == 2 and "block-diffusion" in wrong.stderr
 
 
 def test_block_size_zero_means_the_models_own() -> None:

@@ -136,17 +136,17 @@ evaluate.add_command(calibrate)
 
 def _load(spec: ModelSpec, threads: int, decode: DecodeConfig) -> tuple[LoadedModel, DecodeConfig]:
     """The model, through the process's one model cache (infill.models.cache.SHARED) as `infill fill` loads it,
-    and `decode` as that model's kind runs it (a block-diffusion model's default decoder is S2D2), so that the
-    report names the decoder that ran."""
+    and `decode` as that model's kind runs it (a block-diffusion model runs beam search at block size 1, or
+    S2D2), so that the report names the decoder that ran."""
     import os
 
-    from infill.core.backends import backend_of
+    from infill.core.backends import select
     from infill.models import cache
 
     if threads > 0:
         os.environ["INFILL_THREADS"] = str(threads)
     loaded = cache.SHARED.get(spec)
-    return loaded, backend_of(loaded).decode_config(decode, loaded)
+    return loaded, select(loaded, decode)[2]
 
 
 class _Progress:

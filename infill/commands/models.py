@@ -22,8 +22,9 @@ def models(as_json: bool, cache_dir: Path | None) -> None:
     NAME is what `--model` accepts; cached models with a revision other than main take `--revision REV`.
     KIND is asarm (XLNet any-subset model: assd, sequential, parallel decoders), blockdiff
     (Qwen3/Llama/SDAR block diffusion, told by a mask token or block size in its config: confidence, s2d2,
-    ptp, ssmd) or ar (a left-to-right code model such as Qwen2.5-Coder, StarCoder2, Code Llama or
-    DeepSeek-Coder, filling through its FIM tokens: beam search, sequential, assd with lookup drafts).
+    ptp, ssmd; with FIM tokens also beam search and sequential at block size 1) or ar (a left-to-right code
+    model such as Qwen2.5-Coder, StarCoder2, Code Llama or DeepSeek-Coder, filling through its FIM tokens:
+    beam search, sequential, assd with lookup drafts).
     Nothing is downloaded; any local model folder also works as --model PATH.
     """
     from infill.models.catalog import cached_models, hf_cache_dir, human_size, packaged_models

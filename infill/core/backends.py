@@ -309,8 +309,15 @@ class BlockDiffusion:
     kind: ModelKind = "blockdiff"
 
     def decode_config(self, cfg: DecodeConfig, loaded: LoadedModel) -> DecodeConfig:
-        # the library's and the tool's default decoders (ASSD sampling, beam search) are AS-ARM decoders; on a
-        # block-diffusion model both become its self-speculative decoder, at the same temperature
+        """Beam search (the tool's default) and sequential sampling run the model at block size 1 when its
+        tokenizer has FIM tokens (`select` hands those to the left-to-right kind); the library's default, ASSD
+        sampling, becomes the self-speculative decoder at the same temperature, as beam search does for a model
+        prompted through its chat template."""
+        from infill.models.fim import find_fim
+
+        token_id = getattr(loaded.tokenizer, "token_id", None)  # HF tokenizers have one
+        if cfg.decoder in ("beam", "sequential") and token_id is not None and find_fim(token_id) is not None:
+            return cfg
         if cfg.decoder in ("assd", "beam"):
             cfg = replace(cfg, decoder="s2d2")
         _check_decoder(cfg, loaded)
@@ -355,3 +362,20 @@ BACKENDS: dict[ModelKind, Backend] = {"asarm": AnySubset(), "blockdiff": BlockDi
 
 def backend_of(loaded: LoadedModel) -> Backend:
     return BACKENDS[loaded.kind]
+
+
+def select(loaded: LoadedModel, cfg: DecodeConfig) -> tuple[LoadedModel, Backend, DecodeConfig]:
+    """The model as `cfg`'s decoder runs it, its kind's backend, and `cfg` as that kind runs it
+    (Backend.decode_config). A block-diffusion model asked for an any-subset decoder (beam search, sequential)
+    is run at block size 1, where it is a left-to-right FIM model (infill.models.autoregressive.BlockOneFim)."""
+    backend = backend_of(loaded)
+    cfg = backend.decode_config(cfg, loaded)
+    if loaded.kind == "blockdiff" and cfg.decoder in decoders_for("ar"):
+        from infill.models.autoregressive import block_size_one
+
+        view = block_size_one(loaded)
+        if view is None:  # decode_config keeps these decoders only for a tokenizer with FIM tokens
+            raise DecodeError(f"{loaded.name!r} has no fill-in-the-middle tokens to run --decoder {cfg.decoder}")
+        loaded, backend = view, backend_of(view)
+        cfg = backend.decode_config(cfg, loaded)
+    return loaded, backend, cfg

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode
-from infill.core.backends import Fill, Run, backend_of
+from infill.core.backends import Fill, Run, select
 from infill.core.plan import MIN_CONTEXT, WINDOW_BYTES_PER_TOKEN, Region, plan_regions, token_budget
 from infill.decoding.stats import histogram
 from infill.errors import InputError, LowConfidenceError, NoValidFillError
@@ -225,8 +225,8 @@ def fill_text(
     if on_progress is not None and not isinstance(model, LoadedModel):
         on_progress({"event": "load", "model": getattr(model, "name", "default")})
     loaded = load_model(model)
-    backend = backend_of(loaded)  # what differs between the model kinds (infill.core.backends)
-    decode = backend.decode_config(decode, loaded)
+    # what differs between the model kinds (infill.core.backends), and the model as the decoder runs it
+    loaded, backend, decode = select(loaded, decode)
     started = time.perf_counter()  # decoding time, without loading the model
     warnings: list[str] = []
     stats: dict[str, Any] = {

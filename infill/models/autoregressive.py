@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from infill.config import ModelSpec
 from infill.errors import DecodeError, ModelError
@@ -42,6 +42,7 @@ from infill.models.fim import FimTokens, fim_prompt, find_fim
 if TYPE_CHECKING:
     import torch
 
+    from infill.models.hf_folder import HFTokenizer
     from infill.models.registry import LoadedModel
 
 # model_type in config.json -> the stock transformers class a left-to-right folder loads into
@@ -140,6 +141,18 @@ class CausalFim:
         return self._forward(seq, k)
 
     def _forward(self, seq: list[int], k: int) -> torch.Tensor:
+        """The distribution's logits (k, V), float32: the network's predictions of the k positions after
+        seq[:len(seq)-k+1] .. seq (`_network`), end tokens summed into `pad_id`, banned tokens at -inf."""
+        import torch
+
+        logits = self._network(seq, k)
+        self.nfe += 1
+        if self._ends.numel() > 1:
+            logits[:, self.pad_id] = torch.logsumexp(logits[:, self._ends], dim=-1)
+        logits[:, self._banned] = float("-inf")
+        return logits
+
+    def _network(self, seq: list[int], k: int) -> torch.Tensor:
         """float32 logits (k, V) of the last k rows of `seq`, computed from the first token the cache lacks."""
         import torch
         from transformers import DynamicCache
@@ -164,15 +177,75 @@ class CausalFim:
                 logits_to_keep=k,
             ).logits  # (1, k, V)
         self._tokens = seq
-        self.nfe += 1
-        logits = out[0].float().cpu()  # (k, V)
-        if self._ends.numel() > 1:
-            logits[:, self.pad_id] = torch.logsumexp(logits[:, self._ends], dim=-1)
-        logits[:, self._banned] = float("-inf")
-        return logits
+        return out[0].float().cpu()  # (k, V)
 
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+
+class BlockOneFim(CausalFim):
+    """A block-diffusion model (infill.models.blockdiff_model.BlockDiffModel) at block size 1, where it is a
+    left-to-right model: the same FIM prompt as its block decoders (infill.decoding.blockfill, no lead), each
+    position predicted after every token before it. So beam search, sequential sampling, prompt-lookup
+    speculation and the one-pass score run it as they run a CausalFim.
+
+    The network's passes are the block-diffusion model's own (infill.models.blockdiff_model): the committed
+    tokens in its block-causal KV cache at block size 1 (causal), and the k predictions of one pass from its
+    block-size-1 verify (a mask token at each predicted position for position-aligned models, the row before it
+    for right-shifted ones). The cache keeps the last sequence's tokens and is cropped to the first that differs.
+    """
+
+    def __init__(self, bd: Any, *, fim: FimTokens, end_ids: Iterable[int], banned: Iterable[int], text_vocab: int):
+        window = bd.max_positions or WINDOW
+        super().__init__(bd.model, fim=fim, end_ids=end_ids, banned=banned, text_vocab=text_vocab, window=window)
+        self.bd = bd
+        self._state: Any = None  # the KVState whose cache holds `_tokens`
+
+    def _network(self, seq: list[int], k: int) -> torch.Tensor:
+        """float32 logits (k, V): the block-size-1 predictions of positions len(seq)-k+1 .. len(seq)."""
+        import torch
+
+        bd, start = self.bd, len(seq) - k + 1  # start: the first predicted position, after seq[:start]
+        # at least the last clean token is committed again: that one forward also predicts position `start`
+        # (fused into the commit for position-aligned models, `next_logits` for right-shifted ones)
+        reuse, limit = 0, min(len(self._tokens), start - 1)
+        while reuse < limit and self._tokens[reuse] == seq[reuse]:
+            reuse += 1
+        state = self._state
+        if state is None or reuse == 0:
+            state, reuse = bd.new_state(), 0
+        else:
+            state.cache.crop(reuse - state.cache.get_seq_length())
+            state.length = reuse
+        self._tokens, self._state = [], None  # stay empty if a pass fails: the next one starts over
+        before = state.nfe
+        clean = torch.tensor(seq[reuse:start], dtype=torch.long)  # (start-reuse,)
+        mask = torch.tensor([bd.mask_id], dtype=torch.long)  # (1,)
+        if k == 1 and not bd.shifted:
+            logits = bd.commit(state, clean, 1, draft_ids=mask)  # (1, V)
+        else:
+            bd.commit(state, clean, 1)
+            logits = bd.verify(state, torch.cat([torch.tensor(seq[start:], dtype=torch.long), mask]), 0, k)
+        self._tokens, self._state = seq[:start], state
+        self.nfe += state.nfe - before - 1  # `_forward` counts one pass
+        return logits  # (k, V)
+
+
+def block_size_one(loaded: LoadedModel) -> LoadedModel | None:
+    """A loaded block-diffusion model as a left-to-right FIM model (kind "ar", a BlockOneFim), or None when its
+    tokenizer has no FIM tokens (its block decoders then prompt it through its chat template)."""
+    from infill.models.registry import LoadedModel
+
+    bd = loaded.blockdiff
+    tokenizer = cast("HFTokenizer", loaded.tokenizer)  # block-diffusion folders load an HFTokenizer
+    fim = find_fim(tokenizer.token_id, f"the tokenizer of {loaded.name!r}")
+    if fim is None:
+        return None
+    ends = set(bd.end_ids) | {i for i in map(tokenizer.token_id, fim.ends) if i is not None}
+    banned = {*tokenizer.special_ids(), bd.mask_id}
+    view = BlockOneFim(bd, fim=fim, end_ids=ends, banned=banned, text_vocab=tokenizer.size())
+    info = {**loaded.info, "block_size": 1, "max_length": view.max_length}
+    return LoadedModel(name=loaded.name, kind="ar", model=view, tokenizer=tokenizer, info=info)
 
 
 def load_folder(path: str | Path, spec: ModelSpec) -> LoadedModel:
