@@ -124,3 +124,51 @@ def test_no_fill_at_all_is_an_error_not_a_broken_file() -> None:
     with fake_model([[("s = s + 1", 0.5), ("print(s)", 0.5)]], name="fake-compile"):
         with pytest.raises(NoValidFillError, match="does not compile"):
             fill(LOOP.format(line=""), "3:3", options=FillOptions(max_resample=4))
+
+
+def _check(language: str, source: str, holes: list[str], texts: list[str]) -> str | None:
+    """SyntaxCheck's verdict on `source` with each hole (a substring, in order) replaced by its text."""
+    data = source.encode()
+    spans, edits, at = [], [], 0
+    for hole, text in zip(holes, texts, strict=True):
+        start = data.index(hole.encode(), at)
+        at = start + len(hole.encode())
+        spans.append(Span(start, at, label=hole, placeholder=hole == "<FILL>"))
+        edits.append(checks._Edit(start, at, text))
+    patched = checks._apply_shifted(data, edits, 0)
+    return checks.SyntaxCheck(language, data, spans).rejection(patched, edits)
+
+
+TWO_HOLES = "def mean(xs):\n    total = sum(xs)\n    <FILL>\n\n\nclass A:\n    def f(self):\n        <FILL>\n"
+
+
+def test_fills_may_not_turn_the_code_between_them_into_a_string() -> None:
+    """Two `\"\"\"` fills make one string of the class between them: the file compiles (so CPython and
+    tree-sitter accept it), but the code after the first fill is no longer code."""
+    swallowed = TWO_HOLES.replace("<FILL>", '"""')
+    assert compiles(swallowed) and checks.syntax_errors("python", swallowed.encode()) == 0
+    assert "runs over" in (_check("python", TWO_HOLES, ["<FILL>", "<FILL>"], ['"""', '"""']) or "")
+    # control: fills that end their own strings and comments pass
+    assert _check("python", TWO_HOLES, ["<FILL>", "<FILL>"], ['"""Mean."""', "return 1  # one"]) is None
+
+
+@pytest.mark.parametrize(
+    ("language", "source", "hole", "text", "refused"),
+    [
+        # an inline span: a comment the fill starts takes the rest of the line (`b)`), and the line compiles
+        ("python", "total = compute(a, b)\n", "a, ", "a)  # ", True),
+        ("python", "total = compute(a, b)\n", "a, ", "a + 1, ", False),
+        # a span ending inside a string: the fill's string runs over the rest of it, as the span's own text did
+        ("python", 'x = "hello world"\n', '"hello', '"goodbye', False),
+        # text written inside a docstring stays in the docstring that began before the span
+        ("python", 'def f():\n    """Sum.\n\n    old\n    """\n', "    old", "    Details.", False),
+        # a block comment opened in a JavaScript span swallows the statement after it
+        ("javascript", "let a = 1;\nlet b = 2;\n/* keep */\n", "let a = 1;", "let a = 1; /*", True),
+        ("javascript", "let a = 1;\nlet b = 2;\n", "let a = 1;", "let a = 1; // one", False),
+    ],
+)
+def test_a_string_or_comment_a_fill_opens_may_not_run_over_the_code_after_it(
+    language: str, source: str, hole: str, text: str, refused: bool
+) -> None:
+    reason = _check(language, source, [hole], [text])
+    assert (reason is not None and "runs over" in reason) == refused, reason

@@ -150,6 +150,7 @@ class SyntaxCheck:
         self.local = len(data) > LOCAL_CHECK_BYTES
         self.spans = sorted(spans, key=lambda s: (s.start_byte, s.end_byte))
         self._chunks: dict[tuple[int, int], _Verdict] = {}  # the best verdict of each original chunk
+        self._ran_over: dict[tuple[int, int], bool] = {}  # per span: whether its own text's token runs over
         self.compiling: bytes | None = None  # the input with some text in the spans that compiles (Python)
         if not self.local:
             self.best = self._best(data, self.spans, 0)
@@ -241,16 +242,35 @@ class SyntaxCheck:
         the spans allow, or None. Without `edits` the whole patched input is judged (large inputs too)."""
         if not self.local or edits is None:
             best = self.best if not self.local else self._best(self.data, self.spans, 0)
-            return self._worse(best, patched)
+            return self._worse(best, patched) or (self._runs_over(self.data, patched, edits, 0) if edits else None)
         for start, end in self.chunks(edits):
             original = self.data[start:end]
             inside = [e for e in edits if start <= e.start_byte and e.end_byte <= end]
             if (start, end) not in self._chunks:
                 spans = [s for s in self.spans if start <= s.start_byte and s.end_byte <= end]
                 self._chunks[start, end] = self._best(original, spans, start)
-            reason = self._worse(self._chunks[start, end], _apply_shifted(original, inside, start))
+            candidate = _apply_shifted(original, inside, start)
+            reason = self._worse(self._chunks[start, end], candidate) or self._runs_over(
+                original, candidate, inside, start
+            )
             if reason is not None:
                 return reason
+        return None
+
+    def _runs_over(self, original: bytes, patched: bytes, edits: Sequence[Any], offset: int) -> str | None:
+        """Why a fill that passes the syntax rule still changes the code after it, or None: a string or comment
+        it opens runs over the text after its span (two `\"\"\"` fills make one string of the class between
+        them; both compile). It may where the span's own text did so (a span ending inside a token)."""
+        shift = 0
+        for e in sorted(edits, key=lambda e: (e.start_byte, e.end_byte)):
+            start, end, size = e.start_byte - offset, e.end_byte - offset, len(e.text.encode("utf-8"))
+            if _token_runs_over(self.language, patched, start + shift, start + shift + size):
+                key = (e.start_byte, e.end_byte)
+                if key not in self._ran_over:  # the span's own text, parsed once per span
+                    self._ran_over[key] = _token_runs_over(self.language, original, start, end)
+                if not self._ran_over[key]:
+                    return "opens a string or comment that runs over the code after it"
+            shift += size - (end - start)
         return None
 
     def _worse(self, best: _Verdict, new: bytes) -> str | None:
@@ -301,6 +321,18 @@ def _block_end(data: bytes, offset: int) -> int:
             return at + 1
         at = data.find(b"\n", at + 1)
     return len(data)
+
+
+def _token_runs_over(language: str, source: bytes, start: int, end: int) -> bool:
+    """Whether a token (a string's text, a comment, a name) that begins in source[start:end] also holds the first
+    text after it (whitespace skipped)."""
+    from infill.languages import parse
+
+    after = end + len(source[end:]) - len(source[end:].lstrip())
+    if after >= len(source) or start == end == after:
+        return False
+    node = parse(language, source).root_node.descendant_for_byte_range(after, after + 1)
+    return node is not None and start <= node.start_byte <= end and node.start_byte < after
 
 
 def _apply_shifted(chunk: bytes, edits: Sequence[Any], offset: int) -> bytes:
