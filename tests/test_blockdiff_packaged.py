@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from infill import api
 from infill.cli import main
 from infill.models.catalog import packaged_models
+from infill.models.hf_folder import safetensors_parameters
 from infill.models.loading import WEIGHTS_DIR, packaged_folder
 
 SOURCE = "def mean(values):\n    total = 0\n    for value in values:\n        total += value\n    return total\n"
@@ -27,6 +28,28 @@ def test_packaged_blockdiff_is_listed_and_small() -> None:
         assert f.stat().st_size <= 40 * 1024 * 1024, f
     cfg = json.loads((WEIGHTS_DIR / "blockdiff" / "config.json").read_text())
     assert cfg["model_type"] == "sdar" and cfg["infill"]["provenance"]["steps"] > 100  # trained, not random
+
+
+def test_listed_parameters_are_the_networks_not_the_files_beside_it(tmp_path: Path) -> None:
+    """`infill models` PARAMS counts model.safetensors (or its shards), not the PTP adapter and SSMD head beside it."""
+    folder = WEIGHTS_DIR / "blockdiff"
+    side = {"ptp_adapter.safetensors", "ssmd_head.safetensors"}
+    assert side <= {f.name for f in folder.iterdir()}  # the case this test is about
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "model.safetensors").symlink_to(folder / "model.safetensors")
+    network = safetensors_parameters(alone)
+    with_sides = tmp_path / "with_sides"
+    with_sides.mkdir()
+    for name in side:
+        (with_sides / name).symlink_to(folder / name)
+    sides = safetensors_parameters(with_sides)
+    assert network and sides and sides > 100_000
+    entry = {e.name: e for e in packaged_models()}["blockdiff"]
+    assert entry.parameters == network
+    (with_sides / "model-00001-of-00002.safetensors").symlink_to(folder / "model.safetensors")
+    (with_sides / "model-00002-of-00002.safetensors").symlink_to(folder / "model.safetensors")
+    assert safetensors_parameters(with_sides) == 2 * network  # shards count, files beside them do not
 
 
 def test_packaged_names_resolve_and_paths_do_not() -> None:

@@ -41,9 +41,12 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def safetensors_parameters(folder: Path) -> int | None:
-    """The parameter count in the headers of the folder's *.safetensors files; None without such files or when one
-    is not a safetensors file."""
-    files = sorted(folder.glob("*.safetensors"))
+    """The network's parameter count, from the safetensors headers of its weight files (`model.safetensors` or the
+    shards `model-*-of-*.safetensors`; any *.safetensors when the folder has neither): files beside the weights,
+    such as a PTP adapter or an SSMD head, are not the network's. None without such files or when one is not a
+    safetensors file."""
+    files = sorted(folder.glob("model.safetensors")) + sorted(folder.glob("model-*-of-*.safetensors"))
+    files = files or sorted(folder.glob("*.safetensors"))
     if not files:
         return None
     total = 0
