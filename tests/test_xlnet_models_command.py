@@ -86,5 +86,11 @@ def test_provenance_records_become_one_short_line() -> None:
     assert provenance_line(record) == "infill train asarm, 2,534 steps, 10.4M tokens, held-out NLL 3.23"
     bd = {"objective": "block diffusion (BD3-LM / SDAR 2N layout), FIM formatting", "steps": 7, "date": "2026-11-23"}
     assert provenance_line(bd) == "block diffusion (BD3-LM / SDAR 2N layout), 7 steps, 2026-11-23"
+    # a continued run counts the runs it started from: nested `init` records (AS-ARM) or `prior_*` (block diffusion)
+    continued = {**record, "steps": 100, "tokens_seen": 600_000, "init": {"steps": 2534, "tokens_seen": 10379264}}
+    assert provenance_line(continued) == "infill train asarm, 2,634 steps, 11.0M tokens, held-out NLL 3.23"
+    bd_continued = {**bd, "tokens_seen": 4_000_000, "prior_steps": 93, "prior_tokens_seen": 1_000_000, "init": "a/b"}
+    expected = "block diffusion (BD3-LM / SDAR 2N layout), 100 steps, 5.0M tokens, 2026-11-23"
+    assert provenance_line(bd_continued) == expected
     assert provenance_line({"random": True, "seed": 0}) == "random weights (untrained)"
     assert provenance_line("packaged with infill") == "packaged with infill"

@@ -51,6 +51,20 @@ def folder_size(folder: Path) -> int:
     return total
 
 
+def _lineage_total(record: dict[str, Any], key: str) -> int | None:
+    """`key` (steps, tokens_seen) summed over the runs behind a model: a continued run records the runs it started
+    from as `prior_<key>` (block diffusion) or as a nested `init` record (AS-ARM). None when the record lacks it."""
+    value = record.get(key)
+    if not isinstance(value, int):
+        return None
+    prior = record.get(f"prior_{key}")
+    total = value + (prior if isinstance(prior, int) else 0)
+    init = record.get("init")
+    if isinstance(init, dict):
+        total += _lineage_total(init, key) or 0
+    return total
+
+
 def provenance_line(value: object) -> str:
     """One short line for `infill models` from a config's provenance record (a string, or the dict that
     `infill train` writes: trainer, steps, tokens seen, held-out NLL)."""
@@ -59,10 +73,11 @@ def provenance_line(value: object) -> str:
     if value.get("random"):
         return "random weights (untrained)"
     parts = [str(value.get("trainer") or value.get("objective") or "trained").split(",")[0]]
-    if isinstance(value.get("steps"), int):
-        parts.append(f"{value['steps']:,} steps")
-    if isinstance(value.get("tokens_seen"), int):
-        parts.append(f"{value['tokens_seen'] / 1e6:.1f}M tokens")
+    steps, tokens = _lineage_total(value, "steps"), _lineage_total(value, "tokens_seen")
+    if steps is not None:
+        parts.append(f"{steps:,} steps")
+    if tokens is not None:
+        parts.append(f"{tokens / 1e6:.1f}M tokens")
     heldout = value.get("heldout")
     if isinstance(heldout, dict) and isinstance(heldout.get("nll_per_token"), (int, float)):
         parts.append(f"held-out NLL {heldout['nll_per_token']:.2f}")
