@@ -7,7 +7,7 @@ passes, tokens per pass, tokens per iteration (PTP rows), decode wall time and q
 - exact match on single lines of the corpus's held-out split (`--heldout N` lines, needs `--corpus`).
 
 Every fill goes through `infill.api.fill_text`, the path `infill fill` takes. The decoders' own statistics
-(DecodeStats of every decode, resampling included) are collected by wrapping blockfill.generate.
+(DecodeStats of every decode, resampling included) are collected by wrapping blockfill.run_decoder.
 
     python benchmarks/ptp.py --model blockdiff --corpus /work/runs/corpus        # the packaged model + adapter
 
@@ -61,14 +61,14 @@ def main() -> None:
         sys.exit(f"{args.model} is not a block-diffusion model")
     adapter = ptp.adapter_of(loaded.model)  # InputError when the model has no adapter
     records: list[DecodeStats] = []
-    original = blockfill.generate
+    original = blockfill.run_decoder  # what fill_middle (the path of fill_text) calls for every decode
 
     def spy(*a: Any, **kw: Any) -> Any:
         tokens, stats = original(*a, **kw)
         records.append(stats)
         return tokens, stats
 
-    blockfill.generate = spy  # type: ignore[assignment]
+    blockfill.run_decoder = spy  # type: ignore[assignment]
 
     he_tasks = humaneval.evenly_spaced(humaneval.build_tasks(humaneval.load_problems()), args.humaneval or 1)
     he_tasks = he_tasks if args.humaneval else []
@@ -122,7 +122,7 @@ def main() -> None:
         row.update(decoder=label, temperature=cfg.temperature)
         results.append(row)
         print(f"  done: {label} T={cfg.temperature}", file=sys.stderr, flush=True)
-    blockfill.generate = original  # type: ignore[assignment]
+    blockfill.run_decoder = original  # type: ignore[assignment]
 
     prov = adapter.cfg.provenance or {}
     print(f"# PTP benchmark: model {args.model}, {loaded.info.get('parameters', 0) / 1e6:.1f}M parameters")
