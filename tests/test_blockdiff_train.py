@@ -152,3 +152,68 @@ def test_init_and_resume_continue_a_run(tmp_path: Path) -> None:
     assert any(not torch.equal(after[k], v) for k, v in init_weights.items())
     prov = json.loads((out / "config.json").read_text())["infill"]["provenance"]
     assert prov["steps"] == 4 and prov["prior_steps"] == 1 and prov["init"] == str(first)
+
+
+def test_training_from_a_pack_in_bf16_shards(tmp_path: Path) -> None:
+    """The GPU recipe's pieces on CPU: `infill train pack` (the AS-ARM tokenizer) feeds the block-diffusion
+    trainer the corpus's own training documents; the model is saved as bf16 shards that load for fills and as
+    --init of a further run. A pack from another tokenizer, a pack beside other data, or a pack without a
+    tokenizer is one clear error; so is --device cuda where torch has no GPU."""
+    from infill.models.weight_files import INDEX, read_weights
+    from infill.training.blockdiff import pack_documents, with_specials
+    from infill.training.corpus import balanced_records
+    from infill.training.streams import pack_streams
+    from infill.training.tokenizer import encode_documents, save_tokenizer, train_tokenizer
+    from tests.fixtures_train import sample_texts, write_corpus
+
+    corpus = write_corpus(tmp_path / "corpus", sample_texts(30), sample_texts(40)[30:])
+    tok = train_tokenizer(sample_texts(), vocab_size=400)  # the AS-ARM's kind: <pad> <mask> <bos> first
+    tok_path = tmp_path / "tokenizer.json"
+    save_tokenizer(tok, tok_path)
+    pack = tmp_path / "pack.npz"
+    pack_streams(tok, tok_path, corpus, pack, 6_000_000, max_mb=1.0)
+
+    extended = with_specials(train_tokenizer(sample_texts(), vocab_size=400))  # + the block-diffusion specials
+    docs = pack_documents(pack, extended)
+    texts = [r["text"] for r in balanced_records(corpus, "train", 6_000_000)]
+    assert sorted(map(list, docs)) == sorted(map(list, encode_documents(extended, texts, min_tokens=2)))
+
+    out = tmp_path / "model"
+    args = ["--data", str(pack), "--out", str(out), "--tokenizer", str(tok_path), "--steps", "2"]
+    args += ["--batch-size", "2", "--seq-len", "32", "--hidden", "32", "--layers", "1", "--heads", "2"]
+    args += ["--kv-heads", "1", "--block-sizes", "1,4", "--save-dtype", "bfloat16", "--shard-mb", "0.08"]
+    result = CliRunner().invoke(block_diffusion, args)
+    assert result.exit_code == 0, result.output
+    shards = sorted(out.glob("model-*-of-*.safetensors"))
+    assert len(shards) >= 2 and (out / INDEX).is_file() and not (out / "model.safetensors").exists()
+    assert all(s.stat().st_size <= 0.08e6 for s in shards)
+    from safetensors import safe_open
+
+    with safe_open(str(shards[0]), "pt") as f:
+        assert all(f.get_tensor(k).dtype == torch.bfloat16 for k in f.keys())  # noqa: SIM118
+    prov = json.loads((out / "config.json").read_text())["infill"]["provenance"]
+    assert prov["pack"] == str(pack) and prov["documents"] == len(docs)
+    loaded = load_folder(out, ModelSpec(device="cpu", bf16=False))
+    weights = read_weights(out)
+    loaded_embed = next(v for k, v in loaded.model.model.state_dict().items() if k.endswith("embed_tokens.weight"))
+    assert torch.equal(loaded_embed, weights["model.embed_tokens.weight"])  # the shards are what loads
+    again_args = ["--data", str(pack), "--init", str(out), "--out", str(tmp_path / "m2"), "--steps", "1"]
+    again = CliRunner().invoke(block_diffusion, [*again_args, "--batch-size", "2", "--seq-len", "32"])
+    assert again.exit_code == 0, again.output
+
+    from infill.cli import main
+
+    def one_line_error(extra: list[str]) -> str:
+        result = CliRunner().invoke(main, ["train", "block-diffusion", *extra])
+        errors = [line for line in result.stderr.splitlines() if line.startswith("infill: error:")]
+        assert result.exit_code == 2 and len(errors) == 1 and "Traceback" not in result.output, result.output
+        return errors[0]
+
+    other = train_tokenizer(["x = 1\n" * 50, "y = [2]\n" * 50], vocab_size=300)
+    other_path = tmp_path / "other.json"
+    save_tokenizer(other, other_path)
+    assert "another tokenizer" in one_line_error([*args[:4], "--tokenizer", str(other_path), "--steps", "1"])
+    assert "only --data" in one_line_error(["--data", str(pack), "--data", str(tok_path), *args[2:]])
+    assert "--tokenizer" in one_line_error(["--data", str(pack), "--out", str(out)])
+    if not torch.cuda.is_available():
+        assert "no CUDA device" in one_line_error([*args, "--device", "cuda"])

@@ -298,7 +298,7 @@ def test_packed_training_set_and_sharded_bf16_export(tiny_corpus, tmp_path: Path
     bf16 shards (with HF's index file) loads in infill and in transformers with the same weights."""
     from infill.config import ModelSpec
     from infill.models.loading import load_by_name
-    from infill.models.xlnet_folder import INDEX, read_weights
+    from infill.models.weight_files import INDEX, read_weights
     from infill.training.asarm import pack_streams
 
     corpus, tok_path = tiny_corpus

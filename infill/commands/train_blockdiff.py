@@ -32,8 +32,8 @@ from infill.errors import InputError
     multiple=True,
     required=True,
     type=click.Path(exists=True),
-    help="Training text: files, directories (searched with --glob), or an AS-ARM corpus directory "
-    "(train.jsonl). Repeatable.",
+    help="Training text: files, directories (searched with --glob), an AS-ARM corpus directory "
+    "(train.jsonl), or one pack from `infill train pack` (.npz; needs --init or --tokenizer). Repeatable.",
 )
 @click.option("--glob", default="*.py", help="File pattern inside --data directories.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output model folder.")
@@ -59,7 +59,29 @@ from infill.errors import InputError
 @click.option("--heads", type=POSITIVE, default=4)
 @click.option("--kv-heads", type=POSITIVE, default=2)
 @seed_option()
-@click.option("--bf16/--no-bf16", default=False, help="bf16 autocast (AMX CPUs, CUDA).")
+@click.option(
+    "--bf16/--no-bf16",
+    default=None,
+    help="bf16 autocast over fp32 weights [default: on for CUDA and AMX / AVX512-BF16 CPUs, where it is fast].",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default="cpu",
+    help="Where to train (docs/training.md has the CUDA recipe).",
+)
+@click.option(
+    "--save-dtype",
+    type=click.Choice(["float32", "bfloat16"]),
+    default="float32",
+    help="dtype of the saved weights (bfloat16: half the size; loaded back as fp32).",
+)
+@click.option(
+    "--shard-mb",
+    type=FiniteFloatRange(0),
+    default=0.0,
+    help="Save the weights as shards of at most this many MB (0 = one file).",
+)
 @time_limit_option
 @threads_option(0, "torch CPU threads (0 = torch's default).")
 @log_every_option(50)
@@ -98,21 +120,32 @@ from infill.errors import InputError
 def block_diffusion(data: tuple[str, ...], glob: str, out: str, threads: int, **flags: Any) -> None:
     """Train a block-diffusion model (BD3-LM / SDAR objective, fill-in-the-middle formatting); runs under
     torchrun."""
+    from pathlib import Path
+
+    from infill.hardware import fast_bf16
     from infill.models.blockdiff_folder import ModelShape
     from infill.training.blockdiff import TrainConfig, load_texts, train
 
     hidden, heads = flags["hidden"], flags["heads"]
     if hidden % heads or heads % flags["kv_heads"]:
         raise InputError(f"--hidden ({hidden}) must divide by --heads ({heads}), and --heads by --kv-heads")
-    texts = load_texts(data, glob)
-    if not texts:
+    packs = [Path(d) for d in data if d.endswith(".npz")]
+    if packs and (len(data) > 1 or not (flags["init"] or flags["tokenizer"])):
+        raise InputError(
+            "a pack (.npz) is the only --data, with --init or --tokenizer (the tokenizer it was packed with)"
+        )
+    texts = [] if packs else load_texts(data, glob)
+    if not texts and not packs:
         raise InputError(f"no training text found in {', '.join(data)} (pattern {glob})")
     if threads > 0:
         import torch
 
         torch.set_num_threads(threads)
     cfg = settings_from_flags(
-        TrainConfig, warmup=min(100, max(1, flags["steps"] // 10)), time_limit=flags["time_limit"] * 60
+        TrainConfig,
+        warmup=min(100, max(1, flags["steps"] // 10)),
+        time_limit=flags["time_limit"] * 60,
+        bf16=fast_bf16(flags["device"]) if flags["bf16"] is None else flags["bf16"],
     )
     shape = settings_from_flags(
         ModelShape, head_dim=hidden // heads, intermediate=3 * hidden, max_length=max(512, cfg.seq_len)
@@ -122,6 +155,7 @@ def block_diffusion(data: tuple[str, ...], glob: str, out: str, threads: int, **
             texts,
             out,
             cfg,
+            pack=packs[0] if packs else None,
             shape=shape,
             tokenizer_path=flags["tokenizer"],
             vocab_size=flags["vocab_size"],
@@ -130,7 +164,8 @@ def block_diffusion(data: tuple[str, ...], glob: str, out: str, threads: int, **
             log=lambda line: click.echo(line, err=True),
             world=world,
         ),
-        f"block diffusion: {len(texts)} documents -> {out}",
+        f"block diffusion: {packs[0] if packs else f'{len(texts)} documents'} -> {out}",
+        device=flags["device"],
     )
     if summary is None:
         return

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from infill.clitypes import MAX_THREADS, POSITIVE, SEED, THREADS, FiniteFloatRange
+from infill.errors import InputError
 
 if TYPE_CHECKING:
     from infill.training.distributed import World
@@ -105,6 +106,11 @@ def under_torchrun(train: Callable[[World], T], header: str = "", device: str = 
     others (which print nothing)."""
     from infill.training.distributed import joined
 
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError(f"--device cuda: torch {torch.__version__} sees no CUDA device here")
     with joined(device) as world:
         if world.main and header:
             click.echo(header, err=True)

@@ -5,7 +5,8 @@ the tiny test models (infill.models.tiny) save.
 Folder layout (what `infill.models.blockdiff.load_folder` reads; the same as a released SDAR checkpoint):
   config.json            Qwen3 config keys with `model_type: "sdar"`, `architectures`, `auto_map` (ignored:
                          remote code never runs) and an "infill" section {"mask_token", "block_size", ...}
-  model.safetensors      Qwen3 tensor names, fp32
+  model.safetensors      Qwen3 tensor names, fp32 (or bf16; or HF-style shards model-0000i-of-0000n.safetensors
+                         with model.safetensors.index.json)
   tokenizer.json         HF tokenizers byte-level BPE, exact round trip; specials in SPECIALS
   tokenizer_config.json  tokenizer class, eos / mask tokens, chat template
   generation_config.json eos_token_id
@@ -17,7 +18,10 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 END = "<|endoftext|>"
 MASK = "<|MASK|>"
@@ -80,9 +84,12 @@ def save_folder(
     block_size: int,
     provenance: dict[str, Any] | None = None,
     chat_template: str | None = CHAT_TEMPLATE,
+    dtype: torch.dtype | None = None,
+    shard_mb: float | None = None,
 ) -> Path:
-    """Write `model` (a Qwen3ForCausalLM) and `tokenizer` (tokenizers.Tokenizer) in the SDAR layout above."""
-    from safetensors.torch import save_file
+    """Write `model` (a Qwen3ForCausalLM) and `tokenizer` (tokenizers.Tokenizer) in the SDAR layout above; the
+    weights in `dtype` (fp32 unless given) and, with `shard_mb`, as HF-style shards of at most that many MB."""
+    from infill.models.weight_files import write_weights
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
@@ -116,10 +123,10 @@ def save_folder(
         }
     )
     (out / "config.json").write_text(json.dumps(cfg, indent=2, default=str) + "\n", encoding="utf-8")
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    state = dict(model.state_dict())
     if getattr(model.config, "tie_word_embeddings", False):
         state.pop("lm_head.weight", None)
-    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    write_weights(state, out, dtype, shard_mb)
     tokenizer.save(str(out / "tokenizer.json"))
     tcfg: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",

@@ -156,8 +156,8 @@ def load_by_name(spec: ModelSpec) -> LoadedModel:
 def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], provenance: str) -> LoadedModel:
     from infill.models.tokenizer import load_tokenizer
     from infill.models.twostream import TwoStreamXLNet, XLNetShape
+    from infill.models.weight_files import read_weights
     from infill.models.xlnet import XLNetAnySubset
-    from infill.models.xlnet_folder import read_weights
 
     tokenizer = load_tokenizer(folder)
     meta: dict[str, Any] = cfg.get("infill") or {}

@@ -11,27 +11,7 @@ from typing import Any
 import torch
 
 from infill.models.twostream import TwoStreamXLNet, XLNetShape
-
-WEIGHTS = "model.safetensors"
-INDEX = "model.safetensors.index.json"  # HF's sharded layout: {"metadata": ..., "weight_map": {tensor: file}}
-
-
-def read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """A folder's tensors as fp32: model.safetensors, its HF-style shards, or a published pytorch_model.bin."""
-    from safetensors.torch import load_file
-
-    if (folder / WEIGHTS).is_file():
-        tensors = load_file(str(folder / WEIGHTS))
-    elif (folder / INDEX).is_file():
-        index = json.loads((folder / INDEX).read_text(encoding="utf-8"))
-        tensors = {}
-        for name in sorted(set(index["weight_map"].values())):
-            tensors.update(load_file(str(folder / name)))
-    elif (folder / "pytorch_model.bin").is_file():
-        tensors = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    else:
-        raise OSError(f"{folder}: no {WEIGHTS}, {INDEX} or pytorch_model.bin")
-    return {k: v.float() for k, v in tensors.items()}
+from infill.models.weight_files import read_weights, write_weights
 
 
 def load_folder(folder: Path) -> tuple[TwoStreamXLNet, dict[str, Any]]:
@@ -51,33 +31,5 @@ def save_folder(
 ) -> None:
     """Write config.json and the weights in HF's layout: model.safetensors (fp32 unless `dtype`), or shards
     model-0000i-of-0000n.safetensors of at most `shard_mb` MB with model.safetensors.index.json."""
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    tensors = model.state_for_file()
-    if dtype is not None:
-        tensors = {k: v.to(dtype) for k, v in tensors.items()}
-    for old in [folder / WEIGHTS, folder / INDEX, *folder.glob("model-*-of-*.safetensors")]:
-        old.unlink(missing_ok=True)
-    if shard_mb is None:
-        save_file(tensors, str(folder / WEIGHTS), metadata={"format": "pt"})
-    else:
-        limit = int(shard_mb * 1e6) - 64_000  # room for each file's header
-        shards: list[dict[str, torch.Tensor]] = [{}]
-        size = 0
-        for name in sorted(tensors):
-            nbytes = tensors[name].numel() * tensors[name].element_size()
-            if shards[-1] and size + nbytes > limit:
-                shards.append({})
-                size = 0
-            shards[-1][name] = tensors[name]
-            size += nbytes
-        weight_map = {}
-        for i, shard in enumerate(shards, 1):
-            name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-            save_file(shard, str(folder / name), metadata={"format": "pt"})
-            weight_map.update(dict.fromkeys(shard, name))
-        total = sum(t.numel() * t.element_size() for t in tensors.values())
-        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        (folder / INDEX).write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
+    write_weights(model.state_for_file(), folder, dtype, shard_mb)
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")

@@ -10,10 +10,12 @@ masked positions, weighted by 1/t.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -61,6 +63,9 @@ class TrainConfig:
     save_minutes: float = 0.0  # also save the folder every this many minutes (0 = only at the end)
     loss_on: str = "middle"  # "middle": only a FIM example's middle is noised; "all": every token after the first
     line_rate: float = 0.0  # share of FIM middles cut at line boundaries (1-3 whole lines), as a user's span is
+    device: str = "cpu"  # "cuda": the model and each batch on the GPU (one per process under torchrun)
+    save_dtype: str = "float32"  # the saved weights' dtype: "float32" or "bfloat16" (half the size)
+    shard_mb: float = 0.0  # > 0: save the weights as HF-style shards of at most this many MB
 
 
 @dataclass
@@ -107,6 +112,31 @@ def load_texts(paths: Sequence[str | Path], glob: str = "*.py", max_package_byte
         elif path.is_file():
             texts.append(path.read_text(encoding="utf-8", errors="replace"))
     return [t for t in texts if t.strip()]
+
+
+def pack_documents(pack: Path, tok: Any) -> list[array[int]]:
+    """The training documents of a pack written by `infill train pack` (its train stream cut at the <bos> that
+    precedes each file), after checking that `tok` extends the tokenizer the pack was written with (its first
+    ids spell the same tokens, as the block-diffusion tokenizer extends the AS-ARM's with its specials)."""
+    import numpy as np
+
+    from infill.errors import InputError
+    from infill.training.streams import vocab_digest
+    from infill.training.tokenizer import BOS_ID
+
+    try:
+        with np.load(pack) as data:
+            meta = json.loads(str(data["meta"]))
+            stream = data["train"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(f"{pack}: not a pack written by `infill train pack` ({exc})") from exc
+    size = meta.get("vocab_size")
+    if size is None:
+        raise InputError(f"{pack}: written before packs recorded their vocabulary; pack the corpus again")
+    if tok.get_vocab_size() < size or vocab_digest(tok, size) != meta.get("vocab_sha256"):
+        raise InputError(f"{pack}: packed with another tokenizer than this model's; pack it with the model's")
+    starts = [int(i) for i in np.flatnonzero(stream == BOS_ID)] + [len(stream)]
+    return [array("i", stream[a + 1 : b].tolist()) for a, b in zip(starts, starts[1:], strict=False) if b - a > 2]
 
 
 def fim_example(
@@ -206,8 +236,8 @@ def block_diffusion_loss(
 
     n, length = x0.shape
     ids = torch.cat([xt, x0], dim=1)  # (N, 2L)
-    positions = torch.cat([torch.arange(length), torch.arange(length)])[None].expand(n, -1)  # (N, 2L)
-    mask = two_stream_mask(length, block)[None, None]  # (1, 1, 2L, 2L)
+    positions = torch.arange(length, device=x0.device).repeat(2)[None].expand(n, -1)  # (N, 2L)
+    mask = two_stream_mask(length, block).to(x0.device)[None, None]  # (1, 1, 2L, 2L)
     hidden = model.model(input_ids=ids, position_ids=positions, attention_mask=mask).last_hidden_state
     sel = weight > 0  # (N, L)
     logits = model.lm_head(hidden[:, :length][sel])  # (m, V)
@@ -231,15 +261,15 @@ def load_init(folder: Path) -> tuple[Any, Any, ModelShape, dict[str, Any]]:
     """(model, tokenizer, shape, provenance) of a block-diffusion folder this trainer wrote (e.g. the shipped
     `blockdiff`), to continue training from its weights."""
     import torch
-    from safetensors.torch import load_file
     from tokenizers import Tokenizer
 
     from infill.errors import InputError
+    from infill.models.weight_files import read_weights
 
     try:
         raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        state = load_file(str(folder / "model.safetensors"))
+        state = read_weights(folder)
     except Exception as exc:  # a missing or corrupt file of any kind (json, tokenizers, safetensors errors)
         raise InputError(f"{folder}: not a block-diffusion model folder ({exc})") from exc
     shape = ModelShape(
@@ -267,6 +297,7 @@ def train(
     out: str | Path,
     cfg: TrainConfig,
     *,
+    pack: Path | None = None,
     shape: ModelShape = ModelShape(),  # noqa: B008 (frozen, so a shared default is safe)
     tokenizer_path: str | Path | None = None,
     vocab_size: int = 8192,
@@ -275,24 +306,28 @@ def train(
     log: Callable[[str], None] = print,
     world: World | None = None,
 ) -> dict[str, Any]:
-    """Train a Qwen3-architecture block-diffusion model on `texts` and save it in the SDAR layout at `out`.
+    """Train a Qwen3-architecture block-diffusion model on `texts` (or, with `pack`, on the documents of a pack
+    from `infill train pack`, which needs the tokenizer from `init` or `tokenizer_path`) and save it in the SDAR
+    layout at `out`.
 
-    The tokenizer is `tokenizer_path` (e.g. the AS-ARM's tokenizer.json) plus SPECIALS, or a new byte-level
-    BPE trained on `texts`. With `init` (a folder this trainer wrote), training continues from that folder's
-    weights, shape and tokenizer. With `run_dir`, `run_dir/last.pt` (model, optimizer, step, training time and
-    random generators) is written at every save and at the end, and a later call with the same `run_dir`
-    resumes from it; `cfg.time_limit` is then the training time across all resumes, and the cosine schedule
-    follows it. `world`: this process's part in a distributed run (infill.training.distributed); `cfg.batch_size`
-    is the global batch, and only rank 0 logs and writes. Returns a summary (also stored as the folder's
-    provenance)."""
+        The tokenizer is `tokenizer_path` (e.g. the AS-ARM's tokenizer.json) plus SPECIALS, or a new byte-level
+        BPE trained on `texts`. With `init` (a folder this trainer wrote), training continues from that folder's
+        weights, shape and tokenizer. With `run_dir`, `run_dir/last.pt` (model, optimizer, step, training time and
+        random generators) is written at every save and at the end, and a later call with the same `run_dir`
+        resumes from it; `cfg.time_limit` is then the training time across all resumes, and the cosine schedule
+        follows it. `world`: this process's part in a distributed run (infill.training.distributed); `cfg.batch_size`
+        is the global batch, and only rank 0 logs and writes. Returns a summary (also stored as the folder's
+        provenance)."""
     import torch
     from tokenizers import Tokenizer
 
     from infill.training.checkpoints import read_checkpoint, write_checkpoint
     from infill.training.distributed import World
 
-    if not texts:
+    if not texts and pack is None:
         raise ValueError("no training text")
+    if pack is not None and init is None and tokenizer_path is None:
+        raise ValueError("training from a pack needs the tokenizer it was packed with (init or tokenizer_path)")
     world = world or World()
     world.check_batch(cfg.batch_size)
     log = world.logger(log)
@@ -307,12 +342,15 @@ def train(
     tok = with_specials(tok)
     sp = specials_of(tok)
     newlines = newline_ids(tok)
-    docs = encode_documents(tok, texts, min_tokens=2)
+    docs = pack_documents(pack, tok) if pack is not None else encode_documents(tok, texts, min_tokens=2)
     weights = [len(d) for d in docs]  # sample documents by length
+    cum_weights = list(itertools.accumulate(weights))  # what rng.choices(docs, weights) sums on every call
     if model is None:
         model = build_model(tok.get_vocab_size(), replace(shape, max_length=max(shape.max_length, cfg.seq_len)))
     elif model.config.vocab_size != tok.get_vocab_size():
         raise ValueError(f"{init}: model has {model.config.vocab_size} tokens, tokenizer {tok.get_vocab_size()}")
+    device = torch.device(cfg.device)
+    model.to(device)  # before the optimizer, so that a resumed optimizer's state lands on the same device
     model.train()
     opt = adamw(model, cfg.lr, cfg.weight_decay, betas=(0.9, 0.95))
     ckpt_path = Path(run_dir) / "last.pt" if run_dir is not None else None
@@ -328,7 +366,6 @@ def train(
         gen.set_state(ck["gen"])
         log(f"resumed {ckpt_path} at step {step} ({elapsed_before:.0f}s trained)")
     world.same(step if ckpt_path is not None and ckpt_path.exists() else -1, "the step of the checkpoint resumed from")
-    device_type = "cpu"
     t_run = time.perf_counter()
     last_save = t_run
     last_log = (step, t_run)  # (step, clock) of the last log line, for the rate since then
@@ -354,6 +391,7 @@ def train(
             "config": {k: v for k, v in asdict(cfg).items()},
             "shape": asdict(shape),
             "tokenizer": str(tokenizer_path or init or f"byte-level BPE, {tok.get_vocab_size()} tokens"),
+            "pack": str(pack) if pack is not None else None,
             "date": time.strftime("%Y-%m-%d", time.gmtime()),
         }
 
@@ -361,7 +399,15 @@ def train(
         if not world.main:
             return
         model.eval()
-        save_folder(out, model, tok, block_size=4, provenance=summary_now())
+        save_folder(
+            out,
+            model,
+            tok,
+            block_size=4,
+            provenance=summary_now(),
+            dtype=getattr(torch, cfg.save_dtype),
+            shard_mb=cfg.shard_mb or None,
+        )
         model.train()
         if ckpt_path is not None:
             write_checkpoint(
@@ -392,7 +438,7 @@ def train(
             group["lr"] = lr
         batch = [
             fim_example(
-                rng.choices(docs, weights)[0],
+                rng.choices(docs, cum_weights=cum_weights)[0],
                 sp,
                 cfg.seq_len,
                 rng,
@@ -408,10 +454,11 @@ def train(
         resp = torch.tensor([b[1] for b in batch])  # (N,)
         block = rng.choice(cfg.block_sizes)
         xt, weight = noise(x0, resp, block, sp.mask, cfg.min_t, gen)
+        x0, xt, weight = (t.to(device, non_blocking=True) for t in (x0, xt, weight))
         in_resp = torch.arange(cfg.seq_len)[None, :] >= resp[:, None]  # the global batch: this process takes its part
         part = world.part(cfg.batch_size)
         n_resp, my_resp = int(in_resp.sum()), int(in_resp[part].sum())
-        with torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=cfg.bf16):
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
             mean = loss_of(x0[part], xt[part], weight[part], block, my_resp)
         world.step(opt, model, (mean, my_resp, n_resp))
         losses.append(world.average(my_resp, float(mean.detach()))[1][0])

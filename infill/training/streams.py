@@ -49,6 +49,14 @@ def heldout_stream(tok: HFTokenizer, corpus: Path, required: bool = False) -> np
     return stream
 
 
+def vocab_digest(tok: HFTokenizer, size: int) -> str:
+    """sha256 of the strings of ids 0..size-1: a tokenizer that extends another (new tokens after its last id)
+    has the other's digest over the other's size."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(str(tok.id_to_token(i)) for i in range(size)).encode("utf-8")).hexdigest()
+
+
 def pack_streams(
     tok: HFTokenizer, tokenizer_json: Path, corpus: Path, out: Path, max_package_bytes: int, max_mb: float
 ) -> dict[str, Any]:
@@ -64,6 +72,8 @@ def pack_streams(
     held = heldout_stream(tok, corpus)
     meta = {
         "tokenizer_sha256": hashlib.sha256(tokenizer_json.read_bytes()).hexdigest(),
+        "vocab_size": tok.get_vocab_size(),
+        "vocab_sha256": vocab_digest(tok, tok.get_vocab_size()),
         "corpus": str(corpus),
         "max_package_bytes": max_package_bytes,
         "train_tokens_available": int(len(train)),
