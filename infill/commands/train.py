@@ -19,6 +19,8 @@ from infill.clitypes import POSITIVE, FiniteFloatRange, settings_from_flags
 from infill.commands.shell import load_command
 from infill.commands.training import (
     batch_size_option,
+    bf16_option,
+    device_option,
     log_every_option,
     lr_option,
     path_option,
@@ -209,17 +211,8 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
     help="Per-package cap on training text, in MB (keeps huge repetitive packages from dominating).",
 )
 @seed_option()
-@click.option(
-    "--bf16/--no-bf16",
-    default=None,
-    help="bf16 autocast over fp32 weights [default: on for CUDA and AMX / AVX512-BF16 CPUs, where it is fast].",
-)
-@click.option(
-    "--device",
-    type=click.Choice(["cpu", "cuda"]),
-    default="cpu",
-    help="Where to train (docs/training.md has the CUDA recipe).",
-)
+@bf16_option
+@device_option
 def asarm(
     corpus: Path, tokenizer_json: Path, run_dir: Path, out: Path | None, init_from: Path | None, **flags: Any
 ) -> None:

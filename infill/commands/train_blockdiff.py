@@ -12,7 +12,9 @@ import click
 from infill.clitypes import POSITIVE, FiniteFloatRange, settings_from_flags
 from infill.commands.training import (
     batch_size_option,
+    bf16_option,
     block_sizes_option,
+    device_option,
     fim_rate_option,
     log_every_option,
     lr_option,
@@ -59,17 +61,8 @@ from infill.errors import InputError
 @click.option("--heads", type=POSITIVE, default=4)
 @click.option("--kv-heads", type=POSITIVE, default=2)
 @seed_option()
-@click.option(
-    "--bf16/--no-bf16",
-    default=None,
-    help="bf16 autocast over fp32 weights [default: on for CUDA and AMX / AVX512-BF16 CPUs, where it is fast].",
-)
-@click.option(
-    "--device",
-    type=click.Choice(["cpu", "cuda"]),
-    default="cpu",
-    help="Where to train (docs/training.md has the CUDA recipe).",
-)
+@bf16_option
+@device_option
 @click.option(
     "--save-dtype",
     type=click.Choice(["float32", "bfloat16"]),

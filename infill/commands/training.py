@@ -23,6 +23,18 @@ time_limit_option = click.option(
     "--time-limit", type=FiniteFloatRange(0), default=0.0, help="Stop after this many minutes (0 = none)."
 )
 BATCH_HELP = "per optimizer step over all processes (under torchrun each process takes its share)."
+# `--bf16/--no-bf16` and `--device` of the trainers that run on CUDA too (AS-ARM, block diffusion)
+bf16_option = click.option(
+    "--bf16/--no-bf16",
+    default=None,
+    help="bf16 autocast over fp32 weights [default: on for CUDA and AMX / AVX512-BF16 CPUs, where it is fast].",
+)
+device_option = click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default="cpu",
+    help="Where to train (docs/training.md has the CUDA recipe).",
+)
 
 
 def batch_size_option(default: int, unit: str = "Examples") -> Callable[[F], F]:
