@@ -24,11 +24,14 @@ import argparse
 import json
 import sys
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.rounds import rounds_note, run_rounds  # noqa: E402
 
 
 def main() -> None:
@@ -41,6 +44,7 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=8, help="PTP slots (k)")
     ap.add_argument("--s2d2-block", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=1, help="rounds; seconds are the median over them")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="also write every row as JSON here")
     args = ap.parse_args()
@@ -116,12 +120,15 @@ def main() -> None:
     warm = api_filler(loaded, rows[0][1], FillOptions())
     for task in (he_tasks or [])[:3]:
         warm(task.slot, None)
-    results = []
-    for label, cfg, use_u in rows:
-        row = measure(cfg, use_u)
-        row.update(decoder=label, temperature=cfg.temperature)
-        results.append(row)
-        print(f"  done: {label} T={cfg.temperature}", file=sys.stderr, flush=True)
+
+    def labelled(cfg: DecodeConfig, use_u: bool, **labels: Any) -> dict[str, Any]:
+        return {**measure(cfg, use_u), **labels}
+
+    jobs = [
+        (f"{label} T={cfg.temperature}", partial(labelled, cfg, use_u, decoder=label, temperature=cfg.temperature))
+        for label, cfg, use_u in rows
+    ]
+    results = run_rounds(jobs, args.repeat)
     blockfill.run_decoder = original  # type: ignore[assignment]
 
     prov = adapter.cfg.provenance or {}
@@ -150,6 +157,10 @@ def main() -> None:
         print(f"{line} {he:>9} {ho:>11}")
     print("# passes = every forward (prefill, drafts, verifies, commits); tok/iter = tokens per PTP iteration")
     print("# vs AR = AR seconds / seconds at the same temperature (decode time only, programs not counted)")
+    print(rounds_note(args.repeat))
+    for r in results:
+        if not r["repeats"]:
+            print(f"# * {r['decoder']}: tokens or quality changed between rounds")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
 

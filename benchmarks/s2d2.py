@@ -23,11 +23,14 @@ import json
 import sys
 import tempfile
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.rounds import rounds_note, run_rounds  # noqa: E402
 
 
 def main() -> None:
@@ -44,6 +47,7 @@ def main() -> None:
     ap.add_argument("--blocks", default="4,8,16,32", help="block sizes of the confidence rows")
     ap.add_argument("--routings", default="min-span,score-static,score-dynamic,hysteresis,ucb,always")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=1, help="rounds; seconds are the median over them")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="also write every row as JSON here")
     args = ap.parse_args()
@@ -123,12 +127,15 @@ def main() -> None:
     warm = api_filler(loaded, rows[0][1], FillOptions())
     for task in (he_tasks or [])[:3]:
         warm(task.slot, None)
-    results = []
-    for label, cfg in rows:
-        row = measure(cfg)
-        row.update(decoder=label, block_size=cfg.block_size)
-        results.append(row)
-        print(f"  done: {label} B={cfg.block_size}", file=sys.stderr, flush=True)
+
+    def labelled(cfg: DecodeConfig, **labels: Any) -> dict[str, Any]:
+        return {**measure(cfg), **labels}
+
+    jobs = [
+        (f"{label} B={cfg.block_size}", partial(labelled, cfg, decoder=label, block_size=cfg.block_size))
+        for label, cfg in rows
+    ]
+    results = run_rounds(jobs, args.repeat)
     tmp.cleanup()
 
     ar = results[0]
@@ -149,6 +156,10 @@ def main() -> None:
         line += f" {r['tokens'] / max(r['nfe'], 1):>7.2f} {r['seconds']:>8.2f} {ar['seconds'] / r['seconds']:>5.2f}x"
         print(f"{line} {vs_dyn:>6} {he:>9} {ho:>11}")
     print("# vs AR = AR seconds / seconds; vs dyn = dynamic confidence (same B as S2D2) seconds / seconds")
+    print(rounds_note(args.repeat))
+    for r in results:
+        if not r["repeats"]:
+            print(f"# * {r['decoder']}: tokens or quality changed between rounds")
     print("# paper (SDAR-1.7B): S2D2 up to 4.7x vs AR, 1.57x vs dynamic confidence, up to +4.5 points accuracy")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")

@@ -27,11 +27,14 @@ import json
 import sys
 import tempfile
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.rounds import rounds_note, run_rounds  # noqa: E402
 
 
 def main() -> None:
@@ -49,6 +52,7 @@ def main() -> None:
     ap.add_argument("--causal-passes", type=int, default=2, help="SSMD: causal-head passes K per full pass")
     ap.add_argument("--window", type=int, default=0, help="SSMD: fixed window (0 = cosine schedule)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=1, help="rounds; seconds are the median over them")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="also write every row as JSON here")
     args = ap.parse_args()
@@ -144,12 +148,15 @@ def main() -> None:
     warm = api_filler(loaded, rows[-1][1], FillOptions())
     for task in (he_tasks or [])[:3]:
         warm(task.slot, None)
-    results = []
-    for label, cfg in rows:
-        row = measure(cfg)
-        row.update(decoder=label, block_size=cfg.block_size)
-        results.append(row)
-        print(f"  done: {label} B={cfg.block_size}", file=sys.stderr, flush=True)
+
+    def labelled(cfg: DecodeConfig, **labels: Any) -> dict[str, Any]:
+        return {**measure(cfg), **labels}
+
+    jobs = [
+        (f"{label} B={cfg.block_size}", partial(labelled, cfg, decoder=label, block_size=cfg.block_size))
+        for label, cfg in rows
+    ]
+    results = run_rounds(jobs, args.repeat)
     blockfill.fill_middle = real_fill_middle  # type: ignore[assignment]
     tmp.cleanup()
 
@@ -175,6 +182,10 @@ def main() -> None:
         print(f"{line} {he:>9} {ho:>11}")
     print("# full = base-model forwards; paper = full + extra causal-head passes / L; plain = full + head passes")
     print("# vs AR = AR seconds / seconds (decode wall time)")
+    print(rounds_note(args.repeat))
+    for r in results:
+        if not r["repeats"]:
+            print(f"# * {r['decoder']}: tokens or quality changed between rounds")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
 
