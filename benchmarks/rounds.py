@@ -35,6 +35,16 @@ def run_rounds(jobs: Sequence[tuple[str, Callable[[], dict[str, Any]]]], repeat:
     return rows
 
 
+def block_jobs(rows: Sequence[tuple[str, Any]], measure: Callable[[Any], dict[str, Any]]) -> list[tuple[str, Any]]:
+    """The jobs of `run_rounds` for (label, DecodeConfig) rows measured by `measure(cfg)`, each row labelled with
+    its decoder label and block size (s2d2.py, ssmd.py)."""
+
+    def job(label: str, cfg: Any) -> Callable[[], dict[str, Any]]:
+        return lambda: {**measure(cfg), "decoder": label, "block_size": cfg.block_size}
+
+    return [(f"{label} B={cfg.block_size}", job(label, cfg)) for label, cfg in rows]
+
+
 def rounds_note(repeat: int) -> str:
     """The line each benchmark prints under its table about what its seconds are."""
     if repeat <= 1:

@@ -27,14 +27,13 @@ import json
 import sys
 import tempfile
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.rounds import rounds_note, run_rounds  # noqa: E402
+from benchmarks.rounds import block_jobs, rounds_note, run_rounds  # noqa: E402
 
 
 def main() -> None:
@@ -149,14 +148,7 @@ def main() -> None:
     for task in (he_tasks or [])[:3]:
         warm(task.slot, None)
 
-    def labelled(cfg: DecodeConfig, **labels: Any) -> dict[str, Any]:
-        return {**measure(cfg), **labels}
-
-    jobs = [
-        (f"{label} B={cfg.block_size}", partial(labelled, cfg, decoder=label, block_size=cfg.block_size))
-        for label, cfg in rows
-    ]
-    results = run_rounds(jobs, args.repeat)
+    results = run_rounds(block_jobs(rows, measure), args.repeat)
     blockfill.fill_middle = real_fill_middle  # type: ignore[assignment]
     tmp.cleanup()
 
