@@ -310,14 +310,14 @@ def train(
     from `infill train pack`, which needs the tokenizer from `init` or `tokenizer_path`) and save it in the SDAR
     layout at `out`.
 
-        The tokenizer is `tokenizer_path` (e.g. the AS-ARM's tokenizer.json) plus SPECIALS, or a new byte-level
-        BPE trained on `texts`. With `init` (a folder this trainer wrote), training continues from that folder's
-        weights, shape and tokenizer. With `run_dir`, `run_dir/last.pt` (model, optimizer, step, training time and
-        random generators) is written at every save and at the end, and a later call with the same `run_dir`
-        resumes from it; `cfg.time_limit` is then the training time across all resumes, and the cosine schedule
-        follows it. `world`: this process's part in a distributed run (infill.training.distributed); `cfg.batch_size`
-        is the global batch, and only rank 0 logs and writes. Returns a summary (also stored as the folder's
-        provenance)."""
+    The tokenizer is `tokenizer_path` (e.g. the AS-ARM's tokenizer.json) plus SPECIALS, or a new byte-level
+    BPE trained on `texts`. With `init` (a folder this trainer wrote), training continues from that folder's
+    weights, shape and tokenizer. With `run_dir`, `run_dir/last.pt` (model, optimizer, step, training time and
+    random generators) is written at every save and at the end, and a later call with the same `run_dir`
+    resumes from it; `cfg.time_limit` is then the training time across all resumes, and the cosine schedule
+    follows it. `world`: this process's part in a distributed run (infill.training.distributed); `cfg.batch_size`
+    is the global batch, and only rank 0 logs and writes. Returns a summary (also stored as the folder's
+    provenance)."""
     import torch
     from tokenizers import Tokenizer
 
