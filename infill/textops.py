@@ -147,6 +147,19 @@ def first_line(fill: str) -> str:
     return fill
 
 
+def one_line_cut(fill: str, at_line_start: bool) -> str:
+    """What a one-line span keeps of `fill`: a whole line gets its first line of text back (`first_line`); a span
+    that starts inside a line gets the rest of that line (a fill that begins with a line break leaves it as it
+    is)."""
+    return first_line(fill) if at_line_start else fill.split("\n", 1)[0]
+
+
+def line_done(text: str, at_line_start: bool) -> bool:
+    """Whether `text`, the beginning of a fill, already holds everything `one_line_cut` keeps of any fill that
+    starts with it: whatever is written after it is cut away (decoders stop there)."""
+    return "\n" in (text.lstrip() if at_line_start else text)
+
+
 def drop_repeated_suffix(fill: str, suffix: str) -> str:
     """Remove a tail of `fill` that repeats the start of the text after the span (models often re-emit it).
 

@@ -98,7 +98,7 @@ def test_stops_at_end_token() -> None:
 
 def test_end_detection_needs_everything_before_it_decoded() -> None:
     seq = torch.tensor([1, 2, 3, 4, END, MASK])
-    assert _end_of_generation(seq, 2, 6, MASK, (END,)) == 4
+    assert _end_of_generation(seq, 2, 6, MASK, (END,)) == (4, 5)  # output [2, 4), the end token scored
     assert _end_of_generation(torch.tensor([1, 2, MASK, END, 5]), 2, 5, MASK, (END,)) is None
     assert _end_of_generation(seq, 2, 6, MASK, ()) is None
 

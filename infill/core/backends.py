@@ -210,7 +210,7 @@ class AnySubset:
         loaded = run.loaded
         model = loaded.asarm
         pad = model.pad_id
-        if not plan.span.one_line or plan.healed or pad is None or (plan.prefix and not plan.prefix.endswith("\n")):
+        if not plan.span.one_line or plan.healed or pad is None or not plan.at_line_start:
             return []
         problem = _problem(region, loaded)
         out = []
@@ -328,7 +328,10 @@ class BlockDiffusion:
         return Window(1 << 30, has_bos=False, has_pad=False, groups_spans=False)
 
     def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
+        from functools import partial
+
         from infill.decoding.blockfill import fill_middle
+        from infill.textops import line_done
 
         (plan,) = region.spans  # block-diffusion regions hold one span each
         tok = run.loaded.tokenizer
@@ -348,6 +351,8 @@ class BlockDiffusion:
             run.cfg,
             run.generator,
             on_step,
+            # a one-line span keeps the fill's first line only (the pipeline cuts it): stop decoding there
+            partial(line_done, at_line_start=plan.at_line_start) if plan.span.one_line else None,
         )  # (decoded text, stats); the score is the decoder's own log-probability where it reports one, else 0
         run.totals.add(stats)
         score = float(stats.extra.get("logprob", 0.0)) if isinstance(stats.extra, dict) else 0.0

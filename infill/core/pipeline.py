@@ -147,17 +147,14 @@ def clear_model_cache() -> None:
 def _candidate_edits(
     data: bytes, regions: list[Region], fills: list[Fill], newline: str, index: LineIndex
 ) -> list[Edit]:
-    from infill.textops import first_line, restore_newlines, shape_fill
+    from infill.textops import one_line_cut, restore_newlines, shape_fill
 
     edits = []
     plans = [p for r in regions for p in r.spans]
     for plan, fill in zip(plans, fills, strict=True):
         raw = fill.raw[1:] if plan.healed and fill.raw.startswith(" ") else fill.raw
         if plan.span.one_line:
-            # a whole line gets its first line of text back; a span that starts inside a line gets the rest of
-            # that line (a fill that begins with a line break leaves it as it is)
-            at_line_start = plan.prefix == "" or plan.prefix.endswith("\n")
-            raw = first_line(raw) if at_line_start else raw.split("\n", 1)[0]
+            raw = one_line_cut(raw, plan.at_line_start)
         # a marker is not content: a line holding only a marker is shaped as the emptied line it stands for
         # (`--span N` on a blank line), wherever the marker sits on it, so the model's indentation is kept
         replaced = "" if plan.span.placeholder else plan.replaced

@@ -35,6 +35,11 @@ class SpanPlan:
     healed: bool = False  # the space before the span was moved into the model's fill (see _model_prefix)
     gap: int = 0  # bytes between the previous span (or the start) and this one
 
+    @property
+    def at_line_start(self) -> bool:
+        """Whether the span starts a line (nothing before it on its line)."""
+        return self.prefix == "" or self.prefix.endswith("\n")
+
 
 @dataclass
 class Region:

@@ -7,16 +7,17 @@ Prompt formats:
   <|fim_middle|>, then the model writes the middle;
 - "chat": otherwise an instruction through the tokenizer's chat template (a code fence around the reply is
   stripped).
-Generation ends at an end token or after max_tokens.
+Generation ends at an end token or after max_tokens, or, for a caller that passes `done` (a one-line fill), after
+the token that makes the text written so far satisfy it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
-from infill.decoding.problem import BlockCallback, Generation
+from infill.decoding.problem import BlockCallback, Generation, StopRule
 from infill.errors import ModelError
 from infill.models.fim import fim_prompt, find_fim, split_context
 
@@ -84,6 +85,18 @@ def build_prompt(
     return tokenizer.chat_prompt(text), "chat", truncated
 
 
+def text_stop(tokenizer: HFTokenizer, done: Callable[[str], bool]) -> StopRule:
+    """The StopRule that ends a generation after the first token whose text, with every token before it, makes
+    `done` true (`done` must stay true for every longer text: infill.textops.line_done)."""
+
+    def stop(tokens: list[int]) -> int | None:
+        if not tokens or not done(tokenizer.decode(tokens)):
+            return None
+        return next(i for i in range(len(tokens)) if done(tokenizer.decode(tokens[: i + 1])))
+
+    return stop
+
+
 def fill_middle(
     loaded: LoadedModel,
     prefix: str | Sequence[int],
@@ -92,10 +105,12 @@ def fill_middle(
     cfg: DecodeConfig,
     generator: torch.Generator,
     on_step: BlockCallback | None = None,
+    done: Callable[[str], bool] | None = None,
 ) -> tuple[str, DecodeStats]:
     """The text between `prefix` and `suffix` (texts, or token ids of the model's tokenizer; see build_prompt)
     without the end token, and the decoding stats. A prompt too long for the model keeps the end of the prefix
-    and the start of the suffix."""
+    and the start of the suffix. With `done`, a test on the text written so far that no later text can undo,
+    a FIM prompt's generation ends after the token that makes it true (a chat reply is fenced: not cut there)."""
     import torch
 
     model = loaded.blockdiff  # ModelError for an any-subset model
@@ -103,7 +118,8 @@ def fill_middle(
     limit = model.max_positions
     ids, fmt, truncated = build_prompt(tokenizer, prefix, suffix, None if limit is None else limit - max_tokens)
     prompt = torch.tensor(ids, dtype=torch.long)  # (P,)
-    tokens, stats = run_decoder(Generation(model, prompt, max_tokens, cfg, generator, on_step))
+    stop = text_stop(tokenizer, done) if done is not None and fmt == "fim" else None
+    tokens, stats = run_decoder(Generation(model, prompt, max_tokens, cfg, generator, on_step, stop))
     text = tokenizer.decode(tokens.tolist())
     if fmt == "chat":
         fenced = _FENCE.match(text)

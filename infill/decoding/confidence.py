@@ -14,7 +14,8 @@ Denoising step (Algorithm 2), at the masked positions of the block:
 Confidence is the probability of the sampled token under softmax(logits / T) (T = 1 when greedy), so greedy
 decoding still ranks positions.
 
-Generation stops at the first end token once every position before it is decoded, or after max_tokens.
+Generation stops at the first end token once every position before it is decoded, after the token the job's
+stop rule names in the decoded prefix (a one-line fill's line break; that token is kept), or after max_tokens.
 Every forward is counted in the stats: prefill, drafts, verifies (S2D2), cache commits. stats.accepted holds
 the tokens each denoising step unmasked, whatever the step function.
 stats.extra["logprob"] sums, over the output and its end token, the log-probability each token had when it was
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     import torch
 
     from infill.config import DecodeConfig
-    from infill.decoding.problem import Generation
+    from infill.decoding.problem import Generation, StopRule
     from infill.models.blockdiff import BlockDiffModel, KVState
 
 
@@ -100,17 +101,33 @@ def confidence_step(step: Step) -> int:
 # ---- the outer loop --------------------------------------------------------------------------------------
 
 
-def _end_of_generation(seq: torch.Tensor, start: int, stop: int, mask_id: int, end_ids: tuple[int, ...]) -> int | None:
-    """The first end token's position in seq[start:stop] with every position before it decoded, or None."""
+def _end_of_generation(
+    seq: torch.Tensor,
+    start: int,
+    stop: int,
+    mask_id: int,
+    end_ids: tuple[int, ...],
+    rule: StopRule | None = None,
+) -> tuple[int, int] | None:
+    """Whether the generation seq[start:stop] is over, judged on its decoded prefix (every position before the
+    first mask): (end of the output, end of its scored tokens) for the first end token (the output stops before
+    it; its probability counts) or the token `rule` names before it (kept in the output); None while neither."""
     import torch
 
     gen = seq[start:stop]  # (g,)
     undecoded = (gen == mask_id).nonzero()
     limit = int(undecoded[0]) if undecoded.numel() else int(gen.numel())
-    if not end_ids or limit == 0:
+    if limit == 0:
         return None
-    ends = torch.isin(gen[:limit], torch.tensor(end_ids, dtype=gen.dtype)).nonzero()
-    return start + int(ends[0]) if ends.numel() else None
+    end: int | None = None
+    if end_ids:
+        ends = torch.isin(gen[:limit], torch.tensor(end_ids, dtype=gen.dtype)).nonzero()
+        end = int(ends[0]) if ends.numel() else None
+    if rule is not None:
+        at = rule(gen[: end if end is not None else limit].tolist())
+        if at is not None:
+            return start + at + 1, start + at + 1
+    return (start + end, start + end + 1) if end is not None else None
 
 
 def denoise(job: Generation, step_fn: StepFn | None = None, hidden: bool = False) -> tuple[torch.Tensor, DecodeStats]:
@@ -136,7 +153,7 @@ def denoise(job: Generation, step_fn: StepFn | None = None, hidden: bool = False
     state.want_hidden = hidden
     seq = torch.cat([prompt.long().cpu(), torch.full((max_tokens,), mask_id, dtype=torch.long)])  # (P+max,)
     logp = torch.zeros(total, dtype=torch.float64)  # (P+max,)
-    end_at: int | None = None
+    end_at: tuple[int, int] | None = None  # (end of the output, end of its scored tokens) once it is over
     b_start = (n_prompt // bsz) * bsz  # the block holding the prompt's tail (or the first generated one)
     b_end = min(b_start + bsz, total)
     logits: torch.Tensor | None = None
@@ -156,7 +173,7 @@ def denoise(job: Generation, step_fn: StepFn | None = None, hidden: bool = False
             stats.accepted.append(before - int(masked.sum()))  # tokens this step made final
             logits = None
             steps += 1
-            end_at = _end_of_generation(seq, n_prompt, b_end, mask_id, model.end_ids)
+            end_at = _end_of_generation(seq, n_prompt, b_end, mask_id, model.end_ids, job.stop)
             if job.on_step is not None:
                 decoded = int((seq[n_prompt:] != mask_id).sum())
                 job.on_step({"tokens": decoded, "nfe": state.nfe, "block": blocks})
@@ -168,10 +185,10 @@ def denoise(job: Generation, step_fn: StepFn | None = None, hidden: bool = False
         nb_end = min(b_end + bsz, total)
         logits = model.commit(state, block, bsz, draft_ids=seq[b_end:nb_end])
         b_start, b_end = b_end, nb_end
-    out = seq[n_prompt : end_at if end_at is not None else total].clone()  # (n,)
-    stop = end_at + 1 if end_at is not None else total  # the end token's probability counts too
+    out_end, stop = end_at if end_at is not None else (total, total)  # an end token's probability counts too
+    out = seq[n_prompt:out_end].clone()  # (n,)
     stats.nfe = state.nfe
-    stats.tokens = int(out.numel()) + (1 if end_at is not None else 0)
+    stats.tokens = stop - n_prompt
     stats.seconds = time.perf_counter() - t0
     stats.extra.update(
         {

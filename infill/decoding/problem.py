@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 StepCallback = Callable[[int, int], None]
 # a block-diffusion decoder's on_step({"tokens": decoded, "nfe": passes, "block": index}), after every step
 BlockCallback = Callable[[dict[str, Any]], None]
+# stop(tokens): given the first tokens of the output, all decoded, the index of the token after which the
+# generation ends (that token is kept), or None; it must keep its answer for every longer prefix
+StopRule = Callable[[list[int]], "int | None"]
 
 
 def check_problem(model: AnySubsetModel, problem: FillProblem) -> None:
@@ -151,7 +154,8 @@ class LeftToRight:
 @dataclass(frozen=True)
 class Generation:
     """One block-diffusion decode, as every decoder of that kind is handed it (infill.decoding.blockfill builds
-    it): write at most `max_tokens` tokens after `prompt` (P,) long with `model`, drawing from `generator`.
+    it): write at most `max_tokens` tokens after `prompt` (P,) long with `model`, drawing from `generator`; the
+    generation also ends after the token `stop` names (a one-line fill at its line break), which the output keeps.
     Built only for a prompt the model can take: DecodeError otherwise."""
 
     model: BlockDiffModel
@@ -160,6 +164,7 @@ class Generation:
     cfg: DecodeConfig
     generator: torch.Generator
     on_step: BlockCallback | None = None
+    stop: StopRule | None = None
 
     def __post_init__(self) -> None:
         n_prompt = int(self.prompt.numel())

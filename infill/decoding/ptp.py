@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     import torch
 
     from infill.config import DecodeConfig
-    from infill.decoding.problem import Generation
+    from infill.decoding.problem import Generation, StopRule
     from infill.models.blockdiff import BlockDiffModel, ForwardKind
     from infill.models.ptp import PTPAdapter
 
@@ -241,10 +241,11 @@ def run(
     slots: int,
     end_ids: tuple[int, ...] = (),
     on_step: Callable[[dict[str, Any]], None] | None = None,
+    stop: StopRule | None = None,
 ) -> tuple[list[int], DecodeStats]:
-    """PTP iterations until max_tokens or an end token. prompt (P,), u (max_tokens,) float64: u[j] belongs
-    to generated position j. -> (tokens without the end token, stats: nfe, tokens, accepted = the tokens each
-    iteration made final, and extra)."""
+    """PTP iterations until max_tokens, an end token or the token `stop` names (kept in the output). prompt (P,),
+    u (max_tokens,) float64: u[j] belongs to generated position j. -> (tokens without the end token, stats: nfe,
+    tokens, accepted = the tokens each iteration made final, and extra)."""
     import torch
 
     from infill.decoding.confidence import confidence_probs
@@ -254,7 +255,7 @@ def run(
     out: list[int] = []
     out_rows: list[torch.Tensor] = []  # (V,) the logits each output token was sampled from
     pending = prompt.long()
-    ended = False
+    ended = stopped = False
     iterations = 0
     drafts_accepted: list[int] = []  # per iteration
     while len(out) < max_tokens:
@@ -288,12 +289,16 @@ def run(
             if t in end_ids:
                 new, rows, ended = new[: idx + 1], rows[: idx + 1], True
                 break
+        at = stop(out + new[: len(new) - ended]) if stop is not None else None
+        if at is not None:  # the stop rule's token, before any end token: the output ends with it
+            keep = at + 1 - len(out)
+            new, rows, ended, stopped = new[:keep], rows[:keep], False, True
         stats.accepted.append(len(new))
         out += new
         out_rows += rows
         if on_step is not None:
             on_step({"tokens": len(out), "nfe": session.nfe, "block": iterations})
-        if ended:
+        if ended or stopped:
             break
     tokens = out[:-1] if ended else out
     logprob = 0.0
@@ -309,7 +314,7 @@ def run(
             "drafts_accepted": drafts_accepted,
             "slots": slots,
             "tokens_per_iteration": len(out) / max(iterations, 1),
-            "ended": ended,
+            "ended": ended or stopped,
             "logprob": logprob,
         }
     )
@@ -357,7 +362,7 @@ def ptp(job: Generation, draft_fn: DraftFn | None = None) -> tuple[torch.Tensor,
     use_u = adapter is not None and adapter.use_u and sampling.temperature > 0
     session = KVSession(model, adapter=adapter, draft_fn=draft_fn, use_u=use_u)
     u = draw_u(max_tokens, job.generator)  # (max_tokens,) one per generated position, fixed before decoding
-    tokens, stats = run(session, prompt.cpu(), max_tokens, u, cfg, slots, model.end_ids, job.on_step)
+    tokens, stats = run(session, prompt.cpu(), max_tokens, u, cfg, slots, model.end_ids, job.on_step, job.stop)
     stats.seconds = time.perf_counter() - t0
     stats.extra["drafter"] = "function" if adapter is None else ("ptp" if use_u else "independent")
     return torch.tensor(tokens, dtype=torch.long), stats
