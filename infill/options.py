@@ -196,8 +196,8 @@ OPTIONS: tuple[Option, ...] = (
         "options",
         "rescue_width",
         ("--rescue-width",),
-        "Beam search: when every fill it found that writes something is rejected, search again N times wider "
-        "(1 = never).",
+        "When every fill found is rejected: beam search searches again N times wider, then it (or a greedy "
+        "decoder) draws 2N samples at temperature 0.7 (1 = never).",
         click.IntRange(min=1, max=MAX_RESCUE),
     ),
     Option(

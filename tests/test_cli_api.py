@@ -102,6 +102,29 @@ def test_a_rescue_runs_only_when_needed_and_never_returns_an_empty_fill() -> Non
             beam_fill(1, rescue_width=8)
 
 
+def test_a_beam_search_whose_wider_search_fails_too_is_rescued_by_sampling() -> None:
+    """The three likeliest lines break the syntax: width 1, then 3 (rescue_width 3) find only those; samples at
+    RESCUE_TEMPERATURE then reach the valid fourth line for some seeds, and never write a broken one."""
+    fills = [[("return (x", 0.36), ("return [x", 0.25), ("return {x", 0.2), ("return x + 1", 0.19)]]
+    rescued = 0
+    with fake_model(fills, name="fake-api"):
+        for seed in range(8):
+            try:
+                r = fill(
+                    SRC,
+                    [Selection("span", "2:2")],
+                    decode=DecodeConfig(decoder="beam", beam=1, temperature=0.0, seed=seed),
+                    options=FillOptions(retrieve=False, rescue_width=3),
+                )
+            except NoValidFillError as exc:
+                assert exc.exit_code == 3 and "no valid fill" in str(exc), seed
+                continue
+            assert r.text == "def inc(x):\n    return x + 1\n" and r.stats["rescued"] >= 1, seed
+            assert r.stats["decoder"] == "beam"
+            rescued += 1
+    assert 2 <= rescued < 8  # the samples found it for some seeds, not all: they are drawn, not searched
+
+
 def test_a_greedy_fill_the_checks_reject_is_rescued_by_sampling() -> None:
     """Greedy decoding (temperature 0, not beam search) writes one fill; when the checks reject it, up to
     2 x rescue_width samples at RESCUE_TEMPERATURE are drawn and the first that passes is written."""

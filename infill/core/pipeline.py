@@ -39,7 +39,8 @@ planning is infill.core.plan, and what differs between the two model kinds is in
   something is still rejected, the search runs once more FillOptions.rescue_width times wider and its fills that
   write something are tried best first until one passes (a small model's few best lines often all break the syntax).
   A greedy decoder (temperature 0: ASSD, S2D2, PTP, SSMD, confidence, a code model's) writes one fill; when it is
-  rejected, up to 2 x rescue_width samples are drawn at RESCUE_TEMPERATURE and the first that passes is taken.
+  rejected, or when the wider beam search found nothing that passes either, up to 2 x rescue_width samples are
+  drawn at RESCUE_TEMPERATURE (sequential sampling for beam search) and the first that passes is taken.
   If none is valid, NoValidFillError names the failing spans (exit code 3: nothing is written); with
   FillOptions.allow_syntax_errors the most likely one is returned with a warning.
 * Monitors (infill.core.checks.Monitor). A candidate that passes the checks may still be refused by a monitor:
@@ -337,15 +338,18 @@ def fill_text(
             rescued += consider(fills, writing_only=True)  # an empty fill is no rescue
             if any(_writes(c[1]) for c in valid) or attempt + 1 >= max(map(len, totals.nbest.values()), default=0):
                 break
-    elif (
+    if (
         options.rescue_width > 1
-        and decode.temperature == 0
+        and (decode.temperature == 0 or decode.decoder == "beam")
         and syntax is not None
         and not any(_writes(c[1]) for c in valid)
     ):
-        # a greedy decoder (ASSD, S2D2, PTP, SSMD, confidence, a code model's) wrote one fill and it was rejected:
-        # draw up to 2 x rescue_width samples at RESCUE_TEMPERATURE and take the first that passes
-        hot = replace(run, cfg=replace(decode, temperature=RESCUE_TEMPERATURE))
+        # a greedy decoder (ASSD, S2D2, PTP, SSMD, confidence, a code model's) wrote one fill and it was rejected,
+        # or beam search found nothing that passes even wider (a small model's likeliest lines can all share one
+        # broken start): draw up to 2 x rescue_width samples at RESCUE_TEMPERATURE (beam search's by exact
+        # sequential sampling) and take the first that passes
+        sampler = "sequential" if decode.decoder == "beam" else decode.decoder
+        hot = replace(run, cfg=replace(decode, decoder=sampler, temperature=RESCUE_TEMPERATURE))
         for attempt in range(2 * options.rescue_width):
             fills = [f for region in regions for f in backend.sample(region, hot, attempt)]
             attempts += 1
