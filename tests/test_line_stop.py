@@ -172,3 +172,21 @@ def test_one_line_fill_through_the_pipeline_decodes_less(tmp_path: Path, monkeyp
         assert with_stop == without and decoded <= decoded_all
         shorter += decoded < decoded_all
     assert shorter >= 2  # the tiny random model writes few line breaks; these seeds do
+
+
+def test_a_stop_token_with_text_before_its_line_break_keeps_that_text() -> None:
+    """Code-model tokenizers (Qwen2's pre-tokenizer, cl100k-style) merge `):\n` into one token: a one-line fill
+    that ends with it keeps the token, so the line keeps its `):` (the one-line cut drops what follows the
+    break). A pad still ends the fill without itself."""
+    from infill.core.backends import cut_at_pad
+
+    PAD, BLANK, COLON_BREAK, X = 0, 1, 2, 3  # noqa: N806
+    texts = {BLANK: "  ", COLON_BREAK: "):\n", X: "if f(x"}
+    logq = [-0.5, -1.0, -2.0, -3.0]
+    stops, blank = frozenset({COLON_BREAK}), frozenset({BLANK})
+    kept, before_end, score, worst = cut_at_pad([X, COLON_BREAK, X, X], logq, PAD, stops, blank)
+    assert kept == [X, COLON_BREAK] and before_end == 1 and score == -1.5 and worst == -1.0
+    assert one_line_cut("".join(texts[t] for t in kept), True) == "if f(x):"
+    # a leading line break is no stop (no text before it), and a pad ends the fill without itself
+    kept, before_end, score, _ = cut_at_pad([BLANK, COLON_BREAK, X, PAD], logq, PAD, stops, blank)
+    assert kept == [BLANK, COLON_BREAK, X] and before_end == 3 and score == -6.5

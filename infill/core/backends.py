@@ -63,19 +63,24 @@ def cut_at_pad(
     pad_id: int | None,
     stops: frozenset[int] = frozenset(),
     blank: frozenset[int] = frozenset(),
-) -> tuple[list[int], float, float]:
-    """Tokens before the first pad (or stop token after some text, see FillProblem), the log-likelihood of
-    those tokens plus the one that ended the fill, and the lowest of those tokens' log-probabilities."""
-    end, text = len(tokens), False
+) -> tuple[list[int], int, float, float]:
+    """The fill's tokens: those before the first pad, or up to and including the first stop token after some
+    text (see FillProblem; a token such as `):\n` holds text before its line break, which the one-line cut of
+    infill.core.pipeline keeps); how many came before the token that ended the fill; the log-likelihood of
+    the tokens up to the one that ended the fill, that one included, and the lowest of their log-probabilities."""
+    end, kept, text = len(tokens), len(tokens), False
     for i, t in enumerate(tokens):
-        if t == pad_id or (t in stops and text):
-            end = i
+        if t == pad_id:
+            end = kept = i
+            break
+        if t in stops and text:
+            end, kept = i, i + 1
             break
         text = text or t not in blank
     scored = min(len(tokens), end + 1)
     if logq is None or not scored:
-        return tokens[:end], 0.0, 0.0
-    return tokens[:end], float(sum(logq[:scored])), float(min(logq[:scored]))
+        return tokens[:kept], end, 0.0, 0.0
+    return tokens[:kept], end, float(sum(logq[:scored])), float(min(logq[:scored]))
 
 
 _TOKEN_SETS: dict[int, tuple[frozenset[int], frozenset[int]]] = {}
@@ -239,8 +244,8 @@ def _fills(
     for plan, stops in zip(region.spans, problem.stops or (), strict=True):
         piece = tokens[at : at + plan.budget]
         piece_q = logq[at : at + plan.budget] if logq is not None else None
-        kept, s, worst = cut_at_pad(piece, piece_q, loaded.asarm.pad_id, stops, problem.blank)
-        fills.append(Fill(loaded.tokenizer.decode(kept), s, len(kept), worst))
+        kept, n, s, worst = cut_at_pad(piece, piece_q, loaded.asarm.pad_id, stops, problem.blank)
+        fills.append(Fill(loaded.tokenizer.decode(kept), s, n, worst))
         at += plan.budget
     return fills
 
