@@ -6,7 +6,7 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -467,6 +467,7 @@ def test_blockdiff_model_uses_fill_middle(tmp_path: Path, monkeypatch: pytest.Mo
     from infill.models.registry import LoadedModel
 
     calls: list[tuple[str, str, int, str]] = []
+    stops: list[Callable[[str], bool] | None] = []
     tok = ByteTokenizer()
 
     def fill_middle(
@@ -477,8 +478,10 @@ def test_blockdiff_model_uses_fill_middle(tmp_path: Path, monkeypatch: pytest.Mo
         cfg: object,
         gen: object,
         on_step: object = None,
+        done: Callable[[str], bool] | None = None,
     ) -> object:  # the planner's token ids arrive as they are (no second tokenization)
         calls.append((tok.decode(prefix), tok.decode(suffix), max_tokens, cfg.decoder))  # type: ignore[attr-defined]
+        stops.append(done)
         return "return x * 2", DecodeStats(decoder="s2d2", nfe=3, tokens=12)
 
     module = types.ModuleType("infill.decoding.blockfill")
@@ -501,6 +504,8 @@ def test_blockdiff_model_uses_fill_middle(tmp_path: Path, monkeypatch: pytest.Mo
     ((prefix, suffix, _, decoder),) = calls
     assert prefix == SOURCE[: SOURCE.index("    return 0")] and suffix.startswith("\n\n\ndef g")
     assert decoder == "s2d2"  # the tool's default decoder (beam) maps to S2D2 on block-diffusion models
+    ((done,),) = [stops]  # `--span N` is one line: decoding may stop once the line is written, not before
+    assert done is not None and not done("\n    return x") and done("\n    return x\n")
     assert bad.exit_code == 2 and "any-subset" in bad.stderr
 
 

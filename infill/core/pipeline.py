@@ -338,16 +338,18 @@ def fill_text(
             rescued += consider(fills, writing_only=True)  # an empty fill is no rescue
             if any(_writes(c[1]) for c in valid) or attempt + 1 >= max(map(len, totals.nbest.values()), default=0):
                 break
+    # beam search is not steered by monitors: it samples only when none of its fills passes the checks
+    passing = valid + flagged if decode.decoder == "beam" else valid
     if (
         options.rescue_width > 1
         and (decode.temperature == 0 or decode.decoder == "beam")
         and syntax is not None
-        and not any(_writes(c[1]) for c in valid)
+        and not any(_writes(c[1]) for c in passing)
     ):
         # a greedy decoder (ASSD, S2D2, PTP, SSMD, confidence, a code model's) wrote one fill and it was rejected,
-        # or beam search found nothing that passes even wider (a small model's likeliest lines can all share one
-        # broken start): draw up to 2 x rescue_width samples at RESCUE_TEMPERATURE (beam search's by exact
-        # sequential sampling) and take the first that passes
+        # or beam search found nothing that passes the checks even wider (a small model's likeliest lines can all
+        # share one broken start): draw up to 2 x rescue_width samples at RESCUE_TEMPERATURE (beam search's by
+        # exact sequential sampling) and take the first that passes
         sampler = "sequential" if decode.decoder == "beam" else decode.decoder
         hot = replace(run, cfg=replace(decode, decoder=sampler, temperature=RESCUE_TEMPERATURE))
         for attempt in range(2 * options.rescue_width):
