@@ -109,3 +109,30 @@ def test_the_heldout_stream_does_not_depend_on_the_order_a_build_found_the_files
     assert streams[0] == streams[1] and len(streams[0]) > 20
     plain = [tok.encode(r["text"]).ids for r in records[::-1]]
     assert sum(plain, []) != streams[0][: sum(map(len, plain))]
+
+
+def test_workers_change_nothing_and_excluded_packages_stay_out(tmp_path: Path) -> None:
+    """The parallel scan (the GPU job builds its corpus on 16 processes) writes the same corpus as one process;
+    `exclude_packages` and `include_stdlib=False` leave out whole packages (those an evaluation's held-out files
+    come from)."""
+    stdlib, site = _fixture(tmp_path)
+    _fake_dist(site, "other", "2.0", {"other/a.py": "def other_function(value):\n    return value + 1\n"})
+    one = build_corpus(tmp_path / "one", site=site, stdlib=stdlib, heldout_permille=100, log=False)
+    four = build_corpus(tmp_path / "four", site=site, stdlib=stdlib, heldout_permille=100, log=False, workers=4)
+    assert one["totals"] == four["totals"] and one["packages"] == four["packages"]
+    for split in ("train", "heldout"):
+        assert (tmp_path / "one" / f"{split}.jsonl").read_bytes() == (tmp_path / "four" / f"{split}.jsonl").read_bytes()
+    part = build_corpus(
+        tmp_path / "part",
+        site=site,
+        stdlib=stdlib,
+        heldout_permille=100,
+        log=False,
+        exclude_packages=["Other"],
+        include_stdlib=False,
+        workers=2,
+    )
+    names = {p["package"] for p in part["packages"]}  # type: ignore[attr-defined]
+    assert names == {"pkg"}
+    assert {"other", "pkg"} <= {p["package"] for p in one["packages"]}  # type: ignore[attr-defined]
+    assert part["exclusions"]["stdlib"] is False and "other" in part["exclusions"]["packages"]  # type: ignore[index]

@@ -54,13 +54,16 @@ def _hf_nll(hf: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor
     return nll.reshape(batch["labels"].shape)
 
 
+@pytest.mark.parametrize("packed", [True, False])  # per sequence (CPU) and padded in one product (GPU)
 @pytest.mark.parametrize("seed", [0, 1])
-def test_loss_and_gradients_match_transformers(pair: tuple[torch.nn.Module, TwoStreamXLNet], seed: int) -> None:
+def test_loss_and_gradients_match_transformers(
+    pair: tuple[torch.nn.Module, TwoStreamXLNet], seed: int, packed: bool
+) -> None:
     hf, ours = pair
     batch = _batch(seed)
     hf.zero_grad()
     ours.zero_grad()
-    a, b = _hf_nll(hf, batch), ours.target_nll(batch)
+    a, b = _hf_nll(hf, batch), ours.target_nll(batch, packed=packed)
     assert a.abs().sum() > 10  # real losses, not padding
     assert torch.allclose(a, b, atol=1e-5, rtol=1e-5)
     a.sum().backward()

@@ -37,13 +37,15 @@ DEFAULT_RUN = Path("runs/asarm")
 
 
 class TrainGroup(click.Group):
-    """`train` subcommands; `block-diffusion`, `ssmd` and `ptp` live in their own modules (LAZY), imported when
-    the command is run or listed."""
+    """`train` subcommands; `block-diffusion`, `ssmd`, `ptp` and the GPU job live in their own modules (LAZY),
+    imported when the command is run or listed."""
 
     LAZY = {
         "block-diffusion": "infill.commands.train_blockdiff:block_diffusion",
         "ssmd": "infill.commands.train_ssmd:ssmd",
         "ptp": "infill.commands.train_ptp:ptp",
+        "gpu-job": "infill.commands.train_gpu:gpu_job",
+        "gpu-carry": "infill.commands.train_gpu:gpu_carry",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -209,6 +211,12 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
     type=FiniteFloatRange(0.01),
     default=6.0,
     help="Per-package cap on training text, in MB (keeps huge repetitive packages from dominating).",
+)
+@click.option(
+    "--data-workers",
+    type=click.IntRange(0, 64),
+    default=0,
+    help="Processes that draw the batches (0: this one). A GPU trains faster than one process makes batches.",
 )
 @seed_option()
 @bf16_option

@@ -304,7 +304,12 @@ class TwoStreamXLNet(nn.Module):
     # --- training / scoring forward ------------------------------------------------------------------------
 
     def train_hidden(
-        self, ids: torch.Tensor, masked: torch.Tensor, targets: torch.Tensor, n_decoded: int | None = None
+        self,
+        ids: torch.Tensor,
+        masked: torch.Tensor,
+        targets: torch.Tensor,
+        n_decoded: int | None = None,
+        packed: bool | None = None,
     ) -> torch.Tensor:
         """Teacher-forced two-stream forward: query-stream outputs (S, d) of the S valid targets, packed in
         (sequence, target) order.
@@ -313,8 +318,14 @@ class TwoStreamXLNet(nn.Module):
         The mask is `masks.perm_mask(masked, n_decoded)`: the oracle mask, or with `n_decoded` the draft mask
         (masked positions of rank >= n_decoded see only the prompt and ranks < n_decoded). Target rows are packed:
         a batch pads T to its longest sequence, often 3-4x the mean, and the query stream would otherwise attend
-        for every padding row.
+        for every padding row. `packed` (default: on a CPU, not on a GPU): attend sequence by sequence over the
+        packed rows; otherwise in one batched product over the padded (B, T) rows, which a GPU runs faster than
+        B small products (the padding rows are computed and dropped). Both give the same outputs.
         """
+        if packed is None:
+            packed = ids.device.type == "cpu"
+        if not packed:
+            return self._train_hidden_padded(ids, masked, targets, n_decoded)
         from infill.models.masks import blocked as blocked_mask
 
         B, N = ids.shape
@@ -357,12 +368,47 @@ class TwoStreamXLNet(nn.Module):
             g = layer.ff(layer.post(g, vec))
         return g
 
-    def target_nll(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _train_hidden_padded(
+        self, ids: torch.Tensor, masked: torch.Tensor, targets: torch.Tensor, n_decoded: int | None
+    ) -> torch.Tensor:
+        """`train_hidden` with the query stream over the padded (B, T) target rows in one product per layer."""
+        from infill.models.masks import blocked as blocked_mask
+
+        B, N = ids.shape
+        dev = ids.device
+        blocked = blocked_mask(masked, n_decoded)  # (B, N, N)
+        eye = torch.eye(N, dtype=torch.bool, device=dev)
+        neg_h = (blocked & ~eye).to(torch.float32) * -NEG  # (B, N, N) a content row sees itself
+        valid = targets >= 0  # (B, T)
+        t = targets.clamp(min=0)
+        rows = blocked.gather(1, t[:, :, None].expand(-1, -1, N))  # (B, T, N)
+        neg_g = rows.to(torch.float32) * -NEG
+        rel_g = (N - 1) - t[:, :, None] + torch.arange(N, device=dev)  # (B, T, N) index of distance t - j
+        tr = self.transformer
+        h = tr.word_embedding(ids)  # (B, N, d)
+        g = tr.mask_emb.expand(B, t.shape[1], -1)  # (B, T, d)
+        layers = self.layers()
+        last = len(layers) - 1
+        for li, layer in enumerate(layers):
+            kr = self.relative_keys(layer, N, dev)
+            if li < last:
+                q_h, k, v = layer.project(h, "qkv").unbind(-3)
+            else:
+                k, v = layer.project(h, "kv").unbind(-3)
+            kt, vh = k.permute(2, 0, 3, 1), v.permute(2, 0, 1, 3)
+            q_g = layer.project(g, "q").squeeze(-3)  # (B, T, n, dh)
+            vec = layer.attention(q_g, kt, vh, kr, rel_g, neg_g)
+            if li < last:
+                h = layer.ff(layer.attend(h, q_h, kt, vh, kr, None, neg_h))
+            g = layer.ff(layer.post(g, vec))
+        return g[valid]
+
+    def target_nll(self, batch: dict[str, torch.Tensor], packed: bool | None = None) -> torch.Tensor:
         """Per-target NLL (B, T) of a training batch (ids, masked, targets, labels with -100 = none); 0 at
         padding. Targets of a sequence must come first in its row (-1 only after them), as `collate` makes them."""
         labels = batch["labels"]  # (B, T)
         valid = batch["targets"] >= 0  # (B, T)
-        g = self.train_hidden(batch["ids"], batch["masked"], batch["targets"])  # (S, d)
+        g = self.train_hidden(batch["ids"], batch["masked"], batch["targets"], packed=packed)  # (S, d)
         nll = nn.functional.cross_entropy(self.lm_loss(g), labels[valid], ignore_index=-100, reduction="none")
         return torch.zeros(labels.shape, dtype=nll.dtype, device=nll.device).masked_scatter(valid, nll)
 

@@ -159,6 +159,22 @@ def train(
             model.load_file_state({k: v.float() for k, v in load_file(str(init_from / "model.safetensors")).items()})
         except ValueError as exc:
             raise InputError(f"{init_from}: {exc}") from exc
+    log = Log(cfg.steps or None, quiet=not world.main)
+    t0 = time.time()
+    # first: a corpus with no held-out text fails before the training stream is tokenized and cached
+    held = heldout_batches(tok, corpus, cfg, cfg.eval_sequences) if cfg.eval_sequences > 0 and world.main else []
+    if not world.main:
+        world.barrier()  # rank 0 tokenizes and caches the stream first
+    stream, files = cached_stream(tok, tokenizer_json, corpus, cfg.max_package_bytes, run_dir, write=world.main)
+    if world.main:
+        world.barrier()
+    parallel = None
+    if cfg.data_workers > 0:  # forked before this process touches the GPU
+        from infill.training.layouts import ParallelBatches
+
+        parallel = ParallelBatches(
+            stream, token_strings(tok), line_break_ids(tok), cfg.seed, cfg.seq_len, cfg.batch_size, cfg.data_workers
+        )
     device = torch.device(cfg.device)
     model.to(device)
     opt = adamw(model, cfg.lr, cfg.weight_decay, betas=(0.9, 0.98))
@@ -172,16 +188,6 @@ def train(
         counter = int(ckpt["counter"])
         random.setstate(ckpt["python_rng"])
         torch.set_rng_state(ckpt["torch_rng"])
-
-    log = Log(cfg.steps or None, quiet=not world.main)
-    t0 = time.time()
-    # first: a corpus with no held-out text fails before the training stream is tokenized and cached
-    held = heldout_batches(tok, corpus, cfg, cfg.eval_sequences) if cfg.eval_sequences > 0 and world.main else []
-    if not world.main:
-        world.barrier()  # rank 0 tokenizes and caches the stream first
-    stream, files = cached_stream(tok, tokenizer_json, corpus, cfg.max_package_bytes, run_dir, write=world.main)
-    if world.main:
-        world.barrier()
     log.line(
         f"stream: {files} files, {len(stream):,} tokens ({time.time() - t0:.0f}s); "
         f"model {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params; "
@@ -239,11 +245,17 @@ def train(
             if signalled or late:
                 break
             t_step = time.time()
-            examples = batches.examples()  # the global batch; this process trains on its part
-            mine = examples[world.part(len(examples))]
-            batch = {k: v.to(device, non_blocking=True) for k, v in collate(mine, cfg.seq_len).items()}
-            count, my_count = target_count(examples), target_count(mine)
-            positions = len(examples) * cfg.seq_len
+            if parallel is not None:  # the global batch, drawn by the workers; this process trains on its part
+                full = parallel.get(state.step)
+                part = world.part(cfg.batch_size)
+                batch = {k: v[part].to(device, non_blocking=True) for k, v in full.items()}
+                count, my_count = int((full["labels"] >= 0).sum()), int((full["labels"][part] >= 0).sum())
+            else:
+                examples = batches.examples()  # the global batch; this process trains on its part
+                mine = examples[world.part(len(examples))]
+                batch = {k: v.to(device, non_blocking=True) for k, v in collate(mine, cfg.seq_len).items()}
+                count, my_count = target_count(examples), target_count(mine)
+            positions = cfg.batch_size * cfg.seq_len
             lr = lr_at(cfg, state.step, state.elapsed)
             for g in opt.param_groups:
                 g["lr"] = lr
@@ -271,6 +283,8 @@ def train(
                 last_ckpt = time.time()
     finally:
         log.close()
+        if parallel is not None:
+            parallel.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     checkpoint()

@@ -150,6 +150,66 @@ def split_of(sha256: str, heldout_permille: int) -> str:
     return "heldout" if int(sha256[:8], 16) % 1000 < heldout_permille else "train"
 
 
+@dataclass(frozen=True)
+class _Scan:
+    """What a worker learns of one source file: None fields for a file that is skipped (unreadable, not UTF-8,
+    empty or too large)."""
+
+    sha256: str | None
+    size: int = 0
+    contaminating: tuple[str, ...] = ()
+    overlap: frozenset[int] = frozenset()
+    signature: object = None
+
+
+_WORKER: dict[str, object] = {}
+
+
+def _scan_init(contamination: object, hasher: object) -> None:
+    _WORKER["contamination"] = contamination
+    _WORKER["hasher"] = hasher
+
+
+def _scan(path: Path) -> _Scan:
+    """Read, hash and fingerprint one file (run in worker processes; the decisions stay in one process)."""
+    from infill.training.dedup import Contamination, MinHasher
+
+    try:
+        data = path.read_bytes()
+        text = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return _Scan(None)
+    if len(data) > MAX_FILE_BYTES or not text.strip():
+        return _Scan(None)
+    contamination = _WORKER["contamination"]
+    hasher = _WORKER.get("hasher")
+    assert isinstance(contamination, Contamination)
+    return _Scan(
+        hashlib.sha256(data).hexdigest(),
+        len(data),
+        tuple(contamination.contaminating(text)),
+        frozenset(contamination.overlapping(text)),
+        hasher.signature(text) if isinstance(hasher, MinHasher) else None,
+    )
+
+
+def _scans(paths: list[Path], workers: int) -> Iterator[_Scan]:
+    """`_scan` of every path, in order, on `workers` processes (1: in this one)."""
+    if workers <= 1:
+        yield from map(_scan, paths)
+        return
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(
+        workers, initializer=_scan_init, initargs=(_WORKER["contamination"], _WORKER.get("hasher"))
+    ) as pool:
+        yield from pool.imap(_scan, paths, chunksize=16)
+
+
+def _normal(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
 def build_corpus(
     out: Path,
     site: Path | Sequence[Path] | None = None,
@@ -158,6 +218,9 @@ def build_corpus(
     log: bool = True,
     near_dup_threshold: float = 0.85,
     problems: Sequence[Problem] = (),
+    exclude_packages: Sequence[str] = (),
+    include_stdlib: bool = True,
+    workers: int = 1,
 ) -> dict[str, object]:
     """Collect, deduplicate, split and write the corpus to `out` (layout in the module docstring); returns the
     manifest.
@@ -165,21 +228,28 @@ def build_corpus(
     `site`: one or more site-packages folders (default: this interpreter's). `near_dup_threshold`: files whose
     estimated Jaccard similarity to a file kept earlier reaches it are dropped (1.0 or more: exact duplicates only).
     `problems`: evaluation problems that must not be trained on (`infill train corpus` gives HumanEval's:
-    infill.evaluation.humaneval.humaneval_problems).
+    infill.evaluation.humaneval.humaneval_problems). `exclude_packages`: distributions left out by name (e.g.
+    every package an evaluation's held-out files come from; "python-stdlib" names the standard library, as
+    `include_stdlib=False` does). `workers`: processes that read, hash and fingerprint the files; the result
+    does not depend on it.
     """
     from infill.training.dedup import Contamination, NearDuplicates
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "heldout").mkdir(exist_ok=True)
-    sources: list[SourceFile] = list(stdlib_files(stdlib))
+    excluded = {_normal(name) for name in exclude_packages}
+    sources: list[SourceFile] = []
+    if include_stdlib and "python-stdlib" not in excluded:
+        sources += list(stdlib_files(stdlib))
     if site is None:
         sites: list[Path] = [Path(sysconfig.get_paths()["purelib"])]
     else:
         sites = [site] if isinstance(site, Path) else list(site)
     for folder in sites:
-        sources += list(site_files(folder))
+        sources += [src for src in site_files(folder) if _normal(src.package) not in excluded]
     near = NearDuplicates(near_dup_threshold) if near_dup_threshold < 1.0 else None
     contamination = Contamination(problems)
+    _scan_init(contamination, near.hasher if near is not None else None)
     removed: dict[str, list[str]] = {}
     seen: set[str] = set()
     packages: dict[str, dict[str, object]] = {}
@@ -197,30 +267,32 @@ def build_corpus(
         open(out / "train.jsonl", "w", encoding="utf-8") as tr,
         open(out / "heldout.jsonl", "w", encoding="utf-8") as ho,
     ):
-        for src in sources:
-            try:
-                data = src.path.read_bytes()
-                text = data.decode("utf-8")
-            except (OSError, UnicodeDecodeError):
+        for src, scan in zip(sources, _scans([s.path for s in sources], workers), strict=True):
+            sha = scan.sha256
+            if sha is None:
                 totals["skipped"] += 1
                 continue
-            if len(data) > MAX_FILE_BYTES or not text.strip():
-                totals["skipped"] += 1
-                continue
-            sha = hashlib.sha256(data).hexdigest()
             if sha in seen:
                 totals["duplicates"] += 1
                 continue
             seen.add(sha)
-            hits = contamination.contaminating(text)
-            if hits:
-                removed[f"{src.package}:{src.path.name}"] = hits
+            if scan.contaminating:
+                removed[f"{src.package}:{src.path.name}"] = list(scan.contaminating)
                 totals["contaminated"] += 1
                 continue
-            if near is not None and near.add(sha, text) is not None:
+            try:
+                data = src.path.read_bytes()
+            except OSError:
+                totals["skipped"] += 1
+                continue
+            if hashlib.sha256(data).hexdigest() != sha:  # changed since it was scanned
+                totals["skipped"] += 1
+                continue
+            text = data.decode("utf-8")
+            if near is not None and near.add(sha, text, scan.signature) is not None:
                 totals["near_duplicates"] += 1
                 continue
-            contamination.note_kept(text)
+            contamination.overlap |= scan.overlap
             pkg = packages.setdefault(
                 src.package,
                 {
@@ -250,7 +322,8 @@ def build_corpus(
         "python": sys.version.split()[0],
         "heldout_permille": heldout_permille,
         "exclusions": {
-            "packages": sorted(EXCLUDED_PACKAGES),
+            "packages": sorted(EXCLUDED_PACKAGES | excluded),
+            "stdlib": include_stdlib and "python-stdlib" not in excluded,
             "test_dirs": sorted(TEST_DIRS),
             "stdlib_dirs": sorted(STDLIB_EXCLUDE),
             "max_file_bytes": MAX_FILE_BYTES,

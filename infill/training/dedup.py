@@ -75,8 +75,9 @@ class NearDuplicates:
     _signatures: list[Any] = field(default_factory=list)
     _keys: list[str] = field(default_factory=list)
 
-    def add(self, key: str, text: str) -> str | None:
-        sig = self.hasher.signature(text)
+    def add(self, key: str, text: str, signature: Any = None) -> str | None:
+        """`signature`: the text's MinHash signature when it was computed elsewhere (a worker process)."""
+        sig = self.hasher.signature(text) if signature is None else signature
         rows = len(sig) // BANDS
         bands = [(b, sig[b * rows : (b + 1) * rows].tobytes()) for b in range(BANDS)]
         seen: set[int] = set()
@@ -152,11 +153,19 @@ class Contamination:
 
     def note_kept(self, text: str) -> None:
         """Record the 13-gram overlap of a file that stays in the corpus."""
+        self.overlap |= self.overlapping(text)
+
+    def overlapping(self, text: str) -> set[int]:
+        """Indices of the problems whose canonical solution shares a 13-gram of word tokens with `text`."""
+        found: set[int] = set()
+        if not self._grams:
+            return found
         w = words(text)
         for j in range(len(w) - self.NGRAM + 1):
-            found = self._grams.get(zlib.crc32("\x1f".join(w[j : j + self.NGRAM]).encode()))
-            if found:
-                self.overlap |= found
+            hit = self._grams.get(zlib.crc32("\x1f".join(w[j : j + self.NGRAM]).encode()))
+            if hit:
+                found |= hit
+        return found
 
     def report(self, removed: dict[str, list[str]]) -> dict[str, Any]:
         return {

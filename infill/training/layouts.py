@@ -304,3 +304,65 @@ def collate(examples: list[Example], seq_len: int) -> dict[str, torch.Tensor]:
         targets[i, : len(x)] = torch.tensor(x, dtype=torch.long)
     labels = torch.where(targets >= 0, ids.gather(1, targets.clamp(min=0)), torch.full_like(targets, -100))
     return {"ids": ids, "masked": masked, "targets": targets, "labels": labels}
+
+
+_SHARED: dict[str, object] = {}  # what forked workers inherit: the stream and the sampler's tables
+
+
+def _batch_of_step(step: int) -> dict[str, np.ndarray]:
+    """The collated batch of `step`, a function of (seed, step) alone (run in a worker process)."""
+    import numpy as np
+
+    seed, seq_len, batch_size = (int(_SHARED[k]) for k in ("seed", "seq_len", "batch_size"))  # type: ignore[call-overload]
+    strings, breaks, stream = _SHARED["strings"], _SHARED["breaks"], _SHARED["stream"]
+    sampler = LayoutSampler(strings, breaks, np.random.default_rng([seed, step]), counter=step * batch_size)  # type: ignore[arg-type]
+    return {k: v.numpy() for k, v in Batches(stream, sampler, seq_len, batch_size).next().items()}  # type: ignore[arg-type]
+
+
+def _worker_init() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+class ParallelBatches:
+    """Batches drawn by worker processes, for a GPU that trains faster than one process masks and collates
+    (the layouts are Python). Batch `step` depends only on (seed, step), so a resumed run draws the same
+    batches whatever the number of workers; `prefetch` batches are made ahead. Workers are forked: make this
+    before the process touches CUDA."""
+
+    def __init__(
+        self,
+        stream: np.ndarray,
+        strings: list[str],
+        breaks: set[int],
+        seed: int,
+        seq_len: int,
+        batch_size: int,
+        workers: int,
+        prefetch: int = 0,
+    ) -> None:
+        import multiprocessing
+
+        _SHARED.update(seed=seed, seq_len=seq_len, batch_size=batch_size, strings=strings, breaks=breaks, stream=stream)
+        self.pool = multiprocessing.get_context("fork").Pool(workers, initializer=_worker_init)
+        self.prefetch = prefetch or 2 * workers
+        self.pending: dict[int, object] = {}
+        self.next_step = -1
+
+    def get(self, step: int) -> dict[str, torch.Tensor]:
+        """The batch of `step` (collate's tensors), asking the workers for the following ones."""
+        import torch
+
+        if step != self.next_step:  # a jump (the first call, a resume): start over from here
+            self.pending.clear()
+        for s in range(step, step + self.prefetch):
+            if s not in self.pending:
+                self.pending[s] = self.pool.apply_async(_batch_of_step, (s,))
+        self.next_step = step + 1
+        arrays = self.pending.pop(step).get()  # type: ignore[attr-defined]
+        return {k: torch.from_numpy(v) for k, v in arrays.items()}
+
+    def close(self) -> None:
+        self.pool.terminate()
+        self.pool.join()

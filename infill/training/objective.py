@@ -34,6 +34,7 @@ class TrainConfig:
     threads: int = 2
     device: str = "cpu"  # "cpu" or "cuda"
     bf16: bool = False  # autocast; fast only on AMX / AVX512-BF16 CPUs and CUDA (infill.hardware.fast_bf16)
+    data_workers: int = 0  # > 0: processes that draw the batches (a GPU outruns one process's Python layouts)
     shape: ModelShape = field(default_factory=ModelShape)
 
 

@@ -62,8 +62,6 @@ def pack_streams(
 ) -> dict[str, Any]:
     """Write the training and held-out token streams of `corpus` to one compressed .npz of at most `max_mb` MB
     (the training stream is cut to fit), for training where the corpus is not available (a GPU machine)."""
-    import hashlib
-
     import numpy as np
 
     from infill.training.corpus import balanced_records
@@ -71,9 +69,7 @@ def pack_streams(
     train = tokenize_stream(tok, [r["text"] for r in balanced_records(corpus, "train", max_package_bytes)])
     held = heldout_stream(tok, corpus)
     meta = {
-        "tokenizer_sha256": hashlib.sha256(tokenizer_json.read_bytes()).hexdigest(),
-        "vocab_size": tok.get_vocab_size(),
-        "vocab_sha256": vocab_digest(tok, tok.get_vocab_size()),
+        **pack_meta(tok, tokenizer_json),
         "corpus": str(corpus),
         "max_package_bytes": max_package_bytes,
         "train_tokens_available": int(len(train)),
@@ -88,6 +84,32 @@ def pack_streams(
             break
         keep = int(keep * max_mb / size * 0.98)
     meta["megabytes"] = round(out.stat().st_size / 1e6, 2)
+    return meta
+
+
+def pack_meta(tok: HFTokenizer, tokenizer_json: Path) -> dict[str, Any]:
+    """What a pack records of its tokenizer, checked by the trainers that read it."""
+    import hashlib
+
+    return {
+        "tokenizer_sha256": hashlib.sha256(tokenizer_json.read_bytes()).hexdigest(),
+        "vocab_size": tok.get_vocab_size(),
+        "vocab_sha256": vocab_digest(tok, tok.get_vocab_size()),
+    }
+
+
+def write_pack(
+    out: Path, tokenizer_json: Path, train: np.ndarray, heldout: np.ndarray, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """A pack of already tokenized streams, uncompressed (it is read where it is written, by the GPU job's
+    trainers); the same layout `pack_streams` writes and every trainer reads."""
+    import numpy as np
+
+    from infill.training.tokenizer import load_tokenizer
+
+    meta = {**pack_meta(load_tokenizer(tokenizer_json), tokenizer_json), **extra, "train_tokens": int(len(train))}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(out, train=train, heldout=heldout, meta=np.array(json.dumps(meta)))
     return meta
 
 
