@@ -275,7 +275,7 @@ def train(
                     state.step,
                     f"step {state.step} loss {window_loss / max(window_n, 1):.3f} "
                     f"lr {lr:.2e} tok/s {window_tok / dt:.0f} tokens {state.tokens_seen:,} "
-                    f"elapsed {state.elapsed / 60:.1f}m",
+                    f"elapsed {state.elapsed / 60:.1f}m (wall {(time.time() - t0) / 60:.1f}m)",
                 )
                 window_loss, window_n, window_tok, window_t = 0.0, 0, 0, time.time()
             if time.time() - last_ckpt >= cfg.checkpoint_minutes * 60:

@@ -93,7 +93,7 @@ class Plan:
     smoke: bool = False
     max_files: int = 0  # 0: every file of the lent machine's packages
     max_mb: float = 38.0  # the AS-ARM's bf16 weights at most this many MB (the tracked tree's budget)
-    tflops: float = 150.0  # assumed training throughput of the GPU, for the compute estimate
+    tflops: float = 30.0  # training throughput the compute estimate assumes (measured: docs/training.md)
     seq_len: int = 512
     batch_size: int = 64
     lr: float = 1e-3
@@ -327,9 +327,13 @@ def build_pack(plan: Plan, report: Report, tokenizer_json: Path) -> Path:
 # ---- the compute estimate --------------------------------------------------------------------------------------
 
 
+MIN_POSITIONS_PER_PARAM = 4.0  # measured: 8x384 at 3-5 beat 6x256 at 10+ (docs/training.md, "A GPU loan")
+
+
 def choose_shape(plan: Plan, seconds: float) -> tuple[Shape, str]:
-    """The AS-ARM's shape for `seconds` of training: the largest shape of LADDER within both the compute-optimal
-    size (about 20 training positions per parameter at the assumed throughput) and the size budget."""
+    """The AS-ARM's shape for `seconds` of training: the largest shape of LADDER that both fits the size budget
+    and sees at least MIN_POSITIONS_PER_PARAM training positions per parameter at the assumed throughput.
+    (Chinchilla's 20 tokens per parameter would pick a smaller shape than the one that measured best here.)"""
     if plan.shape is not None:
         return plan.shape, f"shape given: {plan.shape.params() / 1e6:.1f}M parameters"
     cap = plan.max_mb * 1e6 / 2  # bf16
@@ -339,7 +343,7 @@ def choose_shape(plan: Plan, seconds: float) -> tuple[Shape, str]:
         return flops / s.train_flops(plan.seq_len)
 
     fits = [s for s in LADDER if s.params() <= cap] or [LADDER[0]]
-    optimal = [s for s in fits if positions(s) >= 20 * s.params()] or [fits[0]]
+    optimal = [s for s in fits if positions(s) >= MIN_POSITIONS_PER_PARAM * s.params()] or [fits[0]]
     shape = optimal[-1]
     bound = "the size budget" if shape == fits[-1] and len(optimal) == len(fits) else "the compute"
     note = (
