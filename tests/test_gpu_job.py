@@ -56,8 +56,19 @@ def test_smoke_rehearsal_end_to_end(tmp_path: Path) -> None:
     out, carry = tmp_path / "out", tmp_path / "no-carry"
     env = _gpu_like_env(tmp_path)
     done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "gpu_job.sh"), "--smoke", "--minutes", "1.3", "--out", str(out),
-         "--work", str(tmp_path / "work"), "--carry", str(carry)],  # fmt: skip
+        [
+            "bash",
+            str(ROOT / "scripts" / "gpu_job.sh"),
+            "--smoke",
+            "--minutes",
+            "1.3",
+            "--out",
+            str(out),
+            "--work",
+            str(tmp_path / "work"),
+            "--carry",
+            str(carry),
+        ],  # fmt: skip
         env=env,
         capture_output=True,
         text=True,
@@ -84,8 +95,23 @@ def test_smoke_rehearsal_end_to_end(tmp_path: Path) -> None:
     text.write_text("one two three\nfour five six\nseven eight nine\n")
     for model in (out / "default", tmp_path / "back" / "blockdiff"):
         fill = subprocess.run(
-            [sys.executable, "-m", "infill", "fill", str(text), "--span", "2", "--model", str(model),
-             "--format", "json", "--tokens", "4", "--engine", "torch"],  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "infill",
+                "fill",
+                str(text),
+                "--span",
+                "2",
+                "--model",
+                str(model),
+                "--format",
+                "json",
+                "--tokens",
+                "4",
+                "--engine",
+                "torch",
+            ],  # fmt: skip
             capture_output=True,
             text=True,
             cwd=ROOT,
