@@ -1,0 +1,256 @@
+-- infill.nvim: ghost-text suggestions from `infill lsp` in Neovim 0.7 and later.
+--
+-- Starts the language server for the configured filetypes, asks it for an inline completion
+-- (textDocument/inlineCompletion) when you pause typing in insert mode, and shows the answer as virtual text
+-- at the cursor (extmarks). <Tab> accepts it, <M-Right> accepts one word, <C-]> dismisses it; typing what the
+-- suggestion says keeps the rest of it without a new request (typeahead).
+local M = {}
+
+local ns = vim.api.nvim_create_namespace("infill")
+
+M.config = {
+  cmd = { "infill", "lsp" },
+  filetypes = { "python", "javascript", "typescript", "go", "rust", "java", "c", "cpp", "lua", "sh" },
+  settings = {}, -- sent as initializationOptions (docs/editors.md lists them: model, threshold, ...)
+  debounce_ms = 75, -- pause before a request
+  keys = { accept = "<Tab>", accept_word = "<M-Right>", dismiss = "<C-]>" },
+  root_markers = { ".git", "pyproject.toml", "package.json", "go.mod", "Cargo.toml" },
+}
+
+-- what is on screen: {buf, row (0-based), col (byte), text (still to insert), lines}
+M.state = { suggestion = nil, pending = nil, client_id = nil, requests = 0, timer = nil }
+
+local function has_inline_virt_text()
+  return vim.fn.has("nvim-0.10") == 1
+end
+
+function M.clear()
+  for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_valid(buf) then
+      vim.api.nvim_buf_clear_namespace(buf, ns, 0, -1)
+    end
+  end
+  M.state.suggestion = nil
+end
+
+local function cancel_pending()
+  local pending = M.state.pending
+  if pending then
+    local client = vim.lsp.get_client_by_id(pending.client_id)
+    if client then
+      client.cancel_request(pending.id)
+    end
+    M.state.pending = nil
+  end
+end
+
+-- Show `text` (what would be inserted at the cursor) as virtual text.
+local function render(buf, row, col, text)
+  vim.api.nvim_buf_clear_namespace(buf, ns, 0, -1)
+  if text == "" then
+    M.state.suggestion = nil
+    return
+  end
+  local lines = vim.split(text, "\n", { plain = true })
+  local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
+  local opts = { virt_text = { { lines[1], "Comment" } }, hl_mode = "combine" }
+  if has_inline_virt_text() then
+    opts.virt_text_pos = "inline"
+  elseif col >= #line then
+    opts.virt_text_pos = "overlay"
+  else
+    opts.virt_text_pos = "eol" -- text after the cursor: Neovim before 0.10 cannot show text inside a line
+  end
+  if #lines > 1 then
+    local extra = {}
+    for i = 2, #lines do
+      table.insert(extra, { { lines[i], "Comment" } })
+    end
+    opts.virt_lines = extra
+  end
+  vim.api.nvim_buf_set_extmark(buf, ns, row, math.min(col, #line), opts)
+  M.state.suggestion = { buf = buf, row = row, col = col, text = text }
+end
+
+local function cursor()
+  local pos = vim.api.nvim_win_get_cursor(0)
+  return vim.api.nvim_get_current_buf(), pos[1] - 1, pos[2]
+end
+
+-- The first item of an answer as the text to insert at the cursor (its range may start before the cursor,
+-- e.g. at the start of a word the server healed: the part already typed is dropped).
+local function item_text(buf, row, col, item)
+  local text = item.insertText
+  if type(text) == "table" then
+    text = text.value
+  end
+  if type(text) ~= "string" then
+    return nil
+  end
+  local range = item.range
+  if range and range.start.line == row then
+    local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
+    local start = vim.str_byteindex(line, range.start.character, true)
+    local typed = line:sub(start + 1, col)
+    if text:sub(1, #typed) ~= typed then
+      return nil
+    end
+    text = text:sub(#typed + 1)
+  end
+  return text
+end
+
+function M.request()
+  local client = M.state.client_id and vim.lsp.get_client_by_id(M.state.client_id)
+  local buf, row, col = cursor()
+  if not client or not vim.lsp.buf_is_attached(buf, client.id) then
+    return
+  end
+  cancel_pending()
+  local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
+  local _, utf16 = vim.str_utfindex(line, col)
+  local params = {
+    textDocument = { uri = vim.uri_from_bufnr(buf) },
+    position = { line = row, character = utf16 },
+    context = { triggerKind = 2 },
+  }
+  local tick = vim.api.nvim_buf_get_changedtick(buf)
+  M.state.requests = M.state.requests + 1
+  local ok, id = client.request("textDocument/inlineCompletion", params, function(err, result)
+    M.state.pending = nil
+    M.state.last = { err = err, result = result } -- the last answer, for :lua print(vim.inspect(...))
+    local b, r, c = cursor()
+    if err or not result or b ~= buf or r ~= row or c ~= col or vim.api.nvim_buf_get_changedtick(buf) ~= tick then
+      return -- an error, or the buffer moved on: the next pause asks again
+    end
+    local items = result.items or result
+    local text = items[1] and item_text(buf, row, col, items[1])
+    if text then
+      render(buf, row, col, text)
+    end
+  end, buf)
+  if ok then
+    M.state.pending = { client_id = client.id, id = id }
+  end
+end
+
+-- After a keystroke: keep the suggestion if what was typed is what it says (typeahead), else ask again after
+-- a pause.
+function M.on_change()
+  local s = M.state.suggestion
+  local buf, row, col = cursor()
+  if s and s.buf == buf and s.row == row and col >= s.col then
+    local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
+    local typed = line:sub(s.col + 1, col)
+    if s.text:sub(1, #typed) == typed and #typed < #s.text then
+      render(buf, row, col, s.text:sub(#typed + 1))
+      return
+    end
+  end
+  M.clear()
+  if M.state.timer then
+    M.state.timer:stop()
+  end
+  M.state.timer = M.state.timer or vim.loop.new_timer()
+  M.state.timer:start(M.config.debounce_ms, 0, vim.schedule_wrap(M.request))
+end
+
+local function insert(text)
+  local buf, row, col = cursor()
+  local lines = vim.split(text, "\n", { plain = true })
+  vim.api.nvim_buf_set_text(buf, row, col, row, col, lines)
+  local last_row = row + #lines - 1
+  local last_col = (#lines == 1 and col or 0) + #lines[#lines]
+  vim.api.nvim_win_set_cursor(0, { last_row + 1, last_col })
+end
+
+-- Accept the whole suggestion; false when there is none (the key then does what it did before).
+function M.accept()
+  local s = M.state.suggestion
+  if not s then
+    return false
+  end
+  M.clear()
+  insert(s.text)
+  return true
+end
+
+-- Accept up to the end of the next word (leading spaces included).
+function M.accept_word()
+  local s = M.state.suggestion
+  if not s then
+    return false
+  end
+  local word = s.text:match("^%s*[%w_]+") or s.text:match("^%s*[^%w_%s]") or s.text:match("^%s+") or s.text
+  local rest = s.text:sub(#word + 1)
+  M.clear()
+  insert(word)
+  local buf, row, col = cursor()
+  render(buf, row, col, rest)
+  return true
+end
+
+function M.suggestion()
+  return M.state.suggestion and M.state.suggestion.text or nil
+end
+
+local function map(lhs, fn, fallback)
+  if not lhs or lhs == "" then
+    return
+  end
+  vim.keymap.set("i", lhs, function()
+    if not fn() then
+      vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(fallback or lhs, true, false, true), "n", false)
+    end
+  end, { silent = true, desc = "infill" })
+end
+
+local function root_dir(buf)
+  local name = vim.api.nvim_buf_get_name(buf)
+  local found = vim.fs and vim.fs.find and vim.fs.find(M.config.root_markers, { upward = true, path = name })[1]
+  return found and vim.fn.fnamemodify(found, ":h") or vim.fn.getcwd()
+end
+
+function M.attach(buf)
+  if not M.state.client_id or not vim.lsp.get_client_by_id(M.state.client_id) then
+    M.state.client_id = vim.lsp.start_client({
+      name = "infill",
+      cmd = M.config.cmd,
+      root_dir = root_dir(buf),
+      init_options = M.config.settings,
+      flags = { debounce_text_changes = 0 },
+    })
+  end
+  if M.state.client_id then
+    vim.lsp.buf_attach_client(buf, M.state.client_id)
+  end
+end
+
+function M.setup(opts)
+  M.config = vim.tbl_deep_extend("force", M.config, opts or {})
+  local group = vim.api.nvim_create_augroup("infill", { clear = true })
+  vim.api.nvim_create_autocmd("FileType", {
+    group = group,
+    pattern = M.config.filetypes,
+    callback = function(args)
+      M.attach(args.buf)
+    end,
+  })
+  vim.api.nvim_create_autocmd({ "TextChangedI", "TextChangedP" }, { group = group, callback = M.on_change })
+  vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave" }, {
+    group = group,
+    callback = function()
+      cancel_pending()
+      M.clear()
+    end,
+  })
+  map(M.config.keys.accept, M.accept)
+  map(M.config.keys.accept_word, M.accept_word)
+  map(M.config.keys.dismiss, function()
+    local had = M.state.suggestion ~= nil
+    M.clear()
+    return had
+  end)
+end
+
+return M

@@ -1,0 +1,105 @@
+"""The Neovim plugin (editors/nvim) in a real Neovim driven over its RPC channel, with keys typed in insert mode
+as a person types them, against a real `infill lsp`: a suggestion is shown after a pause, typing what it says
+keeps the rest without a new request, <Tab> accepts it, <M-Right> accepts one word, <C-]> dismisses. Neovim
+0.7.2 is Debian's; `.ci/run` installs it, and in CI ($INFILL_REQUIRE_NVIM) a missing `nvim` fails the test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN = ROOT / "editors" / "nvim"
+
+
+def _nvim_path() -> str:
+    found = shutil.which("nvim")
+    if found is None:
+        if os.environ.get("INFILL_REQUIRE_NVIM"):
+            pytest.fail("nvim is not installed (.ci/run installs Debian's neovim)")
+        pytest.skip("nvim is not installed")
+    return found
+
+
+@pytest.fixture
+def nvim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    pynvim = pytest.importorskip("pynvim") if not os.environ.get("INFILL_REQUIRE_NVIM") else __import__("pynvim")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("INFILL_ENGINE", "torch")
+    monkeypatch.chdir(tmp_path)
+    argv = [_nvim_path(), "--embed", "--headless", "-u", "NONE", "-i", "NONE", "--cmd", f"set rtp^={PLUGIN}"]
+    session = pynvim.attach("child", argv=argv)
+    try:
+        yield session
+    finally:
+        session.command("qall!", async_=True)
+        session.close()
+
+
+def _wait(what: Callable[[], Any], seconds: float = 90.0) -> Any:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        value = what()
+        if value:
+            return value
+        time.sleep(0.05)
+    return what()
+
+
+@pytest.mark.slow
+def test_ghost_text_typeahead_and_accept(nvim: Any, tmp_path: Path) -> None:
+    source = tmp_path / "calc.py"
+    source.write_text("def add(first, second):\n    return\n\n\nprint(add(1, 2))\n")
+    nvim.exec_lua(
+        "require('infill').setup({cmd = ..., settings = {threshold = 0, tokens = 8}, debounce_ms = 10})",
+        [sys.executable, "-m", "infill", "lsp"],
+    )
+    nvim.command("filetype on")
+    nvim.command(f"edit {source}")
+    state = "return require('infill')"
+    attached = (
+        "local c = vim.lsp.get_client_by_id(require('infill').state.client_id or -1) return c ~= nil and c.initialized"
+    )
+    assert _wait(lambda: nvim.exec_lua(attached)), "the language server did not start"
+    assert nvim.exec_lua("return vim.version().minor") >= 7
+
+    def suggestion() -> str | None:
+        return nvim.exec_lua(f"{state}.suggestion()")  # type: ignore[no-any-return]
+
+    def line() -> str:
+        return nvim.current.buffer[1]  # type: ignore[no-any-return]
+
+    nvim.command("call cursor(2, 1)")
+    nvim.input("A ")  # at the end of "    return", a space, a pause: a request
+    shown = _wait(suggestion)
+    assert shown and len(shown) >= 2, nvim.exec_lua(f"return vim.inspect({state}.state.last)")
+    asked = nvim.exec_lua(f"{state}.state.requests")
+    nvim.input(shown[0])  # typing what it says keeps the rest, without asking again
+    assert _wait(lambda: line() == "    return " + shown[0])
+    time.sleep(0.3)
+    assert suggestion() == shown[1:]
+    assert nvim.exec_lua(f"{state}.state.requests") == asked
+    nvim.input("<Tab>")
+    assert _wait(lambda: line() == "    return " + shown), line()
+    # a fresh suggestion, one word at a time, then dismissed
+    nvim.input("<Esc>")
+    nvim.current.buffer[1] = "    return"
+    nvim.command("call cursor(2, 1)")
+    nvim.input("A ")
+    full = _wait(suggestion)
+    assert full
+    nvim.input("<M-Right>")
+    assert _wait(lambda: line() != "    return ")
+    inserted = line()[len("    return ") :]
+    assert inserted and full.startswith(inserted) and inserted.strip()
+    assert (suggestion() or "") == full[len(inserted) :]
+    nvim.input("<C-]>")
+    assert _wait(lambda: suggestion() is None, 5)
+    nvim.input("<Esc>")
