@@ -153,10 +153,10 @@ def train(
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
     elif init_from is not None:
-        from safetensors.torch import load_file
+        from infill.models.weight_files import read_weights
 
-        try:
-            model.load_file_state({k: v.float() for k, v in load_file(str(init_from / "model.safetensors")).items()})
+        try:  # model.safetensors or the bf16 shards a GPU run exports
+            model.load_file_state(read_weights(init_from))
         except ValueError as exc:
             raise InputError(f"{init_from}: {exc}") from exc
     log = Log(cfg.steps or None, quiet=not world.main)

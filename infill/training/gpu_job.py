@@ -314,7 +314,12 @@ def build_pack(plan: Plan, report: Report, tokenizer_json: Path) -> Path:
         tokenizer_json,
         train,
         heldout,
-        {"carried_files": len(carried), "machine_corpus": str(machine), "heldout_files": len(held)},
+        {
+            "carried_files": len(carried),
+            "machine_files": len(texts) - len(carried),
+            "heldout_files": len(held),
+            "heldout_from": "carried corpus" if (plan.carry / CARRY_HELDOUT).exists() else "machine corpus",
+        },
     )
     report.facts["training tokens"] = (
         f"{len(train):,} from {len(texts):,} files ({len(carried):,} carried); held-out {len(heldout):,} tokens "
