@@ -107,7 +107,7 @@ def main() -> None:
     seen: dict[str, tuple[dict[str, Any], str]] = {}
     for _ in range(args.runs):
         for name, cfg in decoders.items():
-            model._cache, model._tokens = None, []  # an empty prompt cache: the first fill of this file
+            model.engine.forget()  # an empty prompt cache: the first fill of this file
             seconds, stats, edit = fill(cfg)
             times[name]["cold"].append(seconds)
             seconds, stats, edit = fill(cfg)
@@ -162,7 +162,7 @@ def passes(folder: Path, loaded: Any, text: str, spans: Any, runs: int) -> None:
     times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in kinds}
     for _ in range(runs):
         for name, (model, context) in kinds.items():
-            model._cache, model._tokens = None, []
+            model.engine.forget()
             with context():
                 begin = time.perf_counter()
                 model.draft(ids, masked, 0, masked[:1])

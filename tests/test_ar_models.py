@@ -181,10 +181,10 @@ def test_weights_load_in_bf16_only_where_bf16_is_fast(folders: dict[str, Path]) 
     api.clear_model_cache()
     loaded = api.load_model(ModelSpec(name=str(folders["qwen"]), device="cpu", bf16=True))
     want = torch.bfloat16 if fast_bf16("cpu") else torch.float32
-    assert next(loaded.model.model.parameters()).dtype == want  # type: ignore[union-attr]
+    assert next(loaded.model.engine.model.parameters()).dtype == want  # type: ignore[union-attr]
     assert loaded.info["dtype"] == str(want).removeprefix("torch.")
     fp32 = api.load_model(ModelSpec(name=str(folders["qwen"]), device="cpu", bf16=False))
-    assert next(fp32.model.model.parameters()).dtype == torch.float32  # type: ignore[union-attr]
+    assert next(fp32.model.engine.model.parameters()).dtype == torch.float32  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("family", "fewer"), [("qwen", False), ("codellama", True)])
