@@ -89,11 +89,15 @@ class _Log:
 
     @classmethod
     def last_error(cls) -> str:
-        """The last line llama.cpp logged that reads like the reason for a failure ('' when none)."""
-        text = "".join(cls.lines)
-        for line in reversed([x.strip() for x in text.splitlines() if x.strip()]):
+        """Why llama.cpp's last load failed, from its log: the reason it gave ("error loading model: ..."), else
+        the last line that reads like an error ('' when none)."""
+        lines = [x.strip() for x in "".join(cls.lines).splitlines() if x.strip()]
+        for line in reversed(lines):
+            if "error loading model: " in line:
+                return line.split("error loading model: ", 1)[1]
+        for line in reversed(lines):
             if any(w in line.lower() for w in ("error", "failed", "unknown", "invalid", "not supported")):
-                return line.removeprefix("llama_model_load: ").removeprefix("error loading model: ")
+                return line
         return ""
 
 
