@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 from fixtures_bd import tiny_causal_lm
-from fixtures_decode import Memo
+from fixtures_decode import Memo, OnePassPerHypothesis
 from fixtures_llamacpp import END, VOCAB, engine_of, fim_pair, network_gguf
 from test_ar_exactness import LAYOUTS, assert_cache_is_fresh, draw_counts, problem_of, unverified_draw
 from test_decoding_exactness import exact_joint, pooled_p_value
@@ -139,21 +139,6 @@ def test_greedy_on_llama_cpp_is_torchs_greedy_and_lookup_and_beam_1_agree(tmp_pa
         drafted += stats.extra["drafted"]
         rejected += stats.extra["rejections"]
     assert drafted > 50 and rejected > 0
-
-
-class OnePassPerHypothesis:
-    """The model without draft_many: beam search then takes one pass per hypothesis (the reference)."""
-
-    def __init__(self, model: CausalFim) -> None:
-        self.model = model
-        for name in ("vocab_size", "mask_id", "pad_id", "bos_id", "max_length"):
-            setattr(self, name, getattr(model, name))
-
-    def draft(self, *args: Any) -> torch.Tensor:
-        return self.model.draft(*args)
-
-    def verify(self, *args: Any) -> torch.Tensor:
-        return self.model.verify(*args)
 
 
 @pytest.mark.parametrize("engine", ["llama.cpp", "torch"])

@@ -116,8 +116,10 @@ def _next_logits(run: LeftToRight, live: list[tuple[float, torch.Tensor, int]], 
     comes (a cancel then stops between passes)."""
     masked, stats, on_step = run.masked, run.stats, run.on_step
     if batched is not None and len(live) > 1:
+        before = getattr(run.model, "nfe", None)  # the passes the model counts (one, or one each without a cache)
         rows = batched([ids for _, ids, _ in live], masked, [n for _, _, n in live])  # (B, V)
-        stats.nfe += 1
+        after = getattr(run.model, "nfe", None)
+        stats.nfe += after - before if isinstance(before, int) and isinstance(after, int) else 1
         if on_step is not None:
             on_step(max(h[2] for h in live), run.total)
         yield from rows
