@@ -164,3 +164,24 @@ def test_batched_beam_search_finds_what_one_pass_per_hypothesis_finds(
         assert [f for _, f in got] == [f for _, f in want]
         assert [s for s, _ in got] == pytest.approx([s for s, _ in want], abs=1e-4)
         assert stats.nfe < reference.nfe  # one pass per step
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "torch"])
+def test_a_decoded_fill_is_scored_from_the_rows_its_decoding_computed(
+    pair: tuple[CausalFim, CausalFim], engine: str
+) -> None:
+    """Within `remembering`, the score pass after sequential, lookup or beam decoding reads the kept rows: no pass,
+    and the log-probabilities a fresh pass gives."""
+    from infill.decoding import score
+
+    model = pair[0] if engine == "llama.cpp" else pair[1]
+    problem = problem_of([0, 1, 2, 3, 0, 1, None, None, None, None, 2, 3])
+    for cfg in (LOOKUP, DecodeConfig(decoder="sequential"), DecodeConfig(decoder="beam", beam=3, temperature=0)):
+        with model.remembering():
+            tokens, _ = decode(model, problem, cfg, torch.Generator().manual_seed(1))
+            before = model.nfe
+            kept = score(model, problem, tokens)
+            assert model.nfe == before, cfg.decoder
+        model.engine.forget()
+        fresh = score(model, problem, tokens)
+        assert model.nfe == before + 1 and torch.allclose(kept, fresh, atol=1e-5)

@@ -196,8 +196,10 @@ class AnySubset:
             if cfg.decoder == "beam":
                 totals.nbest[id(region)] = [fill for _, fill in stats.extra["nbest"]]
                 totals.nbest_scores[id(region)] = [float(score) for score, _ in stats.extra["nbest"]]
+        before = getattr(model, "nfe", None)
         logq = score(model, problem, tokens)  # (M,) log q of each token under the oracle
-        totals.nfe += 1  # the scoring pass
+        after = getattr(model, "nfe", None)
+        totals.nfe += after - before if isinstance(before, int) and isinstance(after, int) else 1  # its passes
         return _fills(region, problem, loaded, tokens.tolist(), logq.tolist())
 
     def ranked_lines(self, regions: list[Region], run: Run, options: FillOptions) -> list[Fill]:
@@ -305,7 +307,10 @@ class Autoregressive(AnySubset):
                 f"{run.loaded.name!r} has no fill-in-the-middle tokens, so it can only write at the end of the "
                 "text: select a span with nothing but blank lines after it, or use a model with FIM tokens"
             )
-        return super().sample(region, run, attempt)
+        if not isinstance(model, CausalFim):
+            return super().sample(region, run, attempt)
+        with model.remembering():  # the fill's score reads the rows its decoding computed: no pass of its own
+            return super().sample(region, run, attempt)
 
 
 class BlockDiffusion:

@@ -31,7 +31,9 @@ is refused (infill.core.backends).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -54,6 +56,7 @@ AR_ARCHITECTURES: dict[str, str] = {
     "llama": "LlamaForCausalLM",  # Code Llama, DeepSeek-Coder
 }
 WINDOW = 4096  # tokens one fill's sequence may hold at most (prompt and fill), below the model's own limit
+MEMO_BYTES = 64 << 20  # logits rows `CausalFim.remembering` keeps at most
 
 
 class TorchEngine:
@@ -209,6 +212,7 @@ class CausalFim:
         never.discard(self.pad_id if self.pad_id is not None else -1)
         self._ends = torch.tensor(ends, dtype=torch.long)
         self._banned = torch.tensor(sorted(t for t in never if t < self.vocab_size), dtype=torch.long)
+        self._memo: OrderedDict[tuple[int, ...], torch.Tensor] | None = None  # see `remembering`
 
     @property
     def overhead(self) -> int:
@@ -255,17 +259,45 @@ class CausalFim:
         return seq
 
     def _logits(self, seqs: list[list[int]], k: int) -> torch.Tensor:
-        """The distribution's logits (B, k, V), float32, from one pass of the engine: the network's predictions of
-        the k positions after seq[:len(seq)-k+1] .. seq of each sequence, end tokens summed into `pad_id`, banned
-        tokens at -inf."""
+        """The distribution's logits (B, k, V), float32: the network's predictions of the k positions after
+        seq[:len(seq)-k+1] .. seq of each sequence, end tokens summed into `pad_id`, banned tokens at -inf. Rows
+        kept by `remembering` are read, not computed; otherwise one pass of the engine."""
         import torch
 
-        logits = self.engine.rows(seqs, k)  # (B, k, V)
-        self.nfe += 1
+        memo = self._memo
+        if memo is not None:
+            keys = [[tuple(s[: len(s) - k + 1 + j]) for j in range(k)] for s in seqs]
+            if all(key in memo for row in keys for key in row):
+                return torch.stack([torch.stack([memo[key] for key in row]) for row in keys])  # (B, k, V)
+        logits = self._run(seqs, k)
         if self._ends.numel() > 1:
             logits[..., self.pad_id] = torch.logsumexp(logits[..., self._ends], dim=-1)
         logits[..., self._banned] = float("-inf")
+        if memo is not None:
+            for b, row in enumerate(keys):
+                for j, key in enumerate(row):
+                    memo[key] = logits[b, j].clone()
+                    memo.move_to_end(key)
+            while len(memo) * self.vocab_size * 4 > MEMO_BYTES:
+                memo.popitem(last=False)
         return logits
+
+    def _run(self, seqs: list[list[int]], k: int) -> torch.Tensor:
+        """One pass of the engine: the network's logits (B, k, V)."""
+        self.nfe += 1
+        return self.engine.rows(seqs, k)
+
+    @contextmanager
+    def remembering(self) -> Iterator[None]:
+        """Within it, the rows a pass computes are kept (by the tokens before them, up to MEMO_BYTES), and a pass
+        whose every row was computed before reads them instead: the score of a fill just decoded (its tokens'
+        conditionals were all computed while decoding it) costs no pass. The same logits either way; the kept
+        rows go when it ends, so that the next fill computes its own."""
+        self._memo = OrderedDict()
+        try:
+            yield
+        finally:
+            self._memo = None
 
     def parameter_count(self) -> int:
         return self.engine.parameter_count()
@@ -338,10 +370,10 @@ class BlockOneFim(CausalFim):
         super().__init__(self.blocks, fim=fim, end_ids=end_ids, banned=banned, text_vocab=text_vocab, window=window)
         self.bd = bd
 
-    def _logits(self, seqs: list[list[int]], k: int) -> torch.Tensor:
+    def _run(self, seqs: list[list[int]], k: int) -> torch.Tensor:
         before = self.blocks.passes
-        logits = super()._logits(seqs, k)
-        self.nfe += self.blocks.passes - before - 1  # the block-diffusion model's passes, not the engine's calls
+        logits = self.engine.rows(seqs, k)
+        self.nfe += self.blocks.passes - before  # the block-diffusion model's passes, not the engine's calls
         return logits
 
 

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 SLOTS = 16  # sequences one context holds: the widest beam search (a rescue, 4 x the default width) fits
 HEADROOM = 2048  # KV cells beyond the longest sequence, for the tails of the other slots
+UBATCH = 512  # tokens llama.cpp computes at once (a longer prompt goes in several)
 TOKEN_UNUSED = 5  # tokenizer.ggml.token_type of padding rows ([PAD<i>])
 F32 = 0  # ggml_type of f32 (a file of f32 weights: its KV cache too)
 DATA_ENV = "INFILL_DATA_DIR"
@@ -124,7 +125,7 @@ class LlamaEngine:
         ctx = llama_cpp.llama_context_default_params()
         ctx.n_ctx = window + HEADROOM
         ctx.n_batch = ctx.n_ctx  # a whole prompt in one llama_decode
-        ctx.n_ubatch = min(512, ctx.n_ctx)
+        ctx.n_ubatch = min(UBATCH, ctx.n_ctx)
         ctx.n_seq_max = self.slots
         ctx.n_threads = ctx.n_threads_batch = threads
         ctx.kv_unified = True  # one cache for every slot: copying a slot shares its cells

@@ -14,6 +14,7 @@ Needs the `gguf` package (in the `llamacpp` and `dev` extras).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,13 @@ def gguf_from_folder(folder: str | Path, path: str | Path, *, qtype: str = "f32"
 
 
 def write_gguf(
-    path: str | Path, cfg: dict[str, Any], weights: dict[str, Any], vocab: Vocabulary, *, qtype: str = "f32", name: str
+    path: str | Path,
+    cfg: dict[str, Any],
+    weights: Mapping[str, Any],
+    vocab: Vocabulary,
+    *,
+    qtype: str = "f32",
+    name: str,
 ) -> Path:
     """Write a transformers causal LM (`cfg`: its config as a dict; `weights`: its state dict as numpy arrays) and
     `vocab` as the GGUF file `path` (module docstring)."""
@@ -129,7 +136,7 @@ def _permute(w: Any, n_head: int) -> Any:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _tensor_names(layers: int, weights: dict[str, Any]) -> list[tuple[str, str]]:
+def _tensor_names(layers: int, weights: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(transformers name, llama.cpp name) of every tensor the folder holds."""
     per_layer = {
         "input_layernorm": "attn_norm",
@@ -190,3 +197,67 @@ def folder_vocabulary(folder: Path, cfg: dict[str, Any]) -> Vocabulary:
         bos if isinstance(bos, int) else None,
         adds_bos=data.get("post_processor") is not None and "bos_token" in tcfg,
     )
+
+
+class RandomQwen2(Mapping[str, Any]):
+    """The state dict of a RANDOM Qwen2 network of config `cfg` (tied embeddings), each tensor drawn from
+    N(0, 0.02) when it is read (norms are ones), so that writing a 1.5B shape as Q8_0 never holds it in f32."""
+
+    def __init__(self, cfg: dict[str, Any], seed: int = 0) -> None:
+        hidden, inner, heads = int(cfg["hidden_size"]), int(cfg["intermediate_size"]), int(cfg["num_attention_heads"])
+        kv = int(cfg["num_key_value_heads"]) * (hidden // heads)
+        self.seed = seed
+        self.shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (int(cfg["vocab_size"]), hidden)}
+        for i in range(int(cfg["num_hidden_layers"])):
+            at = f"model.layers.{i}."
+            self.shapes.update(
+                {
+                    at + "input_layernorm.weight": (hidden,),
+                    at + "self_attn.q_proj.weight": (hidden, hidden),
+                    at + "self_attn.q_proj.bias": (hidden,),
+                    at + "self_attn.k_proj.weight": (kv, hidden),
+                    at + "self_attn.k_proj.bias": (kv,),
+                    at + "self_attn.v_proj.weight": (kv, hidden),
+                    at + "self_attn.v_proj.bias": (kv,),
+                    at + "self_attn.o_proj.weight": (hidden, hidden),
+                    at + "post_attention_layernorm.weight": (hidden,),
+                    at + "mlp.gate_proj.weight": (inner, hidden),
+                    at + "mlp.up_proj.weight": (inner, hidden),
+                    at + "mlp.down_proj.weight": (hidden, inner),
+                }
+            )
+        self.shapes["model.norm.weight"] = (hidden,)
+
+    def __getitem__(self, name: str) -> Any:
+        import numpy as np
+
+        shape = self.shapes[name]
+        if name.endswith("norm.weight"):
+            return np.ones(shape, dtype=np.float32)
+        rng = np.random.default_rng([self.seed, list(self.shapes).index(name)])
+        return rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.shapes)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+
+def random_qwen_gguf(path: str | Path, shape: dict[str, Any], texts: list[str], *, qtype: str = "q8_0") -> Path:
+    """A RANDOM Qwen2.5-Coder-like model of transformers config `shape` (e.g. infill.models.tiny.QWEN_CODER_05B_SHAPE)
+    as a GGUF file, for benchmarks: a byte-level BPE of 8,192 tokens trained on `texts` with Qwen's special tokens,
+    padded to the shape's vocabulary, and random weights (RandomQwen2) in `qtype`. The tokenizer is kept beside the
+    file as <path>.tokenizer/."""
+    from infill.models.tiny import AR_FAMILIES
+    from infill.models.tokenizer import train_byte_bpe
+
+    path = Path(path)
+    folder = path.with_name(path.name + ".tokenizer")
+    folder.mkdir(parents=True, exist_ok=True)
+    specials = AR_FAMILIES["qwen"][1]
+    tok = train_byte_bpe(texts, 8192, specials)
+    tok.save(str(folder / "tokenizer.json"))
+    eos = int(tok.token_to_id("<|endoftext|>"))
+    cfg = {"model_type": "qwen2", "rms_norm_eps": 1e-6, "rope_theta": 1e6, "eos_token_id": eos, **shape}
+    return write_gguf(path, cfg, RandomQwen2(cfg), folder_vocabulary(folder, cfg), qtype=qtype, name=path.stem)
