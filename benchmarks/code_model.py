@@ -80,12 +80,14 @@ def main() -> None:
 
 
 SHAPES = {"0.5b": "QWEN_CODER_05B_SHAPE", "1.5b": "QWEN_CODER_15B_SHAPE"}
+BEFORE = "beam 4, a pass per hypothesis"  # beam search as it ran before its one batched pass per step
 LLAMA_DECODERS = {
     "greedy": {"decoder": "sequential", "temperature": 0},
     "greedy lookup": {"decoder": "assd", "draft": "lookup", "temperature": 0},
     "beam 1": {"decoder": "beam", "beam": 1, "temperature": 0},
     "beam 2": {"decoder": "beam", "beam": 2, "temperature": 0},
     "beam 4": {"decoder": "beam", "beam": 4, "temperature": 0},
+    BEFORE: {"decoder": "beam", "beam": 4, "temperature": 0},
 }
 
 
@@ -109,7 +111,7 @@ def llama_cpp_costs(directory: Path, shape: str, runs: int, passes: int, memory:
     import torch
 
     from infill import api
-    from infill.config import DecodeConfig, FillOptions, ModelSpec
+    from infill.config import DecodeConfig, ModelSpec
     from infill.spans import Selection, resolve
 
     path = gguf_file(directory, shape)
@@ -129,13 +131,10 @@ def llama_cpp_costs(directory: Path, shape: str, runs: int, passes: int, memory:
         f" ms, llama.cpp's own {statistics.median(own) * 1e3:.1f} ms, ratio "
         f"{statistics.median(ours) / statistics.median(own):.3f}"
     )
-    options = FillOptions(syntax_check=False, max_resample=0, allow_syntax_errors=True)
     decoders = {name: DecodeConfig(**cfg) for name, cfg in LLAMA_DECODERS.items()}  # type: ignore[arg-type]
 
-    def fill(cfg: DecodeConfig) -> tuple[float, dict[str, Any], str]:
-        start = time.perf_counter()
-        result = api.fill_text(text, spans, language="python", model=loaded, decode=cfg, options=options)
-        return time.perf_counter() - start, result.stats, result.edits[0].text
+    def fill(cfg: DecodeConfig, name: str = "") -> tuple[float, dict[str, Any], str]:
+        return timed_fill(loaded, text, spans, cfg, per_hypothesis=name == BEFORE)
 
     fill(decoders["greedy"])  # warm-up: the line-break table
     times: dict[str, dict[str, list[float]]] = {name: {"cold": [], "warm": []} for name in decoders}
@@ -143,21 +142,42 @@ def llama_cpp_costs(directory: Path, shape: str, runs: int, passes: int, memory:
     for _ in range(runs):
         for name, cfg in decoders.items():
             model.engine.forget()  # an empty cache: the first fill of this file
-            times[name]["cold"].append(fill(cfg)[0])
-            seconds, stats, edit = fill(cfg)  # the prompt cached: a keystroke
+            times[name]["cold"].append(fill(cfg, name)[0])
+            seconds, stats, edit = fill(cfg, name)  # the prompt cached: a keystroke
             times[name]["warm"].append(seconds)
             seen[name] = (stats, edit)
     prompt = len(loaded.tokenizer.encode(text))
     print(f"examples/stats.py ({prompt} tokens) --span {LINE}; {runs} rounds, decoders interleaved, medians")
-    print(f"{'decoder':<14} {'first fill s':>12} {'prompt cached s':>15} {'passes':>7} {'tokens':>7}")
+    print(f"{'decoder':<30} {'first fill s':>12} {'prompt cached s':>15} {'passes':>7} {'tokens':>7}")
     for name in decoders:
         stats, _ = seen[name]
         cold, warm = statistics.median(times[name]["cold"]), statistics.median(times[name]["warm"])
-        print(f"{name:<14} {cold:>12.2f} {warm:>15.2f} {stats['nfe']:>7} {stats['tokens']:>7}")
+        print(f"{name:<30} {cold:>12.2f} {warm:>15.2f} {stats['nfe']:>7} {stats['tokens']:>7}")
     greedy = {seen[name][1] for name in ("greedy", "greedy lookup", "beam 1")}
     print(f"greedy, greedy lookup and beam 1 wrote the same fill: {len(greedy) == 1}")
+    print(f"beam 4 batched and a pass per hypothesis wrote the same fill: {seen['beam 4'][1] == seen[BEFORE][1]}")
     if memory:
         resident(path)
+
+
+def timed_fill(
+    loaded: Any, text: str, spans: Any, cfg: Any, per_hypothesis: bool = False
+) -> tuple[float, dict[str, Any], str]:
+    """Seconds, stats and the edit of one fill through infill.api.fill_text (syntax check off, one sample);
+    `per_hypothesis`: beam search as it ran before, one pass per hypothesis (the model's draft_many hidden)."""
+    from infill import api
+    from infill.config import FillOptions
+
+    options = FillOptions(syntax_check=False, max_resample=0, allow_syntax_errors=True)
+    model = loaded.model
+    if per_hypothesis:
+        model.draft_many = None  # beam search then takes one pass per hypothesis
+    try:
+        start = time.perf_counter()
+        result = api.fill_text(text, spans, language="python", model=loaded, decode=cfg, options=options)
+        return time.perf_counter() - start, result.stats, result.edits[0].text
+    finally:
+        model.__dict__.pop("draft_many", None)
 
 
 def one_token(model: Any, tokenizer: Any, text: str, spans: Any, passes: int) -> tuple[list[float], list[float]]:
@@ -238,7 +258,7 @@ def torch_costs(args: argparse.Namespace) -> None:
     import torch
 
     from infill import api
-    from infill.config import TOOL_DECODE, DecodeConfig, FillOptions, ModelSpec
+    from infill.config import TOOL_DECODE, DecodeConfig, ModelSpec
     from infill.core.backends import token_sets
     from infill.spans import Selection, resolve
 
@@ -256,24 +276,22 @@ def torch_costs(args: argparse.Namespace) -> None:
         f"{loaded.info['dtype']} weights, FIM {loaded.info['fim']})"
     )
     started = time.perf_counter()
-    token_sets(loaded.tokenizer, loaded.model.vocab_size)  # type: ignore[union-attr]
+    token_sets(loaded.tokenizer, loaded.model.vocab_size)
     print(f"line-break table over the 151,936 ids (once per process): {time.perf_counter() - started:.2f} s")
 
     text = EXAMPLE.read_text()
     spans = resolve(text.encode(), (Selection("span", LINE),), "python", str(EXAMPLE))
-    options = FillOptions(syntax_check=False, max_resample=0, allow_syntax_errors=True)
     decoders = {
         "beam 4": TOOL_DECODE,
+        BEFORE: TOOL_DECODE,
         "greedy": DecodeConfig(decoder="sequential", temperature=0),
         "greedy lookup": DecodeConfig(decoder="assd", draft="lookup", temperature=0),
         "sample lookup": DecodeConfig(decoder="assd", draft="lookup", temperature=0.8),
     }
     model: Any = loaded.model
 
-    def fill(cfg: DecodeConfig) -> tuple[float, dict[str, Any], str]:
-        start = time.perf_counter()
-        result = api.fill_text(text, spans, language="python", model=loaded, decode=cfg, options=options)
-        return time.perf_counter() - start, result.stats, result.edits[0].text
+    def fill(cfg: DecodeConfig, name: str = "") -> tuple[float, dict[str, Any], str]:
+        return timed_fill(loaded, text, spans, cfg, per_hypothesis=name == BEFORE)
 
     prompt = len(loaded.tokenizer.encode(text))
     fill(TOOL_DECODE)  # warm-up
@@ -282,19 +300,20 @@ def torch_costs(args: argparse.Namespace) -> None:
     for _ in range(args.runs):
         for name, cfg in decoders.items():
             model.engine.forget()  # an empty prompt cache: the first fill of this file
-            seconds, stats, edit = fill(cfg)
+            seconds, stats, edit = fill(cfg, name)
             times[name]["cold"].append(seconds)
-            seconds, stats, edit = fill(cfg)
+            seconds, stats, edit = fill(cfg, name)
             times[name]["warm"].append(seconds)
             seen[name] = (stats, edit)
     print(f"\nexamples/stats.py ({prompt} tokens) --span {LINE}; {args.runs} rounds, decoders interleaved, medians")
-    print(f"{'decoder':<14} {'first fill s':>12} {'again s':>8} {'passes':>7} {'tokens':>7}  fill")
+    print(f"{'decoder':<30} {'first fill s':>12} {'again s':>8} {'passes':>7} {'tokens':>7}  fill")
     for name in decoders:
         stats, edit = seen[name]
         cold, warm = statistics.median(times[name]["cold"]), statistics.median(times[name]["warm"])
-        print(f"{name:<14} {cold:>12.2f} {warm:>8.2f} {stats['nfe']:>7} {stats['tokens']:>7}  {edit.strip()[:40]!r}")
+        print(f"{name:<30} {cold:>12.2f} {warm:>8.2f} {stats['nfe']:>7} {stats['tokens']:>7}  {edit.strip()[:40]!r}")
     greedy = {seen[name][1] for name in ("greedy", "greedy lookup")}
     print(f"greedy and greedy lookup wrote the same fill: {len(greedy) == 1}")
+    print(f"beam 4 batched and a pass per hypothesis wrote the same fill: {seen['beam 4'][1] == seen[BEFORE][1]}")
 
     passes(args.folder, loaded, text, spans, args.runs)
 
@@ -328,7 +347,7 @@ def passes(folder: Path, loaded: Any, text: str, spans: Any, runs: int) -> None:
     ids = torch.tensor([*prefix, prefix[-1], mask, *suffix])  # the first fill token, given for the one-row pass
     masked = torch.tensor([len(prefix), len(prefix) + 1])
     kinds: dict[str, tuple[Any, Any]] = {
-        "bf16 weights": (loaded.model, contextlib.nullcontext),
+        f"{loaded.info['dtype']} weights (as loaded)": (loaded.model, contextlib.nullcontext),
         "fp32 weights, bf16 autocast": (fp32.model, lambda: torch.autocast("cpu", dtype=torch.bfloat16)),
         "fp32": (fp32.model, contextlib.nullcontext),
     }
