@@ -248,7 +248,14 @@ OPTIONS: tuple[Option, ...] = (
         "When no candidate parses, use the most likely one anyway (default: exit 3 and write nothing).",
         show_default=False,
     ),
-    Option("model", "name", ("--model",), "Model name or folder.", key="model", metavar="NAME|PATH"),
+    Option(
+        "model",
+        "name",
+        ("--model",),
+        "Model name, folder, .gguf file or Ollama name.",
+        key="model",
+        metavar="NAME|PATH",
+    ),
     Option("model", "device", ("--device",), "", click.Choice(get_args(DeviceName)), choices=get_args(DeviceName)),
     Option(
         "model",

@@ -72,3 +72,19 @@ class Memo:
 
     def verify(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
         return self._get("verify", ids, masked, n, targets)
+
+
+class OnePassPerHypothesis:
+    """A model without draft_many (infill.models.base.BatchedDraft): beam search then takes one draft pass per
+    hypothesis, the reference its batched pass is compared with."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        for name in ("vocab_size", "mask_id", "pad_id", "bos_id", "max_length"):
+            setattr(self, name, getattr(model, name))
+
+    def draft(self, *args: Any) -> torch.Tensor:
+        return self.model.draft(*args)  # type: ignore[no-any-return]
+
+    def verify(self, *args: Any) -> torch.Tensor:
+        return self.model.verify(*args)  # type: ignore[no-any-return]

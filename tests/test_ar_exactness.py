@@ -139,7 +139,7 @@ def test_the_conditionals_are_the_networks_next_token_predictions_after_the_fim_
     fim = CausalFim(tiny_causal_lm("qwen2", seed=1, vocab=12), fim=FIM, end_ids=(END, 10), text_vocab=11)
     ids, masked = torch.tensor([0, 1, 4, 3, MASK, 2]), torch.tensor([2, 3, 4])  # drafts 4, 3 written in
     got = fim.verify(ids, masked, 0, masked)  # (3, V)
-    raw = fim.model(input_ids=torch.tensor([[PRE, 0, 1, SUF, 2, MID, 4, 3]])).logits[0, -3:]  # (3, V)
+    raw = fim.engine.model(input_ids=torch.tensor([[PRE, 0, 1, SUF, 2, MID, 4, 3]])).logits[0, -3:]  # (3, V)
     assert fim.pad_id == END
     assert torch.isinf(got[:, [PRE, SUF, MID, 10, 11]]).all()
     assert torch.allclose(got[:, END], torch.logsumexp(raw[:, [END, 10]], -1), atol=1e-5)
@@ -176,7 +176,7 @@ def test_the_prompt_cache_returns_what_a_fresh_forward_returns() -> None:
     cached, fresh = fim_model(seed=2, ends=(END,)), fim_model(seed=2, ends=(END,))
 
     def forget() -> None:
-        fresh._cache, fresh._tokens = None, []
+        fresh.engine.forget()
 
     assert_cache_is_fresh(cached, fresh, forget)
 

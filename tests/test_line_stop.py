@@ -190,3 +190,27 @@ def test_a_stop_token_with_text_before_its_line_break_keeps_that_text() -> None:
     # a leading line break is no stop (no text before it), and a pad ends the fill without itself
     kept, before_end, score, _ = cut_at_pad([BLANK, COLON_BREAK, X, PAD], logq, PAD, stops, blank)
     assert kept == [BLANK, COLON_BREAK, X] and before_end == 3 and score == -6.5
+
+
+def test_the_line_break_table_is_never_another_tokenizers() -> None:
+    """The table is kept per tokenizer by id: a tokenizer that takes a freed one's id (models loaded and dropped
+    by a daemon, or one test after another) gets its own table, not the freed one's."""
+    import gc
+
+    from infill.core import backends
+
+    class Letters:
+        def __init__(self, text: str) -> None:
+            self.text = text
+
+        def decode(self, ids: list[int]) -> str:
+            return "".join(self.text[i] for i in ids)
+
+    first = Letters("a\nb ")
+    assert backends.token_sets(first, 4) == (frozenset({1}), frozenset({1, 3}))
+    stale = backends._TOKEN_SETS[(id(first), 4)]
+    del first
+    gc.collect()
+    second = Letters("ab\n\n")
+    backends._TOKEN_SETS[(id(second), 4)] = stale  # as if `second` had taken the freed one's id
+    assert backends.token_sets(second, 4) == (frozenset({2, 3}), frozenset({2, 3}))

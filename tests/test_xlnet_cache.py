@@ -11,7 +11,7 @@ from infill.config import DecodeConfig
 from infill.decoding import decode
 from infill.models.base import FillProblem
 from infill.models.xlnet import XLNetAnySubset
-from tests.fixtures_decode import tiny_xlnet
+from tests.fixtures_decode import OnePassPerHypothesis, tiny_xlnet
 
 torch.set_num_threads(1)
 V, MASK = 40, 39
@@ -115,3 +115,52 @@ def test_accepted_drafts_are_committed_from_the_verify_pass(pair: tuple[XLNetAny
     after[masked[:3]] = torch.tensor([5, 6, 9])  # two drafts accepted, the third resampled
     assert close(cached.draft(after, masked, 3, masked[3:]), plain.draft(after, masked, 3, masked[3:]))
     assert cached.cache.reused == before + 2
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(
+    layout=st.lists(st.booleans(), min_size=3, max_size=20).filter(lambda m: 1 < sum(m) < len(m)),
+    width=st.integers(1, 5),
+    seed=st.integers(0, 1000),
+)
+def test_draft_many_is_each_sequences_draft(
+    pair: tuple[XLNetAnySubset, XLNetAnySubset], layout: list[bool], width: int, seed: int
+) -> None:
+    """Beam search's batched pass: hypotheses of one problem that share a decoded prefix (or none), at different
+    decoded counts, each against its own full forward; the cache still serves single passes afterwards."""
+    cached, plain = pair
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randint(0, MASK, (len(layout),), generator=g)
+    masked = torch.tensor([i for i, m in enumerate(layout) if m])
+    M = masked.shape[0]
+    shared = int(torch.randint(0, M, (), generator=g))  # decoded tokens every hypothesis shares
+    hyps, ns = [], []
+    for _ in range(width):
+        ids = base.clone()
+        ids[masked[shared:]] = torch.randint(0, MASK, (M - shared,), generator=g)
+        n = int(torch.randint(shared, M, (), generator=g))
+        ids[masked[n:]] = MASK
+        hyps.append(ids)
+        ns.append(n)
+    before = cached.nfe
+    got = cached.draft_many(hyps, masked, ns)  # (B, V)
+    assert cached.nfe == before + 1
+    for b, (ids, n) in enumerate(zip(hyps, ns, strict=True)):
+        assert close(got[b : b + 1], plain.draft(ids, masked, n, masked[n : n + 1]))
+    ids, n = hyps[-1], ns[-1]
+    assert close(cached.draft(ids, masked, n, masked[n : n + 1]), plain.draft(ids, masked, n, masked[n : n + 1]))
+
+
+def test_beam_search_takes_one_pass_per_step_and_finds_the_same(pair: tuple[XLNetAnySubset, XLNetAnySubset]) -> None:
+    cached, plain = pair
+    ids = torch.tensor([3, 7, 1, MASK, MASK, MASK, MASK, MASK, 2, 9, 4])
+    problem = FillProblem(ids, torch.tensor([3, 4, 5, 6, 7]))
+    beam = DecodeConfig(decoder="beam", beam=4, temperature=0)
+    g = torch.Generator().manual_seed(0)
+    batched, stats = decode(cached, problem, beam, g)
+    single, reference = decode(OnePassPerHypothesis(cached), problem, beam, g)  # type: ignore[arg-type]
+    assert batched.tolist() == single.tolist()
+    assert [f for _, f in stats.extra["nbest"]] == [f for _, f in reference.extra["nbest"]]
+    assert stats.nfe == 5 < reference.nfe  # one pass per position
+    batched, stats = decode(plain, problem, beam, g)  # no cache: one full forward per hypothesis, counted so
+    assert batched.tolist() == single.tolist() and stats.nfe == reference.nfe

@@ -17,19 +17,20 @@ import click
     help="HF hub cache to scan (default: $HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub).",
 )
 def models(as_json: bool, cache_dir: Path | None) -> None:
-    """List the packaged model(s) and the models in the local Hugging Face cache.
+    """List the packaged model(s), the models in the local Hugging Face cache and Ollama's models.
 
     NAME is what `--model` accepts; cached models with a revision other than main take `--revision REV`.
     KIND is asarm (XLNet any-subset model: assd, sequential, parallel decoders), blockdiff
     (Qwen3/Llama/SDAR block diffusion, told by a mask token or block size in its config: confidence, s2d2,
     ptp, ssmd; with FIM tokens also beam search and sequential at block size 1) or ar (a left-to-right code
     model such as Qwen2.5-Coder, StarCoder2, Code Llama or DeepSeek-Coder, filling through its FIM tokens:
-    beam search, sequential, assd with lookup drafts).
-    Nothing is downloaded; any local model folder also works as --model PATH.
+    beam search, sequential, assd with lookup drafts; Ollama's models are GGUF files that run on llama.cpp,
+    the `llamacpp` extra). Ollama's store is $OLLAMA_MODELS, else ~/.ollama/models.
+    Nothing is downloaded; any local model folder or .gguf file also works as --model PATH.
     """
-    from infill.models.catalog import cached_models, hf_cache_dir, human_size, packaged_models
+    from infill.models.catalog import cached_models, hf_cache_dir, human_size, ollama_models, packaged_models
 
-    entries = packaged_models() + cached_models(cache_dir)
+    entries = packaged_models() + cached_models(cache_dir) + ollama_models()
     if as_json:
         click.echo(json.dumps([e.as_dict() for e in entries], indent=2))
         return

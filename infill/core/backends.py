@@ -83,22 +83,31 @@ def cut_at_pad(
     return tokens[:kept], end, float(sum(logq[:scored])), float(min(logq[:scored]))
 
 
-_TOKEN_SETS: dict[int, tuple[frozenset[int], frozenset[int]]] = {}
+# id(tokenizer), vocabulary size -> (the tokenizer, held weakly where it can be, and its sets)
+_TOKEN_SETS: dict[tuple[int, int], tuple[Callable[[], object], tuple[frozenset[int], frozenset[int]]]] = {}
 
 
 def token_sets(tokenizer: Tokenizer, vocab_size: int) -> tuple[frozenset[int], frozenset[int]]:
     """(line breaks, blanks): ids of the tokens whose text holds a line break, and of whitespace-only tokens
-    (cached per tokenizer). A line break after some text ends a one-line span."""
-    key = id(tokenizer)
+    (cached per tokenizer: an entry whose tokenizer is gone is not another tokenizer's, though the new one may
+    have the old one's id). A line break after some text ends a one-line span."""
+    import weakref
+
+    key = (id(tokenizer), vocab_size)
     found = _TOKEN_SETS.get(key)
-    if found is None:
-        texts = [tokenizer.decode([i]) for i in range(vocab_size)]
-        found = (
-            frozenset(i for i, t in enumerate(texts) if "\n" in t),
-            frozenset(i for i, t in enumerate(texts) if t and not t.strip()),
-        )
-        _TOKEN_SETS[key] = found
-    return found
+    if found is not None and found[0]() is tokenizer:
+        return found[1]
+    texts = [tokenizer.decode([i]) for i in range(vocab_size)]
+    sets = (
+        frozenset(i for i, t in enumerate(texts) if "\n" in t),
+        frozenset(i for i, t in enumerate(texts) if t and not t.strip()),
+    )
+    try:
+        held: Callable[[], object] = weakref.ref(tokenizer)
+    except TypeError:  # a tokenizer without weak references: held for good
+        held = lambda: tokenizer  # noqa: E731
+    _TOKEN_SETS[key] = (held, sets)
+    return sets
 
 
 @dataclass
@@ -196,8 +205,10 @@ class AnySubset:
             if cfg.decoder == "beam":
                 totals.nbest[id(region)] = [fill for _, fill in stats.extra["nbest"]]
                 totals.nbest_scores[id(region)] = [float(score) for score, _ in stats.extra["nbest"]]
+        before = getattr(model, "nfe", None)
         logq = score(model, problem, tokens)  # (M,) log q of each token under the oracle
-        totals.nfe += 1  # the scoring pass
+        after = getattr(model, "nfe", None)
+        totals.nfe += after - before if isinstance(before, int) and isinstance(after, int) else 1  # its passes
         return _fills(region, problem, loaded, tokens.tolist(), logq.tolist())
 
     def ranked_lines(self, regions: list[Region], run: Run, options: FillOptions) -> list[Fill]:
@@ -227,9 +238,10 @@ class AnySubset:
                 continue
             if run.on_progress is not None:  # between passes, so a cancelled request stops here too
                 run.on_progress({"event": "score", "nfe": run.totals.nfe})
-            logq = score(model, problem, torch.tensor(ids + [pad] * (plan.budget - len(ids))))
+            # the line's tokens and the pad that ends it: only those rows are computed (a code model's batched
+            # rows cost nearly what single passes do on a CPU)
+            kept = score(model, problem, torch.tensor(ids + [pad] * (plan.budget - len(ids))), upto=len(ids) + 1)
             run.totals.nfe += 1
-            kept = logq[: len(ids) + 1]
             out.append(Fill(text, float(kept.sum()), len(ids), float(kept.min())))
         return out
 
@@ -305,7 +317,10 @@ class Autoregressive(AnySubset):
                 f"{run.loaded.name!r} has no fill-in-the-middle tokens, so it can only write at the end of the "
                 "text: select a span with nothing but blank lines after it, or use a model with FIM tokens"
             )
-        return super().sample(region, run, attempt)
+        if not isinstance(model, CausalFim):
+            return super().sample(region, run, attempt)
+        with model.remembering():  # the fill's score reads the rows its decoding computed: no pass of its own
+            return super().sample(region, run, attempt)
 
 
 class BlockDiffusion:

@@ -55,9 +55,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode
+from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode, decode_label
 from infill.core.backends import Fill, Run, select
 from infill.core.plan import MIN_CONTEXT, WINDOW_BYTES_PER_TOKEN, Region, plan_regions, token_budget
 from infill.decoding.stats import histogram
@@ -408,6 +409,10 @@ def fill_text(
     )
     stats["features"] = features
     confidence = stats["confidence"] = confidence_of(loaded, decode, features)
+    if confidence is None:
+        folder, name = calibration_place(loaded)
+        where = f" (infill eval calibrate --out {folder / name})" if folder is not None else ""
+        notes.append(f"no calibrated confidence: {loaded.name!r} has no calibration for {decode_label(decode)}{where}")
     if options.min_confidence > 0:
         _check_confidence(loaded, decode, ordered, best_edits, confidence, options.min_confidence, stats)
     return FillResult(best_text, best_edits, stats, warnings, notes, confidence)
@@ -424,7 +429,6 @@ def _check_confidence(
 ) -> None:
     """--min-confidence: InputError when the model has no calibration to answer with, LowConfidenceError (exit
     4, nothing written) when the best fill is below the threshold."""
-    from infill.config import decode_label
 
     if confidence is None:
         raise InputError(
@@ -476,13 +480,24 @@ def fill_features(
 def confidence_of(loaded: LoadedModel, decode: DecodeConfig, features: dict[str, float]) -> float | None:
     """The calibrated probability that the fill is right, when the model ships a calibration for this decoder
     (calibration.json beside its weights; infill.core.calibration), else None."""
-    from infill.config import decode_label
     from infill.core.calibration import calibration_of
 
-    calibrator = calibration_of(loaded.info.get("path"))
+    calibrator = calibration_of(*calibration_place(loaded))
     if calibrator is None or calibrator.meta.get("decoder") != decode_label(decode):
         return None
     return round(calibrator.predict(features), 4)
+
+
+def calibration_place(loaded: LoadedModel) -> tuple[Path | None, str]:
+    """(folder, file name) of the model's calibration: calibration.json in a model folder; for a GGUF model the
+    file its info names (beside the file, or under infill's data folder for one of Ollama's)."""
+    from infill.core.calibration import CALIBRATION_FILE
+
+    named = loaded.info.get("calibration")
+    if isinstance(named, str):
+        return Path(named).parent, Path(named).name
+    folder = loaded.info.get("path")
+    return (Path(folder) if isinstance(folder, str) else None), CALIBRATION_FILE
 
 
 def _writes(edits: list[Edit]) -> bool:

@@ -59,8 +59,10 @@ def decode(
     return run.result()
 
 
-def score(model: AnySubsetModel, problem: FillProblem, tokens: torch.Tensor) -> torch.Tensor:
-    """Per-token log q(x_i | prompt, x_{<i}) of the fill `tokens` (M,), from one oracle pass: (M,) float32.
+def score(model: AnySubsetModel, problem: FillProblem, tokens: torch.Tensor, upto: int | None = None) -> torch.Tensor:
+    """Per-token log q(x_i | prompt, x_{<i}) of the fill `tokens` (M,), from one oracle pass: (M,) float32, or
+    (upto,) for the first `upto` positions only (the pass computes only their rows: each depends only on the
+    prompt and the tokens before it).
 
     Untransformed model probabilities (no temperature / top-k / top-p); `<mask>` excluded. Sum for a
     sequence score.
@@ -78,6 +80,7 @@ def score(model: AnySubsetModel, problem: FillProblem, tokens: torch.Tensor) -> 
         return torch.zeros(0)
     ids = problem.ids.detach().to("cpu").clone()  # (N,)
     ids[masked] = tokens
-    logits = model.verify(ids, masked, 0, masked)  # (M, V)
-    logq = torch.log_softmax(logits.detach().float().cpu(), dim=-1)  # (M, V)
-    return logq.gather(-1, tokens[:, None]).squeeze(-1)  # (M,)
+    rows = masked if upto is None else masked[: max(1, min(upto, masked.shape[0]))]  # (R,)
+    logits = model.verify(ids, masked, 0, rows)  # (R, V)
+    logq = torch.log_softmax(logits.detach().float().cpu(), dim=-1)  # (R, V)
+    return logq.gather(-1, tokens[: rows.shape[0], None]).squeeze(-1)  # (R,)

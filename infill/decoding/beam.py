@@ -16,13 +16,18 @@ listed after the others in the n-best list. Likewise a finished fill that `probl
 syntax check) does not stop the search: it goes on until no live hypothesis can beat the best accepted fill,
 and refused fills are listed after accepted ones.
 
-Hypotheses are visited in lexicographic order of their tokens, so consecutive passes share the longest prefix
-and the model's prompt cache recomputes only the rows that differ.
+One pass per step: a model that drafts several sequences at once (infill.models.base.BatchedDraft: the
+left-to-right code models on every engine, and the any-subset XLNet) scores every live hypothesis's next position
+in one batched pass, so a fill of T tokens costs about T passes whatever the width (each hypothesis's keys and
+values stay in the engine's cache, and a step computes one new row per hypothesis). Other models take one pass per
+hypothesis, visited in lexicographic order of their tokens, so consecutive passes share the longest prefix and the
+model's prompt cache recomputes only the rows that differ.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from infill.config import BeamOptions, options_of
 from infill.decoding.problem import LeftToRight, ends_span, force_pads, is_pad
@@ -39,13 +44,14 @@ def beam_search(run: LeftToRight) -> None:
     first, then empty ones. The search is deterministic: run.generator is not drawn from.
 
     `run`: as for infill.decoding.assd.assd; the best fill's sequence replaces run.ids (N,) long (its tokens at
-    run.masked (M,) long); returns nothing. Each step extends every live beam by one position with one
-    model.draft pass of one target, (1, V) logits (with one target the draft is the oracle); a fill's score is
+    run.masked (M,) long); returns nothing. Each step extends every live beam by one position with model.draft of
+    one target, (1, V) logits (with one target the draft is the oracle), one pass for all beams where the model
+    has draft_many (module docstring); a fill's score is
     the sum of its tokens' untransformed log-probabilities. A finished fill that run.problem.accept refuses does
     not end the search."""
     import torch
 
-    model, problem, stats, on_step = run.model, run.problem, run.stats, run.on_step
+    model, problem, stats = run.model, run.problem, run.stats
     width = options_of(BeamOptions, run.cfg).beam
     stats.extra["beam"] = width
     masked = run.masked  # (M,)
@@ -69,14 +75,12 @@ def beam_search(run: LeftToRight) -> None:
     if M == 0:
         finished.append((0.0, live[0][1]))
         live = []
+    batched = getattr(model, "draft_many", None)  # infill.models.base.BatchedDraft
     while live:
         extensions: list[tuple[float, torch.Tensor, int]] = []
-        for score, ids, n in sorted(live, key=lambda h: h[1][masked[: h[2]]].tolist()):
-            logits = model.draft(ids, masked, n, masked[n : n + 1])  # (1, V)
-            stats.nfe += 1
-            if on_step is not None:  # after every pass, not every step of `width` passes: a cancel stops sooner
-                on_step(max(h[2] for h in live), M)
-            logq = torch.log_softmax(logits[0].double(), dim=-1)  # (V,)
+        order = sorted(live, key=lambda h: h[1][masked[: h[2]]].tolist())
+        for (score, ids, n), logits in zip(order, _next_logits(run, order, batched), strict=True):
+            logq = torch.log_softmax(logits.double(), dim=-1)  # (V,)
             top = torch.topk(logq, min(width, int(torch.isfinite(logq).sum())))
             for lq, x in zip(top.values.tolist(), top.indices.tolist(), strict=True):
                 nxt = ids.clone()
@@ -104,6 +108,28 @@ def beam_search(run: LeftToRight) -> None:
     stats.extra["logprob"] = score
     stats.extra["nbest"] = [(s, f[masked].tolist()) for s, f in finished[:width]]  # best first
     stats.extra["refused"] = sum(not ok for ok in verdicts.values())
+
+
+def _next_logits(run: LeftToRight, live: list[tuple[float, torch.Tensor, int]], batched: Any) -> Iterator[torch.Tensor]:
+    """The next position's logits (V,) of each live hypothesis (score, ids (N,), n): all from one pass when the
+    model drafts several sequences at once (`batched`, its draft_many), else one draft pass each, yielded as it
+    comes (a cancel then stops between passes)."""
+    masked, stats, on_step = run.masked, run.stats, run.on_step
+    if batched is not None and len(live) > 1:
+        before = getattr(run.model, "nfe", None)  # the passes the model counts (one, or one each without a cache)
+        rows = batched([ids for _, ids, _ in live], masked, [n for _, _, n in live])  # (B, V)
+        after = getattr(run.model, "nfe", None)
+        stats.nfe += after - before if isinstance(before, int) and isinstance(after, int) else 1
+        if on_step is not None:
+            on_step(max(h[2] for h in live), run.total)
+        yield from rows
+        return
+    for _, ids, n in live:
+        logits = run.model.draft(ids, masked, n, masked[n : n + 1])  # (1, V)
+        stats.nfe += 1
+        if on_step is not None:  # after every pass, not every step of `width` passes: a cancel stops sooner
+            on_step(max(h[2] for h in live), run.total)
+        yield logits[0]
 
 
 def _writes(model: AnySubsetModel, problem: FillProblem, ids: torch.Tensor) -> bool:

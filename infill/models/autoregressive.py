@@ -31,7 +31,9 @@ is refused (infill.core.backends).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -42,6 +44,7 @@ from infill.models.fim import FimTokens, fim_prompt, find_fim
 if TYPE_CHECKING:
     import torch
 
+    from infill.models.base import CausalEngine
     from infill.models.hf_folder import HFTokenizer
     from infill.models.registry import LoadedModel
 
@@ -53,11 +56,124 @@ AR_ARCHITECTURES: dict[str, str] = {
     "llama": "LlamaForCausalLM",  # Code Llama, DeepSeek-Coder
 }
 WINDOW = 4096  # tokens one fill's sequence may hold at most (prompt and fill), below the model's own limit
+MEMO_BYTES = 64 << 20  # logits rows `CausalFim.remembering` keeps at most
+
+
+class TorchEngine:
+    """infill.models.base.CausalEngine over a stock transformers causal LM (eager PyTorch).
+
+    Two caches: the keys and values of the last single sequence (greedy and sampled decoding, verify passes,
+    scoring), and those of the last batch of sequences, one row each (beam search). A batch whose every sequence
+    extends a row of the batch cache by the same number of tokens reorders that cache (each sequence takes its
+    parent's row) and computes only the new tokens; any other batch starts from the single sequence's cache at
+    the prefix the batch shares, repeated once per row."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.vocab_size = int(model.config.vocab_size)
+        self.positions = int(getattr(model.config, "max_position_embeddings", None) or WINDOW)
+        self._tokens: list[int] = []  # the sequence whose keys and values `_cache` holds
+        self._cache: Any = None
+        self._rows: list[list[int]] = []  # the sequences whose keys and values `_batch` holds, one per row
+        self._batch: Any = None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def forget(self) -> None:
+        self._tokens, self._cache, self._rows, self._batch = [], None, [], None
+
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def rows(self, seqs: Sequence[Sequence[int]], k: int) -> torch.Tensor:
+        """float32 logits (B, k, V) of the last k rows of each sequence, in one forward (module docstring)."""
+        import torch
+
+        if len(seqs) == 1:
+            return self._one([int(t) for t in seqs[0]], k)[None]
+        lengths = {len(s) for s in seqs}
+        if len(lengths) > 1:  # rows of different lengths would need padding: one pass each
+            return torch.stack([self._one([int(t) for t in s], k) for s in seqs])
+        return self._many([[int(t) for t in s] for s in seqs], k)
+
+    def _one(self, seq: list[int], k: int) -> torch.Tensor:
+        """float32 logits (k, V) of the last k rows of `seq`, computed from the first token the cache lacks."""
+        from transformers import DynamicCache
+
+        reuse = _shared(self._tokens, seq, len(seq) - k)  # the last k rows are always computed
+        if self._cache is None or reuse == 0:
+            self._cache, reuse = DynamicCache(), 0
+        elif self._cache.get_seq_length() > reuse:
+            self._cache.crop(reuse - self._cache.get_seq_length())
+        self._tokens = []  # stays empty if the forward fails: the next pass starts over
+        out = self._forward(self._cache, [seq[reuse:]], reuse, k)  # (1, k, V)
+        self._tokens = seq
+        return out[0]
+
+    def _many(self, seqs: list[list[int]], k: int) -> torch.Tensor:
+        """float32 logits (B, k, V) for B sequences of one length, in one batched forward."""
+        import copy
+
+        import torch
+        from transformers import DynamicCache
+
+        length = len(seqs[0])
+        held = len(self._rows[0]) if self._rows else 0
+        index = {tuple(row): r for r, row in enumerate(self._rows)}
+        parents = [index.get(tuple(s[:held])) for s in seqs] if 0 < held <= length - k else [None]
+        batch, self._batch, self._rows = self._batch, None, []  # stay empty if the forward fails
+        if all(p is not None for p in parents):
+            batch.reorder_cache(torch.tensor(parents, device=self.device))  # each sequence takes its parent's row
+            start = held
+        else:  # from the single sequence's cache at the prefix every sequence shares
+            shared = min(_shared(seqs[0], s, length - k) for s in seqs)
+            start = _shared(self._tokens, seqs[0], shared)
+            if self._cache is None or start == 0:
+                batch, start = DynamicCache(), 0
+            else:
+                if self._cache.get_seq_length() > start:
+                    self._cache.crop(start - self._cache.get_seq_length())
+                self._tokens = self._tokens[:start]
+                batch = copy.deepcopy(self._cache)
+                batch.batch_repeat_interleave(len(seqs))
+        out = self._forward(batch, [s[start:] for s in seqs], start, k)  # (B, k, V)
+        self._batch, self._rows = batch, seqs
+        return out
+
+    def _forward(self, cache: Any, new: list[list[int]], start: int, k: int) -> torch.Tensor:
+        """The network on the rows `new` (B, L) at positions start..start+L-1 after `cache`: (B, k, V) float32."""
+        import torch
+
+        from infill.models.blockdiff_model import kv_cache
+
+        dev = self.device
+        width = len(new[0])
+        with torch.no_grad():
+            out = self.model(
+                input_ids=torch.tensor(new, dtype=torch.long, device=dev),  # (B, L)
+                position_ids=torch.arange(start, start + width, device=dev)[None].expand(len(new), -1),  # (B, L)
+                **kv_cache(self.model, cache),
+                use_cache=True,
+                logits_to_keep=k,
+            ).logits  # (B, k, V)
+        return out.float().cpu()
+
+
+def _shared(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """The length of the common prefix of `a` and `b`, at most `limit`."""
+    n, limit = 0, min(len(a), len(b), limit)
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
 
 
 class CausalFim:
-    """infill.models.base.AnySubsetModel over a stock transformers causal LM (see the module docstring).
+    """infill.models.base.AnySubsetModel over a left-to-right network (see the module docstring).
 
+    network:    what runs the passes: an infill.models.base.CausalEngine (infill.models.llamacpp.LlamaEngine,
+                BlockOneEngine), or a stock transformers causal LM, which runs as a TorchEngine.
     fim:        the tokenizer's FIM tokens; None = a model that only continues text.
     lead:       tokens before the prompt (a BOS where the tokenizer adds one).
     end_ids:    tokens that end the middle (their probabilities go to `pad_id`).
@@ -69,7 +185,7 @@ class CausalFim:
 
     def __init__(
         self,
-        model: Any,
+        network: Any,
         *,
         fim: FimTokens | None,
         lead: Sequence[int] = (),
@@ -81,10 +197,10 @@ class CausalFim:
     ) -> None:
         import torch
 
-        self.model = model
+        self.engine: CausalEngine = network if hasattr(network, "rows") else TorchEngine(network)
         self.fim = fim
         self.lead = [int(t) for t in lead]
-        self.vocab_size = int(model.config.vocab_size)
+        self.vocab_size = int(self.engine.vocab_size)
         self.mask_id = self.vocab_size  # names no token: undecoded positions are never read
         ends = sorted({int(t) for t in end_ids})
         self.pad_id = pad_id if pad_id in ends else (ends[0] if ends else None)
@@ -96,12 +212,7 @@ class CausalFim:
         never.discard(self.pad_id if self.pad_id is not None else -1)
         self._ends = torch.tensor(ends, dtype=torch.long)
         self._banned = torch.tensor(sorted(t for t in never if t < self.vocab_size), dtype=torch.long)
-        self._tokens: list[int] = []  # the sequence whose keys and values `_cache` holds
-        self._cache: Any = None
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        self._memo: OrderedDict[tuple[int, ...], torch.Tensor] | None = None  # see `remembering`
 
     @property
     def overhead(self) -> int:
@@ -120,13 +231,20 @@ class CausalFim:
             raise DecodeError(
                 "a left-to-right model predicts one position per pass, the next one: draft with --draft lookup"
             )
-        return self._logits(ids, masked, n, targets)
+        return self._logits([self._sequence(ids, masked, n, targets)], 1)[0]
+
+    def draft_many(self, ids: Sequence[torch.Tensor], masked: torch.Tensor, ns: Sequence[int]) -> torch.Tensor:
+        """`draft` of several sequences in one pass (infill.models.base.BatchedDraft): row b is
+        q(x_{ns[b]} | prompt, ids[b]'s x_{<ns[b]}), (B, V) logits."""
+        seqs = [self._sequence(x, masked, n, masked[n : n + 1]) for x, n in zip(ids, ns, strict=True)]
+        return self._logits(seqs, 1)[:, 0]
 
     def verify(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
         """q(x_i | prompt, x_{<n}, drafts before i) for the targets masked[n:n+k]: (k, V) logits, one forward."""
-        return self._logits(ids, masked, n, targets)
+        return self._logits([self._sequence(ids, masked, n, targets)], int(targets.numel()))[0]
 
-    def _logits(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
+    def _sequence(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> list[int]:
+        """The causal sequence whose last k rows predict `targets` = masked[n:n+k]: the prompt, x_0 .. x_{n+k-2}."""
         order = [int(p) for p in masked.tolist()]
         k = int(targets.numel())
         start, total = (order[0] if order else 0), len(order)
@@ -138,79 +256,88 @@ class CausalFim:
         seq = self.prompt(tokens[:start], tokens[start + total :]) + tokens[start : start + n + k - 1]
         if len(seq) < k:
             raise DecodeError("nothing to condition on: the span starts the text and the model has no start token")
-        return self._forward(seq, k)
+        return seq
 
-    def _forward(self, seq: list[int], k: int) -> torch.Tensor:
-        """The distribution's logits (k, V), float32: the network's predictions of the k positions after
-        seq[:len(seq)-k+1] .. seq (`_network`), end tokens summed into `pad_id`, banned tokens at -inf."""
+    def _logits(self, seqs: list[list[int]], k: int) -> torch.Tensor:
+        """The distribution's logits (B, k, V), float32: the network's predictions of the k positions after
+        seq[:len(seq)-k+1] .. seq of each sequence, end tokens summed into `pad_id`, banned tokens at -inf. Rows
+        kept by `remembering` are read, not computed; otherwise one pass of the engine."""
         import torch
 
-        logits = self._network(seq, k)
-        self.nfe += 1
+        memo = self._memo
+        if memo is not None:
+            keys = [[tuple(s[: len(s) - k + 1 + j]) for j in range(k)] for s in seqs]
+            if all(key in memo for row in keys for key in row):
+                return torch.stack([torch.stack([memo[key] for key in row]) for row in keys])  # (B, k, V)
+        logits = self._run(seqs, k)
         if self._ends.numel() > 1:
-            logits[:, self.pad_id] = torch.logsumexp(logits[:, self._ends], dim=-1)
-        logits[:, self._banned] = float("-inf")
+            logits[..., self.pad_id] = torch.logsumexp(logits[..., self._ends], dim=-1)
+        logits[..., self._banned] = float("-inf")
+        if memo is not None:
+            for b, row in enumerate(keys):
+                for j, key in enumerate(row):
+                    memo[key] = logits[b, j].clone()
+                    memo.move_to_end(key)
+            while len(memo) * self.vocab_size * 4 > MEMO_BYTES:
+                memo.popitem(last=False)
         return logits
 
-    def _network(self, seq: list[int], k: int) -> torch.Tensor:
-        """float32 logits (k, V) of the last k rows of `seq`, computed from the first token the cache lacks."""
-        import torch
-        from transformers import DynamicCache
+    def _run(self, seqs: list[list[int]], k: int) -> torch.Tensor:
+        """One pass of the engine: the network's logits (B, k, V)."""
+        self.nfe += 1
+        return self.engine.rows(seqs, k)
 
-        from infill.models.blockdiff_model import kv_cache
-
-        reuse, limit = 0, min(len(self._tokens), len(seq) - k)  # the last k rows are always computed
-        while reuse < limit and self._tokens[reuse] == seq[reuse]:
-            reuse += 1
-        if self._cache is None or reuse == 0:
-            self._cache, reuse = DynamicCache(), 0
-        elif self._cache.get_seq_length() > reuse:
-            self._cache.crop(reuse - self._cache.get_seq_length())
-        self._tokens = []  # stays empty if the forward fails: the next pass starts over
-        dev = self.device
-        with torch.no_grad():
-            out = self.model(
-                input_ids=torch.tensor([seq[reuse:]], dtype=torch.long, device=dev),  # (1, L)
-                position_ids=torch.arange(reuse, len(seq), device=dev)[None],  # (1, L)
-                **kv_cache(self.model, self._cache),
-                use_cache=True,
-                logits_to_keep=k,
-            ).logits  # (1, k, V)
-        self._tokens = seq
-        return out[0].float().cpu()  # (k, V)
+    @contextmanager
+    def remembering(self) -> Iterator[None]:
+        """Within it, the rows a pass computes are kept (by the tokens before them, up to MEMO_BYTES), and a pass
+        whose every row was computed before reads them instead: the score of a fill just decoded (its tokens'
+        conditionals were all computed while decoding it) costs no pass. The same logits either way; the kept
+        rows go when it ends, so that the next fill computes its own."""
+        self._memo = OrderedDict()
+        try:
+            yield
+        finally:
+            self._memo = None
 
     def parameter_count(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
+        return self.engine.parameter_count()
 
 
-class BlockOneFim(CausalFim):
-    """A block-diffusion model (infill.models.blockdiff_model.BlockDiffModel) at block size 1, where it is a
-    left-to-right model: the same FIM prompt as its block decoders (infill.decoding.blockfill, no lead), each
-    position predicted after every token before it. So beam search, sequential sampling, prompt-lookup
-    speculation and the one-pass score run it as they run a CausalFim.
+class BlockOneEngine:
+    """infill.models.base.CausalEngine over a block-diffusion model (infill.models.blockdiff_model.BlockDiffModel)
+    at block size 1, where it is a left-to-right model: each position predicted after every token before it.
 
-    The network's passes are the block-diffusion model's own (infill.models.blockdiff_model): the committed
-    tokens in its block-causal KV cache at block size 1 (causal), and the k predictions of one pass from its
-    block-size-1 verify (a mask token at each predicted position for position-aligned models, the row before it
-    for right-shifted ones). The cache keeps the last sequence's tokens and is cropped to the first that differs.
-    """
+    The network's passes are the block-diffusion model's own: the committed tokens in its block-causal KV cache
+    at block size 1 (causal), and the k predictions of one pass from its block-size-1 verify (a mask token at each
+    predicted position for position-aligned models, the row before it for right-shifted ones). The cache keeps
+    the last sequence's tokens and is cropped to the first that differs; a batch runs one sequence at a time."""
 
-    def __init__(self, bd: Any, *, fim: FimTokens, end_ids: Iterable[int], banned: Iterable[int], text_vocab: int):
-        window = bd.max_positions or WINDOW
-        super().__init__(bd.model, fim=fim, end_ids=end_ids, banned=banned, text_vocab=text_vocab, window=window)
+    def __init__(self, bd: Any) -> None:
         self.bd = bd
+        self.vocab_size = int(bd.model.config.vocab_size)
+        self._tokens: list[int] = []  # the committed tokens of `_state`
         self._state: Any = None  # the KVState whose cache holds `_tokens`
+        self.passes = 0  # the block-diffusion model's forward passes
 
-    def _network(self, seq: list[int], k: int) -> torch.Tensor:
+    def forget(self) -> None:
+        self._tokens, self._state = [], None
+
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.bd.model.parameters())
+
+    def rows(self, seqs: Sequence[Sequence[int]], k: int) -> torch.Tensor:
+        import torch
+
+        return torch.stack([self._one([int(t) for t in s], k) for s in seqs])  # (B, k, V)
+
+    def _one(self, seq: list[int], k: int) -> torch.Tensor:
         """float32 logits (k, V): the block-size-1 predictions of positions len(seq)-k+1 .. len(seq)."""
         import torch
 
         bd, start = self.bd, len(seq) - k + 1  # start: the first predicted position, after seq[:start]
         # at least the last clean token is committed again: that one forward also predicts position `start`
         # (fused into the commit for position-aligned models, `next_logits` for right-shifted ones)
-        reuse, limit = 0, min(len(self._tokens), start - 1)
-        while reuse < limit and self._tokens[reuse] == seq[reuse]:
-            reuse += 1
+        reuse = _shared(self._tokens, seq, start - 1)
         state = self._state
         if state is None or reuse == 0:
             state, reuse = bd.new_state(), 0
@@ -227,8 +354,27 @@ class BlockOneFim(CausalFim):
             bd.commit(state, clean, 1)
             logits = bd.verify(state, torch.cat([torch.tensor(seq[start:], dtype=torch.long), mask]), 0, k)
         self._tokens, self._state = seq[:start], state
-        self.nfe += state.nfe - before - 1  # `_forward` counts one pass
-        return logits  # (k, V)
+        self.passes += state.nfe - before
+        return logits.float()  # (k, V)
+
+
+class BlockOneFim(CausalFim):
+    """A block-diffusion model (infill.models.blockdiff_model.BlockDiffModel) at block size 1 as a left-to-right
+    FIM model: the same FIM prompt as its block decoders (infill.decoding.blockfill, no lead), its passes those
+    of a BlockOneEngine. So beam search, sequential sampling, prompt-lookup speculation and the one-pass score
+    run it as they run any CausalFim. `nfe` counts the block-diffusion model's own passes."""
+
+    def __init__(self, bd: Any, *, fim: FimTokens, end_ids: Iterable[int], banned: Iterable[int], text_vocab: int):
+        window = bd.max_positions or WINDOW
+        self.blocks = BlockOneEngine(bd)
+        super().__init__(self.blocks, fim=fim, end_ids=end_ids, banned=banned, text_vocab=text_vocab, window=window)
+        self.bd = bd
+
+    def _run(self, seqs: list[list[int]], k: int) -> torch.Tensor:
+        before = self.blocks.passes
+        logits = self.engine.rows(seqs, k)
+        self.nfe += self.blocks.passes - before  # the block-diffusion model's passes, not the engine's calls
+        return logits
 
 
 def block_size_one(loaded: LoadedModel) -> LoadedModel | None:
@@ -277,15 +423,15 @@ def load_folder(path: str | Path, spec: ModelSpec) -> LoadedModel:
     )
     class_name = AR_ARCHITECTURES[model_type]
     model = hf_folder.load_network(folder, raw, class_name, device, dtype=dtype)
-    positions = int(getattr(model.config, "max_position_embeddings", None) or WINDOW)
+    engine = TorchEngine(model)
     backend = CausalFim(
-        model,
+        engine,
         fim=fim,
         lead=tokenizer.lead_ids(),
         end_ids=ends,
         banned=tokenizer.special_ids(),
         text_vocab=tokenizer.size(),
-        window=min(positions, WINDOW),
+        window=min(engine.positions, WINDOW),
         pad_id=getattr(tokenizer.hf, "eos_token_id", None),
     )
     info = {

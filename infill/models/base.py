@@ -5,7 +5,7 @@ Shapes: N = sequence length, M = masked positions, k = targets in one call, V = 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -79,3 +79,34 @@ class AnySubsetModel(Protocol):
         one). Returns (k, V) float32 logits (untransformed; `<mask>` at -inf): row i is the model's conditional
         for targets[i] given everything decoded and the drafts before it."""
         ...
+
+
+class BatchedDraft(Protocol):
+    """A model that can run `draft` for several sequences in one pass (beam search's hypotheses): the left-to-right
+    models (infill.models.autoregressive.CausalFim) on every engine, and the any-subset XLNet."""
+
+    def draft_many(self, ids: Sequence[torch.Tensor], masked: torch.Tensor, ns: Sequence[int]) -> torch.Tensor:
+        """Row b is `draft(ids[b], masked, ns[b], masked[ns[b] : ns[b] + 1])[0]`: the next position's logits of
+        each sequence, (B, V) float32, from one forward pass (one nfe)."""
+        ...
+
+
+class CausalEngine(Protocol):
+    """What runs a left-to-right network's passes (infill.models.autoregressive.TorchEngine and BlockOneEngine,
+    infill.models.llamacpp.LlamaEngine): token sequences in, next-token logits out. The engine keeps the keys
+    and values of the sequences it evaluated last, and a pass computes only from the first token each sequence
+    does not share with them; it knows nothing of FIM prompts, masks or sampling (infill.models.autoregressive.
+    CausalFim and the decoders do that)."""
+
+    vocab_size: int  # the logits' width V (the network's vocabulary, padding rows included)
+
+    def rows(self, seqs: Sequence[Sequence[int]], k: int) -> torch.Tensor:
+        """float32 logits (B, k, V): row j of sequence b predicts the token after seqs[b][: len(seqs[b]) - k + 1 + j].
+        One forward pass over all B sequences where the engine can batch them (beam search's hypotheses)."""
+        ...
+
+    def forget(self) -> None:
+        """Drop every cached sequence (the next pass computes from the first token)."""
+        ...
+
+    def parameter_count(self) -> int: ...

@@ -1,4 +1,5 @@
-"""What models are available offline, without importing torch: the packaged ones and the HF cache.
+"""What models are available offline, without importing torch: the packaged ones, the HF cache and Ollama's
+store.
 
 Sizes come from the files on disk; parameter counts from the safetensors headers (JSON, read without torch).
 """
@@ -136,6 +137,24 @@ def cached_models(cache: Path | None = None) -> list[ModelEntry]:
             entry = describe(snap, repo_id, f"HF cache {repo_id}@{rev}", revision=None if rev == "main" else rev)
             if entry is not None:
                 out.append(entry)
+    return out
+
+
+def ollama_models(root: Path | None = None) -> list[ModelEntry]:
+    """Every model in Ollama's store (infill.models.ollama), kind "ar" (a GGUF file runs on llama.cpp as a
+    left-to-right model); parameters from the GGUF header, read without its vocabulary."""
+    from infill.errors import ModelError
+    from infill.models import gguf, ollama
+
+    out = []
+    for model in ollama.installed(root):
+        kind, params, what = "ar", None, "GGUF"
+        try:
+            header = gguf.read_header(model.blob, vocabulary=False)
+            params, what = header.parameters, f"{header.architecture} GGUF"
+        except ModelError:
+            kind = "unsupported (not a readable GGUF file)"
+        out.append(ModelEntry(model.name, kind, model.size, params, f"Ollama, {what}", str(model.blob)))
     return out
 
 

@@ -1,7 +1,8 @@
 """Loading a model by name (`load`): a registered name (infill.models.registry) first, else a folder: the
 default, a local folder, or an HF-cache repo id.
 
-Never downloads: HF repo ids resolve only from the local cache (local_files_only / offline). The folder's
+Never downloads: HF repo ids resolve only from the local cache (local_files_only / offline). A GGUF file, or a
+name in Ollama's store (infill.models.ollama), loads on llama.cpp (infill.models.llamacpp, kind "ar"). The folder's
 config.json picks the backend (folder_kind): "xlnet" -> XLNetAnySubset (kind "asarm"); a block-diffusion folder
 (model_type sdar or fast_dllm_v2, or a mask token or block size in its config) -> infill.models.blockdiff (kind
 "blockdiff"); a left-to-right one (qwen2, qwen3, starcoder2, llama without those) -> infill.models.autoregressive
@@ -70,8 +71,8 @@ def _from_hf_cache(repo_id: str, revision: str | None) -> str:
     except Exception as exc:  # LocalEntryNotFoundError, RevisionNotFoundError, HFValidationError ...
         rev = f" (revision {revision})" if revision else ""
         raise ModelError(
-            f"model {repo_id!r}{rev} is not a local folder and not in the HF cache; infill never downloads "
-            f"(fetch it once with `hf download {repo_id}` or pass a folder)"
+            f"model {repo_id!r}{rev} is not a local folder, an Ollama model or in the HF cache; infill never "
+            f"downloads (fetch it once with `hf download {repo_id}` or `ollama pull`, or pass a folder or a .gguf file)"
         ) from exc
 
 
@@ -131,7 +132,42 @@ def load(spec: ModelSpec) -> LoadedModel:
     return load_by_name(spec)
 
 
+def resolve_gguf(spec: ModelSpec) -> tuple[Path, str, str | None] | None:
+    """(file, provenance, Ollama name or None) when `spec.name` is a GGUF file or a model in Ollama's store
+    (infill.models.ollama), else None (a folder or an HF repo id: resolve_folder). A name with a tag
+    (`qwen2.5-coder:0.5b`) that Ollama's store lacks, or a missing .gguf path, is a ModelError."""
+    from infill.models import ollama
+    from infill.models.gguf import is_gguf
+
+    name = spec.name
+    if name == "default" or packaged_folder(name) is not None:
+        return None
+    path = Path(name).expanduser()
+    if path.is_file():
+        if path.suffix.lower() == ".gguf" or is_gguf(path):
+            return path, f"GGUF file {path}", None
+        return None  # resolve_folder says it is not a model folder
+    if path.exists():
+        return None
+    if path.suffix.lower() == ".gguf":
+        raise ModelError(f"GGUF file {name} does not exist")
+    found = ollama.find(name)
+    if found is not None:
+        return found.blob, f"Ollama {found.name}", found.name
+    if ":" in name and ollama.parts(name) is not None:  # a tag: a name as Ollama shows it
+        raise ollama.not_found(name)
+    return None
+
+
 def load_by_name(spec: ModelSpec) -> LoadedModel:
+    gguf = resolve_gguf(spec)
+    if gguf is not None:
+        from infill.models import llamacpp
+
+        if spec.revision is not None or spec.mask_token is not None:
+            flag = "--revision" if spec.revision is not None else "--mask-token"
+            raise ModelError(f"{flag} applies to model folders; {spec.name} is a GGUF model")
+        return llamacpp.load_gguf(*gguf, spec)
     folder, provenance = resolve_folder(spec)
     cfg = read_config(folder)
     model_type = cfg.get("model_type")

@@ -217,6 +217,15 @@ QWEN_CODER_05B_SHAPE: dict[str, Any] = {
     "max_position_embeddings": 32768,
     "tie_word_embeddings": True,
 }
+# Qwen2.5-Coder-1.5B's shape (1,543,714,304 parameters)
+QWEN_CODER_15B_SHAPE: dict[str, Any] = {
+    **QWEN_CODER_05B_SHAPE,
+    "hidden_size": 1536,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+    "intermediate_size": 8960,
+}
 
 
 def tiny_ar_checkpoint(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, get_args
 
 from infill.config import EngineName
@@ -157,6 +158,21 @@ class XLNetAnySubset:
     def verify(self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor) -> torch.Tensor:
         """q(x_i | prompt, masked[:n], drafts at targets before i) for each target i: (k, V) logits."""
         return self.logits(ids, masked, n, targets, verify=True)
+
+    def draft_many(self, ids: Sequence[torch.Tensor], masked: torch.Tensor, ns: Sequence[int]) -> torch.Tensor:
+        """`draft` of the next position of several sequences of one problem, in one cached pass
+        (infill.models.base.BatchedDraft; XLNetKVCache.draft_many): (B, V) logits."""
+        import torch
+
+        if self.cache is None:  # the full forward: one pass each
+            return torch.cat([self.draft(x, masked, n, masked[n : n + 1]) for x, n in zip(ids, ns, strict=True)])
+        autocast = self._autocast() if self.device.type == "cuda" else contextlib.nullcontext()
+        with torch.no_grad(), autocast:
+            out = self.cache.draft_many([x.to(self.device) for x in ids], masked.to(self.device), list(ns))
+        self.nfe += 1
+        logits = out.float()  # (B, V)
+        logits[:, self.mask_id] = float("-inf")
+        return logits
 
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.net.parameters())

@@ -123,24 +123,31 @@ class XLNetKVCache:
         targets: torch.Tensor,
         sees: torch.Tensor,
         bidirectional: bool = False,
+        within: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Content rows for `tokens` (G,) at `pos` (G,), rank-causal among themselves (all-visible when
-        `bidirectional`: the prompt), written at _R.._R+G-1 of every layer (the caller commits them or not), and
-        query rows for `targets` (k,); `sees` (k, G) bool says which new rows each query row sees (every row sees
-        the committed rows). Returns the targets' (k, V) logits."""
+        `bidirectional`: the prompt; `within` (G, G) bool when given: which new rows each new row sees), written at
+        _R.._R+G-1 of every layer (the caller commits them or not; not written when `within` is given: such rows
+        are never committed), and query rows for `targets` (k,); `sees` (k, G) bool says which new rows each query
+        row sees (every row sees the committed rows). Returns the targets' (k, V) logits."""
         assert self._keys is not None and self._values is not None and self._pos is not None
         R, G, k, N = self._R, tokens.shape[0], targets.shape[0], self._N
         dev = tokens.device
         q_pos = torch.cat([pos, targets])  # (G+k,) the rows' positions
         rel = (N - 1) - (q_pos[:, None] - torch.cat([self._pos, pos])[None])  # (G+k, N+G)
-        within = torch.ones(G, G, dtype=torch.bool, device=dev)
-        blocked = torch.cat([~within if bidirectional else ~within.tril(), ~sees])  # (G+k, G)
+        if within is not None:
+            blocked = torch.cat([~within, ~sees])  # (G+k, G)
+        else:
+            ones = torch.ones(G, G, dtype=torch.bool, device=dev)
+            blocked = torch.cat([~ones if bidirectional else ~ones.tril(), ~sees])  # (G+k, G)
         neg = torch.zeros(G + k, N + G, device=dev, dtype=self._keys.dtype)
         neg[:, R:N] = -NEG  # buffer rows not committed
         neg[:, N:] = blocked.to(neg.dtype) * -NEG
         logits, new_k, new_v = self.engine(
             tokens, targets, list(self._keys), list(self._values), self._kr, rel, neg
         )  # (k, V), (L, n, dh, G), (L, n, G, dh)
+        if within is not None:
+            return logits
         self._keys[..., R : R + G] = new_k
         self._values[:, :, R : R + G] = new_v
         self._pos[R : R + G] = pos
@@ -239,3 +246,37 @@ class XLNetKVCache:
         if verify:
             self._stash = (list(self._tokens), ids[targets].tolist())
         return out
+
+    def draft_many(self, ids: list[torch.Tensor], masked: torch.Tensor, ns: list[int]) -> torch.Tensor:
+        """Draft logits (B, V) of several sequences of one problem in one pass (beam search's hypotheses): row b
+        is `logits(ids[b], masked, ns[b], masked[ns[b]:ns[b]+1], verify=False)`.
+
+        The cache is synced to the decoded tokens every sequence shares (committed once); each sequence's other
+        decoded tokens are content rows of this pass, rank-causal among themselves and invisible to every other
+        sequence's rows, and each sequence's target is one query row that sees the committed rows and its own
+        sequence's rows. Those rows are not committed (the sequences part ways)."""
+        tokens = [x[masked].tolist() for x in ids]
+        shared = min(ns)
+        for t in tokens[1:]:
+            same = 0
+            while same < shared and t[same] == tokens[0][same]:
+                same += 1
+            shared = same
+        pending = self._sync(ids[0], masked, shared)  # (G0,) shared decoded positions not in the cache yet
+        if pending.shape[0]:  # commit them: every sequence would compute them again otherwise
+            empty = torch.zeros(0, dtype=torch.long, device=masked.device)
+            none = torch.zeros(0, pending.shape[0], dtype=torch.bool, device=masked.device)
+            self._pass(ids[0][pending], pending, empty, none)  # rank-causal, written at _R..: committed below
+            self._R += pending.shape[0]
+            self._tokens.extend(ids[0][pending].tolist())
+        keep = len(self._tokens)
+        rows = [masked[keep:n] for n in ns]  # each sequence's decoded positions after the committed ones
+        owner = torch.cat([torch.full((r.shape[0],), b, dtype=torch.long) for b, r in enumerate(rows)])  # (G,)
+        rank = torch.cat([torch.arange(r.shape[0]) for r in rows])  # (G,)
+        mates = owner[:, None] == owner[None, :]  # (G, G)
+        within = mates & (rank[None, :] <= rank[:, None])  # a row sees its own sequence's earlier rows and itself
+        sees = torch.arange(len(ids))[:, None] == owner[None, :]  # (B, G)
+        dev = masked.device
+        new = torch.cat([x[r] for x, r in zip(ids, rows, strict=True)])  # (G,)
+        targets = masked[torch.tensor(ns, device=dev)]  # (B,)
+        return self._pass(new, torch.cat(rows), targets, sees.to(dev), within=within.to(dev))  # (B, V)

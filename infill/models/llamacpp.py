@@ -1,0 +1,415 @@
+"""Left-to-right code models from GGUF files, run by llama.cpp (the `llamacpp` extra: llama-cpp-python), for
+`--model path/model.gguf` and Ollama's models (infill.models.ollama); docs/code-models.md.
+
+llama.cpp only runs passes here: `LlamaEngine` is an infill.models.base.CausalEngine (token sequences in, next-token
+logits out), and the model is the same infill.models.autoregressive.CausalFim the Hugging Face folders load as, so
+the tool's own decoding runs on it unchanged: beam search, exact sampling, lookup speculation, the syntax checks,
+retrieval ranking, the one-line stop, token healing, calibrated confidence.
+
+How passes use llama.cpp's low-level API (one context, one unified KV cache shared by up to SLOTS sequences):
+- a sequence is a slot (llama.cpp's seq_id) whose cache holds its tokens at positions 0..len-1; a pass over a
+  sequence starts from the longest prefix any slot holds: a keystroke evaluates only the tokens after the first
+  change, a verify pass only the drafts, and a rejected draft's cells are removed (llama_memory_seq_rm);
+- several sequences go in one batch (beam search's hypotheses): each takes its parent's slot, or a free slot that
+  shares the parent's cells (llama_memory_seq_cp: in a unified cache, a copy adds a sequence id to cells, it moves
+  no data), and the batch asks for logits only at the rows it reads (llama_batch.logits).
+- llama.cpp's log goes to a buffer, not to stderr; its last error line is what a failed load reports.
+
+Before llama.cpp sees a file, infill.models.gguf reads its header: a file that is not GGUF, is cut short, or claims
+more memory than is free is refused before anything is allocated. A file of f32 weights gets an f32 KV cache and
+no flash attention, so that its logits match eager PyTorch's on the same weights to 1e-5 (the tests compare them);
+quantized files get llama.cpp's defaults (f16 cache).
+
+Importing this module does not import llama_cpp or torch; `load_gguf` imports llama_cpp, and ModelError names the
+extra when it is missing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from infill.config import ModelSpec
+from infill.errors import InputError, ModelError
+from infill.models.gguf import TOKEN_CONTROL, GGUFHeader
+
+if TYPE_CHECKING:
+    import torch
+
+    from infill.models.registry import LoadedModel
+
+SLOTS = 16  # sequences one context holds: the widest beam search (a rescue, 4 x the default width) fits
+HEADROOM = 2048  # KV cells beyond the longest sequence, for the tails of the other slots
+UBATCH = 512  # tokens llama.cpp computes at once (a longer prompt goes in several)
+TOKEN_UNUSED = 5  # tokenizer.ggml.token_type of padding rows ([PAD<i>])
+F32 = 0  # ggml_type of f32 (a file of f32 weights: its KV cache too)
+DATA_ENV = "INFILL_DATA_DIR"
+
+
+def available() -> bool:
+    """Whether the `llamacpp` extra is installed (without importing it)."""
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def require() -> Any:
+    """The llama_cpp module, its backend initialised once, its log captured; InputError (exit 2) naming the extra
+    when it is not installed."""
+    if not available():
+        raise InputError("GGUF models run on llama.cpp, which is not installed: pip install 'infill[llamacpp]'")
+    import llama_cpp
+
+    _Log.install(llama_cpp)
+    return llama_cpp
+
+
+class _Log:
+    """llama.cpp's log lines, kept (the last few) instead of printed: a failed load reports the last error."""
+
+    lines: list[str] = []
+    _callback: Any = None  # the ctypes callback, kept alive for as long as llama.cpp may call it
+    _lock = threading.Lock()
+
+    @classmethod
+    def install(cls, llama_cpp: Any) -> None:
+        with cls._lock:
+            if cls._callback is not None:
+                return
+
+            @llama_cpp.llama_log_callback
+            def keep(level: int, text: bytes, user: Any) -> None:
+                cls.lines = [*cls.lines[-40:], text.decode("utf-8", errors="replace")]
+
+            cls._callback = keep
+            llama_cpp.llama_log_set(keep, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+
+    @classmethod
+    def last_error(cls) -> str:
+        """Why llama.cpp's last load failed, from its log: the reason it gave ("error loading model: ..."), else
+        the last line that reads like an error ('' when none)."""
+        lines = [x.strip() for x in "".join(cls.lines).splitlines() if x.strip()]
+        for line in reversed(lines):
+            if "error loading model: " in line:
+                return line.split("error loading model: ", 1)[1]
+        for line in reversed(lines):
+            if any(w in line.lower() for w in ("error", "failed", "unknown", "invalid", "not supported")):
+                return line
+        return ""
+
+
+class LlamaEngine:
+    """infill.models.base.CausalEngine over a llama.cpp context (module docstring)."""
+
+    def __init__(self, path: Path, header: GGUFHeader, *, threads: int, window: int) -> None:
+        llama_cpp = require()
+        self.lib = llama_cpp
+        self.path = path
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = 0
+        _Log.lines = []
+        model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not model:
+            reason = _Log.last_error() or "llama.cpp could not load it"
+            raise ModelError(f"{path}: {reason}")
+        self._model = model
+        self.vocab = llama_cpp.llama_model_get_vocab(model)
+        self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.window = window
+        self.slots = SLOTS
+        exact = all(t.ggml_type == F32 for t in header.tensors if len(t.shape) > 1)
+        ctx = llama_cpp.llama_context_default_params()
+        ctx.n_ctx = window + HEADROOM
+        ctx.n_batch = ctx.n_ctx  # a whole prompt in one llama_decode
+        ctx.n_ubatch = min(UBATCH, ctx.n_ctx)
+        ctx.n_seq_max = self.slots
+        ctx.n_threads = ctx.n_threads_batch = threads
+        ctx.kv_unified = True  # one cache for every slot: copying a slot shares its cells
+        ctx.no_perf = True
+        if exact:
+            ctx.type_k = ctx.type_v = F32
+            ctx.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        context = llama_cpp.llama_init_from_model(model, ctx)
+        if not context:
+            llama_cpp.llama_model_free(model)
+            raise ModelError(f"{path}: {_Log.last_error() or 'llama.cpp could not create a context for it'}")
+        self._ctx = context
+        self._memory = llama_cpp.llama_get_memory(context)
+        self._batch = llama_cpp.llama_batch_init(ctx.n_ctx, 0, self.slots)
+        self._held: list[list[int]] = [[] for _ in range(self.slots)]  # the tokens each slot's cells hold
+        self._lock = threading.Lock()  # one pass at a time (a daemon's threads share the model)
+        self.threads = threads
+        self._parameters = header.parameters
+
+    def close(self) -> None:
+        lib = self.lib
+        if getattr(self, "_ctx", None):
+            lib.llama_batch_free(self._batch)
+            lib.llama_free(self._ctx)
+            lib.llama_model_free(self._model)
+            self._ctx = self._model = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass
+
+    def parameter_count(self) -> int:
+        return self._parameters
+
+    def forget(self) -> None:
+        with self._lock:
+            self.lib.llama_memory_clear(self._memory, True)
+            self._held = [[] for _ in range(self.slots)]
+
+    def rows(self, seqs: Sequence[Sequence[int]], k: int) -> torch.Tensor:
+        """float32 logits (B, k, V) of the last k rows of each sequence; up to SLOTS sequences per pass."""
+        import torch
+
+        lists = [[int(t) for t in s] for s in seqs]
+        for s in lists:
+            if len(s) < k or len(s) > self.window:
+                raise ModelError(f"a pass over {len(s)} tokens: the context holds {self.window}")
+        with self._lock:
+            parts = [self._pass(lists[i : i + self.slots], k) for i in range(0, len(lists), self.slots)]
+        return torch.from_numpy(parts[0] if len(parts) == 1 else _concat(parts))
+
+    def _pass(self, seqs: list[list[int]], k: int) -> Any:
+        """One llama_decode for `seqs` (at most SLOTS); on a full cache, every slot is dropped and the sequences
+        are evaluated one after another (each from the cells of the one before)."""
+        plan = self._plan(seqs, k)
+        code = self._decode(seqs, plan, k)
+        if code == 0:
+            return self._read(seqs, plan, k)
+        if code != 1:  # 1: no room in the cache for the batch; anything else is llama.cpp failing
+            raise ModelError(f"{self.path}: llama.cpp failed a pass (llama_decode returned {code})")
+        self.lib.llama_memory_clear(self._memory, True)
+        self._held = [[] for _ in range(self.slots)]
+        if len(seqs) == 1:
+            raise ModelError(f"{self.path}: {len(seqs[0])} tokens do not fit in llama.cpp's context")
+        import numpy as np
+
+        return np.concatenate([self._pass([s], k) for s in seqs])
+
+    def _plan(self, seqs: list[list[int]], k: int) -> list[tuple[int, int]]:
+        """(slot, tokens reused) for each sequence, with the cache made ready: a sequence keeps the slot it shares
+        the longest prefix with (the longest claim wins), or takes a free slot given that prefix's cells."""
+        lib, memory, held = self.lib, self._memory, self._held
+        best: list[tuple[int, int]] = []  # (source slot, shared tokens)
+        for s in seqs:
+            shares = [_shared(h, s, len(s) - k) for h in held]
+            slot = max(range(self.slots), key=lambda j: shares[j])
+            best.append((slot, shares[slot]))
+        keeps: dict[int, int] = {}  # slot -> the sequence that keeps it in place
+        for b in sorted(range(len(seqs)), key=lambda b: -best[b][1]):
+            slot, shared = best[b]
+            if shared > 0 and slot not in keeps:
+                keeps[slot] = b
+        sources = {slot for slot, shared in best if shared > 0}
+        free = [j for j in range(self.slots) if j not in sources]
+        free.sort(key=lambda j: len(held[j]))  # empty slots first
+        plan: list[tuple[int, int]] = []
+        for b, (slot, shared) in enumerate(best):
+            if keeps.get(slot) == b:
+                plan.append((slot, shared))
+                continue
+            target = free.pop(0)
+            lib.llama_memory_seq_rm(memory, target, -1, -1)
+            if shared > 0:  # the prefix's cells gain this slot's id; nothing is copied
+                lib.llama_memory_seq_cp(memory, slot, target, 0, shared)
+            held[target] = seqs[b][:shared]
+            plan.append((target, shared))
+        for slot, b in keeps.items():  # after the copies, which read these cells
+            lib.llama_memory_seq_rm(memory, slot, best[b][1], -1)
+            held[slot] = seqs[b][: best[b][1]]
+        return plan
+
+    def _decode(self, seqs: list[list[int]], plan: list[tuple[int, int]], k: int) -> int:
+        batch, at = self._batch, 0
+        for s, (slot, start) in zip(seqs, plan, strict=True):
+            for pos in range(start, len(s)):
+                batch.token[at] = s[pos]
+                batch.pos[at] = pos
+                batch.n_seq_id[at] = 1
+                batch.seq_id[at][0] = slot
+                batch.logits[at] = pos >= len(s) - k  # logits only where they are read
+                at += 1
+        batch.n_tokens = at
+        code = int(self.lib.llama_decode(self._ctx, batch))
+        if code == 0:
+            for s, (slot, _) in zip(seqs, plan, strict=True):
+                self._held[slot] = s
+        return code
+
+    def _read(self, seqs: list[list[int]], plan: list[tuple[int, int]], k: int) -> Any:
+        """The logits rows of the pass just decoded: (B, k, V) float32."""
+        import numpy as np
+
+        out = np.empty((len(seqs), k, self.vocab_size), dtype=np.float32)
+        at = 0
+        for b, (s, (_, start)) in enumerate(zip(seqs, plan, strict=True)):
+            at += len(s) - start
+            for j in range(k):
+                row = self.lib.llama_get_logits_ith(self._ctx, at - k + j)
+                out[b, j] = np.ctypeslib.as_array(row, shape=(self.vocab_size,))
+        return out
+
+
+def _concat(parts: list[Any]) -> Any:
+    import numpy as np
+
+    return np.concatenate(parts)
+
+
+def _shared(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    n, limit = 0, min(len(a), len(b), limit)
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
+
+
+class GGUFTokenizer:
+    """The Tokenizer protocol over a GGUF file's vocabulary, through llama.cpp's own tokenizer (so text is split as
+    the model was trained to see it). User text never turns into special tokens; decode concatenates the tokens'
+    bytes (special tokens as their text)."""
+
+    def __init__(self, engine: LlamaEngine, header: GGUFHeader, ids: dict[str, int] | None = None) -> None:
+        self.lib, self.vocab = engine.lib, engine.vocab
+        self.tokens = header.tokens
+        self.types = header.token_types
+        self._ids = ids if ids is not None else {t: i for i, t in enumerate(self.tokens)}
+        self._pieces: dict[int, bytes] = {}
+        self._buffer = ctypes.create_string_buffer(256)
+
+    def encode(self, text: str) -> list[int]:
+        data = text.encode("utf-8")
+        if not data:
+            return []
+        room = len(data) + 16
+        while True:
+            buf = (self.lib.llama_token * room)()
+            n = int(self.lib.llama_tokenize(self.vocab, data, len(data), buf, room, False, False))
+            if n >= 0:
+                return list(buf[:n])
+            room = -n
+
+    def piece(self, token: int) -> bytes:
+        """The bytes token `token` stands for (a special token's text)."""
+        found = self._pieces.get(token)
+        if found is None:
+            n = int(self.lib.llama_token_to_piece(self.vocab, token, self._buffer, 256, 0, True))
+            if n < 0:
+                big = ctypes.create_string_buffer(-n)
+                n = int(self.lib.llama_token_to_piece(self.vocab, token, big, -n, 0, True))
+                found = big.raw[:n]
+            else:
+                found = self._buffer.raw[:n]
+            self._pieces[token] = found
+        return found
+
+    def decode(self, ids: list[int]) -> str:
+        return b"".join(self.piece(int(t)) for t in ids).decode("utf-8", errors="replace")
+
+    def token_id(self, token: str) -> int | None:
+        """The id of a single (special) token by its text in the vocabulary, or None."""
+        return self._ids.get(token)
+
+    def size(self) -> int:
+        """One more than the last id that is not padding (`[PAD<i>]` rows)."""
+        last = max((i for i, t in enumerate(self.types) if t != TOKEN_UNUSED), default=len(self.tokens) - 1)
+        return last + 1 if self.types else len(self.tokens)
+
+    def special_ids(self) -> set[int]:
+        """Control tokens (start, end, FIM and chat markers) and padding rows: never text."""
+        return {i for i, t in enumerate(self.types) if t in (TOKEN_CONTROL, TOKEN_UNUSED)}
+
+    def lead_ids(self) -> list[int]:
+        """The start token when the vocabulary asks for one before any text (Code Llama, DeepSeek-Coder)."""
+        if not self.lib.llama_vocab_get_add_bos(self.vocab):
+            return []
+        bos = int(self.lib.llama_vocab_bos(self.vocab))
+        return [bos] if bos >= 0 else []
+
+    def end_ids(self) -> set[int]:
+        """The vocabulary's own end tokens (end of text, end of turn)."""
+        ends = {int(self.lib.llama_vocab_eos(self.vocab)), int(self.lib.llama_vocab_eot(self.vocab))}
+        return {i for i in ends if i >= 0}
+
+
+def data_dir() -> Path:
+    """Where infill keeps what it learns about models it does not own (an Ollama model's calibration):
+    $INFILL_DATA_DIR, else $XDG_DATA_HOME/infill, else ~/.local/share/infill."""
+    if os.environ.get(DATA_ENV):
+        return Path(os.environ[DATA_ENV]).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share") / "infill"
+
+
+def calibration_file(path: Path, ollama: str | None) -> Path:
+    """Where a GGUF model's calibrated confidence is read from (infill eval calibrate --out writes it): beside the
+    file as <name>.calibration.json; for an Ollama model (whose store is Ollama's), under data_dir() by the
+    digest of its GGUF blob."""
+    if ollama is not None:
+        return data_dir() / "calibration" / f"{path.name}.json"
+    return path.with_name(f"{path.stem}.calibration.json")
+
+
+def load_gguf(path: Path, provenance: str, ollama: str | None, spec: ModelSpec) -> LoadedModel:
+    """A GGUF file as a left-to-right FIM model (kind "ar") on llama.cpp. The header is checked first (not GGUF,
+    cut short, more than the free memory: ModelError before anything is allocated); a vocabulary with part of a
+    family's FIM tokens is refused; llama.cpp's own refusal (an architecture it does not know) is one line."""
+    from infill.hardware import decode_threads, free_memory
+    from infill.models import gguf
+    from infill.models.autoregressive import WINDOW, CausalFim
+    from infill.models.fim import find_fim
+    from infill.models.hf_folder import END_TOKEN_CANDIDATES
+    from infill.models.registry import LoadedModel
+
+    if spec.engine not in ("auto", "llamacpp"):
+        raise ModelError(f"--engine {spec.engine} does not run GGUF files; {spec.name} runs on llama.cpp")
+    if spec.device == "cuda":
+        raise ModelError(f"{spec.name}: GGUF models run on the CPU here (llama.cpp's CPU build); use --device cpu")
+    header = gguf.read_header(path)
+    gguf.check_loadable(header, free_memory("cpu"))
+    ids = {t: i for i, t in enumerate(header.tokens)}
+    fim = find_fim(ids.get, f"the vocabulary of {path}")
+    window = min(header.context_length or WINDOW, WINDOW)
+    engine = LlamaEngine(path, header, threads=decode_threads(), window=window)
+    tokenizer = GGUFTokenizer(engine, header, ids)
+    ends = tokenizer.end_ids()
+    for text in (*END_TOKEN_CANDIDATES, *(fim.ends if fim is not None else ())):
+        found = tokenizer.token_id(text)
+        if found is not None:
+            ends.add(found)
+    eos = int(engine.lib.llama_vocab_eos(engine.vocab))
+    model = CausalFim(
+        engine,
+        fim=fim,
+        lead=tokenizer.lead_ids(),
+        end_ids=ends,
+        banned=tokenizer.special_ids(),
+        text_vocab=tokenizer.size(),
+        window=window,
+        pad_id=eos if eos >= 0 else None,
+    )
+    info = {
+        "path": str(path),
+        "source": provenance,
+        "provenance": provenance,
+        "engine": "llama.cpp",
+        "architecture": header.architecture,
+        "fim": fim.family if fim is not None else None,
+        "parameters": header.parameters,
+        "file_bytes": header.file_size,
+        "threads": engine.threads,
+        "max_length": model.max_length,
+        "calibration": str(calibration_file(path, ollama)),
+    }
+    if ollama is not None:
+        info["ollama"] = ollama
+    return LoadedModel(name=spec.name, kind="ar", model=model, tokenizer=tokenizer, info=info)

@@ -1,0 +1,187 @@
+"""The llama.cpp engine (infill.models.llamacpp.LlamaEngine) under the tool's own decoders, on tiny random networks
+written as f32 GGUF files (tests/fixtures_llamacpp.py), so llama.cpp runs the very weights eager PyTorch runs:
+
+- its logits are the network's (those of transformers on the same weights), for Qwen2, Llama and StarCoder2;
+- its cache (slots sharing a unified KV cache, prefixes reused, rejected drafts removed) returns what a fresh pass
+  returns, and a batch of sequences returns what each alone returns;
+- lookup speculation on it follows the model's joint exactly, by enumeration (chi-square), in a layout where the
+  drafts are often rejected, and the same drafts taken without the acceptance test visibly do not (the negative
+  control);
+- greedy decoding on it writes torch's greedy fill token for token, and lookup speculation and beam search of width
+  1 write the same; beam search of width 4 in one batched pass per step finds what one pass per hypothesis finds.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from fixtures_bd import tiny_causal_lm
+from fixtures_decode import Memo, OnePassPerHypothesis
+from fixtures_llamacpp import END, VOCAB, engine_of, fim_pair, network_gguf
+from test_ar_exactness import LAYOUTS, assert_cache_is_fresh, draw_counts, problem_of, unverified_draw
+from test_decoding_exactness import exact_joint, pooled_p_value
+
+from infill.config import DecodeConfig
+from infill.decoding import decode
+from infill.models.autoregressive import CausalFim
+
+torch.set_num_threads(1)
+
+SAMPLES = 12_000
+LOOKUP = DecodeConfig(decoder="assd", draft="lookup", k=4)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[CausalFim, CausalFim]:
+    return fim_pair(tmp_path_factory.mktemp("gguf"))
+
+
+@pytest.mark.parametrize(("arch", "tolerance"), [("qwen2", 1e-4), ("llama", 1e-4), ("starcoder2", 2e-3)])
+def test_the_logits_are_the_networks(tmp_path: Path, arch: str, tolerance: float) -> None:
+    """Every verify row of random sequences equals transformers' on the same weights (StarCoder2's GELU is a table
+    in ggml: 1e-3)."""
+    llama, eager = fim_pair(tmp_path, seed=4, arch=arch)
+    rng = random.Random(0)
+    for _ in range(10):
+        layout: list[int | None] = [rng.randrange(5) for _ in range(rng.randrange(1, 8))]
+        layout += [None] * 4 + [rng.randrange(5) for _ in range(rng.randrange(0, 5))]
+        problem = problem_of(layout)
+        ids = problem.ids.clone()
+        ids[problem.masked] = torch.tensor([rng.randrange(5) for _ in range(4)])
+        got = llama.verify(ids, problem.masked, 0, problem.masked)[:, :5]  # (4, 5): the tokens it may write
+        want = eager.verify(ids, problem.masked, 0, problem.masked)[:, :5]
+        assert torch.allclose(got, want, atol=tolerance), (got - want).abs().max()
+
+
+def test_the_cache_returns_what_a_fresh_pass_returns(tmp_path: Path) -> None:
+    cached, _ = fim_pair(tmp_path, seed=2, ends=(END,))
+    fresh, _ = fim_pair(tmp_path, seed=2, ends=(END,))
+    assert_cache_is_fresh(cached, fresh, fresh.engine.forget)
+
+
+def test_a_batch_returns_what_each_sequence_returns_alone(tmp_path: Path) -> None:
+    """Beam-like batches (children of the last batch's rows, a new prefix, duplicates, more sequences than slots)
+    against fresh single passes."""
+    network = tiny_causal_lm("qwen2", seed=6, vocab=VOCAB)
+    path = network_gguf(tmp_path / "m.gguf", network)
+    batched, alone = engine_of(path), engine_of(path)
+    rng = random.Random(3)
+    prompt = [6, 0, 1, 2, 7, 3, 8]
+    rows = [prompt]
+    for step in range(12):
+        width = 20 if step == 6 else 4  # more than the 16 slots: two passes
+        rows = [rng.choice(rows) + [rng.randrange(5)] for _ in range(width)]
+        if step == 8:
+            rows = [[6, 4, 4, 7, 8] + r[7:] for r in rows]  # another prompt
+        if step == 9:
+            rows[1] = list(rows[0])
+        k = 1 if step % 3 else 2
+        got = batched.rows(rows, k)  # (B, k, V)
+        for b, seq in enumerate(rows):
+            alone.forget()
+            want = alone.rows([seq], k)[0]
+            assert torch.allclose(got[b], want, atol=1e-5), (step, b)
+
+
+@pytest.mark.parametrize("layout", ["match-in-suffix"])
+def test_lookup_speculation_on_llama_cpp_follows_the_joint(pair: tuple[CausalFim, CausalFim], layout: str) -> None:
+    """Chi-square against the exact joint over all 5^3 fills, computed by the chain rule from llama.cpp's verify
+    pass; the drafts (copied from after the span) are rejected often here, so the acceptance test matters."""
+    model = Memo(pair[0])
+    problem = problem_of(LAYOUTS[layout])
+    drafted = rejected = 0
+
+    def draw(m: Any, p: Any, g: torch.Generator) -> list[int]:
+        nonlocal drafted, rejected
+        tokens, stats = decode(m, p, LOOKUP, g)
+        drafted += stats.extra["drafted"]
+        rejected += stats.extra["rejections"]
+        return [int(t) for t in tokens]
+
+    counts = draw_counts(model, problem, draw, SAMPLES)
+    joint = exact_joint(model, problem, LOOKUP)
+    assert pooled_p_value(counts, joint, SAMPLES) > 1e-4
+    assert drafted > SAMPLES and rejected > SAMPLES // 2  # drafts proposed, and the target refuses many
+
+
+def test_the_same_drafts_without_the_acceptance_test_fail(pair: tuple[CausalFim, CausalFim]) -> None:
+    """Power: copying the drafts as they are is visibly not the joint."""
+    model = Memo(pair[0])
+    problem = problem_of(LAYOUTS["match-in-suffix"])
+    counts = draw_counts(model, problem, unverified_draw, SAMPLES)
+    assert pooled_p_value(counts, exact_joint(model, problem, LOOKUP), SAMPLES) < 1e-6
+
+
+def test_greedy_on_llama_cpp_is_torchs_greedy_and_lookup_and_beam_1_agree(tmp_path: Path) -> None:
+    """Temperature 0 on f32 weights: llama.cpp's greedy fill is eager PyTorch's, token for token, and lookup drafts
+    and beam search of width 1 on llama.cpp write it too, for random texts full of repeats."""
+    llama, eager = fim_pair(tmp_path, seed=11, ends=(END,))
+    rng = random.Random(0)
+    greedy = DecodeConfig(decoder="sequential", temperature=0)
+    lookup = DecodeConfig(decoder="assd", draft="lookup", k=6, temperature=0)
+    beam1 = DecodeConfig(decoder="beam", beam=1, temperature=0)
+    drafted = rejected = 0
+    for _ in range(30):
+        motif = [rng.randrange(5) for _ in range(rng.randrange(2, 5))]
+        text = (motif * 6)[: rng.randrange(6, 20)]
+        cut = rng.randrange(1, len(text))
+        problem = problem_of([*text[:cut], *([None] * 10), *text[cut:]], span=True)
+        g = torch.Generator().manual_seed(0)
+        want, _ = decode(eager, problem, greedy, g)
+        got, _ = decode(llama, problem, greedy, g)
+        spec, stats = decode(llama, problem, lookup, g)
+        best, _ = decode(llama, problem, beam1, g)
+        assert got.tolist() == want.tolist() == spec.tolist() == best.tolist()
+        drafted += stats.extra["drafted"]
+        rejected += stats.extra["rejections"]
+    assert drafted > 50 and rejected > 0
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "torch"])
+def test_batched_beam_search_finds_what_one_pass_per_hypothesis_finds(
+    pair: tuple[CausalFim, CausalFim], engine: str
+) -> None:
+    """Beam 4: the same n-best fills and scores, in one pass per step instead of one per live hypothesis."""
+    model = pair[0] if engine == "llama.cpp" else pair[1]
+    ended = CausalFim(
+        model.engine, fim=model.fim, end_ids=(END,), banned=set(model._banned.tolist()) - {END}
+    )  # the same network with its end token, so hypotheses finish at different steps
+    beam = DecodeConfig(decoder="beam", beam=4, temperature=0)
+    rng = random.Random(5)
+    for _ in range(8):
+        text = [rng.randrange(5) for _ in range(rng.randrange(3, 9))]
+        cut = rng.randrange(1, len(text))
+        problem = problem_of([*text[:cut], *([None] * 6), *text[cut:]], span=True)
+        g = torch.Generator().manual_seed(0)
+        batched, stats = decode(ended, problem, beam, g)
+        single, reference = decode(OnePassPerHypothesis(ended), problem, beam, g)  # type: ignore[arg-type]
+        assert batched.tolist() == single.tolist()
+        got, want = stats.extra["nbest"], reference.extra["nbest"]
+        assert [f for _, f in got] == [f for _, f in want]
+        assert [s for s, _ in got] == pytest.approx([s for s, _ in want], abs=1e-4)
+        assert stats.nfe < reference.nfe  # one pass per step
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "torch"])
+def test_a_decoded_fill_is_scored_from_the_rows_its_decoding_computed(
+    pair: tuple[CausalFim, CausalFim], engine: str
+) -> None:
+    """Within `remembering`, the score pass after sequential, lookup or beam decoding reads the kept rows: no pass,
+    and the log-probabilities a fresh pass gives."""
+    from infill.decoding import score
+
+    model = pair[0] if engine == "llama.cpp" else pair[1]
+    problem = problem_of([0, 1, 2, 3, 0, 1, None, None, None, None, 2, 3])
+    for cfg in (LOOKUP, DecodeConfig(decoder="sequential"), DecodeConfig(decoder="beam", beam=3, temperature=0)):
+        with model.remembering():
+            tokens, _ = decode(model, problem, cfg, torch.Generator().manual_seed(1))
+            before = model.nfe
+            kept = score(model, problem, tokens)
+            assert model.nfe == before, cfg.decoder
+        model.engine.forget()
+        fresh = score(model, problem, tokens)
+        assert model.nfe == before + 1 and torch.allclose(kept, fresh, atol=1e-5)

@@ -1,0 +1,277 @@
+"""GGUF files and Ollama's models through the CLI, as a user who runs llama.cpp or Ollama meets them
+(docs/code-models.md): each family's tiny GGUF (infill.models.tiny_gguf, written from the same random weights as
+its Hugging Face folder) loads with its FIM tokens and fills what the folder fills; Ollama's store is read by the
+names `ollama list` shows and listed by `infill models`; calibration is per model and a model without one says
+so; and each bad input is one stderr line, its documented exit code, and nothing written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fixtures_llamacpp import network_gguf  # noqa: F401  (skips without the extra outside CI)
+
+from infill import api
+from infill.cli import main
+from infill.config import ModelSpec
+from infill.models.tiny_gguf import tiny_gguf
+from tests.fixtures_serve import plugin_env, runtime_dir
+
+_ = runtime_dir  # a fixture
+SOURCE = "def mean(xs):\n    total = sum(xs)\n    return total / len(xs)\n"
+FAMILIES = ("qwen", "starcoder", "codellama", "deepseek")
+
+
+@pytest.fixture(scope="module")
+def ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each family's tiny model as <family>.gguf, its folder beside it as <family>.gguf.folder."""
+    base = tmp_path_factory.mktemp("gguf")
+    return {family: tiny_gguf(base / f"{family}.gguf", family) for family in (*FAMILIES, "plain")}
+
+
+def fill(tmp_path: Path, model: str, *args: str, span: str = "2", name: str = "m.py") -> tuple[int, str, str]:
+    path = tmp_path / name
+    path.write_text(SOURCE)
+    api.clear_model_cache()
+    r = CliRunner().invoke(main, ["fill", str(path), "--span", span, "--model", model, *args])
+    return r.exit_code, r.stdout, r.stderr
+
+
+def fill_fails(tmp_path: Path, model: str, *args: str, span: str = "2") -> tuple[int, str]:
+    """`infill fill` that must fail: exactly one stderr line, and the file byte for byte as it went in."""
+    code, _, stderr = fill(tmp_path, model, *args, span=span)
+    assert (tmp_path / "m.py").read_text() == SOURCE
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    return code, lines[0]
+
+
+# --- what works -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_familys_gguf_fills_what_its_folder_fills(ggufs: dict[str, Path], tmp_path: Path, family: str) -> None:
+    """Same weights, same FIM prompt (llama.cpp's tokenizer splits this text as the folder's does): the same diff,
+    with the tool's defaults (beam 4, syntax check, retrieval)."""
+    path = ggufs[family]
+    args = ["--diff", "--allow-syntax-errors", "--precision", "fp32"]
+    from_gguf = fill(tmp_path, str(path), *args)
+    from_folder = fill(tmp_path, str(path.with_name(path.name + ".folder")), *args)
+    assert from_gguf[0] == 1 and from_gguf[1] == from_folder[1] and from_gguf[1].startswith("---")
+    loaded = api.load_model(ModelSpec(name=str(path)))
+    assert loaded.kind == "ar" and loaded.info["fim"] == family and loaded.info["engine"] == "llama.cpp"
+    leads = {"codellama": ["<s>"], "deepseek": ["<｜begin▁of▁sentence｜>"]}.get(family, [])
+    assert [loaded.tokenizer.decode([t]) for t in loaded.model.lead] == leads  # type: ignore[union-attr]
+
+
+def ollama_store(root: Path, blob_source: Path, name: tuple[str, str, str, str]) -> str:
+    """An Ollama store under `root` holding `blob_source` as the model `name` (registry, namespace, model, tag),
+    laid out as `ollama pull` leaves it; returns the blob's digest."""
+    data = blob_source.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    (root / "blobs").mkdir(parents=True, exist_ok=True)
+    (root / "blobs" / f"sha256-{digest}").write_bytes(data)
+    manifest = root / "manifests" / Path(*name)
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    layers = [
+        {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}", "size": len(data)},
+        {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "0" * 64, "size": 10},
+    ]
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
+    return digest
+
+
+def test_ollama_models_are_listed_and_filled_by_the_names_ollama_shows(
+    ggufs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "ollama"
+    ollama_store(store, ggufs["qwen"], ("registry.ollama.ai", "library", "qwen2.5-coder", "0.5b"))
+    ollama_store(store, ggufs["deepseek"], ("registry.ollama.ai", "me", "coder", "latest"))
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    r = CliRunner().invoke(main, ["models", "--json"])
+    assert r.exit_code == 0, r.output
+    listed = {e["name"]: e for e in json.loads(r.stdout)}
+    assert listed["qwen2.5-coder:0.5b"]["kind"] == listed["me/coder:latest"]["kind"] == "ar"
+    parameters = api.load_model(ModelSpec(str(ggufs["qwen"]))).info["parameters"]
+    assert listed["qwen2.5-coder:0.5b"]["parameters"] == parameters
+    table = CliRunner().invoke(main, ["models"]).stdout
+    assert "qwen2.5-coder:0.5b" in table and "Ollama, qwen2 GGUF" in table
+    args = ["--diff", "--allow-syntax-errors"]
+    by_name = fill(tmp_path, "qwen2.5-coder:0.5b", *args)
+    assert by_name[0] == 1 and by_name[1] == fill(tmp_path, str(ggufs["qwen"]), *args)[1]
+    assert fill(tmp_path, "me/coder", *args)[0] == 1  # the tag defaults to latest
+
+
+def test_calibration_is_per_model_and_a_model_without_one_says_so(ggufs: dict[str, Path], tmp_path: Path) -> None:
+    model = tmp_path / "coder.gguf"
+    shutil.copy(ggufs["qwen"], model)
+    code, line = fill_fails(tmp_path, str(model), "--min-confidence", "0.5", "--allow-syntax-errors")
+    assert code == 2 and "ships no calibrated confidence for beam 4" in line
+    code, _, stderr = fill(tmp_path, str(model), "--allow-syntax-errors", "--diff", "-v")
+    where = tmp_path / "coder.calibration.json"
+    assert code == 1 and f"no calibration for beam 4 (infill eval calibrate --out {where})" in stderr
+    shipped = Path(api.__file__).parent / "weights" / "default" / "calibration.json"  # fitted for beam 4
+    shutil.copy(shipped, tmp_path / "coder.calibration.json")
+    api.clear_model_cache()
+    r = CliRunner().invoke(
+        main,
+        [
+            "fill",
+            "-",
+            "--stdin-filename",
+            "m.py",
+            "--span",
+            "2",
+            "--model",
+            str(model),
+            "--format",
+            "json",
+            "--allow-syntax-errors",
+        ],
+        input=SOURCE,
+    )
+    assert r.exit_code == 0, r.stderr
+    confidence = json.loads(r.stdout)["confidence"]
+    assert isinstance(confidence, float) and 0 <= confidence <= 1
+
+
+# --- bad input ------------------------------------------------------------------------------------------------
+
+
+def test_an_architecture_llama_cpp_does_not_know(ggufs: dict[str, Path], tmp_path: Path) -> None:
+    import gguf
+
+    path = tmp_path / "alien.gguf"
+    writer = gguf.GGUFWriter(str(path), "alienformer")
+    writer.add_token_list(["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "a"])
+    writer.add_tensor("token_embd.weight", __import__("numpy").zeros((4, 32), dtype="float32"))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    code, line = fill_fails(tmp_path, str(path))
+    assert code == 123 and "unknown model architecture: 'alienformer'" in line
+
+
+def test_a_gguf_without_fim_tokens_asked_for_a_fill_with_text_after_it(ggufs: dict[str, Path], tmp_path: Path) -> None:
+    code, line = fill_fails(tmp_path, str(ggufs["plain"]))
+    assert code == 2 and "has no fill-in-the-middle tokens" in line
+
+
+@pytest.mark.parametrize(("keep", "needle"), [(0.5, "truncated GGUF file: its tensors end at byte"), (40, "header")])
+def test_a_truncated_file(ggufs: dict[str, Path], tmp_path: Path, keep: float, needle: str) -> None:
+    """Cut in the tensor data (an interrupted download) or inside the header."""
+    data = ggufs["qwen"].read_bytes()
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(data[: int(len(data) * keep) if keep < 1 else int(keep)])
+    code, line = fill_fails(tmp_path, str(path))
+    assert code == 123 and needle in line and "truncated" in line
+
+
+def huge_header(path: Path) -> None:
+    """A GGUF header (architecture qwen2) claiming one f32 tensor of 2^21 x 2^21 elements (16 TiB), and no data."""
+
+    def string(s: str) -> bytes:
+        return struct.pack("<Q", len(s)) + s.encode()
+
+    kv = string("general.architecture") + struct.pack("<I", 8) + string("qwen2")
+    tensor = string("token_embd.weight") + struct.pack("<I", 2) + struct.pack("<QQ", 1 << 21, 1 << 21)
+    tensor += struct.pack("<IQ", 0, 0)
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 1, 1) + kv + tensor)
+
+
+def test_a_header_claiming_tensors_larger_than_memory_is_refused_before_loading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from infill.models import llamacpp
+
+    huge_header(tmp_path / "huge.gguf")
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("llama.cpp was asked to load it")
+
+    monkeypatch.setattr(llamacpp.LlamaEngine, "__init__", never)
+    code, line = fill_fails(tmp_path, str(tmp_path / "huge.gguf"))
+    assert code == 123 and "its tensors need 16384.0 GiB of memory" in line
+
+
+def test_an_ollama_name_that_is_not_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "store"))
+    code, line = fill_fails(tmp_path, "qwen2.5-coder:7b")
+    assert code == 123 and "'qwen2.5-coder:7b' is not in Ollama's store" in line and "ollama pull" in line
+
+
+def test_the_extra_not_installed(ggufs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`infill models` lists GGUF models without it (the header is read in Python); a fill names the extra."""
+    from infill.models import llamacpp
+
+    monkeypatch.setattr(llamacpp, "available", lambda: False)
+    code, line = fill_fails(tmp_path, str(ggufs["qwen"]))
+    assert code == 2 and "pip install 'infill[llamacpp]'" in line
+
+
+def test_a_missing_gguf_file_and_folder_flags(ggufs: dict[str, Path], tmp_path: Path) -> None:
+    code, line = fill_fails(tmp_path, str(tmp_path / "nope.gguf"))
+    assert code == 123 and "nope.gguf does not exist" in line
+    code, line = fill_fails(tmp_path, str(ggufs["qwen"]), "--revision", "v2")
+    assert code == 123 and "--revision applies to model folders" in line
+
+
+# --- the editor and the daemon ----------------------------------------------------------------------------------
+
+
+def test_the_language_server_reports_a_bad_gguf_once_per_request_and_keeps_serving(
+    ggufs: dict[str, Path], tmp_path: Path
+) -> None:
+    pytest.importorskip("pygls")
+    from fixtures_lsp import LspClient
+
+    request_failed = -32803
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(ggufs["qwen"].read_bytes()[:50_000])
+    uri = "file:///project/m.py"
+    client = LspClient()
+    try:
+        client.initialize({"model": str(cut)})
+        client.open(uri, "def mean(xs):\n    total = sum(xs)\n    \n    return total / len(xs)\n")
+        for _ in range(2):
+            response = client.inline(uri, 2, 4)
+            assert response["error"]["code"] == request_failed and "truncated GGUF file" in response["error"]["message"]
+        client.configure({"model": str(ggufs["qwen"]), "threshold": 0})
+        response = client.inline(uri, 2, 4)
+        assert "error" not in response, response
+        assert isinstance(response["result"]["items"], list)
+    finally:
+        assert client.close() == 0, client.stderr()
+
+
+@pytest.mark.slow
+def test_the_daemon_fills_with_a_gguf_model_as_in_process(
+    ggufs: dict[str, Path], runtime_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--daemon on` keeps the llama.cpp model loaded and prints and writes what `--daemon off` does."""
+    from infill.server import client
+
+    monkeypatch.delenv("INFILL_NO_DAEMON")
+    env = plugin_env(runtime_dir)
+    del env["INFILL_SERVER_PLUGINS"]
+    env["INFILL_DAEMON_DEBUG"] = "1"
+    outputs = []
+    for mode in ("on", "off"):
+        (tmp_path / mode).mkdir()
+        (tmp_path / mode / "m.py").write_text(SOURCE)
+        monkeypatch.chdir(tmp_path / mode)
+        args = ["fill", "m.py", "--span", "2", "--model", str(ggufs["qwen"]), "--allow-syntax-errors", "-v"]
+        r = CliRunner().invoke(main, [*args, "--daemon", mode], env=env)
+        outputs.append((r.exit_code, r.stdout, r.stderr))
+        if mode == "on":
+            info = client.status(env)
+            assert info is not None and [m["name"] for m in info["models"]] == [str(ggufs["qwen"])]
+    assert outputs[0] == outputs[1] and outputs[0][0] == 0, outputs
+    assert (tmp_path / "on" / "m.py").read_text() == (tmp_path / "off" / "m.py").read_text() != SOURCE
