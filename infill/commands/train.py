@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,10 +22,12 @@ from infill.commands.training import (
     device_option,
     log_every_option,
     lr_option,
+    parse_until,
     path_option,
     seed_option,
     threads_option,
     under_torchrun,
+    until_option,
 )
 from infill.errors import InputError
 
@@ -126,20 +127,6 @@ def tokenizer_cmd(corpus: Path, out: Path, vocab_size: int, sample_bytes_per_pac
     click.echo(f"vocab {vocab_size}: held-out {bytes_per_token(tok, held):.3f} bytes/token -> {out}")
 
 
-def _parse_until(value: str | None) -> float:
-    """'05:25' (UTC today) or an ISO time -> unix time; None -> 0."""
-    if not value:
-        return 0.0
-    try:
-        if len(value) <= 5 and ":" in value:
-            hh, mm = (int(x) for x in value.split(":"))
-            now = datetime.now(timezone.utc)
-            return now.replace(hour=hh, minute=mm, second=0, microsecond=0).timestamp()
-        return datetime.fromisoformat(value).timestamp()
-    except ValueError as exc:
-        raise InputError(f"--until: cannot parse time {value!r} (use HH:MM in UTC or ISO 8601)") from exc
-
-
 @train.command("pack")
 @path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
 @path_option("--tokenizer", "tokenizer_json", exists=True, dir_okay=False, required=True)
@@ -184,7 +171,7 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
     default=0.0,
     help="Training-time budget across resumes; the LR schedule follows it (0 = none).",
 )
-@click.option("--until", "until", default=None, help="Stop at this UTC time (HH:MM or ISO 8601).")
+@until_option
 @click.option("--resume/--no-resume", default=True, help="Continue from run-dir/last.pt.")
 @click.option(
     "--init",
@@ -238,7 +225,7 @@ def asarm(
     cfg = settings_from_flags(
         TrainConfig,
         warmup_steps=flags["warmup"],
-        until=_parse_until(flags["until"]),
+        until=parse_until(flags["until"]),
         bf16=fast_bf16(device) if bf16 is None else bf16,
         max_package_bytes=int(flags["max_package_mb"] * 1e6),
         shape=ModelShape(

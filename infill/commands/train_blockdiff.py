@@ -18,11 +18,13 @@ from infill.commands.training import (
     fim_rate_option,
     log_every_option,
     lr_option,
+    parse_until,
     path_option,
     seed_option,
     threads_option,
     time_limit_option,
     under_torchrun,
+    until_option,
 )
 from infill.errors import InputError
 
@@ -76,6 +78,7 @@ from infill.errors import InputError
     help="Save the weights as shards of at most this many MB (0 = one file).",
 )
 @time_limit_option
+@until_option
 @threads_option(0, "torch CPU threads (0 = torch's default).")
 @log_every_option(50)
 @click.option(
@@ -138,6 +141,7 @@ def block_diffusion(data: tuple[str, ...], glob: str, out: str, threads: int, **
         TrainConfig,
         warmup=min(100, max(1, flags["steps"] // 10)),
         time_limit=flags["time_limit"] * 60,
+        until=parse_until(flags["until"]),
         bf16=fast_bf16(flags["device"]) if flags["bf16"] is None else flags["bf16"],
     )
     shape = settings_from_flags(

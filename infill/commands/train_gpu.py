@@ -69,6 +69,7 @@ def gpu_carry(corpus: Path, out: Path) -> None:
     evaluation problems it must not train on."""
     import json
 
+    from infill.evaluation.humaneval import humaneval_problems
     from infill.training.gpu_job import carry_corpus
 
-    click.echo(json.dumps(carry_corpus(corpus, out)))
+    click.echo(json.dumps(carry_corpus(corpus, out, humaneval_problems())))

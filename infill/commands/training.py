@@ -4,6 +4,7 @@ here with the trainer's own default. Click only: no torch."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -17,6 +18,24 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+
+# `--until` of the trainers that stop at a wall-clock time (a GPU loan's deadline): AS-ARM, block diffusion
+until_option = click.option("--until", "until", default=None, help="Stop at this UTC time (HH:MM or ISO 8601).")
+
+
+def parse_until(value: str | None) -> float:
+    """'05:25' (UTC today) or an ISO time -> unix time; None -> 0."""
+    if not value:
+        return 0.0
+    try:
+        if len(value) <= 5 and ":" in value:
+            hh, mm = (int(x) for x in value.split(":"))
+            now = datetime.now(timezone.utc)
+            return now.replace(hour=hh, minute=mm, second=0, microsecond=0).timestamp()
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError as exc:
+        raise InputError(f"--until: cannot parse time {value!r} (use HH:MM in UTC or ISO 8601)") from exc
+
 
 # `--time-limit` of the trainers that stop on a wall-clock budget (block diffusion, SSMD)
 time_limit_option = click.option(

