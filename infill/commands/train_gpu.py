@@ -70,6 +70,6 @@ def gpu_carry(corpus: Path, out: Path) -> None:
     import json
 
     from infill.evaluation.humaneval import humaneval_problems
-    from infill.training.gpu_job import carry_corpus
+    from infill.training.gpu_data import carry_corpus
 
     click.echo(json.dumps(carry_corpus(corpus, out, humaneval_problems())))

@@ -33,12 +33,12 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from infill.errors import InputError
 
 if TYPE_CHECKING:
-    from infill.training.dedup import Problem
+    from infill.training.dedup import Contamination, NearDuplicates, Problem
 
 MAX_FILE_BYTES = 400_000  # larger .py files are almost always generated tables
 STDLIB_EXCLUDE = frozenset(
@@ -210,6 +210,103 @@ def _normal(name: str) -> str:
     return name.lower().replace("_", "-")
 
 
+def _sources(
+    site: Path | Sequence[Path] | None, stdlib: Path | None, include_stdlib: bool, excluded: set[str]
+) -> list[SourceFile]:
+    """Every candidate file, the standard library first, then each site folder's distributions by name."""
+    sources: list[SourceFile] = []
+    if include_stdlib and "python-stdlib" not in excluded:
+        sources += list(stdlib_files(stdlib))
+    if site is None:
+        sites: list[Path] = [Path(sysconfig.get_paths()["purelib"])]
+    else:
+        sites = [site] if isinstance(site, Path) else list(site)
+    for folder in sites:
+        sources += [src for src in site_files(folder) if _normal(src.package) not in excluded]
+    return sources
+
+
+class _Writer:
+    """The corpus being written: the decisions for each scanned file (duplicate, contaminated, near duplicate,
+    kept in one split), the per-package counts and the totals of the manifest."""
+
+    def __init__(self, out: Path, heldout_permille: int, near: NearDuplicates | None, contamination: Contamination):
+        self.out, self.permille, self.near, self.contamination = out, heldout_permille, near, contamination
+        self.removed: dict[str, list[str]] = {}
+        self.seen: set[str] = set()
+        self.packages: dict[str, dict[str, object]] = {}
+        self.totals = dict.fromkeys(
+            ("files", "bytes", "duplicates", "near_duplicates", "contaminated", "skipped", "heldout_files",
+             "heldout_bytes"),
+            0,
+        )  # fmt: skip
+
+    def take(self, src: SourceFile, scan: _Scan, train: IO[str], heldout: IO[str]) -> None:
+        sha = scan.sha256
+        if sha is None:
+            self.totals["skipped"] += 1
+            return
+        if sha in self.seen:
+            self.totals["duplicates"] += 1
+            return
+        self.seen.add(sha)
+        if scan.contaminating:
+            self.removed[f"{src.package}:{src.path.name}"] = list(scan.contaminating)
+            self.totals["contaminated"] += 1
+            return
+        try:
+            data = src.path.read_bytes()
+        except OSError:
+            data = b""
+        if hashlib.sha256(data).hexdigest() != sha:  # unreadable or changed since it was scanned
+            self.totals["skipped"] += 1
+            return
+        text = data.decode("utf-8")
+        if self.near is not None and self.near.add(sha, text, scan.signature) is not None:
+            self.totals["near_duplicates"] += 1
+            return
+        self.contamination.overlap |= scan.overlap
+        self._keep(src, sha, data, text, train, heldout)
+
+    def _keep(self, src: SourceFile, sha: str, data: bytes, text: str, train: IO[str], heldout: IO[str]) -> None:
+        pkg = self.packages.setdefault(
+            src.package,
+            {"package": src.package, "version": src.version, "license": src.license, "files": 0, "bytes": 0,
+             "heldout_files": 0},
+        )  # fmt: skip
+        pkg["files"] = int(pkg["files"]) + 1  # type: ignore[call-overload]
+        pkg["bytes"] = int(pkg["bytes"]) + len(data)  # type: ignore[call-overload]
+        self.totals["files"] += 1
+        self.totals["bytes"] += len(data)
+        record = json.dumps({"sha256": sha, "package": src.package, "path": str(src.path), "text": text})
+        if split_of(sha, self.permille) == "heldout":
+            heldout.write(record + "\n")
+            (self.out / "heldout" / f"{sha}.py").write_bytes(data)
+            pkg["heldout_files"] = int(pkg["heldout_files"]) + 1  # type: ignore[call-overload]
+            self.totals["heldout_files"] += 1
+            self.totals["heldout_bytes"] += len(data)
+        else:
+            train.write(record + "\n")
+
+    def manifest(self, excluded: set[str], stdlib: bool, near_dup_threshold: float) -> dict[str, object]:
+        return {
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "python": sys.version.split()[0],
+            "heldout_permille": self.permille,
+            "exclusions": {
+                "packages": sorted(EXCLUDED_PACKAGES | excluded),
+                "stdlib": stdlib,
+                "test_dirs": sorted(TEST_DIRS),
+                "stdlib_dirs": sorted(STDLIB_EXCLUDE),
+                "max_file_bytes": MAX_FILE_BYTES,
+            },
+            "near_dup_threshold": near_dup_threshold,
+            "contamination": self.contamination.report(self.removed),
+            "totals": self.totals,
+            "packages": sorted(self.packages.values(), key=lambda p: -int(p["bytes"])),  # type: ignore[call-overload]
+        }
+
+
 def build_corpus(
     out: Path,
     site: Path | Sequence[Path] | None = None,
@@ -238,102 +335,21 @@ def build_corpus(
     out.mkdir(parents=True, exist_ok=True)
     (out / "heldout").mkdir(exist_ok=True)
     excluded = {_normal(name) for name in exclude_packages}
-    sources: list[SourceFile] = []
-    if include_stdlib and "python-stdlib" not in excluded:
-        sources += list(stdlib_files(stdlib))
-    if site is None:
-        sites: list[Path] = [Path(sysconfig.get_paths()["purelib"])]
-    else:
-        sites = [site] if isinstance(site, Path) else list(site)
-    for folder in sites:
-        sources += [src for src in site_files(folder) if _normal(src.package) not in excluded]
+    sources = _sources(site, stdlib, include_stdlib, excluded)
     near = NearDuplicates(near_dup_threshold) if near_dup_threshold < 1.0 else None
     contamination = Contamination(problems)
     _scan_init(contamination, near.hasher if near is not None else None)
-    removed: dict[str, list[str]] = {}
-    seen: set[str] = set()
-    packages: dict[str, dict[str, object]] = {}
-    totals = {
-        "files": 0,
-        "bytes": 0,
-        "duplicates": 0,
-        "near_duplicates": 0,
-        "contaminated": 0,
-        "skipped": 0,
-        "heldout_files": 0,
-        "heldout_bytes": 0,
-    }
+    writer = _Writer(out, heldout_permille, near, contamination)
     with (
-        open(out / "train.jsonl", "w", encoding="utf-8") as tr,
-        open(out / "heldout.jsonl", "w", encoding="utf-8") as ho,
+        open(out / "train.jsonl", "w", encoding="utf-8") as train,
+        open(out / "heldout.jsonl", "w", encoding="utf-8") as heldout,
     ):
         for src, scan in zip(sources, _scans([s.path for s in sources], workers), strict=True):
-            sha = scan.sha256
-            if sha is None:
-                totals["skipped"] += 1
-                continue
-            if sha in seen:
-                totals["duplicates"] += 1
-                continue
-            seen.add(sha)
-            if scan.contaminating:
-                removed[f"{src.package}:{src.path.name}"] = list(scan.contaminating)
-                totals["contaminated"] += 1
-                continue
-            try:
-                data = src.path.read_bytes()
-            except OSError:
-                totals["skipped"] += 1
-                continue
-            if hashlib.sha256(data).hexdigest() != sha:  # changed since it was scanned
-                totals["skipped"] += 1
-                continue
-            text = data.decode("utf-8")
-            if near is not None and near.add(sha, text, scan.signature) is not None:
-                totals["near_duplicates"] += 1
-                continue
-            contamination.overlap |= scan.overlap
-            pkg = packages.setdefault(
-                src.package,
-                {
-                    "package": src.package,
-                    "version": src.version,
-                    "license": src.license,
-                    "files": 0,
-                    "bytes": 0,
-                    "heldout_files": 0,
-                },
-            )
-            pkg["files"] = int(pkg["files"]) + 1  # type: ignore[call-overload]
-            pkg["bytes"] = int(pkg["bytes"]) + len(data)  # type: ignore[call-overload]
-            totals["files"] += 1
-            totals["bytes"] += len(data)
-            record = json.dumps({"sha256": sha, "package": src.package, "path": str(src.path), "text": text})
-            if split_of(sha, heldout_permille) == "heldout":
-                ho.write(record + "\n")
-                (out / "heldout" / f"{sha}.py").write_bytes(data)
-                pkg["heldout_files"] = int(pkg["heldout_files"]) + 1  # type: ignore[call-overload]
-                totals["heldout_files"] += 1
-                totals["heldout_bytes"] += len(data)
-            else:
-                tr.write(record + "\n")
-    manifest: dict[str, object] = {
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "python": sys.version.split()[0],
-        "heldout_permille": heldout_permille,
-        "exclusions": {
-            "packages": sorted(EXCLUDED_PACKAGES | excluded),
-            "stdlib": include_stdlib and "python-stdlib" not in excluded,
-            "test_dirs": sorted(TEST_DIRS),
-            "stdlib_dirs": sorted(STDLIB_EXCLUDE),
-            "max_file_bytes": MAX_FILE_BYTES,
-        },
-        "near_dup_threshold": near_dup_threshold,
-        "contamination": contamination.report(removed),
-        "totals": totals,
-        "packages": sorted(packages.values(), key=lambda p: -int(p["bytes"])),  # type: ignore[call-overload]
-    }
+            writer.take(src, scan, train, heldout)
+    stdlib_in = include_stdlib and "python-stdlib" not in excluded
+    manifest = writer.manifest(excluded, stdlib_in, near_dup_threshold)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    totals = writer.totals
     if log:
         print(
             f"corpus: {totals['files']} files, {totals['bytes'] / 1e6:.1f} MB, "

@@ -1,0 +1,137 @@
+"""The GPU job's plan (infill.training.gpu_job): the settings of one run, the report its stages fill in, and
+the compute estimate that picks the AS-ARM's shape for the minutes a loan leaves."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Shape:
+    layers: int
+    d_model: int
+    heads: int
+    d_inner: int
+
+    def params(self, vocab: int = 8192) -> int:
+        """Parameters of the AS-ARM of this shape: per layer 5 d^2 attention (q, k, v, o, r) and 2 d d_inner
+        feed-forward, plus the tied embedding."""
+        d = self.d_model
+        return self.layers * (5 * d * d + 2 * d * self.d_inner) + vocab * d
+
+    def train_flops(self, seq_len: int, target_share: float = 0.3, vocab: int = 8192) -> float:
+        """Training FLOPs per sequence position (forward x 3): the content stream on every position, the
+        query stream and the head on the loss-carrying ones."""
+        d, n, L = self.d_model, seq_len, self.layers
+        content = L * (2 * 4 * d * d + 2 * 2 * d * self.d_inner + 4 * n * d)
+        query = L * (2 * 2 * d * d + 2 * 2 * d * self.d_inner + 4 * n * d) + 2 * d * vocab
+        return 3.0 * (content + target_share * query)
+
+
+# Shapes the estimate chooses from, smallest first (d_model / heads = 64).
+LADDER = (
+    Shape(6, 256, 4, 1024),
+    Shape(8, 320, 5, 1280),
+    Shape(8, 384, 6, 1536),
+    Shape(9, 384, 6, 1536),
+    Shape(10, 448, 7, 1792),
+    Shape(12, 512, 8, 2048),
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the job does, decided before it starts."""
+
+    out: Path
+    work: Path
+    carry: Path
+    minutes: float = 9.0
+    device: str = "cuda"
+    workers: int = 0  # 0: every core
+    smoke: bool = False
+    max_files: int = 0  # 0: every file of the lent machine's packages
+    max_mb: float = 38.0  # the AS-ARM's bf16 weights at most this many MB (the tracked tree's budget)
+    tflops: float = 30.0  # training throughput the compute estimate assumes (measured: docs/training.md)
+    seq_len: int = 512
+    batch_size: int = 64
+    lr: float = 1e-3
+    warmup: int = 250
+    blockdiff: bool = True
+    bd_seq_len: int = 256
+    bd_batch_size: int = 64
+    bd_lr: float = 5e-4
+    shape: Shape | None = None  # None: the compute estimate picks
+    reserve_s: float = 75.0  # left at the end for the held-out check and the export
+    seed: int = 0
+
+    @classmethod
+    def smoke_plan(cls, out: Path, work: Path, carry: Path) -> Plan:
+        return cls(
+            out,
+            work,
+            carry,
+            minutes=1.6,
+            device="cpu",
+            workers=2,
+            smoke=True,
+            max_files=120,
+            seq_len=64,
+            batch_size=8,
+            lr=1e-3,
+            warmup=5,
+            bd_seq_len=64,
+            bd_batch_size=4,
+            shape=Shape(2, 64, 2, 128),
+            reserve_s=25.0,
+        )
+
+
+@dataclass
+class Report:
+    """What the summary prints, filled in as the stages run."""
+
+    stages: dict[str, float] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+    def stage(self, name: str, since: float) -> None:
+        self.stages[name] = round(time.time() - since, 1)
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ---- the compute estimate --------------------------------------------------------------------------------------
+
+
+MIN_POSITIONS_PER_PARAM = 4.0  # measured: 8x384 at 3-5 beat 6x256 at 10+ (docs/training.md, "A GPU loan")
+
+
+def choose_shape(plan: Plan, seconds: float) -> tuple[Shape, str]:
+    """The AS-ARM's shape for `seconds` of training: the largest shape of LADDER that both fits the size budget
+    and sees at least MIN_POSITIONS_PER_PARAM training positions per parameter at the assumed throughput.
+    (Chinchilla's 20 tokens per parameter would pick a smaller shape than the one that measured best here.)"""
+    if plan.shape is not None:
+        return plan.shape, f"shape given: {plan.shape.params() / 1e6:.1f}M parameters"
+    cap = plan.max_mb * 1e6 / 2  # bf16
+    flops = plan.tflops * 1e12 * seconds
+
+    def positions(s: Shape) -> float:
+        return flops / s.train_flops(plan.seq_len)
+
+    fits = [s for s in LADDER if s.params() <= cap] or [LADDER[0]]
+    optimal = [s for s in fits if positions(s) >= MIN_POSITIONS_PER_PARAM * s.params()] or [fits[0]]
+    shape = optimal[-1]
+    bound = "the size budget" if shape == fits[-1] and len(optimal) == len(fits) else "the compute"
+    note = (
+        f"{plan.tflops:.0f} TFLOP/s assumed x {seconds:.0f}s = {flops:.2e} FLOPs; {shape.layers}x{shape.d_model} "
+        f"({shape.params() / 1e6:.1f}M params, {shape.train_flops(plan.seq_len) / 1e6:.0f} MFLOP per position) "
+        f"would see {positions(shape) / 1e6:.0f}M positions ({positions(shape) / shape.params():.0f} per parameter); "
+        f"bound by {bound} (budget {plan.max_mb:.0f} MB of bf16 weights)"
+    )
+    return shape, note
