@@ -6,16 +6,18 @@ low, and the tests it said were missing. Each test failed on the code before its
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from fixtures_serve import REPO_ROOT, plugin_env, runtime_dir, wait_until
+from fixtures_serve import REPO_ROOT, plugin_env, runtime_dir, stop_daemon, wait_until
 
 _ = runtime_dir  # a fixture (a private daemon runtime folder, its daemon stopped afterwards)
 SOURCE = b"def f(x):\n    return 0\n\n\ndef g(y):\n    return y\n"
@@ -127,3 +129,60 @@ def test_a_signal_while_the_daemon_fills_gives_the_filter_buffer_back(
     out, err = process.communicate(timeout=120)
     assert (process.returncode, out, err) == (code, SOURCE, b"")
 
+
+# --- high 2: a cancelled `infill docstrings` went on writing in the daemon -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def doc_daemon() -> Iterator[tuple[dict[str, str], Path]]:
+    """A daemon shared by the tests below (their clients start it), with the pausable model of
+    tests/fixtures_serve.py; (its clients' environment, the pause file)."""
+    folder = Path(tempfile.mkdtemp(prefix="infill-t-"))
+    try:
+        yield plugin_env(folder, INFILL_TEST_PAUSE=str(folder / "pause")), folder / "pause"
+    finally:
+        stop_daemon(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.glob("*.py"))}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["ctrl-c", "sigterm", "kill"])
+def test_a_cancelled_docstrings_run_writes_nothing_more_in_the_daemon(
+    signum: int, doc_daemon: tuple[dict[str, str], Path], tmp_path: Path
+) -> None:
+    from infill.server import client
+
+    env, pause = doc_daemon
+    project = tmp_path / "project"
+    project.mkdir()
+    for i in range(30):
+        (project / f"m{i:02}.py").write_text(f"def add_{i}(a, b):\n    return a + b\n")
+    before = contents(project)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "infill", "docstrings", "project", "--daemon", "on", "--model", "pausable-doc"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=_interruptible,
+    )
+    try:
+        wait_until(lambda: contents(project) != before or process.poll() is not None, what="a first file written")
+        held = Path(f"{pause}.held")
+        held.unlink(missing_ok=True)
+        pause.touch()  # the daemon's run stops between two forward passes, before the next write
+        wait_until(held.exists, what="the daemon's run to pause")
+        process.send_signal(signum)
+        process.wait(timeout=120)
+    finally:
+        pause.unlink(missing_ok=True)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    when_cancelled = contents(project)
+    assert 0 < sum(when_cancelled[name] != before[name] for name in before) < 30
+    assert client.request("fake_loads", {}, "on", env=env) is not None  # the daemon is free: the run has ended
+    assert contents(project) == when_cancelled  # not one write after the client went away
