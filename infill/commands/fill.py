@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, NamedTuple, NoReturn, cast
 import click
 
 from infill import environment
-from infill.clitypes import JOBS
+from infill.clitypes import JOBS, PATH, TEXT
 from infill.commands.interrupts import held, release
 from infill.commands.shell import error_line, error_report, signal_report
 from infill.core.fill import (
@@ -270,20 +270,29 @@ def _failure_json(ctx: click.Context, exc: BaseException, line: str, code: int) 
 
 
 @click.command("fill", cls=FillCommand, help=_HELP, context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("file", metavar="FILE|-")
-@click.argument("more", nargs=-1, metavar="[FILE]...")
-@click.option("--span", "spans", multiple=True, metavar="A:B|A:C-B:D", help="Lines A..B, or line:col to line:col.")
-@click.option("--marker", "markers", multiple=True, metavar="TEXT", help="Fill every occurrence of TEXT.")
-@click.option("--function", "functions", multiple=True, metavar="NAME", help="Fill this function's body.")
-@click.option("--class", "classes", multiple=True, metavar="NAME", help="Fill this class's body.")
-@click.option("--node", "nodes", multiple=True, metavar="KIND", help="Fill every query capture KIND.")
+@click.argument("file", metavar="FILE|-", type=PATH)
+@click.argument("more", nargs=-1, metavar="[FILE]...", type=PATH)
+@click.option(
+    "--span", "spans", multiple=True, type=TEXT, metavar="A:B|A:C-B:D", help="Lines A..B, or line:col to line:col."
+)
+@click.option("--marker", "markers", multiple=True, type=TEXT, metavar="TEXT", help="Fill every occurrence of TEXT.")
+@click.option("--function", "functions", multiple=True, type=TEXT, metavar="NAME", help="Fill this function's body.")
+@click.option("--class", "classes", multiple=True, type=TEXT, metavar="NAME", help="Fill this class's body.")
+@click.option("--node", "nodes", multiple=True, type=TEXT, metavar="KIND", help="Fill every query capture KIND.")
 @click_options()
 @click.option("--diff", is_flag=True, help="Print a unified diff; do not write. Exit 1 if it is not empty.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if the file would change.")
 @click.option(
-    "-o", "--output", default=None, metavar="PATH", help="Write the result to PATH (- or /dev/stdout: print it)."
+    "-o",
+    "--output",
+    default=None,
+    type=PATH,
+    metavar="PATH",
+    help="Write the result to PATH (- or /dev/stdout: print it).",
 )
-@click.option("--stdin-filename", default=None, metavar="NAME", help="File name for stdin (selects the language).")
+@click.option(
+    "--stdin-filename", default=None, type=TEXT, metavar="NAME", help="File name for stdin (selects the language)."
+)
 @click.option(
     "--format",
     "fmt",

@@ -211,6 +211,8 @@ def fill_file(
         exc.path = str(path)
         return exc
     except InputError as exc:
+        if exc.path is None:  # a missing grammar, say: which file it stopped is the first thing to know
+            exc.path = str(path)
         return exc
     return result
 
@@ -223,8 +225,10 @@ def process(
     echo: Echo,
     done: Iterable[FileResult | InfillError] | None = None,
     cancelled: Callable[[], bool] | None = None,
+    changed_before: Sequence[str] = (),
 ) -> Outcome:
-    """Fill (or, without a filler, only check) every file; a file that fails is reported and skipped. `done`:
+    """Fill (or, without a filler, only check) every file; a file that fails is reported and skipped. `changed_before`:
+    files this run changed before (a daemon that stopped mid-run), counted as changed in the summary. `done`:
     the files' `fill_file` results in the order of `files`, computed elsewhere (`--jobs` workers); by default
     each file is filled here, with `filler`, as the report reaches it (Cancelled once `cancelled()` holds: no
     file is written after that)."""
@@ -245,7 +249,7 @@ def process(
         if req.format == "text":
             _report_text(result, req.check, req.diff, req.quiet, echo)
     missing = sum(o.status == "missing" for r in results for o in r.outcomes)
-    changed = sum(r.changed for r in results)
+    changed = len({r.path for r in results if r.changed} | set(changed_before))
     report = None
     if req.format == "json":
         report = {
