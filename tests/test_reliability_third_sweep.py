@@ -356,6 +356,18 @@ def test_bad_routing_is_refused_on_the_command_line_and_by_the_server(tmp_path: 
 
 
 @pytest.mark.usefixtures("model")
+@pytest.mark.parametrize("span", ["9" * 5000, "٣", "2:" + "9" * 5000])
+def test_the_server_reads_span_numbers_as_the_flag_does(span: str) -> None:
+    """A 5,000-digit "span" was an internal error in the server too (ValueError from int())."""
+    from infill.server.dispatch import Dispatcher
+
+    params = {"text": TEXT, "span": span, "model": FAKE}
+    reply = json.loads(Dispatcher().handle_line(json.dumps({"id": 1, "method": "fill", "params": params}).encode()))
+    assert reply["error"]["exit_code"] == 2 and "--span" in reply["error"]["message"], reply
+    assert len(reply["error"]["message"]) < 200
+
+
+@pytest.mark.usefixtures("model")
 def test_the_server_refuses_an_empty_model_name() -> None:
     from infill.server.dispatch import Dispatcher
 
