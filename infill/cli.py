@@ -11,6 +11,7 @@ import click
 
 from infill import __version__, environment
 from infill.clitypes import THREADS
+from infill.commands.interrupts import release, sigterm_raises
 from infill.commands.shell import (
     error_line,
     error_report,
@@ -18,7 +19,6 @@ from infill.commands.shell import (
     load_command,
     quiet_broken_pipe,
     signal_report,
-    sigterm_raises,
 )
 from infill.errors import Terminated
 
@@ -117,6 +117,17 @@ class LazyGroup(click.Group):
             line, code = error_report(exc)
             click.echo(line, err=True)
             sys.exit(code)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """The subcommand; a signal held since the program started (infill.commands.interrupts) is raised now,
+        inside invoke(), unless the command answers it itself (`holds_signals`: the editor filter reads its input
+        first)."""
+        found = super().resolve_command(ctx, args)
+        if not getattr(found[1], "holds_signals", False):
+            release()
+        return found
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(name for name in COMMANDS if self._load(name) is not None)

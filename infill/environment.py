@@ -19,19 +19,39 @@ from infill.clitypes import SECONDS, THREADS
 from infill.errors import InputError
 
 
+class AbsolutePath(click.ParamType):
+    """A folder named from anywhere: an absolute path (a relative one means another folder in every directory a
+    command runs in, and the daemon runs in /)."""
+
+    name = "path"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not os.path.isabs(value):
+            self.fail("is not an absolute path", param, ctx)
+        return value
+
+
 @dataclass(frozen=True)
 class Variable:
     name: str
     type: click.ParamType | None  # None: any text (a folder, a list of plugins)
     help: str
     client_only: bool  # read only by the command that talks to a daemon: never restarts one (dispatch.identity)
+    empty_is_unset: bool = True  # False: an empty value (an unset shell variable in `X=$Y`) is an error
+    default: Any = None  # the value that unset means, where one value does (dispatch.identity compares by value)
 
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable("INFILL_THREADS", THREADS, "CPU threads for decoding (as --threads)", client_only=False),
+    Variable("INFILL_THREADS", THREADS, "CPU threads for decoding (as --threads)", client_only=False, default=1),
     Variable("INFILL_SERVER_PLUGINS", None, "module:function,... called with a server's dispatcher", False),
     Variable("INFILL_NO_DAEMON", click.BOOL, "never use the per-user daemon", client_only=True),
-    Variable("INFILL_RUNTIME_DIR", None, "where the per-user daemon's socket lives", client_only=True),
+    Variable(
+        "INFILL_RUNTIME_DIR",
+        AbsolutePath(),
+        "where the per-user daemon's socket lives (an absolute folder)",
+        True,
+        False,
+    ),
     Variable("INFILL_DAEMON_TIMEOUT", SECONDS, "seconds a client waits for the daemon's answer", client_only=True),
     Variable("INFILL_DAEMON_IDLE_TIMEOUT", SECONDS, "seconds a daemon a command starts waits idle", client_only=True),
     Variable("INFILL_DAEMON_DEBUG", click.BOOL, "say on stderr why the daemon was not used", client_only=True),
@@ -46,6 +66,8 @@ def read(name: str, env: Mapping[str, str] | None = None) -> Any:
     env = os.environ if env is None else env
     raw = env.get(name, "").strip()
     variable = BY_NAME[name]
+    if not raw and name in env and not variable.empty_is_unset:
+        raise InputError(f"environment variable {name} is empty; unset it, or give a value")
     if not raw or variable.type is None:
         return raw or None
     try:
@@ -63,6 +85,20 @@ def check(env: Mapping[str, str] | None = None) -> None:
     """InputError for the first of infill's variables that holds a value outside its domain."""
     for variable in VARIABLES:
         read(variable.name, env)
+
+
+def normalized(name: str, value: str) -> Any:
+    """What a value of variable `name` means, for comparing two environments: the converted value, None where it
+    means what unset means (INFILL_THREADS=1), the text itself for a junk value or a variable infill does not
+    declare."""
+    variable = BY_NAME.get(name)
+    if variable is None:
+        return value
+    try:
+        meant = read(name, {name: value})
+    except InputError:
+        return value
+    return None if meant == variable.default else meant
 
 
 def restarts_daemon(name: str) -> bool:

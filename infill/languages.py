@@ -1,6 +1,7 @@
 """File extension -> language, its tree-sitter grammar wheel, and its queries in grammars/<lang>/*.scm.
 
-Python's grammar is a core dependency; the other grammars are optional extras (`pip install 'infill[rust]'`).
+Python's grammar is a core dependency; the other grammars are optional extras (`pip install '.[rust]'` from a
+clone: infill.extras).
 Unknown extensions are plain text: line/column spans and markers work, tree-sitter selectors do not.
 tree_sitter itself is imported lazily, on first use of a grammar.
 """
@@ -86,9 +87,10 @@ def grammar(name: str) -> tree_sitter.Language:
     try:
         module = importlib.import_module(info.module)
     except ImportError:
-        extra = info.extra or "python"
+        from infill.extras import install_hint
+
         raise InputError(
-            f"the {name} grammar is not installed; install it with: pip install 'infill[{extra}]'"
+            f"the {name} grammar is not installed; install it with: {install_hint(info.extra or name)}"
         ) from None
     import tree_sitter
 

@@ -19,10 +19,11 @@ from typing import Any, Literal, TypeVar, get_args
 
 import click
 
-from infill.clitypes import SEED, FiniteFloatRange
+from infill.clitypes import SEED, TEXT, FiniteFloatRange, IntRange, NonEmptyPath
 from infill.config import (
     DECODERS,
     DRAFTS,
+    MAX_GAMMA,
     TOOL_DECODE,
     DecodeConfig,
     DeviceName,
@@ -81,7 +82,7 @@ OPTIONS: tuple[Option, ...] = (
         "tokens",
         ("--tokens",),
         "Tokens per span (see length policy).",
-        click.IntRange(min=1),
+        IntRange(min=1),
         show_default=False,
     ),
     Option(
@@ -93,7 +94,7 @@ OPTIONS: tuple[Option, ...] = (
         + ".",
         click.Choice([name for name, entry in DECODERS.items() if entry.flag]),
     ),
-    Option("decode", "k", ("-k",), "Speculation width (tokens drafted per step).", click.IntRange(min=1)),
+    Option("decode", "k", ("-k",), "Speculation width (tokens drafted per step).", IntRange(min=1)),
     Option(
         "decode",
         "temperature",
@@ -102,7 +103,7 @@ OPTIONS: tuple[Option, ...] = (
         "greedy with --decoder or --beam 0).",
         FiniteFloatRange(min=0.0),
     ),
-    Option("decode", "top_k", ("--top-k",), "0 = off.", click.IntRange(min=0)),
+    Option("decode", "top_k", ("--top-k",), "0 = off.", IntRange(min=0)),
     Option("decode", "top_p", ("--top-p",), "1 = off.", FiniteFloatRange(min=0.0, max=1.0, min_open=True)),
     Option("decode", "seed", ("--seed",), "Fixed by default: reproducible.", SEED),
     Option(
@@ -126,7 +127,7 @@ OPTIONS: tuple[Option, ...] = (
         "block_size",
         ("--block-size",),
         "Block-diffusion models: block size (0 = the model's own, 1 = autoregressive).",
-        click.IntRange(min=0),
+        IntRange(min=0),
     ),
     Option(
         "decode",
@@ -140,7 +141,7 @@ OPTIONS: tuple[Option, ...] = (
         "unmask_per_step",
         ("--unmask-per-step",),
         "Block-diffusion models: tokens per step (0 = dynamic, by --threshold).",
-        click.IntRange(min=0),
+        IntRange(min=0),
     ),
     Option(
         "decode",
@@ -154,21 +155,21 @@ OPTIONS: tuple[Option, ...] = (
         "gamma",
         ("--gamma",),
         "S2D2 tempering of q/p; values below 1 are LOSSY.",
-        FiniteFloatRange(min=0.0, min_open=True),
+        FiniteFloatRange(min=0.0, max=MAX_GAMMA, min_open=True),
     ),
     Option(
         "decode",
         "ssmd_passes",
         ("--causal-passes",),
         "SSMD: causal-head passes K per full forward (each verifies drafts up to one rejection).",
-        click.IntRange(min=1),
+        IntRange(min=1),
     ),
     Option(
         "decode",
         "ssmd_window",
         ("--window",),
         "SSMD: positions drafted per full forward (0 = a cosine schedule over the block).",
-        click.IntRange(min=0),
+        IntRange(min=0),
     ),
     Option(
         "decode",
@@ -176,21 +177,21 @@ OPTIONS: tuple[Option, ...] = (
         ("--beam",),
         f"Beam search of width N for the most likely fill (AS-ARM models; the default, at width "
         f"{TOOL_DECODE.beam}; 0 = use --decoder).",
-        click.IntRange(min=0, max=MAX_SAMPLES),
+        IntRange(min=0, max=MAX_SAMPLES),
     ),
     Option(
         "options",
         "candidates",
         ("-n", "--candidates"),
         "Sample N candidates; keep the most likely.",
-        click.IntRange(min=1, max=MAX_SAMPLES),
+        IntRange(min=1, max=MAX_SAMPLES),
     ),
     Option(
         "options",
         "max_resample",
         ("--max-resample",),
         "Extra samples when a candidate adds syntax errors.",
-        click.IntRange(min=0, max=MAX_SAMPLES),
+        IntRange(min=0, max=MAX_SAMPLES),
     ),
     Option(
         "options",
@@ -198,7 +199,7 @@ OPTIONS: tuple[Option, ...] = (
         ("--rescue-width",),
         "When every fill found is rejected: beam search searches again N times wider, then it (or a greedy "
         "decoder) draws 2N samples at temperature 0.7 (1 = never).",
-        click.IntRange(min=1, max=MAX_RESCUE),
+        IntRange(min=1, max=MAX_RESCUE),
     ),
     Option(
         "options",
@@ -236,7 +237,7 @@ OPTIONS: tuple[Option, ...] = (
         "context",
         ("--context",),
         "Another file to take candidate lines from (repeatable).",
-        click.Path(exists=True, dir_okay=False),
+        NonEmptyPath(exists=True, dir_okay=False),
         metavar="FILE",
         show_default=False,
         multiple=True,
@@ -253,6 +254,7 @@ OPTIONS: tuple[Option, ...] = (
         "name",
         ("--model",),
         "Model name, folder, .gguf file or Ollama name.",
+        TEXT,
         key="model",
         metavar="NAME|PATH",
     ),

@@ -7,6 +7,7 @@ Invariant (checked on every patch, `check_outside_unchanged`): bytes outside the
 from __future__ import annotations
 
 import difflib
+import errno
 import hashlib
 import os
 import stat
@@ -58,8 +59,9 @@ class Snapshot:
 
 
 def decode_utf8(data: bytes, path: str) -> str:
-    """UTF-8 text of an input, or InputError for binary (NUL bytes) and non-UTF-8 data."""
-    if b"\x00" in data[:8192]:
+    """UTF-8 text of an input, or InputError for binary (a NUL byte anywhere: no source file holds one, and one
+    past the first 8 KiB is no less binary) and non-UTF-8 data."""
+    if b"\x00" in data:
         raise InputError("binary file (contains NUL bytes); only UTF-8 text can be filled", path=path)
     try:
         return data.decode("utf-8")
@@ -159,13 +161,35 @@ def unified_diff(old: str, new: str, path: str | None) -> str:
     "\n" only, as `diff`, `patch` and `git apply` see them: a lone CR is part of a line (a file with lone-CR line
     endings is one line to them), and a CRLF line keeps its CR."""
     name = (path or "<stdin>").lstrip("/")
-    lines = difflib.unified_diff(_patch_lines(old), _patch_lines(new), f"a/{name}", f"b/{name}")
+    lines = difflib.unified_diff(_patch_lines(old), _patch_lines(new), _diff_name(f"a/{name}"), _diff_name(f"b/{name}"))
     out = []
     for line in lines:
         out.append(line)
         if not line.endswith("\n"):
             out.append("\n\\ No newline at end of file\n")
     return "".join(out)
+
+
+_C_ESCAPES = {"\a": "a", "\b": "b", "\t": "t", "\n": "n", "\v": "v", "\f": "f", "\r": "r", '"': '"', "\\": "\\"}
+
+
+def _diff_name(name: str) -> str:
+    """A path in a diff header as git writes it: as is, or in double quotes with C escapes when it holds a quote,
+    a backslash, a control character (a line break would split the header) or a byte that is no UTF-8 (held as
+    a lone surrogate), which `git apply` and GNU patch read back."""
+
+    def escaped(c: str) -> str:
+        code = ord(c)
+        if c in _C_ESCAPES:
+            return "\\" + _C_ESCAPES[c]
+        if code < 0x20 or code == 0x7F:
+            return f"\\{code:03o}"
+        if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the original byte
+            return f"\\{code - 0xDC00:03o}"
+        return c
+
+    quoted = "".join(escaped(c) for c in name)
+    return name if quoted == name else f'"{quoted}"'
 
 
 def _patch_lines(text: str) -> list[str]:
@@ -210,7 +234,7 @@ def atomic_write(path: str, data: bytes, expected: Snapshot | None = None, hint:
         tmp = _complete_copy(folder, p.name, data)
         renamed = False
         try:
-            if st is None or (st.st_nlink == 1 and _take_metadata(tmp, st)):
+            if st is None or (st.st_nlink == 1 and _take_metadata(tmp, p, st)):
                 os.replace(tmp, p)
                 renamed = True
         finally:
@@ -250,7 +274,7 @@ def _write_all(fd: int, data: bytes) -> None:
 def _complete_copy(folder: str, name: str, data: bytes) -> str:
     """A temporary file `.NAME.*.infill-tmp` in `folder` holding all of `data`, flushed to disk; removed again if
     that fails (a full disk, a signal), so no partial temporary file is ever left behind."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".infill-tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=f".{_short(name)}.", suffix=".infill-tmp", dir=folder)
     try:
         try:
             _write_all(fd, data)
@@ -261,6 +285,15 @@ def _complete_copy(folder: str, name: str, data: bytes) -> str:
         _remove(tmp)
         raise
     return tmp
+
+
+def _short(name: str, limit: int = 200) -> str:
+    """`name` cut to at most `limit` bytes of UTF-8 (at a character boundary), so that the temporary file's name
+    (it adds about 20) stays within the 255 bytes a file name may have: a file named with 235 to 255 bytes could
+    not be written."""
+    while len(os.fsencode(name)) > limit:
+        name = name[:-1]
+    return name
 
 
 def _remove(path: str) -> None:
@@ -284,8 +317,9 @@ def _sync_folder(folder: str) -> None:
         os.close(dir_fd)
 
 
-def _take_metadata(tmp: str, original: os.stat_result) -> bool:
-    """Give `tmp` the original's owner, group and mode bits; False if the owner or group cannot be given."""
+def _take_metadata(tmp: str, path: Path, original: os.stat_result) -> bool:
+    """Give `tmp` the original's owner, group, mode bits and extended attributes (ACLs and SELinux labels live
+    there); False if the owner, the group or an attribute cannot be given (the caller then rewrites in place)."""
     mine = os.stat(tmp)
     if (mine.st_uid, mine.st_gid) != (original.st_uid, original.st_gid):
         try:
@@ -293,6 +327,27 @@ def _take_metadata(tmp: str, original: os.stat_result) -> bool:
         except (PermissionError, AttributeError):  # not root, or a group we are not in; no chown on Windows
             return False
     os.chmod(tmp, stat.S_IMODE(original.st_mode))  # after chown, which clears set-user-ID bits
+    return _take_xattrs(tmp, path)
+
+
+def _take_xattrs(tmp: str, path: Path) -> bool:
+    """Give `tmp` exactly the extended attributes of `path` (after the mode: an ACL is one of them); False when
+    one cannot be set or removed (a security.* label this process may not write, a file system without them)."""
+    if not hasattr(os, "listxattr"):  # not Linux: no extended attributes to keep
+        return True
+    try:
+        wanted = {name: os.getxattr(path, name) for name in os.listxattr(path)}
+    except OSError as exc:
+        return exc.errno in (errno.ENOTSUP, errno.EOPNOTSUPP)  # none there to keep
+    try:
+        for name in set(os.listxattr(tmp)) - set(wanted):  # inherited by the new file (a default ACL), not kept
+            os.removexattr(tmp, name)
+        present = set(os.listxattr(tmp))
+        for name, value in wanted.items():
+            if name not in present or os.getxattr(tmp, name) != value:
+                os.setxattr(tmp, name, value)
+    except OSError:
+        return False
     return True
 
 

@@ -13,8 +13,11 @@ Events (dicts) sent by infill.api.fill_text:
                                                           and block-diffusion decoders alike)
   {"event": "score", "nfe": int}                         before each oracle pass that scores a line of the
                                                           user's code (retrieval)
-A callback that raises stops the fill there, between two forward passes (how a server cancels a request).
   {"event": "done"}
+and by `infill fill` (infill.core.fill.run_fill):
+  {"event": "write", "path": str}                        just before the result is written to `path`
+A callback that raises stops the work there, between two forward passes or before the write (how a server cancels
+a request: cancel_check).
 """
 
 from __future__ import annotations
@@ -27,6 +30,21 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 Callback = Callable[[dict[str, Any]], None]
+
+
+class Cancelled(Exception):
+    """The work is no longer wanted (its client went away, or cancelled it): raised from a progress callback, so a
+    fill stops between two forward passes, and before any write (infill.docstrings.run), so nothing is written."""
+
+
+def cancel_check(cancelled: Callable[[], bool], why: str = "the client went away") -> Callback:
+    """A progress callback (fill_text's on_progress) that raises Cancelled once `cancelled()` holds."""
+
+    def on_progress(info: dict[str, Any]) -> None:
+        if cancelled():
+            raise Cancelled(why)
+
+    return on_progress
 
 
 def quiet_libraries() -> None:

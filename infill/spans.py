@@ -108,21 +108,26 @@ class LineIndex:
         return start + len(text[: column - 1].encode("utf-8"))
 
 
-_LINE_RANGE = re.compile(r"^\s*(\d+)\s*(?::\s*(\d+))?\s*$")
-_CHAR_RANGE = re.compile(r"^\s*(\d+):(\d+)\s*-\s*(\d+):(\d+)\s*$")
+# ASCII digits only (\d also matches '٣' and '３'); more than 18 digits is past any input and past what int() reads
+_LINE_RANGE = re.compile(r"\s*([0-9]+)\s*(?::\s*([0-9]+))?\s*")
+_CHAR_RANGE = re.compile(r"\s*([0-9]+):([0-9]+)\s*-\s*([0-9]+):([0-9]+)\s*")
+_MAX_DIGITS = 18
 
 
 def parse_span(value: str) -> tuple[int, int] | tuple[int, int, int, int]:
     """'A:B' (or 'A') -> (A, B); 'A:C-B:D' -> (A, C, B, D). Syntax only; ranges are checked later."""
-    m = _CHAR_RANGE.match(value)
-    if m:
-        a, c, b, d = (int(g) for g in m.groups())
+    shown = value if len(value) <= 40 else f"{value[:37]}..."
+    m = _CHAR_RANGE.fullmatch(value) or _LINE_RANGE.fullmatch(value)
+    if m is None:
+        raise InputError(f"--span {shown}: expected LINE, A:B (lines) or A:C-B:D (line:column), in ASCII digits")
+    numbers = [g for g in m.groups() if g is not None]
+    if any(len(g.lstrip("0")) > _MAX_DIGITS for g in numbers):
+        raise InputError(f"--span {shown}: a line or column number of more than {_MAX_DIGITS} digits")
+    if len(numbers) == 4:
+        a, c, b, d = (int(g) for g in numbers)
         return a, c, b, d
-    m = _LINE_RANGE.match(value)
-    if m:
-        a = int(m.group(1))
-        return a, int(m.group(2)) if m.group(2) else a
-    raise InputError(f"--span {value}: expected LINE, A:B (lines) or A:C-B:D (line:column)")
+    a = int(numbers[0])
+    return a, int(numbers[1]) if len(numbers) == 2 else a
 
 
 def _span_from_lines(index: LineIndex, sel: Selection) -> Span:
@@ -150,7 +155,12 @@ def _span_from_lines(index: LineIndex, sel: Selection) -> Span:
 def _spans_from_marker(data: bytes, sel: Selection) -> list[Span]:
     if not sel.value:
         raise InputError("--marker: the marker text is empty")
-    needle = sel.value.encode("utf-8")
+    if not sel.value.strip():  # `--marker $'\n'` made every line break a span
+        raise InputError("--marker: the marker is only white space; give a placeholder text, such as <FILL>")
+    try:
+        needle = sel.value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: bytes that were no UTF-8 on the command line or in a request
+        raise InputError("--marker: the marker text is not valid UTF-8") from None
     spans = []
     at = data.find(needle)
     while at >= 0:

@@ -151,7 +151,7 @@ def run_cli(argv: list[str]) -> None:
     signals to a real process: run this file as a script."""
     import os
 
-    from infill.cli import main
+    from infill.__main__ import run
 
     fill = [[(os.environ.get("FAKE_CLI_FILL", "x = 1"), 1.0)]]
     stall = os.environ.get("FAKE_CLI_STALL")
@@ -166,7 +166,7 @@ def run_cli(argv: list[str]) -> None:
             time.sleep(600)
 
         os.fsync = fsync
-    main(argv, prog_name="infill")
+    run(argv)
 
 
 if __name__ == "__main__":

@@ -107,13 +107,45 @@ def wait_for_cancel(params: dict[str, Any], context: ServerContext) -> dict[str,
 
 
 def fake_fill_command(params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
-    """run_fill's output shape for `infill fill --daemon on`, without a model."""
+    """run_fill's output shape for `infill fill --daemon on`, without a model. With $INFILL_TEST_FILL_DELAY=SECONDS
+    it first waits that long, or until its client goes away, having created $INFILL_TEST_FILL_MARKER (if set)."""
+    marker = os.environ.get("INFILL_TEST_FILL_MARKER")
+    if marker:
+        Path(marker).write_text("")
+    deadline = time.monotonic() + float(os.environ.get("INFILL_TEST_FILL_DELAY", "0"))
+    while time.monotonic() < deadline and not context.cancelled():
+        time.sleep(0.01)
     return {"exit_code": 0, "stdout": f"filled by pid {os.getpid()}\n", "stderr": ["note: fake"], "result": None}
+
+
+PAUSABLE_MODEL = "pausable-doc"
+
+
+def pausable_factory(spec: ModelSpec) -> registry.LoadedModel:
+    """A scripted any-subset model (tests/fixtures_cli.py) whose forward passes wait while the file
+    $INFILL_TEST_PAUSE exists, creating $INFILL_TEST_PAUSE.held as one waits: a test holds a daemon's run between
+    two passes for as long as it needs."""
+    import torch
+    from fixtures_cli import ByteTokenizer, ScriptedModel
+
+    class PausableModel(ScriptedModel):
+        def _logits(
+            self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor, verify: bool
+        ) -> torch.Tensor:
+            pause = Path(os.environ["INFILL_TEST_PAUSE"])
+            while pause.exists():
+                Path(f"{pause}.held").touch()
+                time.sleep(0.01)
+            return super()._logits(ids, masked, n, targets, verify)
+
+    model = PausableModel([[("Add two numbers.", 1.0)]])
+    return registry.LoadedModel(PAUSABLE_MODEL, "asarm", model, ByteTokenizer(), {"fake": True})
 
 
 def install(dispatcher: Dispatcher) -> None:
     """The plugin hook: a fake model and methods; an optional fake version to test the restart on mismatch."""
     registry.register(FAKE_MODEL, fake_factory)
+    registry.register(PAUSABLE_MODEL, pausable_factory)
     dispatcher.register("fill", fake_fill)
     dispatcher.register("fake_loads", fake_loads)
     dispatcher.register("wait_for_cancel", wait_for_cancel)

@@ -79,3 +79,28 @@ def test_json_round_trip_and_bad_files(tmp_path: Path) -> None:
     path.write_text("{not json")
     with pytest.raises(ModelError, match="calibration"):
         Calibrator.load(path)
+
+
+def test_predict_is_the_documented_formula_on_hand_computed_values() -> None:
+    """sigmoid(bias + sum_i w_i * (x_i - mean_i) / scale_i), checked against numbers worked out by hand, with
+    scales far from 1 (the synthetic feature's scale is about 1, so a scale multiplied instead of divided passed
+    every other test)."""
+    calibrator = Calibrator(("a", "b"), (2.0, -1.0), 0.5, (1.0, 10.0), (4.0, 0.5))
+    # z = 0.5 + 2 * (3 - 1) / 4 - 1 * (11 - 10) / 0.5 = 0.5 + 1 - 2 = -0.5
+    assert calibrator.predict({"a": 3.0, "b": 11.0}) == pytest.approx(1 / (1 + math.exp(0.5)), abs=1e-15)
+    assert calibrator.predict({"a": 1.0, "b": 10.0}) == pytest.approx(1 / (1 + math.exp(-0.5)), abs=1e-15)  # z = bias
+    # z = 0.5 + 2 * (-7 - 1) / 4 - 1 * (10.25 - 10) / 0.5 = 0.5 - 4 - 0.5 = -4
+    assert calibrator.predict({"a": -7.0, "b": 10.25}) == pytest.approx(1 / (1 + math.exp(4.0)), abs=1e-15)
+
+
+def test_fit_standardises_with_the_mean_and_population_scale() -> None:
+    """mean and scale are the features' mean and population standard deviation (hand-computed), and a feature in
+    other units (x 1000) gives the same probabilities: the standardisation undoes it."""
+    rows = [{"x": 1.0}, {"x": 3.0}, {"x": 5.0}, {"x": 7.0}]
+    labels = [False, True, False, True]
+    fitted = fit(rows, labels, ["x"])
+    assert fitted.mean == (4.0,) and fitted.scale == pytest.approx((math.sqrt(5.0),))  # (9 + 1 + 1 + 9) / 4 = 5
+    wide = fit([{"x": r["x"] * 1000} for r in rows], labels, ["x"])
+    assert wide.scale == pytest.approx((1000 * math.sqrt(5.0),))
+    for r in rows:
+        assert wide.predict({"x": r["x"] * 1000}) == pytest.approx(fitted.predict(r), abs=1e-12)

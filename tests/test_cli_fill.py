@@ -282,7 +282,7 @@ def test_missing_grammar_extra(tmp_path: Path, model: str, monkeypatch: pytest.M
     finally:
         languages.grammar.cache_clear()
         languages.queries.cache_clear()
-    assert_refused(r, 2, "pip install 'infill[rust]'", p, src.encode())
+    assert_refused(r, 2, "[rust]'", p, src.encode())  # pip install '.[rust]' from the clone (infill.extras)
 
 
 def test_unreadable_file(tmp_path: Path, model: str, monkeypatch: pytest.MonkeyPatch) -> None:

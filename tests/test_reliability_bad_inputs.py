@@ -197,9 +197,10 @@ class RunsCode:
         return (os.system, (f"touch {self.folder / 'pwned'}",))
 
 
-def crafted(checkpoint: str, block_model: bool = False) -> Setup:
+def crafted(checkpoint: str, block_model: bool = False, legacy: bool = False) -> Setup:
     """A run folder {d}/run whose checkpoint would run code if unpickled; with `block_model`, the tiny
-    block-diffusion model {d}/base and corpus {d}/corpus the PTP and SSMD trainers read before it."""
+    block-diffusion model {d}/base and corpus {d}/corpus the PTP and SSMD trainers read before it; with `legacy`,
+    a plain pickle (torch warned about its protocol on stderr before refusing it)."""
 
     def setup(d: Path, mp: pytest.MonkeyPatch) -> None:
         import torch
@@ -209,6 +210,11 @@ def crafted(checkpoint: str, block_model: bool = False) -> Setup:
 
             tiny_block_model_and_corpus(d, "base")
         (d / "run").mkdir()
+        if legacy:
+            import pickle
+
+            (d / "run" / checkpoint).write_bytes(pickle.dumps({"model": RunsCode(d)}, protocol=4))
+            return
         torch.save({"model": RunsCode(d)}, d / "run" / checkpoint)
 
     return setup
@@ -239,7 +245,7 @@ CASES = [
     Bad("span-garbage", ["{f}", "--span", "x:y", *M], 2, "expected LINE"),
     Bad("span-negative", ["{f}", "--span=-1", *M], 2, "expected LINE"),
     Bad("marker-not-found", ["{f}", "--marker", "<NOPE>", *M], 2, "marker not found"),
-    Bad("marker-empty", ["{f}", "--marker", "", *M], 2, "marker text is empty"),
+    Bad("marker-empty", ["{f}", "--marker", "", *M], 2, "'--marker': is empty"),
     Bad("function-not-found", ["{f}", "--function", "nope", *M], 2, "function 'nope' not found"),
     Bad("class-not-found", ["{f}", "--class", "Nope", *M], 2, "class 'Nope' not found"),
     Bad("node-kind-unknown", ["{f}", "--node", "bogus", *M], 2, "no query capture named 'bogus'"),
@@ -247,7 +253,7 @@ CASES = [
     Bad("selector-on-plain-text", ["{f}", "--function", "f", *M], 2, "plain text", name="notes.txt"),
     Bad("unknown-language", ["-", "--class", "Stack", "--format", "json", *M], 2, "language is unknown",
         stdin=SOURCE, echo=False),
-    Bad("grammar-extra-missing", ["{f}", "--function", "one", *M], 2, "infill[rust]", name="lib.rs",
+    Bad("grammar-extra-missing", ["{f}", "--function", "one", *M], 2, "[rust]'", name="lib.rs",
         content=b"fn one() -> i32 { 0 }\n", setup=no_rust_grammar),
     # models
     Bad("model-folder-missing", ["{f}", "--span", "3", "--model", "{d}/no-such-model"], 123, "no-such-model"),
@@ -365,6 +371,9 @@ CASES = [
     Bad("train-export-crafted-checkpoint", ["export", "--run-dir", "{d}/run", "--tokenizer", TOKENIZER, "--corpus",
         "{d}", "--out", "{d}/out"], 2, "last.pt",
         setup=crafted("last.pt"), content=None, command="train"),
+    Bad("train-export-legacy-pickle-checkpoint", ["export", "--run-dir", "{d}/run", "--tokenizer", TOKENIZER,
+        "--corpus", "{d}", "--out", "{d}/out"], 2, "last.pt",
+        setup=crafted("last.pt", legacy=True), content=None, command="train"),
     Bad("train-ssmd-resume-crafted-checkpoint", ["ssmd", "--model", "{d}/base", "--data", "{d}/corpus", "--out",
         "{d}/run", "--steps", "1", "--seq-len", "16", "--block-sizes", "4", "--batch-size", "2",
         "--eval-examples", "2"], 2, "checkpoint.pt",

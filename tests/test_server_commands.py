@@ -210,7 +210,7 @@ def test_exception_mapping_rebuilds_input_errors() -> None:
 
 
 def test_docstrings_method_runs_the_core_on_text_or_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(docstrings_run, "model_filler_for", lambda cfg: FakeFiller())
+    monkeypatch.setattr(docstrings_run, "model_filler_for", lambda cfg, on_progress=None: FakeFiller())
     (tmp_path / "pyproject.toml").write_text('[tool.infill.docstrings]\nstyle = "numpy"\n')
     dispatcher = Dispatcher()
     text = "def f(x):\r\n    return x\r\n"

@@ -197,7 +197,7 @@ def test_live_socket_is_not_stolen(runtime_dir: Path) -> None:
     first = serve_socket_process(runtime_dir, env)
     try:
         second = serve_at_the_daemon_socket(runtime_dir, env)
-        assert second.returncode == 1 and b"already listening" in second.stderr
+        assert second.returncode == 2 and b"already listening" in second.stderr  # exit 1 means "changes needed"
         assert first.poll() is None and daemon_pid(env) == first.pid
     finally:
         first.terminate()
@@ -333,5 +333,5 @@ def test_a_regular_file_at_the_socket_path_is_never_replaced(runtime_dir: Path) 
     (daemon_dir(runtime_dir) / "daemon.sock").write_text("not a socket")
     assert fill(env) is None  # falls back to in-process
     done = serve_at_the_daemon_socket(runtime_dir, env)
-    assert done.returncode == 1 and b"not a socket" in done.stderr
+    assert done.returncode == 2 and b"not a socket" in done.stderr
     assert (daemon_dir(runtime_dir) / "daemon.sock").read_text() == "not a socket"

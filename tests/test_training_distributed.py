@@ -34,10 +34,39 @@ ASARM_SHAPE = ["--layers", "2", "--d-model", "32", "--heads", "2", "--d-inner", 
 HANG_GUARD_S = 300  # a run that has not ended by then hangs: the test fails instead of waiting for ever
 
 
-def torchrun(args: Sequence[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """`torchrun --standalone --nproc-per-node 2 -m infill ARGS`, one thread per process, output in `log`."""
+# Run in every process of a torchrun through a sitecustomize module: the one of rank 1 records every file it
+# opens for writing, creates, renames or removes (Python's audit events), one path per line in $INFILL_TEST_WRITES
+RECORD_WRITES = """
+import os, sys
+if os.environ.get("RANK") == "1" and os.environ.get("INFILL_TEST_WRITES"):
+    _fd = os.open(os.environ["INFILL_TEST_WRITES"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    _WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+    def _record(event, args):
+        if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+            mode, flags = args[1], args[2]
+            if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (flags or 0) & _WRITE:
+                os.write(_fd, os.fsencode(args[0]) + b"\\n")
+        elif event in ("os.rename", "os.remove", "os.mkdir", "os.truncate", "shutil.rmtree", "shutil.copyfile"):
+            os.write(_fd, os.fsencode(str(args[0])) + b"\\n")
+
+    sys.addaudithook(_record)
+"""
+
+
+def torchrun(
+    args: Sequence[str], log: Path, env: dict[str, str] | None = None, writes: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """`torchrun --standalone --nproc-per-node 2 -m infill ARGS`, one thread per process, output in `log`; with
+    `writes`, rank 1 records there every path it writes (RECORD_WRITES)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "infill"]
     environ = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    if writes is not None:
+        hook = writes.parent / "record-writes"
+        hook.mkdir(exist_ok=True)
+        (hook / "sitecustomize.py").write_text(RECORD_WRITES)
+        paths = [str(hook), *filter(None, [environ.get("PYTHONPATH")])]
+        environ.update(PYTHONPATH=os.pathsep.join(paths), INFILL_TEST_WRITES=str(writes))
     with log.open("wb") as out:
         return subprocess.Popen([*command, *args], stdout=out, stderr=subprocess.STDOUT, env=environ)
 
@@ -50,6 +79,14 @@ def finished(process: subprocess.Popen[bytes], log: Path) -> str:
         process.kill()
         raise AssertionError("the distributed run hangs:\n" + log.read_text(errors="replace")) from None
     return log.read_text(errors="replace")
+
+
+def written_by_rank_1(writes: Path, folder: Path) -> list[str]:
+    """What rank 1 wrote under `folder` (a run's directory): rank 0 alone writes logs, checkpoints and exports."""
+    assert writes.exists(), "rank 1 recorded nothing at all: the recorder did not run"
+    inside = str(folder.resolve())
+    lines = writes.read_text(errors="replace").splitlines()
+    return [line for line in lines if os.path.realpath(line).startswith(inside)]
 
 
 def single(args: Sequence[str]) -> str:
@@ -144,8 +181,9 @@ def test_asarm_two_processes_train_like_one_and_resume_with_one(asarm_data: list
     one, two = tmp_path / "one", tmp_path / "two"
     alone = single([*common, "--steps", "3", "--run-dir", str(one)])
     at_three = read_checkpoint(one / "last.pt")
-    log = tmp_path / "torchrun.log"
-    output = finished(torchrun([*common, "--steps", "3", "--run-dir", str(two)], log), log)
+    log, writes = tmp_path / "torchrun.log", tmp_path / "rank-1-writes"
+    output = finished(torchrun([*common, "--steps", "3", "--run-dir", str(two)], log, writes=writes), log)
+    assert written_by_rank_1(writes, two) == []  # rank 0 alone writes (before the race such writes would start)
     assert "exitcode" not in output, output
     assert losses(output) == losses(alone) and len(losses(alone)) == 3
     assert output.count("checkpoint step 3") == 1  # rank 0 alone logs and writes
@@ -260,8 +298,9 @@ def test_every_trainer_trains_alike_on_two_processes(trainer: str, tmp_path: Pat
         return ["--out", str(tmp_path / name)]
 
     alone = single([*common, *run_dir("one")])
-    log = tmp_path / "torchrun.log"
-    output = finished(torchrun([*common, *run_dir("two")], log), log)
+    log, writes = tmp_path / "torchrun.log", tmp_path / "rank-1-writes"
+    output = finished(torchrun([*common, *run_dir("two")], log, writes=writes), log)
+    assert written_by_rank_1(writes, tmp_path / "two") == []  # rank 0 alone writes checkpoints and the model
     assert "exitcode" not in output, output
     logged = [line.split("  lr ")[0] for line in output.splitlines() if line.startswith("step ") and "  lr " in line]
     assert logged == [

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import click
 
-from infill.clitypes import FiniteFloatRange
+from infill.clitypes import FiniteFloatRange, NonEmptyPath
 from infill.errors import InputError
 
-REPORT = click.Path(exists=True, dir_okay=False, path_type=Path)
+REPORT = NonEmptyPath(exists=True, dir_okay=False, path_type=Path)
 
 
 @click.command("calibrate")
@@ -19,7 +19,7 @@ REPORT = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--test", "test_reports", multiple=True, type=REPORT, help="A report to judge it on (repeatable).")
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
     help="Write the calibration here (a model folder's calibration.json is read by infill fill).",
 )
 @click.option(

@@ -31,10 +31,12 @@ def status(fmt: str) -> None:
         info = client.status()
     except lifecycle.DaemonUnavailable as exc:
         raise click.ClickException(str(exc)) from None
+    problem = client.blocked() if info is None else None  # why none can start, if something is in its way
     if fmt == "json":
-        click.echo(json.dumps(info if info is not None else {"running": False}, indent=2))
+        none = {"running": False, **({"problem": problem} if problem else {})}
+        click.echo(json.dumps(info if info is not None else none, indent=2))
     elif info is None:
-        click.echo("no daemon running")
+        click.echo("no daemon running" + (f": {problem}" if problem else ""))
     else:
         models = ", ".join(f"{m['name']} ({m['device']})" for m in info.get("models", [])) or "none loaded"
         idle = info.get("idle_timeout") or 0

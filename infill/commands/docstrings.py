@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from infill.clitypes import FINITE_FLOAT, JOBS, FiniteFloatRange
+from infill.clitypes import FINITE_FLOAT, JOBS, FiniteFloatRange, IntRange, NonEmptyPath
 from infill.docstrings.config import MIN_LINE_LENGTH, STYLES
 from infill.docstrings.fill import SlotFiller
 from infill.docstrings.outcome import FileResult
@@ -29,6 +29,7 @@ from infill.docstrings.run import (
 from infill.errors import ExitCode, InfillError, one_line
 from infill.options import click_options
 from infill.server.options import daemon_options, forward_docstrings
+from infill.server.protocol import DEFAULT_MAX_INPUT_BYTES
 
 
 def _bool_flag(name: str, help_text: str) -> Any:
@@ -38,7 +39,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
 
 
 @click.command("docstrings", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=NonEmptyPath())
 @click.option(
     "--check",
     is_flag=True,
@@ -83,7 +84,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
 @_bool_flag("property-decorators", "Skip @property getters [default: include]; setters are always skipped.")
 @click.option(
     "--line-length",
-    type=click.IntRange(MIN_LINE_LENGTH),
+    type=IntRange(MIN_LINE_LENGTH),
     default=None,
     help="Wrap descriptions at this width [default: 88].",
 )
@@ -91,7 +92,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
 @click.option(
     "--config",
     "config_path",
-    type=click.Path(dir_okay=False),
+    type=NonEmptyPath(dir_okay=False),
     default=None,
     help="pyproject.toml to read [tool.infill] from [default: the nearest one].",
 )
@@ -151,11 +152,18 @@ def _run(
     cfg, files = plan(request)
     injected = (ctx.obj or {}).get("slot_filler") if isinstance(ctx.obj, dict) else None
     parallel = jobs > 1 and len(files) > 1 and injected is None  # an injected filler stays in this process
+    changed_by_daemon: list[str] = []
     if not request.check and injected is None and not parallel:  # a warm model in this user's daemon, if any
         size = sum(f.stat().st_size for f in files if f.is_file())
+        before = _fingerprints(files) if size <= DEFAULT_MAX_INPUT_BYTES and not request.diff else {}
         forwarded = forward_docstrings(request.to_dict(), daemon, idle_timeout, model=cfg.model, input_bytes=size)
         if forwarded is not None:
             return forwarded
+        # a daemon that stopped mid-run (a crash, a kill) may have written some files: they count as changed
+        after = _fingerprints(files) if before else {}
+        changed_by_daemon = [name for name, print_ in before.items() if after.get(name) != print_]
+        if changed_by_daemon and not request.quiet:
+            _echo(f"note: the daemon stopped after changing {len(changed_by_daemon)} file(s); finishing here\n", True)
     with files_progress(not request.quiet and len(files) > 1, len(files), _echo) as bar:
         if parallel:
             from infill.jobs import in_order
@@ -163,13 +171,25 @@ def _run(
             names = [str(f) for f in files]
             setup = (request.to_dict(), cfg)
             done = in_order(worker_fill_file, names, jobs, setup=worker_setup, setup_args=setup, done=bar.advance)
-            return process(request, cfg, files, None, bar.write, done).exit_code
+            return process(request, cfg, files, None, bar.write, done, changed_before=changed_by_daemon).exit_code
         filler: SlotFiller | None = None
         if not request.check:
             filler = injected if injected is not None else model_filler_for(cfg)
-        return process(
-            request, cfg, files, filler, bar.write, _each(files, request, cfg, filler, bar.advance)
-        ).exit_code
+        done = _each(files, request, cfg, filler, bar.advance)
+        return process(request, cfg, files, filler, bar.write, done, changed_before=changed_by_daemon).exit_code
+
+
+def _fingerprints(files: list[Path]) -> dict[str, bytes]:
+    """Each readable file's content hash, by the name the report uses."""
+    import hashlib
+
+    out = {}
+    for path in files:
+        try:
+            out[str(path)] = hashlib.sha256(path.read_bytes()).digest()
+        except OSError:
+            continue
+    return out
 
 
 def _each(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from infill import __version__
-from infill.clitypes import MAX_THREADS, POSITIVE, FiniteFloatRange
+from infill.clitypes import MAX_THREADS, POSITIVE, FiniteFloatRange, IntRange, NonEmptyPath
 from infill.commands.calibrate import calibrate
 from infill.config import EVAL_DECODE, DecodeConfig, FillOptions, ModelSpec, decode_label
 from infill.options import click_options, from_flags
@@ -82,7 +82,7 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "-o",
             "--output",
-            type=click.Path(dir_okay=False, path_type=Path),
+            type=NonEmptyPath(dir_okay=False, path_type=Path),
             default=None,
             help="Write the JSON report (summary + per-task results) here.",
         ),
@@ -90,7 +90,7 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("-q", "--quiet", is_flag=True, help="No progress on stderr."),
         click.option(
             "--threads",
-            type=click.IntRange(0, MAX_THREADS),
+            type=IntRange(0, MAX_THREADS),
             default=0,
             help="CPU threads for decoding (0 = infill's default: $INFILL_THREADS, else 1).",
         ),
@@ -328,7 +328,7 @@ def humaneval_single_line(
 @_model_options
 @click.option(
     "--corpus",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NonEmptyPath(file_okay=False, path_type=Path),
     default=None,
     help="Corpus folder written by `infill train`; its held-out split is used.",
 )
@@ -336,13 +336,13 @@ def humaneval_single_line(
     "--dir",
     "dirs",
     multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NonEmptyPath(file_okay=False, path_type=Path),
     help="Use every *.py under this folder instead (repeatable).",
 )
 @click.option(
     "--files",
     multiple=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
     help="Use these files instead (repeatable).",
 )
 @click.option(

@@ -21,7 +21,8 @@ from typing import Any, BinaryIO, NamedTuple, NoReturn, cast
 import click
 
 from infill import environment
-from infill.clitypes import JOBS
+from infill.clitypes import JOBS, PATH, TEXT
+from infill.commands.interrupts import held, release
 from infill.commands.shell import error_line, error_report, signal_report
 from infill.core.fill import (
     FillRequest,
@@ -95,7 +96,11 @@ def _selections(
 
 
 def _binary(name: str) -> BinaryIO:
+    """The byte stream under sys.stdout or sys.stdin; a usage error when the process was started with it closed
+    (`<&-`, `>&-`: Python then has None there)."""
     stream = sys.stdout if name == "stdout" else sys.stdin
+    if stream is None:
+        raise click.UsageError(f"{name} is closed")
     return cast(BinaryIO, stream.buffer)
 
 
@@ -172,14 +177,23 @@ def _mode_of_args(command: click.Command, args: list[str]) -> _Mode:
 _FILTER_INPUT = "infill.fill.filter_input"  # ctx.meta key: (stdin bytes, verbose) while the filter may fail
 
 
+def _filter_mode(params: dict[str, Any]) -> bool:
+    """Whether the parsed flags run the editor filter: FILE is "-" and the output is stdout text (no --diff,
+    --check, --format json or -o PATH)."""
+    other_output = params.get("diff") or params.get("check") or params.get("fmt") == "json"
+    return params.get("file") == "-" and not other_output and output_target(params.get("output")) in (None, "-")
+
+
 def _echo_input(raw: bytes, verbose: bool, line: str, code: int) -> NoReturn:
     """The editor filter failed: stdout gets the input back unchanged, so the buffer survives; the one error
-    line goes to stderr only with -v (some editors read both streams); the exit code says what went wrong."""
-    if raw:
-        _binary("stdout").write(raw)
-        _binary("stdout").flush()
-    if verbose:
-        click.echo(line, err=True)
+    line goes to stderr only with -v (some editors read both streams); the exit code says what went wrong. A
+    signal during the echo waits until it is complete, and is then dropped: the exit code already says why."""
+    with held(deliver=False):
+        if raw:
+            _binary("stdout").write(raw)
+            _binary("stdout").flush()
+        if verbose:
+            click.echo(line, err=True)
     raise click.exceptions.Exit(code)
 
 
@@ -204,7 +218,10 @@ class FillCommand(click.Command):
     """`infill fill`, whose editor filter mode survives every failure: a bad flag or value with FILE "-" echoes
     stdin unchanged to stdout (and exits 2), so `:%!infill fill - ...` can never wipe the buffer; so does an
     error after stdin was read that run_fill did not report itself (an unreadable --context file, a bug), and
-    Ctrl-C or SIGTERM (exit 130 or 143)."""
+    Ctrl-C or SIGTERM (exit 130 or 143) whenever it comes: the filter reads its input before it lets a signal
+    through (`holds_signals`: infill.commands.interrupts), and a signal that came earlier is raised only then."""
+
+    holds_signals = True
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         given = list(args)  # Click's parser consumes the list it is given
@@ -216,6 +233,9 @@ class FillCommand(click.Command):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
+            if _filter_mode(ctx.params):  # from here on, any failure echoes the input
+                ctx.meta[_FILTER_INPUT] = (_binary("stdin").read(), bool(ctx.params.get("verbose")))
+            release()
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
             raise
@@ -250,20 +270,29 @@ def _failure_json(ctx: click.Context, exc: BaseException, line: str, code: int) 
 
 
 @click.command("fill", cls=FillCommand, help=_HELP, context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("file", metavar="FILE|-")
-@click.argument("more", nargs=-1, metavar="[FILE]...")
-@click.option("--span", "spans", multiple=True, metavar="A:B|A:C-B:D", help="Lines A..B, or line:col to line:col.")
-@click.option("--marker", "markers", multiple=True, metavar="TEXT", help="Fill every occurrence of TEXT.")
-@click.option("--function", "functions", multiple=True, metavar="NAME", help="Fill this function's body.")
-@click.option("--class", "classes", multiple=True, metavar="NAME", help="Fill this class's body.")
-@click.option("--node", "nodes", multiple=True, metavar="KIND", help="Fill every query capture KIND.")
+@click.argument("file", metavar="FILE|-", type=PATH)
+@click.argument("more", nargs=-1, metavar="[FILE]...", type=PATH)
+@click.option(
+    "--span", "spans", multiple=True, type=TEXT, metavar="A:B|A:C-B:D", help="Lines A..B, or line:col to line:col."
+)
+@click.option("--marker", "markers", multiple=True, type=TEXT, metavar="TEXT", help="Fill every occurrence of TEXT.")
+@click.option("--function", "functions", multiple=True, type=TEXT, metavar="NAME", help="Fill this function's body.")
+@click.option("--class", "classes", multiple=True, type=TEXT, metavar="NAME", help="Fill this class's body.")
+@click.option("--node", "nodes", multiple=True, type=TEXT, metavar="KIND", help="Fill every query capture KIND.")
 @click_options()
 @click.option("--diff", is_flag=True, help="Print a unified diff; do not write. Exit 1 if it is not empty.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if the file would change.")
 @click.option(
-    "-o", "--output", default=None, metavar="PATH", help="Write the result to PATH (- or /dev/stdout: print it)."
+    "-o",
+    "--output",
+    default=None,
+    type=PATH,
+    metavar="PATH",
+    help="Write the result to PATH (- or /dev/stdout: print it).",
 )
-@click.option("--stdin-filename", default=None, metavar="NAME", help="File name for stdin (selects the language).")
+@click.option(
+    "--stdin-filename", default=None, type=TEXT, metavar="NAME", help="File name for stdin (selects the language)."
+)
 @click.option(
     "--format",
     "fmt",
@@ -312,23 +341,25 @@ def fill(
     output = output_target(output)  # what -o means here, not in a daemon's process
     if fmt == "json" and output not in (None, "-"):
         raise click.UsageError("--format json prints the edits and writes nothing; it cannot be combined with -o PATH")
-    filter_mode = file == "-" and not (diff or check or fmt == "json") and output in (None, "-")
+    ctx = click.get_current_context()
+    filter_mode = _filter_mode(ctx.params)
+    if sys.stdout is None and (filter_mode or diff or fmt == "json" or output == "-"):
+        raise click.UsageError("stdout is closed: there is nowhere to print the result")
     stdin_text: str | None = None
     if file == "-":
-        raw = _binary("stdin").read()
+        pending = ctx.meta.get(_FILTER_INPUT)  # the filter's input, read by FillCommand.invoke
+        raw = pending[0] if pending is not None else _binary("stdin").read()
         try:
             stdin_text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            if filter_mode:
-                _binary("stdout").write(raw)
             message = f"{stdin_filename or '<stdin>'}: not UTF-8 (invalid byte at offset {exc.start})"
+            if filter_mode:
+                ctx.meta.pop(_FILTER_INPUT, None)
+                _echo_input(raw, bool(verbose), f"error: {message}", ExitCode.USAGE)
             if fmt == "json":
                 _print_json(error_json(None, InputError.code, message, ExitCode.USAGE))
-            if verbose or not filter_mode:
-                click.echo(f"error: {message}", err=True)
+            click.echo(f"error: {message}", err=True)
             sys.exit(ExitCode.USAGE)
-        if filter_mode:  # from here on, any failure echoes the input (FillCommand.invoke)
-            click.get_current_context().meta[_FILTER_INPUT] = (raw, bool(verbose))
     decode, options, model = from_flags(decoding)
     request = FillRequest(
         file=file,
@@ -353,8 +384,9 @@ def fill(
             _fill_files([replace(request, file=f) for f in _unique((file, *more))], jobs, daemon, idle_timeout, show)
         )
     result = _fill_one(request, daemon, idle_timeout, show)
-    click.get_current_context().meta.pop(_FILTER_INPUT, None)  # run_fill's result holds the echo if it failed
-    _write_out(result["stdout"], result["stderr"])
+    with held(deliver=False):  # the whole result or (a signal before this line) the echo, never a piece of one
+        ctx.meta.pop(_FILTER_INPUT, None)  # run_fill's result holds the echo if it failed
+        _write_out(result["stdout"], result["stderr"])
     sys.exit(result["exit_code"])
 
 

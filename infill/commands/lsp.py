@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from infill.clitypes import IntRange
 from infill.server import protocol
 
 HELP = """Serve editors over the Language Server Protocol (stdio, or --tcp on 127.0.0.1).
@@ -13,7 +14,8 @@ Inline completions (ghost text, LSP 3.18 textDocument/inlineCompletion) and the 
 fills as textDocument/completion; code actions "Fill selection with infill" and
 "Add missing docstrings". The model is loaded once and kept. Settings (model,
 threshold, tokens, decoder) come from initializationOptions and
-workspace/didChangeConfiguration. Needs the lsp extra: pip install 'infill[lsp]'.
+workspace/didChangeConfiguration. Needs the lsp extra (pygls, lsprotocol): from a clone,
+pip install '.[lsp]'.
 Editor set-up: docs/editors.md.
 """
 
@@ -23,13 +25,13 @@ Editor set-up: docs/editors.md.
 @click.option(
     "--tcp",
     "tcp_port",
-    type=click.IntRange(1, 65535),
+    type=IntRange(1, 65535),
     metavar="PORT",
     help="Serve on 127.0.0.1:PORT instead (loopback only), one client at a time.",
 )
 @click.option(
     "--max-input-bytes",
-    type=click.IntRange(min=0),
+    type=IntRange(min=0),
     default=protocol.DEFAULT_MAX_INPUT_BYTES,
     help="Documents larger than this get no fills (0 = no limit).",
 )
@@ -40,7 +42,9 @@ def lsp(use_stdio: bool, tcp_port: int | None, max_input_bytes: int) -> None:
         import lsprotocol  # noqa: F401
         import pygls  # noqa: F401
     except ImportError:
-        raise click.ClickException("infill lsp needs the lsp extra: pip install 'infill[lsp]'") from None
+        from infill.extras import install_hint
+
+        raise click.ClickException(f"infill lsp needs the lsp extra: {install_hint('lsp')}") from None
     from infill.lsp.server import serve
 
     serve(max_input_bytes, tcp_port)

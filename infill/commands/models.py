@@ -7,12 +7,14 @@ from pathlib import Path
 
 import click
 
+from infill.clitypes import NonEmptyPath
+
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 @click.option(
     "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NonEmptyPath(file_okay=False, path_type=Path),
     default=None,
     help="HF hub cache to scan (default: $HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub).",
 )

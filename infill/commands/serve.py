@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from infill import environment
-from infill.clitypes import SECONDS
+from infill.clitypes import SECONDS, IntRange, NonEmptyPath
+from infill.errors import ExitCode
 from infill.server import protocol
 
 PROTOCOL_HELP = """Keep models in memory and answer requests, one JSON object per line.
@@ -35,19 +36,19 @@ Models stay loaded, keyed by model and device.
 @click.option(
     "--socket",
     "socket_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
     metavar="PATH",
     help="Serve on a Unix domain socket at PATH.",
 )
 @click.option(
     "--max-request-bytes",
-    type=click.IntRange(min=1),
+    type=IntRange(min=1),
     default=protocol.DEFAULT_MAX_REQUEST_BYTES,
     help="Longer request lines get a too_large error.",
 )
 @click.option(
     "--max-input-bytes",
-    type=click.IntRange(min=0),
+    type=IntRange(min=0),
     default=None,
     help=f"Refuse (too_large) fills and docstrings runs on a larger input: text, file, or files "
     f"[default: {protocol.DEFAULT_MAX_INPUT_BYTES} with --socket, since its clients wait for each other; "
@@ -91,4 +92,11 @@ def serve(
     try:
         serve_socket(dispatcher, socket_path, idle_timeout)
     except (SocketInUse, DaemonUnavailable) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise UnusableSocket(str(exc)) from None
+
+
+class UnusableSocket(click.ClickException):
+    """A --socket path this server cannot take (a file that is no socket, one another server answers on): an input
+    error, exit 2."""
+
+    exit_code = ExitCode.USAGE

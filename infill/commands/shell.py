@@ -5,12 +5,9 @@ imported on first use. Click only: no torch.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 import sys
-import threading
-from collections.abc import Iterator
 from typing import NoReturn
 
 import click
@@ -64,29 +61,6 @@ def signal_report(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, Terminated):
         return "infill: terminated", ExitCode.TERMINATED
     return "infill: interrupted", ExitCode.INTERRUPTED
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated()
-
-
-@contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """SIGTERM raises Terminated while a command runs, as SIGINT raises KeyboardInterrupt, so cleanup runs on both:
-    the writer removes its temporary file, the editor filter echoes its input. Only where nobody else handles
-    SIGTERM (a server or a trainer installs its own handler inside the command, and puts this one back)."""
-    import signal
-
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGTERM) if main_thread else None
-    if previous != signal.SIG_DFL:
-        yield
-        return
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def load_command(target: str) -> click.Command | None:

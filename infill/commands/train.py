@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from infill.clitypes import POSITIVE, FiniteFloatRange, settings_from_flags
+from infill.clitypes import POSITIVE, FiniteFloatRange, IntRange, NonEmptyPath, settings_from_flags
 from infill.commands.shell import load_command
 from infill.commands.training import (
     batch_size_option,
@@ -75,13 +75,13 @@ def train() -> None:
 )
 @click.option(
     "--site",
-    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    type=NonEmptyPath(path_type=Path, exists=True, file_okay=False),
     multiple=True,
     help="site-packages folder to read; repeat for several (default: this interpreter's).",
 )
 @click.option(
     "--heldout-permille",
-    type=click.IntRange(0, 1000),
+    type=IntRange(0, 1000),
     default=20,
     help="Held-out share in 1/1000, decided by each file's content hash.",
 )
@@ -107,8 +107,8 @@ def corpus_cmd(out: Path, site: tuple[Path, ...], heldout_permille: int, near_du
 
 @train.command("tokenizer")
 @path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
-@click.option("--out", type=click.Path(path_type=Path), default=Path("runs/tokenizer.json"))
-@click.option("--vocab-size", type=click.IntRange(512, 65535), default=8192)
+@click.option("--out", type=NonEmptyPath(path_type=Path), default=Path("runs/tokenizer.json"))
+@click.option("--vocab-size", type=IntRange(512, 65535), default=8192)
 @click.option(
     "--sample-bytes-per-package",
     type=POSITIVE,
@@ -130,7 +130,7 @@ def tokenizer_cmd(corpus: Path, out: Path, vocab_size: int, sample_bytes_per_pac
 @train.command("pack")
 @path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
 @path_option("--tokenizer", "tokenizer_json", exists=True, dir_okay=False, required=True)
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="The .npz file to write.")
+@click.option("--out", type=NonEmptyPath(path_type=Path), required=True, help="The .npz file to write.")
 @click.option("--max-mb", type=FiniteFloatRange(1), default=60.0, help="Size cap of the file.")
 @click.option("--max-package-mb", type=FiniteFloatRange(0.01), default=6.0)
 def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_package_mb: float) -> None:
@@ -164,7 +164,7 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
     default=None,
     help="Export the final model folder here (config.json, model.safetensors, tokenizer.json).",
 )
-@click.option("--steps", type=click.IntRange(0), default=0, help="Stop after this many steps (0 = no limit).")
+@click.option("--steps", type=IntRange(0), default=0, help="Stop after this many steps (0 = no limit).")
 @click.option(
     "--minutes",
     type=FiniteFloatRange(0),
@@ -176,21 +176,21 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
 @click.option(
     "--init",
     "init_from",
-    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    type=NonEmptyPath(path_type=Path, exists=True, file_okay=False),
     default=None,
     help="Start a fresh run from the weights of an exported model folder (e.g. infill/weights/default); "
     "give the same --layers/--d-model/--heads/--d-inner.",
 )
-@click.option("--layers", type=click.IntRange(1), default=6)
-@click.option("--d-model", type=click.IntRange(8), default=256)
-@click.option("--heads", type=click.IntRange(1), default=4)
-@click.option("--d-inner", type=click.IntRange(8), default=1024)
-@click.option("--seq-len", type=click.IntRange(16), default=256)
+@click.option("--layers", type=IntRange(1), default=6)
+@click.option("--d-model", type=IntRange(8), default=256)
+@click.option("--heads", type=IntRange(1), default=4)
+@click.option("--d-inner", type=IntRange(8), default=1024)
+@click.option("--seq-len", type=IntRange(16), default=256)
 @batch_size_option(16, "Sequences")
 @lr_option()
-@click.option("--warmup", type=click.IntRange(0), default=200)
+@click.option("--warmup", type=IntRange(0), default=200)
 @click.option("--checkpoint-minutes", type=FiniteFloatRange(0), default=5.0)
-@click.option("--eval-sequences", type=click.IntRange(0), default=32)
+@click.option("--eval-sequences", type=IntRange(0), default=32)
 @threads_option(1, "torch threads. On a shared CPU 1 beat 2 by 3x here (threads wait for each other when preempted).")
 @log_every_option(10)
 @click.option(
@@ -201,7 +201,7 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
 )
 @click.option(
     "--data-workers",
-    type=click.IntRange(0, 64),
+    type=IntRange(0, 64),
     default=0,
     help="Processes that draw the batches (0: this one). A GPU trains faster than one process makes batches.",
 )
@@ -263,7 +263,7 @@ def asarm(
 @path_option("--run-dir", exists=True, file_okay=False, default=DEFAULT_RUN)
 @path_option("--tokenizer", "tokenizer_json", exists=True, dir_okay=False, required=True)
 @path_option("--corpus", exists=True, default=DEFAULT_CORPUS)
-@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option("--out", type=NonEmptyPath(path_type=Path), required=True)
 @click.option("--bf16", is_flag=True, help="Store the weights in bf16 (half the size; loaded back as fp32).")
 @click.option(
     "--shard-mb",
@@ -304,12 +304,12 @@ def export_cmd(
     help="An exported model folder (config.json, model.safetensors, tokenizer.json).",
 )
 @path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
-@click.option("--sequences", type=click.IntRange(1), default=512)
+@click.option("--sequences", type=IntRange(1), default=512)
 @seed_option(99)
 @threads_option()
 @click.option(
     "--seq-len",
-    type=click.IntRange(16),
+    type=IntRange(16),
     default=None,
     help="Window length in tokens [default: the model's max_length]; compare models at the same length.",
 )

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from infill.clitypes import POSITIVE, FiniteFloatRange, settings_from_flags
+from infill.clitypes import POSITIVE, FiniteFloatRange, IntRange, NonEmptyPath, settings_from_flags
 from infill.commands.training import (
     batch_size_option,
     bf16_option,
@@ -35,12 +35,12 @@ from infill.errors import InputError
     "data",
     multiple=True,
     required=True,
-    type=click.Path(exists=True),
+    type=NonEmptyPath(exists=True),
     help="Training text: files, directories (searched with --glob), an AS-ARM corpus directory "
     "(train.jsonl), or one pack from `infill train pack` (.npz; needs --init or --tokenizer). Repeatable.",
 )
 @click.option("--glob", default="*.py", help="File pattern inside --data directories.")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output model folder.")
+@click.option("--out", required=True, type=NonEmptyPath(file_okay=False), help="Output model folder.")
 @path_option(
     "--tokenizer",
     exists=True,
@@ -49,16 +49,16 @@ from infill.errors import InputError
 )
 @click.option(
     "--vocab-size",
-    type=click.IntRange(512, 65535),
+    type=IntRange(512, 65535),
     default=8192,
     help="BPE size when no --tokenizer is given.",
 )
 @click.option("--steps", type=POSITIVE, default=1000)
 @batch_size_option(16)
-@click.option("--seq-len", type=click.IntRange(16), default=256)
+@click.option("--seq-len", type=IntRange(16), default=256)
 @block_sizes_option("1,4,8,16", 1, "Block sizes drawn per step; keep 1 so the AR (S2D2 verifier) mode is trained.")
 @lr_option()
-@click.option("--hidden", type=click.IntRange(8), default=256)
+@click.option("--hidden", type=IntRange(8), default=256)
 @click.option("--layers", type=POSITIVE, default=4)
 @click.option("--heads", type=POSITIVE, default=4)
 @click.option("--kv-heads", type=POSITIVE, default=2)

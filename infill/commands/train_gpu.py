@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from infill.clitypes import FiniteFloatRange
+from infill.clitypes import FiniteFloatRange, NonEmptyPath
 from infill.commands.training import path_option
 
 CARRY = Path("gpu")
@@ -18,11 +18,11 @@ CARRY = Path("gpu")
 @click.command("gpu-job")
 @click.option(
     "--out",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=NonEmptyPath(path_type=Path, file_okay=False),
     default=None,
     help="Where what comes back is written [default: $OUT, else gpu/out].",
 )
-@click.option("--work", type=click.Path(path_type=Path, file_okay=False), default=None, help="Scratch folder.")
+@click.option("--work", type=NonEmptyPath(path_type=Path, file_okay=False), default=None, help="Scratch folder.")
 @path_option("--carry", file_okay=False, default=CARRY, help="The folder `infill train gpu-carry` wrote.")
 @click.option("--smoke", is_flag=True, help="Rehearse on the CPU with tiny settings (a minute or two).")
 @click.option("--minutes", type=FiniteFloatRange(0.5, 60), default=None, help="Wall-clock budget [default: 9].")
@@ -63,7 +63,7 @@ def gpu_job(
 
 @click.command("gpu-carry")
 @path_option("--corpus", exists=True, file_okay=False, default=Path("runs/corpus"))
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=CARRY)
+@click.option("--out", type=NonEmptyPath(path_type=Path, file_okay=False), default=CARRY)
 def gpu_carry(corpus: Path, out: Path) -> None:
     """Write what `infill train gpu-job` takes along: the corpus's splits compressed, its manifest, and the
     evaluation problems it must not train on."""

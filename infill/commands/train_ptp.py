@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from infill.clitypes import POSITIVE, FiniteFloatRange, settings_from_flags
+from infill.clitypes import POSITIVE, FiniteFloatRange, IntRange, settings_from_flags
 from infill.commands.training import (
     batch_size_option,
     corpus_option,
@@ -41,7 +41,7 @@ from infill.commands.training import (
     help="Stop after this many minutes of this run (0 = none).",
 )
 @batch_size_option(8, "Sequences")
-@click.option("--slots", type=click.IntRange(2), default=8, help="N: slot rows per group (tokens guessed per call).")
+@click.option("--slots", type=IntRange(2), default=8, help="N: slot rows per group (tokens guessed per call).")
 @click.option("--splits", type=POSITIVE, default=8, help="Split points (slot groups) per sequence.")
 @click.option("--rank", type=POSITIVE, default=32, help="LoRA rank.")
 @lr_option()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from infill.clitypes import MAX_THREADS, POSITIVE, SEED, THREADS, FiniteFloatRange
+from infill.clitypes import MAX_THREADS, POSITIVE, SEED, THREADS, FiniteFloatRange, IntRange, NonEmptyPath
 from infill.errors import InputError
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ FIM_HELP = "Share of fill-in-the-middle examples."
 
 def corpus_option(name: str) -> Callable[[F], F]:
     """A corpus folder as `infill train corpus` writes it (train.jsonl, heldout.jsonl), required."""
-    kind = click.Path(exists=True, file_okay=False)
+    kind = NonEmptyPath(exists=True, file_okay=False)
     return click.option(
         name,
         required=True,
@@ -102,17 +102,17 @@ def path_option(*names: str, help: str | None = None, **kwargs: Any) -> Callable
     checks = {k: kwargs.pop(k) for k in ("exists", "file_okay", "dir_okay") if k in kwargs}
     if "default" in kwargs:
         kwargs["show_default"] = True
-    return click.option(*names, type=click.Path(path_type=Path, **checks), help=help, **kwargs)
+    return click.option(*names, type=NonEmptyPath(path_type=Path, **checks), help=help, **kwargs)
 
 
 def run_folder_option(text: str) -> Callable[[F], F]:
     """`--out`: the folder a trainer writes (required); `text` says what goes in it."""
-    return click.option("--out", required=True, type=click.Path(file_okay=False), help=text)
+    return click.option("--out", required=True, type=NonEmptyPath(file_okay=False), help=text)
 
 
 def threads_option(default: int = 1, text: str = "torch CPU threads.") -> Callable[[F], F]:
     """`--threads`: torch's CPU threads for this process; a default of 0 allows 0 (torch's own choice)."""
-    kind = THREADS if default else click.IntRange(0, MAX_THREADS)
+    kind = THREADS if default else IntRange(0, MAX_THREADS)
     return click.option("--threads", type=kind, default=default, help=text)
 
 

@@ -335,6 +335,13 @@ def _request(request: FillRequest | dict[str, Any]) -> FillRequest:
         raise InputError(f"bad request: {exc}") from None
 
 
+def _before_write(on_progress: Callable[[dict[str, Any]], None] | None, path: str) -> None:
+    """The "write" progress event: where a server's cancel check stops a request whose client went away after the
+    model's work but before the write."""
+    if on_progress is not None:
+        on_progress({"event": "write", "path": path})
+
+
 def _run(
     req: FillRequest,
     out: dict[str, Any],
@@ -376,6 +383,7 @@ def _run(
         else:
             target = _resolve(req, req.output)
             same = req.file != "-" and os.path.realpath(target) == os.path.realpath(_resolve(req, req.file))
+            _before_write(on_progress, target)
             patch.atomic_write(target, result.text.encode("utf-8"), snapshot if same else None)
             say(f"wrote {req.output}")
         return
@@ -385,6 +393,7 @@ def _run(
         out["stdout"] = result.text
         return
     if changed:
+        _before_write(on_progress, _resolve(req, req.file))
         patch.atomic_write(_resolve(req, req.file), result.text.encode("utf-8"), snapshot, IN_PLACE_HINT)
         say(f"filled {display} ({len(result.edits)} span(s))")
     else:

@@ -372,9 +372,14 @@ def fill_text(
     valid += flagged  # what the syntax rule accepts, from here on
     if valid and not _writes(best_edits) and any(_writes(c[1]) for c in invalid):
         empty = ", ".join(s.label or "span" for s, e in zip(ordered, best_edits, strict=True) if not e.text.strip())
+        advice = (  # the flag only picks among fills when none is valid: never suggest it to who gave it
+            "a valid fill exists, so --allow-syntax-errors does not apply"
+            if options.allow_syntax_errors
+            else "--allow-syntax-errors accepts the most likely one"
+        )
         warnings.append(
             f"{empty}: the only valid fill is empty (every fill that writes something was rejected: "
-            "syntax errors or broken UTF-8; --allow-syntax-errors accepts the most likely one)"
+            f"syntax errors or broken UTF-8; {advice})"
         )
     if not valid and options.allow_syntax_errors:
         warnings.append(

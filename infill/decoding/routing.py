@@ -22,57 +22,16 @@ Routers are small stateful objects made per decode call, so decoding stays a pur
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
 
+from infill.config import POLICIES, RoutingConfig, parse_routing
 from infill.errors import InputError
+
+__all__ = ["POLICIES", "RoutingConfig", "Router", "features", "make_router", "parse_routing", "score"]
 
 if TYPE_CHECKING:
     import torch
-
-POLICIES = ("always", "never", "min-span", "score-static", "score-dynamic", "hysteresis", "ucb")
-
-
-@dataclass(frozen=True)
-class RoutingConfig:
-    policy: str = "min-span"
-    estimator: Literal["entropy", "margin"] = "entropy"  # how K^ is estimated
-    min_span: int = 2  # tau_span for min-span
-    beta: float = 1.0  # entropy estimator sharpness
-    margin: float = 0.05  # tau_margin for the margin estimator
-    c: float = 2.0  # cost of one verifier forward, in tokens
-    tau_score: float = 0.0  # score threshold
-    tau_on: float = 0.0  # hysteresis: switch verification on at s >= tau_on
-    tau_off: float = -1.0  # hysteresis: switch it off at s < tau_off
-    score: Literal["static", "dynamic"] = "dynamic"  # score variant for hysteresis and for ucb's context
-    ucb_c: float = 1.0  # UCB exploration weight
-
-
-def parse_routing(spec: str) -> RoutingConfig:
-    """'score-dynamic:estimator=margin,c=1.5' -> RoutingConfig. Raises InputError on unknown names or
-    values."""
-    name, _, rest = spec.strip().partition(":")
-    if name not in POLICIES:
-        raise InputError(f"unknown routing policy {name!r}; choose one of {', '.join(POLICIES)}")
-    cfg = RoutingConfig(policy=name)
-    types = {f.name: f.type for f in fields(RoutingConfig)}
-    for item in filter(None, (x.strip() for x in rest.split(","))):
-        key, eq, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not eq or key not in types or key == "policy":
-            raise InputError(f"bad routing option {item!r}; options: {', '.join(sorted(set(types) - {'policy'}))}")
-        value = value.strip()
-        try:
-            typed: Any = int(value) if types[key] == "int" else float(value) if types[key] == "float" else value
-        except ValueError:
-            raise InputError(f"routing option {key} needs a number, got {value!r}") from None
-        if key == "estimator" and typed not in ("entropy", "margin"):
-            raise InputError(f"routing estimator must be entropy or margin, got {value!r}")
-        if key == "score" and typed not in ("static", "dynamic"):
-            raise InputError(f"routing score must be static or dynamic, got {value!r}")
-        cfg = replace(cfg, **{key: typed})
-    return cfg
-
 
 # ---- estimators
 # --------------------------------------------------------------------------------------------------

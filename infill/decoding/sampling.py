@@ -27,7 +27,7 @@ def probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p:
         out = torch.zeros_like(x)
         out.scatter_(-1, x.argmax(dim=-1, keepdim=True), 1.0)
         return out
-    x = x / temperature
+    x = (x - x.max(dim=-1, keepdim=True).values) / temperature  # the max first: 1e-320 would make x/T inf (nan)
     if 0 < top_k < x.shape[-1]:
         kth = torch.topk(x, top_k, dim=-1).values[:, -1:]  # (k, 1)
         x = x.masked_fill(x < kth, float("-inf"))

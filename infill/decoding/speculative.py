@@ -116,7 +116,7 @@ def accept(
             continue
         p_x = 1.0 if p is None else float(p[i, x])
         ratio = (float(q[i, x]) if p is None else float(q[i, x] / p[i, x])) if p_x > 0 else 1.0
-        if rule.gamma != 1.0:
+        if rule.gamma != 1.0 and ratio < 1.0:  # a ratio of 1 or more accepts whatever gamma (and would overflow)
             ratio = ratio**rule.gamma
         r = float(drawn[i]) if drawn is not None else uniform(generator)
         if not r < min(1.0, ratio + rule.epsilon):

@@ -25,6 +25,7 @@ Keys may use dashes or underscores.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from collections.abc import Mapping
@@ -65,6 +66,8 @@ class DocstringConfig:
     description_tokens: int = 12  # token budget of each parameter / returns / raises description
 
     def __post_init__(self) -> None:
+        if not self.model:
+            raise InputError("model must name a model (it is empty)")
         if self.style not in STYLES:
             raise InputError(f"unknown docstring style {self.style!r}; choose one of {', '.join(STYLES)}")
         for pattern in self.ignore_regex:
@@ -74,6 +77,14 @@ class DocstringConfig:
                 raise InputError(f"invalid --ignore-regex {pattern!r}: {exc}") from None
         if self.min_probability is not None and not 0.0 <= self.min_probability <= 1.0:
             raise InputError(f"min-probability must be between 0 and 1, got {self.min_probability}")
+        for name in ("min_confidence", "min_probability", "low_confidence", "temperature"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):  # what the flags refuse, the file may not hold
+                raise InputError(f"{name.replace('_', '-')} must be a finite number, got {value}")
+        if self.temperature < 0:
+            raise InputError(f"temperature must be at least 0, got {self.temperature}")
+        if self.summary_tokens < 1 or self.description_tokens < 1:
+            raise InputError("summary-tokens and description-tokens must be at least 1")
         if self.line_length < MIN_LINE_LENGTH:
             raise InputError(f"line-length must be at least {MIN_LINE_LENGTH}, got {self.line_length}")
         if not SEED_MIN <= self.seed <= SEED_MAX:
@@ -109,6 +120,8 @@ def read_pyproject(path: Path) -> dict[str, Any]:
         data = _toml_loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"cannot read configuration: {exc}", path=str(path)) from None
+    except RecursionError:  # tomllib recurses once per level of nesting
+        raise InputError("cannot read configuration: nested too deeply", path=str(path)) from None
     tool = data.get("tool", {}).get("infill", {})
     if not isinstance(tool, dict):
         raise InputError("[tool.infill] must be a table", path=str(path))
@@ -137,12 +150,23 @@ def _normalize(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
             value = tuple(value)
         elif name in _BOOL_KEYS and not isinstance(value, bool):
             raise InputError(f"{key} must be true or false", path=where)
-        elif name == "min_probability" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        elif name == "min_probability" and not _number(value):
             raise InputError(f"{key} must be a number between 0 and 1 (a calibrated probability, e.g. 0.5)", path=where)
-        elif name in ("min_confidence", "low_confidence", "temperature") and not isinstance(value, (int, float)):
-            raise InputError(f"{key} must be a number (a mean token log-probability, e.g. -3.5)", path=where)
+        elif name in ("min_confidence", "low_confidence") and not _number(value):
+            raise InputError(f"{key} must be a finite number (a mean token log-probability, e.g. -3.5)", path=where)
+        elif known[name].type == "float" and not _number(value):
+            raise InputError(f"{key} must be a finite number", path=where)
+        elif known[name].type == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InputError(f"{key} must be a whole number", path=where)
+        elif known[name].type in ("str", "StyleName") and not isinstance(value, str):
+            raise InputError(f"{key} must be a string", path=where)
         out[name] = value
     return out
+
+
+def _number(value: object) -> bool:
+    """A finite TOML number (nan and inf are TOML floats too)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def build_config(pyproject: Path | None, overrides: Mapping[str, Any]) -> DocstringConfig:

@@ -26,6 +26,7 @@ from infill.docstrings.engine import process_source
 from infill.docstrings.fill import SlotFiller
 from infill.docstrings.outcome import FileResult
 from infill.errors import ExitCode, InfillError, InputError, NoValidFillError
+from infill.progress import Cancelled, cancel_check
 
 Echo = Callable[[str, bool], None]  # (text with its line break, to stderr?)
 
@@ -188,21 +189,30 @@ def plan(req: DocstringsRequest) -> tuple[DocstringConfig, list[Path]]:
 
 
 def fill_file(
-    path: Path, req: DocstringsRequest, cfg: DocstringConfig, filler: SlotFiller | None
+    path: Path,
+    req: DocstringsRequest,
+    cfg: DocstringConfig,
+    filler: SlotFiller | None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> FileResult | InfillError:
     """One file of a run: its FileResult (the file written unless --diff, or without a filler), or the
-    InputError / NoValidFillError that skips it. What a serial run and a `--jobs` worker do with each file."""
+    InputError / NoValidFillError that skips it. What a serial run and a `--jobs` worker do with each file.
+    Raises Cancelled instead of writing once `cancelled()` holds (a daemon's client went away)."""
     try:
         data, snapshot = patch.read_source(str(path))
         result = process_source(patch.decode_utf8(data, str(path)), str(path), cfg, filler, update=req.update)
         if result.changed and breaks_syntax(languages.detect(str(path)), data, result.text.encode("utf-8")):
             raise NoValidFillError("the new docstrings would break the file's syntax; nothing was written")
         if filler is not None and result.changed and not req.diff:
+            if cancelled is not None and cancelled():
+                raise Cancelled("the client went away; nothing more is written")
             patch.atomic_write(str(path), result.text.encode("utf-8"), snapshot, "use --diff")
     except NoValidFillError as exc:
         exc.path = str(path)
         return exc
     except InputError as exc:
+        if exc.path is None:  # a missing grammar, say: which file it stopped is the first thing to know
+            exc.path = str(path)
         return exc
     return result
 
@@ -214,14 +224,18 @@ def process(
     filler: SlotFiller | None,
     echo: Echo,
     done: Iterable[FileResult | InfillError] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+    changed_before: Sequence[str] = (),
 ) -> Outcome:
-    """Fill (or, without a filler, only check) every file; a file that fails is reported and skipped. `done`:
+    """Fill (or, without a filler, only check) every file; a file that fails is reported and skipped. `changed_before`:
+    files this run changed before (a daemon that stopped mid-run), counted as changed in the summary. `done`:
     the files' `fill_file` results in the order of `files`, computed elsewhere (`--jobs` workers); by default
-    each file is filled here, with `filler`, as the report reaches it."""
+    each file is filled here, with `filler`, as the report reaches it (Cancelled once `cancelled()` holds: no
+    file is written after that)."""
     results: list[FileResult] = []
     failures: list[InfillError] = []
     errors = invalid = 0
-    finished = done if done is not None else (fill_file(path, req, cfg, filler) for path in files)
+    finished = done if done is not None else (fill_file(path, req, cfg, filler, cancelled) for path in files)
     for result in finished:
         if isinstance(result, InfillError):
             echo(f"error: {result}\n", True)
@@ -235,7 +249,7 @@ def process(
         if req.format == "text":
             _report_text(result, req.check, req.diff, req.quiet, echo)
     missing = sum(o.status == "missing" for r in results for o in r.outcomes)
-    changed = sum(r.changed for r in results)
+    changed = len({r.path for r in results if r.changed} | set(changed_before))
     report = None
     if req.format == "json":
         report = {
@@ -272,14 +286,21 @@ def worker_fill_file(path: str) -> FileResult | InfillError:
     return fill_file(Path(path), _WORKER["req"], _WORKER["cfg"], _WORKER["filler"])
 
 
-def run_docstrings(req: DocstringsRequest, echo: Echo, filler: SlotFiller | None = None) -> Outcome:
+def run_docstrings(
+    req: DocstringsRequest,
+    echo: Echo,
+    filler: SlotFiller | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> Outcome:
     """plan + process, with the model's filler unless --check (or a filler is given). Raises InfillError for a
     request that cannot start (bad flags, settings or paths); per-file errors are in the Outcome. Relative paths
-    are relative to the current directory (a server enters the request's `cwd` first)."""
+    are relative to the current directory (a server enters the request's `cwd` first). `cancelled`: a server's
+    test of whether its client is still there; once it holds, the run stops (Cancelled) between two forward
+    passes or before its next write, whichever comes first."""
     cfg, files = plan(req)
     if filler is None and not req.check:
-        filler = model_filler_for(cfg)
-    return process(req, cfg, files, None if req.check else filler, echo)
+        filler = model_filler_for(cfg, None if cancelled is None else cancel_check(cancelled))
+    return process(req, cfg, files, None if req.check else filler, echo, cancelled=cancelled)
 
 
 def _report_text(result: FileResult, check: bool, show_diff: bool, quiet: bool, echo: Echo) -> None:

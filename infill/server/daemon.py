@@ -163,8 +163,8 @@ def _peer_closed(conn: socket.socket) -> bool:
 def serve_socket(dispatcher: Dispatcher, path: Path, idle_timeout: float = 0.0) -> None:
     """Run a socket server in this (main) thread until shutdown, a signal, or idleness."""
     server = SocketServer(dispatcher, path, idle_timeout)
+    server.bind()  # SocketInUse before anything is said: a server that cannot start says only why
     print(f"infill serve: pid {os.getpid()} starting on {path}", file=sys.stderr, flush=True)
-    server.bind()
     print(
         f"infill serve: pid {os.getpid()} listening (idle timeout {idle_timeout:g} s)",
         file=sys.stderr,

@@ -201,8 +201,13 @@ def _relevant(key: str) -> bool:
 def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What a client compares before trusting a daemon: protocol, package version, which copy of the code, and
     the environment variables that can change a result."""
+    from infill import environment
+
     env = os.environ if env is None else env
-    relevant = sorted((k, v) for k, v in env.items() if _relevant(k))
+    # by meaning, not by text: INFILL_THREADS=1 is what no INFILL_THREADS means, and a daemon started under one
+    # serves a client under the other
+    meant = {k: environment.normalized(k, v) for k, v in env.items() if _relevant(k)}
+    relevant = sorted((k, repr(v)) for k, v in meant.items() if v is not None)
     digest = hashlib.sha256(json.dumps(relevant).encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return {
         "protocol": protocol.PROTOCOL_VERSION,

@@ -28,6 +28,8 @@ from infill.core import fill as core_fill
 from infill.docstrings import run as docstrings_run
 from infill.errors import InfillError, InputError, NoValidFillError
 from infill.models import registry
+from infill.progress import Cancelled as RequestCancelled  # noqa: F401 - the name infill.lsp catches
+from infill.progress import cancel_check
 from infill.server import params as server_params
 from infill.server import protocol
 from infill.server.context import ServerContext
@@ -124,21 +126,6 @@ def _preload(context: ServerContext, model: dict[str, Any]) -> None:
         pass
 
 
-class RequestCancelled(Exception):
-    """The client went away (or cancelled the request); raised from the progress callback so the work stops
-    between two forward passes, before writing anything."""
-
-
-def cancel_check(cancelled: Callable[[], bool], why: str = "the client went away") -> Callable[[dict[str, Any]], None]:
-    """A progress callback (fill_text's on_progress) that raises RequestCancelled once `cancelled()` holds."""
-
-    def on_progress(info: dict[str, Any]) -> None:
-        if cancelled():
-            raise RequestCancelled(why)
-
-    return on_progress
-
-
 def _watch(context: ServerContext) -> Callable[[dict[str, Any]], None]:
     return cancel_check(context.cancelled)
 
@@ -221,7 +208,7 @@ def docstrings(params: dict[str, Any], context: ServerContext) -> dict[str, Any]
             paths, **switches, config_path=config, format="json", overrides=overrides
         )
         with _reported():
-            outcome = docstrings_run.run_docstrings(request, docstrings_run.Output())
+            outcome = docstrings_run.run_docstrings(request, docstrings_run.Output(), cancelled=context.cancelled)
             if outcome.exit_code not in (0, 1) or outcome.report is None:
                 raise outcome.errors[-1] if outcome.errors else InputError("the docstrings run failed")
         report = outcome.report
@@ -239,7 +226,7 @@ def docstrings_command(params: dict[str, Any], context: ServerContext) -> dict[s
     output = docstrings_run.Output()
     with working_directory(request.cwd):
         try:
-            code = docstrings_run.run_docstrings(request, output).exit_code
+            code = docstrings_run.run_docstrings(request, output, cancelled=context.cancelled).exit_code
         except InfillError as exc:
             output(f"error: {exc}\n", True)
             code = exc.exit_code

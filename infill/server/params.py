@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from infill.clitypes import Text
 from infill.config import choose_decoder
 from infill.errors import InputError
 from infill.options import CONFIGS, OPTIONS, Option
@@ -59,6 +60,11 @@ def from_params(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             continue
         value = typed(option.name, params[option.name], json_kind(option))
         within(option, value)
+        if isinstance(option.type, Text):  # what the flag refuses: an empty name, text that is no UTF-8
+            try:
+                option.type.convert(value, None, None)
+            except click.BadParameter as exc:
+                raise InputError(f'"{option.name}" {exc.message}') from None
         if option.choices and value not in option.choices:
             quoted = [f'"{c}"' for c in option.choices]
             raise InputError(f'"{option.name}" must be {", ".join(quoted[:-1])} or {quoted[-1]}')

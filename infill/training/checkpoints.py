@@ -46,10 +46,10 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     import pickle
     import zipfile
 
-    import torch
+    from infill.models.weight_files import torch_load
 
     try:
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
+        loaded = torch_load(path)
     except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError, TypeError) as exc:
         from infill.errors import one_line
 

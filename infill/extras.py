@@ -1,0 +1,71 @@
+"""How to install one of infill's optional extras (a grammar, `lsp`, `onnx`, `eval`) into this very installation.
+
+The name `infill` on the Python package index belongs to an unrelated project, so `pip install 'infill[lsp]'` would
+install that one. The hint names what installs this project instead:
+
+- run from a source tree (a clone, an editable install): that folder, `pip install '.[lsp]'` (the folder's path
+  when the command runs elsewhere), as the README installs it;
+- installed from a wheel: the extra's own requirements, read from this installation's metadata
+  (`pip install 'pygls<3,>=2.0' 'lsprotocol>=2025.0.0'`), which work whatever the distribution is called.
+
+Standard library only, and nothing is read until a hint is asked for.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from functools import cache
+from pathlib import Path
+
+import infill
+
+_PROJECT_NAME = re.compile(r'^name\s*=\s*"infill"\s*$', re.MULTILINE)
+
+
+def source_tree() -> Path | None:
+    """The folder this code runs from when it is a source tree of infill (pyproject.toml names the project
+    `infill` beside the package), else None."""
+    root = Path(infill.__file__).resolve().parent.parent
+    try:
+        pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return root if _PROJECT_NAME.search(pyproject) else None
+
+
+@cache
+def requirements(extra: str) -> tuple[str, ...]:
+    """The requirements of `extra` in the metadata of the installed distribution that holds this package; () when
+    there is none (run from a folder on PYTHONPATH) or the extra is unknown."""
+    from importlib import metadata
+
+    here = Path(infill.__file__).resolve()
+    for dist in metadata.distributions():
+        try:
+            located = Path(str(dist.locate_file("infill/__init__.py"))).resolve()
+        except (OSError, ValueError, TypeError):
+            continue
+        if located != here:
+            continue
+        found = []
+        for requirement in dist.requires or []:
+            spec, _, marker = requirement.partition(";")
+            if re.search(rf"extra\s*==\s*['\"]{re.escape(extra)}['\"]", marker):
+                found.append(spec.strip().replace(" ", ""))
+        return tuple(found)
+    return ()
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs `extra` here: `pip install '.[extra]'` from a source tree, else its
+    requirements."""
+    root = source_tree()
+    if root is not None:
+        here = "." if Path(os.getcwd()).resolve() == root else str(root)
+        return f"pip install {shlex.quote(f'{here}[{extra}]')}"
+    needed = requirements(extra)
+    if needed:
+        return "pip install " + " ".join(shlex.quote(r) for r in needed)
+    return f"pip install '<infill's source folder>[{extra}]'"

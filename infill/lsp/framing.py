@@ -1,0 +1,262 @@
+"""The language server's base protocol, read defensively: header lines (`Content-Length: N`), a blank line, then N
+bytes of JSON. pygls's own reader goes deaf for good after one badly framed message; this one never does.
+
+Every malformed frame gets one error response (ParseError, id null, as JSON-RPC answers what it cannot read) and
+one line on stderr, and reading resynchronises on the next header:
+
+- header lines may end in LF alone (accepted, as most servers do); blank lines between messages are skipped;
+- a header block without Content-Length, or with one that is not a plain byte count (negative, not a number,
+  more than 18 digits), is refused, and the bytes up to the next header are skipped;
+- a message over MAX_MESSAGE_BYTES is refused without being held in memory: its bytes are read and dropped;
+- bytes outside any message (a body longer than its Content-Length said, stray text) are skipped;
+- a body shorter than its Content-Length said is cut where the next header starts. A valid JSON body can never
+  hold `Content-Length: N` followed by a raw line break (JSON strings escape line breaks, and the letters are no
+  JSON outside a string), so finding one inside a body means the body ended early, and no reply waits for bytes
+  that will never come.
+
+The body itself is JSON-decoded here and handed to pygls's protocol: a body that is not JSON, not UTF-8, or nested
+too deeply for the decoder also gets a ParseError response. Standard library only (pygls for the server types).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from threading import Event
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
+
+if TYPE_CHECKING:
+    from pygls.lsp.server import LanguageServer
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a document this size is far over any fill's limit; its didOpen still fits
+MAX_HEADER_BYTES = 8 * 1024  # the header block; the base protocol has two short headers
+_CHUNK = 64 * 1024
+_OVERLAP = 128  # bytes kept when dropping, so a header split between two reads is still found
+
+# a header line that starts a message: the only place `Content-Length: N` followed by a line break can be
+_HEADER = re.compile(rb"content-length[ \t]*:[ \t]*[0-9]+[ \t]*\r?\n", re.IGNORECASE)
+_HEADER_START = re.compile(rb"content-length[ \t]*:", re.IGNORECASE)
+_BLOCK_END = re.compile(rb"\r?\n\r?\n")
+_FIELD = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+)[ \t]*:[ \t]*(.*?)[ \t]*")
+_BYTE_COUNT = re.compile(rb"[0-9]{1,18}")
+
+logger = logging.getLogger("infill.lsp")
+
+
+@dataclass(frozen=True)
+class BadFrame:
+    """What was wrong with a frame (one line); `stray`: bytes outside any message, which after a frame that was
+    already refused are that frame's rest, not news."""
+
+    message: str
+    stray: bool = False
+
+
+Frame = bytes | BadFrame
+
+
+class FrameReader:
+    """Frames from a byte stream: `await next()` gives a message body, a BadFrame (reading goes on after it), or
+    None at the end of the stream. `read(n)` returns up to n bytes as soon as any are there (b"" at the end)."""
+
+    def __init__(self, read: Callable[[int], Awaitable[bytes]], max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        self._read = read
+        self.max_message_bytes = max_message_bytes
+        self._buffer = bytearray()
+        self._ended = False
+        self._stray = False  # bytes up to the next header are to be dropped (after a header that never ended)
+
+    async def _more(self) -> bool:
+        if self._ended:
+            return False
+        chunk = await self._read(_CHUNK)
+        if not chunk:
+            self._ended = True
+            return False
+        self._buffer += chunk
+        return True
+
+    async def next(self) -> Frame | None:
+        block = await self._header_block()
+        if not isinstance(block, bytes):
+            return block
+        length = self._content_length(block)
+        if isinstance(length, BadFrame):
+            return length
+        if length > self.max_message_bytes:
+            await self._take(length, keep=False)
+            return BadFrame(
+                f"a message of {length:,} bytes is over the limit of {self.max_message_bytes:,}; it was skipped"
+            )
+        return await self._take(length, keep=True)
+
+    async def _header_block(self) -> bytes | BadFrame | None:
+        """The next header block (its lines, without the blank line that ends it), or a BadFrame for stray bytes
+        before it, or None at the end of the stream."""
+        while True:
+            if self._stray:
+                found = _HEADER.search(self._buffer)
+                if found is None:
+                    del self._buffer[: max(0, len(self._buffer) - _OVERLAP)]
+                else:
+                    del self._buffer[: found.start()]
+                    self._stray = False
+                    continue
+            else:
+                while self._buffer.startswith((b"\r\n", b"\n")):  # blank lines between messages
+                    del self._buffer[: 1 if self._buffer.startswith(b"\n") else 2]
+                end = _BLOCK_END.search(self._buffer, 0, MAX_HEADER_BYTES + 4)
+                if end is not None:
+                    block = bytes(self._buffer[: end.start()])
+                    del self._buffer[: end.end()]
+                    return self._resynchronised(block)
+                if len(self._buffer) > MAX_HEADER_BYTES:
+                    self._stray = True
+                    return BadFrame(f"a header longer than {MAX_HEADER_BYTES:,} bytes; skipped to the next message")
+            if not await self._more():
+                return None
+
+    def _resynchronised(self, block: bytes) -> bytes | BadFrame:
+        """A block made of header lines as it is; for one with stray bytes first, a BadFrame for those, and its
+        last Content-Length header and the lines after it go back to be read again."""
+        if all(_FIELD.fullmatch(line.rstrip(b"\r")) for line in block.split(b"\n")):
+            return block
+        starts = list(_HEADER_START.finditer(block))
+        if not starts or starts[-1].start() == 0:
+            return block  # _content_length says what is wrong with it
+        skipped = starts[-1].start()
+        stray = BadFrame(f"{skipped:,} byte(s) outside any message were skipped", stray=True)
+        tail = block[skipped:]
+        if not all(_FIELD.fullmatch(line.rstrip(b"\r")) for line in tail.split(b"\n")):
+            return stray
+        self._buffer[:0] = tail + b"\r\n\r\n"  # read again after the stray bytes are reported
+        return stray
+
+    def _content_length(self, block: bytes) -> int | BadFrame:
+        values = []
+        for line in block.split(b"\n"):
+            field = _FIELD.fullmatch(line.rstrip(b"\r"))
+            if field is None:
+                return BadFrame(f"not a message header: {_shown(line)}")
+            if field.group(1).lower() == b"content-length":
+                values.append(field.group(2))
+        if not values:
+            return BadFrame("a message header without Content-Length")
+        if len(set(values)) > 1:
+            return BadFrame("a message header with two different Content-Length values")
+        if not _BYTE_COUNT.fullmatch(values[0]):
+            return BadFrame(f"Content-Length {_shown(values[0])} is not a byte count")
+        return int(values[0])
+
+    async def _take(self, length: int, keep: bool) -> bytes | BadFrame | None:
+        """The next `length` bytes (`keep`), or drop them; a BadFrame where a header starts before they end (the
+        body was shorter than its Content-Length), None at the end of the stream."""
+        scanned = 0
+        while True:
+            found = _HEADER.search(self._buffer, max(0, scanned - _OVERLAP))
+            if found is not None and found.start() < length:
+                del self._buffer[: found.start()]
+                return BadFrame("a message shorter than its Content-Length; it was skipped") if keep else b""
+            if len(self._buffer) >= length:
+                taken = bytes(self._buffer[:length]) if keep else b""
+                del self._buffer[:length]
+                return taken
+            if not keep and len(self._buffer) > _CHUNK:
+                dropped = len(self._buffer) - _OVERLAP
+                del self._buffer[:dropped]
+                length -= dropped
+            scanned = len(self._buffer)
+            if not await self._more():
+                return None
+
+
+def _shown(raw: bytes) -> str:
+    """Raw header bytes as a short printable excerpt."""
+    text = raw.decode("ascii", "backslashreplace")
+    return repr(text if len(text) <= 40 else f"{text[:20]}...({len(raw):,} bytes)")
+
+
+def decode(body: bytes, structure: Callable[[dict[str, Any]], Any]) -> Any:
+    """A body as pygls's protocol reads it (`structure`: its object hook). ValueError for a body that is not JSON,
+    not UTF-8, or nested too deeply to decode."""
+    try:
+        return json.loads(body, object_hook=structure)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+async def serve(reader: FrameReader, server: LanguageServer, stop: Event) -> None:
+    """Hand each frame to the server's protocol until the stream ends or the server stops. A bad frame gets a
+    ParseError response (id null) and a line on stderr; a body that cannot be read goes to the server's
+    report_server_error, as in pygls's own loop."""
+    from pygls.exceptions import JsonRpcException, JsonRpcParseError
+
+    refused = False  # the frame before was refused: its stray rest needs no second answer
+    while not stop.is_set():
+        frame = await reader.next()
+        if frame is None:
+            return
+        if isinstance(frame, BadFrame):
+            logger.warning("%s", frame.message)
+            if not (frame.stray and refused):
+                error = JsonRpcParseError(frame.message).to_response_error()
+                server.protocol._send_response(cast(Any, None), error=error)
+            refused = True
+            continue
+        refused = False
+        try:
+            server.protocol.handle_message(decode(frame, server.protocol.structure_message))
+        except Exception as exc:  # noqa: BLE001 - as pygls's loop: report it, serve the next message
+            refused = isinstance(exc, ValueError)
+            server.report_server_error(exc, JsonRpcException)
+
+
+def serve_stdio(server: LanguageServer, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+    """pygls's `start_io`, reading with FrameReader: until the stream ends or the exit notification."""
+    from pygls.io_ import StdoutWriter
+
+    source = stdin if stdin is not None else sys.stdin.buffer
+    stop = Event()
+    server._stop_event = stop
+    server.protocol.set_writer(StdoutWriter(stdout if stdout is not None else sys.stdout.buffer))
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        read1 = getattr(source, "read1", source.read)
+        await serve(FrameReader(lambda n: loop.run_in_executor(server.thread_pool, read1, n)), server, stop)
+
+    try:
+        asyncio.run(run())
+    except BrokenPipeError:
+        logger.error("the client closed its end; shutting down")
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        server.shutdown()
+
+
+def serve_tcp(server: LanguageServer, host: str, port: int) -> None:
+    """pygls's `start_tcp`, reading with FrameReader: one client at a time, until the exit notification."""
+    stop = Event()
+    server._stop_event = stop
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        server.protocol.set_writer(writer)
+        await serve(FrameReader(reader.read), server, stop)
+        server.shutdown()
+
+    async def listen() -> None:
+        listener = await asyncio.start_server(connection, host, port)
+        server._server = listener
+        async with listener:
+            await listener.serve_forever()
+
+    try:
+        asyncio.run(listen())
+    except asyncio.CancelledError:
+        pass
