@@ -16,6 +16,9 @@ listed after the others in the n-best list. Likewise a finished fill that `probl
 syntax check) does not stop the search: it goes on until no live hypothesis can beat the best accepted fill,
 and refused fills are listed after accepted ones.
 
+With token healing (`problem.heal`, infill.decoding.healing) a token that departs from the text the fill must
+begin with is never an extension, so the search ranks fills by p(fill | prompt, the fill begins with that text).
+
 Hypotheses are visited in lexicographic order of their tokens, so consecutive passes share the longest prefix
 and the model's prompt cache recomputes only the rows that differ.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from infill.config import BeamOptions, options_of
+from infill.decoding.healing import allowed_logits
 from infill.decoding.problem import LeftToRight, ends_span, force_pads, is_pad
 
 if TYPE_CHECKING:
@@ -54,6 +58,7 @@ def beam_search(run: LeftToRight) -> None:
     live: list[tuple[float, torch.Tensor, int]] = [(0.0, run.ids.clone(), 0)]
     finished: list[tuple[float, torch.Tensor]] = []
     verdicts: dict[tuple[int, ...], bool] = {}
+    healing = problem.heal
 
     def good(ids: torch.Tensor) -> bool:
         """A finished fill the search may stop at: it writes something and `problem.accept` takes it."""
@@ -76,7 +81,10 @@ def beam_search(run: LeftToRight) -> None:
             stats.nfe += 1
             if on_step is not None:  # after every pass, not every step of `width` passes: a cancel stops sooner
                 on_step(max(h[2] for h in live), M)
-            logq = torch.log_softmax(logits[0].double(), dim=-1)  # (V,)
+            logq = torch.log_softmax(logits.double(), dim=-1)  # (1, V)
+            if healing is not None:  # token healing: only tokens that keep to the text the fill must begin with
+                logq = allowed_logits(logq, healing, healing.pieces.text(ids[masked[:n]].tolist()))
+            logq = logq[0]  # (V,) the model's log-probabilities, not renormalised: the score stays the joint's
             top = torch.topk(logq, min(width, int(torch.isfinite(logq).sum())))
             for lq, x in zip(top.values.tolist(), top.indices.tolist(), strict=True):
                 nxt = ids.clone()
@@ -108,16 +116,23 @@ def beam_search(run: LeftToRight) -> None:
 
 def _writes(model: AnySubsetModel, problem: FillProblem, ids: torch.Tensor) -> bool:
     """Whether the finished fill `ids` holds, in every span, a token outside `problem.blank` before the span's
-    first pad."""
+    first pad (with token healing, the first span must write more than the text it begins with)."""
     masked = problem.masked.tolist()
     spans = problem.span_of.tolist() if problem.span_of is not None else [0] * len(masked)
     wrote: dict[int, bool] = {}
     ended: set[int] = set()
+    first: list[int] = []  # the first span's tokens before its pad
     for pos, span in zip(masked, spans, strict=True):
         token = int(ids[pos])
         wrote.setdefault(span, False)
         if span in ended or is_pad(model, token):
             ended.add(span)
-        elif token not in problem.blank:
+            continue
+        if span == spans[0]:
+            first.append(token)
+        if token not in problem.blank:
             wrote[span] = True
+    if problem.heal is not None and masked:
+        text = problem.heal.pieces.text(first)
+        wrote[spans[0]] = bool(text[len(problem.heal.text) :].strip())
     return all(wrote.values())
