@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -216,3 +218,136 @@ def test_a_left_to_right_model_follows_the_conditional(fim: Memo) -> None:
     counts = Counter(decoder_draw(cfg)(fim, problem, g) for _ in range(SAMPLES))
     assert set(counts) <= set(target)
     assert pooled_p_value(counts, target, SAMPLES) > 1e-4
+
+
+# --- the planner and the pipeline, for every model kind --------------------------------------------------------
+PARTIAL = "def mean(values):\n    total = sum(values)\n    return total / len(valu"
+TEXT = PARTIAL + "\n"
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny random checkpoints of each kind, their byte-level BPE trained on text like TEXT."""
+    from infill.models.tiny import build_tiny_checkpoint, tiny_ar_checkpoint, tiny_blockdiff_checkpoint
+
+    root = tmp_path_factory.mktemp("healing")
+    texts = [TEXT.replace("valu", "values)") * 3, "for value in values:\n    print(value)\n" * 3]
+    return {
+        "asarm": build_tiny_checkpoint(root / "asarm", texts=texts, seed=1, init_scale=0.5),
+        "ar": tiny_ar_checkpoint(root / "ar", texts=texts, seed=1),
+        "blockdiff": tiny_blockdiff_checkpoint(root / "bd", texts=texts, seed=1),
+        "blockdiff-chat": tiny_blockdiff_checkpoint(root / "bd-chat", texts=texts, seed=1, fim=False),
+    }
+
+
+def test_heal_text_backs_up_to_the_last_pre_token(folders: dict[str, Path]) -> None:
+    from infill.core.plan import heal_text
+    from infill.models.tokenizer import load_tokenizer
+    from tests.fixtures_cli import ByteTokenizer
+
+    tok = load_tokenizer(folders["asarm"])
+    assert heal_text("    return len(valu", tok) == "valu"
+    assert heal_text("    x = ", tok) == " "  # byte BPE glues the space to the next word
+    assert heal_text("    retu", tok) == " retu"
+    assert heal_text("x = 1\n", tok) == ""  # a span at the start of a line
+    assert heal_text("    x = " + "a" * 40, tok) == ""  # longer than MAX_HEAL
+    assert heal_text("    return len(valu", ByteTokenizer()) == ""  # one token per byte: a prompt may end anywhere
+
+
+@pytest.mark.parametrize(
+    ("kind", "decoder"),
+    [
+        ("asarm", "beam"),
+        ("asarm", "assd"),
+        ("ar", "beam"),
+        ("ar", "assd"),
+        ("blockdiff", "s2d2"),
+        ("blockdiff", "confidence"),
+        ("blockdiff", "beam"),
+    ],
+)
+def test_a_span_inside_a_word_is_healed_by_every_kind(
+    folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch, kind: str, decoder: str
+) -> None:
+    """`infill fill` at the end of `len(valu`: the model's prompt stops before `valu`, its fill begins with
+    `valu`, and what is written is the rest of it (whatever the random model makes of the rest)."""
+    from infill.api import fill_text
+    from infill.config import FillOptions, ModelSpec
+    from infill.core import backends
+    from infill.spans import Span
+
+    raws: list[tuple[str, str]] = []  # (the healed text, the model's fill)
+    for cls in (backends.AnySubset, backends.BlockDiffusion):
+        real = cls.sample
+
+        def sample(self: Any, region: Any, run: Any, attempt: int, real: Any = real) -> Any:
+            heal = region.spans[0].heal  # "valu", or "(valu" where the tokenizer's pre-tokens glue "(" to a word
+            assert heal in ("valu", "(valu")
+            seen = run.loaded.tokenizer.decode(region.prefix_ids)
+            assert PARTIAL.endswith(seen + heal)  # the prompt stops where the healed text begins
+            fills = real(self, region, run, attempt)
+            raws.extend((heal, f.raw) for f in fills)
+            return fills
+
+        monkeypatch.setattr(cls, "sample", sample)
+    at = len(PARTIAL)
+    options = FillOptions(allow_syntax_errors=True, retrieve=False, max_resample=0, tokens=6)
+    for seed in range(3):
+        cfg = DecodeConfig(decoder=decoder, temperature=0 if decoder == "beam" else 1.0, seed=seed)
+        result = fill_text(
+            TEXT,
+            [Span(at, at, "cursor", one_line=True)],
+            model=ModelSpec(str(folders[kind])),
+            decode=cfg,
+            options=options,
+        )
+        heal, raw = raws[-1]
+        assert raw.startswith(heal)
+        assert result.edits[0].text == raw[len(heal) :].split("\n", 1)[0]
+
+
+def test_only_a_chat_prompted_model_is_not_healed(folders: dict[str, Path]) -> None:
+    """A block-diffusion model without FIM tokens is prompted through its chat template, with the text before the
+    hole as it is: nothing to back up."""
+    from infill.api import load_model
+    from infill.config import ModelSpec
+    from infill.core.backends import backend_of
+
+    for kind, heals in (("blockdiff-chat", False), ("blockdiff", True), ("ar", True), ("asarm", True)):
+        loaded = load_model(ModelSpec(str(folders[kind])))
+        assert backend_of(loaded).window(loaded).heals is heals, kind
+
+
+@pytest.mark.parametrize(
+    "partial",
+    [
+        "class Item:\n    def __init__(self, quantity, price):\n        self.quantity = quantity\n"
+        "        self.price = price\n\n\ndef total(item):\n    return item.price * item.qu",
+        "def mean(values):\n    if not values:\n        return 0\n    return sum(values) / len(valu",
+        "def mean(values):\n    total = 0\n    for v in va",
+    ],
+    ids=["item.qu", "len(valu", "in va"],
+)
+def test_the_shipped_model_completes_the_word_being_typed(partial: str) -> None:
+    """The issue's cases (the shipped model without healing wrote `quad`, `)` and `s)`): the word at the cursor,
+    completed by the fill, is one the file defines."""
+    import re
+
+    from infill.api import fill_text
+    from infill.config import TOOL_DECODE, ModelSpec
+    from infill.lsp.fills import LSP_OPTIONS
+    from infill.spans import Span
+
+    at = len(partial.encode())
+    result = fill_text(
+        partial + "\n",
+        [Span(at, at, "cursor", one_line=True)],
+        language="python",
+        model=ModelSpec(),
+        decode=TOOL_DECODE,
+        options=LSP_OPTIONS,
+    )
+    typed = re.search(r"\w+$", partial)
+    assert typed is not None
+    word = typed.group(0) + re.match(r"\w*", result.edits[0].text).group(0)  # type: ignore[union-attr]
+    assert word in set(re.findall(r"\w+", partial[: -len(typed.group(0))]))

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import torch
 
     from infill.decoding.stats import DecodeStats
-    from infill.models.base import FillProblem, Tokenizer
+    from infill.models.base import FillProblem, Pieces, Tokenizer
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 
@@ -98,6 +98,32 @@ def token_sets(tokenizer: Tokenizer, vocab_size: int) -> tuple[frozenset[int], f
             frozenset(i for i, t in enumerate(texts) if t and not t.strip()),
         )
         _TOKEN_SETS[key] = found
+    return found
+
+
+_PIECES: dict[tuple[int, int], Pieces] = {}
+
+
+def token_pieces(tokenizer: Tokenizer, vocab_size: int) -> Pieces:
+    """The bytes every token id writes, for token healing (cached per tokenizer): the tokenizer's own
+    `token_bytes` where it has one, else its decoding of the id alone (b"" where that splits a character)."""
+    from infill.models.base import Pieces
+
+    key = (id(tokenizer), vocab_size)
+    found = _PIECES.get(key)
+    if found is None:
+        own = getattr(tokenizer, "token_bytes", None)
+
+        def piece(i: int) -> bytes:
+            if own is not None:
+                try:
+                    return bytes(own(i))
+                except (IndexError, KeyError):  # an id past the tokenizer's (a model's padding rows)
+                    return b""
+            text = tokenizer.decode([i])
+            return b"" if "\ufffd" in text else text.encode("utf-8")
+
+        found = _PIECES[key] = Pieces([piece(i) for i in range(vocab_size)])
     return found
 
 
@@ -215,7 +241,7 @@ class AnySubset:
         loaded = run.loaded
         model = loaded.asarm
         pad = model.pad_id
-        if not plan.span.one_line or plan.healed or pad is None or not plan.at_line_start:
+        if not plan.span.one_line or plan.heal or pad is None or not plan.at_line_start:
             return []
         problem = _problem(region, loaded)
         out = []
@@ -253,7 +279,7 @@ def _fills(
 def _problem(region: Region, loaded: LoadedModel) -> FillProblem:
     import torch
 
-    from infill.models.base import FillProblem
+    from infill.models.base import FillProblem, Healing
 
     model = loaded.asarm
     ids: list[int] = [model.bos_id] if model.bos_id is not None else []
@@ -270,12 +296,15 @@ def _problem(region: Region, loaded: LoadedModel) -> FillProblem:
     if len(masked) >= len(ids):
         raise DecodeError("no visible token: the input has no context around the span and the model has no <bos>")
     breaks, blank = token_sets(loaded.tokenizer, int(model.vocab_size))
+    heal = region.spans[0].heal  # token healing: only a region's first span is healed (infill.core.plan)
+    healing = Healing(heal.encode("utf-8"), token_pieces(loaded.tokenizer, int(model.vocab_size))) if heal else None
     return FillProblem(
         torch.tensor(ids, dtype=torch.long),  # (N,)
         torch.tensor(masked, dtype=torch.long),  # (M,)
         torch.tensor(span_of, dtype=torch.long),  # (M,)
         stops=tuple(breaks if plan.span.one_line else frozenset() for plan in region.spans),  # one line back
         blank=blank,
+        heal=healing,
     )
 
 
@@ -329,8 +358,13 @@ class BlockDiffusion:
         return cfg
 
     def window(self, loaded: LoadedModel) -> Window:
-        # no limit here: infill.decoding.blockfill fits the prompt to the model's positions
-        return Window(1 << 30, has_bos=False, has_pad=False, groups_spans=False)
+        # no limit here: infill.decoding.blockfill fits the prompt to the model's positions; token healing where
+        # the model has a block-size-1 view (FIM tokens) to draw the healing tokens from
+        from infill.models.fim import find_fim
+
+        token_id = getattr(loaded.tokenizer, "token_id", None)
+        heals = token_id is not None and find_fim(token_id) is not None
+        return Window(1 << 30, has_bos=False, has_pad=False, groups_spans=False, heals=heals)
 
     def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
         from functools import partial
@@ -348,20 +382,36 @@ class BlockDiffusion:
                 decoded = int(info.get("tokens", 0))
                 on_progress({"event": "step", "tokens": base + decoded, "base": base, "nfe": int(info.get("nfe", 0))})
 
+        start = self._healed(region, run) if plan.heal else []
         text, stats = fill_middle(
             run.loaded,
             region.prefix_ids,  # tokenized once, by the planner; not decoded and encoded again
             region.suffix_ids,
-            plan.budget,
+            plan.budget - len(start),
             run.cfg,
             run.generator,
             on_step,
             # a one-line span keeps the fill's first line only (the pipeline cuts it): stop decoding there
             partial(line_done, at_line_start=plan.at_line_start) if plan.span.one_line else None,
+            start=start,
         )  # (decoded text, stats); the score is the decoder's own log-probability where it reports one, else 0
         run.totals.add(stats)
         score = float(stats.extra.get("logprob", 0.0)) if isinstance(stats.extra, dict) else 0.0
         return [Fill(text, score, len(tok.encode(text)) if text else 0)]
+
+    def _healed(self, region: Region, run: Run) -> list[int]:
+        """Token healing's first tokens, drawn exactly from the model's block-size-1 (left-to-right) conditional
+        given that the fill begins with the healed text (infill.decoding.healing); the block decoder goes on
+        after them."""
+        from infill.decoding import decode_healing
+        from infill.models.autoregressive import block_size_one
+
+        view = block_size_one(run.loaded)
+        if view is None:  # Window.heals is False without FIM tokens: never healed
+            raise DecodeError(f"{run.loaded.name!r} has no fill-in-the-middle tokens to heal a span with")
+        tokens, stats = decode_healing(view.asarm, _problem(region, view), run.cfg, run.generator)
+        run.totals.add(stats)
+        return tokens
 
     def ranked_lines(self, regions: list[Region], run: Run, options: FillOptions) -> list[Fill]:
         return []  # no exact likelihood of a given text: retrieval is for any-subset models

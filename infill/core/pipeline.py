@@ -15,8 +15,10 @@ planning is infill.core.plan, and what differs between the two model kinds is in
 
 * Tokens. Each region of nearby spans becomes one sequence
   [<bos>] + tok(prefix) + [<mask>] * budget_1 + tok(between_1) + ... + [<mask>] * budget_s + tok(suffix).
-  The model sees "\\n" line endings (CRLF files are converted back on output). A space right before an
-  in-line span is left for the model to write (byte BPE glues it to the next word; see _heals).
+  The model sees "\\n" line endings (CRLF files are converted back on output). Token healing: a span that
+  starts inside a line ends its prefix at the start of the last pre-token (a partial word, a space that byte BPE
+  would glue to the next word; infill.core.plan.heal_text), and the fill must begin with that text
+  (infill.decoding.healing), which is then cut off it; a healed span starts its own region.
 * Length policy (token budget per span). `FillOptions.tokens` (--tokens N) wins. Otherwise, when the span
   replaces real text, its token length plus slack (a quarter, at least 8 tokens; no slack for models without
   an end-of-fill pad, whose fills always use the whole budget). Otherwise (an insertion point, blank lines
@@ -153,7 +155,9 @@ def _candidate_edits(
     edits = []
     plans = [p for r in regions for p in r.spans]
     for plan, fill in zip(plans, fills, strict=True):
-        raw = fill.raw[1:] if plan.healed and fill.raw.startswith(" ") else fill.raw
+        raw = fill.raw
+        if plan.heal:  # token healing: the fill begins with the text before the span, which stays the file's
+            raw = raw[len(plan.heal) :] if raw.startswith(plan.heal) else ""
         if plan.span.one_line:
             raw = one_line_cut(raw, plan.at_line_start)
         # a marker is not content: a line holding only a marker is shaped as the emptied line it stands for

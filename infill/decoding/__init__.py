@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from infill.decoding.stats import DecodeStats
     from infill.models.base import AnySubsetModel, FillProblem
 
-__all__ = ["StepCallback", "decode", "score"]
+__all__ = ["StepCallback", "decode", "decode_healing", "score"]
 
 
 def decode(
@@ -57,6 +57,25 @@ def decode(
     run = LeftToRight(model, problem, cfg, generator, ids, masked, pads_enabled(model, problem), stats, on_step)
     function(run)
     return run.result()
+
+
+def decode_healing(
+    model: AnySubsetModel, problem: FillProblem, cfg: DecodeConfig, generator: torch.Generator
+) -> tuple[list[int], DecodeStats]:
+    """Only the first tokens of a fill that token healing constrains (problem.heal; infill.decoding.healing),
+    drawn exactly from the model's conditional on the text, for a decoder that goes on from them elsewhere (the
+    block-diffusion decoders, given the tokens of the model's block-size-1 view). Returns (tokens, stats)."""
+    from infill.decoding.healing import heal
+    from infill.decoding.problem import LeftToRight, check_problem, pads_enabled
+    from infill.decoding.stats import DecodeStats
+
+    check_problem(model, problem)
+    ids = problem.ids.detach().to("cpu").clone()  # (N,)
+    masked = problem.masked.detach().to("cpu")  # (M,)
+    stats = DecodeStats(decoder="heal")
+    run = LeftToRight(model, problem, cfg, generator, ids, masked, pads_enabled(model, problem), stats, None)
+    n = heal(run)
+    return ids[masked[:n]].tolist(), stats
 
 
 def score(model: AnySubsetModel, problem: FillProblem, tokens: torch.Tensor) -> torch.Tensor:
