@@ -251,7 +251,8 @@ def install(server: Any) -> None:
     - GATED_MODEL, whose passes wait for the test (a fill of 40 tokens, one pass each with decoder sequential);
     - test/document -> {"text", "version", "broken"} of an open document, as the server has it;
     - test/idle, answered once the worker has finished what it was given before;
-    - test/gate {"path"}: the folder the gated model's passes wait in; test/loads: loads per model."""
+    - test/gate {"path"}: the folder the gated model's passes wait in; test/loads: loads per model;
+    - test/settings: the settings in force, as the client's messages merged them."""
     from infill import api
     from infill.lsp.server import Job
 
@@ -282,6 +283,10 @@ def install(server: Any) -> None:
     @server.feature("test/gate")
     def set_gate(ls: Any, params: Any) -> None:
         os.environ["INFILL_TEST_GATE"] = params.path
+
+    @server.feature("test/settings")
+    def settings(ls: Any, params: Any) -> dict[str, Any]:
+        return dict(ls.sent_settings)
 
     @server.feature("test/loads")
     def count_loads(ls: Any, params: Any) -> dict[str, int]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from infill.config import DRAFTS, DecodeConfig, DecoderName, FillOptions, ModelKind, decoders_for, drafts_for
-from infill.core.plan import Region, Window
+from infill.core.plan import Region, SpanPlan, Window
 from infill.errors import DecodeError, InputError
 from infill.models.registry import LoadedModel
 
@@ -63,17 +63,19 @@ def cut_at_pad(
     pad_id: int | None,
     stops: frozenset[int] = frozenset(),
     blank: frozenset[int] = frozenset(),
+    ends: Callable[[list[int]], bool] | None = None,
 ) -> tuple[list[int], int, float, float]:
     """The fill's tokens: those before the first pad, or up to and including the first stop token after some
     text (see FillProblem; a token such as `):\n` holds text before its line break, which the one-line cut of
-    infill.core.pipeline keeps); how many came before the token that ended the fill; the log-likelihood of
+    infill.core.pipeline keeps), or up to and including the token after which `ends` holds (a block of lines);
+    how many came before the token that ended the fill; the log-likelihood of
     the tokens up to the one that ended the fill, that one included, and the lowest of their log-probabilities."""
     end, kept, text = len(tokens), len(tokens), False
     for i, t in enumerate(tokens):
         if t == pad_id:
             end = kept = i
             break
-        if t in stops and text:
+        if (t in stops and text) or (ends is not None and ends(tokens[: i + 1])):
             end, kept = i, i + 1
             break
         text = text or t not in blank
@@ -267,10 +269,11 @@ def _fills(
     the tokens' log-probabilities, when given; 0 otherwise)."""
     fills = []
     at = 0
-    for plan, stops in zip(region.spans, problem.stops or (), strict=True):
+    ends = problem.ends or (None,) * len(region.spans)
+    for plan, stops, end in zip(region.spans, problem.stops or (), ends, strict=True):
         piece = tokens[at : at + plan.budget]
         piece_q = logq[at : at + plan.budget] if logq is not None else None
-        kept, n, s, worst = cut_at_pad(piece, piece_q, loaded.asarm.pad_id, stops, problem.blank)
+        kept, n, s, worst = cut_at_pad(piece, piece_q, loaded.asarm.pad_id, stops, problem.blank, end)
         fills.append(Fill(loaded.tokenizer.decode(kept), s, n, worst))
         at += plan.budget
     return fills
@@ -304,8 +307,19 @@ def _problem(region: Region, loaded: LoadedModel) -> FillProblem:
         torch.tensor(span_of, dtype=torch.long),  # (M,)
         stops=tuple(breaks if plan.span.one_line else frozenset() for plan in region.spans),  # one line back
         blank=blank,
+        ends=tuple(_block_end(plan, loaded.tokenizer) for plan in region.spans),
         heal=healing,
     )
+
+
+def _block_end(plan: SpanPlan, tokenizer: Tokenizer) -> Callable[[list[int]], bool] | None:
+    """A block span's end test on its tokens (infill.textops.block_done), or None for other spans."""
+    if not plan.span.block_lines:
+        return None
+    from infill.textops import block_done
+
+    prefix, lines = plan.prefix, plan.span.block_lines
+    return lambda tokens: block_done(tokenizer.decode(tokens), prefix, lines)
 
 
 class Autoregressive(AnySubset):
@@ -370,7 +384,7 @@ class BlockDiffusion:
         from functools import partial
 
         from infill.decoding.blockfill import fill_middle
-        from infill.textops import line_done
+        from infill.textops import block_done, line_done
 
         (plan,) = region.spans  # block-diffusion regions hold one span each
         tok = run.loaded.tokenizer
@@ -391,8 +405,13 @@ class BlockDiffusion:
             run.cfg,
             run.generator,
             on_step,
-            # a one-line span keeps the fill's first line only (the pipeline cuts it): stop decoding there
-            partial(line_done, at_line_start=plan.at_line_start) if plan.span.one_line else None,
+            # a one-line span keeps the fill's first line only, a block its lines up to the dedent (the pipeline
+            # cuts them): stop decoding there
+            partial(line_done, at_line_start=plan.at_line_start)
+            if plan.span.one_line
+            else partial(block_done, prefix=plan.prefix, max_lines=plan.span.block_lines)
+            if plan.span.block_lines
+            else None,
             start=start,
         )  # (decoded text, stats); the score is the decoder's own log-probability where it reports one, else 0
         run.totals.add(stats)

@@ -150,7 +150,7 @@ def clear_model_cache() -> None:
 def _candidate_edits(
     data: bytes, regions: list[Region], fills: list[Fill], newline: str, index: LineIndex
 ) -> list[Edit]:
-    from infill.textops import one_line_cut, restore_newlines, shape_fill
+    from infill.textops import block_cut, one_line_cut, restore_newlines, shape_fill
 
     edits = []
     plans = [p for r in regions for p in r.spans]
@@ -160,6 +160,8 @@ def _candidate_edits(
             raw = raw[len(plan.heal) :] if raw.startswith(plan.heal) else ""
         if plan.span.one_line:
             raw = one_line_cut(raw, plan.at_line_start)
+        elif plan.span.block_lines:
+            raw = block_cut(raw, plan.prefix, plan.span.block_lines)
         # a marker is not content: a line holding only a marker is shaped as the emptied line it stands for
         # (`--span N` on a blank line), wherever the marker sits on it, so the model's indentation is kept
         replaced = "" if plan.span.placeholder else plan.replaced

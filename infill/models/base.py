@@ -35,6 +35,9 @@ class FillProblem:
              outside `blank`: the line breaks of a one-line span, whose text is cut at its first line break after
              some text anyway. Decoding stays exact for the fill up to its end; what would follow is never sampled.
     blank:   whitespace-only tokens (see `stops`).
+    ends:    per span, a test on the span's tokens so far (the last one just decoded) that ends the span after
+             that token when true (a block of lines at its dedent); like `stops`, it keeps its answer for every
+             longer fill. None for a span without one.
     accept:  beam search only: whether a finished fill (its M tokens, in decoding order) may be returned, e.g.
              whether the file still parses with it. The search goes on past fills it refuses and ranks them last.
              None accepts every fill. Samplers ignore it (rejecting samples would change their distribution).
@@ -47,6 +50,7 @@ class FillProblem:
     span_of: torch.Tensor | None = None
     stops: tuple[frozenset[int], ...] | None = None
     blank: frozenset[int] = frozenset()
+    ends: tuple[Callable[[list[int]], bool] | None, ...] | None = None
     accept: Callable[[list[int]], bool] | None = None
     heal: Healing | None = None
 
