@@ -241,6 +241,8 @@ SCRIPTED: dict[str, tuple[str, float | None]] = {
     "scripted-word": ("al / len(values)", None),
     "scripted-low": ("total += 1", 0.3),
     "scripted-high": ("total += 1", 0.7),
+    # a block after `def mean(values):`, then a dedented line the block must end before
+    "scripted-block": ("    total = sum(values)\n    return total / len(values)\nprint(1)\n", None),
 }
 
 
@@ -252,7 +254,8 @@ def install(server: Any) -> None:
     - test/document -> {"text", "version", "broken"} of an open document, as the server has it;
     - test/idle, answered once the worker has finished what it was given before;
     - test/gate {"path"}: the folder the gated model's passes wait in; test/loads: loads per model;
-    - test/settings: the settings in force, as the client's messages merged them."""
+    - test/settings: the settings in force, as the client's messages merged them;
+    - test/fills: every fill_text call so far (its span's start and block_lines, the context texts it got)."""
     from infill import api
     from infill.lsp.server import Job
 
@@ -293,8 +296,16 @@ def install(server: Any) -> None:
         return dict(loads)
 
     real = api.fill_text
+    calls: list[dict[str, Any]] = []  # what each fill was given: its span and the options' context texts
+
+    @server.feature("test/fills")
+    def fills_seen(ls: Any, params: Any) -> list[dict[str, Any]]:
+        return list(calls)
 
     def fill_text(*args: Any, **kwargs: Any) -> Any:
+        span = args[1][0]
+        context = list(kwargs["options"].context) if "options" in kwargs else []
+        calls.append({"start": span.start_byte, "block_lines": span.block_lines, "context": context})
         result = real(*args, **kwargs)
         model = kwargs.get("model")
         result.confidence = SCRIPTED.get(getattr(model, "name", ""), ("", None))[1]
