@@ -224,7 +224,10 @@ class AnySubset:
             if cfg.decoder == "beam":
                 totals.nbest[id(region)] = [fill for _, fill in stats.extra["nbest"]]
                 totals.nbest_scores[id(region)] = [float(score) for score, _ in stats.extra["nbest"]]
-        logq = score(model, problem, tokens)  # (M,) log q of each token under the oracle
+        # log q of each token under the oracle, up to the end of the last span's fill (the rows after it are pads)
+        ends = _fills(region, problem, loaded, tokens.tolist(), None)
+        length = sum(p.budget for p in region.spans[:-1]) + min(ends[-1].tokens + 1, region.spans[-1].budget)
+        logq = score(model, problem, tokens, length)  # (length,)
         totals.nfe += 1  # the scoring pass
         return _fills(region, problem, loaded, tokens.tolist(), logq.tolist())
 
@@ -255,9 +258,9 @@ class AnySubset:
                 continue
             if run.on_progress is not None:  # between passes, so a cancelled request stops here too
                 run.on_progress({"event": "score", "nfe": run.totals.nfe})
-            logq = score(model, problem, torch.tensor(ids + [pad] * (plan.budget - len(ids))))
+            # the line's tokens and the pad that ends it: the rows after it are not needed
+            kept = score(model, problem, torch.tensor(ids + [pad] * (plan.budget - len(ids))), len(ids) + 1)
             run.totals.nfe += 1
-            kept = logq[: len(ids) + 1]
             out.append(Fill(text, float(kept.sum()), len(ids), float(kept.min())))
         return out
 

@@ -113,7 +113,7 @@ def plan_regions(
         before = model_text(data, *_tail(data, prev_end, span.start_byte, window))
         after = model_text(data, *_head(data, span.end_byte, next_start, window))
         heal = heal_text(before, tok) if limits.heals else ""
-        plan = SpanPlan(span, i, budget + len(heal.encode("utf-8")), before, replaced, after, heal=heal)
+        plan = SpanPlan(span, i, budget + heal_room(heal), before, replaced, after, heal=heal)
         plan.gap = span.start_byte - prev_end
         plans.append(plan)
     # group neighbouring spans into regions while the masks and the text between them fit
@@ -231,6 +231,14 @@ def heal_text(before: str, tok: Tokenizer) -> str:
     if tok.encode(line)[: len(kept)] != kept:
         return ""
     return line[cut:]
+
+
+def heal_room(heal: str) -> int:
+    """Tokens added to a healed span's budget for the text it must begin with: at least its bytes (a token
+    writes one at least), rounded up to 8, so that typing on inside a word keeps the sequence's layout (and the
+    model's cache of its prompt, which is the same text) from one keystroke to the next."""
+    size = len(heal.encode("utf-8"))
+    return -(-size // 8) * 8
 
 
 def model_prefix(before: str, heal: str) -> str:

@@ -78,8 +78,10 @@ def decode_healing(
     return ids[masked[:n]].tolist(), stats
 
 
-def score(model: AnySubsetModel, problem: FillProblem, tokens: torch.Tensor) -> torch.Tensor:
-    """Per-token log q(x_i | prompt, x_{<i}) of the fill `tokens` (M,), from one oracle pass: (M,) float32.
+def score(model: AnySubsetModel, problem: FillProblem, tokens: torch.Tensor, length: int | None = None) -> torch.Tensor:
+    """Per-token log q(x_i | prompt, x_{<i}) of the fill `tokens` (M,), from one oracle pass: (M,) float32, or
+    of its first `length` tokens only (length,): the pass then asks for those rows alone (a fill that ends early
+    needs no more), and they are the same numbers, since position i sees only the tokens before it.
 
     Untransformed model probabilities (no temperature / top-k / top-p); `<mask>` excluded. Sum for a
     sequence score.
@@ -97,6 +99,7 @@ def score(model: AnySubsetModel, problem: FillProblem, tokens: torch.Tensor) -> 
         return torch.zeros(0)
     ids = problem.ids.detach().to("cpu").clone()  # (N,)
     ids[masked] = tokens
-    logits = model.verify(ids, masked, 0, masked)  # (M, V)
-    logq = torch.log_softmax(logits.detach().float().cpu(), dim=-1)  # (M, V)
-    return logq.gather(-1, tokens[:, None]).squeeze(-1)  # (M,)
+    rows = masked if length is None else masked[: max(1, min(length, masked.shape[0]))]  # (L,)
+    logits = model.verify(ids, masked, 0, rows)  # (L, V)
+    logq = torch.log_softmax(logits.detach().float().cpu(), dim=-1)  # (L, V)
+    return logq.gather(-1, tokens[: rows.shape[0], None]).squeeze(-1)  # (L,)
