@@ -1,4 +1,4 @@
-"""The language server while the user types (issue 37): typeahead, multi-line suggestions, context from other
+"""The language server while the user types: typeahead, multi-line suggestions, context from other
 documents, superseded requests, and the bad input of the issue's list (a position inside a surrogate pair or past
 the document, a 5 MB document, a burst of 500 changes, ill-typed settings: tests/test_lsp_server.py). Pure parts
 are tested directly; the rest through a real server over stdio (tests/fixtures_lsp.py: scripted and gated

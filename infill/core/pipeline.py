@@ -398,6 +398,7 @@ def fill_text(
         score=best_score,
         regions=len(regions),
         accepted_histogram=histogram(totals.accepted),
+        healed=sum(len(p.heal) for r in regions for p in r.spans),  # characters token healing moved into fills
     )
     if not valid and not options.allow_syntax_errors:
         raise _no_valid_fill(data, ordered, best_edits, attempts, rejection, stats)

@@ -272,7 +272,44 @@ def fill(
     except NoValidFillError:
         return None
     (edit,) = result.edits
-    return Filled(target.start, target.end, edit.text, result.confidence, result.stats, result.warnings)
+    confidence = editor_confidence(settings, result.stats, request_features(document, target))
+    if confidence is None:
+        confidence = result.confidence
+    return Filled(target.start, target.end, edit.text, confidence, result.stats, result.warnings)
+
+
+EDITOR_CALIBRATION = "editor_calibration.json"  # beside a model's weights: the confidence of editor requests
+# what an editor request adds to a fill's features (infill.api.fill_features): where the cursor is
+REQUEST_FEATURES = ("in_line", "typed", "rest", "healed")
+
+
+def request_features(document: Document, target: Target) -> dict[str, float]:
+    """Where a completion was asked for: after text on its line (`in_line`), how many characters of the line
+    were typed before the cursor and stand after it (`typed`, `rest`, without the indentation)."""
+    start = document.text.rfind("\n", 0, target.start) + 1
+    stop = document.text.find("\n", target.end)
+    before = document.text[start : target.start].strip()
+    after = document.text[target.end : len(document.text) if stop < 0 else stop].strip()
+    return {"in_line": float(bool(before)), "typed": float(len(before)), "rest": float(len(after))}
+
+
+def editor_confidence(settings: Settings, stats: Mapping[str, Any], request: Mapping[str, float]) -> float | None:
+    """The calibrated probability that a completion is right, from the model's editor calibration
+    (EDITOR_CALIBRATION, fitted on editor-like requests of held-out files: benchmarks/editor_calibration.py) for
+    the decoder in use, or None (the fill's own confidence is then the answer)."""
+    from infill.api import load_model
+    from infill.config import decode_label
+    from infill.core.calibration import calibration_of
+
+    features = stats.get("features")
+    if not isinstance(features, Mapping):
+        return None
+    loaded = load_model(settings.model)  # cached: the model that just filled
+    calibrator = calibration_of(loaded.info.get("path"), EDITOR_CALIBRATION)
+    if calibrator is None or calibrator.meta.get("decoder") != decode_label(settings.decode):
+        return None
+    values = {**features, **request, "healed": float(stats.get("healed", 0))}
+    return round(calibrator.predict(values), 4)
 
 
 def shown(filled: Filled | None, document: Document, settings: Settings) -> Filled | None:
