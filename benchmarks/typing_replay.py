@@ -133,6 +133,7 @@ class Pause:
 @dataclass
 class Totals:
     pauses: list[Pause] = field(default_factory=list)
+    after: list[Pause] = field(default_factory=list)  # pauses after the line's right suggestion (--through)
     typed: int = 0  # characters of the lines' content
     saved: int = 0
 
@@ -189,15 +190,19 @@ def _item(reply: dict[str, Any]) -> dict[str, Any] | None:
     return result["items"][0] if result and result.get("items") else None
 
 
-def type_with_pauses(typist: Typist, lines: list[Line]) -> Totals:
+def type_with_pauses(
+    typist: Typist, lines: list[Line], totals: Totals, first: int = 0, through: bool = False
+) -> Totals:
+    """Type `lines` (numbered from `first`) with a pause and a request at every word's end, into `totals`; with
+    `through`, every line to its end, a right suggestion or not (the pauses after it are recorded for
+    `replayed`, not counted)."""
     from fixtures_lsp import inline_params
 
-    totals = Totals()
-    for index, line in enumerate(lines):
+    for index, line in enumerate(lines, start=first):
         uri = typist.open(line)
         typist.client.result("test/idle")  # the model is loaded and nothing else runs
         totals.typed += len(line.content)
-        typed = 0
+        typed, done = 0, False
         for end in word_ends(line.content):
             while typed < end:
                 typist.key(uri, line, typed)
@@ -210,33 +215,35 @@ def type_with_pauses(typist: Typist, lines: list[Line]) -> Totals:
             seconds = time.perf_counter() - started
             item = _item(reply)
             right = item is not None and completes(item, line, typed)
-            totals.pauses.append(
-                Pause(
-                    index,
-                    typed,
-                    len(line.content) - typed,
-                    seconds,
-                    typist.fills() == before,
-                    None if item is None else item["insertText"],
-                    None if item is None else item.get("confidence"),
-                    right,
-                )
+            pause = Pause(
+                index,
+                typed,
+                len(line.content) - typed,
+                seconds,
+                typist.fills() == before,
+                None if item is None else item["insertText"],
+                None if item is None else item.get("confidence"),
+                right,
             )
+            (totals.after if done else totals.pauses).append(pause)
+            if done:
+                continue
             if right:
                 totals.saved += len(line.content) - typed
-                break
+                done = True
+                if not through:
+                    break
         typist.close(uri)
     return totals
 
 
-def type_keys(typist: Typist, lines: list[Line], key_seconds: float) -> Totals:
+def type_keys(typist: Typist, lines: list[Line], key_seconds: float, totals: Totals, first: int = 0) -> Totals:
     """Every key a request, the previous one cancelled; after each word's last key the user waits (module
     docstring). The blank line itself came from a key (Enter): its request is the first."""
     from fixtures_lsp import inline_params
 
     client = typist.client
-    totals = Totals()
-    for index, line in enumerate(lines):
+    for index, line in enumerate(lines, start=first):
         uri = typist.open(line)
         client.result("test/idle")
         totals.typed += len(line.content)
@@ -304,10 +311,12 @@ def report(name: str, totals: Totals, lines: int, threshold: float | None = None
 
 def replayed(totals: Totals, lines: int, threshold: float) -> dict[str, Any]:
     """The pauses' figures had the threshold been `threshold`: a pause's suggestion is shown when its confidence
-    reaches it; the first right one shown ends its line."""
+    reaches it; the first right one shown ends its line. Only as good as the pauses recorded: without --through a
+    line ended at a right suggestion the threshold would hide, and its later pauses are missing (an optimistic
+    estimate); and a suggestion hidden would not have been kept for typeahead."""
     saved = shown = right = 0
     done: set[int] = set()
-    for p in totals.pauses:
+    for p in sorted(totals.pauses + totals.after, key=lambda p: (p.line, p.typed)):
         if p.line in done or p.text is None or (p.confidence or 0.0) < threshold:
             continue
         shown += 1
@@ -435,6 +444,17 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=None, help="the server's threshold [its default]")
     parser.add_argument("--thresholds", default="", help="thresholds to replay the pauses at (comma-separated)")
     parser.add_argument("--settings", default="{}", help="more settings, as JSON (e.g. '{\"context\": false}')")
+    parser.add_argument(
+        "--variants",
+        default="",
+        help="a JSON list of settings to compare, each merged over the others given: one server each, every line "
+        'typed by each in turn (e.g. \'[{}, {"fill": {"beam": 2}}]\')',
+    )
+    parser.add_argument(
+        "--through",
+        action="store_true",
+        help="pauses: type every line to its end, recording the pauses after a right suggestion (for --thresholds)",
+    )
     parser.add_argument("--key-ms", type=float, default=150.0, help="milliseconds between keys [150]")
     parser.add_argument("--blocks", type=int, default=30, help="block positions [30]")
     parser.add_argument("--block-lines", type=int, default=6, help="lines of a block at most [6]")
@@ -448,30 +468,39 @@ def main() -> None:
     modes = args.mode.split(",")
     print(f"{args.package}: {len(files)} files; model {args.model}; settings {json.dumps(settings)}; INFILL_THREADS=1")
     records: dict[str, Any] = {}
+    variants = [{**settings, **v} for v in json.loads(args.variants)] if args.variants else [settings]
     if "pauses" in modes or "keys" in modes:
         lines = chosen_lines(files, args.lines, args.seed)
-        typist = Typist(settings)
+        typists = [Typist(v) for v in variants]  # one server each; the lines are typed by each in turn
         try:
             for mode in ("pauses", "keys"):
                 if mode not in modes:
                     continue
-                if mode == "pauses":
-                    totals = type_with_pauses(typist, lines)
-                else:
-                    totals = type_keys(typist, lines, args.key_ms / 1000)
-                r = report(mode, totals, len(lines))
-                print_report(r)
-                records[mode] = {"report": r, "pauses": [p.__dict__ for p in totals.pauses]}
-                if mode == "pauses":
-                    for t in (float(x) for x in args.thresholds.split(",") if x):
-                        e = replayed(totals, len(lines), t)
-                        records.setdefault("replayed", []).append(e)
-                        print(
-                            f"  replayed at threshold {t:g}: saved {e['saved_share']:.1%}, shown {e['shown']}, "
-                            f"right {e['right_share']:.0%}, wrong per line {e['wrong_per_line']:.2f}"
-                        )
+                totals = [Totals() for _ in variants]
+                for i, line in enumerate(lines):
+                    for typist, into in zip(typists, totals, strict=True):
+                        if mode == "pauses":
+                            type_with_pauses(typist, [line], into, i, args.through)
+                        else:
+                            type_keys(typist, [line], args.key_ms / 1000, into, i)
+                for variant, into in zip(variants, totals, strict=True):
+                    r = report(mode, into, len(lines))
+                    if len(variants) > 1:
+                        print(f"settings {json.dumps(variant)}:")
+                    print_report(r)
+                    key = mode if len(variants) == 1 else f"{mode} {json.dumps(variant)}"
+                    records[key] = {"report": r, "pauses": [p.__dict__ for p in into.pauses]}
+                    if mode == "pauses":
+                        for t in (float(x) for x in args.thresholds.split(",") if x):
+                            e = replayed(into, len(lines), t)
+                            records.setdefault("replayed", []).append({**e, "settings": variant})
+                            print(
+                                f"  replayed at threshold {t:g}: saved {e['saved_share']:.1%}, shown {e['shown']}, "
+                                f"right {e['right_share']:.0%}, wrong per line {e['wrong_per_line']:.2f}"
+                            )
         finally:
-            typist.client.close()
+            for typist in typists:
+                typist.client.close()
     if "blocks" in modes:
         run_blocks(args, settings, chosen_blocks(files, args.blocks, args.seed, args.block_lines))
     if args.json is not None:

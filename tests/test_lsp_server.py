@@ -188,7 +188,7 @@ def test_bad_settings_are_ignored_with_a_message_and_the_rest_applies(client: Ls
 
 
 def test_settings_merge_key_by_key(client: LspClient) -> None:
-    """The issue's case: a later {"threshold": 0} switched the model back to the default. A key sent changes
+    """A later {"threshold": 0} must not switch the model back to the default. A key sent changes
     that key; null sets it back to its default; the keys of "fill" merge the same way."""
     client.configure({"model": "scripted-low", "threshold": 0.2})  # fills with confidence 0.3
     assert client.inline(URI, 2, 4)["result"] is not None

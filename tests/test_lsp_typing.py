@@ -142,7 +142,7 @@ def test_typing_what_the_suggestion_says_keeps_it_without_a_model_call(client: L
 
 
 def test_a_repeated_request_that_found_nothing_is_not_filled_again(client: LspClient) -> None:
-    client.configure({"model": "scripted-low"})  # confidence 0.3: under the default threshold
+    client.configure({"model": "scripted-low", "threshold": 0.5})  # confidence 0.3: not shown
     assert client.inline(URI, 2, 4)["result"] is None
     calls = len(fills(client))
     assert client.inline(URI, 2, 4)["result"] is None
