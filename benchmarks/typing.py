@@ -1,10 +1,10 @@
 """`python benchmarks/typing.py`: typing through `infill lsp` as an editor would (the benchmark is
 benchmarks/typing_replay.py; its options: --help).
 
-The benchmark is asked for under this name, and a file of this name in a script's folder stands for the standard library's
-`typing` module for every script of the folder (the folder comes first on the path). So it is two things: run as
-a script, it runs the benchmark; imported as `typing` (by any script here, this one's benchmark included), it
-puts the standard library's module in its place.
+The benchmark is asked for under this name, and a file of this name in a script's folder stands for the
+standard library's `typing` module for every script of the folder (the folder comes first on the path). So it is
+two things: run as a script, it runs the benchmark; imported as `typing` (by any script here, this one's
+benchmark included), it puts the standard library's module in its place.
 """
 
 import importlib

@@ -19,10 +19,12 @@ its indentation, through one `infill lsp` server over stdio (INFILL_THREADS=1) w
 Printed per mode: characters saved / typed, suggestions shown, right, wrong per line, request latency p50/p95
 (model fills and typeahead answers apart) and, for keys, the share of pauses answered in time. The pauses mode
 also prints what the figures would be at other thresholds (--thresholds), replayed from the confidences of the
-items shown at --threshold (an estimate: typeahead would have cached other suggestions).
+items shown at --threshold (with --through, every line typed to its end). That is a rough estimate only: at a
+higher threshold a hidden suggestion is not kept for typeahead, the model is asked again at the next pause, and
+its answer there may differ; compare thresholds with --variants, which types every line with each setting.
 
     python benchmarks/typing.py                                    # pygls, 40 lines, both typing modes
-    python benchmarks/typing.py --mode pauses --threshold 0 --thresholds 0,0.1,0.2,0.3,0.5
+    python benchmarks/typing.py --mode pauses --variants '[{"threshold": 0.3}, {"threshold": 0.4}]'
     python benchmarks/typing.py --mode blocks --blocks 40
 
 (benchmarks/typing.py runs this module: see there why the code lives here.)
