@@ -41,6 +41,9 @@ class Span:
     # --span N (one whole line): the fill is one line too (cut at its first line break); a one-line span inside a
     # line (the language server's cursor) gets the rest of that line
     one_line: bool = False
+    # a block of at most this many lines (the language server's multi-line suggestion on a blank line after a
+    # block opener): the fill ends at its first line that dedents to the opener's level or less; 0 = no limit
+    block_lines: int = 0
 
 
 @dataclass(frozen=True)

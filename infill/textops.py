@@ -160,6 +160,34 @@ def line_done(text: str, at_line_start: bool) -> bool:
     return "\n" in (text.lstrip() if at_line_start else text)
 
 
+def block_cut(fill: str, prefix: str, max_lines: int) -> str:
+    """What a block span keeps of `fill` (a multi-line suggestion on a blank line after a block opener): from its
+    first line of text, the lines up to the first that dedents to the indentation of the last line of `prefix`
+    (the opener) or less, at most `max_lines` lines of text."""
+    opener = len(indent_of(next((line for line in reversed(prefix.split("\n")) if line.strip()), "")))
+    kept: list[str] = []
+    for line in fill.split("\n"):
+        if not kept and not line.strip():
+            continue  # leading blank lines
+        if kept and line.strip() and len(indent_of(line)) <= opener:
+            break  # the block ended: this line belongs to the code after it
+        kept.append(line)
+        if sum(1 for k in kept if k.strip()) == max_lines:
+            break
+    return "\n".join(kept) if kept else fill
+
+
+def block_done(text: str, prefix: str, max_lines: int) -> bool:
+    """Whether `text`, the beginning of a fill, already holds everything `block_cut` keeps of any fill that
+    starts with it: a line after the first has text at the opener's indentation or less, or `max_lines` lines of
+    text are complete (decoders stop there)."""
+    opener = len(indent_of(next((line for line in reversed(prefix.split("\n")) if line.strip()), "")))
+    lines = text.lstrip("\n").split("\n")
+    if any(line.strip() and len(indent_of(line)) <= opener for line in lines[1:]):
+        return True
+    return sum(1 for line in lines[:-1] if line.strip()) >= max_lines
+
+
 def drop_repeated_suffix(fill: str, suffix: str) -> str:
     """Remove a tail of `fill` that repeats the start of the text after the span (models often re-emit it).
 

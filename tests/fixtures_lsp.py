@@ -241,6 +241,8 @@ SCRIPTED: dict[str, tuple[str, float | None]] = {
     "scripted-word": ("al / len(values)", None),
     "scripted-low": ("total += 1", 0.3),
     "scripted-high": ("total += 1", 0.7),
+    # a block after `def mean(values):`, then a dedented line the block must end before
+    "scripted-block": ("    total = sum(values)\n    return total / len(values)\nprint(1)\n", None),
 }
 
 
@@ -251,7 +253,9 @@ def install(server: Any) -> None:
     - GATED_MODEL, whose passes wait for the test (a fill of 40 tokens, one pass each with decoder sequential);
     - test/document -> {"text", "version", "broken"} of an open document, as the server has it;
     - test/idle, answered once the worker has finished what it was given before;
-    - test/gate {"path"}: the folder the gated model's passes wait in; test/loads: loads per model."""
+    - test/gate {"path"}: the folder the gated model's passes wait in; test/loads: loads per model;
+    - test/settings: the settings in force, as the client's messages merged them;
+    - test/fills: every fill_text call so far (its span's start and block_lines, the context texts it got)."""
     from infill import api
     from infill.lsp.server import Job
 
@@ -283,16 +287,29 @@ def install(server: Any) -> None:
     def set_gate(ls: Any, params: Any) -> None:
         os.environ["INFILL_TEST_GATE"] = params.path
 
+    @server.feature("test/settings")
+    def settings(ls: Any, params: Any) -> dict[str, Any]:
+        return dict(ls.sent_settings)
+
     @server.feature("test/loads")
     def count_loads(ls: Any, params: Any) -> dict[str, int]:
         return dict(loads)
 
     real = api.fill_text
+    calls: list[dict[str, Any]] = []  # what each fill was given: its span and the options' context texts
+
+    @server.feature("test/fills")
+    def fills_seen(ls: Any, params: Any) -> list[dict[str, Any]]:
+        return list(calls)
 
     def fill_text(*args: Any, **kwargs: Any) -> Any:
+        span = args[1][0]
+        context = list(kwargs["options"].context) if "options" in kwargs else []
+        calls.append({"start": span.start_byte, "block_lines": span.block_lines, "context": context})
         result = real(*args, **kwargs)
-        model = kwargs.get("model")
-        result.confidence = SCRIPTED.get(getattr(model, "name", ""), ("", None))[1]
+        name = getattr(kwargs.get("model"), "name", "")
+        if name in SCRIPTED:  # other models keep their own (the benchmarks' real models)
+            result.confidence = SCRIPTED[name][1]
         return result
 
     api.fill_text = fill_text  # type: ignore[assignment]

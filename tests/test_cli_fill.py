@@ -479,7 +479,9 @@ def test_blockdiff_model_uses_fill_middle(tmp_path: Path, monkeypatch: pytest.Mo
         gen: object,
         on_step: object = None,
         done: Callable[[str], bool] | None = None,
+        start: list[int] | tuple[int, ...] = (),
     ) -> object:  # the planner's token ids arrive as they are (no second tokenization)
+        assert not start  # the byte tokenizer splits everywhere: nothing to heal
         calls.append((tok.decode(prefix), tok.decode(suffix), max_tokens, cfg.decoder))  # type: ignore[attr-defined]
         stops.append(done)
         return "return x * 2", DecodeStats(decoder="s2d2", nfe=3, tokens=12)

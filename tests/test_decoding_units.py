@@ -274,3 +274,21 @@ def test_stop_token_after_text_ends_the_span(script: list[int], expected: list[i
     unstopped = FillProblem(ids, masked, span_of=problem.span_of)  # negative control: no stops, no cut
     full, _ = decode(model, unstopped, DecodeConfig(decoder="sequential", temperature=0), gen())
     assert full.tolist() == script
+
+
+def test_score_of_a_prefix_is_the_full_scores_prefix() -> None:
+    """infill.decoding.score(..., length): the oracle rows of a fill's first tokens alone, equal to the full pass's
+    (position i sees only the tokens before it), so a fill that ends early is scored in a smaller pass."""
+    import torch
+
+    from infill.decoding import score
+    from infill.models.base import FillProblem
+    from tests.fixtures_decode import tiny_xlnet
+
+    model = tiny_xlnet(8, n_layer=2, seed=3, init_scale=0.5)
+    ids = torch.tensor([1, 2, 7, 7, 7, 7, 3])
+    problem = FillProblem(ids, torch.tensor([2, 3, 4, 5]))
+    tokens = torch.tensor([4, 0, 5, 6])
+    full = score(model, problem, tokens)
+    for length in (1, 2, 4):
+        assert torch.allclose(score(model, problem, tokens, length), full[:length], atol=1e-5)

@@ -143,6 +143,9 @@ def test_one_line_fill_through_the_pipeline_decodes_less(tmp_path: Path, monkeyp
     from infill.spans import Span
 
     folder = tiny_blockdiff_checkpoint(tmp_path / "bd", seed=3)
+    # the tiny random model writes few line breaks; it does at seeds 12, 17 (the whole line) and 22 (after the
+    # indent, where token healing first draws the indentation's tokens)
+    SEEDS = (0, 1, 12, 17, 22)  # noqa: N806
     text = "def f(a, b):\n    c = a + b\n    \n    return c\n"
     line3 = text.index("    \n")
     tokens: list[int] = []
@@ -160,18 +163,18 @@ def test_one_line_fill_through_the_pipeline_decodes_less(tmp_path: Path, monkeyp
     for stop in (True, False):
         if not stop:
             monkeypatch.setattr("infill.textops.line_done", lambda text, at_line_start: False)
-        for column, seed in itertools.product((0, 4), range(8)):  # the whole line; the rest after its indent
+        for column, seed in itertools.product((0, 4), SEEDS):  # the whole line; the rest after its indent
             span = Span(line3 + column, line3 + 4, "span", one_line=True)
             cfg = DecodeConfig(decoder="confidence", temperature=1.0, seed=seed, block_size=4)
             tokens.clear()
             res = fill_text(text, [span], model=ModelSpec(str(folder)), decode=cfg, options=ONE_SAMPLE)
             results[stop, column, seed] = (res.text, sum(tokens))
     shorter = 0
-    for column, seed in itertools.product((0, 4), range(8)):
+    for column, seed in itertools.product((0, 4), SEEDS):
         (with_stop, decoded), (without, decoded_all) = results[True, column, seed], results[False, column, seed]
         assert with_stop == without and decoded <= decoded_all
         shorter += decoded < decoded_all
-    assert shorter >= 2  # the tiny random model writes few line breaks; these seeds do
+    assert shorter >= 2
 
 
 def test_a_stop_token_with_text_before_its_line_break_keeps_that_text() -> None:

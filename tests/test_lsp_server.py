@@ -20,6 +20,7 @@ from fixtures_lsp import GATED_MODEL, LspClient, inline_params, release, started
 
 from infill.api import fill_text
 from infill.config import TOOL_DECODE, ModelSpec
+from infill.lsp.fills import KEYS
 from infill.spans import Span
 
 pytest.importorskip("pygls")
@@ -45,9 +46,9 @@ def shared() -> Iterator[LspClient]:
 
 @pytest.fixture
 def client(shared: LspClient, request: pytest.FixtureRequest) -> LspClient:
-    """The shared server with the scripted model (fill: "total += 1") and the default threshold; URI is opened
-    fresh (at version 1) for each test."""
-    shared.configure({"model": SCRIPTED_MODEL})
+    """The shared server with the scripted model (fill: "total += 1") and every other setting back to its default
+    (null: settings merge key by key); URI is opened fresh (at version 1) for each test."""
+    shared.configure({**dict.fromkeys(KEYS), "model": SCRIPTED_MODEL})
     shared.open(URI, SOURCE)
     return shared
 
@@ -97,14 +98,16 @@ def test_inline_completion_on_a_blank_line_fills_the_whole_line(client: LspClien
     start = SOURCE.index("    \n")
     expected = in_process(SOURCE, Span(start, start + 4, "cursor", 32, one_line=True), "total += 1")
     assert expected == "    total += 1"
-    assert result == {"items": [{"insertText": expected, "range": span_range((2, 0), (2, 4))}]}
+    item = {"insertText": expected, "range": span_range((2, 0), (2, 4)), "confidence": None}  # no calibration
+    assert result == {"items": [item]}
 
 
 def test_inline_completion_after_text_fills_the_rest_of_the_line(client: LspClient) -> None:
     client.configure({"model": "scripted-rest"})  # fills "len(values)\n    print(total)"
     client.open(URI, "def mean(values):\n    n = \n    return n\n")
     result = client.inline(URI, 1, 8)["result"]
-    assert result == {"items": [{"insertText": "len(values)", "range": span_range((1, 8), (1, 8))}]}
+    item = {"insertText": "len(values)", "range": span_range((1, 8), (1, 8)), "confidence": None}
+    assert result == {"items": [item]}
     # in the indentation of a line with text after the cursor there is no line to complete
     assert client.inline(URI, 2, 2)["result"] is None
 
@@ -119,7 +122,8 @@ def test_completion_offers_the_same_fill_from_the_start_of_the_word(client: LspC
     client.configure({"model": "scripted-word"})  # fills "al / len(values)"
     client.open(URI, "def mean(values):\n    total = sum(values)\n    return tot\n")
     inline = client.inline(URI, 2, 14)["result"]
-    assert inline == {"items": [{"insertText": "al / len(values)", "range": span_range((2, 14), (2, 14))}]}
+    item = {"insertText": "al / len(values)", "range": span_range((2, 14), (2, 14)), "confidence": None}
+    assert inline == {"items": [item]}
     listed = client.result("textDocument/completion", {"textDocument": {"uri": URI}, "position": position(2, 14)})
     assert listed["isIncomplete"] is True
     (item,) = listed["items"]
@@ -156,7 +160,7 @@ def test_fills_below_the_confidence_threshold_are_not_shown(client: LspClient, m
     assert client.inline(URI, 2, 4)["result"] is not None
 
 
-def test_bad_settings_are_refused_with_a_message_and_the_old_ones_stay(client: LspClient) -> None:
+def test_bad_settings_are_ignored_with_a_message_and_the_rest_applies(client: LspClient) -> None:
     for bad, named in [
         ({"threshold": "high"}, '"threshold"'),
         ({"threshold": 2}, '"threshold"'),
@@ -164,12 +168,39 @@ def test_bad_settings_are_refused_with_a_message_and_the_old_ones_stay(client: L
         ({"decoder": "nonsense"}, "decoder"),
         ({"colour": "blue"}, "colour"),
         ({"fill": {"beam": 10_000}}, '"beam"'),
+        ({"fill": "beam"}, '"fill"'),
+        ({"lines": 0}, '"lines"'),
+        ({"lines": True}, '"lines"'),
+        ({"context": "yes"}, '"context"'),
     ]:
         mark = client.mark()
-        client.configure({"model": "scripted-word", **bad})
+        client.configure(bad)
         (message,) = client.wait_for_notification("window/showMessage", after=mark)
-        assert named in message["params"]["message"] and message["params"]["type"] == 1, message
-    assert client.inline(URI, 2, 4)["result"]["items"][0]["insertText"] == "    total += 1"
+        assert named in message["params"]["message"] and "ignored" in message["params"]["message"], message
+        assert message["params"]["type"] == 1, message
+    assert client.inline(URI, 2, 4)["result"]["items"][0]["insertText"] == "    total += 1"  # nothing changed
+    assert client.result("test/settings") == {"model": SCRIPTED_MODEL}
+    mark = client.mark()
+    client.configure({"threshold": "high", "model": "scripted-word"})  # the good key of a message applies
+    client.wait_for_notification("window/showMessage", after=mark)
+    assert client.result("test/settings") == {"model": "scripted-word"}
+    assert "ignored" in client.stderr()  # logged too
+
+
+def test_settings_merge_key_by_key(client: LspClient) -> None:
+    """A later {"threshold": 0} must not switch the model back to the default. A key sent changes
+    that key; null sets it back to its default; the keys of "fill" merge the same way."""
+    client.configure({"model": "scripted-low", "threshold": 0.2})  # fills with confidence 0.3
+    assert client.inline(URI, 2, 4)["result"] is not None
+    client.configure({"threshold": 0.5})
+    assert client.inline(URI, 2, 4)["result"] is None  # still scripted-low, now under the threshold
+    client.configure({"threshold": None})
+    assert client.result("test/settings") == {"model": "scripted-low"}
+    client.configure({"fill": {"beam": 2}})
+    client.notify("workspace/didChangeConfiguration", {"settings": {"fill": {"seed": 3}}})  # flat, not under infill
+    assert client.result("test/settings") == {"model": "scripted-low", "fill": {"beam": 2, "seed": 3}}
+    client.configure({"fill": {"beam": None}})
+    assert client.result("test/settings")["fill"] == {"seed": 3}
 
 
 def test_a_model_that_cannot_load_is_reported(client: LspClient) -> None:
@@ -198,7 +229,8 @@ def check_changes(client: LspClient, size: Any) -> None:
     end = size("s = 'é😀ü🐍'")
     client.change(URI, 5, [{"range": span_range((0, end), (0, end)), "text": "; "}])
     result = client.inline(URI, 0, end + 2)["result"]
-    assert result["items"][0] == {"insertText": "total += 1", "range": span_range((0, end + 2), (0, end + 2))}
+    item = {"insertText": "total += 1", "range": span_range((0, end + 2), (0, end + 2)), "confidence": None}
+    assert result["items"][0] == item
 
 
 def test_incremental_changes_in_utf16(client: LspClient) -> None:

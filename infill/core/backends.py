@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from infill.config import DRAFTS, DecodeConfig, DecoderName, FillOptions, ModelKind, decoders_for, drafts_for
-from infill.core.plan import Region, Window
+from infill.core.plan import Region, SpanPlan, Window
 from infill.errors import DecodeError, InputError
 from infill.models.registry import LoadedModel
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import torch
 
     from infill.decoding.stats import DecodeStats
-    from infill.models.base import FillProblem, Tokenizer
+    from infill.models.base import FillProblem, Pieces, Tokenizer
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 
@@ -63,17 +63,19 @@ def cut_at_pad(
     pad_id: int | None,
     stops: frozenset[int] = frozenset(),
     blank: frozenset[int] = frozenset(),
+    ends: Callable[[list[int]], bool] | None = None,
 ) -> tuple[list[int], int, float, float]:
     """The fill's tokens: those before the first pad, or up to and including the first stop token after some
     text (see FillProblem; a token such as `):\n` holds text before its line break, which the one-line cut of
-    infill.core.pipeline keeps); how many came before the token that ended the fill; the log-likelihood of
+    infill.core.pipeline keeps), or up to and including the token after which `ends` holds (a block of lines);
+    how many came before the token that ended the fill; the log-likelihood of
     the tokens up to the one that ended the fill, that one included, and the lowest of their log-probabilities."""
     end, kept, text = len(tokens), len(tokens), False
     for i, t in enumerate(tokens):
         if t == pad_id:
             end = kept = i
             break
-        if t in stops and text:
+        if (t in stops and text) or (ends is not None and ends(tokens[: i + 1])):
             end, kept = i, i + 1
             break
         text = text or t not in blank
@@ -108,6 +110,32 @@ def token_sets(tokenizer: Tokenizer, vocab_size: int) -> tuple[frozenset[int], f
         held = lambda: tokenizer  # noqa: E731
     _TOKEN_SETS[key] = (held, sets)
     return sets
+
+
+_PIECES: dict[tuple[int, int], Pieces] = {}
+
+
+def token_pieces(tokenizer: Tokenizer, vocab_size: int) -> Pieces:
+    """The bytes every token id writes, for token healing (cached per tokenizer): the tokenizer's own
+    `token_bytes` where it has one, else its decoding of the id alone (b"" where that splits a character)."""
+    from infill.models.base import Pieces
+
+    key = (id(tokenizer), vocab_size)
+    found = _PIECES.get(key)
+    if found is None:
+        own = getattr(tokenizer, "token_bytes", None)
+
+        def piece(i: int) -> bytes:
+            if own is not None:
+                try:
+                    return bytes(own(i))
+                except (IndexError, KeyError):  # an id past the tokenizer's (a model's padding rows)
+                    return b""
+            text = tokenizer.decode([i])
+            return b"" if "\ufffd" in text else text.encode("utf-8")
+
+        found = _PIECES[key] = Pieces([piece(i) for i in range(vocab_size)])
+    return found
 
 
 @dataclass
@@ -205,8 +233,11 @@ class AnySubset:
             if cfg.decoder == "beam":
                 totals.nbest[id(region)] = [fill for _, fill in stats.extra["nbest"]]
                 totals.nbest_scores[id(region)] = [float(score) for score, _ in stats.extra["nbest"]]
+        # log q of each token under the oracle, up to the end of the last span's fill (the rows after it are pads)
+        ends = _fills(region, problem, loaded, tokens.tolist(), None)
+        length = sum(p.budget for p in region.spans[:-1]) + min(ends[-1].tokens + 1, region.spans[-1].budget)
         before = getattr(model, "nfe", None)
-        logq = score(model, problem, tokens)  # (M,) log q of each token under the oracle
+        logq = score(model, problem, tokens, length)  # (length,)
         after = getattr(model, "nfe", None)
         totals.nfe += after - before if isinstance(before, int) and isinstance(after, int) else 1  # its passes
         return _fills(region, problem, loaded, tokens.tolist(), logq.tolist())
@@ -226,7 +257,7 @@ class AnySubset:
         loaded = run.loaded
         model = loaded.asarm
         pad = model.pad_id
-        if not plan.span.one_line or plan.healed or pad is None or not plan.at_line_start:
+        if not plan.span.one_line or plan.heal or pad is None or not plan.at_line_start:
             return []
         problem = _problem(region, loaded)
         out = []
@@ -240,7 +271,7 @@ class AnySubset:
                 run.on_progress({"event": "score", "nfe": run.totals.nfe})
             # the line's tokens and the pad that ends it: only those rows are computed (a code model's batched
             # rows cost nearly what single passes do on a CPU)
-            kept = score(model, problem, torch.tensor(ids + [pad] * (plan.budget - len(ids))), upto=len(ids) + 1)
+            kept = score(model, problem, torch.tensor(ids + [pad] * (plan.budget - len(ids))), len(ids) + 1)
             run.totals.nfe += 1
             out.append(Fill(text, float(kept.sum()), len(ids), float(kept.min())))
         return out
@@ -253,10 +284,11 @@ def _fills(
     the tokens' log-probabilities, when given; 0 otherwise)."""
     fills = []
     at = 0
-    for plan, stops in zip(region.spans, problem.stops or (), strict=True):
+    ends = problem.ends or (None,) * len(region.spans)
+    for plan, stops, end in zip(region.spans, problem.stops or (), ends, strict=True):
         piece = tokens[at : at + plan.budget]
         piece_q = logq[at : at + plan.budget] if logq is not None else None
-        kept, n, s, worst = cut_at_pad(piece, piece_q, loaded.asarm.pad_id, stops, problem.blank)
+        kept, n, s, worst = cut_at_pad(piece, piece_q, loaded.asarm.pad_id, stops, problem.blank, end)
         fills.append(Fill(loaded.tokenizer.decode(kept), s, n, worst))
         at += plan.budget
     return fills
@@ -265,7 +297,7 @@ def _fills(
 def _problem(region: Region, loaded: LoadedModel) -> FillProblem:
     import torch
 
-    from infill.models.base import FillProblem
+    from infill.models.base import FillProblem, Healing
 
     model = loaded.asarm
     ids: list[int] = [model.bos_id] if model.bos_id is not None else []
@@ -282,13 +314,27 @@ def _problem(region: Region, loaded: LoadedModel) -> FillProblem:
     if len(masked) >= len(ids):
         raise DecodeError("no visible token: the input has no context around the span and the model has no <bos>")
     breaks, blank = token_sets(loaded.tokenizer, int(model.vocab_size))
+    heal = region.spans[0].heal  # token healing: only a region's first span is healed (infill.core.plan)
+    healing = Healing(heal.encode("utf-8"), token_pieces(loaded.tokenizer, int(model.vocab_size))) if heal else None
     return FillProblem(
         torch.tensor(ids, dtype=torch.long),  # (N,)
         torch.tensor(masked, dtype=torch.long),  # (M,)
         torch.tensor(span_of, dtype=torch.long),  # (M,)
         stops=tuple(breaks if plan.span.one_line else frozenset() for plan in region.spans),  # one line back
         blank=blank,
+        ends=tuple(_block_end(plan, loaded.tokenizer) for plan in region.spans),
+        heal=healing,
     )
+
+
+def _block_end(plan: SpanPlan, tokenizer: Tokenizer) -> Callable[[list[int]], bool] | None:
+    """A block span's end test on its tokens (infill.textops.block_done), or None for other spans."""
+    if not plan.span.block_lines:
+        return None
+    from infill.textops import block_done
+
+    prefix, lines = plan.prefix, plan.span.block_lines
+    return lambda tokens: block_done(tokenizer.decode(tokens), prefix, lines)
 
 
 class Autoregressive(AnySubset):
@@ -344,14 +390,19 @@ class BlockDiffusion:
         return cfg
 
     def window(self, loaded: LoadedModel) -> Window:
-        # no limit here: infill.decoding.blockfill fits the prompt to the model's positions
-        return Window(1 << 30, has_bos=False, has_pad=False, groups_spans=False)
+        # no limit here: infill.decoding.blockfill fits the prompt to the model's positions; token healing where
+        # the model has a block-size-1 view (FIM tokens) to draw the healing tokens from
+        from infill.models.fim import find_fim
+
+        token_id = getattr(loaded.tokenizer, "token_id", None)
+        heals = token_id is not None and find_fim(token_id) is not None
+        return Window(1 << 30, has_bos=False, has_pad=False, groups_spans=False, heals=heals)
 
     def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
         from functools import partial
 
         from infill.decoding.blockfill import fill_middle
-        from infill.textops import line_done
+        from infill.textops import block_done, line_done
 
         (plan,) = region.spans  # block-diffusion regions hold one span each
         tok = run.loaded.tokenizer
@@ -363,20 +414,41 @@ class BlockDiffusion:
                 decoded = int(info.get("tokens", 0))
                 on_progress({"event": "step", "tokens": base + decoded, "base": base, "nfe": int(info.get("nfe", 0))})
 
+        start = self._healed(region, run) if plan.heal else []
         text, stats = fill_middle(
             run.loaded,
             region.prefix_ids,  # tokenized once, by the planner; not decoded and encoded again
             region.suffix_ids,
-            plan.budget,
+            plan.budget - len(start),
             run.cfg,
             run.generator,
             on_step,
-            # a one-line span keeps the fill's first line only (the pipeline cuts it): stop decoding there
-            partial(line_done, at_line_start=plan.at_line_start) if plan.span.one_line else None,
+            # a one-line span keeps the fill's first line only, a block its lines up to the dedent (the pipeline
+            # cuts them): stop decoding there
+            partial(line_done, at_line_start=plan.at_line_start)
+            if plan.span.one_line
+            else partial(block_done, prefix=plan.prefix, max_lines=plan.span.block_lines)
+            if plan.span.block_lines
+            else None,
+            start=start,
         )  # (decoded text, stats); the score is the decoder's own log-probability where it reports one, else 0
         run.totals.add(stats)
         score = float(stats.extra.get("logprob", 0.0)) if isinstance(stats.extra, dict) else 0.0
         return [Fill(text, score, len(tok.encode(text)) if text else 0)]
+
+    def _healed(self, region: Region, run: Run) -> list[int]:
+        """Token healing's first tokens, drawn exactly from the model's block-size-1 (left-to-right) conditional
+        given that the fill begins with the healed text (infill.decoding.healing); the block decoder goes on
+        after them."""
+        from infill.decoding import decode_healing
+        from infill.models.autoregressive import block_size_one
+
+        view = block_size_one(run.loaded)
+        if view is None:  # Window.heals is False without FIM tokens: never healed
+            raise DecodeError(f"{run.loaded.name!r} has no fill-in-the-middle tokens to heal a span with")
+        tokens, stats = decode_healing(view.asarm, _problem(region, view), run.cfg, run.generator)
+        run.totals.add(stats)
+        return tokens
 
     def ranked_lines(self, regions: list[Region], run: Run, options: FillOptions) -> list[Fill]:
         return []  # no exact likelihood of a given text: retrieval is for any-subset models

@@ -15,8 +15,10 @@ planning is infill.core.plan, and what differs between the two model kinds is in
 
 * Tokens. Each region of nearby spans becomes one sequence
   [<bos>] + tok(prefix) + [<mask>] * budget_1 + tok(between_1) + ... + [<mask>] * budget_s + tok(suffix).
-  The model sees "\\n" line endings (CRLF files are converted back on output). A space right before an
-  in-line span is left for the model to write (byte BPE glues it to the next word; see _heals).
+  The model sees "\\n" line endings (CRLF files are converted back on output). Token healing: a span that
+  starts inside a line ends its prefix at the start of the last pre-token (a partial word, a space that byte BPE
+  would glue to the next word; infill.core.plan.heal_text), and the fill must begin with that text
+  (infill.decoding.healing), which is then cut off it; a healed span starts its own region.
 * Length policy (token budget per span). `FillOptions.tokens` (--tokens N) wins. Otherwise, when the span
   replaces real text, its token length plus slack (a quarter, at least 8 tokens; no slack for models without
   an end-of-fill pad, whose fills always use the whole budget). Otherwise (an insertion point, blank lines
@@ -149,14 +151,18 @@ def clear_model_cache() -> None:
 def _candidate_edits(
     data: bytes, regions: list[Region], fills: list[Fill], newline: str, index: LineIndex
 ) -> list[Edit]:
-    from infill.textops import one_line_cut, restore_newlines, shape_fill
+    from infill.textops import block_cut, one_line_cut, restore_newlines, shape_fill
 
     edits = []
     plans = [p for r in regions for p in r.spans]
     for plan, fill in zip(plans, fills, strict=True):
-        raw = fill.raw[1:] if plan.healed and fill.raw.startswith(" ") else fill.raw
+        raw = fill.raw
+        if plan.heal:  # token healing: the fill begins with the text before the span, which stays the file's
+            raw = raw[len(plan.heal) :] if raw.startswith(plan.heal) else ""
         if plan.span.one_line:
             raw = one_line_cut(raw, plan.at_line_start)
+        elif plan.span.block_lines:
+            raw = block_cut(raw, plan.prefix, plan.span.block_lines)
         # a marker is not content: a line holding only a marker is shaped as the emptied line it stands for
         # (`--span N` on a blank line), wherever the marker sits on it, so the model's indentation is kept
         replaced = "" if plan.span.placeholder else plan.replaced
@@ -398,6 +404,7 @@ def fill_text(
         score=best_score,
         regions=len(regions),
         accepted_histogram=histogram(totals.accepted),
+        healed=sum(len(p.heal) for r in regions for p in r.spans),  # characters token healing moved into fills
     )
     if not valid and not options.allow_syntax_errors:
         raise _no_valid_fill(data, ordered, best_edits, attempts, rejection, stats)

@@ -32,7 +32,7 @@ class SpanPlan:
     prefix: str  # LF text before the span, up to the previous span or the window (for post-processing)
     replaced: str  # LF text the span replaces
     suffix: str  # LF text after the span, up to the next span or the window
-    healed: bool = False  # the space before the span was moved into the model's fill (see _model_prefix)
+    heal: str = ""  # token healing: the text before the span that the model writes itself (see heal_text)
     gap: int = 0  # bytes between the previous span (or the start) and this one
 
     @property
@@ -72,6 +72,7 @@ class Window:
     has_bos: bool  # a <bos> token starts every sequence
     has_pad: bool  # an end-of-fill pad ends fills early (so a replaced text's budget gets slack)
     groups_spans: bool  # neighbouring spans may share one sequence
+    heals: bool = True  # token healing (heal_text) applies: the prompt ends where the tokenizer would split
 
 
 def plan_regions(
@@ -111,15 +112,17 @@ def plan_regions(
             budget = cap
         before = model_text(data, *_tail(data, prev_end, span.start_byte, window))
         after = model_text(data, *_head(data, span.end_byte, next_start, window))
-        plan = SpanPlan(span, i, budget, before, replaced, after, healed=_heals(before))
+        heal = heal_text(before, tok) if limits.heals else ""
+        plan = SpanPlan(span, i, budget + heal_room(heal), before, replaced, after, heal=heal)
         plan.gap = span.start_byte - prev_end
         plans.append(plan)
     # group neighbouring spans into regions while the masks and the text between them fit
     regions: list[list[tuple[SpanPlan, list[int]]]] = []  # each span with the ids of the text before it
     used = 0
     for plan in plans:
-        near = regions and limits.groups_spans and plan.gap <= window  # farther apart never fits: not tokenized
-        between = tok.encode(model_prefix(plan.prefix, plan.healed)) if near else []
+        # farther apart never fits (not tokenized); a healed span starts a region (its fill's start is constrained)
+        near = regions and limits.groups_spans and plan.gap <= window and not plan.heal
+        between = tok.encode(plan.prefix) if near else []
         cost = len(between) + plan.budget
         if near and used + cost <= cap:
             regions[-1].append((plan, between))
@@ -132,7 +135,7 @@ def plan_regions(
         first, last = group[0][0].span, group[-1][0].span
         pre_start, pre_end = _tail(data, 0, first.start_byte, window)
         suf_start, suf_end = _head(data, last.end_byte, len(data), window)
-        prefix_ids = tok.encode(model_prefix(model_text(data, pre_start, pre_end), group[0][0].healed))
+        prefix_ids = tok.encode(model_prefix(model_text(data, pre_start, pre_end), group[0][0].heal))
         suffix_ids = tok.encode(model_text(data, suf_start, suf_end))
         inner = sum(p.budget for p, _ in group) + sum(len(b) for _, b in group[1:])
         free = max(0, max_length - int(has_bos) - inner)
@@ -202,16 +205,42 @@ def _column_one(line: str) -> bool:
     return bool(line[:1].strip()) and not line.startswith(("#", "//", "/*", "*"))
 
 
-def _heals(before: str) -> bool:
-    """Whether the text before a span ends in a space that the model should write itself.
+MAX_HEAL = 32  # characters a prompt is backed up at most (a longer pre-token is left as it is)
 
-    Byte-level BPE with GPT-2 pre-tokenization glues a space to the following word (" foo"), so a prompt that
-    ends in a lone " " (as in "x = <FILL>", or indentation before a column span) is a token sequence the model
-    never saw. The model sees the text without that space and writes " foo"; the space is removed from the fill
-    again (the file keeps its own). Spans at a line start are untouched (the text before ends with "\n").
+
+def heal_text(before: str, tok: Tokenizer) -> str:
+    """Token healing: the text at the end of `before` (the text before a span) that the model should write
+    itself, or "" for none.
+
+    A prompt that ends inside a word (`len(valu`) ends on pieces the tokenizer would not produce there once the
+    word goes on (`values` is one token; `valu` rarely is), and byte-level BPE glues a space to the next word, so a
+    prompt that ends in " " is as foreign. The prompt is backed up to the start of its last pre-token on the
+    span's line (where the tokenizer splits whatever follows: tokenizers that say where, `pretoken_start`), and
+    the fill must begin with the removed text (infill.decoding.healing); it is cut off the fill again. A span at
+    the start of a line, a tokenizer that cannot say, a cut that is not a token boundary of the line, or more
+    than MAX_HEAL characters: no healing.
     """
-    return before.endswith(" ")
+    line = before[before.rfind("\n") + 1 :]
+    start = getattr(tok, "pretoken_start", None)
+    if not line or start is None:
+        return ""
+    cut = start(line)
+    if cut is None or not 0 <= cut < len(line) or len(line) - cut > MAX_HEAL:
+        return ""
+    kept = tok.encode(line[:cut])
+    if tok.encode(line)[: len(kept)] != kept:
+        return ""
+    return line[cut:]
 
 
-def model_prefix(before: str, healed: bool) -> str:
-    return before[:-1] if healed else before
+def heal_room(heal: str) -> int:
+    """Tokens added to a healed span's budget for the text it must begin with: at least its bytes (a token
+    writes one at least), rounded up to 8, so that typing on inside a word keeps the sequence's layout (and the
+    model's cache of its prompt, which is the same text) from one keystroke to the next."""
+    size = len(heal.encode("utf-8"))
+    return -(-size // 8) * 8
+
+
+def model_prefix(before: str, heal: str) -> str:
+    """The text before a span as the model sees it: without the text token healing moves into the fill."""
+    return before[: len(before) - len(heal)]

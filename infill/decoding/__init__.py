@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from infill.decoding.stats import DecodeStats
     from infill.models.base import AnySubsetModel, FillProblem
 
-__all__ = ["StepCallback", "decode", "score"]
+__all__ = ["StepCallback", "decode", "decode_healing", "score"]
 
 
 def decode(
@@ -59,10 +59,29 @@ def decode(
     return run.result()
 
 
-def score(model: AnySubsetModel, problem: FillProblem, tokens: torch.Tensor, upto: int | None = None) -> torch.Tensor:
+def decode_healing(
+    model: AnySubsetModel, problem: FillProblem, cfg: DecodeConfig, generator: torch.Generator
+) -> tuple[list[int], DecodeStats]:
+    """Only the first tokens of a fill that token healing constrains (problem.heal; infill.decoding.healing),
+    drawn exactly from the model's conditional on the text, for a decoder that goes on from them elsewhere (the
+    block-diffusion decoders, given the tokens of the model's block-size-1 view). Returns (tokens, stats)."""
+    from infill.decoding.healing import heal
+    from infill.decoding.problem import LeftToRight, check_problem, pads_enabled
+    from infill.decoding.stats import DecodeStats
+
+    check_problem(model, problem)
+    ids = problem.ids.detach().to("cpu").clone()  # (N,)
+    masked = problem.masked.detach().to("cpu")  # (M,)
+    stats = DecodeStats(decoder="heal")
+    run = LeftToRight(model, problem, cfg, generator, ids, masked, pads_enabled(model, problem), stats, None)
+    n = heal(run)
+    return ids[masked[:n]].tolist(), stats
+
+
+def score(model: AnySubsetModel, problem: FillProblem, tokens: torch.Tensor, length: int | None = None) -> torch.Tensor:
     """Per-token log q(x_i | prompt, x_{<i}) of the fill `tokens` (M,), from one oracle pass: (M,) float32, or
-    (upto,) for the first `upto` positions only (the pass computes only their rows: each depends only on the
-    prompt and the tokens before it).
+    of its first `length` tokens only (length,): the pass then asks for those rows alone (a fill that ends early
+    needs no more), and they are the same numbers, since position i sees only the tokens before it.
 
     Untransformed model probabilities (no temperature / top-k / top-p); `<mask>` excluded. Sum for a
     sequence score.
@@ -80,7 +99,7 @@ def score(model: AnySubsetModel, problem: FillProblem, tokens: torch.Tensor, upt
         return torch.zeros(0)
     ids = problem.ids.detach().to("cpu").clone()  # (N,)
     ids[masked] = tokens
-    rows = masked if upto is None else masked[: max(1, min(upto, masked.shape[0]))]  # (R,)
-    logits = model.verify(ids, masked, 0, rows)  # (R, V)
-    logq = torch.log_softmax(logits.detach().float().cpu(), dim=-1)  # (R, V)
-    return logq.gather(-1, tokens[: rows.shape[0], None]).squeeze(-1)  # (R,)
+    rows = masked if length is None else masked[: max(1, min(length, masked.shape[0]))]  # (L,)
+    logits = model.verify(ids, masked, 0, rows)  # (L, V)
+    logq = torch.log_softmax(logits.detach().float().cpu(), dim=-1)  # (L, V)
+    return logq.gather(-1, tokens[: rows.shape[0], None]).squeeze(-1)  # (L,)

@@ -29,6 +29,8 @@ Drafts (--draft; each a `DraftSource`, registered in infill.config.DRAFTS):
   lookup  copies of what followed the same tokens elsewhere in the text, point masses verified with a bonus row
           (infill.decoding.lookup).
   epsilon > 0 is LOSSY: accept if r < min(1, q/p + epsilon). Breaks exactness; off (0) by default.
+Token healing (infill.decoding.healing): when the fill must begin with given text, its first tokens are drawn
+exactly from the model's conditional on that before the loop starts; the loop then speculates from there.
 Variable-length spans: with `problem.span_of` and `model.pad_id` set, an accepted or resampled pad ends its
 span: the scan stops there and the rest of that span becomes pad without forward passes.
 """
@@ -38,6 +40,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from infill.config import AssdOptions, options_of
+from infill.decoding.healing import heal
 from infill.decoding.problem import LeftToRight
 from infill.decoding.sampling import transform
 from infill.decoding.speculative import Acceptance, Proposal, accept
@@ -121,7 +124,7 @@ def speculate(run: LeftToRight, source: DraftSource, rule: Acceptance) -> None:
     fallback = ModelDraft(model, cfg, 1)  # the next token alone: a sequential step
     visible = torch.ones_like(ids, dtype=torch.bool)  # (N,) prompt + decoded, for the drafts that read the text
     visible[masked] = False
-    n = 0
+    n = run.settle(0, heal(run), visible) if run.problem.heal is not None else 0  # token healing's first tokens
     while n < M:
         proposal = source.propose(run, visible, n, generator)
         if proposal is None:

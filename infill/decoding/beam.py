@@ -16,6 +16,9 @@ listed after the others in the n-best list. Likewise a finished fill that `probl
 syntax check) does not stop the search: it goes on until no live hypothesis can beat the best accepted fill,
 and refused fills are listed after accepted ones.
 
+With token healing (`problem.heal`, infill.decoding.healing) a token that departs from the text the fill must
+begin with is never an extension, so the search ranks fills by p(fill | prompt, the fill begins with that text).
+
 One pass per step: a model that drafts several sequences at once (infill.models.base.BatchedDraft: the
 left-to-right code models on every engine, and the any-subset XLNet) scores every live hypothesis's next position
 in one batched pass, so a fill of T tokens costs about T passes whatever the width (each hypothesis's keys and
@@ -30,6 +33,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from infill.config import BeamOptions, options_of
+from infill.decoding.healing import allowed_logits
 from infill.decoding.problem import LeftToRight, ends_span, force_pads, is_pad
 
 if TYPE_CHECKING:
@@ -60,6 +64,7 @@ def beam_search(run: LeftToRight) -> None:
     live: list[tuple[float, torch.Tensor, int]] = [(0.0, run.ids.clone(), 0)]
     finished: list[tuple[float, torch.Tensor]] = []
     verdicts: dict[tuple[int, ...], bool] = {}
+    healing = problem.heal
 
     def good(ids: torch.Tensor) -> bool:
         """A finished fill the search may stop at: it writes something and `problem.accept` takes it."""
@@ -80,7 +85,10 @@ def beam_search(run: LeftToRight) -> None:
         extensions: list[tuple[float, torch.Tensor, int]] = []
         order = sorted(live, key=lambda h: h[1][masked[: h[2]]].tolist())
         for (score, ids, n), logits in zip(order, _next_logits(run, order, batched), strict=True):
-            logq = torch.log_softmax(logits.double(), dim=-1)  # (V,)
+            logq = torch.log_softmax(logits.double(), dim=-1)[None]  # (1, V)
+            if healing is not None:  # token healing: only tokens that keep to the text the fill must begin with
+                logq = allowed_logits(logq, healing, healing.pieces.text(ids[masked[:n]].tolist()))
+            logq = logq[0]  # (V,) the model's log-probabilities, not renormalised: the score stays the joint's
             top = torch.topk(logq, min(width, int(torch.isfinite(logq).sum())))
             for lq, x in zip(top.values.tolist(), top.indices.tolist(), strict=True):
                 nxt = ids.clone()
@@ -134,16 +142,23 @@ def _next_logits(run: LeftToRight, live: list[tuple[float, torch.Tensor, int]], 
 
 def _writes(model: AnySubsetModel, problem: FillProblem, ids: torch.Tensor) -> bool:
     """Whether the finished fill `ids` holds, in every span, a token outside `problem.blank` before the span's
-    first pad."""
+    first pad (with token healing, the first span must write more than the text it begins with)."""
     masked = problem.masked.tolist()
     spans = problem.span_of.tolist() if problem.span_of is not None else [0] * len(masked)
     wrote: dict[int, bool] = {}
     ended: set[int] = set()
+    first: list[int] = []  # the first span's tokens before its pad
     for pos, span in zip(masked, spans, strict=True):
         token = int(ids[pos])
         wrote.setdefault(span, False)
         if span in ended or is_pad(model, token):
             ended.add(span)
-        elif token not in problem.blank:
+            continue
+        if span == spans[0]:
+            first.append(token)
+        if token not in problem.blank:
             wrote[span] = True
+    if problem.heal is not None and masked:
+        text = problem.heal.pieces.text(first)
+        wrote[spans[0]] = bool(text[len(problem.heal.text) :].strip())
     return all(wrote.values())

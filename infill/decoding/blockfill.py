@@ -106,21 +106,27 @@ def fill_middle(
     generator: torch.Generator,
     on_step: BlockCallback | None = None,
     done: Callable[[str], bool] | None = None,
+    start: Sequence[int] = (),
 ) -> tuple[str, DecodeStats]:
     """The text between `prefix` and `suffix` (texts, or token ids of the model's tokenizer; see build_prompt)
     without the end token, and the decoding stats. A prompt too long for the model keeps the end of the prefix
     and the start of the suffix. With `done`, a test on the text written so far that no later text can undo,
-    a FIM prompt's generation ends after the token that makes it true (a chat reply is fenced: not cut there)."""
+    a FIM prompt's generation ends after the token that makes it true (a chat reply is fenced: not cut there).
+    `start`: tokens the middle begins with, already decided (token healing's, infill.core.backends): they follow
+    the FIM prompt, the decoder writes at most `max_tokens` after them, and the text returned begins with them."""
     import torch
 
     model = loaded.blockdiff  # ModelError for an any-subset model
     tokenizer = cast("HFTokenizer", loaded.tokenizer)  # block-diffusion folders load an HFTokenizer
     limit = model.max_positions
-    ids, fmt, truncated = build_prompt(tokenizer, prefix, suffix, None if limit is None else limit - max_tokens)
-    prompt = torch.tensor(ids, dtype=torch.long)  # (P,)
+    room = None if limit is None else limit - max_tokens - len(start)
+    ids, fmt, truncated = build_prompt(tokenizer, prefix, suffix, room)
+    if start and fmt != "fim":
+        raise ModelError("a chat-prompted block-diffusion model cannot begin its reply with given tokens")
+    prompt = torch.tensor([*ids, *start], dtype=torch.long)  # (P,)
     stop = text_stop(tokenizer, done) if done is not None and fmt == "fim" else None
     tokens, stats = run_decoder(Generation(model, prompt, max_tokens, cfg, generator, on_step, stop))
-    text = tokenizer.decode(tokens.tolist())
+    text = tokenizer.decode([*start, *tokens.tolist()])
     if fmt == "chat":
         fenced = _FENCE.match(text)
         text = fenced.group(1) if fenced else text

@@ -7,6 +7,7 @@ to show that the exactness test has power. NFE = ceil(M / k).
 from __future__ import annotations
 
 from infill.config import ParallelOptions, options_of
+from infill.decoding.healing import heal
 from infill.decoding.problem import LeftToRight, ends_span, force_pads
 from infill.decoding.sampling import sample, transform
 
@@ -16,10 +17,14 @@ def parallel(run: LeftToRight) -> None:
     sampled independently from model.draft's (k, V) logits, so the fill does not follow the model's joint (the
     mean-field baseline). `run`: as for infill.decoding.assd.assd (run.ids (N,) filled in place at run.masked
     (M,)); returns nothing."""
+    import torch
+
     model, problem, cfg, generator = run.model, run.problem, run.cfg, run.generator
     chunk = options_of(ParallelOptions, cfg).k
     ids, masked, stats = run.ids, run.masked, run.stats
-    n = 0
+    n = heal(run)  # token healing's first tokens (exact), then the chunks
+    if n:
+        n = run.settle(0, n, torch.zeros_like(ids, dtype=torch.bool))
     while n < run.total:
         targets = masked[n : n + chunk]  # (k',)
         logits = model.draft(ids, masked, n, targets)  # (k', V)

@@ -79,13 +79,22 @@ def is_pad(model: AnySubsetModel, token: int) -> bool:
 
 
 def ends_span(model: AnySubsetModel, problem: FillProblem, ids: torch.Tensor, j: int, token: int) -> bool:
-    """Whether `token` at masked[j] ends its span: a pad, or one of the span's stop tokens after some text
-    (a token outside `problem.blank` earlier in the span; `ids` holds the decoded tokens)."""
+    """Whether `token` at masked[j] ends its span: a pad, the span's `ends` test on its tokens so far, or one of
+    the span's stop tokens after some text (a token outside `problem.blank` earlier in the span; `ids` holds the
+    decoded tokens, `token` at masked[j] included)."""
     if is_pad(model, token):
         return True
-    if problem.stops is None or problem.span_of is None:
+    if problem.span_of is None:
         return False
     span = int(problem.span_of[j])
+    end = problem.ends[span] if problem.ends is not None else None
+    if end is not None:
+        i = j
+        while i > 0 and int(problem.span_of[i - 1]) == span:
+            i -= 1
+        return end([int(ids[p]) for p in problem.masked[i : j + 1].tolist()])
+    if problem.stops is None:
+        return False
     if token not in problem.stops[span]:
         return False
     i = j - 1

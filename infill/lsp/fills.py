@@ -3,9 +3,13 @@ calls into the one fill core (infill.api.fill_text) and the docstring filler (in
 the server (infill.lsp.server) turns these results into LSP messages.
 
 Completion at the cursor (inline completion and textDocument/completion alike):
-- on a blank line (only whitespace), the whole line: the model writes the line, indentation included;
+- on a blank line (only whitespace) after a block opener (a line ending in ":" or "{") whose body is empty (the
+  next line with text is not deeper than the opener), a block: up to `lines` lines (a setting), ending where the
+  model dedents to the opener's level; the whole block passes the syntax check as one fill;
+- on another blank line, the whole line: the model writes the line, indentation included;
 - after some text on the line, the rest of the line: a fill inserted at the cursor, up to the end of that line
-  (the text after the cursor stays where it is and is part of the context the model sees);
+  (the text after the cursor stays where it is and is part of the context the model sees); a cursor inside a
+  word or after a partial token is token-healed (infill.core.plan.heal_text);
 - in the indentation of a line that has text after the cursor: nothing (there is no line to complete).
 A fill whose calibrated confidence is below the threshold is not shown. A model without a calibration gives no
 confidence (None), and then every fill is shown.
@@ -22,12 +26,17 @@ from infill.config import TOOL_DECODE, DecodeConfig, FillOptions, ModelSpec
 from infill.errors import InputError, NoValidFillError
 from infill.lsp.documents import Document
 from infill.spans import DEFAULT_TOKENS, Span
+from infill.textops import indent_of
 
 if TYPE_CHECKING:
     from infill.docstrings.outcome import FileResult
 
 Progress = Callable[[dict[str, Any]], None]
-DEFAULT_THRESHOLD = 0.5
+DEFAULT_THRESHOLD = 0.25  # chosen by benchmarks/typing.py (docs/editors.md, "Typing benchmark")
+DEFAULT_LINES = 6  # lines of a multi-line suggestion at most
+MAX_LINES = 50
+TOKENS_PER_LINE = 16  # a block's token budget per line
+KEYS = ("model", "threshold", "tokens", "decoder", "fill", "lines", "context")
 # LSP language identifiers that are not infill's language names
 _LANGUAGE_IDS = {"typescriptreact": "tsx", "javascriptreact": "javascript", "python3": "python"}
 
@@ -46,11 +55,14 @@ class Settings:
     decode: DecodeConfig = TOOL_DECODE
     options: FillOptions = LSP_OPTIONS
     threshold: float = DEFAULT_THRESHOLD
+    lines: int = DEFAULT_LINES  # a multi-line suggestion's lines at most (1: one line everywhere)
+    context: bool = True  # lines of the other open and recently changed documents join retrieval's candidates
 
     @classmethod
     def parse(cls, given: object) -> Settings:
-        """Settings from a client's JSON: {"model", "threshold", "tokens", "decoder", "fill": {any parameter of
-        the server's fill method}}, flat or under an "infill" key. InputError names what is wrong."""
+        """Settings from a client's JSON: {"model", "threshold", "tokens", "decoder", "lines", "context", "fill":
+        {any parameter of the server's fill method}}, flat or under an "infill" key, all of them (`merge` takes
+        some keys at a time). InputError names what is wrong."""
         from infill.config import check_decode
         from infill.options import BY_NAME
         from infill.server.params import from_params
@@ -63,7 +75,7 @@ class Settings:
         if isinstance(given.get("infill"), Mapping):
             given = given["infill"]
         assert isinstance(given, Mapping)
-        unknown = sorted(set(given) - {"model", "threshold", "tokens", "decoder", "fill"})
+        unknown = sorted(set(given) - set(KEYS))
         if unknown:
             raise InputError(f"unknown setting(s): {', '.join(map(str, unknown))}")
         extra = given.get("fill", {})
@@ -73,6 +85,12 @@ class Settings:
         threshold = given.get("threshold", DEFAULT_THRESHOLD)
         if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 <= threshold <= 1:
             raise InputError('"threshold" must be a number from 0 to 1')
+        lines = given.get("lines", DEFAULT_LINES)
+        if isinstance(lines, bool) or not isinstance(lines, int) or not 1 <= lines <= MAX_LINES:
+            raise InputError(f'"lines" must be a whole number from 1 to {MAX_LINES}')
+        context = given.get("context", True)
+        if not isinstance(context, bool):
+            raise InputError('"context" must be true or false')
         unknown = sorted(set(params) - set(BY_NAME))
         if unknown:
             raise InputError(f"unknown fill parameter(s): {', '.join(map(str, unknown))}")
@@ -85,7 +103,51 @@ class Settings:
         if "tokens" in parts["options"] and parts["options"]["tokens"] < 1:
             raise InputError('"tokens" must be at least 1')
         options = replace(LSP_OPTIONS, **parts["options"])
-        return cls(ModelSpec(**parts["model"]), decode, options, float(threshold))
+        return cls(ModelSpec(**parts["model"]), decode, options, float(threshold), lines, context)
+
+
+def merge(current: Mapping[str, Any], given: object) -> tuple[dict[str, Any], list[str]]:
+    """The settings in force (`current`, as a client sends them) with the keys `given` sends, flat or under an
+    "infill" key: a key sent replaces that key only (null sets it back to its default; keys of "fill" merge the
+    same way), and a key or value that Settings.parse refuses is left as it was and named in the list of
+    problems returned (the caller logs them and shows them once)."""
+    if given is None:
+        return dict(current), []
+    if not isinstance(given, Mapping):
+        return dict(current), ["settings must be an object; nothing changed"]
+    sent: Mapping[str, Any] = given["infill"] if isinstance(given.get("infill"), Mapping) else given
+    merged, problems = dict(current), []
+    for key, value in sent.items():
+        if key not in KEYS:
+            problems.append(f"unknown setting {key!r} (ignored)")
+            continue
+        changes: list[tuple[str | tuple[str, str], object]] = [(key, value)]
+        if key == "fill" and isinstance(value, Mapping):
+            changes = [(("fill", k), v) for k, v in value.items()]
+        for name, new in changes:
+            trial = _with(merged, name, new)
+            try:
+                Settings.parse(trial)
+            except InputError as exc:
+                label = ".".join(map(str, name)) if isinstance(name, tuple) else str(name)
+                problems.append(f"{label}: {exc} (ignored)")
+                continue
+            merged = trial
+    return merged, problems
+
+
+def _with(settings: Mapping[str, Any], name: str | tuple[str, str], value: object) -> dict[str, Any]:
+    """`settings` with one key (or, for ("fill", key), one key of "fill") set to `value`; None removes it."""
+    out = dict(settings)
+    target = out
+    if isinstance(name, tuple):
+        target = out["fill"] = dict(out["fill"]) if isinstance(out.get("fill"), Mapping) else {}
+    key = name[1] if isinstance(name, tuple) else name
+    if value is None:
+        target.pop(key, None)
+    else:
+        target[key] = value
+    return out
 
 
 def language_of(document: Document) -> str | None:
@@ -107,22 +169,62 @@ class Target:
     span: Span
 
 
-def cursor_target(document: Document, offset: int) -> Target | None:
-    """The span a completion at string offset `offset` fills (see the module docstring), or None."""
-    text, lines = document.text, document.lines
-    line, _ = lines.position(offset, "utf-32")
-    start, end = lines.starts[line], lines.end_of(line)
+def cursor_target(document: Document, offset: int, lines: int = 1) -> Target | None:
+    """The span a completion at string offset `offset` fills (see the module docstring), or None; `lines` is the
+    most lines a block may have."""
+    text, index = document.text, document.lines
+    line, _ = index.position(offset, "utf-32")
+    start, end = index.starts[line], index.end_of(line)
     before, after = text[start:offset], text[offset:end]
     if not text.strip():
         return None  # nothing to fill around
+    block = 0
     if not (before + after).strip():
         a, b = start, end
+        if lines > 1 and empty_body(text, start, end):
+            block = lines
     elif not before.strip():
         return None
     else:
         a = b = offset
-    span = Span(document.byte_offset(a), document.byte_offset(b), "cursor", DEFAULT_TOKENS["span"], one_line=True)
-    return Target(a, b, span)
+    budget = TOKENS_PER_LINE * block if block else DEFAULT_TOKENS["span"]
+    span = Span(document.byte_offset(a), document.byte_offset(b), "cursor", budget, one_line=not block)
+    return Target(a, b, replace(span, block_lines=block))
+
+
+_OPENERS = (":", "{")
+
+
+def empty_body(text: str, start: int, end: int) -> bool:
+    """Whether the blank line text[start:end] follows a block opener (a line ending in ":" or "{", a comment
+    after it aside) whose body has no line yet: the next line with text is not deeper than the opener."""
+    above = _line_with_text(text, start, -1)
+    if above is None:
+        return False
+    code = above.split("#", 1)[0] if "#" in above else above
+    if not code.rstrip().endswith(_OPENERS):
+        return False
+    below = _line_with_text(text, end, 1)
+    return below is None or len(indent_of(below)) <= len(indent_of(above))
+
+
+def _line_with_text(text: str, at: int, step: int) -> str | None:
+    """The nearest line with text before the line starting at `at` (step -1) or after the line ending at `at`
+    (step 1), found without splitting the whole text."""
+    while True:
+        if step < 0:
+            if at <= 0:
+                return None
+            begin = text.rfind("\n", 0, at - 1) + 1
+            line, at = text[begin : at - 1], begin
+        else:
+            if at >= len(text):
+                return None
+            stop = text.find("\n", at + 1)
+            stop = len(text) if stop < 0 else stop
+            line, at = text[at + 1 : stop], stop
+        if line.strip():
+            return line
 
 
 def selection_target(document: Document, start: int, end: int) -> Target:
@@ -143,10 +245,20 @@ class Filled:
     warnings: list[str] = field(default_factory=list)
 
 
-def fill(document: Document, target: Target, settings: Settings, on_progress: Progress | None = None) -> Filled | None:
-    """Fill `target` with infill.api.fill_text; None when no fill passes the checks (NoValidFillError)."""
+def fill(
+    document: Document,
+    target: Target,
+    settings: Settings,
+    on_progress: Progress | None = None,
+    context: tuple[str, ...] = (),
+) -> Filled | None:
+    """Fill `target` with infill.api.fill_text, with `context` (texts of other documents) beside the user's
+    --context; None when no fill passes the checks (NoValidFillError)."""
     from infill.api import fill_text
 
+    options = settings.options
+    if context:
+        options = replace(options, context=options.context + context)
     try:
         result = fill_text(
             document.text,
@@ -154,13 +266,50 @@ def fill(document: Document, target: Target, settings: Settings, on_progress: Pr
             language=language_of(document),
             model=settings.model,
             decode=settings.decode,
-            options=settings.options,
+            options=options,
             on_progress=on_progress,
         )
     except NoValidFillError:
         return None
     (edit,) = result.edits
-    return Filled(target.start, target.end, edit.text, result.confidence, result.stats, result.warnings)
+    confidence = editor_confidence(settings, result.stats, request_features(document, target))
+    if confidence is None:
+        confidence = result.confidence
+    return Filled(target.start, target.end, edit.text, confidence, result.stats, result.warnings)
+
+
+EDITOR_CALIBRATION = "editor_calibration.json"  # beside a model's weights: the confidence of editor requests
+# what an editor request adds to a fill's features (infill.api.fill_features): where the cursor is
+REQUEST_FEATURES = ("in_line", "typed", "rest", "healed")
+
+
+def request_features(document: Document, target: Target) -> dict[str, float]:
+    """Where a completion was asked for: after text on its line (`in_line`), how many characters of the line
+    were typed before the cursor and stand after it (`typed`, `rest`, without the indentation)."""
+    start = document.text.rfind("\n", 0, target.start) + 1
+    stop = document.text.find("\n", target.end)
+    before = document.text[start : target.start].strip()
+    after = document.text[target.end : len(document.text) if stop < 0 else stop].strip()
+    return {"in_line": float(bool(before)), "typed": float(len(before)), "rest": float(len(after))}
+
+
+def editor_confidence(settings: Settings, stats: Mapping[str, Any], request: Mapping[str, float]) -> float | None:
+    """The calibrated probability that a completion is right, from the model's editor calibration
+    (EDITOR_CALIBRATION, fitted on editor-like requests of held-out files: benchmarks/editor_calibration.py) for
+    the decoder in use, or None (the fill's own confidence is then the answer)."""
+    from infill.api import load_model
+    from infill.config import decode_label
+    from infill.core.calibration import calibration_of
+
+    features = stats.get("features")
+    if not isinstance(features, Mapping):
+        return None
+    loaded = load_model(settings.model)  # cached: the model that just filled
+    calibrator = calibration_of(loaded.info.get("path"), EDITOR_CALIBRATION)
+    if calibrator is None or calibrator.meta.get("decoder") != decode_label(settings.decode):
+        return None
+    values = {**features, **request, "healed": float(stats.get("healed", 0))}
+    return round(calibrator.predict(values), 4)
 
 
 def shown(filled: Filled | None, document: Document, settings: Settings) -> Filled | None:

@@ -43,7 +43,9 @@ import infill
 from infill.config import ModelSpec
 from infill.errors import InfillError
 from infill.lsp import fills
+from infill.lsp.context import ContextRing
 from infill.lsp.documents import ENCODINGS, Document, Encoding, PositionError, lone_surrogate
+from infill.lsp.typeahead import Typeahead
 from infill.server.handlers import RequestCancelled, cancel_check
 
 T = TypeVar("T")
@@ -196,6 +198,9 @@ class InfillServer(LanguageServer):
         self.max_input_bytes = max_input_bytes  # documents above this size get no fills (0: no limit)
         self.documents: dict[str, Document] = {}
         self.settings = fills.Settings()
+        self.sent_settings: dict[str, Any] = {}  # what the client's settings say, merged key by key
+        self.typeahead: dict[str, Typeahead] = {}  # by document
+        self.ring = ContextRing()  # chunks of the open and recently changed documents
         self.jobs: dict[Any, Job] = {}  # by request id
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="infill-fill")
         self.told: set[str] = set()  # the documents (and languages) whose problem was told
@@ -233,6 +238,8 @@ class InfillServer(LanguageServer):
         item = params.text_document
         document = Document(item.uri, item.language_id, item.version, item.text)
         self.documents[item.uri] = document
+        self.typeahead[item.uri] = Typeahead()
+        self.remember_context(document, 0)
         if fills.language_of(document) is None and item.language_id not in ("plaintext", "text", ""):
             self.tell(
                 f"language:{item.language_id}",
@@ -258,9 +265,19 @@ class InfillServer(LanguageServer):
                 document.change(params.text_document.version, change.text, start, end, self.encoding)
             except PositionError:
                 continue  # the document is marked broken (its next request says so) until a full text comes
+        last = params.content_changes[-1] if params.content_changes else None
+        if isinstance(last, lsp.TextDocumentContentChangePartial) and document.broken is None:
+            self.remember_context(document, last.range.start.line)
+
+    def remember_context(self, document: Document, line: int) -> None:
+        """Keep the chunk of `document` around `line` for the completions of other documents (not of a document
+        no fill would read)."""
+        if self.unusable(document) is None:
+            self.ring.take(document.uri, document.text, document.lines.starts, line)
 
     def closed(self, params: lsp.DidCloseTextDocumentParams) -> None:
         self.documents.pop(params.text_document.uri, None)
+        self.typeahead.pop(params.text_document.uri, None)
         self.told.discard(params.text_document.uri)
 
     def document(self, uri: str) -> Document:
@@ -343,13 +360,19 @@ class InfillServer(LanguageServer):
         self.worker.submit(load)
 
     def configure(self, given: object) -> None:
-        """New settings from the client; on a bad one the old settings stay and the user is told why."""
-        try:
-            settings = fills.Settings.parse(given)
-        except InfillError as exc:
-            self.tell(None, f"settings not applied: {exc}", lsp.MessageType.Error)
-            return
+        """Settings from the client, merged into those in force key by key (fills.merge): a key it does not send
+        keeps its value; a key or value that is refused keeps the old one, and the user is told which and why
+        (logged on stderr too)."""
+        sent, problems = fills.merge(self.sent_settings, given)
+        for problem in problems:
+            logger.warning("settings: %s", problem)
+        if problems:
+            self.tell(None, f"settings not applied: {'; '.join(problems)}", lsp.MessageType.Error)
+        settings = fills.Settings.parse(sent)  # merge kept only what parses
+        self.sent_settings = sent
         reload = settings.model != self.settings.model
+        if settings != self.settings:  # suggestions of other settings are not these settings' answers
+            self.typeahead = {uri: Typeahead() for uri in self.typeahead}
         self.settings = settings
         if reload:
             self.load_model()
@@ -365,6 +388,11 @@ class InfillServer(LanguageServer):
             self.tell(uri, why)
             return None
         self.told.discard(uri)  # usable again: a later problem is told again
+        typeahead = self.typeahead.setdefault(uri, Typeahead())
+        if selected is None:  # the rest of a suggestion shown before, when what was typed since begins it
+            known = typeahead.answer(document.text, offset)
+            if known is not None:
+                return (document, known) if known else None
         snapshot = Document(document.uri, document.language_id, document.version, document.text)
         prefix = ""
         if selected is not None:  # the completion menu's selected item is part of what the fill continues
@@ -374,13 +402,14 @@ class InfillServer(LanguageServer):
             prefix = selected.text
             snapshot.text = document.text[:start] + prefix + document.text[end:]
             offset = start + len(prefix)
-        target = fills.cursor_target(snapshot, offset)
+        settings = self.settings
+        target = fills.cursor_target(snapshot, offset, settings.lines)
         if target is None:
             return None
-        settings = self.settings
+        context = self.ring.texts(uri) if settings.context else ()
         job = Job(uri, completion=True)
         try:
-            filled = await self.run(job, lambda check: fills.fill(snapshot, target, settings, check))
+            filled = await self.run(job, lambda check: fills.fill(snapshot, target, settings, check, context))
         except RequestCancelled:
             if job.why == "cancelled by the client":
                 raise JsonRpcRequestCancelled() from None
@@ -388,7 +417,14 @@ class InfillServer(LanguageServer):
         except InfillError as exc:
             raise RequestFailed(str(exc)) from None
         filled = fills.shown(filled, snapshot, settings)
-        if filled is None or document.version != snapshot.version:
+        if self.documents.get(uri) is not document or document.version != snapshot.version:
+            return None  # never a suggestion for an older version of the document
+        if selected is None and settings is self.settings:
+            if filled is None:
+                typeahead.nothing(document.text, offset)
+            else:
+                typeahead.remember(document.text, filled)
+        if filled is None:
             return None
         if selected is not None:  # one item from the selected item's start: its text and the fill after it
             start = self.offset(document, selected.range.start)
@@ -468,15 +504,17 @@ def build(max_input_bytes: int) -> InfillServer:
             job.cancel("the server is shutting down")
 
     @server.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
-    async def inline_completion(
-        ls: InfillServer, params: lsp.InlineCompletionParams
-    ) -> lsp.InlineCompletionList | None:
+    async def inline_completion(ls: InfillServer, params: lsp.InlineCompletionParams) -> dict[str, Any] | None:
+        """An InlineCompletionList of one item: insertText replaces range (the whole line on a blank line, else
+        nothing: an insertion at the cursor), and `confidence`, the calibrated probability that it is right
+        (null for a model without a calibration), beside the protocol's fields for a client that dims or
+        filters (unknown fields are ignored by other clients)."""
         found = await ls.complete(params.text_document.uri, params.position, params.context.selected_completion_info)
         if found is None:
             return None
         document, filled = found
         item = lsp.InlineCompletionItem(filled.text, range=ls.range(document, filled.start, filled.end))
-        return lsp.InlineCompletionList([item])
+        return {"items": [{**ls.protocol._converter.unstructure(item), "confidence": filled.confidence}]}
 
     @server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions())
     async def completion(ls: InfillServer, params: lsp.CompletionParams) -> lsp.CompletionList | None:
@@ -491,10 +529,12 @@ def build(max_input_bytes: int) -> InfillServer:
         elif start < word and text.startswith(document.text[start:word]):
             text, start = text[word - start :], word
         label = text.strip().splitlines()[0] if text.strip() else text
+        confidence = "" if filled.confidence is None else f" ({filled.confidence:.0%})"
         item = lsp.CompletionItem(
             label=label if len(label) <= 80 else label[:77] + "...",
             kind=lsp.CompletionItemKind.Text,
-            detail="infill",
+            detail=f"infill{confidence}",
+            data={"confidence": filled.confidence},
             sort_text="0",
             filter_text=text,
             insert_text_format=lsp.InsertTextFormat.PlainText,

@@ -5,8 +5,9 @@ Shapes: N = sequence length, M = masked positions, k = targets in one call, V = 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -34,9 +35,14 @@ class FillProblem:
              outside `blank`: the line breaks of a one-line span, whose text is cut at its first line break after
              some text anyway. Decoding stays exact for the fill up to its end; what would follow is never sampled.
     blank:   whitespace-only tokens (see `stops`).
+    ends:    per span, a test on the span's tokens so far (the last one just decoded) that ends the span after
+             that token when true (a block of lines at its dedent); like `stops`, it keeps its answer for every
+             longer fill. None for a span without one.
     accept:  beam search only: whether a finished fill (its M tokens, in decoding order) may be returned, e.g.
              whether the file still parses with it. The search goes on past fills it refuses and ranks them last.
              None accepts every fill. Samplers ignore it (rejecting samples would change their distribution).
+    heal:    token healing: the text the first span's fill must begin with (the characters the prompt was backed
+             up over, infill.decoding.healing), or None.
     """
 
     ids: torch.Tensor
@@ -44,7 +50,65 @@ class FillProblem:
     span_of: torch.Tensor | None = None
     stops: tuple[frozenset[int], ...] | None = None
     blank: frozenset[int] = frozenset()
+    ends: tuple[Callable[[list[int]], bool] | None, ...] | None = None
     accept: Callable[[list[int]], bool] | None = None
+    heal: Healing | None = None
+
+
+class Pieces:
+    """The bytes of every token id (b"" for tokens that write no text: pad, specials), indexed so that the
+    tokens consistent with a text still to be written are found without a pass over the vocabulary."""
+
+    def __init__(self, pieces: Sequence[bytes]) -> None:
+        self.pieces = tuple(pieces)
+        self._sorted = sorted((p, i) for i, p in enumerate(self.pieces) if p)
+        self._keys = [p for p, _ in self._sorted]
+        self._ids: dict[bytes, list[int]] = {}
+        for p, i in self._sorted:
+            self._ids.setdefault(p, []).append(i)
+
+    def consistent(self, rest: bytes) -> list[int]:
+        """Ids whose bytes begin with `rest` (they write it and may go on) or are a non-empty beginning of it."""
+        out = [i for k in range(1, len(rest)) for i in self._ids.get(rest[:k], ())]
+        at = bisect.bisect_left(self._keys, rest)
+        while at < len(self._keys) and self._keys[at].startswith(rest):
+            out.append(self._sorted[at][1])
+            at += 1
+        return out
+
+    def text(self, ids: Sequence[int]) -> bytes:
+        return b"".join(self.pieces[i] if 0 <= i < len(self.pieces) else b"" for i in ids)
+
+
+@dataclass(frozen=True)
+class Healing:
+    """Token healing's constraint (infill.decoding.healing): the fill's text must begin with `text` (bytes)."""
+
+    text: bytes
+    pieces: Pieces
+    _masks: dict[tuple[bytes, int], torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
+
+    def rest(self, written: bytes) -> bytes | None:
+        """What of `text` is still to be written after `written` (b"" once it is all written), or None when
+        `written` has left it."""
+        if written.startswith(self.text):
+            return b""
+        if self.text.startswith(written):
+            return self.text[len(written) :]
+        return None
+
+    def mask(self, rest: bytes, vocab_size: int) -> torch.Tensor:
+        """(V,) bool: the tokens consistent with `rest` (Pieces.consistent), cached."""
+        import torch
+
+        key = (rest, vocab_size)
+        found = self._masks.get(key)
+        if found is None:
+            found = torch.zeros(vocab_size, dtype=torch.bool)
+            ids = [i for i in self.pieces.consistent(rest) if i < vocab_size]
+            found[ids] = True
+            self._masks[key] = found
+        return found
 
 
 class AnySubsetModel(Protocol):

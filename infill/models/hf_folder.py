@@ -14,6 +14,7 @@ Importing this module does not import torch.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from collections.abc import Iterator
@@ -89,6 +90,32 @@ class HFTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return str(self.hf.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+
+    def pretoken_start(self, text: str) -> int | None:
+        """Where the last pre-token of `text` starts, for a fast tokenizer (infill.models.tokenizer)."""
+        from infill.models.tokenizer import pretoken_start
+
+        backend = getattr(self.hf, "backend_tokenizer", None)
+        return pretoken_start(backend, text) if backend is not None else None
+
+    def token_bytes(self, i: int) -> bytes:
+        """The bytes one token writes (b"" for special tokens): GPT-2's byte alphabet for byte-level BPE,
+        sentencepiece's "▁" for a space and <0xNN> for a byte otherwise."""
+        from infill.models.tokenizer import piece_bytes
+
+        if i in self._specials:
+            return b""
+        piece = self.hf.convert_ids_to_tokens(int(i))
+        return piece_bytes(piece, self._byte_level) if isinstance(piece, str) else b""
+
+    @functools.cached_property
+    def _byte_level(self) -> bool:
+        backend = getattr(self.hf, "backend_tokenizer", None)
+        return "ByteLevel" in type(getattr(backend, "decoder", None)).__name__
+
+    @functools.cached_property
+    def _specials(self) -> set[int]:
+        return self.special_ids()
 
     def token_id(self, token: str) -> int | None:
         """The id of a single (special) token, or None when the vocabulary lacks it."""

@@ -126,6 +126,11 @@ class ByteBPETokenizer:
         """The bytes of one token; b'' for special tokens."""
         return self._bytes[i]
 
+    def pretoken_start(self, text: str) -> int | None:
+        """Where the last pre-token of `text` starts (a string offset): the tokenizer splits there whatever
+        text follows, so a prompt cut there ends on a token boundary (token healing: infill.core.plan)."""
+        return pretoken_start(self._tok, text)
+
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         return b"".join(self._bytes[i] for i in ids)
 
@@ -135,6 +140,31 @@ class ByteBPETokenizer:
 
     def lossless(self, text: str) -> bool:
         return self.decode(self.encode(text)) == text
+
+
+def pretoken_start(tok: Any, text: str) -> int | None:
+    """The start of the last pre-token of `text` under a `tokenizers.Tokenizer`'s pre-tokenizer, or None when it
+    has none."""
+    pre = getattr(tok, "pre_tokenizer", None)
+    if pre is None or not text:
+        return None
+    pieces = pre.pre_tokenize_str(text)
+    return int(pieces[-1][1][0]) if pieces else None
+
+
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def piece_bytes(piece: str, byte_level: bool) -> bytes:
+    """The bytes a vocabulary piece writes: through GPT-2's byte alphabet for a byte-level BPE; else
+    sentencepiece's spelling ("▁" a space, <0xNN> one byte)."""
+    if byte_level:
+        dec = _byte_decoder()
+        return bytes(dec[c] for c in piece) if all(c in dec for c in piece) else piece.encode("utf-8")
+    found = _BYTE_PIECE.fullmatch(piece)
+    if found:
+        return bytes([int(found.group(1), 16)])
+    return piece.replace(_SP_SPACE, " ").encode("utf-8")
 
 
 # --- XLNet sentencepiece

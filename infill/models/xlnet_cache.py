@@ -111,6 +111,7 @@ class XLNetKVCache:
         self._tokens: list[int] = []  # committed masked tokens, rank order
         self._n_prompt = 0
         self._kr: list[torch.Tensor] = []  # per layer (n, dh, 2N - 1): relative keys by distance, transposed
+        self._kr_of: tuple[int, torch.device] | None = None  # the (N, device) they were computed for
         # drafts whose rows the last verify pass left at _R..: (committed tokens then, draft tokens)
         self._stash: tuple[list[int], list[int]] | None = None
 
@@ -164,7 +165,10 @@ class XLNetKVCache:
         self._key = (N, tuple(masked.tolist()))
         self._prompt_ids = ids[p_pos].clone()
         self._N = N
-        self._kr = [self.net.relative_keys(layer, N, ids.device).contiguous() for layer in self.layers]
+        if self._kr_of != (N, ids.device):  # they depend on the length and the weights only: a new prompt of the
+            # same length (the next keystroke's) keeps them
+            self._kr = [self.net.relative_keys(layer, N, ids.device).contiguous() for layer in self.layers]
+            self._kr_of = (N, ids.device)
         L, n, dh, dtype = len(self.layers), s.n_head, s.d_head, self._kr[0].dtype  # the weights' dtype
         # zeros: every pass reads the whole buffers (masked), so rows never written must be finite
         self._keys = torch.zeros(L, n, dh, N, device=ids.device, dtype=dtype)
