@@ -40,6 +40,15 @@ def fast_bf16(device_type: str = "cpu") -> bool:
     return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
+def int8_dot_saturates() -> bool:
+    """Whether an x86 CPU's unsigned-by-signed int8 dot product saturates (no VNNI: AVX2's pmaddubsw adds pairs
+    into int16), which makes int8 weights (ONNX Runtime's u8 x s8 kernel) wrong wherever activations and weights
+    are both large; u8 x u8 kernels do not saturate. Not x86 (no `avx2` flag), or VNNI: False."""
+    flags = cpu_flags()
+    vnni = "avx512_vnni" in flags or "avx_vnni" in flags or "amx_int8" in flags
+    return "avx2" in flags and not vnni
+
+
 def decode_threads(requested: int | None = None) -> int:
     """Intra-op threads for decoding: `requested`, else $INFILL_THREADS (InputError for a junk value), else 1."""
     from infill import environment

@@ -205,3 +205,22 @@ def test_unknown_engine_and_onnx_on_a_block_diffusion_model(tmp_path: Path) -> N
     code, _, err = fill(str(p), "--span", "4:4", "--model", "blockdiff", "--engine", "onnx-int8")
     assert code == ModelError.exit_code and "AS-ARM" in err
     assert p.read_text() == SOURCE
+
+
+@pytest.mark.parametrize(
+    ("flags", "saturates"),
+    [
+        ({"avx2"}, True),
+        ({"avx2", "avx512_vnni"}, False),
+        ({"avx2", "avx_vnni"}, False),
+        ({"asimd"}, False),
+        (set(), False),
+    ],
+)
+def test_unsigned_int8_weights_only_where_the_signed_kernel_saturates(
+    monkeypatch: pytest.MonkeyPatch, flags: set[str], saturates: bool
+) -> None:
+    from infill import hardware
+
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset(flags))
+    assert hardware.int8_dot_saturates() is saturates

@@ -7,7 +7,10 @@ eager time on a CPU (docs/performance.md): a pass is a few hundred operations, m
 a fraction of a microsecond each against several in eager PyTorch, and its matrix products of a few rows are
 faster. `onnx-int8` also quantizes the graph's weight matrices to int8 (per output
 channel; the activations are quantized on the fly), which reads a quarter of the bytes per pass but changes the
-logits (by up to about 0.2, a total variation of up to 0.02 between the distributions): an option, not exact.
+logits (by up to about 0.2, a total variation of up to 0.05 between the distributions): an option, not exact.
+Signed int8 weights on an x86 CPU without VNNI give distributions a total variation of 0.45 away (the kernel's
+int16 sums saturate), so there the weights are unsigned (hardware.int8_dot_saturates) and the graph is another
+file.
 
 Exporting takes seconds (tens on a loaded machine), so a graph is written once per weights and code, into the
 user's cache directory (`$INFILL_CACHE_DIR`, else `$XDG_CACHE_HOME/infill`, else ~/.cache/infill; `onnx/`),
@@ -159,8 +162,9 @@ def export(net: TwoStreamXLNet, path: Path) -> None:
         logging.getLogger("torch").setLevel(level)
 
 
-def quantize(source: Path, path: Path) -> None:
-    """The graph `source` with its weight matrices in int8 (ONNX Runtime's dynamic quantization), to `path`."""
+def quantize(source: Path, path: Path, unsigned: bool) -> None:
+    """The graph `source` with its weight matrices in int8 (ONNX Runtime's dynamic quantization), to `path`:
+    unsigned weights where the CPU's signed kernel saturates (`unsigned`, hardware.int8_dot_saturates)."""
     import logging
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -170,7 +174,8 @@ def quantize(source: Path, path: Path) -> None:
     root.setLevel(logging.ERROR)  # its advice to pre-process the model, logged on the root logger
     try:
         # per output channel: a scale per column of each weight matrix, half the error of one scale per matrix
-        quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8, per_channel=True)
+        weights = QuantType.QUInt8 if unsigned else QuantType.QInt8
+        quantize_dynamic(str(source), str(path), weight_type=weights, per_channel=True)
     finally:
         root.setLevel(level)
 
@@ -188,15 +193,18 @@ def graph_file(net: TwoStreamXLNet, int8: bool) -> Path:
 
 
 def _made(folder: Path, name: str, net: TwoStreamXLNet, int8: bool) -> Path:
+    from infill.hardware import int8_dot_saturates
+
+    unsigned = int8 and int8_dot_saturates()
     fp32 = folder / f"{name}.onnx"
-    target = folder / f"{name}-int8.onnx" if int8 else fp32
+    target = folder / f"{name}-{'uint8' if unsigned else 'int8'}.onnx" if int8 else fp32
     if target.is_file():
         return target
     if not fp32.is_file():
         print(f"infill: exporting the model to ONNX (once for these weights) into {folder}", file=sys.stderr)
         _atomic(fp32, lambda tmp: export(net, tmp))
     if int8:
-        _atomic(target, lambda tmp: quantize(fp32, tmp))
+        _atomic(target, lambda tmp: quantize(fp32, tmp, unsigned))
     return target
 
 
