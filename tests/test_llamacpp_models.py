@@ -213,7 +213,9 @@ def test_the_extra_not_installed(ggufs: dict[str, Path], tmp_path: Path, monkeyp
 
     monkeypatch.setattr(llamacpp, "available", lambda: False)
     code, line = fill_fails(tmp_path, str(ggufs["qwen"]))
-    assert code == 2 and "pip install 'infill[llamacpp]'" in line
+    from infill.extras import install_hint
+
+    assert code == 2 and install_hint("llamacpp") in line and "infill[" not in line
 
 
 def test_a_missing_gguf_file_and_folder_flags(ggufs: dict[str, Path], tmp_path: Path) -> None:

@@ -60,7 +60,9 @@ def require() -> Any:
     """The llama_cpp module, its backend initialised once, its log captured; InputError (exit 2) naming the extra
     when it is not installed."""
     if not available():
-        raise InputError("GGUF models run on llama.cpp, which is not installed: pip install 'infill[llamacpp]'")
+        from infill.extras import install_hint
+
+        raise InputError(f"GGUF models run on llama.cpp, which is not installed: {install_hint('llamacpp')}")
     import llama_cpp
 
     _Log.install(llama_cpp)
