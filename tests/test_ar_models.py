@@ -135,7 +135,7 @@ def test_a_model_in_the_hf_cache_is_listed_and_filled_with_offline(
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))  # $HF_HUB_CACHE, read when huggingface_hub loads
     r = CliRunner().invoke(main, ["models", "--json", "--cache-dir", str(cache)])
     (entry,) = [e for e in json.loads(r.stdout) if e["name"] == "Qwen/Qwen2.5-Coder-0.5B"]
-    assert entry["kind"] == "ar" and entry["revision"] is None
+    assert entry["kind"] == "ar" and entry["revision"] == "main"  # the ref the snapshot was downloaded as
     path = tmp_path / "notes.txt"
     path.write_text("first line\nsecond line\n")
     code, out, err = fill(str(path), "--span", "2", "--model", "Qwen/Qwen2.5-Coder-0.5B", "--diff")

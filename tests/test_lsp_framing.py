@@ -1,5 +1,5 @@
 """The language server's framing (infill.lsp.framing): every badly framed message gets an answer and the next message
-is read, whatever was wrong (issue 38: one bad frame made `infill lsp` deaf for good, a huge Content-Length ended it).
+is read, whatever was wrong (one bad frame made `infill lsp` deaf for good, a huge Content-Length ended it).
 The reader is checked byte by byte here; a real server is fed each malformed frame and must answer the request after
 it."""
 

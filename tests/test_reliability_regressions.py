@@ -377,7 +377,7 @@ def test_item06_without_chown_rights_the_file_is_rewritten_in_place(
     p = tmp_path / "a.py"
     p.write_text(SIMPLE)
     before = p.stat()
-    monkeypatch.setattr(patch, "_take_metadata", lambda tmp, st: False)  # as for a user who cannot chown
+    monkeypatch.setattr(patch, "_take_metadata", lambda tmp, path, st: False)  # as for a user who cannot chown
     fill_line_1(p)
     assert p.stat().st_ino == before.st_ino  # same file: owner and group untouched
     assert p.read_text() == SIMPLE.replace("x = 1", "x = 2")

@@ -1,5 +1,5 @@
-"""Never make a file worse, a third time: one regression test per defect a third sweep of 552 bad-input cases found
-(issue 38), grouped as it reported them: high (lost buffers, writes after Ctrl-C, a deaf language server), medium,
+"""Never make a file worse, a third time: one regression test per defect a third sweep of 552 bad-input cases found,
+grouped as it reported them: high (lost buffers, writes after Ctrl-C, a deaf language server), medium,
 low, and the tests it said were missing. Each test failed on the code before its fix.
 """
 
