@@ -34,7 +34,7 @@ torch.set_num_threads(1)
 END, PRE, SUF, MID = 5, 6, 7, 8
 VOCAB = 9
 FIM = FimTokens("qwen", PRE, SUF, MID)
-SAMPLES = 20_000
+SAMPLES = 8_000  # the negative controls are then at p < 1e-300; the positive ones take a third of the time
 LOOKUP = DecodeConfig(decoder="assd", draft="lookup", k=4)
 MASK = VOCAB  # CausalFim's mask id: an id no logit has
 
@@ -110,7 +110,7 @@ def assert_lookup_matches_the_joint(model: Memo, layout: str) -> None:
     counts = draw_counts(model, problem, draw)
     joint = exact_joint(model, problem, LOOKUP)
     assert pooled_p_value(counts, joint, SAMPLES) > 1e-4
-    assert drafted > 1000  # the lookup proposed drafts (else this tests only sequential steps)
+    assert drafted > SAMPLES // 20  # the lookup proposed drafts (else this tests only sequential steps)
 
 
 @pytest.mark.parametrize("layout", ["match-before-gap", "match-in-suffix"])
