@@ -543,9 +543,14 @@ def _kept_logprobs(logprobs: Any, length: int) -> list[float]:
 
 
 def _models(client: Client) -> list[dict[str, Any]]:
-    answer = client.get("/v1/models", absent_ok=True) or {}
+    """The models the server lists ([] where it has no /v1/models); RemoteError for an answer without its list."""
+    answer = client.get("/v1/models", absent_ok=True)
+    if answer is None:
+        return []
     data = answer.get("data")
-    return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+    if not isinstance(data, list):
+        raise RemoteError(f"model server {client.target.base} answered malformed JSON to /v1/models (no data)")
+    return [m for m in data if isinstance(m, dict)]
 
 
 def load_remote(spec: ModelSpec) -> LoadedModel:
