@@ -183,6 +183,22 @@ def test_sampling_and_the_family_from_the_models_name(tmp_path: Path) -> None:
         assert len({b["seed"] for b in bodies}) == len(bodies) >= 3
 
 
+def test_a_server_that_refuses_echo_fills_without_ranking_lines(tmp_path: Path) -> None:
+    """llama.cpp's llama-server answers `echo` with an error: the sample is kept, the file's lines are not ranked."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/completions") and body and body.get("echo"):
+            handler.send(400, {"error": {"message": "Only no echo is supported"}})
+        else:
+            healthy(handler, path, body)
+
+    (tmp_path / "other.py").write_text(SOURCE.replace("total = sum", "total = len"))  # its line 2: a candidate
+    for server in serve(answer):
+        code, _, err = fill(tmp_path, server.url + "#qwen-fake", "--context", str(tmp_path / "other.py"))
+        assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
+        assert sum(bool(s[3] and s[3].get("echo")) for s in server.seen) == 1
+
+
 def test_the_language_server_answers_with_an_error_and_keeps_serving(tmp_path: Path) -> None:
     pytest.importorskip("pygls")
     from fixtures_lsp import LspClient

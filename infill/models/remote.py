@@ -195,15 +195,20 @@ class Client:
             conn.close()
             self._local.conn = None
 
-    def post(self, path: str, body: dict[str, Any], *, absent_ok: bool = False) -> dict[str, Any] | None:
+    def post(
+        self, path: str, body: dict[str, Any], *, absent_ok: bool = False, refused_ok: bool = False
+    ) -> dict[str, Any] | None:
         """The JSON object the server answers to POST `path` (relative to the server's root); None for a 404 or
-        405 when `absent_ok` (an endpoint this server does not have)."""
-        return self._request("POST", path, body, absent_ok)
+        405 when `absent_ok` (an endpoint this server does not have), and for a 400, 422 or 500 when `refused_ok`
+        (a field it does not take: llama.cpp's llama-server refuses `echo`)."""
+        return self._request("POST", path, body, absent_ok, refused_ok)
 
     def get(self, path: str, *, absent_ok: bool = False) -> dict[str, Any] | None:
         return self._request("GET", path, None, absent_ok)
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None, absent_ok: bool) -> dict[str, Any] | None:
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None, absent_ok: bool, refused_ok: bool = False
+    ) -> dict[str, Any] | None:
         data = json.dumps(body).encode("utf-8") if body is not None else None
         headers = {"Accept": "application/json", "User-Agent": "infill"}
         if data is not None:
@@ -222,7 +227,7 @@ class Client:
                 time.sleep(min(retry_after if retry_after is not None else 0.5 * 2**attempt, MAX_WAIT))
                 continue
             break
-        if status in (404, 405) and absent_ok:
+        if (status in (404, 405) and absent_ok) or (status in (400, 422, 500) and refused_ok):
             return None
         if status in (401, 403):
             raise RemoteError(
@@ -495,7 +500,10 @@ class RemoteFim:
             return None
         body = self._body(prompt + tail, 1, echo=True, logprobs=1, **Sampling(0.0, 0, 1.0, None).fields())
         self.nfe += 1
-        answer = self.client.post("/v1/completions", body)
+        answer = self.client.post("/v1/completions", body, refused_ok=True)
+        if answer is None:  # the server does not take `echo`
+            self.scores_prompts = False
+            return None
         choice = self._choice(answer)
         logprobs = choice.get("logprobs")
         values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
