@@ -16,7 +16,8 @@ from infill.errors import DecodeError, InputError
 DecoderName = str  # a key of DECODERS
 DraftName = str  # a key of DRAFTS
 # any-subset autoregressive (XLNet), block diffusion, or a left-to-right (autoregressive) code model with FIM tokens
-ModelKind = Literal["asarm", "blockdiff", "ar"]
+# or one on a model server (infill.models.remote: the server samples, the tool plans, checks and ranks)
+ModelKind = Literal["asarm", "blockdiff", "ar", "remote"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 # what runs the AS-ARM's cached pass: eager PyTorch, or ONNX Runtime on a graph exported from the same module
 # (fp32, exact to 1e-5; or int8 weights, not exact); auto = onnx when the `onnx` extra is installed and the
@@ -173,7 +174,7 @@ DECODERS: dict[DecoderName, Decoder] = {
         "exact speculative sampling of drafts (--draft)",
     ),
     "sequential": Decoder(
-        "infill.decoding.assd:sequential", ("asarm", "ar"), SequentialOptions, "exact, one pass per token"
+        "infill.decoding.assd:sequential", ("asarm", "ar", "remote"), SequentialOptions, "exact, one pass per token"
     ),
     "parallel": Decoder(
         "infill.decoding.parallel:parallel", ("asarm",), ParallelOptions, "the mean-field baseline, not exact"
@@ -293,6 +294,8 @@ class ModelSpec:
     revision: str | None = None  # HF cache revision, e.g. "code" or "nlp" for the ASSD checkpoints
     mask_token: str | None = None  # block-diffusion mask token override (e.g. "<|MASK|>"); None = from the folder
     engine: EngineName = "auto"  # AS-ARM models: what runs the forward passes (see EngineName)
+    api_key_file: str | None = None  # a model server's API key is read from this file (never a command-line value)
+    allow_http: bool = False  # a model server at plain http:// on another machine (the text leaves unencrypted)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ wire (`--format json`, the server). The CLI converts them to exit codes; nothing
 Exit codes (documented in `infill fill --help`, the README and docs/reliability.md), defined here once (ExitCode):
   0 ok, 1 changes needed (--check, or --diff with a change), 2 usage / input error, 3 no valid fill (every
   candidate would break the file's syntax; nothing was written), 4 low confidence (the best fill's calibrated
-  confidence is below --min-confidence; nothing was written), 123 internal or model error, and what a shell
+  confidence is below --min-confidence; nothing was written), 123 internal or model error (a model server that
+  is down, too slow or answers malformed JSON included: RemoteError), and what a shell
   reports for a tool stopped by a signal (128 + the signal): 130 Ctrl-C (SIGINT), 141 stdout closed early
   (SIGPIPE), 143 SIGTERM.
 """
@@ -24,7 +25,7 @@ class ExitCode(IntEnum):
     USAGE = 2  # usage or input error
     NO_VALID_FILL = 3  # every candidate breaks the syntax; nothing was written
     LOW_CONFIDENCE = 4  # the best fill's calibrated confidence is below --min-confidence; nothing was written
-    INTERNAL = 123  # model or internal error, or the file changed on disk meanwhile
+    INTERNAL = 123  # model or internal error (a model server down or answering garbage), or the file changed on disk
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
     BROKEN_PIPE = 141  # stdout's reader went away (128 + SIGPIPE), e.g. `infill ... | head -1`
     TERMINATED = 143  # SIGTERM (128 + 15)
@@ -87,6 +88,13 @@ class ModelError(InfillError):
 
     exit_code = ExitCode.INTERNAL
     code = "model_error"
+
+
+class RemoteError(ModelError):
+    """A model server (--model URL) is down, too slow, refuses the request or answers malformed JSON; nothing is
+    written. Its message never holds the API key."""
+
+    code = "remote_error"
 
 
 class DecodeError(InfillError):

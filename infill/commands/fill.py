@@ -75,8 +75,8 @@ prints only the text, and echoes the input unchanged on any failure.
 Exit codes: 0 ok, 1 changes needed (--check, or --diff with a change),
 2 usage or input error, 3 no valid fill (every candidate breaks the
 syntax; nothing written), 4 low confidence (below --min-confidence;
-nothing written), 123 internal or model error, 130 / 143
-interrupted (Ctrl-C / SIGTERM).
+nothing written), 123 internal or model error (a model server down
+or answering garbage), 130 / 143 interrupted (Ctrl-C / SIGTERM).
 """
 
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from infill.errors import ModelError
 
 PREFIX_SHARE = 0.75  # share of the free context given to the prefix (the suffix gets the rest)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -81,9 +83,43 @@ def find_fim(token_id: Callable[[str], int | None], where: str = "the tokenizer"
     return None
 
 
+def fim_layout(pre: T, prefix: Sequence[T], suf: T, suffix: Sequence[T], mid: T) -> list[T]:
+    """The one prompt layout of every family: PREFIX_TOKEN prefix SUFFIX_TOKEN suffix MIDDLE_TOKEN, over token ids
+    (a model run here) or text (a model on a server, which tokenizes the prompt itself)."""
+    return [pre, *prefix, suf, *suffix, mid]
+
+
 def fim_prompt(fim: FimTokens, prefix: Sequence[int], suffix: Sequence[int]) -> list[int]:
     """PREFIX_TOKEN prefix SUFFIX_TOKEN suffix MIDDLE_TOKEN: the model writes the middle next."""
-    return [fim.prefix, *prefix, fim.suffix, *suffix, fim.middle]
+    return fim_layout(fim.prefix, prefix, fim.suffix, suffix, fim.middle)
+
+
+def fim_text(spelled: tuple[str, str, str], prefix: str, suffix: str) -> str:
+    """The FIM prompt as text, its three tokens spelled as the server's tokenizer knows them (infill.models.remote):
+    the server turns their text into the special tokens."""
+    return "".join(fim_layout(spelled[0], [prefix], spelled[1], [suffix], spelled[2]))
+
+
+# words in a model's name that say its family, for a server that cannot tokenize for us (Ollama)
+NAME_HINTS: tuple[tuple[str, str], ...] = (
+    ("qwen", "qwen"),
+    ("starcoder", "starcoder"),
+    ("santacoder", "starcoder"),
+    ("codellama", "codellama"),
+    ("code-llama", "codellama"),
+    ("deepseek", "deepseek"),
+)
+
+
+def family_named(name: str) -> FimFamily | None:
+    """The family called `name` (qwen, starcoder, codellama, deepseek), or None."""
+    return next((f for f in FAMILIES if f.name == name), None)
+
+
+def family_of_model_name(model: str) -> FimFamily | None:
+    """The family a model's name says (qwen2.5-coder:1.5b -> qwen), or None."""
+    lowered = model.lower()
+    return next((family_named(family) for hint, family in NAME_HINTS if hint in lowered), None)
 
 
 def split_context(free: int, prefix: int, suffix: int) -> tuple[int, int]:

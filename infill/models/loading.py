@@ -1,6 +1,9 @@
 """Loading a model by name (`load`): a registered name (infill.models.registry) first, else a folder: the
 default, a local folder, or an HF-cache repo id.
 
+A URL (`http://host:8000/v1#model`) names a model on an OpenAI-compatible server (infill.models.remote, kind
+"remote").
+
 Never downloads: HF repo ids resolve only from the local cache (local_files_only / offline). A GGUF file, or a
 name in Ollama's store (infill.models.ollama), loads on llama.cpp (infill.models.llamacpp, kind "ar"). The folder's
 config.json picks the backend (folder_kind): "xlnet" -> XLNetAnySubset (kind "asarm"); a block-diffusion folder
@@ -160,6 +163,10 @@ def resolve_gguf(spec: ModelSpec) -> tuple[Path, str, str | None] | None:
 
 
 def load_by_name(spec: ModelSpec) -> LoadedModel:
+    from infill.models import remote
+
+    if remote.is_remote(spec.name):
+        return remote.load_remote(spec)
     gguf = resolve_gguf(spec)
     if gguf is not None:
         from infill.models import llamacpp

@@ -15,6 +15,7 @@ from infill.errors import ModelError
 if TYPE_CHECKING:
     from infill.models.base import AnySubsetModel, Tokenizer
     from infill.models.blockdiff_model import BlockDiffModel
+    from infill.models.remote import RemoteFim
 
 __all__ = ["Factory", "LoadedModel", "ModelKind", "factory_of", "register", "registered", "unregister"]
 
@@ -27,12 +28,13 @@ class LoadedModel:
     kind "ar": a left-to-right code model, infill.models.autoregressive.CausalFim, which implements that protocol
     too (`.asarm`) for one span decoded in order.
     kind "blockdiff": `model` is a block-diffusion backend, infill.models.blockdiff.BlockDiffModel (`.blockdiff`).
+    kind "remote": a left-to-right code model on a server, infill.models.remote.RemoteFim (`.remote`).
     What the fill core does with each kind is infill.core.backends.
     """
 
     name: str
     kind: ModelKind
-    model: AnySubsetModel | BlockDiffModel
+    model: AnySubsetModel | BlockDiffModel | RemoteFim
     tokenizer: Tokenizer
     info: dict[str, Any] = field(default_factory=dict)  # size, provenance, path, device ...
 
@@ -49,6 +51,13 @@ class LoadedModel:
         if self.kind != "blockdiff":
             raise ModelError(f"model {self.name!r} is not a block-diffusion model")
         return cast("BlockDiffModel", self.model)
+
+    @property
+    def remote(self) -> RemoteFim:
+        """The model on a server; ModelError for one run here."""
+        if self.kind != "remote":
+            raise ModelError(f"model {self.name!r} is not on a model server")
+        return cast("RemoteFim", self.model)
 
 
 Factory = Callable[[ModelSpec], LoadedModel]

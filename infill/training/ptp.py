@@ -244,7 +244,7 @@ def train(
     for prm in teacher.parameters():
         prm.requires_grad_(False)
     tok = Tokenizer.from_file(str(Path(teacher_folder) / "tokenizer.json"))
-    sp = specials(tok, loaded.model.mask_id)
+    sp = specials(tok, loaded.blockdiff.mask_id)
     rng = random.Random(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     log(f"reading {corpus} ...")

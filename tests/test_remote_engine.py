@@ -1,0 +1,89 @@
+"""The remote engine (`--model URL#MODEL`, infill.models.remote) against a real server: llama-cpp-python's own
+OpenAI-compatible server on 127.0.0.1 with tiny GGUF models, started once for the module. Greedy fills equal the
+in-process llama.cpp engine's on the same file; the family is found through the server's tokenizer; retrieved lines
+are scored by the server (`echo`); sampling is reproducible by --seed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fixtures_remote import LlamaServer, require_server_extra
+
+require_server_extra()
+
+from fixtures_bd import tiny_causal_lm  # noqa: E402
+from fixtures_llamacpp import NINE, VOCAB, network_gguf  # noqa: E402
+
+from infill import api  # noqa: E402
+from infill.cli import main  # noqa: E402
+from infill.config import TOOL_DECODE, ModelSpec  # noqa: E402
+from infill.models.tiny_gguf import tiny_gguf  # noqa: E402
+from infill.spans import Selection, resolve  # noqa: E402
+
+LETTERS = "abcdeabcdeabcdeabcde"  # the nine-token vocabulary has no line break
+SOURCE = "def mean(xs):\n    total = sum(xs)\n    return total / len(xs)\n\n\ndef first(xs):\n    return xs[0]\n"
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """One server with two models: "nine" (a random network over a, b, c, d, e, one end token and the three FIM
+    tokens: the server's greedy distribution is the tool's, as no other special token exists to ban or merge) and
+    "qwen" (the tiny Qwen2.5-Coder-layout model of infill.models.tiny_gguf)."""
+    base = tmp_path_factory.mktemp("remote")
+    nine = network_gguf(base / "nine.gguf", tiny_causal_lm("qwen2", seed=3, vocab=VOCAB), NINE)
+    qwen = tiny_gguf(base / "qwen.gguf", "qwen")
+    server = LlamaServer({"nine": nine, "qwen": qwen})
+    server.start(base / "server.log")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def run(tmp_path: Path, name: str, text: str, *args: str) -> tuple[int, str, str]:
+    path = tmp_path / name
+    path.write_text(text)
+    api.clear_model_cache()
+    r = CliRunner().invoke(main, ["fill", str(path), *args])
+    return r.exit_code, r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("span", ["1:3-1:9", "1:1-1:6", "1:12-1:21"])
+def test_greedy_fills_equal_the_in_process_engines(llama: LlamaServer, tmp_path: Path, span: str) -> None:
+    """The same weights on the server and in this process, the same file and span: the same diff."""
+    assert llama.models["nine"].is_file()
+    args = ["--span", span, "--diff", "--decoder", "sequential", "--temperature", "0"]
+    here = run(tmp_path, "l.txt", LETTERS, *args, "--model", str(llama.models["nine"]))
+    there = run(tmp_path, "l.txt", LETTERS, *args, "--model", f"{llama.url}#nine")
+    assert here[0] == 1 and here[1].startswith("---"), here
+    assert there == here
+
+
+def test_the_family_comes_from_the_servers_tokenizer_and_lines_are_scored_by_it(
+    llama: LlamaServer, tmp_path: Path
+) -> None:
+    """The tiny Qwen model: FIM tokens found by tokenizing them on the server; the tool's defaults (beam search,
+    which a server runs as greedy) fill a Python line, retrieved lines of the file ranked beside the sample."""
+    api.clear_model_cache()
+    loaded = api.load_model(ModelSpec(name=f"{llama.url}#qwen"))
+    assert loaded.kind == "remote" and loaded.info["fim"] == "qwen" and loaded.info["tokenizer"] == "server"
+    assert loaded.remote.spelled == ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+    code, out, err = run(tmp_path, "m.py", SOURCE, "--span", "7", "--model", f"{llama.url}#qwen", "--format", "json")
+    doc = json.loads(out)
+    assert code == 0, err
+    assert doc["stats"]["decoder"] == "sequential" and len(doc["edits"]) == 1
+    spans = resolve(SOURCE.encode(), (Selection("span", "7"),), "python", "m.py")
+    result = api.fill_text(SOURCE, spans, language="python", model=loaded, decode=TOOL_DECODE)
+    assert result.stats["retrieved"] >= 1  # the file's other lines, each scored by one request with echo
+    assert loaded.remote.scores_prompts is True  # llama.cpp returns the prompt's log-probabilities
+
+
+def test_samples_are_reproducible_by_seed(llama: LlamaServer, tmp_path: Path) -> None:
+    args = ["--span", "1:3-1:9", "--diff", "--temperature", "1", "-n", "3", "--model", f"{llama.url}#nine"]
+    first = run(tmp_path, "l.txt", LETTERS, *args, "--seed", "7")
+    again = run(tmp_path, "l.txt", LETTERS, *args, "--seed", "7")
+    assert first[0] == 1 and first == again

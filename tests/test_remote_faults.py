@@ -1,0 +1,236 @@
+"""The remote engine's faults, as a user meets them: a server that is down, slow, busy or answering garbage is one
+stderr line, exit 123 and the file untouched; 429 and 503 are retried after the server's Retry-After; the API key
+is sent but never printed; plain http to another machine needs an opt-in; the language server answers the request
+with an error and keeps serving. The servers here are standard-library fakes (tests/fixtures_remote.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from fixtures_remote import FakeHandler, FakeServer, completion, fake, free_port, healthy
+
+from infill import api
+from infill.cli import main
+from infill.errors import ExitCode
+
+SOURCE = "def mean(xs):\n    total = sum(xs)\n    return total / len(xs)\n"
+KEY = "sk-test-7f3a9c2e51d84b60"
+OUTPUTS: list[str] = []  # every stdout and stderr of this process's fills in this module (kept: see the last test)
+
+
+def held(*outputs: str) -> None:
+    """Each test's outputs are checked for the key where they are made (a module's tests may run in different
+    processes), and kept for the last test."""
+    assert not [o for o in outputs if KEY in o]
+    OUTPUTS.extend(outputs)
+
+
+@pytest.fixture(autouse=True)
+def key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFILL_API_KEY", KEY)
+    monkeypatch.setenv("INFILL_REMOTE_TIMEOUT", "0.5")
+
+
+def serve(answer: Any) -> Iterator[FakeServer]:
+    yield from fake(answer)
+
+
+def fill(tmp_path: Path, url: str, *args: str) -> tuple[int, str, str]:
+    path = tmp_path / "m.py"
+    path.write_text(SOURCE)
+    api.clear_model_cache()
+    r = CliRunner().invoke(main, ["fill", str(path), "--span", "2", "--model", url, "-v", *args])
+    held(r.stdout, r.stderr)
+    return r.exit_code, r.stdout, r.stderr
+
+
+def fails(tmp_path: Path, url: str, *args: str) -> str:
+    """A fill that must fail with exit 123: one stderr line, the file byte for byte as it went in."""
+    code, _, stderr = fill(tmp_path, url, *args)
+    assert (tmp_path / "m.py").read_text() == SOURCE
+    lines = stderr.splitlines()
+    assert code == ExitCode.INTERNAL and len(lines) == 1 and lines[0].startswith("error: "), (code, stderr)
+    return lines[0]
+
+
+def test_a_server_that_is_down(tmp_path: Path) -> None:
+    line = fails(tmp_path, f"http://127.0.0.1:{free_port()}/v1#m")
+    assert "is not reachable" in line
+
+
+def test_a_server_that_stops_between_fills(tmp_path: Path) -> None:
+    """A healthy server fills; stopped, the next fill is exit 123 and writes nothing."""
+    servers = serve(healthy)
+    server = next(servers)
+    code, _, err = fill(tmp_path, server.url + "#qwen-fake")
+    assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
+    assert server.seen[-1][2].get("Authorization") == f"Bearer {KEY}"  # the key is sent in the header only
+    next(servers, None)
+    assert "is not reachable" in fails(tmp_path, server.url + "#qwen-fake")
+
+
+def slow(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+    if path.endswith("/completions"):
+        time.sleep(1.5)
+    healthy(handler, path, body)
+
+
+def test_a_slow_server_times_out(tmp_path: Path) -> None:
+    for server in serve(slow):
+        started = time.monotonic()
+        line = fails(tmp_path, server.url + "#qwen-fake")
+        assert "did not answer within 0.5 s" in line and time.monotonic() - started < 1.5
+
+
+@pytest.mark.parametrize("where", ["/v1/models", "/v1/completions"])
+@pytest.mark.parametrize("garbage", [b"<html>oops</html>", b'{"choices": "no"}', b"[1, 2]"])
+def test_garbage_answers(tmp_path: Path, where: str, garbage: bytes) -> None:
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith(where):
+            handler.send(200, garbage)
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(answer):
+        assert "malformed JSON" in fails(tmp_path, server.url + "#qwen-fake")
+
+
+def test_busy_then_answering_is_retried_after_retry_after(tmp_path: Path) -> None:
+    tries: list[float] = []
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/completions") and len(tries) < 2:
+            tries.append(time.monotonic())
+            handler.send(429 if not tries[1:] else 503, {"error": "busy"}, {"Retry-After": "1"})
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(answer):
+        started = time.monotonic()
+        code, _, err = fill(tmp_path, server.url + "#qwen-fake")
+        assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
+        assert len(tries) == 2 and time.monotonic() - started >= 2.0  # waited the server's second, twice
+
+
+def test_always_busy_gives_up(tmp_path: Path) -> None:
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/completions"):
+            handler.send(503, {"error": "busy"}, {"Retry-After": "0"})
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(answer):
+        assert "is busy (HTTP 503) after 4 tries" in fails(tmp_path, server.url + "#qwen-fake")
+        assert sum(s[1].endswith("/completions") for s in server.seen) == 4
+
+
+def test_a_refused_key_and_an_error_quoting_it(tmp_path: Path) -> None:
+    """Servers that quote the key back (in a 401 and in a 500's message): neither reaches the user."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        auth = handler.headers.get("Authorization", "")
+        if path.endswith("/models"):
+            handler.send(401, {"error": {"message": f"invalid key {auth}"}})
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(answer):
+        assert "refused the request (HTTP 401)" in fails(tmp_path, server.url + "#qwen-fake")
+
+    def quoting(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/completions"):
+            handler.send(500, {"error": {"message": f"cannot use {handler.headers.get('Authorization')}"}})
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(quoting):
+        line = fails(tmp_path, server.url + "#qwen-fake", "--format", "json")
+        assert "HTTP 500: cannot use Bearer ***" in line
+
+
+def test_the_key_from_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INFILL_API_KEY")
+    (tmp_path / "key").write_text(KEY + "\n")
+    for server in serve(healthy):
+        code, _, err = fill(tmp_path, server.url + "#qwen-fake", "--api-key-file", str(tmp_path / "key"))
+        assert code == 0, err
+        assert all(s[2].get("Authorization") == f"Bearer {KEY}" for s in server.seen)
+    code, _, err = fill(tmp_path, "http://127.0.0.1:1/v1#m", "--api-key-file", str(tmp_path / "missing"))
+    assert code == ExitCode.USAGE and "cannot read the API key file" in err
+
+
+def test_plain_http_to_another_machine_needs_an_opt_in(tmp_path: Path) -> None:
+    code, _, err = fill(tmp_path, "http://192.0.2.10:8000/v1#m")
+    assert code == ExitCode.USAGE and "--allow-http" in err and (tmp_path / "m.py").read_text() == SOURCE
+    code, _, err = fill(tmp_path, f"http://user:{KEY}@127.0.0.1:8000/v1#m")
+    assert code == ExitCode.USAGE and "no credentials in the URL" in err
+
+
+def test_sampling_and_the_family_from_the_models_name(tmp_path: Path) -> None:
+    """Without a tokenizer endpoint (Ollama) the family comes from the name; each sample is one request with the
+    family's FIM prompt, its end tokens and the line break as stops, and its own seed."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/completions"):
+            handler.send(200, completion(f"    y = {body['seed'] % 7 if body and 'seed' in body else 0}"))
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(answer):
+        code, _, err = fill(tmp_path, server.url + "#qwen-fake", "--temperature", "1", "-n", "3")
+        assert code == 0, err
+        bodies = [s[3] for s in server.seen if s[1].endswith("/completions")]
+        assert bodies[0]["prompt"].startswith("<|fim_prefix|>def mean(xs):\n") and bodies[0]["model"] == "qwen-fake"
+        assert bodies[0]["prompt"].endswith("<|fim_middle|>") and bodies[0]["stop"][-1] == "\n"
+        assert len({b["seed"] for b in bodies}) == len(bodies) >= 3
+
+
+def test_a_server_that_refuses_echo_fills_without_ranking_lines(tmp_path: Path) -> None:
+    """llama.cpp's llama-server answers `echo` with an error: the sample is kept, the file's lines are not ranked."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/completions") and body and body.get("echo"):
+            handler.send(400, {"error": {"message": "Only no echo is supported"}})
+        else:
+            healthy(handler, path, body)
+
+    (tmp_path / "other.py").write_text(SOURCE.replace("total = sum", "total = len"))  # its line 2: a candidate
+    for server in serve(answer):
+        code, _, err = fill(tmp_path, server.url + "#qwen-fake", "--context", str(tmp_path / "other.py"))
+        assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
+        assert sum(bool(s[3] and s[3].get("echo")) for s in server.seen) == 1
+
+
+def test_the_language_server_answers_with_an_error_and_keeps_serving(tmp_path: Path) -> None:
+    pytest.importorskip("pygls")
+    from fixtures_lsp import LspClient
+
+    request_failed = -32803
+    uri = "file:///project/m.py"
+    client = LspClient()
+    try:
+        for server in serve(healthy):
+            client.initialize({"model": f"http://127.0.0.1:{free_port()}/v1#m"})
+            client.open(uri, "def mean(xs):\n    total = sum(xs)\n    \n    return total / len(xs)\n")
+            response = client.inline(uri, 2, 4)
+            assert response["error"]["code"] == request_failed and "is not reachable" in response["error"]["message"]
+            client.configure({"model": server.url + "#qwen-fake", "threshold": 0})
+            response = client.inline(uri, 2, 4)
+            assert "error" not in response, response
+            assert isinstance(response["result"]["items"], list)
+    finally:
+        assert client.close() == 0
+        held(client.stderr())
+
+
+def test_no_output_held_the_key(tmp_path: Path) -> None:
+    """Every output above was checked where it was made (the module's tests may run in several processes); this
+    one adds a server that is down, and looks at every output this process kept."""
+    code, _, err = fill(tmp_path, f"http://127.0.0.1:{free_port()}/v1#m")
+    assert code == ExitCode.INTERNAL and "is not reachable" in err
+    assert OUTPUTS and not [o for o in OUTPUTS if KEY in o]
