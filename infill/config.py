@@ -301,6 +301,9 @@ class ModelSpec:
 @dataclass(frozen=True)
 class FillOptions:
     tokens: int | None = None  # token budget per span; None = the length policy (see core/pipeline.py)
+    # tokens of the input the model sees at most, around the spans (None: the model's whole window); a shorter
+    # window makes the first pass of a fill cheaper (the language server's default: infill.lsp.fills)
+    max_context: int | None = None
     candidates: int = 1  # -n: candidates ranked by log-likelihood
     max_resample: int = 4  # extra samples when a candidate adds syntax errors
     syntax_check: bool = True

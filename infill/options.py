@@ -181,6 +181,16 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "options",
+        "max_context",
+        ("--max-context",),
+        "Tokens of the file the model sees at most, around the spans (default: the model's window; fewer: a "
+        "faster first pass, less context).",
+        IntRange(min=32),
+        metavar="TOKENS",
+        show_default=False,
+    ),
+    Option(
+        "options",
         "candidates",
         ("-n", "--candidates"),
         "Sample N candidates; keep the most likely.",

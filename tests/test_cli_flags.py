@@ -61,3 +61,18 @@ def test_flags_reach_the_request(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert (m.revision, m.mask_token, m.bf16) == ("code", "<|MASK|>", False)
     # the request survives the JSON round trip the daemon uses
     assert FillRequest.from_dict(req.to_dict()) == req
+
+
+def test_max_context_crops_what_the_model_sees(tmp_path: Path) -> None:
+    """--max-context: the model sees at most that many tokens around the span, and -v says so; below 32 is a
+    usage error."""
+    path = tmp_path / "long.py"
+    path.write_text("".join(f"value_{i} = {i}\n" for i in range(60)))
+    base = ["fill", str(path), "--span", "30", "-o", "-", "-v", "--daemon", "off", "--no-retrieve"]
+    r = CliRunner().invoke(main, [*base, "--max-context", "40"])
+    assert r.exit_code == 0, r.stderr
+    assert "context truncated to --max-context 40 tokens" in r.stderr
+    full = CliRunner().invoke(main, base)
+    assert full.exit_code == 0 and "truncated" not in full.stderr
+    bad = CliRunner().invoke(main, [*base, "--max-context", "31"])
+    assert bad.exit_code == 2 and "--max-context" in bad.stderr

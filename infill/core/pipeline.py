@@ -245,13 +245,16 @@ def fill_text(
         return FillResult(text, [], stats, warnings)
     index = LineIndex(data)
     window = backend.window(loaded)
+    if options.max_context is not None and options.max_context < window.max_length:
+        window = replace(window, max_length=options.max_context)
     regions = plan_regions(data, ordered, loaded.tokenizer, window, options, warnings, index)
     notes: list[str] = []
     if any(r.truncated for r in regions):
         # a small model's window is often shorter than the file: only worth a warning when it hides the start of
         # the block the spans are in (e.g. the signature of the function being filled); otherwise a note for -v
         lines = ", ".join(f"lines {r.seen[0]}-{r.seen[1]}" for r in regions if r.truncated)
-        message = f"context truncated to the model's {window.max_length} tokens: it saw {lines} of {index.count}"
+        whose = "--max-context" if window.max_length == options.max_context else "the model's"
+        message = f"context truncated to {whose} {window.max_length} tokens: it saw {lines} of {index.count}"
         if any(r.block_cut for r in regions):
             warnings.append(f"{message}, not the start of the block around the span(s)")
         else:
