@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from infill.docstrings.outcome import FileResult
 
 Progress = Callable[[dict[str, Any]], None]
-DEFAULT_THRESHOLD = 0.25  # chosen by benchmarks/typing.py (docs/editors.md, "Typing benchmark")
+DEFAULT_THRESHOLD = 0.35  # chosen by benchmarks/typing.py (docs/editors.md, "Typing benchmark")
 DEFAULT_LINES = 6  # lines of a multi-line suggestion at most
 MAX_LINES = 50
 TOKENS_PER_LINE = 16  # a block's token budget per line
