@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
@@ -106,3 +107,15 @@ def restarts_daemon(name: str) -> bool:
     unknown INFILL_* one too, to be safe) except those only a client reads."""
     variable = BY_NAME.get(name)
     return variable is None or not variable.client_only
+
+
+DATA_ENV = "INFILL_DATA_DIR"
+
+
+def data_dir() -> Path:
+    """Where infill keeps what it learns about models it does not own (the calibration of an Ollama model or of a
+    model on a server): $INFILL_DATA_DIR, else $XDG_DATA_HOME/infill, else ~/.local/share/infill."""
+    if os.environ.get(DATA_ENV):
+        return Path(os.environ[DATA_ENV]).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share") / "infill"

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infill.config import ModelSpec
+from infill.environment import data_dir
 from infill.errors import InputError, ModelError
 from infill.models.gguf import TOKEN_CONTROL, GGUFHeader
 
@@ -48,7 +48,6 @@ HEADROOM = 2048  # KV cells beyond the longest sequence, for the tails of the ot
 UBATCH = 512  # tokens llama.cpp computes at once (a longer prompt goes in several)
 TOKEN_UNUSED = 5  # tokenizer.ggml.token_type of padding rows ([PAD<i>])
 F32 = 0  # ggml_type of f32 (a file of f32 weights: its KV cache too)
-DATA_ENV = "INFILL_DATA_DIR"
 
 
 def available() -> bool:
@@ -341,15 +340,6 @@ class GGUFTokenizer:
         """The vocabulary's own end tokens (end of text, end of turn)."""
         ends = {int(self.lib.llama_vocab_eos(self.vocab)), int(self.lib.llama_vocab_eot(self.vocab))}
         return {i for i in ends if i >= 0}
-
-
-def data_dir() -> Path:
-    """Where infill keeps what it learns about models it does not own (an Ollama model's calibration):
-    $INFILL_DATA_DIR, else $XDG_DATA_HOME/infill, else ~/.local/share/infill."""
-    if os.environ.get(DATA_ENV):
-        return Path(os.environ[DATA_ENV]).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share") / "infill"
 
 
 def calibration_file(path: Path, ollama: str | None) -> Path:

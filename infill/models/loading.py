@@ -163,10 +163,12 @@ def resolve_gguf(spec: ModelSpec) -> tuple[Path, str, str | None] | None:
 
 
 def load_by_name(spec: ModelSpec) -> LoadedModel:
-    from infill.models import remote
+    from infill.models.remote_http import is_remote
 
-    if remote.is_remote(spec.name):
-        return remote.load_remote(spec)
+    if is_remote(spec.name):
+        from infill.models.remote_load import load_remote
+
+        return load_remote(spec)
     gguf = resolve_gguf(spec)
     if gguf is not None:
         from infill.models import llamacpp

@@ -1,0 +1,288 @@
+"""The connection to a model server (infill.models.remote): its address (`URL#MODEL[;fim=FAMILY]`), the API key,
+and an HTTP client with timeouts and retries.
+
+Privacy: the text of the file leaves the machine. https is verified (the system's CA store); a plain http:// address
+that is not this machine's loopback needs INFILL_ALLOW_HTTP=1 or --allow-http. The API key comes from
+$INFILL_API_KEY or the file --api-key-file (or $INFILL_API_KEY_FILE) names, never from the command line, and is
+never in an error, a log or an answer (`scrub`).
+
+Faults: connect and read timeouts ($INFILL_REMOTE_TIMEOUT seconds, default 60, for the read), up to RETRIES retries
+on 429 and 503 after the server's Retry-After (at most MAX_WAIT seconds), and RemoteError (exit 123, one line)
+for a server that is down, too slow, or answers something that is not the JSON asked for.
+
+Standard library only (http.client).
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import json
+import os
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from infill.config import ModelSpec
+from infill.errors import InputError, RemoteError
+from infill.models.fim import family_named
+
+if TYPE_CHECKING:
+    pass
+
+KEY_ENV = "INFILL_API_KEY"
+KEY_FILE_ENV = "INFILL_API_KEY_FILE"
+HTTP_ENV = "INFILL_ALLOW_HTTP"
+TIMEOUT_ENV = "INFILL_REMOTE_TIMEOUT"
+CONNECT_TIMEOUT = 5.0  # seconds to open a connection
+READ_TIMEOUT = 60.0  # seconds to wait for an answer (a long fill on a busy server)
+RETRIES = 3  # further tries after a 429 or 503
+MAX_WAIT = 30.0  # the longest Retry-After honoured
+SCHEMES = ("http://", "https://")
+
+
+def is_remote(name: str) -> bool:
+    """Whether a --model value names a server (http:// or https://)."""
+    return name.lower().startswith(SCHEMES)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What `--model URL#MODEL[;fim=FAMILY]` names."""
+
+    base: str  # the API's base URL, up to and with /v1
+    model: str | None  # the model's name on the server (None: the only one it serves)
+    family: str | None  # the FIM family, when given
+    https: bool
+    host: str
+    port: int
+    path: str  # the base URL's path, without a trailing slash (e.g. /v1)
+
+    @property
+    def root(self) -> str:
+        """The server's path without /v1 (where llama.cpp's and vLLM's /tokenize are)."""
+        return self.path[: -len("/v1")] if self.path.endswith("/v1") else self.path
+
+
+def parse(name: str) -> Target:
+    """The server, model and family a --model URL names; InputError for one that cannot be used."""
+    url, _, fragment = name.partition("#")
+    model, _, params = fragment.partition(";")
+    family = None
+    for part in filter(None, params.split(";")):
+        key, _, value = part.partition("=")
+        if key != "fim" or family_named(value) is None:
+            raise InputError(
+                f"--model {url}#{fragment}: after the model's name only ;fim=FAMILY (qwen, starcoder, codellama, "
+                "deepseek)"
+            )
+        family = value
+    split = urlsplit(url)
+    if split.username is not None or split.password is not None:
+        raise InputError(
+            f"--model: no credentials in the URL (it is on the command line): set ${KEY_ENV} or use --api-key-file"
+        )
+    if split.query:
+        raise InputError("--model: the server's URL takes no query; name the model after #")
+    if not split.hostname:
+        raise InputError(f"--model {url}: no host in the URL")
+    https = split.scheme.lower() == "https"
+    try:
+        port = split.port or (443 if https else 80)
+    except ValueError:
+        raise InputError(f"--model {url}: not a valid port") from None
+    path = split.path.rstrip("/") or "/v1"
+    base = f"{split.scheme.lower()}://{split.netloc}{path}"
+    return Target(base, model or None, family, https, split.hostname, port, path)
+
+
+def loopback(host: str) -> bool:
+    """Whether `host` is this machine (localhost, 127.0.0.0/8, ::1)."""
+    if host.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def api_key(spec: ModelSpec) -> str | None:
+    """The API key: $INFILL_API_KEY, else the first line of the file --api-key-file or $INFILL_API_KEY_FILE names;
+    None when there is none. InputError (without the key) for a file that cannot be read."""
+    if os.environ.get(KEY_ENV):
+        return os.environ[KEY_ENV].strip()
+    path = spec.api_key_file or os.environ.get(KEY_FILE_ENV)
+    if not path:
+        return None
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise InputError(f"cannot read the API key file: {reason}", path=path) from None
+    key = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not key:
+        raise InputError("the API key file is empty", path=path)
+    return key
+
+
+def read_timeout() -> float:
+    """Seconds to wait for an answer: $INFILL_REMOTE_TIMEOUT, else READ_TIMEOUT."""
+    given = os.environ.get(TIMEOUT_ENV)
+    if not given:
+        return READ_TIMEOUT
+    try:
+        value = float(given)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise InputError(f"${TIMEOUT_ENV} must be a number of seconds above 0, got {given!r}")
+    return value
+
+
+class Client:
+    """JSON over HTTP to one server: a kept-alive connection per thread, timeouts, the bounded retry, and errors
+    that never hold the key. `waited` counts the seconds spent on requests (the server's share of a fill)."""
+
+    def __init__(self, target: Target, key: str | None, timeout: float) -> None:
+        self.target = target
+        self._key = key
+        self.timeout = timeout
+        self._local = threading.local()
+        self._context = ssl.create_default_context() if target.https else None  # verifies certificate and host
+        self.waited = 0.0
+        self.requests = 0
+
+    def scrub(self, text: str) -> str:
+        """`text` without the API key in it."""
+        return text.replace(self._key, "***") if self._key else text
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            t = self.target
+            if t.https:
+                conn = http.client.HTTPSConnection(t.host, t.port, timeout=CONNECT_TIMEOUT, context=self._context)
+            else:
+                conn = http.client.HTTPConnection(t.host, t.port, timeout=CONNECT_TIMEOUT)
+            self._local.conn = conn
+        return conn
+
+    def _drop(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def post(
+        self, path: str, body: dict[str, Any], *, absent_ok: bool = False, refused_ok: bool = False
+    ) -> dict[str, Any] | None:
+        """The JSON object the server answers to POST `path` (relative to the server's root); None for a 404 or
+        405 when `absent_ok` (an endpoint this server does not have), and for a 400, 422 or 500 when `refused_ok`
+        (a field it does not take: llama.cpp's llama-server refuses `echo`)."""
+        return self._request("POST", path, body, absent_ok, refused_ok)
+
+    def get(self, path: str, *, absent_ok: bool = False) -> dict[str, Any] | None:
+        return self._request("GET", path, None, absent_ok)
+
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None, absent_ok: bool, refused_ok: bool = False
+    ) -> dict[str, Any] | None:
+        data = json.dumps(body).encode("utf-8") if body is not None else None
+        headers = {"Accept": "application/json", "User-Agent": "infill"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        where = self.target.base
+        for attempt in range(RETRIES + 1):
+            started = time.perf_counter()
+            try:
+                status, answer, retry_after = self._once(method, path, data, headers)
+            finally:
+                self.waited += time.perf_counter() - started
+                self.requests += 1
+            if status in (429, 503) and attempt < RETRIES:
+                time.sleep(min(retry_after if retry_after is not None else 0.5 * 2**attempt, MAX_WAIT))
+                continue
+            break
+        if (status in (404, 405) and absent_ok) or (status in (400, 422, 500) and refused_ok):
+            return None
+        if status in (401, 403):
+            raise RemoteError(
+                f"model server {where} refused the request (HTTP {status}): set the API key in ${KEY_ENV} or "
+                "--api-key-file"
+            )
+        if status in (429, 503):
+            raise RemoteError(f"model server {where} is busy (HTTP {status}) after {RETRIES + 1} tries")
+        if status >= 400:
+            raise RemoteError(f"model server {where} answered HTTP {status}{self._reason(answer)}")
+        try:
+            decoded = json.loads(answer.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise RemoteError(f"model server {where} answered malformed JSON to {path}") from None
+        if not isinstance(decoded, dict):
+            raise RemoteError(f"model server {where} answered malformed JSON to {path} (not an object)")
+        return decoded
+
+    def _reason(self, answer: bytes) -> str:
+        """The server's own error message, short and on one line (without the key), or ''."""
+        try:
+            decoded = json.loads(answer.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return ""
+        message = decoded.get("error", decoded.get("detail")) if isinstance(decoded, dict) else None
+        if isinstance(message, dict):
+            message = message.get("message")
+        if not isinstance(message, str) or not message.strip():
+            return ""
+        text = " ".join(self.scrub(message).split())
+        return f": {text[:200]}"
+
+    def _once(
+        self, method: str, path: str, data: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, bytes, float | None]:
+        """(status, body, Retry-After seconds or None) of one request; RemoteError when there is no answer. A kept
+        connection the server closed meanwhile is opened again once."""
+        where = self.target.base
+        full = self.target.root + path
+        for fresh in (False, True):
+            conn = self._connection()
+            try:
+                conn.timeout = CONNECT_TIMEOUT
+                if conn.sock is None:
+                    conn.connect()
+                conn.sock.settimeout(self.timeout)
+                conn.request(method, full, body=data, headers=headers)
+                response = conn.getresponse()
+                body = response.read()
+                retry = _retry_after(response.getheader("Retry-After"))
+                if response.getheader("Connection", "").lower() == "close":
+                    self._drop()
+                return response.status, body, retry
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
+                self._drop()
+                if fresh:
+                    raise RemoteError(f"model server {where} closed the connection ({type(exc).__name__})") from None
+            except TimeoutError:
+                self._drop()
+                raise RemoteError(f"model server {where} did not answer within {self.timeout:g} s") from None
+            except ssl.SSLError as exc:
+                self._drop()
+                raise RemoteError(f"model server {where}: TLS failed ({self.scrub(exc.reason or str(exc))})") from None
+            except (OSError, http.client.HTTPException) as exc:
+                self._drop()
+                reason = getattr(exc, "strerror", None) or type(exc).__name__
+                raise RemoteError(f"model server {where} is not reachable ({self.scrub(str(reason))})") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds (its delta-seconds form; a date is not honoured), or None."""
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None

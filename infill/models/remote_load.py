@@ -1,0 +1,116 @@
+"""Loading a model on a server (`--model URL#MODEL`, infill.models.remote): what may leave the machine is checked
+first, then the server is asked for its models, its tokenizer and the model's FIM family."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING, Any
+
+from infill.config import ModelSpec
+from infill.errors import InputError, RemoteError
+from infill.models.fim import FimFamily, family_named, family_of_model_name, find_fim
+from infill.models.remote import WINDOW, RemoteFim, ServerTokenizer, TextPieces
+from infill.models.remote_http import HTTP_ENV, Client, Target, api_key, loopback, parse, read_timeout
+
+if TYPE_CHECKING:
+    from infill.models.registry import LoadedModel
+
+
+def _models(client: Client) -> list[dict[str, Any]]:
+    """The models the server lists ([] where it has no /v1/models); RemoteError for an answer without its list."""
+    answer = client.get("/v1/models", absent_ok=True)
+    if answer is None:
+        return []
+    data = answer.get("data")
+    if not isinstance(data, list):
+        raise RemoteError(f"model server {client.target.base} answered malformed JSON to /v1/models (no data)")
+    return [m for m in data if isinstance(m, dict)]
+
+
+def load_remote(spec: ModelSpec) -> LoadedModel:
+    """The model `spec.name` names on its server, kind "remote" (module docstring). Checks what may leave the
+    machine before anything is sent: InputError (exit 2) for plain http to another machine without the opt-in;
+    RemoteError (exit 123) when the server does not answer."""
+    from infill.environment import data_dir
+    from infill.models.registry import LoadedModel
+
+    target = parse(spec.name)
+    if not target.https and not loopback(target.host) and not (spec.allow_http or os.environ.get(HTTP_ENV) == "1"):
+        raise InputError(
+            f"--model {target.base}: plain http to another machine sends the file's text unencrypted; use https, or "
+            f"opt in with --allow-http or {HTTP_ENV}=1"
+        )
+    if spec.revision is not None or spec.mask_token is not None:
+        flag = "--revision" if spec.revision is not None else "--mask-token"
+        raise InputError(f"{flag} applies to model folders; {target.base} is a model server")
+    client = Client(target, api_key(spec), read_timeout())
+    listed = _models(client)
+    model = target.model
+    if model is None:
+        names = [str(m.get("id")) for m in listed if m.get("id")]
+        if len(names) != 1:
+            raise InputError(
+                f"--model {target.base}: name the model after # ({', '.join(names) or 'the server lists none'})"
+            )
+        model = names[0]
+    lengths = [m.get(k) for m in listed if m.get("id") == model for k in ("max_model_len", "n_ctx")]
+    max_length = next((int(n) for n in lengths if isinstance(n, int) and n > 0), WINDOW)
+    server_tok = ServerTokenizer.probe(client, model)
+    tokenizer: ServerTokenizer | TextPieces = server_tok if server_tok is not None else TextPieces()
+    family, spelled, banned = _family(target, model, server_tok)
+    lead = len(server_tok.lead) if server_tok is not None else 0
+    remote = RemoteFim(
+        client,
+        target,
+        model,
+        family,
+        spelled,
+        family.ends,
+        banned,
+        max_length=min(max_length, WINDOW) - 3 - lead,
+    )
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{target.host}-{target.port}-{model}")
+    info = {
+        "source": f"model server {target.base}",
+        "provenance": f"model server {target.base}",
+        "engine": "remote",
+        "server": target.base,
+        "remote_model": model,
+        "fim": family.name,
+        "tokenizer": "server" if server_tok is not None else "text pieces",
+        "max_length": remote.max_length,
+        "calibration": str(data_dir() / "calibration" / f"remote-{safe}.json"),
+    }
+    return LoadedModel(name=spec.name, kind="remote", model=remote, tokenizer=tokenizer, info=info)
+
+
+def _family(
+    target: Target, model: str, tok: ServerTokenizer | None
+) -> tuple[FimFamily, tuple[str, str, str], dict[str, float]]:
+    """The FIM family (given, else the one whose tokens the server's tokenizer knows, else the one the model's
+    name says), its tokens as the server spells them, and the logit_bias that keeps them out of fills."""
+    from infill.errors import ModelError
+
+    given = family_named(target.family) if target.family else None
+    if tok is not None:
+        try:
+            found = find_fim(tok.token_id, f"the tokenizer of {model!r} on {target.base}")
+        except ModelError as exc:
+            raise RemoteError(exc.message) from None
+        if found is not None and (given is None or given.name == found.family):
+            family = family_named(found.family)
+            assert family is not None
+            ids = found.ids
+            spelled = tuple(
+                next(s for s in spellings if tok.token_id(s) == i)
+                for spellings, i in zip((family.prefix, family.suffix, family.middle), ids, strict=True)
+            )
+            return family, (spelled[0], spelled[1], spelled[2]), {str(i): -100.0 for i in ids}
+    family = given or family_of_model_name(model)
+    if family is None:
+        raise InputError(
+            f"--model {target.base}#{model}: cannot tell the model's fill-in-the-middle family (its server has no "
+            "tokenizer endpoint, or does not know the tokens); add ;fim=FAMILY (qwen, starcoder, codellama, deepseek)"
+        )
+    return family, (family.prefix[-1], family.suffix[-1], family.middle[-1]), {}
