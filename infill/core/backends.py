@@ -461,6 +461,14 @@ def backend_of(loaded: LoadedModel) -> Backend:
     return BACKENDS[loaded.kind]
 
 
+def substitution(asked: DecoderName, loaded: LoadedModel, ran: DecoderName) -> str:
+    """Why `loaded` runs --decoder `ran` where `asked` was asked for (`select`): the note -v shows."""
+    return (
+        f"--decoder {asked} ran as --decoder {ran}: {loaded.name!r} is {KIND_NAMES[loaded.kind]} model, which runs "
+        f"{asked} as {ran} (--decoder {' '.join(decoders_for(loaded.kind))} run as named)"
+    )
+
+
 def select(loaded: LoadedModel, cfg: DecodeConfig) -> tuple[LoadedModel, Backend, DecodeConfig]:
     """The model as `cfg`'s decoder runs it, its kind's backend, and `cfg` as that kind runs it
     (Backend.decode_config). A block-diffusion model asked for an any-subset decoder (beam search, sequential)

@@ -68,7 +68,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode, decode_label
-from infill.core.backends import Backend, Run, select
+from infill.core.backends import Backend, Run, select, substitution
 from infill.core.candidates import Checks, Pool
 from infill.core.edits import Edit, FillResult, writes
 from infill.core.plan import MIN_CONTEXT, WINDOW_BYTES_PER_TOKEN, Region, plan_regions, token_budget
@@ -243,16 +243,21 @@ def plan(
     if on_progress is not None and not isinstance(model, LoadedModel):
         on_progress({"event": "load", "model": getattr(model, "name", "default")})
     # what differs between the model kinds (infill.core.backends), and the model as the decoder runs it
-    loaded, backend, decode = select(load_model(model), decode)
+    asked, given = decode.decoder, load_model(model)
+    loaded, backend, decode = select(given, decode)
     started = time.perf_counter()  # decoding time, without loading the model
     stats: dict[str, Any] = {"decoder": decode.decoder, "model": loaded.name, "nfe": 0, "tokens": 0, "seconds": 0.0}
+    notes: list[str] = []
+    if decode.decoder != asked:  # never silently: the JSON stats and -v say so
+        stats["substituted"] = {"asked": asked, "ran": decode.decoder}
+        notes.append(substitution(asked, given, decode.decoder))
     warnings: list[str] = []
     if not ordered:
-        return FillResult(text, [], stats, warnings)
+        return FillResult(text, [], stats, warnings, notes)
     index = LineIndex(data)
     window = backend.window(loaded)
     regions = plan_regions(data, ordered, loaded.tokenizer, window, options, warnings, index)
-    notes = _truncation_notes(regions, window.max_length, index, warnings)
+    notes += _truncation_notes(regions, window.max_length, index, warnings)
     import torch
 
     generator = torch.Generator().manual_seed(decode.seed)
