@@ -310,7 +310,7 @@ class FillOptions:
     # beam search: when every fill it found that writes something is rejected, search again this many times wider
     # (1 = never)
     rescue_width: int = 4
-    # static monitor (infill.core.checks.LINT_RULES, comma-separated; "" or "none" = off): rank last the Python
+    # static monitor (infill.core.monitor.LINT_RULES, comma-separated; "" or "none" = off): rank last the Python
     # fills that add a pyflakes message of these rules over the file with neutral text in the span. The default
     # is what measurably raised pass@1 (docs/confidence.md, "The static monitor")
     monitor: str = "binds"

@@ -13,7 +13,8 @@ from infill.core.plan import Region
 from infill.spans import LineIndex
 
 if TYPE_CHECKING:
-    from infill.core.checks import Monitor, SyntaxCheck
+    from infill.core.checks import SyntaxCheck
+    from infill.core.monitor import Monitor
 
 # one candidate as filed: its log-likelihood (summed over spans), its edits, the patched text
 Candidate = tuple[float, list[Edit], str]

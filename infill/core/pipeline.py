@@ -53,7 +53,7 @@ runs it as six named steps, each a function of this module or the one named:
   drawn at RESCUE_TEMPERATURE (sequential sampling for beam search) and the first that passes is taken.
   If none is valid, NoValidFillError names the failing spans (exit code 3: nothing is written); with
   FillOptions.allow_syntax_errors the most likely one is returned with a warning.
-* Monitors (infill.core.checks.Monitor). A candidate that passes the checks may still be refused by a monitor:
+* Monitors (infill.core.monitor.Monitor). A candidate that passes the checks may still be refused by a monitor:
   the static one (FillOptions.monitor, pyflakes rules for Python) or the caller's `monitor` (the docstring
   filler's checks that each sentence is true of the code). A refusal ranks the candidate after those no monitor
   refuses and, when sampling, draws another (within max_resample); it never makes the fill fail. The caller
@@ -71,7 +71,7 @@ from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode, de
 from infill.core.backends import Backend, Run, select, substitution
 from infill.core.candidates import Checks, Pool
 from infill.core.edits import Edit, FillResult, writes
-from infill.core.plan import MIN_CONTEXT, WINDOW_BYTES_PER_TOKEN, Region, plan_regions, token_budget
+from infill.core.plan import MIN_CONTEXT, WINDOW_BYTES_PER_TOKEN, Region, plan_regions, token_budget, truncation_notes
 from infill.core.ranking import (
     MONITOR_REFUSED,
     WRITES_AND_PASSES,
@@ -90,7 +90,8 @@ from infill.models.registry import LoadedModel
 from infill.spans import LineIndex, Span, check_spans
 
 if TYPE_CHECKING:
-    from infill.core.checks import Monitor, SyntaxCheck
+    from infill.core.checks import SyntaxCheck
+    from infill.core.monitor import Monitor
 
 # the temperature of the samples that rescue a greedy fill the checks rejected: below 1, so that the rescue stays
 # near the model's most likely lines
@@ -231,7 +232,7 @@ def plan(
 ) -> Job | FillResult:
     """Check the input and settings (exit 2 before any model runs), load the model, lay the spans out in regions
     of the model's window, and set up the checks and the one seeded generator. With no spans, the text back."""
-    from infill.core.checks import monitor_for, parse_rules
+    from infill.core.monitor import monitor_for, parse_rules
     from infill.textops import newline_of
 
     data = text.encode("utf-8")
@@ -257,7 +258,7 @@ def plan(
     index = LineIndex(data)
     window = backend.window(loaded)
     regions = plan_regions(data, ordered, loaded.tokenizer, window, options, warnings, index)
-    notes += _truncation_notes(regions, window.max_length, index, warnings)
+    notes += truncation_notes(regions, window.max_length, index, warnings)
     import torch
 
     generator = torch.Generator().manual_seed(decode.seed)
@@ -285,21 +286,6 @@ def plan(
     )
     job.progress("start", spans=len(ordered), tokens=sum(p.budget for r in regions for p in r.spans))
     return job
-
-
-def _truncation_notes(regions: list[Region], max_length: int, index: LineIndex, warnings: list[str]) -> list[str]:
-    """The notes for -v (or a warning) when the model's window hid part of the file."""
-    notes: list[str] = []
-    if any(r.truncated for r in regions):
-        # a small model's window is often shorter than the file: only worth a warning when it hides the start of
-        # the block the spans are in (e.g. the signature of the function being filled); otherwise a note for -v
-        lines = ", ".join(f"lines {r.seen[0]}-{r.seen[1]}" for r in regions if r.truncated)
-        message = f"context truncated to the model's {max_length} tokens: it saw {lines} of {index.count}"
-        if any(r.block_cut for r in regions):
-            warnings.append(f"{message}, not the start of the block around the span(s)")
-        else:
-            notes.append(message)
-    return notes
 
 
 def _syntax_check(
