@@ -141,15 +141,15 @@ class PtpOptions:
 
 
 # ---- the registry: each decoder and each draft, once ------------------------------------------------------
-# Adding one is a file of its own plus one entry here (docs/contributing.md).
+# Adding one is a file of its own plus one entry here and one beside its function in infill.decoding.registry
+# (or infill.decoding.drafts for a draft); docs/contributing.md.
 
 
 @dataclass(frozen=True)
 class Decoder:
     """A registered decoder."""
 
-    function: str  # "module:attribute", imported when it first runs (infill.decoding.registry)
-    kinds: tuple[ModelKind, ...]  # the model kinds that run it
+    kinds: tuple[ModelKind, ...]  # the model kinds that run it (its function: infill.decoding.registry)
     options: type  # its options class: the DecodeConfig fields it reads, and their ranges
     summary: str  # what it gives, in a few words (--decoder's help; docs/decoding.md's table names it)
     flag: bool = True  # offered by --decoder (beam search is asked for with --beam N)
@@ -157,64 +157,52 @@ class Decoder:
 
 @dataclass(frozen=True)
 class Draft:
-    """A registered draft source of ASSD (infill.decoding.assd.DraftSource)."""
+    """A registered draft source of ASSD (infill.decoding.drafts.DraftSource)."""
 
-    source: str  # "module:attribute" of its class, imported when it first runs
-    kinds: tuple[ModelKind, ...]  # the model kinds whose ASSD it drafts for
+    kinds: tuple[ModelKind, ...]  # the model kinds whose ASSD it drafts for (its class: infill.decoding.drafts)
     min_k: int  # the smallest -k it takes
     summary: str  # what it drafts, in a few words (--draft's help; docs/decoding.md's table names it)
 
 
 DECODERS: dict[DecoderName, Decoder] = {
     "assd": Decoder(
-        "infill.decoding.assd:assd",
         ("asarm", "ar"),
         AssdOptions,
         "exact speculative sampling of drafts (--draft)",
     ),
-    "sequential": Decoder(
-        "infill.decoding.assd:sequential", ("asarm", "ar"), SequentialOptions, "exact, one pass per token"
-    ),
-    "parallel": Decoder(
-        "infill.decoding.parallel:parallel", ("asarm",), ParallelOptions, "the mean-field baseline, not exact"
-    ),
+    "sequential": Decoder(("asarm", "ar"), SequentialOptions, "exact, one pass per token"),
+    "parallel": Decoder(("asarm",), ParallelOptions, "the mean-field baseline, not exact"),
     "beam": Decoder(
-        "infill.decoding.beam:beam_search",
         ("asarm", "ar"),
         BeamOptions,
         "the most likely fill the search finds",
         flag=False,
     ),
     "confidence": Decoder(
-        "infill.decoding.confidence:denoise",
         ("blockdiff",),
         BlockOptions,
         "block diffusion, unmasking by confidence, not exact",
     ),
     "s2d2": Decoder(
-        "infill.decoding.s2d2:s2d2",
         ("blockdiff",),
         S2D2Options,
         "block diffusion, self-speculative where its router verifies",
     ),
     "ssmd": Decoder(
-        "infill.decoding.ssmd:ssmd",
         ("blockdiff",),
         SsmdOptions,
         "block diffusion with an SSMD head, exact per speculative step (not to one fixed joint)",
     ),
     "ptp": Decoder(
-        "infill.decoding.ptp:ptp",
         ("blockdiff",),
         PtpOptions,
         "block diffusion with a PTP adapter, exact autoregressive sampling",
     ),
 }
 DRAFTS: dict[DraftName, Draft] = {
-    "model": Draft("infill.decoding.assd:ModelDraft", ("asarm",), 2, "the model itself, one draft pass"),
-    "ngram": Draft("infill.decoding.ngram:BigramDraft", ("asarm",), 2, "a bigram of the visible text"),
+    "model": Draft(("asarm",), 2, "the model itself, one draft pass"),
+    "ngram": Draft(("asarm",), 2, "a bigram of the visible text"),
     "lookup": Draft(
-        "infill.decoding.lookup:LookupDraft",
         ("asarm", "ar"),
         1,
         "what followed the same tokens elsewhere in the text",
