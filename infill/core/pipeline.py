@@ -99,8 +99,7 @@ RESCUE_TEMPERATURE = 0.7
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 
-# planning lives in infill.core.plan, edits in infill.core.edits, ranking in infill.core.ranking; these names stay
-# importable from here
+# planning lives in infill.core.plan, edits in infill.core.edits; these names stay importable from here
 __all__ = [
     "MIN_CONTEXT",
     "PREFIX_SHARE",
@@ -108,8 +107,6 @@ __all__ = [
     "Edit",
     "FillResult",
     "clear_model_cache",
-    "confidence_of",
-    "fill_features",
     "fill_text",
     "load_model",
     "split_context",

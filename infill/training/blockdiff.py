@@ -32,7 +32,7 @@ from infill.training.blockdiff_data import (  # noqa: F401 - the objective and i
     two_stream_mask,
     with_specials,
 )
-from infill.training.loop import Schedule, cosine_lr, finish, progress_of, train_loop
+from infill.training.loop import Schedule, cosine_lr, finish, progress_of, restore, train_loop
 from infill.training.optimizer import adamw
 from infill.training.tokenizer import encode_documents
 
@@ -278,22 +278,12 @@ class BlockDiffTask:
     def resume(self, ckpt_path: Path | None) -> None:
         """Continue from `ckpt_path` when it exists; it is written at every save from here on (None: no
         checkpoint). Starts this session's clock."""
-        from infill.training.checkpoints import read_checkpoint
-
         self.ckpt_path = ckpt_path
         resumed = ckpt_path is not None and ckpt_path.exists()
         if ckpt_path is not None and resumed:
-            ck = read_checkpoint(ckpt_path)
-            self.model.load_state_dict(ck["model"])
-            self.optimizer.load_state_dict(ck["optimizer"])
-            self.done, self.elapsed_before, self.losses = (
-                int(ck["step"]),
-                float(ck["seconds"]),
-                list(ck["losses"]),
-            )
+            ck = restore(ckpt_path, {"model": self.model, "optimizer": self.optimizer}, self.rng, self.gen)
+            self.done, self.elapsed_before, self.losses = int(ck["step"]), float(ck["seconds"]), list(ck["losses"])
             self.before = dict(ck["before"])
-            self.rng.setstate(ck["rng"])
-            self.gen.set_state(ck["gen"])
             self.log(f"resumed {ckpt_path} at step {self.done} ({self.elapsed_before:.0f}s trained)")
         self.world.same(self.done if resumed else -1, "the step of the checkpoint resumed from")
         self.t_run = time.perf_counter()

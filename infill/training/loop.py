@@ -14,10 +14,12 @@ the global batch's mean); a task calls it from `step`.
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -119,6 +121,20 @@ def train_loop(task: Task, schedule: Schedule, world: World, log: Callable[[str]
         task.evaluate(step, final=True)
         task.save(step, final=True)
     return Outcome(step, (stop[0] if stop else -1) if reason == "signal" else 0)
+
+
+def restore(path: Path, parts: dict[str, Any], rng: random.Random, gen: torch.Generator) -> dict[str, Any]:
+    """Resume from the checkpoint at `path`: each of `parts` (its key in the checkpoint -> a module or optimizer)
+    loads its state, and the Python and torch generators theirs ("rng", "gen"). Returns the checkpoint, for what
+    else the trainer kept in it."""
+    from infill.training.checkpoints import read_checkpoint
+
+    checkpoint = read_checkpoint(path)
+    for key, part in parts.items():
+        part.load_state_dict(checkpoint[key])
+    rng.setstate(checkpoint["rng"])
+    gen.set_state(checkpoint["gen"])
+    return checkpoint
 
 
 def finish(world: World, write: Callable[[], Any] | None = None) -> None:

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infill.errors import InputError
-from infill.training.checkpoints import read_checkpoint, write_checkpoint
-from infill.training.loop import Schedule, cosine_lr, finish, progress_of, train_loop
+from infill.training.checkpoints import write_checkpoint
+from infill.training.loop import Schedule, cosine_lr, finish, progress_of, restore, train_loop
 from infill.training.ptp_teacher import (
     Batch,
     Example,
@@ -321,12 +321,8 @@ class PTPTask:
         """With `resume`, continue from the checkpoint when there is one. Starts this session's clock."""
         path = self.checkpoint_path
         if resume and path.exists():
-            state = read_checkpoint(path)
-            self.adapter.load_state_dict(state["adapter"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            state = restore(path, {"adapter": self.adapter, "optimizer": self.optimizer}, self.rng, self.gen)
             self.done, self.elapsed_before = int(state["step"]), float(state["seconds"])
-            self.rng.setstate(state["rng"])
-            self.gen.set_state(state["gen"])
             self.log(f"resumed from {path} at step {self.done} ({self.elapsed_before:.0f}s trained)")
         self.world.same(self.done, "the step of the checkpoint resumed from")
         self.t_run = time.perf_counter()

@@ -35,8 +35,8 @@ import torch.nn.functional as F
 from infill.errors import InputError
 from infill.models.ssmd import HEAD_FILE, HeadShape, SSMDHead, identity_gap, save_head
 from infill.training.blockdiff_data import Specials, fim_example, specials_of, two_stream_mask
-from infill.training.checkpoints import read_checkpoint, write_checkpoint
-from infill.training.loop import Schedule, cosine_lr, finish, progress_of, train_loop
+from infill.training.checkpoints import write_checkpoint
+from infill.training.loop import Schedule, cosine_lr, finish, progress_of, restore, train_loop
 from infill.training.optimizer import adamw
 from infill.training.tokenizer import encode_documents
 
@@ -288,12 +288,8 @@ class SSMDTask:
         """With `resume`, continue from the checkpoint when there is one. Starts this session's clock."""
         path = self.run / "checkpoint.pt"
         if resume and path.exists():
-            ck = read_checkpoint(path)
-            self.head.load_state_dict(ck["head"])
-            self.optimizer.load_state_dict(ck["opt"])
+            ck = restore(path, {"head": self.head, "opt": self.optimizer}, self.rng, self.gen)
             self.done, self.elapsed0, self.history = int(ck["step"]), float(ck["elapsed"]), list(ck["history"])
-            self.rng.setstate(ck["rng"])
-            self.gen.set_state(ck["gen"])
             self.log(f"resumed {path} at step {self.done} ({self.elapsed0:.0f}s trained)")
         self.world.same(self.done, "the step of the checkpoint resumed from")
         gap = identity_gap(self.head, self.base.get_output_embeddings(), self.base.get_input_embeddings())
