@@ -259,7 +259,7 @@ def torch_costs(args: argparse.Namespace) -> None:
 
     from infill import api
     from infill.config import TOOL_DECODE, DecodeConfig, ModelSpec
-    from infill.core.backends import token_sets
+    from infill.core.tokens import token_sets
     from infill.spans import Selection, resolve
 
     if not (args.folder / "config.json").is_file():

@@ -11,16 +11,10 @@ LoadedModel. Edits index the ORIGINAL text: bytes of its UTF-8 encoding, lines 1
 from __future__ import annotations
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec
-from infill.core.pipeline import (
-    Edit,
-    FillResult,
-    clear_model_cache,
-    confidence_of,
-    fill_features,
-    fill_text,
-    load_model,
-)
+from infill.core.edits import Edit, FillResult
+from infill.core.pipeline import clear_model_cache, fill_text, load_model
 from infill.core.plan import WINDOW_BYTES_PER_TOKEN, token_budget
+from infill.core.ranking import confidence_of, fill_features
 from infill.models.fim import split_context
 
 __all__ = [

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypeVar
 
 from infill.errors import DecodeError, InputError
+from infill.routing_options import parse_routing
 
 # Decoders and drafts are registered once, in DECODERS and DRAFTS below; every other list of their names (the
 # --decoder and --draft choices and help, the server's checks, which model kind runs which, the error messages, the
@@ -109,7 +109,7 @@ class BlockOptions:
 
 @dataclass(frozen=True)
 class S2D2Options(BlockOptions):
-    routing: str = "min-span"  # routing policy (parse_routing, below, parses and checks it)
+    routing: str = "min-span"  # routing policy (infill.routing_options.parse_routing parses and checks it)
     gamma: float = 1.0  # tempering: accept w.p. min(1, (q/p)^gamma); 1 = exact ratio, < 1 LOSSY-lenient
 
     def __post_init__(self) -> None:
@@ -142,15 +142,15 @@ class PtpOptions:
 
 
 # ---- the registry: each decoder and each draft, once ------------------------------------------------------
-# Adding one is a file of its own plus one entry here (docs/contributing.md).
+# Adding one is a file of its own plus one entry here and one beside its function in infill.decoding.registry
+# (or infill.decoding.drafts for a draft); docs/contributing.md.
 
 
 @dataclass(frozen=True)
 class Decoder:
     """A registered decoder."""
 
-    function: str  # "module:attribute", imported when it first runs (infill.decoding.registry)
-    kinds: tuple[ModelKind, ...]  # the model kinds that run it
+    kinds: tuple[ModelKind, ...]  # the model kinds that run it (its function: infill.decoding.registry)
     options: type  # its options class: the DecodeConfig fields it reads, and their ranges
     summary: str  # what it gives, in a few words (--decoder's help; docs/decoding.md's table names it)
     flag: bool = True  # offered by --decoder (beam search is asked for with --beam N)
@@ -158,64 +158,52 @@ class Decoder:
 
 @dataclass(frozen=True)
 class Draft:
-    """A registered draft source of ASSD (infill.decoding.assd.DraftSource)."""
+    """A registered draft source of ASSD (infill.decoding.drafts.DraftSource)."""
 
-    source: str  # "module:attribute" of its class, imported when it first runs
-    kinds: tuple[ModelKind, ...]  # the model kinds whose ASSD it drafts for
+    kinds: tuple[ModelKind, ...]  # the model kinds whose ASSD it drafts for (its class: infill.decoding.drafts)
     min_k: int  # the smallest -k it takes
     summary: str  # what it drafts, in a few words (--draft's help; docs/decoding.md's table names it)
 
 
 DECODERS: dict[DecoderName, Decoder] = {
     "assd": Decoder(
-        "infill.decoding.assd:assd",
         ("asarm", "ar"),
         AssdOptions,
         "exact speculative sampling of drafts (--draft)",
     ),
-    "sequential": Decoder(
-        "infill.decoding.assd:sequential", ("asarm", "ar", "remote"), SequentialOptions, "exact, one pass per token"
-    ),
-    "parallel": Decoder(
-        "infill.decoding.parallel:parallel", ("asarm",), ParallelOptions, "the mean-field baseline, not exact"
-    ),
+    "sequential": Decoder(("asarm", "ar", "remote"), SequentialOptions, "exact, one pass per token"),
+    "parallel": Decoder(("asarm",), ParallelOptions, "the mean-field baseline, not exact"),
     "beam": Decoder(
-        "infill.decoding.beam:beam_search",
         ("asarm", "ar"),
         BeamOptions,
         "the most likely fill the search finds",
         flag=False,
     ),
     "confidence": Decoder(
-        "infill.decoding.confidence:denoise",
         ("blockdiff",),
         BlockOptions,
         "block diffusion, unmasking by confidence, not exact",
     ),
     "s2d2": Decoder(
-        "infill.decoding.s2d2:s2d2",
         ("blockdiff",),
         S2D2Options,
         "block diffusion, self-speculative where its router verifies",
     ),
     "ssmd": Decoder(
-        "infill.decoding.ssmd:ssmd",
         ("blockdiff",),
         SsmdOptions,
         "block diffusion with an SSMD head, exact per speculative step (not to one fixed joint)",
     ),
     "ptp": Decoder(
-        "infill.decoding.ptp:ptp",
         ("blockdiff",),
         PtpOptions,
         "block diffusion with a PTP adapter, exact autoregressive sampling",
     ),
 }
 DRAFTS: dict[DraftName, Draft] = {
-    "model": Draft("infill.decoding.assd:ModelDraft", ("asarm",), 2, "the model itself, one draft pass"),
-    "ngram": Draft("infill.decoding.ngram:BigramDraft", ("asarm",), 2, "a bigram of the visible text"),
+    "model": Draft(("asarm",), 2, "the model itself, one draft pass"),
+    "ngram": Draft(("asarm",), 2, "a bigram of the visible text"),
     "lookup": Draft(
-        "infill.decoding.lookup:LookupDraft",
         ("asarm", "ar"),
         1,
         "what followed the same tokens elsewhere in the text",
@@ -316,7 +304,7 @@ class FillOptions:
     # beam search: when every fill it found that writes something is rejected, search again this many times wider
     # (1 = never)
     rescue_width: int = 4
-    # static monitor (infill.core.checks.LINT_RULES, comma-separated; "" or "none" = off): rank last the Python
+    # static monitor (infill.core.monitor.LINT_RULES, comma-separated; "" or "none" = off): rank last the Python
     # fills that add a pyflakes message of these rules over the file with neutral text in the span. The default
     # is what measurably raised pass@1 (docs/confidence.md, "The static monitor")
     monitor: str = "binds"
@@ -345,7 +333,6 @@ def check_decode(cfg: DecodeConfig) -> None:
     """InputError (exit 2) for settings the request cannot use: a wrong type or a non-finite number in any field,
     an out-of-range sampling setting or option of the chosen decoder, or a value of another decoder's option that
     no decoder can use (`gamma` 0). Checked before any model runs (fill_text)."""
-    from infill.errors import InputError
 
     kinds: dict[str, tuple[tuple[type, ...], str]] = {
         "float": ((int, float), "a number"),
@@ -395,80 +382,3 @@ def _refusal_everywhere(readers: tuple[type, ...], name: str, value: Any) -> str
         except DecodeError as error:
             refusals.append(error.message)
     return refusals[0]
-
-
-# --- S2D2 routing (infill.decoding.routing runs the policies; their settings are parsed here, with the other
-# settings, so a bad --routing fails at the flag or the server's request, before any model work)
-
-POLICIES = ("always", "never", "min-span", "score-static", "score-dynamic", "hysteresis", "ucb")
-
-
-@dataclass(frozen=True)
-class RoutingConfig:
-    policy: str = "min-span"
-    estimator: Literal["entropy", "margin"] = "entropy"  # how K^ is estimated
-    min_span: int = 2  # tau_span for min-span
-    beta: float = 1.0  # entropy estimator sharpness
-    margin: float = 0.05  # tau_margin for the margin estimator
-    c: float = 2.0  # cost of one verifier forward, in tokens
-    tau_score: float = 0.0  # score threshold
-    tau_on: float = 0.0  # hysteresis: switch verification on at s >= tau_on
-    tau_off: float = -1.0  # hysteresis: switch it off at s < tau_off
-    score: Literal["static", "dynamic"] = "dynamic"  # score variant for hysteresis and for ucb's context
-    ucb_c: float = 1.0  # UCB exploration weight
-
-
-# each number's domain: (lowest, highest), None = unbounded; every value is finite
-_ROUTING_DOMAINS: dict[str, tuple[float | None, float | None]] = {
-    "min_span": (1, None),
-    "beta": (0, None),
-    "margin": (0, 1),
-    "c": (0, None),
-    "ucb_c": (0, None),
-    "tau_score": (None, None),
-    "tau_on": (None, None),
-    "tau_off": (None, None),
-}
-_ASCII_INTEGER = re.compile(r"[+-]?[0-9]{1,18}")
-_ASCII_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-
-
-def _routing_number(key: str, kind: str, value: str) -> float:
-    """A routing option's number: ASCII digits, finite, in its domain; InputError otherwise."""
-    pattern = _ASCII_INTEGER if kind == "int" else _ASCII_FLOAT
-    number = (int(value) if kind == "int" else float(value)) if pattern.fullmatch(value) else math.nan
-    shown = value if len(value) <= 20 else f"{value[:17]}..."
-    if not math.isfinite(number):
-        raise InputError(f"routing option {key} needs a finite number in ASCII digits, got {shown!r}")
-    low, high = _ROUTING_DOMAINS[key]
-    if (low is not None and number < low) or (high is not None and number > high):
-        bounds = f"at least {low:g}" if high is None else f"between {low:g} and {high:g}"
-        raise InputError(f"routing option {key} must be {bounds}, got {shown!r}")
-    return number
-
-
-def parse_routing(spec: str) -> RoutingConfig:
-    """'score-dynamic:estimator=margin,c=1.5' -> RoutingConfig. Raises InputError on unknown names, and on values
-    that are no number, not finite or outside their domain (min_span >= 1; beta, c, ucb_c >= 0; margin in
-    [0, 1])."""
-    name, _, rest = spec.strip().partition(":")
-    if name not in POLICIES:
-        raise InputError(f"unknown routing policy {name[:40]!r}; choose one of {', '.join(POLICIES)}")
-    cfg = RoutingConfig(policy=name)
-    types = {f.name: str(f.type) for f in fields(RoutingConfig)}
-    for item in filter(None, (x.strip() for x in rest.split(","))):
-        key, eq, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not eq or key not in types or key == "policy":
-            options = ", ".join(sorted(set(types) - {"policy"}))
-            raise InputError(f"bad routing option {item[:40]!r}; options: {options}")
-        value = value.strip()
-        typed: Any = value
-        if types[key] in ("int", "float"):
-            typed = _routing_number(key, types[key], value)
-        if key == "estimator" and typed not in ("entropy", "margin"):
-            raise InputError(f"routing estimator must be entropy or margin, got {value[:40]!r}")
-        if key == "score" and typed not in ("static", "dynamic"):
-            raise InputError(f"routing score must be static or dynamic, got {value[:40]!r}")
-        cfg = replace(cfg, **{key: typed})
-    return cfg

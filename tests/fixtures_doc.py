@@ -16,7 +16,7 @@ if __name__ == "__main__":  # run as a hook entry: make the worktree's `infill` 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infill.api import Edit, FillResult  # noqa: E402
-from infill.core.checks import Monitor  # noqa: E402
+from infill.core.monitor import Monitor  # noqa: E402
 from infill.spans import Span  # noqa: E402
 
 

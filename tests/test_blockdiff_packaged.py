@@ -86,3 +86,24 @@ def test_fill_a_file_with_the_packaged_blockdiff_model(tmp_path: Path, monkeypat
     new = out.read_text().split("\n")
     old = SOURCE.split("\n")
     assert new[:3] == old[:3] and new[-2:] == old[-2:]
+
+
+def test_a_substituted_decoder_is_reported_in_json_and_with_v(tmp_path: Path) -> None:
+    """--decoder assd on a block-diffusion model runs the self-speculative decoder (s2d2): the JSON stats name
+    both, -v says so on stderr, and a decoder the kind runs as named reports no substitution."""
+    p = tmp_path / "m.py"
+    p.write_text(SOURCE)
+    api.clear_model_cache()
+    common = ["fill", str(p), "--span", "4:4", "--model", "blockdiff", "--tokens", "8", "--daemon", "off"]
+    runner = CliRunner()
+    r = runner.invoke(main, [*common, "--no-syntax-check", "--decoder", "assd", "--format", "json", "-v"])
+    assert r.exit_code == 0, r.stderr
+    stats = json.loads(r.stdout)["stats"]
+    assert stats["decoder"] == "s2d2"
+    assert stats["substituted"] == {"asked": "assd", "ran": "s2d2"}
+    assert "--decoder assd ran as --decoder s2d2" in r.stderr and "block-diffusion" in r.stderr
+    quiet = runner.invoke(main, [*common, "--no-syntax-check", "--decoder", "assd", "--format", "json"])
+    assert quiet.exit_code == 0 and "ran as" not in quiet.stderr  # a note: -v shows it, the JSON always says it
+    named = runner.invoke(main, [*common, "--no-syntax-check", "--decoder", "s2d2", "--format", "json", "-v"])
+    assert named.exit_code == 0, named.stderr
+    assert json.loads(named.stdout)["stats"]["substituted"] is None and "ran as" not in named.stderr

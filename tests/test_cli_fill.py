@@ -103,8 +103,9 @@ def test_json_format(tmp_path: Path, model: str) -> None:
     assert data[edit["start_byte"] : edit["end_byte"]] == b"    return 0"
     assert edit["text"] == "    " + FILL
     assert edit["score"] <= 0.0
-    assert set(doc["stats"]) == {"decoder", "model", "nfe", "tokens", "seconds"}
+    assert set(doc["stats"]) == {"decoder", "model", "nfe", "tokens", "seconds", "substituted"}
     assert doc["stats"]["decoder"] == "beam" and doc["stats"]["model"] == model  # the tool's default
+    assert doc["stats"]["substituted"] is None  # the decoder asked for is the one that ran
     assert doc["stats"]["nfe"] >= 1
     assert p.read_text() == SOURCE  # json reports edits; the plugin applies them
 

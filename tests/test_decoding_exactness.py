@@ -183,7 +183,7 @@ def _chi_square_of(model: Memo, problem: FillProblem, cfg: DecodeConfig, draw: o
 
 @pytest.mark.parametrize("layout", sorted(LOOKUP_LAYOUTS))
 def test_lookup_drafts_are_exact_and_fire(model: Memo, layout: str) -> None:
-    from infill.decoding.lookup import lookup_decode
+    from infill.decoding import decode
 
     cfg = DecodeConfig(decoder="assd", draft="lookup", k=4)
     problem = _lookup_problem(layout)
@@ -191,7 +191,7 @@ def test_lookup_drafts_are_exact_and_fire(model: Memo, layout: str) -> None:
 
     def draw(p: FillProblem, g: torch.Generator) -> list[int]:
         nonlocal drafted, most
-        tokens, stats = lookup_decode(model, p, cfg, g)
+        tokens, stats = decode(model, p, cfg, g)
         drafted += stats.extra["drafted"]
         most = max([most, *stats.accepted])
         return tokens.tolist()

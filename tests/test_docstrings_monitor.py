@@ -173,7 +173,7 @@ def test_the_names_only_sentences_of_the_example_pass_the_monitor() -> None:
 
 @dataclass
 class Refuse:
-    """A monitor (infill.core.checks.Monitor) refusing the fills `why` gives a reason for."""
+    """A monitor (infill.core.monitor.Monitor) refusing the fills `why` gives a reason for."""
 
     why: Callable[[str], str | None]
 

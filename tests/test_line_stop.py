@@ -181,7 +181,7 @@ def test_a_stop_token_with_text_before_its_line_break_keeps_that_text() -> None:
     """Code-model tokenizers (Qwen2's pre-tokenizer, cl100k-style) merge `):\n` into one token: a one-line fill
     that ends with it keeps the token, so the line keeps its `):` (the one-line cut drops what follows the
     break). A pad still ends the fill without itself."""
-    from infill.core.backends import cut_at_pad
+    from infill.core.tokens import cut_at_pad
 
     PAD, BLANK, COLON_BREAK, X = 0, 1, 2, 3  # noqa: N806
     texts = {BLANK: "  ", COLON_BREAK: "):\n", X: "if f(x"}
@@ -200,7 +200,7 @@ def test_the_line_break_table_is_never_another_tokenizers() -> None:
     by a daemon, or one test after another) gets its own table, not the freed one's."""
     import gc
 
-    from infill.core import backends
+    from infill.core import tokens
 
     class Letters:
         def __init__(self, text: str) -> None:
@@ -210,10 +210,10 @@ def test_the_line_break_table_is_never_another_tokenizers() -> None:
             return "".join(self.text[i] for i in ids)
 
     first = Letters("a\nb ")
-    assert backends.token_sets(first, 4) == (frozenset({1}), frozenset({1, 3}))
-    stale = backends._TOKEN_SETS[(id(first), 4)]
+    assert tokens.token_sets(first, 4) == (frozenset({1}), frozenset({1, 3}))
+    stale = tokens._TOKEN_SETS[(id(first), 4)]
     del first
     gc.collect()
     second = Letters("ab\n\n")
-    backends._TOKEN_SETS[(id(second), 4)] = stale  # as if `second` had taken the freed one's id
-    assert backends.token_sets(second, 4) == (frozenset({2, 3}), frozenset({2, 3}))
+    tokens._TOKEN_SETS[(id(second), 4)] = stale  # as if `second` had taken the freed one's id
+    assert tokens.token_sets(second, 4) == (frozenset({2, 3}), frozenset({2, 3}))

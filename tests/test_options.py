@@ -73,8 +73,11 @@ def test_eval_shares_fills_flags_with_its_own_decoding_defaults() -> None:
 def test_decoders_and_drafts_are_registered_once_and_every_list_derives_from_the_record() -> None:
     from infill.commands.evaluate import humaneval_single_line
     from infill.commands.fill import fill
-    from infill.decoding.registry import decoder_function, draft_source
+    from infill.decoding.drafts import DRAFT_SOURCES
+    from infill.decoding.registry import DECODER_FUNCTIONS, decoder_function, draft_source
 
+    # the settings (infill.config) and the code (infill.decoding) are registered under the same names
+    assert list(DECODER_FUNCTIONS) == list(DECODERS) and list(DRAFT_SOURCES) == list(DRAFTS)
     for name, entry in DECODERS.items():  # each registration names code that exists
         assert callable(decoder_function(DecodeConfig(decoder=name), entry.kinds[0])), name
     for name in DRAFTS:

@@ -334,8 +334,8 @@ BAD_ROUTING = [
 
 @pytest.mark.parametrize("spec", BAD_ROUTING)
 def test_routing_values_outside_their_domain_are_refused(spec: str) -> None:
-    from infill.config import parse_routing
     from infill.errors import InputError
+    from infill.routing_options import parse_routing
 
     with pytest.raises(InputError, match="routing option"):
         parse_routing(spec)

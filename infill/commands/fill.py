@@ -11,17 +11,26 @@ This module imports neither torch nor rich.progress at import time: `infill fill
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any, BinaryIO, NamedTuple, NoReturn, cast
+from typing import Any
 
 import click
 
 from infill import environment
 from infill.clitypes import JOBS, PATH, TEXT
+from infill.commands.fill_output import (
+    FILTER_INPUT,
+    binary,
+    echo_input,
+    mode_of_args,
+    print_json,
+    runs_filter,
+    write,
+    write_out,
+)
 from infill.commands.interrupts import held, release
 from infill.commands.shell import error_line, error_report, signal_report
 from infill.core.fill import (
@@ -95,123 +104,17 @@ def _selections(
     return tuple(sels)
 
 
-def _binary(name: str) -> BinaryIO:
-    """The byte stream under sys.stdout or sys.stdin; a usage error when the process was started with it closed
-    (`<&-`, `>&-`: Python then has None there)."""
-    stream = sys.stdout if name == "stdout" else sys.stdin
-    if stream is None:
-        raise click.UsageError(f"{name} is closed")
-    return cast(BinaryIO, stream.buffer)
-
-
-def _write(text: str, err: bool) -> None:
-    if err:
-        click.echo(text, err=True, nl=False)
-        return
-    stream = _binary("stdout")
-    stream.write(text.encode("utf-8"))  # bytes: CRLF and UTF-8 pass through untouched
-    stream.flush()
-
-
-def _write_out(stdout: str, stderr: list[str], write: Callable[[str, bool], None] = _write) -> None:
-    if stdout:
-        write(stdout, False)
-    for line in stderr:
-        write(line + "\n", True)
-
-
-class _Mode(NamedTuple):
-    filter: bool  # the editor filter: FILE is "-" and the output is stdout text
-    verbose: bool
-    json: bool  # --format json
-    file: str | None  # FILE as given (None for "-" or none)
-
-
-def _mode_of_args(command: click.Command, args: list[str]) -> _Mode:
-    """What raw arguments that Click could not parse ask for: the editor filter (FILE is "-" and the output is
-    stdout text: no --diff, --check, --format json, or -o PATH), -v, --format json, and FILE. Options that take
-    a value skip it."""
-    takes_value: dict[str, bool] = {}
-    for param in command.params:
-        if isinstance(param, click.Option):
-            for opt in (*param.opts, *param.secondary_opts):
-                takes_value[opt] = not param.is_flag and not param.count
-    positional: list[str] = []
-    diff = check = json_format = verbose = False
-    output: str | None = None
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--":
-            positional += args[i + 1 :]
-            break
-        name, eq, inline = arg.partition("=")
-        if arg.startswith("--") and takes_value.get(name):
-            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-            i += 1 if eq else 2
-            json_format = json_format or (name == "--format" and value == "json")
-            output = value if name == "--output" else output
-            continue
-        if arg.startswith("-") and arg != "-" and not arg.startswith("--"):
-            short = arg[:2]
-            if takes_value.get(short):  # -o PATH, -oPATH, -k 5
-                value = arg[2:] or (args[i + 1] if i + 1 < len(args) else "")
-                i += 1 if arg[2:] else 2
-                output = value if short == "-o" else output
-                continue
-            verbose = verbose or "v" in arg[1:]
-            i += 1
-            continue
-        diff, check = diff or arg == "--diff", check or arg == "--check"
-        verbose = verbose or arg == "--verbose"
-        if not arg.startswith("--"):
-            positional.append(arg)
-        i += 1
-    filter_mode = (
-        positional[:1] == ["-"] and not (diff or check or json_format) and output_target(output) in (None, "-")
-    )
-    file = positional[0] if positional and positional[0] != "-" else None
-    return _Mode(filter_mode, verbose, json_format, file)
-
-
-_FILTER_INPUT = "infill.fill.filter_input"  # ctx.meta key: (stdin bytes, verbose) while the filter may fail
-
-
-def _filter_mode(params: dict[str, Any]) -> bool:
-    """Whether the parsed flags run the editor filter: FILE is "-" and the output is stdout text (no --diff,
-    --check, --format json or -o PATH)."""
-    other_output = params.get("diff") or params.get("check") or params.get("fmt") == "json"
-    return params.get("file") == "-" and not other_output and output_target(params.get("output")) in (None, "-")
-
-
-def _echo_input(raw: bytes, verbose: bool, line: str, code: int) -> NoReturn:
-    """The editor filter failed: stdout gets the input back unchanged, so the buffer survives; the one error
-    line goes to stderr only with -v (some editors read both streams); the exit code says what went wrong. A
-    signal during the echo waits until it is complete, and is then dropped: the exit code already says why."""
-    with held(deliver=False):
-        if raw:
-            _binary("stdout").write(raw)
-            _binary("stdout").flush()
-        if verbose:
-            click.echo(line, err=True)
-    raise click.exceptions.Exit(code)
-
-
 def answer_usage_error(args: list[str], line: str, code: int) -> None:
     """Before stdin is read, for a usage error of `infill fill` or of the `infill` group around it (--threads):
     if `args` (the raw arguments of `infill fill`) run the editor filter, echo stdin unchanged and exit with
     `code` (`line` on stderr with -v); with --format json, print the error document on stdout. Otherwise (and
     then) return, and the caller reports the error as usual."""
-    mode = _mode_of_args(fill, args)
+    mode = mode_of_args(fill, args)
     if mode.json:
-        _print_json(error_json(mode.file, InputError.code, line.removeprefix("error: "), code))
+        print_json(error_json(mode.file, InputError.code, line.removeprefix("error: "), code))
     if not mode.filter or sys.stdin is None or sys.stdin.isatty():
         return
-    _echo_input(_binary("stdin").read(), mode.verbose, line, code)
-
-
-def _print_json(document: dict[str, Any]) -> None:
-    _write_out(json.dumps(document, ensure_ascii=False) + "\n", [])
+    echo_input(binary("stdin").read(), mode.verbose, line, code)
 
 
 class FillCommand(click.Command):
@@ -233,8 +136,8 @@ class FillCommand(click.Command):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            if _filter_mode(ctx.params):  # from here on, any failure echoes the input
-                ctx.meta[_FILTER_INPUT] = (_binary("stdin").read(), bool(ctx.params.get("verbose")))
+            if runs_filter(ctx.params):  # from here on, any failure echoes the input
+                ctx.meta[FILTER_INPUT] = (binary("stdin").read(), bool(ctx.params.get("verbose")))
             release()
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
@@ -246,16 +149,16 @@ class FillCommand(click.Command):
                 line, code = error_report(exc)
             else:
                 line, code = signal_report(exc)
-            pending = ctx.meta.pop(_FILTER_INPUT, None)
+            pending = ctx.meta.pop(FILTER_INPUT, None)
             if pending is None:
                 if ctx.params.get("fmt") == "json":  # one document for every outcome
-                    _print_json(_failure_json(ctx, exc, line, code))
+                    print_json(_failure_json(ctx, exc, line, code))
                 raise  # the `infill` group reports it (one line, documented exit code)
             if environment.enabled("INFILL_DEBUG"):  # the buffer comes back, and the traceback too
-                _binary("stdout").write(pending[0])
-                _binary("stdout").flush()
+                binary("stdout").write(pending[0])
+                binary("stdout").flush()
                 raise
-            _echo_input(pending[0], pending[1], line, code)
+            echo_input(pending[0], pending[1], line, code)
 
 
 def _failure_json(ctx: click.Context, exc: BaseException, line: str, code: int) -> dict[str, Any]:
@@ -342,22 +245,22 @@ def fill(
     if fmt == "json" and output not in (None, "-"):
         raise click.UsageError("--format json prints the edits and writes nothing; it cannot be combined with -o PATH")
     ctx = click.get_current_context()
-    filter_mode = _filter_mode(ctx.params)
+    filter_mode = runs_filter(ctx.params)
     if sys.stdout is None and (filter_mode or diff or fmt == "json" or output == "-"):
         raise click.UsageError("stdout is closed: there is nowhere to print the result")
     stdin_text: str | None = None
     if file == "-":
-        pending = ctx.meta.get(_FILTER_INPUT)  # the filter's input, read by FillCommand.invoke
-        raw = pending[0] if pending is not None else _binary("stdin").read()
+        pending = ctx.meta.get(FILTER_INPUT)  # the filter's input, read by FillCommand.invoke
+        raw = pending[0] if pending is not None else binary("stdin").read()
         try:
             stdin_text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             message = f"{stdin_filename or '<stdin>'}: not UTF-8 (invalid byte at offset {exc.start})"
             if filter_mode:
-                ctx.meta.pop(_FILTER_INPUT, None)
-                _echo_input(raw, bool(verbose), f"error: {message}", ExitCode.USAGE)
+                ctx.meta.pop(FILTER_INPUT, None)
+                echo_input(raw, bool(verbose), f"error: {message}", ExitCode.USAGE)
             if fmt == "json":
-                _print_json(error_json(None, InputError.code, message, ExitCode.USAGE))
+                print_json(error_json(None, InputError.code, message, ExitCode.USAGE))
             click.echo(f"error: {message}", err=True)
             sys.exit(ExitCode.USAGE)
     decode, options, model = from_flags(decoding)
@@ -385,8 +288,8 @@ def fill(
         )
     result = _fill_one(request, daemon, idle_timeout, show)
     with held(deliver=False):  # the whole result or (a signal before this line) the echo, never a piece of one
-        ctx.meta.pop(_FILTER_INPUT, None)  # run_fill's result holds the echo if it failed
-        _write_out(result["stdout"], result["stderr"])
+        ctx.meta.pop(FILTER_INPUT, None)  # run_fill's result holds the echo if it failed
+        write_out(result["stdout"], result["stderr"])
     sys.exit(result["exit_code"])
 
 
@@ -423,7 +326,7 @@ def _fill_files(requests: list[FillRequest], jobs: int, daemon: str, idle_timeou
     from infill.progress import files_progress
 
     codes = []
-    with files_progress(show, len(requests), _write) as bar:
+    with files_progress(show, len(requests), write) as bar:
         results: Iterable[dict[str, Any]]
         if jobs > 1:
             from infill.jobs import in_order
@@ -432,7 +335,7 @@ def _fill_files(requests: list[FillRequest], jobs: int, daemon: str, idle_timeou
         else:
             results = _advancing((_fill_one(r, daemon, idle_timeout, False) for r in requests), bar.advance)
         for result in results:
-            _write_out(result["stdout"], result["stderr"], bar.write)
+            write_out(result["stdout"], result["stderr"], bar.write)
             codes.append(result["exit_code"])
     return max(codes, key=lambda c: _SEVERITY.index(c) if c in _SEVERITY else len(_SEVERITY))
 

@@ -45,6 +45,6 @@ def lsp(use_stdio: bool, tcp_port: int | None, max_input_bytes: int) -> None:
         from infill.extras import install_hint
 
         raise click.ClickException(f"infill lsp needs the lsp extra: {install_hint('lsp')}") from None
-    from infill.lsp.server import serve
+    from infill.lsp.features import serve
 
     serve(max_input_bytes, tcp_port)

@@ -2,8 +2,11 @@
 plain requests in, results or InfillError out.
 
 - infill.core.fill: one `infill fill` request (FillRequest, run_fill, fill_json);
-- infill.core.pipeline: the fill itself (fill_text: text and spans -> edits), which infill.api re-exports;
-- infill.core.plan, infill.core.backends, infill.core.checks, infill.core.calibration: what a fill is made of.
+- infill.core.pipeline: the fill itself (fill_text: text and spans -> edits, in named steps), which infill.api
+  re-exports; its steps' parts: infill.core.plan (regions), infill.core.candidates (the check step),
+  infill.core.ranking (rank, features, confidence), infill.core.edits (Edit, FillResult);
+- infill.core.backends (the model kinds), infill.core.tokens, infill.core.checks (the syntax rule),
+  infill.core.monitor (monitors), infill.core.calibration: what a fill is made of.
 
 One `infill docstrings` run is infill.docstrings.run, a client of this
 core. Nothing here imports torch or Click.

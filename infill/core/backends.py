@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from infill.config import DRAFTS, DecodeConfig, DecoderName, FillOptions, ModelKind, decoders_for, drafts_for
 from infill.core.plan import Region, SpanPlan, Window
+from infill.core.tokens import cut_at_pad, token_pieces, token_sets
 from infill.errors import DecodeError, InputError
 from infill.models.registry import LoadedModel
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     import torch
 
     from infill.decoding.stats import DecodeStats
-    from infill.models.base import FillProblem, Pieces, Tokenizer
+    from infill.models.base import FillProblem, Tokenizer
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 
@@ -57,87 +58,6 @@ class Totals:
         self.nfe += int(stats.nfe)
         self.tokens += int(stats.tokens)
         self.accepted += list(stats.accepted)
-
-
-def cut_at_pad(
-    tokens: list[int],
-    logq: list[float] | None,
-    pad_id: int | None,
-    stops: frozenset[int] = frozenset(),
-    blank: frozenset[int] = frozenset(),
-    ends: Callable[[list[int]], bool] | None = None,
-) -> tuple[list[int], int, float, float]:
-    """The fill's tokens: those before the first pad, or up to and including the first stop token after some
-    text (see FillProblem; a token such as `):\n` holds text before its line break, which the one-line cut of
-    infill.core.pipeline keeps), or up to and including the token after which `ends` holds (a block of lines);
-    how many came before the token that ended the fill; the log-likelihood of
-    the tokens up to the one that ended the fill, that one included, and the lowest of their log-probabilities."""
-    end, kept, text = len(tokens), len(tokens), False
-    for i, t in enumerate(tokens):
-        if t == pad_id:
-            end = kept = i
-            break
-        if (t in stops and text) or (ends is not None and ends(tokens[: i + 1])):
-            end, kept = i, i + 1
-            break
-        text = text or t not in blank
-    scored = min(len(tokens), end + 1)
-    if logq is None or not scored:
-        return tokens[:kept], end, 0.0, 0.0
-    return tokens[:kept], end, float(sum(logq[:scored])), float(min(logq[:scored]))
-
-
-# id(tokenizer), vocabulary size -> (the tokenizer, held weakly where it can be, and its sets)
-_TOKEN_SETS: dict[tuple[int, int], tuple[Callable[[], object], tuple[frozenset[int], frozenset[int]]]] = {}
-
-
-def token_sets(tokenizer: Tokenizer, vocab_size: int) -> tuple[frozenset[int], frozenset[int]]:
-    """(line breaks, blanks): ids of the tokens whose text holds a line break, and of whitespace-only tokens
-    (cached per tokenizer: an entry whose tokenizer is gone is not another tokenizer's, though the new one may
-    have the old one's id). A line break after some text ends a one-line span."""
-    import weakref
-
-    key = (id(tokenizer), vocab_size)
-    found = _TOKEN_SETS.get(key)
-    if found is not None and found[0]() is tokenizer:
-        return found[1]
-    texts = [tokenizer.decode([i]) for i in range(vocab_size)]
-    sets = (
-        frozenset(i for i, t in enumerate(texts) if "\n" in t),
-        frozenset(i for i, t in enumerate(texts) if t and not t.strip()),
-    )
-    try:
-        held: Callable[[], object] = weakref.ref(tokenizer)
-    except TypeError:  # a tokenizer without weak references: held for good
-        held = lambda: tokenizer  # noqa: E731
-    _TOKEN_SETS[key] = (held, sets)
-    return sets
-
-
-_PIECES: dict[tuple[int, int], Pieces] = {}
-
-
-def token_pieces(tokenizer: Tokenizer, vocab_size: int) -> Pieces:
-    """The bytes every token id writes, for token healing (cached per tokenizer): the tokenizer's own
-    `token_bytes` where it has one, else its decoding of the id alone (b"" where that splits a character)."""
-    from infill.models.base import Pieces
-
-    key = (id(tokenizer), vocab_size)
-    found = _PIECES.get(key)
-    if found is None:
-        own = getattr(tokenizer, "token_bytes", None)
-
-        def piece(i: int) -> bytes:
-            if own is not None:
-                try:
-                    return bytes(own(i))
-                except (IndexError, KeyError):  # an id past the tokenizer's (a model's padding rows)
-                    return b""
-            text = tokenizer.decode([i])
-            return b"" if "\ufffd" in text else text.encode("utf-8")
-
-        found = _PIECES[key] = Pieces([piece(i) for i in range(vocab_size)])
-    return found
 
 
 @dataclass
@@ -543,6 +463,14 @@ BACKENDS: dict[ModelKind, Backend] = {
 
 def backend_of(loaded: LoadedModel) -> Backend:
     return BACKENDS[loaded.kind]
+
+
+def substitution(asked: DecoderName, loaded: LoadedModel, ran: DecoderName) -> str:
+    """Why `loaded` runs --decoder `ran` where `asked` was asked for (`select`): the note -v shows."""
+    return (
+        f"--decoder {asked} ran as --decoder {ran}: {loaded.name!r} is {KIND_NAMES[loaded.kind]} model, which runs "
+        f"{asked} as {ran} (--decoder {' '.join(decoders_for(loaded.kind))} run as named)"
+    )
 
 
 def select(loaded: LoadedModel, cfg: DecodeConfig) -> tuple[LoadedModel, Backend, DecodeConfig]:

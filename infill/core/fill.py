@@ -70,7 +70,9 @@ class FillRequest:
         return cls(**kw)
 
 
-_STATS = ("decoder", "model", "nfe", "tokens", "seconds")
+# "substituted": null, or {"asked": ..., "ran": ...} when the model's kind ran another decoder than the one asked
+# for (infill.core.backends.select): a decoder the user named is never swapped silently
+_STATS = ("decoder", "model", "nfe", "tokens", "seconds", "substituted")
 
 
 def result_json(result: FillResult, file: str | None) -> dict[str, Any]:

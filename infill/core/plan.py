@@ -244,3 +244,21 @@ def heal_room(heal: str) -> int:
 def model_prefix(before: str, heal: str) -> str:
     """The text before a span as the model sees it: without the text token healing moves into the fill."""
     return before[: len(before) - len(heal)]
+
+
+def truncation_notes(
+    regions: list[Region], max_length: int, index: LineIndex, warnings: list[str], max_context: int | None = None
+) -> list[str]:
+    """The notes for -v (or a warning) when the model's window (or --max-context) hid part of the file."""
+    notes: list[str] = []
+    if any(r.truncated for r in regions):
+        # a small model's window is often shorter than the file: only worth a warning when it hides the start of
+        # the block the spans are in (e.g. the signature of the function being filled); otherwise a note for -v
+        lines = ", ".join(f"lines {r.seen[0]}-{r.seen[1]}" for r in regions if r.truncated)
+        whose = "--max-context" if max_length == max_context else "the model's"
+        message = f"context truncated to {whose} {max_length} tokens: it saw {lines} of {index.count}"
+        if any(r.block_cut for r in regions):
+            warnings.append(f"{message}, not the start of the block around the span(s)")
+        else:
+            notes.append(message)
+    return notes

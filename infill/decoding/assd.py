@@ -8,7 +8,7 @@ and `M` is the number of masked positions (the paper's N - m); `masked[n]` is th
 
 Repeat while n < M:
   1. Draft: the draft source proposes L tokens for masked[n : n + L] with their draft probabilities
-     (infill.decoding.speculative.Proposal). The model draft (this file) is one forward giving
+     (infill.decoding.speculative.Proposal). The model draft (infill.decoding.drafts) is one forward giving
      p(. | prompt, x_{<n}) at masked[n:t], t = min(n + k, M), and samples x~_i ~ p_i.
   2. A lone draft that is the model's own sample (the model draft's last token, or a sequential step when a
      source has nothing to propose) is accepted without a verify pass (Lemma 1).
@@ -22,8 +22,8 @@ Theorem 2: the fill follows the oracle's joint exactly (for the temperature/top-
 the same transform is applied to p). Theorem 1: NFE <= M for the model draft with k >= 2 (an iteration costs 2
 passes and yields >= 2 tokens, except a final single token, which costs 1 pass).
 
-Drafts (--draft; each a `DraftSource`, registered in infill.config.DRAFTS):
-  model   the model's draft pass (this file).
+Drafts (--draft; each a `DraftSource` of infill.decoding.drafts, registered there and in infill.config.DRAFTS):
+  model   the model's draft pass (infill.decoding.drafts).
   ngram   Algorithm 2: a bigram model of the visible context (infill.decoding.ngram). No draft forward, but
           Lemma 1 no longer holds, so the first draft is tested like the others and NFE may exceed M.
   lookup  copies of what followed the same tokens elsewhere in the text, point masses verified with a bonus row
@@ -37,51 +37,17 @@ span: the scan stops there and the rest of that span becomes pad without forward
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from infill.config import AssdOptions, options_of
+from infill.decoding.drafts import DRAFT_SOURCES, DraftSource, ModelDraft
 from infill.decoding.healing import heal
 from infill.decoding.problem import LeftToRight
 from infill.decoding.sampling import transform
-from infill.decoding.speculative import Acceptance, Proposal, accept
+from infill.decoding.speculative import Acceptance, accept
 
 if TYPE_CHECKING:
-    import torch
-
-    from infill.config import DecodeConfig
-    from infill.models.base import AnySubsetModel
-
-
-class DraftSource(Protocol):
-    """A draft source of the loop. Built as `Source(model, cfg, k)` once per decode (k: the speculation width, -k);
-    it may keep state between iterations (the lookup draft adapts its length)."""
-
-    def propose(self, run: LeftToRight, visible: torch.Tensor, n: int, generator: torch.Generator) -> Proposal | None:
-        """Drafts for run.masked[n : n + L] (L >= 1; the bonus row, if asked for, is masked[n + L], so
-        n + L + bonus <= M), or None when it has nothing to propose (the loop then takes a sequential step).
-        `run.ids` (N,) holds the prompt and the decoded tokens, <mask> elsewhere; `visible` (N,) bool marks them.
-        A source that draws random numbers draws them from `generator`."""
-        ...
-
-    def verified(self, accepted: int, drafted: int) -> None:
-        """What the verification made of the last proposal: `accepted` of its `drafted` tokens."""
-        ...
-
-
-class ModelDraft:
-    """The model's draft pass: p(. | prompt, x_{<n}) at the next `width` masked positions, independently, and one
-    sample of each (the first is the oracle's own sample: Lemma 1)."""
-
-    def __init__(self, model: AnySubsetModel, cfg: DecodeConfig, k: int) -> None:
-        self.model, self.cfg, self.width = model, cfg, k
-
-    def propose(self, run: LeftToRight, visible: torch.Tensor, n: int, generator: torch.Generator) -> Proposal:
-        targets = run.masked[n : min(n + self.width, run.total)]  # (L,) positions σ(n..t-1)
-        p = transform(self.model.draft(run.ids, run.masked, n, targets), self.cfg)  # (L, V)
-        return Proposal.sampled(p, generator, first_exact=True, passes=1)
-
-    def verified(self, accepted: int, drafted: int) -> None:
-        pass
+    pass
 
 
 def assd(run: LeftToRight) -> None:
@@ -92,13 +58,11 @@ def assd(run: LeftToRight) -> None:
     `run` (infill.decoding.problem.LeftToRight, built by infill.decoding.decode): run.ids (N,) long is filled in
     place at run.masked (M,) long, in that order, drawing from run.generator; returns nothing (decode returns
     run.result(): the tokens (M,) long in decoding order, and run.stats)."""
-    from infill.decoding.registry import draft_source
-
     opts = options_of(AssdOptions, run.cfg)
     run.stats.extra.update(k=opts.k, draft=opts.draft)
     if opts.epsilon > 0:
         run.stats.extra["lossy_epsilon"] = opts.epsilon
-    source: DraftSource = draft_source(opts.draft)(run.model, run.cfg, opts.k)
+    source: DraftSource = DRAFT_SOURCES[opts.draft](run.model, run.cfg, opts.k)
     speculate(run, source, Acceptance(order="as-tested", epsilon=opts.epsilon))
 
 

@@ -17,7 +17,6 @@ what was accepted plus one after a rejection, so a run of bad guesses costs litt
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from infill.decoding.speculative import Proposal
@@ -27,8 +26,7 @@ if TYPE_CHECKING:
 
     from infill.config import DecodeConfig
     from infill.decoding.problem import LeftToRight
-    from infill.decoding.stats import DecodeStats
-    from infill.models.base import AnySubsetModel, FillProblem
+    from infill.models.base import AnySubsetModel
 
 MIN_MATCH = 1  # tokens of context that must match before a continuation is copied
 MAX_MATCH = 8
@@ -58,7 +56,7 @@ def lookup(tokens: list[int], visible: list[bool], pos: int, length: int) -> lis
 
 
 class LookupDraft:
-    """infill.decoding.assd.DraftSource: copies of the visible text as point masses, with a bonus row."""
+    """infill.decoding.drafts.DraftSource: copies of the visible text as point masses, with a bonus row."""
 
     def __init__(self, model: AnySubsetModel, cfg: DecodeConfig, k: int) -> None:
         self.longest = k
@@ -83,12 +81,3 @@ class LookupDraft:
             self.window = max(2, accepted + 1)
         else:
             self.window = min(self.longest, 2 * self.window)
-
-
-def lookup_decode(
-    model: AnySubsetModel, problem: FillProblem, cfg: DecodeConfig, generator: torch.Generator
-) -> tuple[torch.Tensor, DecodeStats]:
-    """ASSD with lookup drafts, whatever cfg.decoder and cfg.draft say (infill.decoding.decode)."""
-    from infill.decoding import decode
-
-    return decode(model, problem, replace(cfg, decoder="assd", draft="lookup"), generator)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 class BigramDraft:
-    """infill.decoding.assd.DraftSource: bigram drafts at the next k masked positions."""
+    """infill.decoding.drafts.DraftSource: bigram drafts at the next k masked positions."""
 
     def __init__(self, model: AnySubsetModel, cfg: DecodeConfig, k: int) -> None:
         self.model, self.cfg, self.width = model, cfg, k

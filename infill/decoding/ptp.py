@@ -249,7 +249,6 @@ def run(
     import torch
 
     from infill.decoding.confidence import confidence_probs
-    from infill.decoding.sampling import transform
 
     stats = DecodeStats(decoder=cfg.decoder)
     out: list[int] = []
@@ -262,27 +261,7 @@ def run(
         j = len(out)
         r = max_tokens - j  # budget left
         n = min(slots, r)
-        q_logits, drafts = session.propose(pending, u[j : j + n])  # (V,), (n-1,)
-        rows = [q_logits]  # the logits each new token was sampled from
-        first = pick(u[j], transform(q_logits[None], cfg)[0])  # () the teacher's exact token at position i
-        new = [int(first)]
-        a = 0
-        if new[0] not in end_ids and n >= 2:
-            d = n - 1
-            m = min(d + 1, r - 1)  # verified positions: every draft, plus the bonus row when the budget allows
-            clean = torch.cat([first[None], drafts[: m - 1]])  # (M,)
-            v = session.verify(clean, m)  # (M, V)
-            a, tok = accept(Proposal(drafts[:d]), transform(v, cfg), COUPLED, u=u[j + 1 : j + 1 + m])
-            new += drafts[:a].tolist()
-            rows += list(v[:a])
-            if tok is not None:
-                new.append(tok)
-                rows.append(v[a])
-            kept = min(1 + a, m)
-            session.keep(kept)
-            pending = torch.tensor(new[kept:], dtype=torch.long)
-        else:
-            pending = first[None]
+        new, rows, a, pending = _iteration(session, pending, u, j, n, r, cfg, end_ids)
         iterations += 1
         drafts_accepted.append(a)
         for idx, t in enumerate(new):
@@ -319,6 +298,44 @@ def run(
         }
     )
     return tokens, stats
+
+
+def _iteration(
+    session: Session,
+    pending: torch.Tensor,
+    u: torch.Tensor,
+    j: int,
+    n: int,
+    r: int,
+    cfg: DecodeConfig,
+    end_ids: tuple[int, ...],
+) -> tuple[list[int], list[torch.Tensor], int, torch.Tensor]:
+    """One PTP iteration at generated position j with n slots and r tokens of budget left: the teacher's exact
+    token, then the drafts the verifier accepts (and its bonus token). -> (the new tokens, the logits each was
+    sampled from, how many drafts were accepted, the tokens the next pass must feed)."""
+    import torch
+
+    from infill.decoding.sampling import transform
+
+    q_logits, drafts = session.propose(pending, u[j : j + n])  # (V,), (n-1,)
+    rows = [q_logits]  # the logits each new token was sampled from
+    first = pick(u[j], transform(q_logits[None], cfg)[0])  # () the teacher's exact token at position i
+    new = [int(first)]
+    if new[0] in end_ids or n < 2:
+        return new, rows, 0, first[None]
+    d = n - 1
+    m = min(d + 1, r - 1)  # verified positions: every draft, plus the bonus row when the budget allows
+    clean = torch.cat([first[None], drafts[: m - 1]])  # (M,)
+    v = session.verify(clean, m)  # (M, V)
+    a, tok = accept(Proposal(drafts[:d]), transform(v, cfg), COUPLED, u=u[j + 1 : j + 1 + m])
+    new += drafts[:a].tolist()
+    rows += list(v[:a])
+    if tok is not None:
+        new.append(tok)
+        rows.append(v[a])
+    kept = min(1 + a, m)
+    session.keep(kept)
+    return new, rows, a, torch.tensor(new[kept:], dtype=torch.long)
 
 
 def decode(

@@ -1,20 +1,43 @@
-"""Registered names -> the code that runs them, imported on first use (importing this module does not import
-torch). What is registered, and which model kind runs each decoder, is infill.config.DECODERS and DRAFTS.
+"""Registered names -> the code that runs them: the functions and classes themselves, so that go-to-definition
+and mypy follow them. What is registered, the model kinds that run each decoder and its settings, is
+infill.config.DECODERS and DRAFTS (at the bottom, read by the flags and `infill --help` without importing this);
+tests/test_options.py holds the two registries to the same names.
 
-Any-subset decoders take (model, problem, cfg, generator, on_step); block-diffusion decoders take
-(model, prompt, max_tokens, cfg, generator, on_step=...). See docs/decoding.md and docs/contributing.md.
+Any-subset decoders take the LeftToRight run infill.decoding.decode builds; block-diffusion decoders the
+Generation infill.decoding.blockfill builds. This module is imported when a decoder first runs (none of the
+decoders imports torch at import time). See docs/decoding.md and docs/contributing.md.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from typing import Any
 
-from infill.config import DECODERS, DRAFTS, DecodeConfig, ModelKind, decoders_for
+from infill.config import DECODERS, DecodeConfig, DecoderName, DraftName, ModelKind, decoders_for
+from infill.decoding.assd import assd, sequential
+from infill.decoding.beam import beam_search
+from infill.decoding.confidence import denoise
+from infill.decoding.drafts import DRAFT_SOURCES, DraftFactory
+from infill.decoding.parallel import parallel
+from infill.decoding.ptp import ptp
+from infill.decoding.s2d2 import s2d2
+from infill.decoding.ssmd import ssmd
 from infill.errors import DecodeError
 
+# the function of each decoder name of infill.config.DECODERS
+DECODER_FUNCTIONS: dict[DecoderName, Callable[..., Any]] = {
+    "assd": assd,
+    "sequential": sequential,
+    "parallel": parallel,
+    "beam": beam_search,
+    "confidence": denoise,
+    "s2d2": s2d2,
+    "ssmd": ssmd,
+    "ptp": ptp,
+}
 
-def decoder_function(cfg: DecodeConfig, kind: ModelKind) -> Any:
+
+def decoder_function(cfg: DecodeConfig, kind: ModelKind) -> Callable[..., Any]:
     """The function that runs `cfg.decoder` on a model of `kind`; DecodeError when that kind cannot run it."""
     name = cfg.decoder
     entry = DECODERS.get(name)
@@ -25,15 +48,9 @@ def decoder_function(cfg: DecodeConfig, kind: ModelKind) -> Any:
                 f"decoder {name!r} is not an any-subset decoder (use {names}; the others run block-diffusion models)"
             )
         raise DecodeError(f"decoder {name!r} does not run block-diffusion models; use {names}")
-    return resolve(entry.function)
+    return DECODER_FUNCTIONS[name]
 
 
-def draft_source(name: str) -> Any:
-    """The class of the registered ASSD draft `name` (infill.decoding.assd.DraftSource)."""
-    return resolve(DRAFTS[name].source)
-
-
-def resolve(target: str) -> Any:
-    """ "module:attribute" -> the attribute, importing the module."""
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
+def draft_source(name: DraftName) -> DraftFactory:
+    """The class of the registered ASSD draft `name` (infill.decoding.drafts.DraftSource)."""
+    return DRAFT_SOURCES[name]

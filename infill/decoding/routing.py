@@ -25,8 +25,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from infill.config import POLICIES, RoutingConfig, parse_routing
 from infill.errors import InputError
+from infill.routing_options import POLICIES, RoutingConfig, parse_routing
 
 __all__ = ["POLICIES", "RoutingConfig", "Router", "features", "make_router", "parse_routing", "score"]
 

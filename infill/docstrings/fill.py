@@ -24,7 +24,7 @@ from infill.spans import Span
 
 if TYPE_CHECKING:
     from infill.api import FillResult
-    from infill.core.checks import Monitor
+    from infill.core.monitor import Monitor
 
 
 def slot_span(start: int, end: int, label: str, budget: int) -> Span:

@@ -254,7 +254,7 @@ def judge_all(skeleton: Skeleton, facts: Facts, raw: Mapping[str, str], limit: i
 
 @dataclass(frozen=True)
 class SlotMonitor:
-    """The monitor as infill.api.fill_text takes it (infill.core.checks.Monitor): a candidate's edits, by the
+    """The monitor as infill.api.fill_text takes it (infill.core.monitor.Monitor): a candidate's edits, by the
     start byte of the slot each fills, judged; the first refused slot and why, or None."""
 
     slots: Mapping[int, Slot]

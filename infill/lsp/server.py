@@ -21,30 +21,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from lsprotocol import types as lsp
 from pygls.exceptions import (
     JsonRpcContentModified,
     JsonRpcException,
     JsonRpcInvalidParams,
-    JsonRpcInvalidRequest,
     JsonRpcParseError,
     JsonRpcRequestCancelled,
-    JsonRpcServerNotInitialized,
 )
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol, lsp_method
 
 import infill
-from infill.config import ModelSpec
 from infill.errors import InfillError
 from infill.lsp import fills
 from infill.lsp.context import ContextRing
 from infill.lsp.documents import ENCODINGS, Document, Encoding, PositionError, lone_surrogate
+from infill.lsp.protocol import InfillProtocol
 from infill.lsp.typeahead import Typeahead
 from infill.server.handlers import RequestCancelled, cancel_check
 
@@ -71,116 +68,6 @@ class Job:
     def cancel(self, why: str) -> None:
         if self.why is None:
             self.why = why
-
-
-@dataclass
-class Refused:
-    """A request whose params do not fit its method's types: answered with this error and its id."""
-
-    id: int | str
-    error: lsp.ResponseError
-    method: str
-
-
-class InfillProtocol(LanguageServerProtocol):
-    """pygls's protocol with infill's document store, cancellation of running fills, and an error response for
-    every request it cannot read."""
-
-    _server: InfillServer
-
-    @lsp_method(lsp.TEXT_DOCUMENT_DID_OPEN)
-    def lsp_text_document__did_open(self, params: lsp.DidOpenTextDocumentParams) -> None:
-        self._server.opened(params)
-
-    @lsp_method(lsp.TEXT_DOCUMENT_DID_CHANGE)
-    def lsp_text_document__did_change(self, params: lsp.DidChangeTextDocumentParams) -> None:
-        self._server.changed(params)
-
-    @lsp_method(lsp.TEXT_DOCUMENT_DID_CLOSE)
-    def lsp_text_document__did_close(self, params: lsp.DidCloseTextDocumentParams) -> None:
-        self._server.closed(params)
-
-    @lsp_method(lsp.INITIALIZE)
-    def lsp_initialize(self, params: lsp.InitializeParams) -> Generator[Any, Any, lsp.InitializeResult]:
-        """pygls's initialize, once: a second one is refused (InvalidRequest) instead of resetting the session."""
-        if self._server.initialized:
-            raise JsonRpcInvalidRequest("the server is already initialized")
-        self._server.initialized = True
-        result: lsp.InitializeResult = yield from super().lsp_initialize(params)
-        return result
-
-    @lsp_method(lsp.EXIT)
-    def lsp_exit(self, *args: Any) -> Generator[Any, Any, None]:
-        """pygls's exit, remembering the exit code the specification asks for (0 after shutdown, else 1): its
-        SystemExit does not get through pygls's loop."""
-        self._server.exit_code = 0 if self._shutdown else 1
-        yield from super().lsp_exit(*args)
-
-    def _handle_cancel_notification(self, msg_id: Any) -> None:
-        job = self._server.jobs.get(msg_id)
-        if job is not None:
-            job.cancel("cancelled by the client")
-        super()._handle_cancel_notification(msg_id)
-
-    def structure_message(self, data: dict[str, Any]) -> Any:
-        try:
-            return super().structure_message(data)
-        except JsonRpcException as exc:
-            request_id = data.get("id")
-            if "method" not in data or isinstance(request_id, bool) or not isinstance(request_id, int | str):
-                raise  # a notification (nobody to answer) or a response
-            detail = _validation_detail(exc.__cause__)
-            error = JsonRpcInvalidParams(f"invalid params for {data.get('method')}: {detail}")
-            return Refused(request_id, error.to_response_error(), str(data.get("method")))
-
-    def handle_message(self, message: Any) -> None:
-        if not self._in_session(message):
-            return
-        if isinstance(message, Refused):
-            self._send_response(message.id, error=message.error)
-            return
-        if not hasattr(message, "jsonrpc"):  # JSON, but not a JSON-RPC 2.0 message
-            request_id = message.get("id") if isinstance(message, dict) else None
-            if isinstance(request_id, bool) or not isinstance(request_id, int | str):
-                request_id = None
-            error = JsonRpcInvalidRequest('not a JSON-RPC 2.0 message (needs "jsonrpc": "2.0" and a "method")')
-            self.send_error(request_id, error)
-            return
-        super().handle_message(message)
-
-    def _in_session(self, message: Any) -> bool:
-        """Whether a message comes between `initialize` and `shutdown`, as the specification wants: before
-        initialize a request is answered ServerNotInitialized, after shutdown InvalidRequest, and a notification
-        is dropped (exit excepted). Responses to the server's own requests always get through."""
-        method = getattr(message, "method", None)
-        if not isinstance(method, str) or method == lsp.EXIT or (method == lsp.INITIALIZE and not self._shutdown):
-            return True
-        if self._server.initialized and not self._shutdown:
-            return True
-        if hasattr(message, "id"):  # a request
-            if self._shutdown:
-                self.send_error(message.id, JsonRpcInvalidRequest(f"{method}: the server is shutting down"))
-            else:
-                self.send_error(message.id, JsonRpcServerNotInitialized(f"{method}: initialize comes first"))
-        return False
-
-    def send_error(self, request_id: int | str | None, error: JsonRpcException) -> None:
-        """An error response; id None (null) when the request's id could not be read."""
-        self._send_response(cast(Any, request_id), error=error.to_response_error())
-
-
-def _validation_detail(cause: BaseException | None) -> str:
-    """cattrs' validation error as one short line (which field, what was expected)."""
-    if cause is None:
-        return "they do not match the method's types"
-    try:
-        import cattrs
-
-        if isinstance(cause, cattrs.BaseValidationError):
-            return "; ".join(cattrs.transform_error(cause))[:500]
-    except ImportError:  # pragma: no cover - cattrs comes with pygls
-        pass
-    return str(cause).splitlines()[0][:500]
 
 
 class InfillServer(LanguageServer):
@@ -289,15 +176,15 @@ class InfillServer(LanguageServer):
     def unusable(self, document: Document) -> str | None:
         """Why no fill can run on this document now, or None."""
         if document.broken is not None:
-            return f"{_name(document)} is out of step with the editor ({document.broken}); reopen it"
+            return f"{document_name(document)} is out of step with the editor ({document.broken}); reopen it"
         at = lone_surrogate(document.text)
         if at is not None:
             line, _ = document.position(at, "utf-32")
-            return f"{_name(document)} holds an invalid UTF-16 character (a lone surrogate) on line {line + 1}"
+            return f"{document_name(document)} holds an invalid UTF-16 character (a lone surrogate) on line {line + 1}"
         size = len(document.text.encode("utf-8"))
         if self.max_input_bytes and size > self.max_input_bytes:
             return (
-                f"{_name(document)} is {size:,} bytes, over the server's limit of {self.max_input_bytes:,} "
+                f"{document_name(document)} is {size:,} bytes, over the server's limit of {self.max_input_bytes:,} "
                 "(--max-input-bytes); it gets no fills"
             )
         return None
@@ -306,7 +193,7 @@ class InfillServer(LanguageServer):
         try:
             return document.offset(position.line, position.character, self.encoding)
         except PositionError as exc:
-            raise JsonRpcInvalidParams(f"{_name(document)}: {exc}") from None
+            raise JsonRpcInvalidParams(f"{document_name(document)}: {exc}") from None
 
     def position(self, document: Document, offset: int) -> lsp.Position:
         line, character = document.position(offset, self.encoding)
@@ -438,7 +325,7 @@ class InfillServer(LanguageServer):
         """The document a command names, as it was when the command was offered (ContentModified otherwise)."""
         document = self.document(uri)
         if isinstance(version, int) and version != document.version:
-            raise JsonRpcContentModified(f"{_name(document)} changed since the action was offered; try again")
+            raise JsonRpcContentModified(f"{document_name(document)} changed since the action was offered; try again")
         why = self.unusable(document)
         if why is not None:
             raise RequestFailed(why)
@@ -468,185 +355,5 @@ class InfillServer(LanguageServer):
             raise RequestFailed(str(exc)) from None
 
 
-def _name(document: Document) -> str:
+def document_name(document: Document) -> str:
     return document.uri.rsplit("/", 1)[-1] or document.uri
-
-
-def _keyword_start(text: str, offset: int) -> int:
-    """Where the word before `offset` starts (letters, digits, underscore): completion menus filter and replace
-    from there."""
-    start = offset
-    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
-        start -= 1
-    return start
-
-
-def build(max_input_bytes: int) -> InfillServer:
-    """The language server with its features registered."""
-    server = InfillServer(max_input_bytes)
-
-    @server.feature(lsp.INITIALIZE)
-    def initialize(ls: InfillServer, params: lsp.InitializeParams) -> None:
-        ls.configure(params.initialization_options)
-
-    @server.feature(lsp.INITIALIZED)
-    def initialized(ls: InfillServer, params: lsp.InitializedParams) -> None:
-        ls.load_model()
-
-    @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    def did_change_configuration(ls: InfillServer, params: lsp.DidChangeConfigurationParams) -> None:
-        if params.settings is not None:
-            ls.configure(params.settings)
-
-    @server.feature(lsp.SHUTDOWN)
-    def shutdown(ls: InfillServer, params: None) -> None:
-        for job in ls.jobs.values():
-            job.cancel("the server is shutting down")
-
-    @server.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
-    async def inline_completion(ls: InfillServer, params: lsp.InlineCompletionParams) -> dict[str, Any] | None:
-        """An InlineCompletionList of one item: insertText replaces range (the whole line on a blank line, else
-        nothing: an insertion at the cursor), and `confidence`, the calibrated probability that it is right
-        (null for a model without a calibration), beside the protocol's fields for a client that dims or
-        filters (unknown fields are ignored by other clients)."""
-        found = await ls.complete(params.text_document.uri, params.position, params.context.selected_completion_info)
-        if found is None:
-            return None
-        document, filled = found
-        item = lsp.InlineCompletionItem(filled.text, range=ls.range(document, filled.start, filled.end))
-        return {"items": [{**ls.protocol._converter.unstructure(item), "confidence": filled.confidence}]}
-
-    @server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions())
-    async def completion(ls: InfillServer, params: lsp.CompletionParams) -> lsp.CompletionList | None:
-        found = await ls.complete(params.text_document.uri, params.position, None)
-        if found is None:
-            return lsp.CompletionList(is_incomplete=True, items=[])
-        document, filled = found
-        start, text = filled.start, filled.text
-        word = _keyword_start(document.text, ls.offset(document, params.position))
-        if word < start:  # from the start of the word being typed: menus filter and replace from there
-            text, start = document.text[word:start] + text, word
-        elif start < word and text.startswith(document.text[start:word]):
-            text, start = text[word - start :], word
-        label = text.strip().splitlines()[0] if text.strip() else text
-        confidence = "" if filled.confidence is None else f" ({filled.confidence:.0%})"
-        item = lsp.CompletionItem(
-            label=label if len(label) <= 80 else label[:77] + "...",
-            kind=lsp.CompletionItemKind.Text,
-            detail=f"infill{confidence}",
-            data={"confidence": filled.confidence},
-            sort_text="0",
-            filter_text=text,
-            insert_text_format=lsp.InsertTextFormat.PlainText,
-            text_edit=lsp.TextEdit(ls.range(document, start, filled.end), text),
-        )
-        return lsp.CompletionList(is_incomplete=True, items=[item])
-
-    @server.feature(
-        lsp.TEXT_DOCUMENT_CODE_ACTION,
-        lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.RefactorRewrite, lsp.CodeActionKind.Source]),
-    )
-    def code_action(ls: InfillServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
-        document = ls.document(params.text_document.uri)
-        start, end = ls.offset(document, params.range.start), ls.offset(document, params.range.end)
-        if ls.unusable(document) is not None or end < start:
-            return None
-        wanted = params.context.only
-        actions = []
-
-        def offered(kind: str) -> bool:
-            return not wanted or any(kind == w or kind.startswith(f"{w}.") for w in wanted)
-
-        uri, version = document.uri, document.version
-        if end > start and offered(lsp.CodeActionKind.RefactorRewrite):
-            command = lsp.Command("Fill selection with infill", FILL_SELECTION, arguments=[uri, start, end, version])
-            actions.append(lsp.CodeAction(command.title, kind=lsp.CodeActionKind.RefactorRewrite, command=command))
-        try:
-            here = fills.docstrings(document, document.byte_offset(start), check_only=True)
-            whole = fills.docstrings(document, None, check_only=True)
-        except InfillError:
-            return actions or None  # not a language with docstrings, or the file does not parse now
-        if here.outcomes and offered(lsp.CodeActionKind.RefactorRewrite):
-            title = f"Add docstring to {here.outcomes[0].name} (infill)"
-            command = lsp.Command(title, ADD_DOCSTRINGS, arguments=[uri, start, version])
-            actions.append(lsp.CodeAction(title, kind=lsp.CodeActionKind.RefactorRewrite, command=command))
-        missing = len(whole.outcomes)
-        if missing and offered(lsp.CodeActionKind.Source):
-            title = f"Add {missing} missing docstring{'s' * (missing != 1)} (infill)"
-            command = lsp.Command(title, ADD_DOCSTRINGS, arguments=[uri, None, version])
-            actions.append(lsp.CodeAction(title, kind=lsp.CodeActionKind.Source, command=command))
-        return actions or None
-
-    @server.command(FILL_SELECTION)
-    async def fill_selection(ls: InfillServer, *args: Any) -> None:
-        """[uri, start, end, version]: fill the text between two offsets of the document at that version."""
-        if len(args) != 4 or not isinstance(args[0], str) or not _offsets(args[1:3]):
-            raise JsonRpcInvalidParams(f"{FILL_SELECTION} takes [uri, start offset, end offset, version]")
-        document = ls.versioned(args[0], args[3])
-        start, end = args[1], args[2]
-        if not start <= end <= len(document.text):
-            raise JsonRpcInvalidParams(f"{FILL_SELECTION}: {start}..{end} is not a range of {_name(document)}")
-        snapshot = Document(document.uri, document.language_id, document.version, document.text)
-        target = fills.selection_target(snapshot, start, end)
-        settings = ls.settings
-        filled = await ls.run_command(snapshot, lambda check: fills.fill(snapshot, target, settings, check))
-        if filled is None:
-            raise RequestFailed("no valid fill: every candidate breaks the syntax; nothing was changed")
-        await ls.apply(snapshot, [(filled.start, filled.end, filled.text)], "infill: fill selection")
-
-    @server.command(ADD_DOCSTRINGS)
-    async def add_docstrings(ls: InfillServer, *args: Any) -> None:
-        """[uri, offset or null, version]: the docstring of the function or class around the offset, or every
-        missing docstring of the document at that version."""
-        if len(args) != 3 or not isinstance(args[0], str) or not (args[1] is None or _offsets(args[1:2])):
-            raise JsonRpcInvalidParams(f"{ADD_DOCSTRINGS} takes [uri, offset or null, version]")
-        document = ls.versioned(args[0], args[2])
-        if args[1] is not None and args[1] > len(document.text):
-            raise JsonRpcInvalidParams(f"{ADD_DOCSTRINGS}: offset {args[1]} is past the end of {_name(document)}")
-        snapshot = Document(document.uri, document.language_id, document.version, document.text)
-        at = None if args[1] is None else snapshot.byte_offset(args[1])
-        name = ls.settings.model.name
-        model = None if name == ModelSpec.name else name  # a model the user chose for this server wins
-        result = await ls.run_command(snapshot, lambda check: fills.docstrings(snapshot, at, check, model=model))
-        if not result.edits:
-            raise RequestFailed("no docstring is missing there")
-        data = snapshot.text.encode("utf-8")
-        edits = [(_chars(data, e.start_byte), _chars(data, e.end_byte), e.text) for e in result.edits]
-        await ls.apply(snapshot, edits, "infill: add docstrings")
-
-    return server
-
-
-def _offsets(values: Any) -> bool:
-    return all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
-
-
-def _chars(data: bytes, byte_offset: int) -> int:
-    """The string offset of a UTF-8 byte offset of `data`."""
-    return len(data[:byte_offset].decode("utf-8"))
-
-
-def serve(max_input_bytes: int, tcp_port: int | None = None) -> None:
-    """Run the server on stdin/stdout (responses on a private copy of stdout), or on 127.0.0.1:`tcp_port`."""
-    import os
-
-    from infill.server.dispatch import load_plugins
-    from infill.server.stdio import protocol_stdout
-
-    logging.basicConfig(level=logging.WARNING, format="infill lsp: %(levelname)s: %(message)s")
-    logging.getLogger("pygls").setLevel(logging.CRITICAL)  # every error a client sees is in its response
-    os.environ["INFILL_NO_DAEMON"] = "1"  # fills run here, never through the per-user daemon
-    server = build(max_input_bytes)
-    plugins = os.environ.get("INFILL_LSP_PLUGINS")
-    if plugins:
-        load_plugins(server, plugins)
-    from infill.lsp import framing
-
-    if tcp_port is not None:
-        framing.serve_tcp(server, "127.0.0.1", tcp_port)
-        return
-    import sys
-
-    with protocol_stdout() as writer:
-        framing.serve_stdio(server, sys.stdin.buffer, writer)
-    sys.exit(server.exit_code)

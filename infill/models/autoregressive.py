@@ -102,7 +102,7 @@ class TorchEngine:
         """float32 logits (k, V) of the last k rows of `seq`, computed from the first token the cache lacks."""
         from transformers import DynamicCache
 
-        reuse = _shared(self._tokens, seq, len(seq) - k)  # the last k rows are always computed
+        reuse = shared_prefix(self._tokens, seq, len(seq) - k)  # the last k rows are always computed
         if self._cache is None or reuse == 0:
             self._cache, reuse = DynamicCache(), 0
         elif self._cache.get_seq_length() > reuse:
@@ -128,8 +128,8 @@ class TorchEngine:
             batch.reorder_cache(torch.tensor(parents, device=self.device))  # each sequence takes its parent's row
             start = held
         else:  # from the single sequence's cache at the prefix every sequence shares
-            shared = min(_shared(seqs[0], s, length - k) for s in seqs)
-            start = _shared(self._tokens, seqs[0], shared)
+            shared = min(shared_prefix(seqs[0], s, length - k) for s in seqs)
+            start = shared_prefix(self._tokens, seqs[0], shared)
             if self._cache is None or start == 0:
                 batch, start = DynamicCache(), 0
             else:
@@ -161,7 +161,7 @@ class TorchEngine:
         return out.float().cpu()
 
 
-def _shared(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+def shared_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
     """The length of the common prefix of `a` and `b`, at most `limit`."""
     n, limit = 0, min(len(a), len(b), limit)
     while n < limit and a[n] == b[n]:
@@ -213,6 +213,29 @@ class CausalFim:
         self._ends = torch.tensor(ends, dtype=torch.long)
         self._banned = torch.tensor(sorted(t for t in never if t < self.vocab_size), dtype=torch.long)
         self._memo: OrderedDict[tuple[int, ...], torch.Tensor] | None = None  # see `remembering`
+
+    @classmethod
+    def over(
+        cls,
+        network: Any,
+        tokenizer: Any,
+        fim: FimTokens | None,
+        end_ids: Iterable[int],
+        window: int,
+        pad_id: int | None,
+    ) -> CausalFim:
+        """The model over `network` with what it needs of `tokenizer` (infill.models.base.Tokenizer with
+        lead_ids, special_ids and size: an HF folder's or a GGUF file's)."""
+        return cls(
+            network,
+            fim=fim,
+            lead=tokenizer.lead_ids(),
+            end_ids=end_ids,
+            banned=tokenizer.special_ids(),
+            text_vocab=tokenizer.size(),
+            window=window,
+            pad_id=pad_id,
+        )
 
     @property
     def overhead(self) -> int:
@@ -337,7 +360,7 @@ class BlockOneEngine:
         bd, start = self.bd, len(seq) - k + 1  # start: the first predicted position, after seq[:start]
         # at least the last clean token is committed again: that one forward also predicts position `start`
         # (fused into the commit for position-aligned models, `next_logits` for right-shifted ones)
-        reuse = _shared(self._tokens, seq, start - 1)
+        reuse = shared_prefix(self._tokens, seq, start - 1)
         state = self._state
         if state is None or reuse == 0:
             state, reuse = bd.new_state(), 0
@@ -424,16 +447,8 @@ def load_folder(path: str | Path, spec: ModelSpec) -> LoadedModel:
     class_name = AR_ARCHITECTURES[model_type]
     model = hf_folder.load_network(folder, raw, class_name, device, dtype=dtype)
     engine = TorchEngine(model)
-    backend = CausalFim(
-        engine,
-        fim=fim,
-        lead=tokenizer.lead_ids(),
-        end_ids=ends,
-        banned=tokenizer.special_ids(),
-        text_vocab=tokenizer.size(),
-        window=min(engine.positions, WINDOW),
-        pad_id=getattr(tokenizer.hf, "eos_token_id", None),
-    )
+    pad_id = getattr(tokenizer.hf, "eos_token_id", None)
+    backend = CausalFim.over(engine, tokenizer, fim, ends, min(engine.positions, WINDOW), pad_id)
     info = {
         "path": str(folder),
         "architecture": class_name,

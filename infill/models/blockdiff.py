@@ -89,35 +89,8 @@ def load_folder(
     gen = generation_config(folder)
     tokenizer = load_tokenizer(folder)
     check_vocabulary(folder, raw, tokenizer)
-    mask_id: int | None
-    if mask_token is not None:
-        mask_id = tokenizer.token_id(mask_token)
-        if mask_id is None:
-            raise InputError(f"mask token {mask_token!r} is not in the tokenizer of {folder}")
-    else:
-        mask_id = _first_int(section.get("mask_id"), raw.get("mask_token_id"), gen.get("mask_token_id"))
-        for cand in (section.get("mask_token"), raw.get("mask_token"), *MASK_TOKEN_CANDIDATES):
-            if mask_id is None and isinstance(cand, str):
-                mask_id = tokenizer.token_id(cand)
-        if mask_id is None and getattr(tokenizer.hf, "mask_token_id", None) is not None:
-            mask_id = int(tokenizer.hf.mask_token_id)
-    if mask_id is None:
-        raise ModelError(f"{folder}: no mask token found (looked for {', '.join(MASK_TOKEN_CANDIDATES)}); pass one")
-    bsize = (
-        block_size
-        or _first_int(
-            section.get("block_size"),
-            raw.get("block_size"),
-            raw.get("bd_size"),
-            raw.get("block_length"),
-            gen.get("block_size"),
-            gen.get("block_length"),
-        )
-        or 4
-    )
-    if bsize < 1:
-        raise InputError(f"block size must be >= 1, got {bsize}")
-
+    mask_id = _mask_id(folder, raw, section, gen, tokenizer, mask_token)
+    bsize = _block_size(raw, section, gen, block_size)
     end_ids = end_token_ids(raw, gen, tokenizer)
     end_ids.discard(mask_id)
     model = load_network(folder, raw, class_name, device, attn_implementation)
@@ -147,3 +120,49 @@ def load_folder(
         "ssmd_head": None if head is None else head["parameters"],
     }
     return LoadedModel(name=spec.name, kind="blockdiff", model=backend, tokenizer=tokenizer, info=info)
+
+
+def _mask_id(
+    folder: Path,
+    raw: dict[str, Any],
+    section: dict[str, Any],
+    gen: dict[str, Any],
+    tokenizer: Any,
+    mask_token: str | None,
+) -> int:
+    """The mask token's id: `mask_token` (the flag), else config.json's "infill" section, its own keys, the
+    generation config, then the usual names (MASK_TOKEN_CANDIDATES) and the tokenizer's own mask token."""
+    mask_id: int | None
+    if mask_token is not None:
+        mask_id = tokenizer.token_id(mask_token)
+        if mask_id is None:
+            raise InputError(f"mask token {mask_token!r} is not in the tokenizer of {folder}")
+    else:
+        mask_id = _first_int(section.get("mask_id"), raw.get("mask_token_id"), gen.get("mask_token_id"))
+        for cand in (section.get("mask_token"), raw.get("mask_token"), *MASK_TOKEN_CANDIDATES):
+            if mask_id is None and isinstance(cand, str):
+                mask_id = tokenizer.token_id(cand)
+        if mask_id is None and getattr(tokenizer.hf, "mask_token_id", None) is not None:
+            mask_id = int(tokenizer.hf.mask_token_id)
+    if mask_id is None:
+        raise ModelError(f"{folder}: no mask token found (looked for {', '.join(MASK_TOKEN_CANDIDATES)}); pass one")
+    return mask_id
+
+
+def _block_size(raw: dict[str, Any], section: dict[str, Any], gen: dict[str, Any], block_size: int | None) -> int:
+    """The block size: `block_size` (the flag), else config.json's keys or the generation config's, else 4."""
+    bsize = (
+        block_size
+        or _first_int(
+            section.get("block_size"),
+            raw.get("block_size"),
+            raw.get("bd_size"),
+            raw.get("block_length"),
+            gen.get("block_size"),
+            gen.get("block_length"),
+        )
+        or 4
+    )
+    if bsize < 1:
+        raise InputError(f"block size must be >= 1, got {bsize}")
+    return bsize

@@ -200,10 +200,12 @@ class LlamaEngine:
     def _plan(self, seqs: list[list[int]], k: int) -> list[tuple[int, int]]:
         """(slot, tokens reused) for each sequence, with the cache made ready: a sequence keeps the slot it shares
         the longest prefix with (the longest claim wins), or takes a free slot given that prefix's cells."""
+        from infill.models.autoregressive import shared_prefix
+
         lib, memory, held = self.lib, self._memory, self._held
         best: list[tuple[int, int]] = []  # (source slot, shared tokens)
         for s in seqs:
-            shares = [_shared(h, s, len(s) - k) for h in held]
+            shares = [shared_prefix(h, s, len(s) - k) for h in held]
             slot = max(range(self.slots), key=lambda j: shares[j])
             best.append((slot, shares[slot]))
         keeps: dict[int, int] = {}  # slot -> the sequence that keeps it in place
@@ -265,13 +267,6 @@ def _concat(parts: list[Any]) -> Any:
     import numpy as np
 
     return np.concatenate(parts)
-
-
-def _shared(a: Sequence[int], b: Sequence[int], limit: int) -> int:
-    n, limit = 0, min(len(a), len(b), limit)
-    while n < limit and a[n] == b[n]:
-        n += 1
-    return n
 
 
 class GGUFTokenizer:
@@ -379,16 +374,7 @@ def load_gguf(path: Path, provenance: str, ollama: str | None, spec: ModelSpec) 
         if found is not None:
             ends.add(found)
     eos = int(engine.lib.llama_vocab_eos(engine.vocab))
-    model = CausalFim(
-        engine,
-        fim=fim,
-        lead=tokenizer.lead_ids(),
-        end_ids=ends,
-        banned=tokenizer.special_ids(),
-        text_vocab=tokenizer.size(),
-        window=window,
-        pad_id=eos if eos >= 0 else None,
-    )
+    model = CausalFim.over(engine, tokenizer, fim, ends, window, eos if eos >= 0 else None)
     info = {
         "path": str(path),
         "source": provenance,

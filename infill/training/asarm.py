@@ -25,11 +25,14 @@ import math
 import random
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import torch
+
+    from infill.models.twostream import TwoStreamXLNet
     from infill.training.distributed import World
 
 from infill.errors import InputError
@@ -51,6 +54,7 @@ from infill.training.layouts import (  # noqa: F401 - the data pipeline, re-expo
     token_strings,
     tokenize_stream,
 )
+from infill.training.loop import Schedule, finish, train_loop
 from infill.training.objective import ModelShape, TrainConfig, build_model, joint_loss, target_nll  # noqa: F401
 from infill.training.optimizer import adamw
 from infill.training.streams import cached_stream, heldout_batches, heldout_stream, pack_streams  # noqa: F401
@@ -123,7 +127,6 @@ def train(
     `world`: this process's part in a distributed run (infill.training.distributed); `cfg.batch_size` is the
     global batch, and only rank 0 logs and writes.
     """
-    import numpy as np
     import torch
 
     from infill.training.distributed import World
@@ -132,21 +135,51 @@ def train(
     world = world or World()
     world.check_batch(cfg.batch_size)
     torch.set_num_threads(cfg.threads)
-    ckpt_path = run_dir / "last.pt"
     tok = load_tokenizer(tokenizer_json)
-    if tok.get_vocab_size() != cfg.shape.vocab_size:
-        cfg = TrainConfig(
-            **{
-                **asdict(cfg),
-                "shape": ModelShape(**{**asdict(cfg.shape), "vocab_size": tok.get_vocab_size()}),
-            }
-        )
-    ckpt: dict[str, Any] | None = None
-    if resume and ckpt_path.exists():
-        ckpt = read_checkpoint(ckpt_path)
+    ckpt_path = run_dir / "last.pt"
+    ckpt = read_checkpoint(ckpt_path) if resume and ckpt_path.exists() else None
+    cfg = _run_config(cfg, tok.get_vocab_size(), ckpt)
+    world.same(int(ckpt["state"]["step"]) if ckpt is not None else -1, "the step of the checkpoint resumed from")
+    task = AsarmTask.build(corpus, tokenizer_json, tok, run_dir, cfg, ckpt, init_from, world)
+    log = task.log
+    schedule = Schedule(
+        cfg.steps or None,
+        cfg.log_every,
+        save_minutes=cfg.checkpoint_minutes,
+        time_limit=cfg.minutes * 60,
+        until=cfg.until,
+        signals=True,
+    )
+    try:
+        outcome = train_loop(task, schedule, world, log.line, task.state.step)
+    finally:
+        log.close()
+        if task.parallel is not None:
+            task.parallel.close()
+    if outcome.signal:
+        by = f"signal {outcome.signal}" if outcome.signal > 0 else "a signal to another process"
+        log.line(f"stopped by {by} at step {task.state.step}; resume with the same command")
+    elif export_to is not None:
+        finish(world, lambda: task.export(export_to, corpus))
+        return task.state
+    finish(world)  # every process returns once rank 0's files are written
+    return task.state
+
+
+def _run_config(cfg: TrainConfig, vocab_size: int, ckpt: dict[str, Any] | None) -> TrainConfig:
+    """`cfg` with the tokenizer's vocabulary and, when resuming, the checkpoint's shape, seed and length."""
+    if vocab_size != cfg.shape.vocab_size:
+        cfg = TrainConfig(**{**asdict(cfg), "shape": ModelShape(**{**asdict(cfg.shape), "vocab_size": vocab_size})})
+    if ckpt is not None:
         old = config_from_json(ckpt["config"])
         cfg = TrainConfig(**{**asdict(cfg), "shape": old.shape, "seed": old.seed, "seq_len": old.seq_len})
-    world.same(int(ckpt["state"]["step"]) if ckpt is not None else -1, "the step of the checkpoint resumed from")
+    return cfg
+
+
+def _model(cfg: TrainConfig, ckpt: dict[str, Any] | None, init_from: Path | None) -> TwoStreamXLNet:
+    """The model: the checkpoint's, `init_from`'s weights, or fresh (after seeding torch and random)."""
+    import torch
+
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     model = build_model(cfg.shape, cfg.seq_len)
@@ -159,140 +192,158 @@ def train(
             model.load_file_state(read_weights(init_from))
         except ValueError as exc:
             raise InputError(f"{init_from}: {exc}") from exc
-    log = Log(cfg.steps or None, quiet=not world.main)
-    t0 = time.time()
-    # first: a corpus with no held-out text fails before the training stream is tokenized and cached
-    held = heldout_batches(tok, corpus, cfg, cfg.eval_sequences) if cfg.eval_sequences > 0 and world.main else []
-    if not world.main:
-        world.barrier()  # rank 0 tokenizes and caches the stream first
-    stream, files = cached_stream(tok, tokenizer_json, corpus, cfg.max_package_bytes, run_dir, write=world.main)
-    if world.main:
-        world.barrier()
-    parallel = None
-    if cfg.data_workers > 0:  # forked before this process touches the GPU
-        from infill.training.layouts import ParallelBatches
+    return model
 
-        parallel = ParallelBatches(
-            stream, token_strings(tok), line_break_ids(tok), cfg.seed, cfg.seq_len, cfg.batch_size, cfg.data_workers
-        )
-    device = torch.device(cfg.device)
-    model.to(device)
-    opt = adamw(model, cfg.lr, cfg.weight_decay, betas=(0.9, 0.98))
-    rng = np.random.default_rng(cfg.seed)
-    state = TrainState()
-    counter = 0
-    if ckpt is not None:
-        opt.load_state_dict(ckpt["optimizer"])  # moved to the parameters' device
-        state = TrainState(**ckpt["state"])
-        rng.bit_generator.state = ckpt["rng"]
-        counter = int(ckpt["counter"])
-        random.setstate(ckpt["python_rng"])
-        torch.set_rng_state(ckpt["torch_rng"])
-    log.line(
-        f"stream: {files} files, {len(stream):,} tokens ({time.time() - t0:.0f}s); "
-        f"model {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params; "
-        f"{'resumed at step ' + str(state.step) if ckpt else 'fresh'}"
-    )
-    batches = Batches(
-        stream,
-        LayoutSampler(token_strings(tok), line_break_ids(tok), rng, counter),
-        cfg.seq_len,
-        cfg.batch_size,
-    )
-    held = [{k: v.to(device) for k, v in b.items()} for b in held]
 
-    nll_sum = world.data_parallel(model, lambda batch: target_nll(model, batch, cfg.bf16).sum())
+@dataclass
+class AsarmTask:
+    """An AS-ARM run as the training loop (infill.training.loop) drives it."""
 
-    def checkpoint() -> None:
+    cfg: TrainConfig
+    model: TwoStreamXLNet
+    optimizer: torch.optim.Optimizer
+    state: TrainState
+    batches: Batches
+    parallel: Any  # infill.training.layouts.ParallelBatches with --data-workers, else None
+    held: list[dict[str, torch.Tensor]]
+    device: torch.device
+    world: World
+    log: Log
+    ckpt_path: Path
+    tokenizer_json: Path
+    t0: float  # when the run started (time.time), for the wall clock in the log
+
+    @classmethod
+    def build(
+        cls,
+        corpus: Path,
+        tokenizer_json: Path,
+        tok: Any,
+        run_dir: Path,
+        cfg: TrainConfig,
+        ckpt: dict[str, Any] | None,
+        init_from: Path | None,
+        world: World,
+    ) -> AsarmTask:
+        """The model, the token stream (rank 0 tokenizes and caches it first), the held-out batches (rank 0's),
+        the optimizer and the random generators, resumed from `ckpt` when given."""
+        import numpy as np
+        import torch
+
+        model = _model(cfg, ckpt, init_from)
+        log = Log(cfg.steps or None, quiet=not world.main)
+        t0 = time.time()
+        # first: a corpus with no held-out text fails before the training stream is tokenized and cached
+        held = heldout_batches(tok, corpus, cfg, cfg.eval_sequences) if cfg.eval_sequences > 0 and world.main else []
         if not world.main:
-            return
-        if held:
-            model.eval()
+            world.barrier()  # rank 0 tokenizes and caches the stream first
+        stream, files = cached_stream(tok, tokenizer_json, corpus, cfg.max_package_bytes, run_dir, write=world.main)
+        if world.main:
+            world.barrier()
+        parallel = None
+        if cfg.data_workers > 0:  # forked before this process touches the GPU
+            from infill.training.layouts import ParallelBatches
+
+            strings, breaks = token_strings(tok), line_break_ids(tok)
+            parallel = ParallelBatches(stream, strings, breaks, cfg.seed, cfg.seq_len, cfg.batch_size, cfg.data_workers)
+        device = torch.device(cfg.device)
+        model.to(device)
+        opt = adamw(model, cfg.lr, cfg.weight_decay, betas=(0.9, 0.98))
+        rng = np.random.default_rng(cfg.seed)
+        state, counter = TrainState(), 0
+        if ckpt is not None:
+            opt.load_state_dict(ckpt["optimizer"])  # moved to the parameters' device
+            state = TrainState(**ckpt["state"])
+            rng.bit_generator.state = ckpt["rng"]
+            counter = int(ckpt["counter"])
+            random.setstate(ckpt["python_rng"])
+            torch.set_rng_state(ckpt["torch_rng"])
+        log.line(
+            f"stream: {files} files, {len(stream):,} tokens ({time.time() - t0:.0f}s); "
+            f"model {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params; "
+            f"{'resumed at step ' + str(state.step) if ckpt else 'fresh'}"
+        )
+        sampler = LayoutSampler(token_strings(tok), line_break_ids(tok), rng, counter)
+        batches = Batches(stream, sampler, cfg.seq_len, cfg.batch_size)
+        held = [{k: v.to(device) for k, v in b.items()} for b in held]
+        return cls(
+            cfg, model, opt, state, batches, parallel, held, device, world, log, run_dir / "last.pt", tokenizer_json, t0
+        )
+
+    def __post_init__(self) -> None:
+        self.nll_sum = self.world.data_parallel(
+            self.model, lambda batch: target_nll(self.model, batch, self.cfg.bf16).sum()
+        )
+        self.model.train()
+        self.window = (0.0, 0, 0, time.time())  # loss, targets, positions since the last log line, and since when
+
+    def seconds(self) -> float:
+        return self.state.elapsed  # the training clock every process agreed on
+
+    def lr(self, step: int) -> float:
+        return lr_at(self.cfg, step - 1, self.state.elapsed)
+
+    def step(self, step: int) -> None:
+        cfg, world, state = self.cfg, self.world, self.state
+        t_step = time.time()
+        batch, count, my_count = self._batch()
+        positions = cfg.batch_size * cfg.seq_len
+        mean = self.nll_sum(batch) / max(my_count, 1)
+        world.step(self.optimizer, self.model, (mean, my_count, count), cfg.grad_clip)  # Eq. 7 over the global batch
+        state.step += 1
+        state.tokens_seen += positions
+        state.targets_seen += count
+        state.elapsed += world.max(time.time() - t_step)[0]
+        loss, n, tokens, since = self.window
+        self.window = (loss + float(mean.detach()) * my_count, n + count, tokens + positions, since)
+
+    def _batch(self) -> tuple[dict[str, torch.Tensor], int, int]:
+        """This process's part of the global batch, and the targets in all of it and in its part."""
+        cfg, world, device = self.cfg, self.world, self.device
+        if self.parallel is not None:  # the global batch, drawn by the workers; this process trains on its part
+            full = self.parallel.get(self.state.step)
+            part = world.part(cfg.batch_size)
+            batch = {k: v[part].to(device, non_blocking=True) for k, v in full.items()}
+            return batch, int((full["labels"] >= 0).sum()), int((full["labels"][part] >= 0).sum())
+        examples = self.batches.examples()  # the global batch; this process trains on its part
+        mine = examples[world.part(len(examples))]
+        batch = {k: v.to(device, non_blocking=True) for k, v in collate(mine, cfg.seq_len).items()}
+        return batch, target_count(examples), target_count(mine)
+
+    def log_step(self, step: int, lr: float) -> None:
+        state = self.state
+        loss, n, tokens, since = self.window
+        dt = time.time() - since
+        loss = self.world.sum(loss)[0]
+        self.log.step(
+            state.step,
+            f"step {state.step} loss {loss / max(n, 1):.3f} "
+            f"lr {lr:.2e} tok/s {tokens / dt:.0f} tokens {state.tokens_seen:,} "
+            f"elapsed {state.elapsed / 60:.1f}m (wall {(time.time() - self.t0) / 60:.1f}m)",
+        )
+        self.window = (0.0, 0, 0, time.time())
+
+    def evaluate(self, step: int, final: bool) -> None:
+        """Nothing between checkpoints: each checkpoint measures the held-out NLL (`save`)."""
+
+    def save(self, step: int, final: bool) -> None:
+        """Measure the held-out NLL, add it to the history, write the checkpoint."""
+        state, model = self.state, self.model
+        if self.held:
             from infill.training.measure import evaluate
 
-            state.last_eval = evaluate(model, held, cfg.bf16)
+            model.eval()
+            state.last_eval = evaluate(model, self.held, self.cfg.bf16)
             model.train()
+        nll = state.last_eval if state.last_eval is not None else float("nan")
         state.history.append(
-            {
-                "step": state.step,
-                "tokens": state.tokens_seen,
-                "elapsed": state.elapsed,
-                "heldout_nll": state.last_eval if state.last_eval is not None else float("nan"),
-            }
+            {"step": state.step, "tokens": state.tokens_seen, "elapsed": state.elapsed, "heldout_nll": nll}
         )
-        save_checkpoint(ckpt_path, model, opt, state, cfg, batches)
-        log.line(f"checkpoint step {state.step} tokens {state.tokens_seen:,} heldout_nll {state.last_eval}")
+        save_checkpoint(self.ckpt_path, model, self.optimizer, state, self.cfg, self.batches)
+        self.log.line(f"checkpoint step {state.step} tokens {state.tokens_seen:,} heldout_nll {state.last_eval}")
 
-    model.train()
-    last_ckpt = time.time()
-    window_loss, window_n, window_tok, window_t = 0.0, 0, 0, time.time()
-    stop: list[int] = []  # a signal asked to stop: checkpoint after the current step and return
-
-    def request_stop(signum: int, frame: Any) -> None:
-        stop.append(signum)
-
-    import signal
-
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
-    signalled = 0.0
-    try:
-        while True:  # every process takes the same decisions: the clock and the stop requests are agreed on
-            if cfg.steps and state.step >= cfg.steps:
-                break
-            if cfg.minutes and state.elapsed >= cfg.minutes * 60:
-                break
-            signalled, late = world.max(float(bool(stop)), float(bool(cfg.until) and time.time() >= cfg.until))
-            if signalled or late:
-                break
-            t_step = time.time()
-            if parallel is not None:  # the global batch, drawn by the workers; this process trains on its part
-                full = parallel.get(state.step)
-                part = world.part(cfg.batch_size)
-                batch = {k: v[part].to(device, non_blocking=True) for k, v in full.items()}
-                count, my_count = int((full["labels"] >= 0).sum()), int((full["labels"][part] >= 0).sum())
-            else:
-                examples = batches.examples()  # the global batch; this process trains on its part
-                mine = examples[world.part(len(examples))]
-                batch = {k: v.to(device, non_blocking=True) for k, v in collate(mine, cfg.seq_len).items()}
-                count, my_count = target_count(examples), target_count(mine)
-            positions = cfg.batch_size * cfg.seq_len
-            lr = lr_at(cfg, state.step, state.elapsed)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            mean = nll_sum(batch) / max(my_count, 1)
-            world.step(opt, model, (mean, my_count, count), cfg.grad_clip)  # Eq. 7 over the global batch
-            state.step += 1
-            state.tokens_seen += positions
-            state.targets_seen += count
-            state.elapsed += world.max(time.time() - t_step)[0]
-            window_loss += float(mean.detach()) * my_count
-            window_n += count
-            window_tok += positions
-            if state.step % cfg.log_every == 0:
-                dt = time.time() - window_t
-                window_loss = world.sum(window_loss)[0]
-                log.step(
-                    state.step,
-                    f"step {state.step} loss {window_loss / max(window_n, 1):.3f} "
-                    f"lr {lr:.2e} tok/s {window_tok / dt:.0f} tokens {state.tokens_seen:,} "
-                    f"elapsed {state.elapsed / 60:.1f}m (wall {(time.time() - t0) / 60:.1f}m)",
-                )
-                window_loss, window_n, window_tok, window_t = 0.0, 0, 0, time.time()
-            if time.time() - last_ckpt >= cfg.checkpoint_minutes * 60:
-                checkpoint()
-                last_ckpt = time.time()
-    finally:
-        log.close()
-        if parallel is not None:
-            parallel.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    checkpoint()
-    if signalled:
-        by = f"signal {stop[0]}" if stop else "a signal to another process"
-        log.line(f"stopped by {by} at step {state.step}; resume with the same command")
-    elif export_to is not None and world.main:
-        export_model(model, tokenizer_json, export_to, cfg.seq_len, provenance(cfg, state, corpus))
-        log.line(f"exported to {export_to}")
-    world.barrier()  # every process returns once rank 0's files are written
-    return state
+    def export(self, folder: Path, corpus: Path) -> None:
+        export_model(
+            self.model, self.tokenizer_json, folder, self.cfg.seq_len, provenance(self.cfg, self.state, corpus)
+        )
+        self.log.line(f"exported to {folder}")

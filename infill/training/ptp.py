@@ -30,17 +30,17 @@ Shapes: B = sequences, L = clean length, M = mask rows, G = split groups, N = sl
 from __future__ import annotations
 
 import json
-import math
 import random
 import time
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infill.errors import InputError
-from infill.training.checkpoints import read_checkpoint, write_checkpoint
+from infill.training.checkpoints import write_checkpoint
+from infill.training.loop import Schedule, cosine_lr, finish, progress_of, restore, train_loop
 from infill.training.ptp_teacher import (
     Batch,
     Example,
@@ -222,135 +222,137 @@ def train(
     `world`: this process's part in a distributed run (infill.training.distributed); `cfg.batch_size` is the
     global batch, every process draws its teacher samples (they decide the data), and only rank 0 evaluates,
     logs and writes."""
-    import torch
-    import torch.nn.functional as F
-    from tokenizers import Tokenizer
-
-    from infill.config import ModelSpec
-    from infill.models.blockdiff import load_folder
-    from infill.models.ptp import ADAPTER_FILE, PTPAdapter
     from infill.training.distributed import World
 
     world = world or World()
     world.check_batch(cfg.batch_size)
     log = world.logger(log)
     t_start = time.perf_counter()
-    out_dir = Path(out)
-    if world.main:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    loaded = load_folder(teacher_folder, ModelSpec(name=str(teacher_folder), device="cpu", bf16=False))
-    teacher = loaded.blockdiff.model
-    teacher.eval()
-    for prm in teacher.parameters():
-        prm.requires_grad_(False)
-    tok = Tokenizer.from_file(str(Path(teacher_folder) / "tokenizer.json"))
-    sp = specials(tok, loaded.blockdiff.mask_id)
-    rng = random.Random(cfg.seed)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    log(f"reading {corpus} ...")
-    docs = load_docs(Path(corpus), "train", tok, max_package_bytes)
-    held_docs = load_docs(Path(corpus), "heldout", tok, 0, limit=400)
-    log(f"{len(docs)} training documents, {sum(len(d) for d in docs)} tokens; {len(held_docs)} held-out documents")
-    if not docs or not held_docs:
-        raise InputError(f"{corpus}: needs training and held-out documents long enough to cut examples from")
-    held_rng = random.Random(1000 + cfg.seed)
-    held = make_examples(
-        teacher,
-        held_docs,
-        sp,
-        cfg,
-        held_rng,
-        torch.Generator().manual_seed(1000),
-        cfg.eval_sequences if world.main else 0,  # rank 0 alone evaluates
-        teacher_share=1.0,
+    task = PTPTask.build(teacher_folder, Path(corpus), Path(out), cfg, max_package_bytes, world, log)
+    task.resume(resume)
+    if task.done == 0 and world.main:
+        task.evaluate(0, final=False)
+    schedule = Schedule(
+        cfg.steps, cfg.log_every, eval_every=cfg.eval_every, save_every=cfg.save_every, time_limit=task.horizon
     )
-    adapter = PTPAdapter.for_teacher(teacher, rank=cfg.rank, alpha=float(cfg.rank), slots=cfg.slots)
-    adapter.train()
-    opt = torch.optim.AdamW(adapter.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
-    ckpt_path = out_dir / "ptp_checkpoint.pt"
-    log_path = out_dir / "ptp_log.jsonl"
-    step, elapsed_before = 0, 0.0
-    if resume and ckpt_path.exists():
-        state = read_checkpoint(ckpt_path)
-        adapter.load_state_dict(state["adapter"])
-        opt.load_state_dict(state["optimizer"])
-        step, elapsed_before = int(state["step"]), float(state["seconds"])
-        rng.setstate(state["rng"])
-        gen.set_state(state["gen"])
-        log(f"resumed from {ckpt_path} at step {step} ({elapsed_before:.0f}s trained)")
-    world.same(step, "the step of the checkpoint resumed from")
-    history: list[dict[str, Any]] = []
-    losses: list[float] = []
-    pool: list[Example] = []  # teacher-sampled examples not used yet
-    t_run = time.perf_counter()
+    train_loop(task, schedule, world, log, task.done)
+    finish(world)
+    result = task.summary()
+    result["wall_seconds"] = round(time.perf_counter() - t_start, 1)
+    return result
 
-    def seconds() -> float:
-        return elapsed_before + time.perf_counter() - t_run
 
-    def summary(last_eval: dict[str, float] | None) -> dict[str, Any]:
-        return {
-            "objective": "O-PTP distillation (one-hot), gated LoRA on slot rows, u bits embedding",
-            "teacher": str(teacher_folder),
-            "steps": step,
-            "seconds": round(seconds(), 1),
-            "config": asdict(cfg),
-            "heldout_tokens_per_iteration": last_eval,
-            "adapter_parameters": sum(p.numel() for p in adapter.parameters()),
-            "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        }
+@dataclass
+class PTPTask:
+    """A PTP adapter's run as the training loop (infill.training.loop) drives it."""
 
-    def save(last_eval: dict[str, float] | None) -> None:
-        if not world.main:
-            return
-        adapter.save(out_dir / ADAPTER_FILE, provenance=summary(last_eval))
-        write_checkpoint(
-            ckpt_path,
-            {
-                "adapter": adapter.state_dict(),
-                "optimizer": opt.state_dict(),
-                "step": step,
-                "seconds": seconds(),
-                "rng": rng.getstate(),
-                "gen": gen.get_state(),
-            },
-        )
+    cfg: PTPTrainConfig
+    teacher: Any
+    adapter: PTPAdapter
+    optimizer: torch.optim.Optimizer
+    sp: Special
+    docs: list[array[int]]
+    held: list[Example]
+    world: World
+    log: Callable[[str], None]
+    out: Path
+    teacher_folder: str | Path
+    rng: random.Random
+    gen: torch.Generator
+    done: int = 0
+    elapsed_before: float = 0.0
+    t_run: float = 0.0
+    horizon: float = 0.0  # the time limit on the schedule's clock (sessions before this one included)
+    last_eval: dict[str, float] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    pool: list[Example] = field(default_factory=list)  # teacher-sampled examples not used yet
+    loss_of: Callable[..., torch.Tensor] | None = None  # the slot loss, data-parallel (set when the run starts)
 
-    last_eval = evaluate(teacher, adapter, held, sp, cfg) if step == 0 and world.main else None
-    if last_eval is not None:
-        log(
-            f"step 0  held-out tokens/iteration: ptp {last_eval['ptp']:.3f}  independent {last_eval['independent']:.3f}"
-        )
-        with log_path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": 0, "seconds": 0.0, **last_eval}) + "\n")
-    horizon = cfg.time_limit + elapsed_before if cfg.time_limit else 0.0
-    part = world.part(cfg.batch_size)
+    @classmethod
+    def build(
+        cls,
+        teacher_folder: str | Path,
+        corpus: Path,
+        out: Path,
+        cfg: PTPTrainConfig,
+        max_package_bytes: int,
+        world: World,
+        log: Callable[[str], None],
+    ) -> PTPTask:
+        """The frozen teacher, the documents, the held-out examples (rank 0's) and a fresh adapter."""
+        import torch
+        from tokenizers import Tokenizer
 
-    def slot_loss(batch: Batch, splits: torch.Tensor, with_u: torch.Tensor) -> torch.Tensor:
-        logits, targets = slot_logits(teacher, adapter, batch, splits, with_u, cfg.slots, sp)
+        from infill.config import ModelSpec
+        from infill.models.blockdiff import load_folder
+        from infill.models.ptp import PTPAdapter
+
+        if world.main:
+            out.mkdir(parents=True, exist_ok=True)
+        loaded = load_folder(teacher_folder, ModelSpec(name=str(teacher_folder), device="cpu", bf16=False))
+        teacher = loaded.blockdiff.model
+        teacher.eval()
+        for prm in teacher.parameters():
+            prm.requires_grad_(False)
+        tok = Tokenizer.from_file(str(Path(teacher_folder) / "tokenizer.json"))
+        sp = specials(tok, loaded.blockdiff.mask_id)
+        rng = random.Random(cfg.seed)
+        gen = torch.Generator().manual_seed(cfg.seed)
+        log(f"reading {corpus} ...")
+        docs = load_docs(corpus, "train", tok, max_package_bytes)
+        held_docs = load_docs(corpus, "heldout", tok, 0, limit=400)
+        log(f"{len(docs)} training documents, {sum(len(d) for d in docs)} tokens; {len(held_docs)} held-out documents")
+        if not docs or not held_docs:
+            raise InputError(f"{corpus}: needs training and held-out documents long enough to cut examples from")
+        held_rng, held_gen = random.Random(1000 + cfg.seed), torch.Generator().manual_seed(1000)
+        count = cfg.eval_sequences if world.main else 0  # rank 0 alone evaluates
+        held = make_examples(teacher, held_docs, sp, cfg, held_rng, held_gen, count, teacher_share=1.0)
+        adapter = PTPAdapter.for_teacher(teacher, rank=cfg.rank, alpha=float(cfg.rank), slots=cfg.slots)
+        adapter.train()
+        opt = torch.optim.AdamW(adapter.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
+        return cls(cfg, teacher, adapter, opt, sp, docs, held, world, log, out, teacher_folder, rng, gen)
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.out / "ptp_checkpoint.pt"
+
+    def resume(self, resume: bool) -> None:
+        """With `resume`, continue from the checkpoint when there is one. Starts this session's clock."""
+        path = self.checkpoint_path
+        if resume and path.exists():
+            state = restore(path, {"adapter": self.adapter, "optimizer": self.optimizer}, self.rng, self.gen)
+            self.done, self.elapsed_before = int(state["step"]), float(state["seconds"])
+            self.log(f"resumed from {path} at step {self.done} ({self.elapsed_before:.0f}s trained)")
+        self.world.same(self.done, "the step of the checkpoint resumed from")
+        self.t_run = time.perf_counter()
+        # --time-limit is this session's: the schedule's clock counts the sessions before it too
+        self.horizon = self.cfg.time_limit + self.elapsed_before if self.cfg.time_limit else 0.0
+        self.loss_of = self.world.data_parallel(self.adapter, self.slot_loss)
+
+    def slot_loss(self, batch: Batch, splits: torch.Tensor, with_u: torch.Tensor) -> torch.Tensor:
+        import torch.nn.functional as F
+
+        logits, targets = slot_logits(self.teacher, self.adapter, batch, splits, with_u, self.cfg.slots, self.sp)
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
 
-    loss_of = world.data_parallel(adapter, slot_loss)
-    while step < cfg.steps:
-        # the slowest process's clock decides, so that every process stops at the same step with the same rate
-        if cfg.time_limit and world.max(time.perf_counter() - t_run)[0] > cfg.time_limit:
-            log(f"time limit reached after {step} steps")
-            break
-        step += 1
-        progress = step / cfg.steps
-        if horizon:
-            progress = max(progress, world.max(seconds())[0] / horizon)
-        lr = (
-            cfg.lr
-            * min(1.0, step / max(cfg.warmup, 1))
-            * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-        )
-        for group in opt.param_groups:
-            group["lr"] = lr
+    def seconds(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.t_run
+
+    def lr(self, step: int) -> float:
+        seconds = self.world.max(self.seconds())[0] if self.horizon else 0.0
+        return cosine_lr(self.cfg.lr, self.cfg.warmup, step, progress_of(step, self.cfg.steps, seconds, self.horizon))
+
+    def step(self, step: int) -> None:
+        import torch
+
+        cfg, rng, gen, teacher, sp = self.cfg, self.rng, self.gen, self.teacher, self.sp
+        part = self.world.part(cfg.batch_size)
         n_sampled = sum(rng.random() < cfg.teacher_share for _ in range(cfg.batch_size))
-        if len(pool) < n_sampled:  # teacher samples in batches of 32: one sampling step costs about what 4 do
-            pool += make_examples(teacher, docs, sp, cfg, rng, gen, 32, teacher_share=1.0)
-        examples = make_examples(teacher, docs, sp, cfg, rng, gen, cfg.batch_size - n_sampled, 0.0)
-        examples += [pool.pop() for _ in range(n_sampled)]
+        if len(self.pool) < n_sampled:  # teacher samples in batches of 32: one sampling step costs about what 4 do
+            self.pool += make_examples(teacher, self.docs, sp, cfg, rng, gen, 32, teacher_share=1.0)
+        examples = make_examples(teacher, self.docs, sp, cfg, rng, gen, cfg.batch_size - n_sampled, 0.0)
+        examples += [self.pool.pop() for _ in range(n_sampled)]
         batch = teacher_pass(teacher, examples, sp, gen, part)  # this process's part of the global batch
         start = torch.tensor([e.start for e in examples])
         stop = torch.tensor([e.stop for e in examples])
@@ -358,31 +360,57 @@ def train(
         offs = (torch.rand(len(examples), cfg.splits, generator=gen) * span[:, None]).long()  # (B, G)
         splits = start[:, None] + offs
         with_u = torch.rand(len(examples), cfg.splits, generator=gen) >= cfg.independent_share
-        mean = loss_of(batch, splits[part], with_u[part])
+        assert self.loss_of is not None, "resume() starts the run"
+        mean = self.loss_of(batch, splits[part], with_u[part])
         inside = slot_inside(splits, start, stop, cfg.slots)  # (B, G*N) the targets
         count, my_count = int(inside.sum()), int(inside[part].sum())
-        world.step(opt, adapter, (mean, my_count, count))
-        losses.append(world.average(my_count, float(mean.detach()))[1][0])
-        if step % cfg.log_every == 0:
-            recent = losses[-cfg.log_every :]
-            log(f"step {step}  loss {sum(recent) / len(recent):.3f}  lr {lr:.2e}  {seconds():.0f}s")
-        if step % cfg.eval_every == 0 and world.main:
-            last_eval = evaluate(teacher, adapter, held, sp, cfg)
-            log(
-                f"step {step}  held-out tokens/iteration: ptp {last_eval['ptp']:.3f}  "
-                f"independent {last_eval['independent']:.3f}"
-            )
-            entry = {"step": step, "seconds": round(seconds(), 1), "loss": sum(losses[-50:]) / len(losses[-50:])}
-            history.append({**entry, **last_eval})
-            with log_path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(history[-1]) + "\n")
-        if step % cfg.save_every == 0:
-            save(last_eval)
-    last_eval = evaluate(teacher, adapter, held, sp, cfg) if world.main else None
-    if last_eval is not None:
-        log(f"final  held-out tokens/iteration: ptp {last_eval['ptp']:.3f}  independent {last_eval['independent']:.3f}")
-    save(last_eval)
-    world.barrier()  # every process returns once rank 0's files are written
-    result = summary(last_eval)
-    result["wall_seconds"] = round(time.perf_counter() - t_start, 1)
-    return result
+        self.world.step(self.optimizer, self.adapter, (mean, my_count, count))
+        self.losses.append(self.world.average(my_count, float(mean.detach()))[1][0])
+        self.done = step
+
+    def log_step(self, step: int, lr: float) -> None:
+        recent = self.losses[-self.cfg.log_every :]
+        self.log(f"step {step}  loss {sum(recent) / len(recent):.3f}  lr {lr:.2e}  {self.seconds():.0f}s")
+
+    def evaluate(self, step: int, final: bool) -> None:
+        """Held-out tokens per iteration, logged; at step 0 and every eval_every steps also in ptp_log.jsonl."""
+        ev = self.last_eval = evaluate(self.teacher, self.adapter, self.held, self.sp, self.cfg)
+        where = "final " if final else f"step {step} "
+        self.log(f"{where} held-out tokens/iteration: ptp {ev['ptp']:.3f}  independent {ev['independent']:.3f}")
+        if final:
+            return
+        if step == 0:
+            entry: dict[str, Any] = {"step": 0, "seconds": 0.0, **ev}
+        else:
+            recent = self.losses[-50:]
+            entry = {"step": step, "seconds": round(self.seconds(), 1), "loss": sum(recent) / len(recent), **ev}
+            self.history.append(entry)
+        with (self.out / "ptp_log.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def save(self, step: int, final: bool) -> None:
+        """The adapter file (its provenance the summary so far) and the checkpoint."""
+        from infill.models.ptp import ADAPTER_FILE
+
+        self.adapter.save(self.out / ADAPTER_FILE, provenance=self.summary())
+        payload = {
+            "adapter": self.adapter.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.done,
+            "seconds": self.seconds(),
+            "rng": self.rng.getstate(),
+            "gen": self.gen.get_state(),
+        }
+        write_checkpoint(self.checkpoint_path, payload)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "objective": "O-PTP distillation (one-hot), gated LoRA on slot rows, u bits embedding",
+            "teacher": str(self.teacher_folder),
+            "steps": self.done,
+            "seconds": round(self.seconds(), 1),
+            "config": asdict(self.cfg),
+            "heldout_tokens_per_iteration": self.last_eval,
+            "adapter_parameters": sum(p.numel() for p in self.adapter.parameters()),
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        }

@@ -22,11 +22,10 @@ Shapes: N = examples, L = sequence length, nb = blocks per sequence, B = block s
 from __future__ import annotations
 
 import json
-import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,8 +34,9 @@ import torch.nn.functional as F
 
 from infill.errors import InputError
 from infill.models.ssmd import HEAD_FILE, HeadShape, SSMDHead, identity_gap, save_head
-from infill.training.blockdiff import Specials, fim_example, specials_of, two_stream_mask
-from infill.training.checkpoints import read_checkpoint, write_checkpoint
+from infill.training.blockdiff_data import Specials, fim_example, specials_of, two_stream_mask
+from infill.training.checkpoints import write_checkpoint
+from infill.training.loop import Schedule, cosine_lr, finish, progress_of, restore, train_loop
 from infill.training.optimizer import adamw
 from infill.training.tokenizer import encode_documents
 
@@ -211,138 +211,172 @@ def train_head(
     world = world or World()
     world.check_batch(cfg.batch_size)
     log = world.logger(log)
-    run = Path(out)
-    if world.main:
-        run.mkdir(parents=True, exist_ok=True)
-    ckpt_path, log_path = run / "checkpoint.pt", run / "log.jsonl"
-    base.eval()
-    base.requires_grad_(False)
-    sp = specials_of(tokenizer)
-    rng = random.Random(cfg.seed)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    pool = list(texts)
-    rng.shuffle(pool)
-    docs = encode_documents(tokenizer, pool[: cfg.max_docs], min_tokens=8)
-    if not docs:
-        raise InputError("no training documents of 8 tokens or more in the corpus")
-    ho_rng = random.Random(cfg.seed + 1)
-    ho_docs = encode_documents(tokenizer, list(heldout_texts)[:400], min_tokens=8)
-    heldout: list[tuple[torch.Tensor, torch.Tensor]] = []
-    for i in range(0, cfg.eval_examples, cfg.batch_size):
-        heldout.append(make_batch(ho_docs, sp, cfg, ho_rng, min(cfg.batch_size, cfg.eval_examples - i)))
-
-    with torch.random.fork_rng():  # the head's initial weights follow --seed (they followed the process's seed)
-        torch.manual_seed(cfg.seed)
-        head = SSMDHead(shape)
-    opt = adamw(head, cfg.lr, cfg.weight_decay, betas=(0.9, 0.95))
-    step, elapsed0, history = 0, 0.0, []
-    if resume and ckpt_path.exists():
-        ck = read_checkpoint(ckpt_path)
-        head.load_state_dict(ck["head"])
-        opt.load_state_dict(ck["opt"])
-        step, elapsed0, history = int(ck["step"]), float(ck["elapsed"]), list(ck["history"])
-        rng.setstate(ck["rng"])
-        gen.set_state(ck["gen"])
-        log(f"resumed {ckpt_path} at step {step} ({elapsed0:.0f}s trained)")
-    world.same(step, "the step of the checkpoint resumed from")
-    gap = identity_gap(head, base.get_output_embeddings(), base.get_input_embeddings())
-    log(
-        f"SSMD head: {sum(p.numel() for p in head.parameters()) / 1e6:.2f}M parameters, "
-        f"{len(docs)} documents, zero-init check gap {gap}"
+    task = SSMDTask.build(base, tokenizer, texts, heldout_texts, Path(out), cfg, shape, world, log)
+    task.resume(resume)
+    schedule = Schedule(
+        cfg.steps, cfg.log_every, eval_every=cfg.eval_every, save_every=cfg.save_every, time_limit=cfg.time_limit
     )
-    t_start = time.perf_counter()
+    train_loop(task, schedule, world, log, task.done)
+    summary = task.summary(base_info or {})
+    finish(world, lambda: save_head(task.run / HEAD_FILE, task.head, summary))
+    return summary
 
-    def elapsed() -> float:
-        return elapsed0 + time.perf_counter() - t_start
 
-    def record(entry: dict[str, Any]) -> None:
-        history.append(entry)
+@dataclass
+class SSMDTask:
+    """An SSMD head's run as the training loop (infill.training.loop) drives it."""
+
+    cfg: SSMDTrainConfig
+    base: Any
+    head: SSMDHead
+    optimizer: torch.optim.Optimizer
+    sp: Specials
+    docs: list[Any]
+    heldout: list[tuple[torch.Tensor, torch.Tensor]]
+    shape: HeadShape
+    world: World
+    log: Callable[[str], None]
+    run: Path
+    rng: random.Random
+    gen: torch.Generator
+    done: int = 0
+    elapsed0: float = 0.0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    t_start: float = 0.0
+    recent: list[tuple[float, float, int]] = field(default_factory=list)  # (causal, non-causal, targets) per step
+    positions: int = 0
+    last_eval: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        base: Any,
+        tokenizer: Any,
+        texts: Sequence[str],
+        heldout_texts: Sequence[str],
+        run: Path,
+        cfg: SSMDTrainConfig,
+        shape: HeadShape,
+        world: World,
+        log: Callable[[str], None],
+    ) -> SSMDTask:
+        """The frozen base, the documents, the fixed held-out batches and a fresh head."""
         if world.main:
-            with log_path.open("a", encoding="utf-8") as f:
+            run.mkdir(parents=True, exist_ok=True)
+        base.eval()
+        base.requires_grad_(False)
+        sp = specials_of(tokenizer)
+        rng = random.Random(cfg.seed)
+        gen = torch.Generator().manual_seed(cfg.seed)
+        pool = list(texts)
+        rng.shuffle(pool)
+        docs = encode_documents(tokenizer, pool[: cfg.max_docs], min_tokens=8)
+        if not docs:
+            raise InputError("no training documents of 8 tokens or more in the corpus")
+        ho_rng = random.Random(cfg.seed + 1)
+        ho_docs = encode_documents(tokenizer, list(heldout_texts)[:400], min_tokens=8)
+        heldout: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for i in range(0, cfg.eval_examples, cfg.batch_size):
+            heldout.append(make_batch(ho_docs, sp, cfg, ho_rng, min(cfg.batch_size, cfg.eval_examples - i)))
+        with torch.random.fork_rng():  # the head's initial weights follow --seed (they followed the process's seed)
+            torch.manual_seed(cfg.seed)
+            head = SSMDHead(shape)
+        opt = adamw(head, cfg.lr, cfg.weight_decay, betas=(0.9, 0.95))
+        return cls(cfg, base, head, opt, sp, docs, heldout, shape, world, log, run, rng, gen)
+
+    def resume(self, resume: bool) -> None:
+        """With `resume`, continue from the checkpoint when there is one. Starts this session's clock."""
+        path = self.run / "checkpoint.pt"
+        if resume and path.exists():
+            ck = restore(path, {"head": self.head, "opt": self.optimizer}, self.rng, self.gen)
+            self.done, self.elapsed0, self.history = int(ck["step"]), float(ck["elapsed"]), list(ck["history"])
+            self.log(f"resumed {path} at step {self.done} ({self.elapsed0:.0f}s trained)")
+        self.world.same(self.done, "the step of the checkpoint resumed from")
+        gap = identity_gap(self.head, self.base.get_output_embeddings(), self.base.get_input_embeddings())
+        self.log(
+            f"SSMD head: {sum(p.numel() for p in self.head.parameters()) / 1e6:.2f}M parameters, "
+            f"{len(self.docs)} documents, zero-init check gap {gap}"
+        )
+        self.t_start = time.perf_counter()
+        self.head.train()
+        self.losses_of = self.world.data_parallel(self.head, head_losses)
+
+    def seconds(self) -> float:
+        return self.elapsed0 + time.perf_counter() - self.t_start
+
+    def lr(self, step: int) -> float:
+        cfg = self.cfg
+        seconds = self.world.max(self.seconds())[0] if cfg.time_limit else 0.0
+        return cosine_lr(cfg.lr, cfg.warmup, step, progress_of(step, cfg.steps, seconds, cfg.time_limit))
+
+    def step(self, step: int) -> None:
+        cfg, sp, part = self.cfg, self.sp, self.world.part(self.cfg.batch_size)
+        block = self.rng.choice(cfg.block_sizes)
+        x0, resp = make_batch(self.docs, sp, cfg, self.rng, cfg.batch_size)  # the global batch: this process's part
+        xt, split, lossy = suffix_noise(x0, resp, block, sp, self.gen)
+        hidden = base_hidden(self.base, x0[part], xt[part], block)
+        c_loss, nc_loss, k = self.losses_of(self.head, self.base, x0[part], hidden, split[part], lossy[part], block)
+        total = track_targets(split, lossy, block)
+        self.world.step(self.optimizer, self.head, (c_loss, k, total))
+        k_all, (c_all, nc_all) = self.world.average(k, float(c_loss.detach()), float(nc_loss))
+        self.recent.append((c_all, nc_all, int(k_all)))
+        self.positions += x0.numel()
+        self.done = step
+
+    def log_step(self, step: int, lr: float) -> None:
+        recent, elapsed = self.recent, self.seconds()
+        n_t = sum(r[2] for r in recent)
+        c = sum(r[0] * r[2] for r in recent) / max(n_t, 1)
+        nc = sum(r[1] * r[2] for r in recent) / max(n_t, 1)
+        rate = self.positions / max(time.perf_counter() - self.t_start, 1e-9)
+        self.log(
+            f"step {step}/{self.cfg.steps}  causal CE {c:.3f}  non-causal CE {nc:.3f}  lr {lr:.2e}  "
+            f"{elapsed:.0f}s  {rate:.0f} positions/s"
+        )
+        self.record({"step": step, "train_causal": c, "train_noncausal": nc, "lr": lr, "seconds": self.seconds()})
+        self.recent = []
+
+    def record(self, entry: dict[str, Any]) -> None:
+        """One line of the run's history (and, on rank 0, of log.jsonl)."""
+        self.history.append(entry)
+        if self.world.main:
+            with (self.run / "log.jsonl").open("a", encoding="utf-8") as f:
                 f.write(json.dumps(entry) + "\n")
 
-    def save() -> None:
-        if not world.main:
-            return
-        state = {
-            "head": head.state_dict(),
-            "opt": opt.state_dict(),
-            "step": step,
-            "elapsed": elapsed(),
-            "history": history,
-            "rng": rng.getstate(),
-            "gen": gen.get_state(),
-            "shape": asdict(shape),
-            "config": asdict(cfg),
-        }
-        write_checkpoint(ckpt_path, state)
+    def evaluate(self, step: int, final: bool) -> None:
+        if final:
+            self.head.eval()
+        ev = self.last_eval = evaluate(self.head, self.base, self.sp, self.heldout, self.cfg.block_sizes)
+        self.log(_eval_line(step, ev))
+        self.record({"step": step, "heldout": ev, "seconds": self.seconds(), **({"final": True} if final else {})})
 
-    head.train()
-    recent: list[tuple[float, float, int]] = []
-    positions = 0
-    part = world.part(cfg.batch_size)
-    losses_of = world.data_parallel(head, head_losses)
-    while step < cfg.steps:
-        # the slowest process's clock decides, so that every process stops at the same step with the same rate
-        if cfg.time_limit and world.max(elapsed())[0] > cfg.time_limit:
-            log(f"time limit reached after {step} steps")
-            break
-        step += 1
-        progress = step / cfg.steps
-        if cfg.time_limit:
-            progress = max(progress, world.max(elapsed())[0] / cfg.time_limit)
-        lr = cfg.lr * min(1.0, step / max(cfg.warmup, 1))
-        lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, progress))) * 0.9 + 0.1
-        for group in opt.param_groups:
-            group["lr"] = lr
-        block = rng.choice(cfg.block_sizes)
-        x0, resp = make_batch(docs, sp, cfg, rng, cfg.batch_size)  # the global batch: this process takes its part
-        xt, split, lossy = suffix_noise(x0, resp, block, sp, gen)
-        hidden = base_hidden(base, x0[part], xt[part], block)
-        c_loss, nc_loss, k = losses_of(head, base, x0[part], hidden, split[part], lossy[part], block)
-        total = track_targets(split, lossy, block)
-        world.step(opt, head, (c_loss, k, total))
-        k_all, (c_all, nc_all) = world.average(k, float(c_loss.detach()), float(nc_loss))
-        recent.append((c_all, nc_all, int(k_all)))
-        positions += x0.numel()
-        if step % cfg.log_every == 0:
-            n_t = sum(r[2] for r in recent)
-            c = sum(r[0] * r[2] for r in recent) / max(n_t, 1)
-            nc = sum(r[1] * r[2] for r in recent) / max(n_t, 1)
-            log(
-                f"step {step}/{cfg.steps}  causal CE {c:.3f}  non-causal CE {nc:.3f}  lr {lr:.2e}  "
-                f"{elapsed():.0f}s  {positions / max(time.perf_counter() - t_start, 1e-9):.0f} positions/s"
-            )
-            record({"step": step, "train_causal": c, "train_noncausal": nc, "lr": lr, "seconds": elapsed()})
-            recent = []
-        if step % cfg.eval_every == 0 and world.main:
-            ev = evaluate(head, base, sp, heldout, cfg.block_sizes)
-            log(_eval_line(step, ev))
-            record({"step": step, "heldout": ev, "seconds": elapsed()})
-        if step % cfg.save_every == 0:
-            save()
-    head.eval()
-    ev = evaluate(head, base, sp, heldout, cfg.block_sizes) if world.main else {}
-    if world.main:
-        log(_eval_line(step, ev))
-        record({"step": step, "heldout": ev, "seconds": elapsed(), "final": True})
-    save()
-    summary = {
-        "objective": "SSMD causal head, teacher-forced causal cross-entropy, frozen base",
-        "steps": step,
-        "seconds": round(elapsed(), 1),
-        "heldout": ev,
-        "parameters": sum(p.numel() for p in head.parameters()),
-        "documents": len(docs),
-        "config": asdict(cfg),
-        "shape": asdict(shape),
-        "base": base_info or {},
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-    }
-    if world.main:
-        save_head(run / HEAD_FILE, head, summary)
-    world.barrier()  # every process returns once rank 0's files are written
-    return summary
+    def save(self, step: int, final: bool) -> None:
+        state = {
+            "head": self.head.state_dict(),
+            "opt": self.optimizer.state_dict(),
+            "step": self.done,
+            "elapsed": self.seconds(),
+            "history": self.history,
+            "rng": self.rng.getstate(),
+            "gen": self.gen.get_state(),
+            "shape": asdict(self.shape),
+            "config": asdict(self.cfg),
+        }
+        write_checkpoint(self.run / "checkpoint.pt", state)
+
+    def summary(self, base_info: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "objective": "SSMD causal head, teacher-forced causal cross-entropy, frozen base",
+            "steps": self.done,
+            "seconds": round(self.seconds(), 1),
+            "heldout": self.last_eval,
+            "parameters": sum(p.numel() for p in self.head.parameters()),
+            "documents": len(self.docs),
+            "config": asdict(self.cfg),
+            "shape": asdict(self.shape),
+            "base": base_info,
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        }
 
 
 def _eval_line(step: int, ev: dict[str, Any]) -> str:
