@@ -62,7 +62,7 @@ def test_smoke_rehearsal_end_to_end(tmp_path: Path) -> None:
             str(ROOT / "scripts" / "gpu_job.sh"),
             "--smoke",
             "--minutes",
-            "0.8",
+            "1.3",
             "--out",
             str(out),
             "--work",
