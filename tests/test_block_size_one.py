@@ -1,4 +1,4 @@
-"""A block-diffusion model at block size 1 as a left-to-right FIM model (infill.models.autoregressive.BlockOneFim):
+"""A block-diffusion model at block size 1 as a left-to-right FIM model (infill.models.block_one.BlockOneFim):
 its conditionals are the network's block-size-1 predictions after the FIM prompt, for position-aligned (a mask
 token at the predicted position) and right-shifted (the row before it) models; whatever the cache held before,
 a pass returns what a fresh one does; prompt-lookup speculation over it follows the exact joint (by enumeration,
@@ -36,7 +36,7 @@ from test_decoding_exactness import exact_joint, pooled_p_value
 
 from infill.config import DecodeConfig
 from infill.decoding import decode
-from infill.models.autoregressive import BlockOneFim
+from infill.models.block_one import BlockOneFim
 from infill.models.blockdiff import BlockDiffModel
 
 torch.set_num_threads(1)

@@ -371,7 +371,7 @@ class BlockDiffusion:
         given that the fill begins with the healed text (infill.decoding.healing); the block decoder goes on
         after them."""
         from infill.decoding import decode_healing
-        from infill.models.autoregressive import block_size_one
+        from infill.models.block_one import block_size_one
 
         view = block_size_one(run.loaded)
         if view is None:  # Window.heals is False without FIM tokens: never healed
@@ -476,11 +476,11 @@ def substitution(asked: DecoderName, loaded: LoadedModel, ran: DecoderName) -> s
 def select(loaded: LoadedModel, cfg: DecodeConfig) -> tuple[LoadedModel, Backend, DecodeConfig]:
     """The model as `cfg`'s decoder runs it, its kind's backend, and `cfg` as that kind runs it
     (Backend.decode_config). A block-diffusion model asked for an any-subset decoder (beam search, sequential)
-    is run at block size 1, where it is a left-to-right FIM model (infill.models.autoregressive.BlockOneFim)."""
+    is run at block size 1, where it is a left-to-right FIM model (infill.models.block_one.BlockOneFim)."""
     backend = backend_of(loaded)
     cfg = backend.decode_config(cfg, loaded)
     if loaded.kind == "blockdiff" and cfg.decoder in decoders_for("ar"):
-        from infill.models.autoregressive import block_size_one
+        from infill.models.block_one import block_size_one
 
         view = block_size_one(loaded)
         if view is None:  # decode_config keeps these decoders only for a tokenizer with FIM tokens

@@ -156,11 +156,11 @@ class BatchedDraft(Protocol):
 
 
 class CausalEngine(Protocol):
-    """What runs a left-to-right network's passes (infill.models.autoregressive.TorchEngine and BlockOneEngine,
-    infill.models.llamacpp.LlamaEngine): token sequences in, next-token logits out. The engine keeps the keys
-    and values of the sequences it evaluated last, and a pass computes only from the first token each sequence
-    does not share with them; it knows nothing of FIM prompts, masks or sampling (infill.models.autoregressive.
-    CausalFim and the decoders do that)."""
+    """What runs a left-to-right network's passes (infill.models.autoregressive.TorchEngine,
+    infill.models.block_one.BlockOneEngine, infill.models.llamacpp.LlamaEngine): token sequences in, next-token
+    logits out. The engine keeps the keys and values of the sequences it evaluated last, and a pass computes only
+    from the first token each sequence does not share with them; it knows nothing of FIM prompts, masks or
+    sampling (infill.models.autoregressive.CausalFim and the decoders do that)."""
 
     vocab_size: int  # the logits' width V (the network's vocabulary, padding rows included)
 
