@@ -99,15 +99,15 @@ EXIT_CODE = {signal.SIGINT: 130, signal.SIGTERM: 143}
 def assert_every_buffer_came_back(runs: list[tuple[float, int, int, bytes, bytes]]) -> None:
     for delay, signum, code, out, err in runs:
         what = f"{signal.Signals(signum).name} at {delay * 1000:.0f} ms"
-        # a process that ends by the signal itself (-signum here) is $? = 128 + signum to a shell or an editor,
-        # the documented code; seen once under heavy load after the echo, and the buffer is what must come back
-        shell_code = 128 - code if code < 0 else code
-        assert (shell_code, out, err) == (EXIT_CODE[signum], SOURCE, b""), f"{what}: exit {code}, {out!r}, {err!r}"
+        assert (code, out, err) == (EXIT_CODE[signum], SOURCE, b""), f"{what}: exit {code}, {out!r}, {err!r}"
 
 
 def test_a_signal_at_any_moment_gives_the_filter_buffer_back(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "INFILL_NO_DAEMON": "1"}
-    assert_every_buffer_came_back(signal_sweep([*FILTER, "--model", "default"], env))
+    # 20 sampled candidates: the fill takes seconds, so every signal of the sweep lands before it is done (with
+    # one beam search the shipped model can finish inside 200 ms, and a signal after that finds nothing to stop)
+    args = [*FILTER, "--model", "default", "-n", "20", "--temperature", "1", "--no-retrieve"]
+    assert_every_buffer_came_back(signal_sweep(args, env))
 
 
 @pytest.fixture
