@@ -68,9 +68,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode, decode_label
-from infill.core.backends import Backend, Run, select, substitution
+from infill.core.backends import Backend, Run
 from infill.core.candidates import Checks, Pool
 from infill.core.edits import Edit, FillResult, writes
+from infill.core.kinds import select, substitution
 from infill.core.plan import MIN_CONTEXT, WINDOW_BYTES_PER_TOKEN, Region, plan_regions, token_budget, truncation_notes
 from infill.core.ranking import (
     MONITOR_REFUSED,
@@ -116,8 +117,8 @@ __all__ = [
 
 def load_model(model: Any = None) -> LoadedModel:
     """A LoadedModel from a ModelSpec, a LoadedModel, or None (the default model), through the one per-process
-    model cache (infill.models.cache.SHARED, which the server shares)."""
-    from infill.models import cache
+    model cache (infill.core.cache.SHARED, which the server shares)."""
+    from infill.core import cache
 
     if isinstance(model, LoadedModel):
         return model
@@ -129,7 +130,7 @@ def load_model(model: Any = None) -> LoadedModel:
 
 def clear_model_cache() -> None:
     """Forget loaded models (tests that register and unregister fake models call this)."""
-    from infill.models import cache
+    from infill.core import cache
 
     cache.SHARED.clear()
 
@@ -183,7 +184,7 @@ def fill_text(
             infill.spans.resolve), in any order; they must not overlap. No span gives `text` back unchanged.
         language: a tree-sitter language name (infill.languages.detect) for the syntax check; None checks only
             for broken UTF-8.
-        model: a ModelSpec (loaded once per process through infill.models.cache.SHARED), a LoadedModel, or None
+        model: a ModelSpec (loaded once per process through infill.core.cache.SHARED), a LoadedModel, or None
             for the default model.
         decode: the decoder and its settings; checked before any model runs. The model's kind may adjust it
             (infill.core.backends.Backend.decode_config); `decode.seed` seeds the one generator of every draw.

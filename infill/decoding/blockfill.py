@@ -51,7 +51,7 @@ def run_decoder(job: Generation) -> tuple[torch.Tensor, DecodeStats]:
     """job.cfg.decoder's function (infill.config.DECODERS) on `job`."""
     from infill.decoding.registry import decoder_function
 
-    function = decoder_function(job.cfg, "blockdiff")
+    function = decoder_function(job.cfg, "block")
     tokens, stats = function(job)
     return tokens, stats
 
