@@ -318,6 +318,12 @@ def decode_label(cfg: DecodeConfig) -> str:
     return f"{cfg.decoder} k={cfg.k} T={cfg.temperature:g}"
 
 
+def decoders_of(family: DecoderFamily) -> tuple[DecoderName, ...]:
+    """The decoders whose function takes a run of `family`, in registration order (a kind that runs every one of
+    them names them so: a new decoder of the family needs no other line)."""
+    return tuple(name for name, entry in DECODERS.items() if entry.family == family)
+
+
 def check_decode(cfg: DecodeConfig) -> None:
     """InputError (exit 2) for settings the request cannot use: a wrong type or a non-finite number in any field,
     an out-of-range sampling setting or option of the chosen decoder, or a value of another decoder's option that

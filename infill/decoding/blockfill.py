@@ -112,7 +112,7 @@ def fill_middle(
     without the end token, and the decoding stats. A prompt too long for the model keeps the end of the prefix
     and the start of the suffix. With `done`, a test on the text written so far that no later text can undo,
     a FIM prompt's generation ends after the token that makes it true (a chat reply is fenced: not cut there).
-    `start`: tokens the middle begins with, already decided (token healing's, infill.core.backends): they follow
+    `start`: tokens the middle begins with, already decided (token healing's, infill.core.kinds.blockdiff): they follow
     the FIM prompt, the decoder writes at most `max_tokens` after them, and the text returned begins with them."""
     import torch
 

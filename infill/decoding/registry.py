@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from infill.config import DECODERS, DecodeConfig, DecoderFamily, DecoderName, DraftName
+from infill.config import DECODERS, DecodeConfig, DecoderFamily, DecoderName, DraftName, decoders_of
 from infill.decoding.assd import assd, sequential
 from infill.decoding.beam import beam_search
 from infill.decoding.confidence import denoise
@@ -44,7 +44,7 @@ def decoder_function(cfg: DecodeConfig, family: DecoderFamily) -> Callable[..., 
     name = cfg.decoder
     entry = DECODERS.get(name)
     if entry is None or entry.family != family:
-        names = ", ".join(n for n, e in DECODERS.items() if e.family == family)
+        names = ", ".join(decoders_of(family))
         if family == "any-subset":
             raise DecodeError(
                 f"decoder {name!r} is not an any-subset decoder (use {names}; the others run block-diffusion models)"

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infill.config import DecodeConfig, FillOptions
+from infill.config import DecodeConfig, FillOptions, decoders_of
 from infill.core.backends import Fill, Kind, Run, retrieves
 from infill.core.plan import Region, SpanPlan, Window
 from infill.core.tokens import cut_at_pad, token_pieces, token_sets
@@ -176,7 +176,7 @@ def is_xlnet(cfg: dict[str, Any], folder: Path | None) -> bool:
 KIND = Kind(
     name="asarm",
     label="an any-subset (AS-ARM)",
-    decoders=("assd", "sequential", "parallel", "beam"),
+    decoders=decoders_of("any-subset"),  # every any-subset decoder
     backend=AnySubset(),
     drafts=("model", "ngram", "lookup"),
     detect=is_xlnet,

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from infill.config import DecodeConfig, FillOptions, ModelSpec
+from infill.config import DecodeConfig, FillOptions, ModelSpec, decoders_of
 from infill.core.backends import Fill, Kind, Run
 from infill.core.kinds.asarm import fill_problem
 from infill.core.plan import Region, Window
@@ -148,7 +148,7 @@ def load_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], provenance: 
 KIND = Kind(
     name="blockdiff",
     label="a block-diffusion",
-    decoders=("confidence", "s2d2", "ssmd", "ptp"),
+    decoders=decoders_of("block"),  # every block-diffusion decoder
     backend=BlockDiffusion(),
     detect=is_block_diffusion,
     load=load_folder,
