@@ -11,7 +11,7 @@ from infill.errors import DecodeError, InputError
 from infill.routing_options import parse_routing
 
 # Decoders and drafts are registered once, in DECODERS and DRAFTS below; every other list of their names (the
-# --decoder and --draft choices and help, the server's checks, which model kind runs which, the error messages, the
+# --decoder and --draft choices and help, the server's checks, the error messages, the
 # tables in docs/decoding.md, which a test holds against these) is derived from those two records.
 DecoderName = str  # a key of DECODERS
 DraftName = str  # a key of DRAFTS

@@ -1,5 +1,5 @@
 """Registered names -> the code that runs them: the functions and classes themselves, so that go-to-definition
-and mypy follow them. What is registered, the model kinds that run each decoder and its settings, is
+and mypy follow them. What is registered, each decoder's family (what its function takes) and its settings, is
 infill.config.DECODERS and DRAFTS (at the bottom, read by the flags and `infill --help` without importing this);
 tests/test_options.py holds the two registries to the same names.
 
