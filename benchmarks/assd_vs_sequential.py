@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     args = parser.parse_args(argv)
 
-    from infill.models.loading import load
+    from infill.core.kinds import load
 
     if args.threads > 0:
         import os

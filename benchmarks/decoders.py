@@ -79,8 +79,9 @@ def main() -> None:
     import torch
 
     from infill.config import DecodeConfig, ModelSpec
+    from infill.core.kinds import load
     from infill.decoding import decode
-    from infill.models.loading import default_folder, load
+    from infill.models.loading import default_folder
 
     torch.set_num_threads(args.threads)
     tmp = None

@@ -52,10 +52,10 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="write per-task results here")
     args = ap.parse_args()
 
+    from infill.core.kinds import load
     from infill.evaluation import heldout, humaneval
     from infill.evaluation.execute import run_program
     from infill.evaluation.filling import token_counter
-    from infill.models.loading import load
 
     loaded = load(ModelSpec(name=args.model, device="cpu"))
     tasks: list[tuple[str, Any]] = []

@@ -77,12 +77,12 @@ def interleaved(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, tu
 
 def asarm_engines(spec: Any, device: str) -> dict[str, Any]:
     """Engine name -> a model with `draft` and `verify` (an XLNetAnySubset where it can be one), same weights."""
+    from infill.core.kinds import load
     from infill.hardware import fast_bf16
     from infill.models import onnx
-    from infill.models.loading import load_by_name
     from infill.models.xlnet import XLNetAnySubset
 
-    base = load_by_name(replace(spec, engine="torch")).model
+    base = load(replace(spec, engine="torch")).model
     kw = {"mask_id": base.mask_id, "device": device}
     engines: dict[str, Any] = {"torch": base}
     dev = base.device.type
@@ -185,10 +185,10 @@ def passes(args: argparse.Namespace) -> None:
 def blockdiff_passes(args: argparse.Namespace) -> None:
     """A 4-token draft over a --context-token cache of the packaged block-diffusion model, per engine."""
     from infill.config import ModelSpec
+    from infill.core.kinds import load
     from infill.hardware import fast_bf16
-    from infill.models.loading import load_by_name
 
-    loaded = load_by_name(ModelSpec(name=args.blockdiff, device=args.device, bf16=False))
+    loaded = load(ModelSpec(name=args.blockdiff, device=args.device, bf16=False))
     bd = loaded.model
     models: dict[str, tuple[Any, bool]] = {"torch": (bd.model, False)}
     if fast_bf16(bd.device.type):

@@ -49,11 +49,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from infill.config import ModelSpec
-    from infill.models.loading import load_by_name, resolve_folder
+    from infill.core.kinds import load
+    from infill.models.loading import resolve_folder
     from infill.models.xlnet import XLNetAnySubset
 
     spec = ModelSpec(name=args.model, device=args.device, bf16=False, engine="torch")
-    cached = load_by_name(spec).model
+    cached = load(spec).model
     full = XLNetAnySubset(cached.net, mask_id=cached.mask_id, device=args.device, cache=False)
     N, M, done = args.context, args.masked, 5
     g = torch.Generator().manual_seed(0)

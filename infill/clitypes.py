@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -113,3 +114,9 @@ def settings_from_flags(kind: type[D], **computed: Any) -> D:
     flags = click.get_current_context().params
     names = {f.name for f in fields(kind)}
     return kind(**{**{name: value for name, value in flags.items() if name in names}, **computed})
+
+
+def value_option(name: str, kind: click.ParamType, default: Any, help: str) -> Callable[[Any], Any]:
+    """A flag that takes one value of `kind` (a range, a choice) with its default and help, declared in one line
+    (the flags of the trainers and `infill calibrate`, each its own)."""
+    return click.option(name, type=kind, default=default, help=help)

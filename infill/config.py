@@ -11,13 +11,17 @@ from infill.errors import DecodeError, InputError
 from infill.routing_options import parse_routing
 
 # Decoders and drafts are registered once, in DECODERS and DRAFTS below; every other list of their names (the
-# --decoder and --draft choices and help, the server's checks, which model kind runs which, the error messages, the
+# --decoder and --draft choices and help, the server's checks, the error messages, the
 # tables in docs/decoding.md, which a test holds against these) is derived from those two records.
 DecoderName = str  # a key of DECODERS
 DraftName = str  # a key of DRAFTS
-# any-subset autoregressive (XLNet), block diffusion, or a left-to-right (autoregressive) code model with FIM tokens
-# or one on a model server (infill.models.remote: the server samples, the tool plans, checks and ranks)
-ModelKind = Literal["asarm", "blockdiff", "ar", "remote"]
+# a model kind's name, a key of infill.core.kinds.KINDS: "asarm" (any-subset, XLNet), "blockdiff" (block
+# diffusion), "ar" (a left-to-right code model with FIM tokens), "remote" (one on a model server), or a registered
+# one; each kind's module there names the decoders and drafts it runs
+ModelKind = str
+# what a decoder's function takes: the any-subset run (infill.decoding.problem.LeftToRight) or a block-diffusion
+# generation (infill.decoding.blockfill.Generation)
+DecoderFamily = Literal["any-subset", "block"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 # what runs the AS-ARM's cached pass: eager PyTorch, or ONNX Runtime on a graph exported from the same module
 # (fp32, exact to 1e-5; or int8 weights, not exact); auto = onnx when the `onnx` extra is installed and the
@@ -150,7 +154,7 @@ class PtpOptions:
 class Decoder:
     """A registered decoder."""
 
-    kinds: tuple[ModelKind, ...]  # the model kinds that run it (its function: infill.decoding.registry)
+    family: DecoderFamily  # what its function (infill.decoding.registry) takes
     options: type  # its options class: the DecodeConfig fields it reads, and their ranges
     summary: str  # what it gives, in a few words (--decoder's help; docs/decoding.md's table names it)
     flag: bool = True  # offered by --decoder (beam search is asked for with --beam N)
@@ -160,54 +164,49 @@ class Decoder:
 class Draft:
     """A registered draft source of ASSD (infill.decoding.drafts.DraftSource)."""
 
-    kinds: tuple[ModelKind, ...]  # the model kinds whose ASSD it drafts for (its class: infill.decoding.drafts)
     min_k: int  # the smallest -k it takes
     summary: str  # what it drafts, in a few words (--draft's help; docs/decoding.md's table names it)
 
 
 DECODERS: dict[DecoderName, Decoder] = {
     "assd": Decoder(
-        ("asarm", "ar"),
+        "any-subset",
         AssdOptions,
         "exact speculative sampling of drafts (--draft)",
     ),
-    "sequential": Decoder(("asarm", "ar", "remote"), SequentialOptions, "exact, one pass per token"),
-    "parallel": Decoder(("asarm",), ParallelOptions, "the mean-field baseline, not exact"),
+    "sequential": Decoder("any-subset", SequentialOptions, "exact, one pass per token"),
+    "parallel": Decoder("any-subset", ParallelOptions, "the mean-field baseline, not exact"),
     "beam": Decoder(
-        ("asarm", "ar"),
+        "any-subset",
         BeamOptions,
         "the most likely fill the search finds",
         flag=False,
     ),
     "confidence": Decoder(
-        ("blockdiff",),
+        "block",
         BlockOptions,
         "block diffusion, unmasking by confidence, not exact",
     ),
     "s2d2": Decoder(
-        ("blockdiff",),
+        "block",
         S2D2Options,
         "block diffusion, self-speculative where its router verifies",
     ),
     "ssmd": Decoder(
-        ("blockdiff",),
+        "block",
         SsmdOptions,
         "block diffusion with an SSMD head, exact per speculative step (not to one fixed joint)",
     ),
     "ptp": Decoder(
-        ("blockdiff",),
+        "block",
         PtpOptions,
         "block diffusion with a PTP adapter, exact autoregressive sampling",
     ),
 }
 DRAFTS: dict[DraftName, Draft] = {
-    "model": Draft(("asarm",), 2, "the model itself, one draft pass"),
-    "ngram": Draft(("asarm",), 2, "a bigram of the visible text"),
-    "lookup": Draft(
-        ("asarm", "ar"),
-        1,
-        "what followed the same tokens elsewhere in the text",
-    ),
+    "model": Draft(2, "the model itself, one draft pass"),
+    "ngram": Draft(2, "a bigram of the visible text"),
+    "lookup": Draft(1, "what followed the same tokens elsewhere in the text"),
 }
 
 
@@ -319,14 +318,10 @@ def decode_label(cfg: DecodeConfig) -> str:
     return f"{cfg.decoder} k={cfg.k} T={cfg.temperature:g}"
 
 
-def decoders_for(kind: ModelKind) -> tuple[DecoderName, ...]:
-    """The decoders that run a model of `kind`, in registration order."""
-    return tuple(name for name, entry in DECODERS.items() if kind in entry.kinds)
-
-
-def drafts_for(kind: ModelKind) -> tuple[DraftName, ...]:
-    """The ASSD drafts that a model of `kind` takes, in registration order."""
-    return tuple(name for name, entry in DRAFTS.items() if kind in entry.kinds)
+def decoders_of(family: DecoderFamily) -> tuple[DecoderName, ...]:
+    """The decoders whose function takes a run of `family`, in registration order (a kind that runs every one of
+    them names them so: a new decoder of the family needs no other line)."""
+    return tuple(name for name, entry in DECODERS.items() if entry.family == family)
 
 
 def check_decode(cfg: DecodeConfig) -> None:

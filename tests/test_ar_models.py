@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from infill import api
 from infill.cli import main
 from infill.config import ModelSpec
+from infill.core.kinds import folder_kind
 from infill.models.autoregressive import CausalFim
-from infill.models.loading import folder_kind
 from infill.models.tiny import tiny_ar_checkpoint
 
 torch.set_num_threads(1)
@@ -170,7 +170,7 @@ def test_infill_models_tells_diffusion_folders_from_left_to_right_ones(tmp_path:
 
 
 def test_the_packaged_models_keep_their_kinds() -> None:
-    from infill.models.catalog import packaged_models
+    from infill.core.catalog import packaged_models
 
     assert {e.name: e.kind for e in packaged_models()} == {"blockdiff": "blockdiff", "default": "asarm"}
 

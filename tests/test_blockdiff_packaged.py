@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from infill import api
 from infill.cli import main
-from infill.models.catalog import packaged_models
+from infill.core.catalog import packaged_models
 from infill.models.hf_folder import safetensors_parameters
 from infill.models.loading import WEIGHTS_DIR, packaged_folder
 

@@ -13,11 +13,11 @@ from click.testing import CliRunner
 from infill import api
 from infill.cli import main
 from infill.config import DecodeConfig, ModelSpec
+from infill.core.kinds import load
 from infill.decoding import decode
 from infill.errors import ModelError
 from infill.models import onnx
 from infill.models.base import FillProblem
-from infill.models.loading import load_by_name
 from infill.models.xlnet import XLNetAnySubset, resolve_engine
 
 torch.set_num_threads(1)
@@ -36,7 +36,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def reference(folder: Path) -> XLNetAnySubset:
     """The full two-stream forward (no cache): the reference every engine is held to."""
-    model = load_by_name(ModelSpec(name=str(folder), device="cpu", bf16=False, engine="torch")).model
+    model = load(ModelSpec(name=str(folder), device="cpu", bf16=False, engine="torch")).model
     return XLNetAnySubset(model.net, mask_id=model.mask_id, device="cpu", cache=False)
 
 

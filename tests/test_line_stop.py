@@ -97,7 +97,7 @@ def test_a_stop_rule_only_cuts_the_output(backend, name: str) -> None:  # type: 
     the rule names in that output (kept), or the same output when the rule names none; it never costs more
     forwards. A negative control: a rule that names a later token gives a different, longer output."""
     cfg = CASES[name]
-    run = decoder_function(cfg, "blockdiff")
+    run = decoder_function(cfg, "block")
     cut_short = 0
     for seed in range(12):
         ref, ref_stats = run(Generation(backend, PROMPT, 20, cfg, torch.Generator().manual_seed(seed)))
@@ -122,7 +122,7 @@ def test_a_stop_after_the_end_token_changes_nothing(backend) -> None:  # type: i
         asked.append(tokens)
         return None
 
-    run = decoder_function(cfg, "blockdiff")
+    run = decoder_function(cfg, "block")
     ended = 0
     for seed in range(8):
         ref, ref_stats = run(Generation(backend, PROMPT, 30, cfg, torch.Generator().manual_seed(seed)))

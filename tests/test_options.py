@@ -24,9 +24,8 @@ from infill.config import (
     check_decode,
     choose_decoder,
     decoder_options,
-    decoders_for,
-    drafts_for,
 )
+from infill.core.kinds import KINDS
 from infill.errors import DecodeError, InputError
 from infill.server import params as server_params
 
@@ -79,12 +78,13 @@ def test_decoders_and_drafts_are_registered_once_and_every_list_derives_from_the
     # the settings (infill.config) and the code (infill.decoding) are registered under the same names
     assert list(DECODER_FUNCTIONS) == list(DECODERS) and list(DRAFT_SOURCES) == list(DRAFTS)
     for name, entry in DECODERS.items():  # each registration names code that exists
-        assert callable(decoder_function(DecodeConfig(decoder=name), entry.kinds[0])), name
+        assert callable(decoder_function(DecodeConfig(decoder=name), entry.family)), name
     for name in DRAFTS:
         assert callable(draft_source(name).propose), name
-    kinds = ("asarm", "blockdiff", "ar")
-    assert {d for kind in kinds for d in decoders_for(kind)} == set(DECODERS)
-    assert decoders_for("ar") == ("assd", "sequential", "beam") and drafts_for("ar") == ("lookup",)
+    # every decoder runs on some kind, and a kind names only registered decoders and drafts (infill.core.kinds)
+    assert {d for kind in KINDS.values() for d in kind.decoders} == set(DECODERS)
+    assert all(set(kind.drafts) <= set(DRAFTS) for kind in KINDS.values())
+    assert KINDS["ar"].decoders == ("assd", "sequential", "beam") and KINDS["ar"].drafts == ("lookup",)
     flagged = tuple(name for name, entry in DECODERS.items() if entry.flag)
     draft = _params(fill)["draft"].type
     assert isinstance(draft, click.Choice) and tuple(draft.choices) == tuple(DRAFTS)
@@ -111,14 +111,14 @@ def test_the_docs_tables_name_every_registered_decoder_and_draft() -> None:
 
 
 @pytest.mark.parametrize(
-    ("decoder", "kind", "message"),
-    [("confidence", "asarm", "not an any-subset decoder"), ("assd", "blockdiff", "does not run block-diffusion")],
+    ("decoder", "family", "message"),
+    [("confidence", "any-subset", "not an any-subset decoder"), ("assd", "block", "does not run block-diffusion")],
 )
-def test_a_decoder_of_the_other_kind_is_refused(decoder: str, kind: Any, message: str) -> None:
+def test_a_decoder_of_the_other_family_is_refused(decoder: str, family: Any, message: str) -> None:
     from infill.decoding.registry import decoder_function
 
     with pytest.raises(DecodeError, match=message):
-        decoder_function(DecodeConfig(decoder=decoder), kind)  # type: ignore[arg-type]
+        decoder_function(DecodeConfig(decoder=decoder), family)
 
 
 def test_flags_become_the_three_configs() -> None:

@@ -22,9 +22,8 @@ from fixtures_doc import FakeFiller
 
 from infill import api
 from infill.cli import main
-from infill.core import pipeline
+from infill.core import cache, pipeline
 from infill.errors import ModelError
-from infill.models import cache
 from infill.models.registry import register, unregister
 
 SOURCE = b'def f(x):\n    """Double x."""\n    return 0\n\n\nclass Stack:\n    pass\n'

@@ -303,7 +303,8 @@ def test_every_decoding_option_is_a_fill_param_and_builds_a_real_request() -> No
 def test_the_server_and_the_fills_share_one_model_cache() -> None:
     from infill import api
     from infill.config import ModelSpec
-    from infill.models import cache, registry
+    from infill.core import cache
+    from infill.models import registry
 
     loads: list[ModelSpec] = []
 

@@ -273,11 +273,12 @@ def test_a_span_inside_a_word_is_healed_by_every_kind(
     `valu`, and what is written is the rest of it (whatever the random model makes of the rest)."""
     from infill.api import fill_text
     from infill.config import FillOptions, ModelSpec
-    from infill.core import backends
+    from infill.core.kinds.asarm import AnySubset
+    from infill.core.kinds.blockdiff import BlockDiffusion
     from infill.spans import Span
 
     raws: list[tuple[str, str]] = []  # (the healed text, the model's fill)
-    for cls in (backends.AnySubset, backends.BlockDiffusion):
+    for cls in (AnySubset, BlockDiffusion):
         real = cls.sample
 
         def sample(self: Any, region: Any, run: Any, attempt: int, real: Any = real) -> Any:
@@ -311,11 +312,11 @@ def test_only_a_chat_prompted_model_is_not_healed(folders: dict[str, Path]) -> N
     hole as it is: nothing to back up."""
     from infill.api import load_model
     from infill.config import ModelSpec
-    from infill.core.backends import backend_of
+    from infill.core.kinds import kind_of
 
     for kind, heals in (("blockdiff-chat", False), ("blockdiff", True), ("ar", True), ("asarm", True)):
         loaded = load_model(ModelSpec(str(folders[kind])))
-        assert backend_of(loaded).window(loaded).heals is heals, kind
+        assert kind_of(loaded).backend.window(loaded).heals is heals, kind
 
 
 @pytest.mark.parametrize(

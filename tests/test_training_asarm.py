@@ -220,16 +220,16 @@ def test_exported_model_loads_and_inference_scores_match_training(tiny_corpus, t
     """The project loader reads the export, and the inference oracle pass gives the log-probabilities the
     training loss used for the same masked positions (same masks: infill.models.masks)."""
     from infill.config import ModelSpec
+    from infill.core.kinds import load
     from infill.decoding import score
     from infill.models.base import FillProblem
-    from infill.models.loading import load_by_name
 
     corpus, tok_path = tiny_corpus
     train(corpus, tok_path, tmp_path / "run", _tiny_cfg(steps=3, eval_sequences=0), resume=False)
     model, cfg, state = load_checkpoint_model(tmp_path / "run")
     out = tmp_path / "model"
     export_model(model, tok_path, out, cfg.seq_len, {"steps": state.step})
-    loaded = load_by_name(ModelSpec(name=str(out), device="cpu", bf16=False))
+    loaded = load(ModelSpec(name=str(out), device="cpu", bf16=False))
     assert loaded.kind == "asarm" and loaded.info["provenance"] == {"steps": 3}
     m = loaded.model
     assert (m.mask_id, m.pad_id, m.bos_id, m.max_length) == (1, 0, 2, 48)
@@ -284,10 +284,10 @@ def test_shipped_default_model() -> None:
     weights = sorted(folder.glob("model*.safetensors"))
     assert weights, f"the shipped weights are missing from {folder}"
     from infill.config import ModelSpec
-    from infill.models.loading import load_by_name
+    from infill.core.kinds import load
 
     assert all(w.stat().st_size <= 40 * 2**20 for w in weights)
-    loaded = load_by_name(ModelSpec(name="default", device="cpu"))
+    loaded = load(ModelSpec(name="default", device="cpu"))
     assert loaded.kind == "asarm" and loaded.model.max_length == 512
     prov = loaded.info["provenance"]
     assert prov["steps"] > 0 and prov["heldout"]["nll_per_token"] > 0 and prov["corpus"]["files"] > 1000
@@ -299,7 +299,7 @@ def test_packed_training_set_and_sharded_bf16_export(tiny_corpus, tmp_path: Path
     """The GPU recipe's pieces on CPU: a size-capped pack of the corpus trains like the corpus, and an export in
     bf16 shards (with HF's index file) loads in infill and in transformers with the same weights."""
     from infill.config import ModelSpec
-    from infill.models.loading import load_by_name
+    from infill.core.kinds import load
     from infill.models.weight_files import INDEX, read_weights
     from infill.training.asarm import pack_streams
 
@@ -317,7 +317,7 @@ def test_packed_training_set_and_sharded_bf16_export(tiny_corpus, tmp_path: Path
     weights = read_weights(out)
     for name, tensor in model.state_for_file().items():
         assert torch.equal(weights[name], tensor.to(torch.bfloat16).float()), name  # bf16 round trip
-    assert load_by_name(ModelSpec(name=str(out), device="cpu", bf16=False)).kind == "asarm"
+    assert load(ModelSpec(name=str(out), device="cpu", bf16=False)).kind == "asarm"
     from transformers import XLNetLMHeadModel
 
     hf = XLNetLMHeadModel.from_pretrained(str(out), dtype=torch.float32)

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from infill.config import DecodeConfig, ModelSpec
+from infill.core.kinds import load
 from infill.decoding import decode
 from infill.errors import ModelError
 from infill.models import loading
 from infill.models.base import FillProblem
-from infill.models.loading import load
 from infill.models.registry import LoadedModel
 from infill.models.tiny import build_tiny_checkpoint
 

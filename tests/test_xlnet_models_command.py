@@ -11,7 +11,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from infill.cli import main
-from infill.models.catalog import packaged_models
+from infill.core.catalog import packaged_models
 
 
 def fake_model(folder: Path, model_type: str, provenance: str | None = None) -> None:
@@ -74,7 +74,7 @@ def test_listing_does_not_import_torch(tmp_path: Path) -> None:
 
 
 def test_provenance_records_become_one_short_line() -> None:
-    from infill.models.catalog import provenance_line
+    from infill.core.catalog import provenance_line
 
     record = {
         "trainer": "infill train asarm",

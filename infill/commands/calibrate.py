@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from infill.clitypes import FiniteFloatRange, NonEmptyPath
+from infill.clitypes import FiniteFloatRange, NonEmptyPath, value_option
 from infill.errors import InputError
 
 REPORT = NonEmptyPath(exists=True, dir_okay=False, path_type=Path)
@@ -22,17 +22,17 @@ REPORT = NonEmptyPath(exists=True, dir_okay=False, path_type=Path)
     type=NonEmptyPath(dir_okay=False, path_type=Path),
     help="Write the calibration here (a model folder's calibration.json is read by infill fill).",
 )
-@click.option(
+@value_option(
     "--threshold",
-    type=FiniteFloatRange(0.0, 1.0),
-    default=0.5,
-    help="The confidence to report coverage and precision at (the editor's default threshold).",
+    FiniteFloatRange(0.0, 1.0),
+    0.5,
+    "The confidence to report coverage and precision at (the editor's default threshold).",
 )
-@click.option(
+@value_option(
     "--test-share",
-    type=FiniteFloatRange(0.0, 0.9),
-    default=0.0,
-    help="Keep this share of the fit reports' files (by a hash of their names) out of the fit, to judge on.",
+    FiniteFloatRange(0.0, 0.9),
+    0.0,
+    "Keep this share of the fit reports' files (by a hash of their names) out of the fit, to judge on.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the judgements as JSON.")
 def calibrate(

@@ -135,13 +135,13 @@ evaluate.add_command(calibrate)
 
 
 def _load(spec: ModelSpec, threads: int, decode: DecodeConfig) -> tuple[LoadedModel, DecodeConfig]:
-    """The model, through the process's one model cache (infill.models.cache.SHARED) as `infill fill` loads it,
+    """The model, through the process's one model cache (infill.core.cache.SHARED) as `infill fill` loads it,
     and `decode` as that model's kind runs it (a block-diffusion model runs beam search at block size 1, or
     S2D2), so that the report names the decoder that ran."""
     import os
 
-    from infill.core.backends import select
-    from infill.models import cache
+    from infill.core import cache
+    from infill.core.kinds import select
 
     if threads > 0:
         os.environ["INFILL_THREADS"] = str(threads)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from infill.clitypes import IntRange
+from infill.clitypes import IntRange, value_option
 from infill.server import protocol
 
 HELP = """Serve editors over the Language Server Protocol (stdio, or --tcp on 127.0.0.1).
@@ -29,11 +29,11 @@ Editor set-up: docs/editors.md.
     metavar="PORT",
     help="Serve on 127.0.0.1:PORT instead (loopback only), one client at a time.",
 )
-@click.option(
+@value_option(
     "--max-input-bytes",
-    type=IntRange(min=0),
-    default=protocol.DEFAULT_MAX_INPUT_BYTES,
-    help="Documents larger than this get no fills (0 = no limit).",
+    IntRange(min=0),
+    protocol.DEFAULT_MAX_INPUT_BYTES,
+    "Documents larger than this get no fills (0 = no limit).",
 )
 def lsp(use_stdio: bool, tcp_port: int | None, max_input_bytes: int) -> None:
     if use_stdio and tcp_port is not None:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from infill.clitypes import POSITIVE, FiniteFloatRange, IntRange, NonEmptyPath, settings_from_flags
+from infill.clitypes import POSITIVE, FiniteFloatRange, IntRange, NonEmptyPath, settings_from_flags, value_option
 from infill.commands.shell import load_command
 from infill.commands.training import (
     batch_size_option,
@@ -79,17 +79,14 @@ def train() -> None:
     multiple=True,
     help="site-packages folder to read; repeat for several (default: this interpreter's).",
 )
-@click.option(
-    "--heldout-permille",
-    type=IntRange(0, 1000),
-    default=20,
-    help="Held-out share in 1/1000, decided by each file's content hash.",
+@value_option(
+    "--heldout-permille", IntRange(0, 1000), 20, "Held-out share in 1/1000, decided by each file's content hash."
 )
-@click.option(
+@value_option(
     "--near-dup",
-    type=FiniteFloatRange(0.5, 1.0),
-    default=0.85,
-    help="Drop files this similar (estimated Jaccard of word 5-grams) to a file kept earlier; 1 = exact only.",
+    FiniteFloatRange(0.5, 1.0),
+    0.85,
+    "Drop files this similar (estimated Jaccard of word 5-grams) to a file kept earlier; 1 = exact only.",
 )
 def corpus_cmd(out: Path, site: tuple[Path, ...], heldout_permille: int, near_dup: float) -> None:
     """Collect local Python sources (stdlib + installed packages, no tests or eval sets) into a corpus."""
@@ -109,12 +106,7 @@ def corpus_cmd(out: Path, site: tuple[Path, ...], heldout_permille: int, near_du
 @path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
 @click.option("--out", type=NonEmptyPath(path_type=Path), default=Path("runs/tokenizer.json"))
 @click.option("--vocab-size", type=IntRange(512, 65535), default=8192)
-@click.option(
-    "--sample-bytes-per-package",
-    type=POSITIVE,
-    default=600_000,
-    help="Training text per package (files in hash order).",
-)
+@value_option("--sample-bytes-per-package", POSITIVE, 600_000, "Training text per package (files in hash order).")
 def tokenizer_cmd(corpus: Path, out: Path, vocab_size: int, sample_bytes_per_package: int) -> None:
     """Train the byte-level BPE on the corpus's training split and print held-out bytes/token."""
     from infill.training.corpus import balanced_records, read_split
@@ -165,11 +157,8 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
     help="Export the final model folder here (config.json, model.safetensors, tokenizer.json).",
 )
 @click.option("--steps", type=IntRange(0), default=0, help="Stop after this many steps (0 = no limit).")
-@click.option(
-    "--minutes",
-    type=FiniteFloatRange(0),
-    default=0.0,
-    help="Training-time budget across resumes; the LR schedule follows it (0 = none).",
+@value_option(
+    "--minutes", FiniteFloatRange(0), 0.0, "Training-time budget across resumes; the LR schedule follows it (0 = none)."
 )
 @until_option
 @click.option("--resume/--no-resume", default=True, help="Continue from run-dir/last.pt.")
@@ -193,17 +182,17 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
 @click.option("--eval-sequences", type=IntRange(0), default=32)
 @threads_option(1, "torch threads. On a shared CPU 1 beat 2 by 3x here (threads wait for each other when preempted).")
 @log_every_option(10)
-@click.option(
+@value_option(
     "--max-package-mb",
-    type=FiniteFloatRange(0.01),
-    default=6.0,
-    help="Per-package cap on training text, in MB (keeps huge repetitive packages from dominating).",
+    FiniteFloatRange(0.01),
+    6.0,
+    "Per-package cap on training text, in MB (keeps huge repetitive packages from dominating).",
 )
-@click.option(
+@value_option(
     "--data-workers",
-    type=IntRange(0, 64),
-    default=0,
-    help="Processes that draw the batches (0: this one). A GPU trains faster than one process makes batches.",
+    IntRange(0, 64),
+    0,
+    "Processes that draw the batches (0: this one). A GPU trains faster than one process makes batches.",
 )
 @seed_option()
 @bf16_option
@@ -265,11 +254,11 @@ def asarm(
 @path_option("--corpus", exists=True, default=DEFAULT_CORPUS)
 @click.option("--out", type=NonEmptyPath(path_type=Path), required=True)
 @click.option("--bf16", is_flag=True, help="Store the weights in bf16 (half the size; loaded back as fp32).")
-@click.option(
+@value_option(
     "--shard-mb",
-    type=FiniteFloatRange(1),
-    default=None,
-    help="Split the weights into safetensors shards of at most this many MB (with an index file).",
+    FiniteFloatRange(1),
+    None,
+    "Split the weights into safetensors shards of at most this many MB (with an index file).",
 )
 def export_cmd(
     run_dir: Path, tokenizer_json: Path, corpus: Path, out: Path, bf16: bool, shard_mb: float | None
@@ -307,11 +296,11 @@ def export_cmd(
 @click.option("--sequences", type=IntRange(1), default=512)
 @seed_option(99)
 @threads_option()
-@click.option(
+@value_option(
     "--seq-len",
-    type=IntRange(16),
-    default=None,
-    help="Window length in tokens [default: the model's max_length]; compare models at the same length.",
+    IntRange(16),
+    None,
+    "Window length in tokens [default: the model's max_length]; compare models at the same length.",
 )
 def heldout_nll_cmd(
     model_dir: Path, corpus: Path, sequences: int, seed: int, threads: int, seq_len: int | None

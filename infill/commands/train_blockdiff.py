@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from infill.clitypes import POSITIVE, FiniteFloatRange, IntRange, NonEmptyPath, settings_from_flags
+from infill.clitypes import POSITIVE, FiniteFloatRange, IntRange, NonEmptyPath, settings_from_flags, value_option
 from infill.commands.training import (
     batch_size_option,
     bf16_option,
@@ -47,12 +47,7 @@ from infill.errors import InputError
     dir_okay=False,
     help="Reuse this tokenizer.json (e.g. the AS-ARM's); the FIM / mask / end tokens are added to it.",
 )
-@click.option(
-    "--vocab-size",
-    type=IntRange(512, 65535),
-    default=8192,
-    help="BPE size when no --tokenizer is given.",
-)
+@value_option("--vocab-size", IntRange(512, 65535), 8192, "BPE size when no --tokenizer is given.")
 @click.option("--steps", type=POSITIVE, default=1000)
 @batch_size_option(16)
 @click.option("--seq-len", type=IntRange(16), default=256)
@@ -65,41 +60,30 @@ from infill.errors import InputError
 @seed_option()
 @bf16_option
 @device_option
-@click.option(
+@value_option(
     "--save-dtype",
-    type=click.Choice(["float32", "bfloat16"]),
-    default="float32",
-    help="dtype of the saved weights (bfloat16: half the size; loaded back as fp32).",
+    click.Choice(["float32", "bfloat16"]),
+    "float32",
+    "dtype of the saved weights (bfloat16: half the size; loaded back as fp32).",
 )
-@click.option(
-    "--shard-mb",
-    type=FiniteFloatRange(0),
-    default=0.0,
-    help="Save the weights as shards of at most this many MB (0 = one file).",
+@value_option(
+    "--shard-mb", FiniteFloatRange(0), 0.0, "Save the weights as shards of at most this many MB (0 = one file)."
 )
 @time_limit_option
 @until_option
 @threads_option(0, "torch CPU threads (0 = torch's default).")
 @log_every_option(50)
-@click.option(
-    "--save-minutes",
-    type=FiniteFloatRange(0),
-    default=0.0,
-    help="Also save --out every N minutes (0 = at end).",
-)
+@value_option("--save-minutes", FiniteFloatRange(0), 0.0, "Also save --out every N minutes (0 = at end).")
 @fim_rate_option(0.9)
 @click.option("--max-middle", type=POSITIVE, default=64, help="Longest FIM middle, in tokens.")
-@click.option(
+@value_option(
     "--loss-on",
-    type=click.Choice(["middle", "all"]),
-    default="middle",
-    help="Noise only a FIM example's middle, or every token (prefix and suffix learned left to right too).",
+    click.Choice(["middle", "all"]),
+    "middle",
+    "Noise only a FIM example's middle, or every token (prefix and suffix learned left to right too).",
 )
-@click.option(
-    "--line-rate",
-    type=FiniteFloatRange(0, 1),
-    default=0.0,
-    help="Share of FIM middles that are 1-3 whole lines, as a user's --span.",
+@value_option(
+    "--line-rate", FiniteFloatRange(0, 1), 0.0, "Share of FIM middles that are 1-3 whole lines, as a user's --span."
 )
 @path_option(
     "--init",

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from infill.clitypes import POSITIVE, FiniteFloatRange, IntRange, settings_from_flags
+from infill.clitypes import POSITIVE, FiniteFloatRange, IntRange, settings_from_flags, value_option
 from infill.commands.training import (
     batch_size_option,
     corpus_option,
@@ -34,28 +34,18 @@ from infill.commands.training import (
 )
 @click.option("--resume", is_flag=True, help="Continue from --out/ptp_checkpoint.pt when it exists.")
 @click.option("--steps", type=POSITIVE, default=100_000)
-@click.option(
-    "--minutes",
-    type=FiniteFloatRange(0),
-    default=0.0,
-    help="Stop after this many minutes of this run (0 = none).",
-)
+@value_option("--minutes", FiniteFloatRange(0), 0.0, "Stop after this many minutes of this run (0 = none).")
 @batch_size_option(8, "Sequences")
 @click.option("--slots", type=IntRange(2), default=8, help="N: slot rows per group (tokens guessed per call).")
 @click.option("--splits", type=POSITIVE, default=8, help="Split points (slot groups) per sequence.")
 @click.option("--rank", type=POSITIVE, default=32, help="LoRA rank.")
 @lr_option()
-@click.option(
-    "--teacher-share",
-    type=FiniteFloatRange(0, 1),
-    default=0.5,
-    help="Share of middles sampled by the teacher.",
-)
-@click.option(
+@value_option("--teacher-share", FiniteFloatRange(0, 1), 0.5, "Share of middles sampled by the teacher.")
+@value_option(
     "--independent-share",
-    type=FiniteFloatRange(0, 1, max_open=True),
-    default=0.5,
-    help="Share of slot groups trained without u (the independent-slot baseline of the same adapter).",
+    FiniteFloatRange(0, 1, max_open=True),
+    0.5,
+    "Share of slot groups trained without u (the independent-slot baseline of the same adapter).",
 )
 @click.option("--package-bytes", type=POSITIVE, default=150_000, help="Training text read per corpus package.")
 @threads_option()

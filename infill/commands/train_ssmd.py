@@ -24,7 +24,7 @@ from infill.commands.training import (
     time_limit_option,
     under_torchrun,
 )
-from infill.errors import InputError
+from infill.errors import InputError, ModelError
 
 
 @click.command("ssmd")
@@ -78,10 +78,11 @@ def ssmd(model_name: str, data: str, out: str, threads: int, resume: bool, **fla
     if threads > 0:
         torch.set_num_threads(threads)
     loaded = load_model(ModelSpec(name=model_name, device="cpu", bf16=False))
-    if loaded.kind != "blockdiff":
-        raise InputError(f"--model {model_name} is not a block-diffusion model")
+    try:
+        base = loaded.blockdiff.model
+    except ModelError:
+        raise InputError(f"--model {model_name} is not a block-diffusion model") from None
     folder = Path(str(loaded.info["path"]))
-    base = loaded.blockdiff.model
     shape = settings_from_flags(HeadShape, hidden=int(base.config.hidden_size))
     if shape.hidden % shape.heads:
         raise InputError(f"the model's width {shape.hidden} does not divide by --heads {shape.heads}")

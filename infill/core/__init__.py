@@ -5,8 +5,10 @@ plain requests in, results or InfillError out.
 - infill.core.pipeline: the fill itself (fill_text: text and spans -> edits, in named steps), which infill.api
   re-exports; its steps' parts: infill.core.plan (regions), infill.core.candidates (the check step),
   infill.core.ranking (rank, features, confidence), infill.core.edits (Edit, FillResult);
-- infill.core.backends (the model kinds), infill.core.tokens, infill.core.checks (the syntax rule),
-  infill.core.monitor (monitors), infill.core.calibration: what a fill is made of.
+- infill.core.kinds (the model kinds, one module each, and their registry) and infill.core.backends (what a
+  kind is), infill.core.tokens, infill.core.checks (the syntax rule), infill.core.monitor (monitors),
+  infill.core.calibration: what a fill is made of; infill.core.cache (the loaded models) and infill.core.catalog
+  (the models on this machine).
 
 One `infill docstrings` run is infill.docstrings.run, a client of this
 core. Nothing here imports torch or Click.

@@ -71,7 +71,7 @@ class FillRequest:
 
 
 # "substituted": null, or {"asked": ..., "ran": ...} when the model's kind ran another decoder than the one asked
-# for (infill.core.backends.select): a decoder the user named is never swapped silently
+# for (infill.core.kinds.select): a decoder the user named is never swapped silently
 _STATS = ("decoder", "model", "nfe", "tokens", "seconds", "substituted")
 
 

@@ -13,7 +13,7 @@ LoadedModel. Edits index the ORIGINAL text: bytes of its UTF-8 encoding, lines 1
 How a fill is built (the data flow: spans -> masked token sequence -> decoder -> tokens -> text -> edits). fill_text
 runs it as six named steps, each a function of this module or the one named:
 
-    plan     spans -> regions, the model and decoder as they run, the checks (infill.core.plan, core.backends)
+    plan     spans -> regions, the model and decoder as they run, the checks (infill.core.plan, core.kinds)
     sample   draw candidates until enough pass (Backend.sample), then the retrieved lines (Backend.ranked_lines)
     check    each candidate -> edits -> valid / flagged / invalid (infill.core.candidates.Pool.consider)
     rescue   when nothing that writes something passes: a wider beam, then hotter samples
@@ -68,9 +68,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec, check_decode, decode_label
-from infill.core.backends import Backend, Run, select, substitution
+from infill.core.backends import Backend, Run
 from infill.core.candidates import Checks, Pool
 from infill.core.edits import Edit, FillResult, writes
+from infill.core.kinds import select, substitution
 from infill.core.plan import MIN_CONTEXT, WINDOW_BYTES_PER_TOKEN, Region, plan_regions, token_budget, truncation_notes
 from infill.core.ranking import (
     MONITOR_REFUSED,
@@ -116,8 +117,8 @@ __all__ = [
 
 def load_model(model: Any = None) -> LoadedModel:
     """A LoadedModel from a ModelSpec, a LoadedModel, or None (the default model), through the one per-process
-    model cache (infill.models.cache.SHARED, which the server shares)."""
-    from infill.models import cache
+    model cache (infill.core.cache.SHARED, which the server shares)."""
+    from infill.core import cache
 
     if isinstance(model, LoadedModel):
         return model
@@ -129,7 +130,7 @@ def load_model(model: Any = None) -> LoadedModel:
 
 def clear_model_cache() -> None:
     """Forget loaded models (tests that register and unregister fake models call this)."""
-    from infill.models import cache
+    from infill.core import cache
 
     cache.SHARED.clear()
 
@@ -141,7 +142,7 @@ class Job:
     text: str
     spans: list[Span]  # in text order
     loaded: LoadedModel  # the model as the decoder runs it
-    backend: Backend  # what differs between the model kinds (infill.core.backends)
+    backend: Backend  # what differs between the model kinds (infill.core.backends, one per kind in infill.core.kinds)
     decode: DecodeConfig  # as the model's kind runs it
     options: FillOptions
     regions: list[Region]
@@ -183,10 +184,10 @@ def fill_text(
             infill.spans.resolve), in any order; they must not overlap. No span gives `text` back unchanged.
         language: a tree-sitter language name (infill.languages.detect) for the syntax check; None checks only
             for broken UTF-8.
-        model: a ModelSpec (loaded once per process through infill.models.cache.SHARED), a LoadedModel, or None
+        model: a ModelSpec (loaded once per process through infill.core.cache.SHARED), a LoadedModel, or None
             for the default model.
         decode: the decoder and its settings; checked before any model runs. The model's kind may adjust it
-            (infill.core.backends.Backend.decode_config); `decode.seed` seeds the one generator of every draw.
+            (infill.core.backends.Backend.prepare); `decode.seed` seeds the one generator of every draw.
         options: candidates, resampling, token budget, syntax check, monitor rules, retrieval, min_confidence.
         on_progress: called with one dict per event, named by its "event": "load" (model; only when `model`
             is not a LoadedModel), "start" (spans, tokens), "candidate" (index, of, nfe), "step" (tokens, base,
@@ -240,7 +241,7 @@ def plan(
         raise InputError(f"-n must be at least 1, got {options.candidates}")
     if on_progress is not None and not isinstance(model, LoadedModel):
         on_progress({"event": "load", "model": getattr(model, "name", "default")})
-    # what differs between the model kinds (infill.core.backends), and the model as the decoder runs it
+    # what differs between the model kinds (infill.core.kinds), and the model as the decoder runs it
     asked, given = decode.decoder, load_model(model)
     loaded, backend, decode = select(given, decode)
     started = time.perf_counter()  # decoding time, without loading the model

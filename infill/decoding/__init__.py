@@ -48,7 +48,7 @@ def decode(
     from infill.decoding.registry import decoder_function
     from infill.decoding.stats import DecodeStats
 
-    function = decoder_function(cfg, "asarm")
+    function = decoder_function(cfg, "any-subset")
     check_problem(model, problem)
     options_of(Sampling, cfg)  # DecodeError for an out-of-range temperature, top-k or top-p
     ids = problem.ids.detach().to("cpu").clone()  # (N,)

@@ -51,7 +51,7 @@ def run_decoder(job: Generation) -> tuple[torch.Tensor, DecodeStats]:
     """job.cfg.decoder's function (infill.config.DECODERS) on `job`."""
     from infill.decoding.registry import decoder_function
 
-    function = decoder_function(job.cfg, "blockdiff")
+    function = decoder_function(job.cfg, "block")
     tokens, stats = function(job)
     return tokens, stats
 
@@ -112,7 +112,7 @@ def fill_middle(
     without the end token, and the decoding stats. A prompt too long for the model keeps the end of the prefix
     and the start of the suffix. With `done`, a test on the text written so far that no later text can undo,
     a FIM prompt's generation ends after the token that makes it true (a chat reply is fenced: not cut there).
-    `start`: tokens the middle begins with, already decided (token healing's, infill.core.backends): they follow
+    `start`: tokens the middle begins with, already decided (token healing's, infill.core.kinds.blockdiff): they follow
     the FIM prompt, the decoder writes at most `max_tokens` after them, and the text returned begins with them."""
     import torch
 

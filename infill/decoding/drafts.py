@@ -1,6 +1,6 @@
 """ASSD's draft sources (--draft): the protocol a source follows, the model's own draft pass, and the registry of
-the classes by name. Their settings (which model kinds, the smallest -k, the help line) are infill.config.DRAFTS;
-the loop that verifies the drafts is infill.decoding.assd."""
+the classes by name. Their settings (the smallest -k, the help line) are infill.config.DRAFTS (the model kinds
+that take each name it: infill.core.kinds); the loop that verifies the drafts is infill.decoding.assd."""
 
 from __future__ import annotations
 

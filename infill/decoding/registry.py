@@ -1,5 +1,5 @@
 """Registered names -> the code that runs them: the functions and classes themselves, so that go-to-definition
-and mypy follow them. What is registered, the model kinds that run each decoder and its settings, is
+and mypy follow them. What is registered, each decoder's family (what its function takes) and its settings, is
 infill.config.DECODERS and DRAFTS (at the bottom, read by the flags and `infill --help` without importing this);
 tests/test_options.py holds the two registries to the same names.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from infill.config import DECODERS, DecodeConfig, DecoderName, DraftName, ModelKind, decoders_for
+from infill.config import DECODERS, DecodeConfig, DecoderFamily, DecoderName, DraftName, decoders_of
 from infill.decoding.assd import assd, sequential
 from infill.decoding.beam import beam_search
 from infill.decoding.confidence import denoise
@@ -37,13 +37,15 @@ DECODER_FUNCTIONS: dict[DecoderName, Callable[..., Any]] = {
 }
 
 
-def decoder_function(cfg: DecodeConfig, kind: ModelKind) -> Callable[..., Any]:
-    """The function that runs `cfg.decoder` on a model of `kind`; DecodeError when that kind cannot run it."""
+def decoder_function(cfg: DecodeConfig, family: DecoderFamily) -> Callable[..., Any]:
+    """The function of `cfg.decoder`, which takes a run of `family` (infill.config.Decoder.family); DecodeError
+    for a decoder of the other family (a library caller's mistake: the tool checks the decoder against the model
+    once, in infill.core.kinds.select)."""
     name = cfg.decoder
     entry = DECODERS.get(name)
-    if entry is None or kind not in entry.kinds:
-        names = ", ".join(decoders_for(kind))
-        if kind == "asarm":
+    if entry is None or entry.family != family:
+        names = ", ".join(decoders_of(family))
+        if family == "any-subset":
             raise DecodeError(
                 f"decoder {name!r} is not an any-subset decoder (use {names}; the others run block-diffusion models)"
             )

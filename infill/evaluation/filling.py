@@ -190,12 +190,16 @@ def raw_filler(model: Any, decode: DecodeConfig, default_tokens: int = 32) -> Fi
 
     from infill.api import split_context
     from infill.decoding import decode as run_decode
-    from infill.errors import InfillError, InputError
+    from infill.errors import InfillError, InputError, ModelError
     from infill.models.base import FillProblem
 
-    if model.kind == "blockdiff":  # its decoders are already the model alone: nothing to take away
-        raise InputError(f"--raw is for any-subset and left-to-right models; {model.name!r} is a block-diffusion model")
-    net, tok = model.asarm, model.tokenizer
+    try:
+        net, tok = model.asarm, model.tokenizer
+    except ModelError:
+        raise InputError(
+            f"--raw is for any-subset and left-to-right models; {model.name!r} is not one (a block-diffusion "
+            "model's decoders are already the model alone: nothing to take away)"
+        ) from None
     head = [net.bos_id] if net.bos_id is not None else []
 
     def fill(slot: Slot, budget: int | None) -> FillOutcome:

@@ -5,7 +5,7 @@ on one worker thread, one at a time, so the loop keeps reading while a fill runs
 passes whether it is still wanted (infill.server.handlers.cancel_check) and stops there when its request was
 cancelled ($/cancelRequest), when a newer completion request came in (superseded: answered with no items), or
 when its document changed (modified: no items). The model is loaded once, through the process's model cache
-(infill.models.cache.SHARED), right after `initialized` and again when the settings name another model.
+(infill.core.cache.SHARED), right after `initialized` and again when the settings name another model.
 
 Documents are kept by infill.lsp.documents (incremental sync, positions in the negotiated encoding) rather than
 pygls's workspace. A request the server cannot serve gets an LSP error (InvalidParams for a position past the

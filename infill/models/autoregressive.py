@@ -26,7 +26,7 @@ that differs. Beam search visits hypotheses in order so that consecutive passes 
 verify pass accepted are already in the cache.
 
 Without FIM tokens the model can only continue text: the prompt is lead + prefix, and a fill with text after it
-is refused (infill.core.backends).
+is refused (infill.core.kinds.ar).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A block-diffusion model (infill.models.blockdiff_model.BlockDiffModel) at block size 1, where it is a
 left-to-right model: its passes as a CausalEngine (BlockOneEngine) and the model as a left-to-right FIM model
 (BlockOneFim, kind "ar"), so beam search, sequential sampling and the one-pass score run it as any code model
-(infill.core.backends.select hands it those decoders)."""
+(infill.core.kinds.blockdiff's backend hands it those decoders)."""
 
 from __future__ import annotations
 

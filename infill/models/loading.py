@@ -1,26 +1,17 @@
-"""Loading a model by name (`load`): a registered name (infill.models.registry) first, else a folder: the
-default, a local folder, or an HF-cache repo id.
+"""Model folders and files by name, for the kinds' loaders (infill.core.kinds.load): the packaged models,
+local folders and HF-cache repo ids (`resolve_folder`), GGUF files and Ollama's models (`resolve_gguf`), and the
+AS-ARM (XLNet) folder's loader (`load_xlnet_folder`).
 
-A URL (`http://host:8000/v1#model`) names a model on an OpenAI-compatible server (infill.models.remote, kind
-"remote").
-
-Never downloads: HF repo ids resolve only from the local cache (local_files_only / offline). A GGUF file, or a
-name in Ollama's store (infill.models.ollama), loads on llama.cpp (infill.models.llamacpp, kind "ar"). The folder's
-config.json picks the backend (folder_kind): "xlnet" -> XLNetAnySubset (kind "asarm"); a block-diffusion folder
-(model_type sdar or fast_dllm_v2, or a mask token or block size in its config) -> infill.models.blockdiff (kind
-"blockdiff"); a left-to-right one (qwen2, qwen3, starcoder2, llama without those) -> infill.models.autoregressive
-(kind "ar").
+Never downloads: HF repo ids resolve only from the local cache (local_files_only / offline).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from infill.config import ModelKind, ModelSpec
+from infill.config import ModelSpec
 from infill.errors import ModelError
-from infill.models import registry
 from infill.models.hf_folder import read_json
 from infill.models.registry import LoadedModel
 
@@ -83,58 +74,6 @@ def read_config(folder: Path) -> dict[str, Any]:
     return read_json(folder / "config.json")
 
 
-# Marks of a block-diffusion folder: a diffusion model_type, or a mask token or block size in config.json, its
-# "infill" section or generation_config.json. A left-to-right model has none of them.
-DIFFUSION_TYPES = frozenset({"sdar", "fast_dllm_v2", "fast_dllm_qwen"})
-DIFFUSION_KEYS = ("mask_token_id", "mask_token", "mask_id", "block_size", "bd_size", "block_length")
-
-
-def folder_kind(cfg: dict[str, Any], folder: Path | None = None) -> ModelKind | None:
-    """The kind of model a folder with config.json `cfg` holds: "asarm" (XLNet), "blockdiff" (a diffusion
-    model_type, or a Qwen3 / Qwen2 / Llama config that names a mask token or a block size, there or in the folder's
-    generation_config.json), "ar" (a left-to-right model: no such marks), or None for an unsupported model_type.
-    Reads no weights and imports no torch."""
-    from infill.models.autoregressive import AR_ARCHITECTURES
-    from infill.models.blockdiff import ARCHITECTURES
-
-    generation: Any = None
-    if folder is not None:
-        try:
-            generation = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            generation = None
-
-    model_type = str(cfg.get("model_type", "")).lower()
-    if model_type == "xlnet":
-        return "asarm"
-    section = cfg["infill"] if isinstance(cfg.get("infill"), dict) else {}
-    sources = (cfg, section, generation if isinstance(generation, dict) else {})
-    marked = any(key in source for source in sources for key in DIFFUSION_KEYS)
-    if model_type in DIFFUSION_TYPES or (marked and model_type in ARCHITECTURES):
-        return "blockdiff"
-    if model_type in AR_ARCHITECTURES:
-        return "ar"
-    return "blockdiff" if model_type in ARCHITECTURES else None
-
-
-def known_model_types() -> list[str]:
-    from infill.models.autoregressive import AR_ARCHITECTURES
-    from infill.models.blockdiff import ARCHITECTURES
-
-    return sorted({"xlnet", *ARCHITECTURES, *AR_ARCHITECTURES})
-
-
-def load(spec: ModelSpec) -> LoadedModel:
-    """Load the model named by `spec.name`: a registered name first, then the folder loaders (load_by_name)."""
-    from infill.hardware import configure_decode_threads
-
-    configure_decode_threads()  # every model that decodes loads here: fill, docstrings, server, eval
-    factory = registry.factory_of(spec.name)
-    if factory is not None:
-        return factory(spec)
-    return load_by_name(spec)
-
-
 def resolve_gguf(spec: ModelSpec) -> tuple[Path, str, str | None] | None:
     """(file, provenance, Ollama name or None) when `spec.name` is a GGUF file or a model in Ollama's store
     (infill.models.ollama), else None (a folder or an HF repo id: resolve_folder). A name with a tag
@@ -162,43 +101,8 @@ def resolve_gguf(spec: ModelSpec) -> tuple[Path, str, str | None] | None:
     return None
 
 
-def load_by_name(spec: ModelSpec) -> LoadedModel:
-    from infill.models.remote_http import is_remote
-
-    if is_remote(spec.name):
-        from infill.models.remote_load import load_remote
-
-        return load_remote(spec)
-    gguf = resolve_gguf(spec)
-    if gguf is not None:
-        from infill.models import llamacpp
-
-        if spec.revision is not None or spec.mask_token is not None:
-            flag = "--revision" if spec.revision is not None else "--mask-token"
-            raise ModelError(f"{flag} applies to model folders; {spec.name} is a GGUF model")
-        return llamacpp.load_gguf(*gguf, spec)
-    folder, provenance = resolve_folder(spec)
-    cfg = read_config(folder)
-    model_type = cfg.get("model_type")
-    if model_type is None:
-        raise ModelError(f"{folder / 'config.json'} has no model_type")
-    kind = folder_kind(cfg, folder)
-    if kind is None:
-        raise ModelError(f"{folder}: unsupported model_type {model_type!r} (known: {', '.join(known_model_types())})")
-    if kind != "asarm" and spec.engine not in ("auto", "torch"):
-        raise ModelError(f"--engine {spec.engine} runs AS-ARM (XLNet) models only; {spec.name} is a {model_type} model")
-    if kind == "asarm":
-        return load_xlnet_folder(folder, spec, cfg, provenance)
-    if kind == "ar" and spec.mask_token is None:  # a mask token asked for: the user says it is block diffusion
-        from infill.models import autoregressive
-
-        return autoregressive.load_folder(folder, spec)
-    from infill.models import blockdiff
-
-    return blockdiff.load_folder(folder, spec, mask_token=spec.mask_token)
-
-
 def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], provenance: str) -> LoadedModel:
+    """An XLNet folder (config.json `cfg`) as an XLNetAnySubset, kind "asarm" (infill.core.kinds.asarm)."""
     from infill.models.tokenizer import load_tokenizer
     from infill.models.twostream import TwoStreamXLNet, XLNetShape
     from infill.models.weight_files import read_weights

@@ -24,40 +24,46 @@ __all__ = ["Factory", "LoadedModel", "ModelKind", "factory_of", "register", "reg
 class LoadedModel:
     """A model ready to decode, with its tokenizer.
 
-    kind "asarm": `model` implements infill.models.base.AnySubsetModel (read it as `.asarm`).
-    kind "ar": a left-to-right code model, infill.models.autoregressive.CausalFim, which implements that protocol
-    too (`.asarm`) for one span decoded in order.
-    kind "blockdiff": `model` is a block-diffusion backend, infill.models.blockdiff.BlockDiffModel (`.blockdiff`).
-    kind "remote": a left-to-right code model on a server, infill.models.remote.RemoteFim (`.remote`).
-    What the fill core does with each kind is infill.core.backends.
+    `kind` names its kind (infill.core.kinds: "asarm", "blockdiff", "ar", "remote", or a registered one), which
+    says what the fill core does with it. The typed views: `.asarm`, an infill.models.base.AnySubsetModel (an
+    any-subset model; a left-to-right code model, infill.models.autoregressive.CausalFim, is one too);
+    `.blockdiff`, an infill.models.blockdiff_model.BlockDiffModel; `.remote`, an infill.models.remote.RemoteFim.
     """
 
     name: str
-    kind: ModelKind
+    kind: ModelKind  # a key of infill.core.kinds.KINDS
     model: AnySubsetModel | BlockDiffModel | RemoteFim
     tokenizer: Tokenizer
     info: dict[str, Any] = field(default_factory=dict)  # size, provenance, path, device ...
 
     @property
     def asarm(self) -> AnySubsetModel:
-        """The any-subset model (a left-to-right one is one too); ModelError for a block-diffusion one."""
-        if self.kind not in ("asarm", "ar"):
+        """The any-subset model (a left-to-right one is one too); ModelError for a block-diffusion model or one on
+        a server."""
+        from infill.models.blockdiff_model import BlockDiffModel
+        from infill.models.remote import RemoteFim
+
+        if isinstance(self.model, BlockDiffModel | RemoteFim):
             raise ModelError(f"model {self.name!r} is not an any-subset (AS-ARM) model")
         return cast("AnySubsetModel", self.model)
 
     @property
     def blockdiff(self) -> BlockDiffModel:
-        """The block-diffusion model; ModelError for an any-subset one."""
-        if self.kind != "blockdiff":
+        """The block-diffusion model; ModelError for any other."""
+        from infill.models.blockdiff_model import BlockDiffModel
+
+        if not isinstance(self.model, BlockDiffModel):
             raise ModelError(f"model {self.name!r} is not a block-diffusion model")
-        return cast("BlockDiffModel", self.model)
+        return self.model
 
     @property
     def remote(self) -> RemoteFim:
         """The model on a server; ModelError for one run here."""
-        if self.kind != "remote":
+        from infill.models.remote import RemoteFim
+
+        if not isinstance(self.model, RemoteFim):
             raise ModelError(f"model {self.name!r} is not on a model server")
-        return cast("RemoteFim", self.model)
+        return self.model
 
 
 Factory = Callable[[ModelSpec], LoadedModel]

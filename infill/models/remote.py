@@ -193,7 +193,7 @@ class Completion:
 
 @dataclass
 class RemoteFim:
-    """A left-to-right FIM model on a server (module docstring): what infill.core.backends.Remote samples from."""
+    """A left-to-right FIM model on a server (module docstring): what infill.core.kinds.remote.Remote samples from."""
 
     client: Client
     target: Target

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from infill.models import cache
-from infill.models.cache import ModelCache
+from infill.core import cache
+from infill.core.cache import ModelCache
 
 
 @dataclass

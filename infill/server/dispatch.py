@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import infill
-from infill.models.cache import ModelCache
+from infill.core.cache import ModelCache
 from infill.server import protocol
 from infill.server.context import Handler, ServerContext
 from infill.server.protocol import ProtocolError, Request

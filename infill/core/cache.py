@@ -26,9 +26,9 @@ Fingerprint = tuple[tuple[str, float, int], ...]
 
 
 def load_spec(spec: ModelSpec) -> LoadedModel:
-    """Load `spec` (infill.models.loading.load: a registered name, else a folder), with a corrupt folder (bad JSON,
-    bad safetensors...) as a ModelError."""
-    from infill.models.loading import load
+    """Load `spec` (infill.core.kinds.load: a registered name, else a URL, a GGUF file or a folder), with a
+    corrupt folder (bad JSON, bad safetensors...) as a ModelError."""
+    from infill.core.kinds import load
     from infill.progress import quiet_libraries
 
     quiet_libraries()
@@ -106,4 +106,4 @@ def fingerprint(model: LoadedModel) -> Fingerprint:
     return tuple(out)
 
 
-SHARED = ModelCache()  # read at call time (infill.models.cache.SHARED), so a test may swap in a fresh one
+SHARED = ModelCache()  # read at call time (infill.core.cache.SHARED), so a test may swap in a fresh one

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from infill.core.kinds import folder_kind  # imports no torch
 from infill.models.hf_folder import safetensors_parameters
-from infill.models.loading import folder_kind  # imports no torch
 
 
 @dataclass(frozen=True)
