@@ -82,8 +82,8 @@ def blockdiff_command(plan: Plan, pack: Path, tokenizer_json: Path, minutes: flo
         "--out", str(plan.work / "blockdiff"), "--run-dir", str(plan.work / "blockdiff-run"),
         "--seq-len", str(plan.bd_seq_len), "--batch-size", str(plan.bd_batch_size), "--block-sizes", "1,1,4,4,8,16",
         "--loss-on", "all", "--line-rate", "0.5", "--fim-rate", "0.9", "--max-middle", "64", "--lr", str(plan.bd_lr),
-        "--steps", str(plan.steps or 10_000_000), "--time-limit", f"{minutes:.3f}", "--until", _utc(until), "--save-minutes", "2",
-        "--save-dtype", "bfloat16",
+        "--steps", str(plan.steps or 10_000_000), "--time-limit", f"{minutes:.3f}", "--until", _utc(until),
+        "--save-minutes", "2", "--save-dtype", "bfloat16",
         "--shard-mb", str(SHARD_MB), "--log-every", "5" if plan.smoke else "100", "--threads", "1",
         "--seed", str(plan.seed + 7),
     )  # fmt: skip
