@@ -110,12 +110,13 @@ def unverified_draw(model: Memo, problem: FillProblem, g: torch.Generator) -> li
 
 def unverified_joint(model: Memo, problem: FillProblem) -> dict[tuple[int, ...], float]:
     """The exact distribution of `unverified_draw`'s fills, every branch of its steps enumerated."""
-    joint: Counter[tuple[int, ...]] = Counter()
+    joint: dict[tuple[int, ...], float] = {}
     masked = problem.masked
 
     def walk(ids: torch.Tensor, visible: list[bool], n: int, pr: float) -> None:
         if n == masked.shape[0]:
-            joint[tuple(ids[masked].tolist())] += pr  # type: ignore[assignment]
+            fill = tuple(ids[masked].tolist())
+            joint[fill] = joint.get(fill, 0.0) + pr
             return
         step = unverified_step(model, ids, visible, masked, n)
         branches = [(step, 1.0)] if isinstance(step, list) else [([x], float(q)) for x, q in enumerate(step) if q > 0]
@@ -125,7 +126,7 @@ def unverified_joint(model: Memo, problem: FillProblem) -> dict[tuple[int, ...],
 
     walk(*_start(problem), 0, 1.0)
     assert abs(sum(joint.values()) - 1.0) < 1e-6
-    return dict(joint)
+    return joint
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
