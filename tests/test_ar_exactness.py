@@ -18,6 +18,7 @@ import pytest
 import torch
 from fixtures_bd import tiny_causal_lm
 from fixtures_decode import Memo
+from fixtures_stats import mixture_power
 from test_decoding_exactness import PAD, exact_joint, padded_joint, pooled_p_value
 
 from infill.config import DecodeConfig
@@ -34,7 +35,10 @@ torch.set_num_threads(1)
 END, PRE, SUF, MID = 5, 6, 7, 8
 VOCAB = 9
 FIM = FimTokens("qwen", PRE, SUF, MID)
-SAMPLES = 8_000  # the negative controls are then at p < 1e-300; the positive ones take a third of the time
+# a sampler a fifth of the way from the joint to the negative control's fills fails with probability >= 0.99 at
+# 3k samples on every layout (test_the_controls_are_far_enough; at 1.5k some layouts would not); the control
+# itself is then at p < 1e-100
+SAMPLES = 3_000
 LOOKUP = DecodeConfig(decoder="assd", draft="lookup", k=4)
 MASK = VOCAB  # CausalFim's mask id: an id no logit has
 
@@ -73,22 +77,56 @@ def lookup_draw(model: object, problem: FillProblem, g: torch.Generator) -> list
     return [int(t) for t in tokens]
 
 
+def unverified_step(model: Memo, ids: torch.Tensor, visible: list[bool], masked: torch.Tensor, n: int) -> object:
+    """The negative control's next step: the tokens the lookup proposes, taken as they are (a list), or else
+    the model's distribution of the next token ((V,) probabilities)."""
+    tokens = lookup(ids.tolist(), visible, int(masked[n]), masked.shape[0] - n)
+    return tokens if tokens else probs(model.draft(ids, masked, n, masked[n : n + 1]))[0]
+
+
+def _start(problem: FillProblem) -> tuple[torch.Tensor, list[bool]]:
+    visible = [True] * problem.ids.shape[0]
+    for m in problem.masked.tolist():
+        visible[m] = False
+    return problem.ids.clone(), visible
+
+
+def _written(ids: torch.Tensor, visible: list[bool], masked: torch.Tensor, n: int, tokens: list[int]) -> int:
+    for t in tokens:
+        ids[masked[n]] = t
+        visible[int(masked[n])] = True
+        n += 1
+    return n
+
+
 def unverified_draw(model: Memo, problem: FillProblem, g: torch.Generator) -> list[int]:
     """The negative control: copy what the lookup proposes without the acceptance test, sample the rest."""
-    ids, masked = problem.ids.clone(), problem.masked
-    visible = [True] * ids.shape[0]
-    for m in masked.tolist():
-        visible[m] = False
-    n, total = 0, masked.shape[0]
-    while n < total:
-        tokens = lookup(ids.tolist(), visible, int(masked[n]), total - n)  # taken as they are
-        if not tokens:
-            tokens = [int(sample(probs(model.draft(ids, masked, n, masked[n : n + 1])), g)[0])]
-        for t in tokens:
-            ids[masked[n]] = t
-            visible[int(masked[n])] = True
-            n += 1
+    (ids, visible), masked, n = _start(problem), problem.masked, 0
+    while n < masked.shape[0]:
+        step = unverified_step(model, ids, visible, masked, n)
+        n = _written(ids, visible, masked, n, step if isinstance(step, list) else [int(sample(step[None], g)[0])])
     return ids[masked].tolist()
+
+
+def unverified_joint(model: Memo, problem: FillProblem) -> dict[tuple[int, ...], float]:
+    """The exact distribution of `unverified_draw`'s fills, every branch of its steps enumerated."""
+    joint: dict[tuple[int, ...], float] = {}
+    masked = problem.masked
+
+    def walk(ids: torch.Tensor, visible: list[bool], n: int, pr: float) -> None:
+        if n == masked.shape[0]:
+            fill = tuple(ids[masked].tolist())
+            joint[fill] = joint.get(fill, 0.0) + pr
+            return
+        step = unverified_step(model, ids, visible, masked, n)
+        branches = [(step, 1.0)] if isinstance(step, list) else [([x], float(q)) for x, q in enumerate(step) if q > 0]
+        for tokens, q in branches:
+            ids2, visible2 = ids.clone(), list(visible)
+            walk(ids2, visible2, _written(ids2, visible2, masked, n, tokens), pr * q)
+
+    walk(*_start(problem), 0, 1.0)
+    assert abs(sum(joint.values()) - 1.0) < 1e-6
+    return joint
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -121,15 +159,30 @@ def test_drafts_accepted_without_verification_fail(model: Memo, layout: str) -> 
     assert pooled_p_value(counts, exact_joint(model, problem, LOOKUP), SAMPLES) < 1e-6
 
 
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_the_controls_are_far_enough(model: Memo, layout: str) -> None:
+    """SAMPLES draws are enough: a sampler that takes the control's fills one time in five and the joint's
+    otherwise fails the chi-square test with probability >= 0.99."""
+    assert_control_is_far_enough(model, layout)
+
+
+def assert_control_is_far_enough(model: Memo, layout: str) -> None:
+    problem = problem_of(LAYOUTS[layout])
+    joint, control = exact_joint(model, problem, LOOKUP), unverified_joint(model, problem)
+    power = mixture_power(joint, control, SAMPLES, eps=1 / 5)
+    print(f"{layout}: {SAMPLES} samples catch a sampler 1/5 of the way to the control with probability {power:.4f}")
+    assert power >= 0.99
+
+
 def test_lookup_with_an_end_token_matches_the_variable_length_joint() -> None:
     """With an end token, a sampled end ends the fill (the rest is padding, never asked of the model)."""
     padded = Memo(fim_model(seed=5, ends=(PAD,)))
     problem = problem_of([0, 1, 2, 3, 0, 1, None, None, None, None, 2], span=True)
     joint = padded_joint(padded, problem)
     assert 0.1 < sum(p for x, p in joint.items() if PAD in x) < 0.9  # early ends matter here
-    counts = draw_counts(padded, problem, lookup_draw, SAMPLES // 2)
+    counts = draw_counts(padded, problem, lookup_draw)
     assert set(counts) <= set(joint)
-    assert pooled_p_value(counts, joint, SAMPLES // 2) > 1e-4
+    assert pooled_p_value(counts, joint, SAMPLES) > 1e-4
 
 
 def test_the_conditionals_are_the_networks_next_token_predictions_after_the_fim_prompt() -> None:

@@ -27,6 +27,7 @@ from test_ar_exactness import (
     SAMPLES,
     SUF,
     assert_cache_is_fresh,
+    assert_control_is_far_enough,
     assert_lookup_matches_the_joint,
     draw_counts,
     problem_of,
@@ -99,6 +100,11 @@ def memo(request: pytest.FixtureRequest) -> Memo:
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_lookup_speculation_matches_the_joint(memo: Memo, layout: str) -> None:
     assert_lookup_matches_the_joint(memo, layout)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_the_controls_are_far_enough(memo: Memo, layout: str) -> None:
+    assert_control_is_far_enough(memo, layout)
 
 
 def test_drafts_accepted_without_verification_fail(memo: Memo) -> None:

@@ -22,7 +22,8 @@ import torch
 from fixtures_bd import tiny_causal_lm
 from fixtures_decode import Memo, OnePassPerHypothesis
 from fixtures_llamacpp import END, VOCAB, engine_of, fim_pair, network_gguf
-from test_ar_exactness import LAYOUTS, assert_cache_is_fresh, draw_counts, problem_of, unverified_draw
+from fixtures_stats import mixture_power
+from test_ar_exactness import LAYOUTS, assert_cache_is_fresh, draw_counts, problem_of, unverified_draw, unverified_joint
 from test_decoding_exactness import exact_joint, pooled_p_value
 
 from infill.config import DecodeConfig
@@ -31,7 +32,7 @@ from infill.models.autoregressive import CausalFim
 
 torch.set_num_threads(1)
 
-SAMPLES = 12_000
+SAMPLES = 3_000  # a sampler a fifth of the way to the negative control fails with probability >= 0.99 (asserted)
 LOOKUP = DecodeConfig(decoder="assd", draft="lookup", k=4)
 
 
@@ -87,11 +88,17 @@ def test_a_batch_returns_what_each_sequence_returns_alone(tmp_path: Path) -> Non
             assert torch.allclose(got[b], want, atol=1e-5), (step, b)
 
 
+@pytest.fixture(scope="module")
+def memo(pair: tuple[CausalFim, CausalFim]) -> Memo:
+    """llama.cpp's passes, each computed once for the tests that draw thousands of fills."""
+    return Memo(pair[0])
+
+
 @pytest.mark.parametrize("layout", ["match-in-suffix"])
-def test_lookup_speculation_on_llama_cpp_follows_the_joint(pair: tuple[CausalFim, CausalFim], layout: str) -> None:
+def test_lookup_speculation_on_llama_cpp_follows_the_joint(memo: Memo, layout: str) -> None:
     """Chi-square against the exact joint over all 5^3 fills, computed by the chain rule from llama.cpp's verify
     pass; the drafts (copied from after the span) are rejected often here, so the acceptance test matters."""
-    model = Memo(pair[0])
+    model = memo
     problem = problem_of(LAYOUTS[layout])
     drafted = rejected = 0
 
@@ -108,12 +115,14 @@ def test_lookup_speculation_on_llama_cpp_follows_the_joint(pair: tuple[CausalFim
     assert drafted > SAMPLES and rejected > SAMPLES // 2  # drafts proposed, and the target refuses many
 
 
-def test_the_same_drafts_without_the_acceptance_test_fail(pair: tuple[CausalFim, CausalFim]) -> None:
-    """Power: copying the drafts as they are is visibly not the joint."""
-    model = Memo(pair[0])
+def test_the_same_drafts_without_the_acceptance_test_fail(memo: Memo) -> None:
+    """Power: copying the drafts as they are is visibly not the joint, and SAMPLES draws would catch a sampler
+    that copied them one time in five (the control's distribution enumerated)."""
     problem = problem_of(LAYOUTS["match-in-suffix"])
-    counts = draw_counts(model, problem, unverified_draw, SAMPLES)
-    assert pooled_p_value(counts, exact_joint(model, problem, LOOKUP), SAMPLES) < 1e-6
+    joint = exact_joint(memo, problem, LOOKUP)
+    counts = draw_counts(memo, problem, unverified_draw, SAMPLES)
+    assert pooled_p_value(counts, joint, SAMPLES) < 1e-6
+    assert mixture_power(joint, unverified_joint(memo, problem), SAMPLES, eps=1 / 5) >= 0.99
 
 
 def test_greedy_on_llama_cpp_is_torchs_greedy_and_lookup_and_beam_1_agree(tmp_path: Path) -> None:

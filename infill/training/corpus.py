@@ -131,18 +131,21 @@ def site_files(site: Path) -> Iterator[SourceFile]:
     """Non-test, non-evaluation .py files of the distributions installed in `site` (from RECORD files)."""
     from importlib import metadata
 
-    for dist in sorted(metadata.distributions(path=[str(site)]), key=lambda d: str(d.metadata["Name"]).lower()):
-        name = str(dist.metadata["Name"])
+    # `dist.metadata` parses the METADATA file anew on every access: read it once per distribution
+    found = [(dist, dist.metadata) for dist in metadata.distributions(path=[str(site)])]
+    for dist, meta in sorted(found, key=lambda d: str(d[1]["Name"]).lower()):
+        name = str(meta["Name"])
         if name.lower().replace("-", "_") in {p.replace("-", "_") for p in EXCLUDED_PACKAGES}:
             continue
-        lic = _license_of(dist.metadata) or KNOWN_LICENSES.get(name.lower(), "")
+        lic = _license_of(meta) or KNOWN_LICENSES.get(name.lower(), "")
         if not is_permissive(lic):
             continue
+        version = str(meta["Version"])
         for f in dist.files or []:
             rel = Path(str(f))
             if rel.suffix != ".py" or rel.parts[0] == ".." or is_excluded(name, rel):
                 continue
-            yield SourceFile(name, str(dist.version), lic, site / rel)
+            yield SourceFile(name, version, lic, site / rel)
 
 
 def split_of(sha256: str, heldout_permille: int) -> str:

@@ -3,6 +3,7 @@ the lent machine from that machine's own packages, and the token pack both train
 
 from __future__ import annotations
 
+import itertools
 import json
 import lzma
 import os
@@ -122,10 +123,10 @@ def _sample_site(sites: Sequence[Path], dest: Path, max_files: int, exclude: Seq
     dest.mkdir(parents=True, exist_ok=True)
     excluded = {e.lower().replace("_", "-") for e in exclude}
     by_package: dict[str, list[tuple[Path, SourceFile]]] = {}
-    for site in sites:
-        for src in site_files(site):
-            if src.package.lower().replace("_", "-") not in excluded and sum(map(len, by_package.values())) < max_files:
-                by_package.setdefault(src.package, []).append((site, src))
+    allowed = ((site, src) for site in sites for src in site_files(site)
+               if src.package.lower().replace("_", "-") not in excluded)  # fmt: skip
+    for site, src in itertools.islice(allowed, max_files):  # stop reading the sites once there are enough
+        by_package.setdefault(src.package, []).append((site, src))
     for name, files in by_package.items():
         version, license_ = files[0][1].version, files[0][1].license
         info = dest / f"{name}-{version}.dist-info"

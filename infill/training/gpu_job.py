@@ -17,7 +17,8 @@ own site-packages, minus every package the carried corpus lists (so no file of i
 version of one, is trained on) and minus the standard library (it has held-out files too). The held-out loss
 is measured on the carried held-out split, the windows the shipped model's figures use.
 
-`--smoke` runs the same stages on the CPU with tiny settings in a minute or two (CI rehearses the job with it).
+`--smoke` runs the same stages on the CPU with tiny settings, the trainers stopping after a few steps or at the
+deadline, whichever comes first (CI rehearses the job with it: well under a minute on an idle machine).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def asarm_command(
         "--lr", str(plan.lr), "--warmup", str(plan.warmup), "--checkpoint-minutes", "3",
         "--eval-sequences", "8" if plan.smoke else "64", "--log-every", "5" if plan.smoke else "50",
         "--data-workers", "2" if plan.smoke else "4",
-        "--threads", "1" if plan.smoke else "4", "--seed", str(plan.seed),
+        "--threads", "1" if plan.smoke else "4", "--seed", str(plan.seed), "--steps", str(plan.steps),
     )  # fmt: skip
 
 
@@ -81,8 +82,8 @@ def blockdiff_command(plan: Plan, pack: Path, tokenizer_json: Path, minutes: flo
         "--out", str(plan.work / "blockdiff"), "--run-dir", str(plan.work / "blockdiff-run"),
         "--seq-len", str(plan.bd_seq_len), "--batch-size", str(plan.bd_batch_size), "--block-sizes", "1,1,4,4,8,16",
         "--loss-on", "all", "--line-rate", "0.5", "--fim-rate", "0.9", "--max-middle", "64", "--lr", str(plan.bd_lr),
-        "--steps", "10000000", "--time-limit", f"{minutes:.3f}", "--until", _utc(until), "--save-minutes", "2",
-        "--save-dtype", "bfloat16",
+        "--steps", str(plan.steps or 10_000_000), "--time-limit", f"{minutes:.3f}", "--until", _utc(until),
+        "--save-minutes", "2", "--save-dtype", "bfloat16",
         "--shard-mb", str(SHARD_MB), "--log-every", "5" if plan.smoke else "100", "--threads", "1",
         "--seed", str(plan.seed + 7),
     )  # fmt: skip

@@ -66,6 +66,7 @@ class Plan:
     bd_lr: float = 5e-4
     shape: Shape | None = None  # None: the compute estimate picks
     reserve_s: float = 75.0  # left at the end for the held-out check and the export
+    steps: int = 0  # each trainer stops after this many steps (0: the deadline alone ends training)
     seed: int = 0
 
     @classmethod
@@ -87,6 +88,7 @@ class Plan:
             bd_batch_size=4,
             shape=Shape(2, 64, 2, 128),
             reserve_s=25.0,
+            steps=20,  # a rehearsal of the stages, not of the deadline: each trainer stops after 20 steps
         )
 
 
