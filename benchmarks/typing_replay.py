@@ -152,10 +152,17 @@ def completes(item: dict[str, Any], line: Line, typed: int) -> bool:
 class Typist:
     """One server, and the documents it types into."""
 
-    def __init__(self, settings: dict[str, Any]) -> None:
+    def __init__(self, settings: dict[str, Any], source: Path | None = None) -> None:
+        """A server with `settings`, running this checkout's infill, or that of the checkout at `source`."""
+        import os
+
         from fixtures_lsp import LspClient, lsp_env
 
-        self.client = LspClient(lsp_env(INFILL_THREADS="1"))
+        env = lsp_env(INFILL_THREADS="1")
+        if source is not None:  # its infill first on the path, and not the working directory's (`-m` puts it first)
+            env["PYTHONPATH"] = os.pathsep.join([str(source), env["PYTHONPATH"]])
+            env["PYTHONSAFEPATH"] = "1"
+        self.client = LspClient(env)
         self.client.initialize(settings)
         self.version = 0
 
@@ -457,6 +464,12 @@ def main() -> None:
         action="store_true",
         help="pauses: type every line to its end, recording the pauses after a right suggestion (for --thresholds)",
     )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="another checkout of infill (e.g. the main branch): every setting is also typed by a server running "
+        "its code, in the same run, line by line in turn",
+    )
     parser.add_argument("--key-ms", type=float, default=150.0, help="milliseconds between keys [150]")
     parser.add_argument("--blocks", type=int, default=30, help="block positions [30]")
     parser.add_argument("--block-lines", type=int, default=6, help="lines of a block at most [6]")
@@ -471,9 +484,14 @@ def main() -> None:
     print(f"{args.package}: {len(files)} files; model {args.model}; settings {json.dumps(settings)}; INFILL_THREADS=1")
     records: dict[str, Any] = {}
     variants = [{**settings, **v} for v in json.loads(args.variants)] if args.variants else [settings]
+    sources: list[Path | None] = [None] * len(variants)
+    if args.against is not None:
+        sources += [args.against.resolve()] * len(variants)
+        variants = variants + variants
     if "pauses" in modes or "keys" in modes:
         lines = chosen_lines(files, args.lines, args.seed)
-        typists = [Typist(v) for v in variants]  # one server each; the lines are typed by each in turn
+        # one server each; the lines are typed by each in turn
+        typists = [Typist(v, source) for v, source in zip(variants, sources, strict=True)]
         try:
             for mode in ("pauses", "keys"):
                 if mode not in modes:
@@ -485,12 +503,13 @@ def main() -> None:
                             type_with_pauses(typist, [line], into, i, args.through)
                         else:
                             type_keys(typist, [line], args.key_ms / 1000, into, i)
-                for variant, into in zip(variants, totals, strict=True):
+                for variant, source, into in zip(variants, sources, totals, strict=True):
                     r = report(mode, into, len(lines))
                     if len(variants) > 1:
-                        print(f"settings {json.dumps(variant)}:")
+                        print(f"settings {json.dumps(variant)}{'' if source is None else f' (code of {source})'}:")
                     print_report(r)
-                    key = mode if len(variants) == 1 else f"{mode} {json.dumps(variant)}"
+                    label = f"{json.dumps(variant)}{'' if source is None else ' against'}"
+                    key = mode if len(variants) == 1 else f"{mode} {label}"
                     records[key] = {"report": r, "pauses": [p.__dict__ for p in into.pauses]}
                     if mode == "pauses":
                         for t in (float(x) for x in args.thresholds.split(",") if x):

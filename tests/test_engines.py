@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from infill import api
 from infill.cli import main
 from infill.config import DecodeConfig, ModelSpec
 from infill.core.kinds import load
-from infill.decoding import decode
+from infill.decoding import decode, score, score_many
 from infill.errors import ModelError
 from infill.models import onnx
 from infill.models.base import FillProblem
@@ -98,6 +99,75 @@ def test_greedy_fills_are_the_same_on_onnx_runtime(engines: dict[str, XLNetAnySu
         a, sa = decode(engines["torch"], problem, cfg, torch.Generator().manual_seed(0))
         b, sb = decode(engines["onnx"], problem, cfg, torch.Generator().manual_seed(0))
         assert a.tolist() == b.tolist() and sa.nfe == sb.nfe, cfg.decoder
+
+
+@pytest.mark.parametrize("engine", ["torch", pytest.param("onnx", marks=needs_onnx)])
+def test_batched_scoring_matches_one_pass_per_fill(
+    engines: dict[str, XLNetAnySubset], reference: XLNetAnySubset, engine: str
+) -> None:
+    """Retrieval's scoring of several lines in one pass (infill.decoding.score_many) on each exact engine: the
+    full forward's log-probabilities of each line, to 2e-5."""
+    g = torch.Generator().manual_seed(11)
+    mask, V = reference.mask_id, reference.vocab_size
+    ids = torch.randint(3, V, (30,), generator=g)
+    masked = torch.arange(12, 22)
+    ids[masked] = mask
+    problem = FillProblem(ids, masked)
+    fills = [torch.randint(3, V, (10,), generator=g) for _ in range(5)]
+    lengths = [1, 4, 10, 6, 2]
+    got = score_many(engines[engine], problem, fills, lengths)
+    for tokens, m, batched in zip(fills, lengths, got, strict=True):
+        assert (batched - score(reference, problem, tokens, m)).abs().max() < 2e-5
+
+
+@needs_onnx
+def test_an_interrupted_pass_raises_cancelled_and_leaves_the_cache_whole(
+    folder: Path, reference: XLNetAnySubset
+) -> None:
+    """interrupt_passes (a server's cancel) stops the pass in flight with Cancelled; the pass after it computes
+    the prompt afresh and gives the full forward's logits."""
+    import threading
+    import time
+
+    from infill.progress import Cancelled
+
+    model = XLNetAnySubset(reference.net, mask_id=reference.mask_id, device="cpu", engine="onnx")
+    engine = model.cache.engine  # type: ignore[union-attr]
+    assert isinstance(engine, onnx.OnnxPass)
+    real = engine.session
+
+    class Stalled:
+        """A session whose pass runs until it is told to stop, as ONNX Runtime checks its RunOptions."""
+
+        def run(self, names: Any, feeds: Any, options: Any) -> Any:
+            deadline = time.monotonic() + 30
+            while not options.terminate and time.monotonic() < deadline:
+                time.sleep(0.001)
+            raise RuntimeError("Exiting due to terminate flag being set to true.")
+
+    mask = model.mask_id
+    ids = torch.tensor([50, mask, mask, mask, 90, 120, mask, 70])
+    masked = (ids == mask).nonzero().squeeze(-1)
+    failed: list[BaseException] = []
+
+    def fill() -> None:
+        try:
+            model.draft(ids, masked, 0, masked[:1])
+        except BaseException as exc:  # noqa: BLE001 - what the pass raised is the test's subject
+            failed.append(exc)
+
+    engine.session = Stalled()  # type: ignore[assignment]
+    worker = threading.Thread(target=fill)
+    worker.start()
+    while engine._running is None and worker.is_alive():
+        time.sleep(0.001)
+    onnx.interrupt_passes()
+    worker.join(10)
+    assert not worker.is_alive() and len(failed) == 1 and isinstance(failed[0], Cancelled)
+    engine.session = real
+    onnx.interrupt_passes()  # no pass in flight: nothing happens
+    got = model.draft(ids, masked, 0, masked[:1])
+    assert (got - reference.draft(ids, masked, 0, masked[:1]))[torch.isfinite(got)].abs().max() < 2e-5
 
 
 @needs_onnx

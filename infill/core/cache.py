@@ -68,6 +68,11 @@ class ModelCache:
         self._entries[spec] = _Entry(loaded, fingerprint(loaded), factory)
         return loaded
 
+    def held(self, spec: ModelSpec) -> LoadedModel | None:
+        """The model loaded for `spec`, without loading it or checking its files (None when none is held)."""
+        entry = self._entries.get(spec)
+        return entry.model if entry is not None else None
+
     def loaded(self) -> list[dict[str, Any]]:
         """The models held, for the server's `models` and `ping` methods."""
         out = []

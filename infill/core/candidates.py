@@ -61,12 +61,17 @@ class Pool:
     valid: list[Candidate] = field(default_factory=list)
     flagged: list[Candidate] = field(default_factory=list)  # pass the checks, but a monitor refuses them
     invalid: list[Candidate] = field(default_factory=list)
+    # filed without the checks: a valid candidate that writes something was at least as likely, so these can
+    # never be chosen (see `consider`); they still count as the chosen fill's rivals (its margin)
+    unchecked: list[Candidate] = field(default_factory=list)
     seen: set[tuple[str, ...]] = field(default_factory=set)
     attempts: int = 0
 
-    def consider(self, fills: list[Fill], writing_only: bool = False) -> bool:
+    def consider(self, fills: list[Fill], writing_only: bool = False, lazy: bool = False) -> bool:
         """Check one candidate (a fill per span) and file it; False if seen before (or, with `writing_only`, if it
-        leaves a span empty)."""
+        leaves a span empty). With `lazy` (the retrieved lines, offered after sampling), a candidate no more likely
+        than a valid one that writes something and passes the monitors is filed unchecked: it cannot win (the
+        earlier of equals does), and whatever its checks said, a fill that passes is already there (no rescue)."""
         from infill.patch import apply_edits, check_outside_unchanged
 
         data = self.checks.data
@@ -77,12 +82,15 @@ class Pool:
         self.seen.add(key)
         patched = apply_edits(data, edits)
         check_outside_unchanged(data, patched, edits)
+        score = sum(e.score for e in edits)
         tier = self.valid
-        if self.checks.rejection(patched, edits) is not None:
+        if lazy and any(c[0] >= score and writes(c[1]) for c in self.valid):
+            tier = self.unchecked
+        elif self.checks.rejection(patched, edits) is not None:
             tier = self.invalid
         elif any(m.rejection(patched, edits) is not None for m in self.checks.monitors):
             tier = self.flagged
-        tier.append((sum(e.score for e in edits), edits, patched.decode("utf-8")))
+        tier.append((score, edits, patched.decode("utf-8")))
         return True
 
     def writing(self, also_flagged: bool = False) -> int:

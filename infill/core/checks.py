@@ -7,6 +7,7 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,11 +37,11 @@ def python_error_line(source: bytes) -> int | None:
     return None
 
 
-def syntax_errors(language: str, source: bytes) -> int:
-    """Number of tree-sitter ERROR and MISSING nodes in `source`."""
+def syntax_errors(language: str, source: bytes, tree: Any = None) -> int:
+    """Number of tree-sitter ERROR and MISSING nodes in `source` (`tree`: its parse, when the caller has it)."""
     from infill.languages import parse
 
-    return _error_nodes(parse(language, source).root_node)
+    return _error_nodes((tree if tree is not None else parse(language, source)).root_node)
 
 
 def _error_nodes(root: Any) -> int:
@@ -69,6 +70,7 @@ def _error_nodes(root: Any) -> int:
 # of a 10 MB file took seconds and over a GB (CPython's AST), for a fill of a few tokens.
 LOCAL_CHECK_BYTES = 1 << 20
 _MAX_CHUNK_SCAN = 1 << 18  # how far to look for a top-level block boundary on each side of an edit
+_MAX_JUDGED = 256  # candidates whose verdict one SyntaxCheck keeps (a fill judges a few dozen)
 
 
 # Texts that can stand in a span when the file around it is judged: if the file compiles (or has no tree-sitter
@@ -151,6 +153,12 @@ class SyntaxCheck:
         self.spans = sorted(spans, key=lambda s: (s.start_byte, s.end_byte))
         self._chunks: dict[tuple[int, int], _Verdict] = {}  # the best verdict of each original chunk
         self._ran_over: dict[tuple[int, int], bool] = {}  # per span: whether its own text's token runs over
+        # verdicts of whole candidates already judged (beam search's check of a finished fill, then the pool's
+        # check of the same fill), by a digest of the patched bytes; and the last candidate's parse (its error
+        # count and its run-over test read the same tree)
+        self._judged: dict[tuple[bytes, tuple[tuple[int, int, str], ...]], str | None] = {}
+        self._parsed: tuple[bytes, Any] | None = None
+        self._lines: dict[bytes, int | None] = {}  # python_error_line by a digest of the text compiled
         self.compiling: bytes | None = None  # the input with some text in the spans that compiles (Python)
         if not self.local:
             self.best = self._best(data, self.spans, 0)
@@ -163,7 +171,18 @@ class SyntaxCheck:
         return self.best.compiles
 
     def _verdict(self, source: bytes) -> _Verdict:
-        return _Verdict(syntax_errors(self.language, source), self.language == "python" and python_compiles(source))
+        compiles = self.language == "python" and self._error_line(source) is None
+        return _Verdict(syntax_errors(self.language, source, self._tree(source)), compiles)
+
+    def _error_line(self, source: bytes) -> int | None:
+        """python_error_line(source), each text compiled once (the input as it stands is also the empty filler's
+        text, and a filler that compiles is judged again)."""
+        key = hashlib.blake2b(source, digest_size=16).digest()
+        if key not in self._lines:
+            if len(self._lines) >= _MAX_JUDGED:
+                self._lines.clear()
+            self._lines[key] = python_error_line(source)
+        return self._lines[key]
 
     def _best(self, original: bytes, spans: Sequence[Any], offset: int) -> _Verdict:
         """The verdict a candidate is held to: the input's own (spans with their text, markers removed), or, when
@@ -180,7 +199,7 @@ class SyntaxCheck:
             return own
         for variant in self._fillers(original, spans, offset)[:_MAX_FILLERS]:
             source = _apply_shifted(original, variant, offset)
-            if self.language == "python" and not python_compiles(source):
+            if self.language == "python" and self._error_line(source) is not None:
                 continue  # the compiler alone decides; tree-sitter only counts the winner's errors
             verdict = self._verdict(source)
             if self._clean(verdict):
@@ -195,7 +214,7 @@ class SyntaxCheck:
         dozens of whole-file compiles for nothing)."""
         if self.language != "python" or not spans:
             return True
-        where = python_error_line(source)
+        where = self._error_line(source)
         if not where:
             return True
         lines = [original.count(b"\n", 0, s.start_byte - offset) + 1 for s in spans]
@@ -239,7 +258,19 @@ class SyntaxCheck:
 
     def rejection(self, patched: bytes, edits: Sequence[Any] | None = None) -> str | None:
         """Why the candidate (the patched input and its edits, which index the original) is worse than the best
-        the spans allow, or None. Without `edits` the whole patched input is judged (large inputs too)."""
+        the spans allow, or None. Without `edits` the whole patched input is judged (large inputs too). A
+        candidate judged before gets the same verdict without a second compile and parse."""
+        key = (
+            hashlib.blake2b(patched, digest_size=16).digest(),
+            tuple((e.start_byte, e.end_byte, e.text) for e in edits or ()),
+        )
+        if key not in self._judged:
+            if len(self._judged) >= _MAX_JUDGED:
+                self._judged.clear()
+            self._judged[key] = self._rejection(patched, edits)
+        return self._judged[key]
+
+    def _rejection(self, patched: bytes, edits: Sequence[Any] | None) -> str | None:
         if not self.local or edits is None:
             best = self.best if not self.local else self._best(self.data, self.spans, 0)
             return self._worse(best, patched) or (self._runs_over(self.data, patched, edits, 0) if edits else None)
@@ -264,7 +295,7 @@ class SyntaxCheck:
         shift = 0
         for e in sorted(edits, key=lambda e: (e.start_byte, e.end_byte)):
             start, end, size = e.start_byte - offset, e.end_byte - offset, len(e.text.encode("utf-8"))
-            if _token_runs_over(self.language, patched, start + shift, start + shift + size):
+            if _token_runs_over(self.language, patched, start + shift, start + shift + size, self._tree(patched)):
                 key = (e.start_byte, e.end_byte)
                 if key not in self._ran_over:  # the span's own text, parsed once per span
                     self._ran_over[key] = _token_runs_over(self.language, original, start, end)
@@ -274,11 +305,20 @@ class SyntaxCheck:
         return None
 
     def _worse(self, best: _Verdict, new: bytes) -> str | None:
-        if best.compiles and not python_compiles(new):
+        if best.compiles and self._error_line(new) is not None:
             return "does not compile"
-        if syntax_errors(self.language, new) > best.errors:
+        if syntax_errors(self.language, new, self._tree(new)) > best.errors:
             return "adds syntax errors"
         return None
+
+    def _tree(self, source: bytes) -> Any:
+        """The tree-sitter parse of `source`, kept for the next call with the same bytes (a candidate's error
+        count and its run-over test parse the same text)."""
+        from infill.languages import parse
+
+        if self._parsed is None or self._parsed[0] != source:
+            self._parsed = (source, parse(self.language, source))
+        return self._parsed[1]
 
     def chunks(self, edits: Sequence[Any]) -> list[tuple[int, int]]:
         """Merged [start, end) byte ranges of the original around the edits, on block boundaries."""
@@ -323,15 +363,16 @@ def _block_end(data: bytes, offset: int) -> int:
     return len(data)
 
 
-def _token_runs_over(language: str, source: bytes, start: int, end: int) -> bool:
+def _token_runs_over(language: str, source: bytes, start: int, end: int, tree: Any = None) -> bool:
     """Whether a token (a string's text, a comment, a name) that begins in source[start:end] also holds the first
-    text after it (whitespace skipped)."""
+    text after it (whitespace skipped); `tree` is the parse of `source`, when the caller has it."""
     from infill.languages import parse
 
     after = end + len(source[end:]) - len(source[end:].lstrip())
     if after >= len(source) or start == end == after:
         return False
-    node = parse(language, source).root_node.descendant_for_byte_range(after, after + 1)
+    root = (tree if tree is not None else parse(language, source)).root_node
+    node = root.descendant_for_byte_range(after, after + 1)
     return node is not None and start <= node.start_byte <= end and node.start_byte < after
 
 

@@ -98,6 +98,8 @@ class LintMonitor:
         self.unbound = base.undefined_after if base is not None and "binds" in self.rules else frozenset()
 
     def rejection(self, patched: bytes, edits: Sequence[Any] = ()) -> str | None:
+        if not self.unbound and all(rule == "binds" for rule in self.rules):
+            return None  # "binds" alone, and the input reads no unbound name below the span: nothing to refuse
         found = lint(patched, self.rules, self.span_line)
         if found is None:
             return None  # the syntax rule judges what does not parse

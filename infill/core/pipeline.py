@@ -52,7 +52,10 @@ runs it as six named steps, each a function of this module or the one named:
   rejected, or when the wider beam search found nothing that passes either, up to 2 x rescue_width samples are
   drawn at RESCUE_TEMPERATURE (sequential sampling for beam search) and the first that passes is taken.
   If none is valid, NoValidFillError names the failing spans (exit code 3: nothing is written); with
-  FillOptions.allow_syntax_errors the most likely one is returned with a warning.
+  FillOptions.allow_syntax_errors the most likely one is returned with a warning. The retrieved lines (offered
+  after sampling) are checked only where they could win: one no more likely than a valid fill that writes
+  something and passes the monitors is filed unchecked (Pool.unchecked), which changes no choice and no rescue,
+  and it still counts as a rival for the chosen fill's margin (stats["valid"] counts checked candidates only).
 * Monitors (infill.core.monitor.Monitor). A candidate that passes the checks may still be refused by a monitor:
   the static one (FillOptions.monitor, pyflakes rules for Python) or the caller's `monitor` (the docstring
   filler's checks that each sentence is true of the code). A refusal ranks the candidate after those no monitor
@@ -323,7 +326,7 @@ def sample(job: Job, pool: Pool) -> int:
             break  # deterministic: no further candidate is new
     retrieved = 0
     for fill in job.backend.ranked_lines(job.regions, job.run, options):
-        retrieved += pool.consider([fill])
+        retrieved += pool.consider([fill], lazy=True)  # checked only where it could be chosen
     return retrieved
 
 
@@ -399,7 +402,7 @@ def write(job: Job, pool: Pool, choice: Choice, retrieved: int, rescued: int) ->
         job.text,
         choice.edits,
         choice.score,
-        [c for c in valid + pool.invalid if c[1] is not choice.edits],
+        [c for c in valid + pool.invalid + pool.unchecked if c[1] is not choice.edits],
         job.spans,
         monitored=choice.tier == WRITES_AND_PASSES and job.static is not None,
         rescued=rescued > 0,

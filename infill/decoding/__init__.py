@@ -4,7 +4,8 @@
   "assd" (Algorithm 1, exact: one verification loop, infill.decoding.assd, over the draft source cfg.draft:
   the model, a bigram or prompt lookup), "sequential" (exact, one forward per token), "parallel" (mean-field
   baseline, not exact), "beam" (the most likely fill, width cfg.beam).
-- `score()` gives the per-token log q of a finished fill in one oracle pass (for ranking candidates).
+- `score()` gives the per-token log q of a finished fill in one oracle pass (for ranking candidates);
+  `score_many()` that of several fills of one problem, batched into few passes where the model can.
 
 Every sampler that verifies drafts (ASSD here; S2D2, SSMD and PTP for block-diffusion models) accepts or rejects
 them with infill.decoding.speculative.accept.
@@ -14,6 +15,7 @@ Importing this package does not import torch.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from infill.decoding.problem import StepCallback
@@ -26,7 +28,11 @@ if TYPE_CHECKING:
     from infill.decoding.stats import DecodeStats
     from infill.models.base import AnySubsetModel, FillProblem
 
-__all__ = ["StepCallback", "decode", "decode_healing", "score"]
+__all__ = ["StepCallback", "decode", "decode_healing", "score", "score_many"]
+
+# rows (content and query) of one batched scoring pass at most: a pass of a few dozen rows costs about what one
+# row does on a CPU (the weights are read once), while every row also attends to every other fill's rows, masked
+SCORE_ROWS = 192
 
 
 def decode(
@@ -103,3 +109,58 @@ def score(model: AnySubsetModel, problem: FillProblem, tokens: torch.Tensor, len
     logits = model.verify(ids, masked, 0, rows)  # (L, V)
     logq = torch.log_softmax(logits.detach().float().cpu(), dim=-1)  # (L, V)
     return logq.gather(-1, tokens[: rows.shape[0], None]).squeeze(-1)  # (L,)
+
+
+def score_many(
+    model: AnySubsetModel,
+    problem: FillProblem,
+    fills: Sequence[torch.Tensor],
+    lengths: Sequence[int],
+    before_pass: Callable[[], None] | None = None,
+    rows: int = SCORE_ROWS,
+) -> list[torch.Tensor]:
+    """`score(model, problem, fills[b], lengths[b])` of every fill b (each (M,) long): a list of (lengths[b],)
+    float32 tensors, the same numbers to float rounding. A model that verifies several fills in one pass
+    (infill.models.base.BatchedVerify) scores them in passes of about `rows` rows (each fill's tokens as content
+    rows and one query row per token), in order; others take one pass per fill. `before_pass` is called before
+    every pass (a cancel check, a pass count)."""
+    import torch
+
+    from infill.decoding.problem import check_problem
+
+    check_problem(model, problem)
+    masked = problem.masked.detach().to("cpu")  # (M,)
+    M = masked.shape[0]
+    wanted = [max(1, min(m, M)) for m in lengths]
+    batched = getattr(model, "verify_many", None)
+    out: list[torch.Tensor] = []
+    if batched is None or M == 0:
+        for tokens, m in zip(fills, lengths, strict=True):
+            if before_pass is not None:
+                before_pass()
+            out.append(score(model, problem, tokens, m))
+        return out
+    start = 0
+    while start < len(fills):
+        stop, size = start + 1, 2 * wanted[start]
+        while stop < len(fills) and size + 2 * wanted[stop] <= rows:
+            size += 2 * wanted[stop]
+            stop += 1
+        seqs = []
+        for tokens in fills[start:stop]:
+            tokens = tokens.detach().to("cpu").long()
+            if tokens.shape != masked.shape:
+                raise DecodeError(f"score: {tokens.shape[0]} tokens for {M} masked positions")
+            ids = problem.ids.detach().to("cpu").clone()  # (N,)
+            ids[masked] = tokens
+            seqs.append(ids)
+        if before_pass is not None:
+            before_pass()
+        logits = batched(seqs, masked, wanted[start:stop])  # (sum, V)
+        logq = torch.log_softmax(logits.detach().float().cpu(), dim=-1)
+        at = 0
+        for tokens, m in zip(fills[start:stop], wanted[start:stop], strict=True):
+            out.append(logq[at : at + m].gather(-1, tokens.detach().cpu().long()[:m, None]).squeeze(-1))  # (m,)
+            at += m
+        start = stop
+    return out

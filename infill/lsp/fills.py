@@ -233,6 +233,24 @@ def selection_target(document: Document, start: int, end: int) -> Target:
     return Target(start, end, span)
 
 
+def prompt_key(document: Document, target: Target, settings: Settings) -> tuple[Any, ...] | None:
+    """What a completion's model prompt is made of: the text before the cursor less what token healing moves
+    into the fill (infill.core.plan.heal_text), the room the healed text takes, the text after the span, and
+    the settings. Two completions with the same key give the model the same prompt, so the second reuses the
+    prompt pass of the first (infill.models.xlnet_cache): typing on inside a word keeps it. None when the model
+    is not loaded yet (its tokenizer says where healing cuts)."""
+    from infill.core import cache
+    from infill.core.plan import heal_room, heal_text
+
+    loaded = cache.SHARED.held(settings.model)
+    if loaded is None:
+        return None
+    text = document.text
+    heal = heal_text(text[: target.start], loaded.tokenizer) if target.start == target.end else ""
+    start = target.start - len(heal)
+    return (text[:start], heal_room(heal), text[target.end :], target.span.block_lines, settings)
+
+
 @dataclass
 class Filled:
     """A fill of one target: the new text of [start, end), and what the fill core said about it."""

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -57,6 +59,9 @@ class RequestFailed(JsonRpcException):
     MESSAGE = "Request Failed"
 
 
+_RUNNING = threading.Lock()  # guards Job.running: a job is interrupted only while its own pass may be in flight
+
+
 @dataclass
 class Job:
     """One piece of work for the worker thread; `why` is set once it is no longer wanted."""
@@ -64,10 +69,35 @@ class Job:
     uri: str
     completion: bool  # a completion (superseded by the next one) or a command (cancelled only by the client)
     why: str | None = None
+    prompt: Any = None  # a completion's fills.prompt_key (None: not known)
+    running: bool = False  # the worker is running it
 
     def cancel(self, why: str) -> None:
+        """No longer wanted: the fill stops at its next cancel check (between two forward passes)."""
         if self.why is None:
             self.why = why
+
+    def interrupt(self) -> None:
+        """Stop the forward pass it is in, if it runs (infill.models.onnx.interrupt_passes), so that the next
+        request does not wait for a long pass (a prompt's, hundreds of milliseconds) to end."""
+        with _RUNNING:
+            if self.running:
+                interrupt_passes()
+
+    def start(self) -> None:
+        with _RUNNING:
+            self.running = True
+
+    def stop(self) -> None:
+        with _RUNNING:
+            self.running = False
+
+
+def interrupt_passes() -> None:
+    """Interrupt the forward pass in flight, where the engine can (ONNX Runtime's; one imported already)."""
+    onnx = sys.modules.get("infill.models.onnx")
+    if onnx is not None:
+        onnx.interrupt_passes()
 
 
 class InfillServer(LanguageServer):
@@ -89,6 +119,7 @@ class InfillServer(LanguageServer):
         self.typeahead: dict[str, Typeahead] = {}  # by document
         self.ring = ContextRing()  # chunks of the open and recently changed documents
         self.jobs: dict[Any, Job] = {}  # by request id
+        self.running: Job | None = None  # the job on the worker thread
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="infill-fill")
         self.told: set[str] = set()  # the documents (and languages) whose problem was told
         self.exit_code = 1  # until a shutdown request and the exit notification
@@ -212,13 +243,25 @@ class InfillServer(LanguageServer):
             for other in self.jobs.values():
                 if other.completion:
                     other.cancel("superseded by a newer request")
+            # the fill on the worker, if no longer wanted (superseded, cancelled by the client, its document
+            # changed): its pass is cut short, unless it computes this request's own prompt (typing on inside a
+            # word), which the new fill then starts from (the model's cache of it)
+            running = self.running
+            if running is not None and running.why is not None and (job.prompt is None or running.prompt != job.prompt):
+                running.interrupt()
         if key is not None:
             self.jobs[key] = job
         check = cancel_check(lambda: job.why is not None, "cancelled")
 
         def task() -> T:
-            check({"event": "queued"})
-            return work(check)
+            job.start()
+            self.running = job
+            try:
+                check({"event": "queued"})
+                return work(check)
+            finally:
+                self.running = None
+                job.stop()
 
         try:
             return await asyncio.wrap_future(self.worker.submit(task))
@@ -294,7 +337,7 @@ class InfillServer(LanguageServer):
         if target is None:
             return None
         context = self.ring.texts(uri) if settings.context else ()
-        job = Job(uri, completion=True)
+        job = Job(uri, completion=True, prompt=fills.prompt_key(snapshot, target, settings))
         try:
             filled = await self.run(job, lambda check: fills.fill(snapshot, target, settings, check, context))
         except RequestCancelled:

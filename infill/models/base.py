@@ -155,6 +155,16 @@ class BatchedDraft(Protocol):
         ...
 
 
+class BatchedVerify(Protocol):
+    """A model that can run `verify` of several fills of one problem in one pass (the retrieved lines a fill
+    ranks): the any-subset XLNet."""
+
+    def verify_many(self, ids: Sequence[torch.Tensor], masked: torch.Tensor, lengths: Sequence[int]) -> torch.Tensor:
+        """Rows sum(lengths[:b]) .. sum(lengths[:b+1]) - 1 are `verify(ids[b], masked, 0, masked[:lengths[b]])`:
+        (sum(lengths), V) float32, from one forward pass (one nfe)."""
+        ...
+
+
 class CausalEngine(Protocol):
     """What runs a left-to-right network's passes (infill.models.autoregressive.TorchEngine,
     infill.models.block_one.BlockOneEngine, infill.models.llamacpp.LlamaEngine): token sequences in, next-token

@@ -33,6 +33,7 @@ import os
 import sys
 import tempfile
 import warnings
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -242,6 +243,8 @@ class OnnxPass:
         self.path = path
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._inputs = [i.name for i in self.session.get_inputs()]
+        self._running: Any = None  # the RunOptions of the pass in flight (interrupt_passes stops it)
+        _ENGINES.add(self)
 
     def __call__(self, *inputs: torch.Tensor | list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """CachedPass's arguments, in its order (the per-layer lists flattened as the graph's inputs are named)."""
@@ -250,6 +253,33 @@ class OnnxPass:
         flat = [t for x in inputs for t in (x if isinstance(x, list) else [x])]
         layers = len(inputs[2])
         given = dict(zip(input_names(layers), flat, strict=True))
-        # each buffer is a contiguous block, passed without a copy
-        logits, new_k, new_v = self.session.run(None, {n: given[n].numpy() for n in self._inputs})
+        import onnxruntime as ort
+
+        from infill.progress import Cancelled
+
+        self._running = run = ort.RunOptions()
+        try:
+            # each buffer is a contiguous block, passed without a copy
+            logits, new_k, new_v = self.session.run(None, {n: given[n].numpy() for n in self._inputs}, run)
+        except Exception:
+            if run.terminate:  # interrupt_passes: the pass was stopped between two of its operations
+                raise Cancelled("the forward pass was interrupted") from None
+            raise
+        finally:
+            self._running = None
         return torch.from_numpy(logits), torch.from_numpy(new_k), torch.from_numpy(new_v)
+
+
+_ENGINES: weakref.WeakSet[OnnxPass] = weakref.WeakSet()
+
+
+def interrupt_passes() -> None:
+    """Stop the pass every ONNX Runtime engine of the process is running, from any thread: it raises
+    infill.progress.Cancelled (the caller's cache stays consistent: infill.models.xlnet_cache writes a pass's rows
+    only after it returns). A server calls this when the fill that runs is no longer wanted, so that a new request
+    does not wait for a long pass (a prompt's, hundreds of milliseconds) to end; between passes the fill's cancel
+    check stops it."""
+    for engine in list(_ENGINES):
+        running = engine._running
+        if running is not None:
+            running.terminate = True

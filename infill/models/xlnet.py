@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, get_args
 
 from infill.config import EngineName
@@ -166,11 +166,28 @@ class XLNetAnySubset:
 
         if self.cache is None:  # the full forward: one pass each
             return torch.cat([self.draft(x, masked, n, masked[n : n + 1]) for x, n in zip(ids, ns, strict=True)])
+        cache = self.cache
+        return self._batched(lambda: cache.draft_many([x.to(self.device) for x in ids], masked.to(self.device), [*ns]))
+
+    def verify_many(self, ids: Sequence[torch.Tensor], masked: torch.Tensor, lengths: Sequence[int]) -> torch.Tensor:
+        """`verify` of the first lengths[b] positions of several fills of one problem, in one cached pass
+        (infill.models.base.BatchedVerify; XLNetKVCache.verify_many): (sum(lengths), V) logits, fill by fill."""
+        import torch
+
+        if self.cache is None:  # the full forward: one pass each
+            return torch.cat([self.verify(x, masked, 0, masked[:m]) for x, m in zip(ids, lengths, strict=True)])
+        cache, moved = self.cache, [x.to(self.device) for x in ids]
+        return self._batched(lambda: cache.verify_many(moved, masked.to(self.device), [*lengths]))
+
+    def _batched(self, cached_pass: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """One cached pass of several sequences (its float32 logits, `<mask>` at -inf), counted as one nfe."""
+        import torch
+
         autocast = self._autocast() if self.device.type == "cuda" else contextlib.nullcontext()
         with torch.no_grad(), autocast:
-            out = self.cache.draft_many([x.to(self.device) for x in ids], masked.to(self.device), list(ns))
+            out = cached_pass()
         self.nfe += 1
-        logits = out.float()  # (B, V)
+        logits = out.float()
         logits[:, self.mask_id] = float("-inf")
         return logits
 

@@ -156,13 +156,15 @@ class XLNetKVCache:
 
     # --- cache maintenance ------------------------------------------------------------------------
 
-    def _reset(self, ids: torch.Tensor, masked: torch.Tensor) -> None:
+    def _reset(self, ids: torch.Tensor, masked: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """A new problem: the prompt's rows computed afresh (one pass), with the draft logits (k, V) of `targets`
+        (positions nothing decoded precedes: masked[:k]) from the same pass when given."""
         N = ids.shape[0]
         s = self.net.shape
         prompt = torch.ones(N, dtype=torch.bool, device=ids.device)
         prompt[masked] = False
         p_pos = prompt.nonzero().squeeze(-1)  # (P,)
-        self._key = (N, tuple(masked.tolist()))
+        self._key = None  # until the prompt's rows are in: a pass that fails (a cancel) leaves no half cache
         self._prompt_ids = ids[p_pos].clone()
         self._N = N
         if self._kr_of != (N, ids.device):  # they depend on the length and the weights only: a new prompt of the
@@ -179,27 +181,45 @@ class XLNetKVCache:
         self._stash = None
         self._n_prompt = p_pos.shape[0]
         none = torch.zeros(0, dtype=torch.long, device=ids.device)
-        self._pass(
-            ids[p_pos],
-            p_pos,
-            none,
-            torch.zeros(0, p_pos.shape[0], dtype=torch.bool, device=ids.device),
-            bidirectional=True,
-        )
+        logits = self._prefill(ids[p_pos], p_pos, none if targets is None else targets)
         self._R = p_pos.shape[0]  # the prompt block is bidirectional: every prompt row sees every other
+        self._key = (N, tuple(masked.tolist()))
         self.prefills += 1
+        return logits
+
+    def _prefill(self, tokens: torch.Tensor, pos: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The prompt's content rows (G,), all-visible, written at rows 0..G-1 of the buffers, and the query rows
+        of `targets` (k,), which see the prompt only: their (k, V) logits. The buffers hold nothing yet, so the
+        pass is given one masked row of zeros in their place instead of their N rows: the same rows (a masked key
+        weighs exactly 0) without attending over N dead keys (a third of a prefill's arithmetic at 512 tokens)."""
+        assert self._keys is not None and self._values is not None and self._pos is not None
+        G, N, dev = tokens.shape[0], self._N, tokens.device
+        L, n, dh = self._keys.shape[:3]
+        dead_k = [torch.zeros(n, dh, 1, device=dev, dtype=self._keys.dtype) for _ in range(L)]
+        dead_v = [torch.zeros(n, 1, dh, device=dev, dtype=self._keys.dtype) for _ in range(L)]
+        rows = torch.cat([pos, targets])  # (G+k,)
+        rel = (N - 1) - (rows[:, None] - torch.cat([pos[:1], pos])[None])  # (G+k, 1+G)
+        neg = torch.zeros(rows.shape[0], 1 + G, device=dev, dtype=self._keys.dtype)
+        neg[:, 0] = -NEG  # the dead row
+        logits, new_k, new_v = self.engine(tokens, targets, dead_k, dead_v, self._kr, rel, neg)
+        self._keys[..., :G] = new_k
+        self._values[:, :, :G] = new_v
+        self._pos[:G] = pos
+        return logits
+
+    def _holds(self, ids: torch.Tensor, masked: torch.Tensor) -> bool:
+        """Whether the cache holds this problem's prompt (the same length, masked positions and prompt tokens)."""
+        if self._key != (ids.shape[0], tuple(masked.tolist())) or self._prompt_ids is None:
+            return False
+        prompt = torch.ones(ids.shape[0], dtype=torch.bool, device=ids.device)
+        prompt[masked] = False
+        return torch.equal(ids[prompt], self._prompt_ids)
 
     def _sync(self, ids: torch.Tensor, masked: torch.Tensor, n: int) -> torch.Tensor:
         """Make the cache hold the prompt + the longest committed prefix of masked[:n] that matches `ids`, using
         a verify pass's stashed drafts where they were accepted. Returns the positions masked[c:n] still to
         commit (the caller computes them in its pass)."""
-        key = (ids.shape[0], tuple(masked.tolist()))
-        prompt_ok = self._key == key and self._prompt_ids is not None
-        if prompt_ok:
-            prompt = torch.ones(ids.shape[0], dtype=torch.bool, device=ids.device)
-            prompt[masked] = False
-            prompt_ok = torch.equal(ids[prompt], self._prompt_ids)  # type: ignore[arg-type]
-        if not prompt_ok:
+        if not self._holds(ids, masked):
             self._reset(ids, masked)
         want = ids[masked[:n]].tolist()
         keep = 0
@@ -228,7 +248,10 @@ class XLNetKVCache:
         self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor, verify: bool
     ) -> torch.Tensor:
         """(k, V) logits at `targets` = masked[n:n+k]: draft (targets see prompt + masked[:n]) or verify
-        (the drafts written at the targets are seen by later targets)."""
+        (the drafts written at the targets are seen by later targets). A new problem's first draft (n = 0)
+        comes from the prompt's own pass."""
+        if not verify and n == 0 and not self._holds(ids, masked):
+            return self._reset(ids, masked, targets)
         pending = self._sync(ids, masked, n)  # (G,) decoded positions not in the cache yet
         G, k = pending.shape[0], targets.shape[0]
         dev = ids.device
@@ -284,3 +307,24 @@ class XLNetKVCache:
         new = torch.cat([x[r] for x, r in zip(ids, rows, strict=True)])  # (G,)
         targets = masked[torch.tensor(ns, device=dev)]  # (B,)
         return self._pass(new, torch.cat(rows), targets, sees.to(dev), within=within.to(dev))  # (B, V)
+
+    def verify_many(self, ids: list[torch.Tensor], masked: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+        """Oracle logits of the first lengths[b] positions of several fills of one problem in one pass (the
+        retrieved lines a fill ranks): rows sum(lengths[:b]) .. sum(lengths[:b+1]) - 1 are
+        `logits(ids[b], masked, 0, masked[:lengths[b]], verify=True)`, (sum(lengths), V).
+
+        Each fill's tokens but its last are content rows of this pass, rank-causal among themselves and invisible
+        to every other fill's rows (they are not committed: the fills part ways at their first token); each fill
+        has one query row per position scored, which sees the prompt and its own fill's tokens before it."""
+        dev = masked.device
+        self._sync(ids[0], masked, 0)  # the prompt (a new problem's prefill); drops rows committed after it
+        rows = [masked[: max(0, m - 1)] for m in lengths]  # each fill's content rows (its last token feeds nothing)
+        owner = torch.cat([torch.full((r.shape[0],), b, dtype=torch.long) for b, r in enumerate(rows)])  # (G,)
+        rank = torch.cat([torch.arange(r.shape[0]) for r in rows])  # (G,)
+        within = (owner[:, None] == owner[None, :]) & (rank[None, :] <= rank[:, None])  # (G, G)
+        q_owner = torch.cat([torch.full((m,), b, dtype=torch.long) for b, m in enumerate(lengths)])  # (k,)
+        q_rank = torch.cat([torch.arange(m) for m in lengths])  # (k,)
+        sees = (q_owner[:, None] == owner[None, :]) & (rank[None, :] < q_rank[:, None])  # (k, G)
+        new = torch.cat([x[r] for x, r in zip(ids, rows, strict=True)])  # (G,)
+        targets = torch.cat([masked[:m] for m in lengths])  # (k,)
+        return self._pass(new, torch.cat(rows), targets, sees.to(dev), within=within.to(dev))  # (k, V)

@@ -82,7 +82,7 @@ class AnySubset:
         pad."""
         import torch
 
-        from infill.decoding import score
+        from infill.decoding import score_many
         from infill.retrieval import line_candidates
 
         loaded = run.loaded
@@ -91,22 +91,27 @@ class AnySubset:
         if pad is None or not retrieves(regions, options):
             return []
         region, plan = regions[0], regions[0].spans[0]
-        problem = fill_problem(region, loaded)
-        out = []
+        lines = []
         for text in line_candidates(plan.prefix, plan.suffix, options.context):
             if text.strip() == plan.replaced.strip():
                 continue  # refilling a line with itself changes nothing
             ids = loaded.tokenizer.encode(text)
-            if len(ids) >= plan.budget:
-                continue
+            if len(ids) < plan.budget:
+                lines.append((text, ids))
+        if not lines:
+            return []
+
+        def before_pass() -> None:
             if run.on_progress is not None:  # between passes, so a cancelled request stops here too
                 run.on_progress({"event": "score", "nfe": run.totals.nfe})
-            # the line's tokens and the pad that ends it: only those rows are computed (a code model's batched
-            # rows cost nearly what single passes do on a CPU)
-            kept = score(model, problem, torch.tensor(ids + [pad] * (plan.budget - len(ids))), len(ids) + 1)
             run.totals.nfe += 1
-            out.append(Fill(text, float(kept.sum()), len(ids), float(kept.min())))
-        return out
+
+        # each line's tokens and the pad that ends it: only those rows are computed, several lines a pass where
+        # the model batches them (infill.decoding.score_many)
+        fills = [torch.tensor(ids + [pad] * (plan.budget - len(ids))) for _, ids in lines]
+        scored = score_many(model, fill_problem(region, loaded), fills, [len(ids) + 1 for _, ids in lines], before_pass)
+        pairs = zip(lines, scored, strict=True)
+        return [Fill(text, float(kept.sum()), len(ids), float(kept.min())) for (text, ids), kept in pairs]
 
 
 def cut_fills(

@@ -1,0 +1,51 @@
+"""fills.prompt_key: two completions share it exactly when the model sees the same prompt, which is what lets
+the server keep a superseded fill's prompt pass running for the request after it (typing on inside a word)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from infill.core import cache
+from infill.lsp import fills
+from infill.lsp.documents import Document
+from infill.models.tokenizer import load_tokenizer
+
+DEFAULT = Path(__file__).resolve().parent.parent / "infill" / "weights" / "default"
+
+
+@pytest.fixture
+def loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default model's tokenizer, as if the model were loaded."""
+    held = SimpleNamespace(tokenizer=load_tokenizer(DEFAULT))
+    monkeypatch.setattr(cache.SHARED, "held", lambda spec: held)
+
+
+def key(line: str, after: str = "\nprint(total)\n") -> object:
+    text = "def mean(values):\n" + line + after
+    document = Document("file:///m.py", "python", 1, text)
+    target = fills.cursor_target(document, len("def mean(values):\n" + line))
+    assert target is not None
+    return fills.prompt_key(document, target, fills.Settings())
+
+
+@pytest.mark.usefixtures("loaded")
+def test_typing_on_inside_a_word_keeps_the_prompt() -> None:
+    assert key("    total = sum(valu") == key("    total = sum(value") == key("    total = sum(values")
+    assert key("    total = su") == key("    total = sum")  # the word after a space: the space is healed too
+
+
+@pytest.mark.usefixtures("loaded")
+def test_a_new_word_or_other_text_after_the_cursor_changes_it() -> None:
+    assert key("    total = sum(values") != key("    total = sum(values)")
+    assert key("    total = sum(") != key("    total = sum(v")
+    assert key("    total = sum(valu") != key("    total = sum(valu", after="\nprint(mean)\n")
+
+
+def test_unknown_while_the_model_is_not_loaded() -> None:
+    document = Document("file:///m.py", "python", 1, "x = 1\ny = x\n")
+    target = fills.cursor_target(document, len("x = 1\ny = x"))
+    assert target is not None
+    assert fills.prompt_key(document, target, fills.Settings(model=fills.ModelSpec(name="nothing-loaded"))) is None
