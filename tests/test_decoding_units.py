@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from infill.config import DecodeConfig
 from infill.decoding import decode, score
-from infill.decoding.sampling import probs, residual, sample
+from infill.decoding.sampling import draw, probs, residual
 from infill.errors import DecodeError
 from infill.models.base import FillProblem
 from infill.models.xlnet import XLNetAnySubset
@@ -32,15 +32,15 @@ def test_residual() -> None:
 # --- sampling transforms --------------------------------------------------------------------------
 
 
-def test_one_hot_rows_give_their_argmax_without_a_draw() -> None:
+def test_drafts_of_one_hot_rows_are_their_argmax_without_a_draw() -> None:
     greedy = probs(torch.tensor([[0.1, 3.0, -1.0], [2.0, 0.0, 1.0]]), temperature=0)
     g = torch.Generator().manual_seed(3)
     before = g.get_state()
-    assert sample(greedy, g).tolist() == [1, 0]
+    assert draw(greedy, g).tolist() == [1, 0]
     assert torch.equal(g.get_state(), before)  # a certain outcome draws nothing
     # a row that is not one-hot is drawn (the generator moves), and follows its distribution
     mixed = torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]], dtype=torch.float64)
-    draws = [sample(mixed, g) for _ in range(400)]
+    draws = [draw(mixed, g) for _ in range(400)]
     assert not torch.equal(g.get_state(), before)
     assert all(int(d[0]) == 1 and int(d[1]) in (0, 2) for d in draws)
     share = sum(int(d[1]) == 0 for d in draws) / len(draws)

@@ -50,18 +50,23 @@ def transform(logits: torch.Tensor, cfg: DecodeConfig | Sampling) -> torch.Tenso
 
 
 def sample(pr: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One token per row of (k, V) probabilities -> (k,) long.
-
-    Rows that are all one-hot (temperature 0) give their argmax without a draw: a draw of one token costs V
-    exponential variates (about 5 ms for a code model's 152k-token vocabulary, a tenth of a llama.cpp pass), and
-    its outcome is certain. The generator is then left as it was, which is the same for every later draw of this
-    seed and version."""
+    """One token per row of (k, V) probabilities -> (k,) long."""
     import torch
 
+    return torch.multinomial(pr, 1, generator=generator).squeeze(-1)
+
+
+def draw(pr: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """`sample`, except that rows that are all one-hot (temperature 0) give their argmax without a draw.
+
+    A draw of one token costs V exponential variates (about 5 ms for a code model's 152k-token vocabulary, a tenth
+    of a llama.cpp pass of a 0.5B model) for an outcome that is certain. The generator is then left as it was:
+    the same for every later draw of this seed and version. Drafts are drawn this way (`Proposal.sampled`); the
+    acceptance test's residual and bonus draws keep `sample`'s documented use of the generator."""
     top = pr.max(dim=-1)
     if bool((top.values == 1.0).all()):
         return top.indices
-    return torch.multinomial(pr, 1, generator=generator).squeeze(-1)
+    return sample(pr, generator)
 
 
 def uniform(generator: torch.Generator) -> float:

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from infill.decoding.sampling import residual, sample, uniform
+from infill.decoding.sampling import draw, residual, sample, uniform
 from infill.errors import DecodeError
 
 if TYPE_CHECKING:
@@ -70,8 +70,9 @@ class Proposal:
     def sampled(
         cls, p: torch.Tensor, generator: torch.Generator, *, first_exact: bool = False, passes: int = 0
     ) -> Proposal:
-        """Drafts drawn from `p` (L, V), one multinomial draw for all rows (each row independently)."""
-        return cls(sample(p, generator), p, first_exact=first_exact, passes=passes)
+        """Drafts drawn from `p` (L, V), one multinomial draw for all rows (each row independently; none when every
+        row is one-hot: `draw`)."""
+        return cls(draw(p, generator), p, first_exact=first_exact, passes=passes)
 
 
 @dataclass(frozen=True)
