@@ -144,6 +144,21 @@ class StalledModel(ScriptedModel):
         return super()._logits(ids, masked, n, targets, verify)
 
 
+def fill_in_process(path: Path, span: str, model: str, *args: str) -> Any:
+    """`infill fill PATH --span SPAN --model MODEL ARGS` in this process (click's CliRunner; its Result, with
+    stdout and stderr apart) on an empty model cache, emptied again after: every call loads its model afresh, as
+    a new process would, and keeps none loaded."""
+    from click.testing import CliRunner
+
+    from infill.cli import main
+
+    api.clear_model_cache()
+    try:
+        return CliRunner().invoke(main, ["fill", str(path), "--span", span, "--model", model, *args])
+    finally:
+        api.clear_model_cache()
+
+
 def run_cli(argv: list[str]) -> None:
     """`infill ARGV` in this (real) process, with a fake model `fake-cli` that fills every span with the text of
     $FAKE_CLI_FILL. With $FAKE_CLI_STALL=PATH the model stalls (StalledModel, creating PATH); with
