@@ -53,6 +53,7 @@ class ScriptedModel:
         self.max_length = max_length
         self.forwards = 0
         self.last_prompt: list[int] = []  # the ids before the first masked position, as last seen
+        self._rows: dict[tuple[int, tuple[int, ...], int], torch.Tensor] = {}  # _dist's rows
 
     def _spans(self, masked: torch.Tensor) -> tuple[list[int], list[int]]:
         """Span index and offset in span of every masked index (spans = runs of consecutive positions)."""
@@ -68,14 +69,21 @@ class ScriptedModel:
         return span, offset
 
     def _dist(self, span: int, known: list[int], at: int) -> torch.Tensor:
-        """log p(token at offset `at` | the span's first len(known) tokens), over the vocabulary."""
-        alts = self.fills[span % len(self.fills)]
+        """log p(token at offset `at` | the span's first len(known) tokens), over the vocabulary (memoized: a
+        fill asks for the same rows at every step of its beams)."""
+        key = (span % len(self.fills), tuple(known), at)
+        if key not in self._rows:
+            self._rows[key] = self._row(*key)
+        return self._rows[key]
+
+    def _row(self, span: int, known: tuple[int, ...], at: int) -> torch.Tensor:
+        alts = self.fills[span]
         p = torch.full((VOCAB,), 1e-12, dtype=torch.float64)
         for seq, w in alts:
             full = seq + [PAD] * (at + 1)
             if self.pad_id is None:
                 full = seq + [ord(" ")] * (at + 1)
-            if full[: len(known)] == known:
+            if tuple(full[: len(known)]) == known:
                 p[full[at]] += w
         logits = torch.log(p / p.sum()).float()
         logits[MASK] = -math.inf
@@ -85,15 +93,16 @@ class ScriptedModel:
         self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor, verify: bool
     ) -> torch.Tensor:
         self.forwards += 1
-        self.last_prompt = [int(i) for i in ids[: int(masked[0])]] if len(masked) else []
+        id_list, pos = ids.tolist(), masked.tolist()
+        self.last_prompt = id_list[: pos[0]] if pos else []
         span, offset = self._spans(masked)
-        rank = {int(p): r for r, p in enumerate(masked.tolist())}
+        rank = {p: r for r, p in enumerate(pos)}
         rows = []
         for t in targets.tolist():
-            r = rank[int(t)]
+            r = rank[t]
             # verify: earlier positions of the span are filled (decoded or drafted); draft: decoded ones only
             limit = r if verify else min(r, n)
-            known = [int(ids[int(masked[q])]) for q in range(r - offset[r], limit)]
+            known = [id_list[pos[q]] for q in range(r - offset[r], limit)]
             rows.append(self._dist(span[r], known, offset[r]))
         return torch.stack(rows)  # (k, V)
 
@@ -142,6 +151,21 @@ class StalledModel(ScriptedModel):
         open(self.ready, "w").close()  # noqa: SIM115 - an empty marker file
         time.sleep(600)
         return super()._logits(ids, masked, n, targets, verify)
+
+
+def fill_in_process(path: Path, span: str, model: str, *args: str) -> Any:
+    """`infill fill PATH --span SPAN --model MODEL ARGS` in this process (click's CliRunner; its Result, with
+    stdout and stderr apart) on an empty model cache, emptied again after: every call loads its model afresh, as
+    a new process would, and keeps none loaded."""
+    from click.testing import CliRunner
+
+    from infill.cli import main
+
+    api.clear_model_cache()
+    try:
+        return CliRunner().invoke(main, ["fill", str(path), "--span", span, "--model", model, *args])
+    finally:
+        api.clear_model_cache()
 
 
 def run_cli(argv: list[str]) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import torch
 
+from infill.models.base import FillProblem
 from infill.models.tiny import random_xlnet, xlnet_shape
 from infill.models.xlnet import XLNetAnySubset
 
@@ -88,3 +90,18 @@ class OnePassPerHypothesis:
 
     def verify(self, *args: Any) -> torch.Tensor:
         return self.model.verify(*args)  # type: ignore[no-any-return]
+
+
+def repeats_problems(mask: int, count: int = 30, seed: int = 0) -> list[FillProblem]:
+    """`count` span problems on random texts full of repeats (a motif of 2 to 4 of the ids 0..4, repeated, cut
+    to 6..19 tokens), 10 masks (id `mask`) put in at a random point: lookup drafts find matches in them, and the
+    target accepts some and rejects some."""
+    rng = random.Random(seed)
+    problems = []
+    for _ in range(count):
+        motif = [rng.randrange(5) for _ in range(rng.randrange(2, 5))]
+        text = (motif * 6)[: rng.randrange(6, 20)]
+        cut = rng.randrange(1, len(text))
+        ids = torch.tensor([*text[:cut], *([mask] * 10), *text[cut:]])
+        problems.append(FillProblem(ids, torch.arange(cut, cut + 10), torch.zeros(10, dtype=torch.long)))
+    return problems

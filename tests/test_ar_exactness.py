@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from fixtures_bd import tiny_causal_lm
-from fixtures_decode import Memo
+from fixtures_decode import Memo, repeats_problems
 from fixtures_stats import mixture_power
 from test_decoding_exactness import PAD, exact_joint, padded_joint, pooled_p_value
 
@@ -204,17 +204,11 @@ def test_greedy_speculation_is_greedy_decoding_token_for_token() -> None:
     """Temperature 0: lookup drafts, sequential decoding and beam search of width 1 write the same fill, for
     random texts full of repeats (so drafts are proposed, accepted and rejected)."""
     model = fim_model(seed=11, ends=(END,))
-    rng = random.Random(0)
     greedy = DecodeConfig(decoder="sequential", temperature=0)
     spec = DecodeConfig(decoder="assd", draft="lookup", k=6, temperature=0)
     beam1 = DecodeConfig(decoder="beam", beam=1, temperature=0)
     drafted = rejected = 0
-    for _ in range(30):
-        motif = [rng.randrange(5) for _ in range(rng.randrange(2, 5))]
-        text = (motif * 6)[: rng.randrange(6, 20)]
-        cut = rng.randrange(1, len(text))
-        layout: list[int | None] = [*text[:cut], *([None] * 10), *text[cut:]]
-        problem = problem_of(layout, span=True)
+    for problem in repeats_problems(MASK):
         g = torch.Generator().manual_seed(0)
         want, _ = decode(model, problem, greedy, g)
         got, stats = decode(model, problem, spec, g)

@@ -16,7 +16,7 @@ from infill.models.blockdiff import BlockDiffModel, load_folder
 from infill.models.registry import LoadedModel
 from infill.models.tiny import tiny_blockdiff_checkpoint as tiny_checkpoint
 from tests.fixtures_bd import END, MASK, V, tiny_backend
-from tests.fixtures_stats import pooled_p_value
+from tests.fixtures_stats import mixture_power, pooled_p_value
 
 torch.set_num_threads(1)
 PROMPT = torch.tensor([3, 7, 11, 5, 2, 9])  # 6 tokens: one full block of 4 plus a tail, at B = 4
@@ -167,6 +167,23 @@ def verifier_logits(bk: BlockDiffModel, ids: list[int], block: int) -> torch.Ten
     return logits
 
 
+def draft_pass_logits(bk: BlockDiffModel, ids: list[int], n: int, block: int) -> torch.Tensor:
+    """(n, V) logits of one draft pass for the n positions after `ids`, without a cache: every position sees
+    the complete blocks before its own and its whole block (the masks of the draft see each other)."""
+    t = torch.tensor(ids + [MASK] * n)
+    q = torch.arange(len(t))[:, None]
+    k = torch.arange(len(t))[None, :]
+    with torch.no_grad():
+        out = bk.model(
+            input_ids=t[None],
+            position_ids=torch.arange(len(t))[None],
+            attention_mask=(k // block <= q // block)[None, None],
+        )
+    logits = out.logits[0, len(ids) :]
+    logits[:, MASK] = float("-inf")
+    return logits
+
+
 def verifier_reference(bk: BlockDiffModel, prompt: torch.Tensor, n: int, block: int) -> list[int]:
     """Greedy decoding with `verifier_logits`."""
     ids = prompt.tolist()
@@ -178,13 +195,15 @@ def verifier_reference(bk: BlockDiffModel, prompt: torch.Tensor, n: int, block: 
 def test_s2d2_sampling_follows_the_verifiers_joint_by_enumeration() -> None:
     """S2D2 verifying every step samples the block-size-1 verifier's joint exactly (top-k 3 keeps the support
     small enough to enumerate: 3^3 fillings); static two-tokens-per-step confidence decoding, which samples
-    two positions independently from one draft pass, fails the same test."""
+    two positions independently from one draft pass, fails the same test. Power: a sampler that commits one
+    unverified draft pass a third of the time (the pass's product of marginals, enumerated; its mass outside
+    the joint's support, which the support check catches on its own, left out) fails with probability >= 0.99."""
     from collections import Counter
 
     from infill.decoding.sampling import probs
 
     bk = tiny_backend("qwen3", end=False)
-    prompt, n, block, samples = PROMPT[:4], 3, 4, 2000
+    prompt, n, block, samples = PROMPT[:4], 3, 4, 1000
     joint: dict[tuple[int, ...], float] = {}
 
     def expand(prefix: tuple[int, ...], pr: float) -> None:
@@ -197,6 +216,9 @@ def test_s2d2_sampling_follows_the_verifiers_joint_by_enumeration() -> None:
 
     expand((), 1.0)
     assert len(joint) == 27 and abs(sum(joint.values()) - 1) < 1e-9
+    draft = probs(draft_pass_logits(bk, prompt.tolist(), n, block), 1.0, 3)  # (n, V)
+    unverified = {x: float(draft[0, x[0]] * draft[1, x[1]] * draft[2, x[2]]) for x in joint}
+    assert mixture_power(joint, unverified, samples, eps=1 / 3) >= 0.99
 
     def p_value(cfg: DecodeConfig, samples: int) -> float:
         g = torch.Generator().manual_seed(5)
@@ -208,7 +230,7 @@ def test_s2d2_sampling_follows_the_verifiers_joint_by_enumeration() -> None:
     base = dict(block_size=block, temperature=1.0, top_k=3)
     assert p_value(DecodeConfig(decoder="s2d2", routing="always", **base), samples) > 1e-4  # type: ignore[arg-type]
     control = DecodeConfig(decoder="confidence", unmask_per_step=2, **base)  # type: ignore[arg-type]
-    assert p_value(control, samples // 4) < 1e-6
+    assert p_value(control, 500) < 1e-6
 
 
 @pytest.mark.parametrize("block", [2, 4])

@@ -96,17 +96,12 @@ def test_smoke_rehearsal_end_to_end(tmp_path: Path) -> None:
     assert {"summary.txt", "asarm.log", "blockdiff.log", "machine-corpus-manifest.json"} <= set(names)
     # what came back loads with --model and fills, through the CLI (in this process: the job's own processes
     # were the rehearsal)
-    from click.testing import CliRunner
-
-    from infill import api
-    from infill.cli import main
+    from fixtures_cli import fill_in_process
 
     text = tmp_path / "notes.txt"
     text.write_text("one two three\nfour five six\nseven eight nine\n")
     for model in (out / "default", tmp_path / "back" / "blockdiff"):
-        args = ["fill", str(text), "--span", "2", "--model", str(model), "--format", "json", "--tokens", "4"]
-        fill = CliRunner().invoke(main, [*args, "--engine", "torch"])
-        api.clear_model_cache()
+        fill = fill_in_process(text, "2", str(model), "--format", "json", "--tokens", "4", "--engine", "torch")
         assert fill.exit_code == 0, fill.output
         assert json.loads(fill.stdout)["edits"], fill.stdout
 

@@ -20,10 +20,18 @@ from typing import Any
 import pytest
 import torch
 from fixtures_bd import tiny_causal_lm
-from fixtures_decode import Memo, OnePassPerHypothesis
+from fixtures_decode import Memo, OnePassPerHypothesis, repeats_problems
 from fixtures_llamacpp import END, VOCAB, engine_of, fim_pair, network_gguf
 from fixtures_stats import mixture_power
-from test_ar_exactness import LAYOUTS, assert_cache_is_fresh, draw_counts, problem_of, unverified_draw, unverified_joint
+from test_ar_exactness import (
+    LAYOUTS,
+    MASK,
+    assert_cache_is_fresh,
+    draw_counts,
+    problem_of,
+    unverified_draw,
+    unverified_joint,
+)
 from test_decoding_exactness import exact_joint, pooled_p_value
 
 from infill.config import DecodeConfig
@@ -129,16 +137,11 @@ def test_greedy_on_llama_cpp_is_torchs_greedy_and_lookup_and_beam_1_agree(tmp_pa
     """Temperature 0 on f32 weights: llama.cpp's greedy fill is eager PyTorch's, token for token, and lookup drafts
     and beam search of width 1 on llama.cpp write it too, for random texts full of repeats."""
     llama, eager = fim_pair(tmp_path, seed=11, ends=(END,))
-    rng = random.Random(0)
     greedy = DecodeConfig(decoder="sequential", temperature=0)
     lookup = DecodeConfig(decoder="assd", draft="lookup", k=6, temperature=0)
     beam1 = DecodeConfig(decoder="beam", beam=1, temperature=0)
     drafted = rejected = 0
-    for _ in range(30):
-        motif = [rng.randrange(5) for _ in range(rng.randrange(2, 5))]
-        text = (motif * 6)[: rng.randrange(6, 20)]
-        cut = rng.randrange(1, len(text))
-        problem = problem_of([*text[:cut], *([None] * 10), *text[cut:]], span=True)
+    for problem in repeats_problems(MASK):
         g = torch.Generator().manual_seed(0)
         want, _ = decode(eager, problem, greedy, g)
         got, _ = decode(llama, problem, greedy, g)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from fixtures_cli import fill_in_process
 from fixtures_llamacpp import network_gguf  # noqa: F401  (skips without the extra outside CI)
 
 from infill import api
@@ -37,8 +38,7 @@ def ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def fill(tmp_path: Path, model: str, *args: str, span: str = "2", name: str = "m.py") -> tuple[int, str, str]:
     path = tmp_path / name
     path.write_text(SOURCE)
-    api.clear_model_cache()
-    r = CliRunner().invoke(main, ["fill", str(path), "--span", span, "--model", model, *args])
+    r = fill_in_process(path, span, model, *args)
     return r.exit_code, r.stdout, r.stderr
 
 
