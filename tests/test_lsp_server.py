@@ -557,12 +557,48 @@ def test_tcp_serves_on_loopback() -> None:
             answer = json.loads(reader.read(length))
             assert answer["id"] == 1 and "inlineCompletionProvider" in answer["result"]["capabilities"]
             reader.close()
-    finally:
+        # SIGTERM ends it: once asyncio logged and swallowed it when it landed inside one of the loop's callbacks
         server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:  # this test is about the socket, not about signals: don't leave it running
+        code = server.wait(60)
+        assert server.stderr is not None
+        err = server.stderr.read()
+        assert code == 143 and err.endswith(b"infill: terminated\n") and b"Traceback" not in err, (code, err)
+    finally:
+        if server.poll() is None:
             server.kill()
             server.wait(30)
         if server.stderr is not None:
             server.stderr.close()
+
+
+def test_sigterm_inside_an_event_loop_callback_ends_the_loop() -> None:
+    """The event loop takes SIGTERM (run_until_terminated): a signal that lands while one of its callbacks runs
+    cancels the server and raises Terminated after the loop, where a handler raising inside the callback was
+    logged by asyncio and swallowed. The control: a plain asyncio.run with such a handler keeps running."""
+    import asyncio
+    import os
+    import signal
+
+    from infill.errors import Terminated
+    from infill.lsp.framing import run_until_terminated
+
+    def raise_terminated(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    async def server(ran: list[str]) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_soon(os.kill, os.getpid(), signal.SIGTERM)  # delivered while that callback runs
+        await asyncio.sleep(0.5)
+        ran.append("went on")
+
+    before = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        ran: list[str] = []
+        with pytest.raises(Terminated):
+            run_until_terminated(server(ran))
+        assert ran == []
+        control: list[str] = []
+        asyncio.run(server(control))  # the handler's Terminated is logged inside the callback, and the loop goes on
+        assert control == ["went on"]
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -24,8 +24,10 @@ import asyncio
 import json
 import logging
 import re
+import signal
 import sys
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from threading import Event
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
@@ -231,7 +233,7 @@ def serve_stdio(server: LanguageServer, stdin: BinaryIO | None = None, stdout: B
         await serve(FrameReader(lambda n: loop.run_in_executor(server.thread_pool, read1, n)), server, stop)
 
     try:
-        asyncio.run(run())
+        run_until_terminated(run())
     except BrokenPipeError:
         logger.error("the client closed its end; shutting down")
     except (KeyboardInterrupt, SystemExit):
@@ -247,7 +249,10 @@ def serve_tcp(server: LanguageServer, host: str, port: int) -> None:
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         server.protocol.set_writer(writer)
-        await serve(FrameReader(reader.read), server, stop)
+        try:
+            await serve(FrameReader(reader.read), server, stop)
+        except asyncio.CancelledError:  # the server stops (SIGTERM) with a client connected: end quietly
+            return
         server.shutdown()
 
     async def listen() -> None:
@@ -257,6 +262,39 @@ def serve_tcp(server: LanguageServer, host: str, port: int) -> None:
             await listener.serve_forever()
 
     try:
-        asyncio.run(listen())
+        run_until_terminated(listen())
     except asyncio.CancelledError:
         pass
+
+
+def run_until_terminated(main: Coroutine[Any, Any, None]) -> None:
+    """`asyncio.run(main)`, with SIGTERM taken by the event loop: it cancels `main`, and Terminated is raised once
+    the loop has closed (the command's exit code and line). Raised by the process's own handler instead, it could
+    land inside one of the loop's callbacks, where asyncio logs any exception other than SystemExit and
+    KeyboardInterrupt and carries on: the server went on running."""
+    from infill.errors import Terminated
+
+    terminated = Event()
+
+    async def guarded() -> None:
+        task = asyncio.current_task()
+        if threading.current_thread() is threading.main_thread() and task is not None:
+
+            def on_term() -> None:
+                terminated.set()
+                task.cancel()
+
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
+        await main
+
+    previous = signal.getsignal(signal.SIGTERM)  # the loop leaves SIGTERM at its default when it closes
+    try:
+        asyncio.run(guarded())
+    except asyncio.CancelledError:
+        if not terminated.is_set():
+            raise
+    finally:
+        if threading.current_thread() is threading.main_thread() and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    if terminated.is_set():
+        raise Terminated()
