@@ -29,9 +29,12 @@ def run(args: list[str] | None = None) -> None:
     """Run `infill ARGS` (default: the process's arguments) as the program: exits with its exit code."""
     interrupts.install()
     _hold_closed_descriptors()
-    from infill.cli import main
+    try:
+        from infill.cli import main
 
-    main(args, prog_name="infill")
+        main(args, prog_name="infill")
+    finally:
+        interrupts.forget_answered_interrupts()
 
 
 if __name__ == "__main__":

@@ -110,6 +110,38 @@ def test_a_signal_at_any_moment_gives_the_filter_buffer_back(tmp_path: Path) -> 
     assert_every_buffer_came_back(signal_sweep(args, env))
 
 
+_ANSWERED_IN_EXEC = """import sys
+
+import infill.cli
+
+
+def main(args, prog_name):  # a command that answers a Ctrl-C which landed in code run by exec() of a string
+    try:
+        exec("raise KeyboardInterrupt")
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+infill.cli.main = main
+{call}
+"""
+
+
+@pytest.mark.parametrize(
+    ("call", "code"),
+    [
+        pytest.param("from infill.__main__ import run\nrun()", 130, id="infill-entry-point"),
+        # the negative control: without the entry point's cleanup the interpreter kills itself with SIGINT
+        pytest.param("main([], 'infill')", -signal.SIGINT, id="control"),
+    ],
+)
+def test_an_answered_ctrl_c_exits_with_the_answer_under_python_m(tmp_path: Path, call: str, code: int) -> None:
+    (tmp_path / "entry.py").write_text(_ANSWERED_IN_EXEC.format(call=call))
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run([sys.executable, "-m", "entry"], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    assert (done.returncode, done.stderr) == (code, b"")
+
+
 @pytest.fixture
 def slow_daemon(runtime_dir: Path) -> Iterator[dict[str, str]]:
     """A warm daemon whose `infill fill` requests (tests/fixtures_serve.py's fake) take 30 s unless their client goes

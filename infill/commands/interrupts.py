@@ -94,6 +94,16 @@ def held(deliver: bool = True) -> Iterator[None]:
     _unhold(deliver)
 
 
+def forget_answered_interrupts() -> None:
+    """Clear CPython's "KeyboardInterrupt went unhandled" mark before the program exits. Under `python -m`, the
+    interpreter sets that mark whenever a KeyboardInterrupt leaves code run by `exec()` of a string (dataclasses and
+    typing build methods that way, so Ctrl-C during imports often lands there), keeps it after the command caught
+    the exception and answered, and at exit kills the process with SIGINT instead of the exit code the command
+    chose (the editor filter's buffer came back, then exit -2 instead of 130). Each `exec()` of a string resets the
+    mark when it starts, and an unhandled KeyboardInterrupt at the top level still sets it after this."""
+    exec("")
+
+
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     _raise(signal.SIGTERM)
 
