@@ -25,8 +25,10 @@ DecoderFamily = Literal["any-subset", "block"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 # what runs the AS-ARM's cached pass: eager PyTorch, or ONNX Runtime on a graph exported from the same module
 # (fp32, exact to 1e-5; or int8 weights, not exact); auto = onnx when the `onnx` extra is installed and the
-# device is the CPU, else torch (infill.models.xlnet.resolve_engine, docs/performance.md)
-EngineName = Literal["auto", "torch", "onnx", "onnx-int8"]
+# device is the CPU, else torch (infill.models.xlnet.resolve_engine, docs/performance.md); auto-int8 = auto, with
+# onnx-int8 where auto would run onnx (the language server's default: the same suggestions, sooner); for a kind
+# without int8 weights it is auto
+EngineName = Literal["auto", "auto-int8", "torch", "onnx", "onnx-int8"]
 
 
 T = TypeVar("T")

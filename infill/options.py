@@ -289,7 +289,8 @@ OPTIONS: tuple[Option, ...] = (
         "engine",
         ("--engine",),
         "AS-ARM models: what runs the forward passes (onnx: ONNX Runtime, exact, needs the `onnx` extra; "
-        "onnx-int8: int8 weights, faster, not exact; auto: onnx when installed, on the CPU).",
+        "onnx-int8: int8 weights, faster, not exact; auto: onnx when installed, on the CPU; auto-int8: auto with "
+        "onnx-int8 for onnx).",
         click.Choice(get_args(EngineName)),
         choices=get_args(EngineName),
     ),

@@ -233,8 +233,12 @@ def test_engine_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_engine("auto", "cpu") == ("onnx" if onnx.available() else "torch")
     with pytest.raises(ModelError, match="runs on the CPU"):
         resolve_engine("onnx", "cuda")
+    # the language server's default: int8 weights where auto would run the fp32 graph, else what auto runs
+    assert resolve_engine("auto-int8", "cpu") == ("onnx-int8" if onnx.available() else "torch")
+    assert resolve_engine("auto-int8", "cuda") == "torch"
     monkeypatch.setenv("INFILL_ENGINE", "torch")
     assert resolve_engine("auto", "cpu") == "torch"
+    assert resolve_engine("auto-int8", "cpu") == "torch"  # an engine the user named wins over the preference
     monkeypatch.setenv("INFILL_ENGINE", "fast")
     with pytest.raises(ModelError, match="INFILL_ENGINE"):
         resolve_engine("auto", "cpu")
@@ -275,6 +279,17 @@ def test_unknown_engine_and_onnx_on_a_block_diffusion_model(tmp_path: Path) -> N
     code, _, err = fill(str(p), "--span", "4:4", "--model", "blockdiff", "--engine", "onnx-int8")
     assert code == ModelError.exit_code and "AS-ARM" in err
     assert p.read_text() == SOURCE
+
+
+def test_auto_int8_is_auto_for_a_kind_without_int8_weights(tmp_path: Path) -> None:
+    """The language server's default engine preference loads every kind: a block-diffusion model runs as with
+    auto (its own engine), where naming onnx-int8 is refused."""
+    p = tmp_path / "m.py"
+    p.write_text(SOURCE)
+    args = ["--span", "4:4", "--model", "blockdiff", "--tokens", "4", "--allow-syntax-errors", "--diff"]
+    default = fill(str(p), *args)[:2]
+    assert default[0] in (0, 1)  # 1: --diff shows a change
+    assert [fill(str(p), *args, "--engine", engine)[:2] for engine in ("auto-int8", "auto")] == [default] * 2
 
 
 @pytest.mark.parametrize(

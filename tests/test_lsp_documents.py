@@ -95,6 +95,8 @@ def test_settings_from_a_client() -> None:
     assert (settings.model.name, settings.threshold, settings.options.tokens) == ("m", 0.25, 12)
     assert settings.decode.decoder == "assd"
     assert Settings.parse(None) == Settings() and Settings().decode.decoder == "beam"  # the tool's default
+    assert Settings().model.engine == Settings.parse({"model": "m"}).model.engine == "auto-int8"  # the editor's
+    assert Settings.parse({"fill": {"engine": "auto"}}).model.engine == "auto"  # the exact graph, when asked for
     assert Settings.parse({"fill": {"k": 4, "temperature": 0.5}}).decode.k == 4
     # completions skip beam search's wider rescue search unless asked for it
     assert Settings().options.rescue_width == Settings.parse({}).options.rescue_width == 1

@@ -31,21 +31,25 @@ if TYPE_CHECKING:
 
 
 ENGINE_ENV = "INFILL_ENGINE"
+AUTOMATIC = ("auto", "auto-int8")  # the engines chosen by the device and the extras installed
 
 
 def resolve_engine(engine: str, device: str) -> str:
     """The engine that runs the cached pass: 'torch', 'onnx' or 'onnx-int8'. `auto` is $INFILL_ENGINE when set,
-    else onnx on the CPU when the `onnx` extra is installed, else torch; an ONNX engine asked for on another
-    device, or without the extra, is a ModelError."""
+    else onnx on the CPU when the `onnx` extra is installed, else torch; `auto-int8` is the same with onnx-int8
+    for onnx (unless $INFILL_ENGINE names one); an ONNX engine asked for on another device, or without the extra,
+    is a ModelError."""
     from infill.models import onnx
 
-    if engine == "auto":
+    if engine in AUTOMATIC:
         chosen = os.environ.get(ENGINE_ENV, "").strip()
-        if chosen and chosen != "auto":
+        if chosen and chosen not in AUTOMATIC:
             if chosen not in get_args(EngineName):
                 raise ModelError(f"${ENGINE_ENV}={chosen!r} is not an engine (expected torch, onnx or onnx-int8)")
             return resolve_engine(chosen, device)
-        return "onnx" if device == "cpu" and onnx.available() else "torch"
+        if device != "cpu" or not onnx.available():
+            return "torch"
+        return "onnx-int8" if engine == "auto-int8" or chosen == "auto-int8" else "onnx"
     if engine in ("onnx", "onnx-int8"):
         if device != "cpu":
             raise ModelError(f"--engine {engine} runs on the CPU; use --engine torch with --device {device}")
@@ -103,7 +107,7 @@ class XLNetAnySubset:
             return OnnxPass(self.net, int8=self.engine == "onnx-int8")
         except Exception as exc:  # the exporter, the quantizer or the runtime (their errors have no common base)
             reason = one_line(f"{type(exc).__name__}: {exc}")
-            if asked != "auto" or os.environ.get(ENGINE_ENV, "").strip() not in ("", "auto"):
+            if asked not in AUTOMATIC or os.environ.get(ENGINE_ENV, "").strip() not in ("", *AUTOMATIC):
                 raise ModelError(f"--engine {self.engine}: {reason}") from exc
             print(f"infill: warning: the ONNX Runtime engine failed ({reason}); using torch", file=sys.stderr)
             self.engine = "torch"

@@ -13,6 +13,7 @@ asked for. docs/contributing.md ("A model kind") walks through adding one.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,7 @@ def load(spec: ModelSpec) -> LoadedModel:
     if factory is not None:
         return factory(spec)
     for kind in kinds():
-        loaded = kind.load_name(spec) if kind.load_name is not None else None
+        loaded = kind.load_name(_as_run_by(kind, spec)) if kind.load_name is not None else None
         if loaded is not None:
             return loaded
     folder, provenance = resolve_folder(spec)
@@ -110,10 +111,19 @@ def load(spec: ModelSpec) -> LoadedModel:
     found = _detect(cfg, folder)
     if found is None or found.load is None:
         raise ModelError(f"{folder}: unsupported model_type {model_type!r} (known: {', '.join(known_model_types())})")
+    spec = _as_run_by(found, spec)
     if spec.engine not in found.engines:
         runs = " or ".join(kind.label for kind in kinds() if spec.engine in kind.engines)
         raise ModelError(f"--engine {spec.engine} runs only {runs} model; {spec.name} is a {model_type} model")
     return found.load(folder, spec, cfg, provenance)
+
+
+def _as_run_by(kind: Kind, spec: ModelSpec) -> ModelSpec:
+    """`spec` for a model of `kind`: `--engine auto-int8` (a preference for int8 weights where a kind has them,
+    the language server's default) is `auto` for a kind without it."""
+    if spec.engine == "auto-int8" and spec.engine not in kind.engines:
+        return replace(spec, engine="auto")
+    return spec
 
 
 def select(loaded: LoadedModel, cfg: DecodeConfig) -> tuple[LoadedModel, Backend, DecodeConfig]:

@@ -187,5 +187,5 @@ KIND = Kind(
     detect=is_xlnet,
     load=load_xlnet_folder,
     model_types=("xlnet",),
-    engines=("auto", "torch", "onnx", "onnx-int8"),
+    engines=("auto", "auto-int8", "torch", "onnx", "onnx-int8"),
 )
