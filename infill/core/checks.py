@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from infill.textops import indent_of, open_levels, target_indent, to_model
 
@@ -160,10 +160,32 @@ class SyntaxCheck:
         self._parsed: tuple[bytes, Any] | None = None
         self._lines: dict[bytes, int | None] = {}  # python_error_line by a digest of the text compiled
         self.compiling: bytes | None = None  # the input with some text in the spans that compiles (Python)
+        self._neutral: tuple[bytes, int] | None | Literal[False] = False  # neutral(), False until asked
         if not self.local:
             self.best = self._best(data, self.spans, 0)
         else:
             syntax_errors(language, b"")  # fail early (InputError) when the grammar extra is missing
+
+    def neutral(self) -> tuple[bytes, int] | None:
+        """The input with neutral text in its spans that compiles (Python), and the 1-based line where its last
+        span ends: `compiling` when the spans held no text of their own (blanks aside), else the first filler
+        that compiles in place of that text (a span over a line of code keeps the line in `compiling`, and a
+        name only that line bound looks bound there). None when nothing compiles."""
+        if self.compiling is None or not self.spans:
+            return None
+        if not any(self.data[s.start_byte : s.end_byte].strip() and not s.placeholder for s in self.spans):
+            return self.compiling, self.data.count(b"\n", 0, self.spans[-1].end_byte) + 1
+        if self._neutral is False:
+            self._neutral = None
+            for variant in self._fillers(self.data, self.spans, 0)[:_MAX_FILLERS]:
+                source = _apply_shifted(self.data, variant, 0)
+                if self._error_line(source) is None:
+                    *before, last = variant
+                    shift = sum(len(e.text.encode()) - (e.end_byte - e.start_byte) for e in before)
+                    end = last.start_byte + shift + len(last.text.encode())
+                    self._neutral = source, source.count(b"\n", 0, end) + 1
+                    break
+        return self._neutral
 
     @property
     def python(self) -> bool:

@@ -90,12 +90,20 @@ class LintMonitor:
     with pyflakes as the analysis): it adds a message of the chosen rules over the input with neutral text in
     its spans, or ("binds") leaves unbound every name the following lines read and nothing defines."""
 
-    def __init__(self, reference: bytes, rules: Sequence[str], span_line: int) -> None:
+    def __init__(
+        self, reference: bytes, rules: Sequence[str], span_line: int, neutral: tuple[bytes, int] | None = None
+    ) -> None:
+        """`reference`: the input with text in its spans that compiles (theirs, where they held some); `neutral`:
+        the same with neutral text in place of theirs and the line its last span ends on (what "binds" reads: a
+        name only the replaced text bound is unbound)."""
         self.rules = tuple(rules)
         self.span_line = span_line  # 1-based line of the last span: "after" means below it
         base = lint(reference, self.rules, span_line)
         self.baseline = base.found if base is not None else Counter()
-        self.unbound = base.undefined_after if base is not None and "binds" in self.rules else frozenset()
+        self.unbound: frozenset[str] = frozenset()
+        if "binds" in self.rules:
+            bare = base if neutral is None or neutral[0] == reference else lint(neutral[0], self.rules, neutral[1])
+            self.unbound = bare.undefined_after if bare is not None else frozenset()
 
     def rejection(self, patched: bytes, edits: Sequence[Any] = ()) -> str | None:
         if not self.unbound and all(rule == "binds" for rule in self.rules):
@@ -120,4 +128,5 @@ def monitor_for(check: SyntaxCheck | None, rules: Sequence[str]) -> LintMonitor 
     if len(check.data) > MONITOR_BYTES:
         return None
     last = max((s.end_byte for s in check.spans), default=0)
-    return LintMonitor(check.compiling, rules, check.data.count(b"\n", 0, last) + 1)
+    neutral = check.neutral() if "binds" in rules else None
+    return LintMonitor(check.compiling, rules, check.data.count(b"\n", 0, last) + 1, neutral)
