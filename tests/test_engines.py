@@ -309,3 +309,38 @@ def test_unsigned_int8_weights_only_where_the_signed_kernel_saturates(
 
     monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset(flags))
     assert hardware.int8_dot_saturates() is saturates
+
+
+@needs_onnx
+@pytest.mark.slow
+def test_a_long_lived_process_fills_in_pytorch_while_the_graph_is_made_elsewhere(
+    folder: Path, reference: XLNetAnySubset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`infill lsp` and the servers (onnx.Background): a missing graph is made by another process, the fills run
+    on the eager engine meanwhile (the first answer does not wait ~30 s for the export), and the next fill after
+    the graph is ready runs on ONNX Runtime, with the same logits. Without Background the graph is made in place
+    (the negative control: a one-off `infill fill`)."""
+    monkeypatch.setenv("INFILL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("INFILL_ENGINE", raising=False)
+    exported: list[Path] = []
+
+    def export_here(net: Any, path: Path) -> None:  # stands for the export, which fails here
+        exported.append(path)
+        raise RuntimeError("exported in this process")
+
+    real_export = onnx.export
+    monkeypatch.setattr(onnx, "export", export_here)
+    in_place = XLNetAnySubset(reference.net, mask_id=reference.mask_id, device="cpu", engine="auto", folder=str(folder))
+    assert exported and in_place.engine == "torch" and in_place._making is None  # made here (auto's fallback)
+    monkeypatch.setattr(onnx, "export", real_export)
+    monkeypatch.setattr(onnx.Background, "enabled", True)
+    model = XLNetAnySubset(reference.net, mask_id=reference.mask_id, device="cpu", engine="auto", folder=str(folder))
+    assert model.engine == "torch" and model._making is not None
+    eager = walk(model, reference, seed=3)
+    process = model._making[0]
+    assert process.wait(timeout=600) == 0 and onnx.graph_ready(reference.net, int8=False)
+    model.adopt_made_engine()
+    assert model.engine == "onnx" and model._making is None
+    for (got, want), (was, _) in zip(walk(model, reference, seed=3), eager, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(got, was, atol=1e-4, rtol=1e-4)

@@ -46,5 +46,7 @@ def lsp(use_stdio: bool, tcp_port: int | None, max_input_bytes: int) -> None:
 
         raise click.ClickException(f"infill lsp needs the lsp extra: {install_hint('lsp')}") from None
     from infill.lsp.features import serve
+    from infill.models import onnx
 
+    onnx.Background.enabled = True  # the first suggestion does not wait for the ONNX export
     serve(max_input_bytes, tcp_port)

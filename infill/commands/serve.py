@@ -77,6 +77,9 @@ def serve(
         max_input_bytes = 0 if use_stdio else protocol.DEFAULT_MAX_INPUT_BYTES
     dispatcher = Dispatcher(max_request_bytes=max_request_bytes, max_input_bytes=max_input_bytes, context=context)
     os.environ["INFILL_NO_DAEMON"] = "1"  # the commands a server runs must never call a daemon themselves
+    from infill.models import onnx
+
+    onnx.Background.enabled = True  # the first fill does not wait for the ONNX export
     plugins = environment.read("INFILL_SERVER_PLUGINS")
     if plugins:
         load_plugins(dispatcher, plugins)

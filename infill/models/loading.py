@@ -130,6 +130,7 @@ def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], proven
         device=spec.device,
         bf16=spec.bf16,
         engine=spec.engine,
+        folder=str(folder),
     )
     params = model.parameter_count()
     info = {

@@ -30,6 +30,7 @@ import importlib.metadata
 import importlib.util
 import io
 import os
+import subprocess
 import sys
 import tempfile
 import warnings
@@ -193,12 +194,42 @@ def graph_file(net: TwoStreamXLNet, int8: bool) -> Path:
         return _made(Path(tempfile.mkdtemp(prefix="infill-onnx-")), name, net, int8)
 
 
+class Background:
+    """Whether a missing graph is made in another process while fills run in PyTorch (`make_elsewhere`): set by
+    the long-lived processes (`infill lsp`, the daemon, `infill serve`), where the first fill should not wait
+    for the export (about 30 s on a 2-core CPU); a one-off `infill fill` makes it in place."""
+
+    enabled = False
+
+
+def _paths(folder: Path, name: str, int8: bool) -> tuple[Path, Path]:
+    """(the fp32 graph, the graph the engine runs) of model `name` under `folder`."""
+    from infill.hardware import int8_dot_saturates
+
+    fp32 = folder / f"{name}.onnx"
+    unsigned = int8 and int8_dot_saturates()
+    return fp32, folder / f"{name}-{'uint8' if unsigned else 'int8'}.onnx" if int8 else fp32
+
+
+def graph_ready(net: TwoStreamXLNet, int8: bool) -> bool:
+    """Whether the graph the engine would run is in the cache directory already."""
+    return _paths(cache_dir() / "onnx", f"xlnet-{fingerprint(net)}", int8)[1].is_file()
+
+
+def make_elsewhere(folder: str, int8: bool) -> subprocess.Popen[bytes]:
+    """Start making the cached graph of the AS-ARM in model folder `folder` in another process (`python -m
+    infill.models.onnx_make`, one thread, its output discarded); it outlives this one if need be."""
+    command = [sys.executable, "-m", "infill.models.onnx_make", folder, *(["--int8"] if int8 else [])]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "INFILL_ENGINE": "torch"}
+    quiet = subprocess.DEVNULL
+    return subprocess.Popen(command, stdin=quiet, stdout=quiet, stderr=quiet, env=env, start_new_session=True)
+
+
 def _made(folder: Path, name: str, net: TwoStreamXLNet, int8: bool) -> Path:
     from infill.hardware import int8_dot_saturates
 
     unsigned = int8 and int8_dot_saturates()
-    fp32 = folder / f"{name}.onnx"
-    target = folder / f"{name}-{'uint8' if unsigned else 'int8'}.onnx" if int8 else fp32
+    fp32, target = _paths(folder, name, int8)
     if target.is_file():
         return target
     if not fp32.is_file():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, get_args
@@ -78,6 +79,7 @@ class XLNetAnySubset:
         bf16: bool = False,
         cache: bool = True,
         engine: str = "torch",
+        folder: str | None = None,
     ) -> None:
         import torch
 
@@ -94,6 +96,8 @@ class XLNetAnySubset:
         self.bf16 = bool(bf16) and fast_bf16(self.device.type)  # bf16 is 65x slower than fp32 on AVX2 CPUs
         self.nfe = 0
         self.engine = resolve_engine(engine, self.device.type)
+        self.folder = folder  # the model folder the weights came from (another process can load them)
+        self._making: tuple[subprocess.Popen[bytes], str] | None = None  # a graph made elsewhere, its engine
         self.cache = XLNetKVCache(self.net, self._engine(engine)) if cache else None  # None: the full forward
 
     def _engine(self, asked: str) -> Engine | None:
@@ -101,8 +105,25 @@ class XLNetAnySubset:
         falls back to the eager engine with a warning on stderr; an engine asked for by name is a ModelError."""
         if self.engine == "torch":
             return None
+        from infill.models import onnx
         from infill.models.onnx import OnnxPass
 
+        int8 = self.engine == "onnx-int8"
+        chosen = os.environ.get(ENGINE_ENV, "").strip() in ("", *AUTOMATIC)
+        if (
+            asked in AUTOMATIC
+            and chosen
+            and onnx.Background.enabled
+            and self.folder
+            and not onnx.graph_ready(self.net, int8)
+        ):
+            self._making = onnx.make_elsewhere(self.folder, int8), self.engine
+            print(
+                "infill: making the ONNX Runtime engine in the background; PyTorch runs fills meanwhile",
+                file=sys.stderr,
+            )
+            self.engine = "torch"
+            return None
         try:
             return OnnxPass(self.net, int8=self.engine == "onnx-int8")
         except Exception as exc:  # the exporter, the quantizer or the runtime (their errors have no common base)
@@ -112,6 +133,28 @@ class XLNetAnySubset:
             print(f"infill: warning: the ONNX Runtime engine failed ({reason}); using torch", file=sys.stderr)
             self.engine = "torch"
             return None
+
+    def adopt_made_engine(self) -> None:
+        """Between two fills: run on the ONNX Runtime engine once its graph, made in another process, is ready
+        (a fresh cache: no fill mixes two engines). A failed or unusable graph keeps PyTorch, with a warning."""
+        if self._making is None or self._making[0].poll() is None:
+            return
+        (process, engine), self._making = self._making, None
+        from infill.models import onnx
+        from infill.models.xlnet_cache import XLNetKVCache
+
+        int8 = engine == "onnx-int8"
+        reason = f"exit {process.returncode}"
+        if process.returncode == 0 and onnx.graph_ready(self.net, int8):
+            try:
+                made = onnx.OnnxPass(self.net, int8=int8)
+            except Exception as exc:  # the runtime (its errors have no common base)
+                reason = one_line(f"{type(exc).__name__}: {exc}")
+            else:
+                self.cache = XLNetKVCache(self.net, made) if self.cache is not None else None
+                self.engine = engine
+                return
+        print(f"infill: warning: the ONNX Runtime engine could not be made ({reason}); using torch", file=sys.stderr)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch

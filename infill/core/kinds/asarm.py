@@ -32,6 +32,9 @@ class AnySubset:
     groups_spans = True  # several spans share one sequence
 
     def prepare(self, cfg: DecodeConfig, loaded: LoadedModel) -> tuple[LoadedModel, DecodeConfig]:
+        adopt = getattr(loaded.asarm, "adopt_made_engine", None)  # a graph made in the background is ready
+        if adopt is not None:
+            adopt()
         return loaded, cfg
 
     def window(self, loaded: LoadedModel) -> Window:
