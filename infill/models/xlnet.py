@@ -109,7 +109,7 @@ class XLNetAnySubset:
         from infill.models.onnx import OnnxPass
 
         int8 = self.engine == "onnx-int8"
-        chosen = os.environ.get(ENGINE_ENV, "").strip() in ("", *AUTOMATIC)
+        chosen = os.environ.get(ENGINE_ENV, "").strip() in ("", *AUTOMATIC)  # no engine named by the environment
         if (
             asked in AUTOMATIC
             and chosen
@@ -125,10 +125,10 @@ class XLNetAnySubset:
             self.engine = "torch"
             return None
         try:
-            return OnnxPass(self.net, int8=self.engine == "onnx-int8")
+            return OnnxPass(self.net, int8=int8)
         except Exception as exc:  # the exporter, the quantizer or the runtime (their errors have no common base)
             reason = one_line(f"{type(exc).__name__}: {exc}")
-            if asked not in AUTOMATIC or os.environ.get(ENGINE_ENV, "").strip() not in ("", *AUTOMATIC):
+            if asked not in AUTOMATIC or not chosen:
                 raise ModelError(f"--engine {self.engine}: {reason}") from exc
             print(f"infill: warning: the ONNX Runtime engine failed ({reason}); using torch", file=sys.stderr)
             self.engine = "torch"
