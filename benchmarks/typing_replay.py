@@ -7,7 +7,9 @@ its indentation, through one `infill lsp` server over stdio (INFILL_THREADS=1) w
   pauses   the user types a word, then pauses: each character is one didChange (no request: the editor waits
            for a pause), and at the start of the line and after every word the editor asks for an inline
            completion and waits for the answer. A suggestion that completes the line exactly is accepted (the
-           characters it supplies are saved, the line is done); any other suggestion shown is wrong.
+           characters it supplies are saved, the line is done); any other suggestion shown is wrong. The keys
+           come all at once, unless --typing-ms spaces them as a person types: then the editor asks
+           DELAY_MS after the last key (as the Neovim plugin does), and the server has had the typing's time.
   keys     a key every --key-ms (150 ms): every key is a didChange and an inline completion request, and a
            request still unanswered when the next key comes is cancelled ($/cancelRequest), as editors do.
            After the last key of each word the user pauses; the answer to that key's request counts as in time
@@ -49,6 +51,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # the protocol client of the tests (tests/fixtures_lsp.py)
 
 IN_TIME = 0.3  # seconds from the last key to the answer
+DELAY_MS = 75.0  # pauses with --typing-ms: the editor asks this long after the last key (editors/nvim's delay)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -200,11 +203,13 @@ def _item(reply: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def type_with_pauses(
-    typist: Typist, lines: list[Line], totals: Totals, first: int = 0, through: bool = False
+    typist: Typist, lines: list[Line], totals: Totals, first: int = 0, through: bool = False, typing_ms: float = 0
 ) -> Totals:
     """Type `lines` (numbered from `first`) with a pause and a request at every word's end, into `totals`; with
     `through`, every line to its end, a right suggestion or not (the pauses after it are recorded for
-    `replayed`, not counted)."""
+    `replayed`, not counted). With `typing_ms`, a key every `typing_ms` and the request DELAY_MS after the
+    last one. A pause counts as a typeahead answer when no fill started after its last key (a fill the server
+    started on that key itself, a prefetch, is the model's answer)."""
     from fixtures_lsp import inline_params
 
     for index, line in enumerate(lines, start=first):
@@ -213,10 +218,16 @@ def type_with_pauses(
         totals.typed += len(line.content)
         typed, done = 0, False
         for end in word_ends(line.content):
+            before = typist.fills()
             while typed < end:
+                if typing_ms:
+                    time.sleep(typing_ms / 1000)
+                if typed == end - 1:
+                    before = typist.fills()
                 typist.key(uri, line, typed)
                 typed += 1
-            before = typist.fills()
+            if typing_ms and end:
+                time.sleep(DELAY_MS / 1000)
             started = time.perf_counter()
             reply = typist.client.request(
                 "textDocument/inlineCompletion", inline_params(uri, line.number, len(line.indent) + typed)
@@ -318,7 +329,7 @@ def report(name: str, totals: Totals, lines: int, threshold: float | None = None
     }
 
 
-def replayed(totals: Totals, lines: int, threshold: float) -> dict[str, Any]:
+def replayed(totals: Totals, lines: int, threshold: float, oracle: bool = False) -> dict[str, Any]:
     """The pauses' figures had the threshold been `threshold`: a pause's suggestion is shown when its confidence
     reaches it; the first right one shown ends its line. Only as good as the pauses recorded: without --through a
     line ended at a right suggestion the threshold would hide, and its later pauses are missing (an optimistic
@@ -326,7 +337,7 @@ def replayed(totals: Totals, lines: int, threshold: float) -> dict[str, Any]:
     saved = shown = right = 0
     done: set[int] = set()
     for p in sorted(totals.pauses + totals.after, key=lambda p: (p.line, p.typed)):
-        if p.line in done or p.text is None or (p.confidence or 0.0) < threshold:
+        if p.line in done or p.text is None or (p.confidence or 0.0) < threshold or (oracle and not p.right):
             continue
         shown += 1
         if p.right:
@@ -451,7 +462,12 @@ def main() -> None:
     parser.add_argument("--mode", default="pauses,keys", help="pauses, keys and/or blocks, comma-separated")
     parser.add_argument("--model", default="default")
     parser.add_argument("--threshold", type=float, default=None, help="the server's threshold [its default]")
-    parser.add_argument("--thresholds", default="", help="thresholds to replay the pauses at (comma-separated)")
+    parser.add_argument(
+        "--thresholds",
+        default="",
+        help="thresholds to replay the pauses at (comma-separated); 'oracle': a confidence that knew which "
+        "suggestions are right (the most a threshold could save; with --threshold 0 --through)",
+    )
     parser.add_argument("--settings", default="{}", help="more settings, as JSON (e.g. '{\"context\": false}')")
     parser.add_argument(
         "--variants",
@@ -470,7 +486,13 @@ def main() -> None:
         help="another checkout of infill (e.g. the main branch): every setting is also typed by a server running "
         "its code, in the same run, line by line in turn",
     )
-    parser.add_argument("--key-ms", type=float, default=150.0, help="milliseconds between keys [150]")
+    parser.add_argument("--key-ms", type=float, default=150.0, help="keys: milliseconds between keys [150]")
+    parser.add_argument(
+        "--typing-ms",
+        type=float,
+        default=0.0,
+        help=f"pauses: milliseconds between keys, and the request {DELAY_MS:g} ms after the last [0: all at once]",
+    )
     parser.add_argument("--blocks", type=int, default=30, help="block positions [30]")
     parser.add_argument("--block-lines", type=int, default=6, help="lines of a block at most [6]")
     parser.add_argument("--json", type=Path, help="write every pause's record here")
@@ -500,7 +522,7 @@ def main() -> None:
                 for i, line in enumerate(lines):
                     for typist, into in zip(typists, totals, strict=True):
                         if mode == "pauses":
-                            type_with_pauses(typist, [line], into, i, args.through)
+                            type_with_pauses(typist, [line], into, i, args.through, args.typing_ms)
                         else:
                             type_keys(typist, [line], args.key_ms / 1000, into, i)
                 for variant, source, into in zip(variants, sources, totals, strict=True):
@@ -512,11 +534,15 @@ def main() -> None:
                     key = mode if len(variants) == 1 else f"{mode} {label}"
                     records[key] = {"report": r, "pauses": [p.__dict__ for p in into.pauses]}
                     if mode == "pauses":
-                        for t in (float(x) for x in args.thresholds.split(",") if x):
-                            e = replayed(into, len(lines), t)
-                            records.setdefault("replayed", []).append({**e, "settings": variant})
+                        for t in (x for x in args.thresholds.split(",") if x):
+                            e = (
+                                replayed(into, len(lines), 0.0, True)
+                                if t == "oracle"
+                                else replayed(into, len(lines), float(t))
+                            )
+                            records.setdefault("replayed", []).append({**e, "settings": variant, "at": t})
                             print(
-                                f"  replayed at threshold {t:g}: saved {e['saved_share']:.1%}, shown {e['shown']}, "
+                                f"  replayed at threshold {t}: saved {e['saved_share']:.1%}, shown {e['shown']}, "
                                 f"right {e['right_share']:.0%}, wrong per line {e['wrong_per_line']:.2f}"
                             )
         finally:

@@ -172,6 +172,7 @@ def test_bad_settings_are_ignored_with_a_message_and_the_rest_applies(client: Ls
         ({"lines": 0}, '"lines"'),
         ({"lines": True}, '"lines"'),
         ({"context": "yes"}, '"context"'),
+        ({"prefetch": 1}, '"prefetch"'),
     ]:
         mark = client.mark()
         client.configure(bad)

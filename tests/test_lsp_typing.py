@@ -237,3 +237,58 @@ def test_a_burst_of_changes_never_gets_a_suggestion_for_an_older_version(client:
         for number in range(1, 400):
             release(gate, number)
         assert client.result("test/idle") == "idle"
+
+
+# --- prefetch: a typed change starts the completion before it is asked for ----------------------------------------
+
+
+def test_a_typed_change_is_filled_before_the_request_and_the_request_takes_that_fill(client: LspClient) -> None:
+    client.inline(URI, 1, 13)  # the model is loaded
+    client.change(URI, 2, [insert(2, 4, "t")])
+    calls = len(fills(client))
+    assert client.result("test/idle") == "idle"
+    assert len(fills(client)) == calls + 1  # filled on the change alone
+    calls = len(fills(client))
+    prefetched = client.inline(URI, 2, 5)["result"]
+    assert len(fills(client)) == calls  # the request's answer is that fill
+    client.configure({"prefetch": False})  # the negative control: the same typing, filled only when asked
+    client.open(URI, SOURCE)
+    client.change(URI, 2, [insert(2, 4, "t")])
+    assert client.result("test/idle") == "idle"
+    assert len(fills(client)) == calls
+    assert client.inline(URI, 2, 5)["result"] == prefetched  # the same answer
+    assert len(fills(client)) == calls + 1
+
+
+def test_a_paste_or_a_change_of_several_lines_is_not_prefetched(client: LspClient) -> None:
+    client.inline(URI, 1, 13)
+    calls = len(fills(client))
+    client.change(URI, 2, [insert(2, 4, "x = 1  # " + "pasted " * 30)])
+    client.change(URI, 3, [insert(1, 13, "\n    a = 1\n    b = 2")])
+    client.change(URI, 4, [insert(1, 13, "\n"), insert(2, 0, "    ")])  # two edits in one message
+    assert client.result("test/idle") == "idle"
+    assert len(fills(client)) == calls
+
+
+def test_a_request_while_its_prefetch_runs_waits_for_it_instead_of_filling_again(
+    client: LspClient, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    client.result("test/gate", {"path": str(gate)})
+    client.configure({"model": GATED_MODEL, "fill": {"decoder": "sequential"}})
+    try:
+        client.inline(URI, 0, 0)  # loads the model (a blank position: no fill)
+        calls = len(fills(client))
+        client.change(URI, 2, [insert(2, 4, "x")])
+        wait_until(lambda: started(gate) == 1, "the prefetch's first pass")
+        request = client.start("textDocument/inlineCompletion", inline_params(URI, 2, 5))
+        for number in range(1, 200):
+            release(gate, number)
+        (item,) = client.wait(request)["result"]["items"]
+        assert item["insertText"].startswith("x = 1234")  # the gated model's line, after the x typed
+        assert len(fills(client)) == calls + 1  # one fill answered both (a fill of its own would make it two)
+    finally:
+        for number in range(1, 400):
+            release(gate, number)
+        assert client.result("test/idle") == "idle"

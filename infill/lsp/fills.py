@@ -39,7 +39,7 @@ DEFAULT_LINES = 6  # lines of a multi-line suggestion at most
 EDITOR_MODEL = ModelSpec(engine="auto-int8")
 MAX_LINES = 50
 TOKENS_PER_LINE = 16  # a block's token budget per line
-KEYS = ("model", "threshold", "tokens", "decoder", "fill", "lines", "context")
+KEYS = ("model", "threshold", "tokens", "decoder", "fill", "lines", "context", "prefetch")
 # LSP language identifiers that are not infill's language names
 _LANGUAGE_IDS = {"typescriptreact": "tsx", "javascriptreact": "javascript", "python3": "python"}
 
@@ -60,12 +60,13 @@ class Settings:
     threshold: float = DEFAULT_THRESHOLD
     lines: int = DEFAULT_LINES  # a multi-line suggestion's lines at most (1: one line everywhere)
     context: bool = True  # lines of the other open and recently changed documents join retrieval's candidates
+    prefetch: bool = True  # a change typed starts the completion at the cursor it leaves, before it is asked for
 
     @classmethod
     def parse(cls, given: object) -> Settings:
-        """Settings from a client's JSON: {"model", "threshold", "tokens", "decoder", "lines", "context", "fill":
-        {any parameter of the server's fill method}}, flat or under an "infill" key, all of them (`merge` takes
-        some keys at a time). InputError names what is wrong."""
+        """Settings from a client's JSON: {"model", "threshold", "tokens", "decoder", "lines", "context",
+        "prefetch", "fill": {any parameter of the server's fill method}}, flat or under an "infill" key, all of
+        them (`merge` takes some keys at a time). InputError names what is wrong."""
         from infill.config import check_decode
         from infill.options import BY_NAME
         from infill.server.params import from_params
@@ -91,9 +92,10 @@ class Settings:
         lines = given.get("lines", DEFAULT_LINES)
         if isinstance(lines, bool) or not isinstance(lines, int) or not 1 <= lines <= MAX_LINES:
             raise InputError(f'"lines" must be a whole number from 1 to {MAX_LINES}')
-        context = given.get("context", True)
-        if not isinstance(context, bool):
-            raise InputError('"context" must be true or false')
+        context, prefetch = given.get("context", True), given.get("prefetch", True)
+        for name, flag in (("context", context), ("prefetch", prefetch)):
+            if not isinstance(flag, bool):
+                raise InputError(f'"{name}" must be true or false')
         unknown = sorted(set(params) - set(BY_NAME))
         if unknown:
             raise InputError(f"unknown fill parameter(s): {', '.join(map(str, unknown))}")
@@ -107,7 +109,7 @@ class Settings:
             raise InputError('"tokens" must be at least 1')
         options = replace(LSP_OPTIONS, **parts["options"])
         model = replace(EDITOR_MODEL, **parts["model"])
-        return cls(model, decode, options, float(threshold), lines, context)
+        return cls(model, decode, options, float(threshold), lines, context, prefetch)
 
 
 def merge(current: Mapping[str, Any], given: object) -> tuple[dict[str, Any], list[str]]:

@@ -15,6 +15,12 @@ response with its id. Messages are framed by infill.lsp.framing, which answers a
 reads on; a request before `initialize` is answered ServerNotInitialized, one after `shutdown` InvalidRequest.
 Documents over the size limit, with a lone UTF-16 surrogate, or out of step get no completions and one
 window/showMessage saying why.
+
+Prefetch: a change that looks typed (one edit of at most a line) starts, on the worker, the completion at the
+cursor it leaves, as if the client had asked for it (a client that asks only when typing stops, after its own
+delay, finds the fill under way, or done: its result waits in the typeahead cache). A request at that text and
+cursor waits for it instead of starting another; the next change cancels it as it cancels a request's fill, and
+its prompt pass is kept when the next fill's prompt is the same (typing on inside a word).
 """
 
 from __future__ import annotations
@@ -60,6 +66,20 @@ class RequestFailed(JsonRpcException):
 
 
 _RUNNING = threading.Lock()  # guards Job.running: a job is interrupted only while its own pass may be in flight
+
+
+PREFETCH_MOST = 120  # characters a change may insert and still be typing, not a paste
+
+
+@dataclass
+class Prefetched:
+    """A completion the server started on its own after a change (module docstring): for this text and cursor,
+    with these settings."""
+
+    text: str
+    offset: int
+    settings: fills.Settings
+    task: asyncio.Future[None]
 
 
 @dataclass
@@ -118,7 +138,8 @@ class InfillServer(LanguageServer):
         self.sent_settings: dict[str, Any] = {}  # what the client's settings say, merged key by key
         self.typeahead: dict[str, Typeahead] = {}  # by document
         self.ring = ContextRing()  # chunks of the open and recently changed documents
-        self.jobs: dict[Any, Job] = {}  # by request id
+        self.jobs: dict[Any, Job] = {}  # by request id (a prefetch's: ("prefetch", uri))
+        self.prefetched: dict[str, Prefetched] = {}  # by document: the last completion started on a change
         self.running: Job | None = None  # the job on the worker thread
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="infill-fill")
         self.told: set[str] = set()  # the documents (and languages) whose problem was told
@@ -185,16 +206,53 @@ class InfillServer(LanguageServer):
                 continue  # the document is marked broken (its next request says so) until a full text comes
         last = params.content_changes[-1] if params.content_changes else None
         if isinstance(last, lsp.TextDocumentContentChangePartial) and document.broken is None:
-            self.remember_context(document, last.range.start.line)
+            usable = self.remember_context(document, last.range.start.line)
+            if usable and len(params.content_changes) == 1:
+                self.prefetch(document, last)
 
-    def remember_context(self, document: Document, line: int) -> None:
+    def prefetch(self, document: Document, change: lsp.TextDocumentContentChangePartial) -> None:
+        """Start the completion at the cursor a typed change leaves (module docstring), when the settings ask for
+        it and the model is loaded (the caller knows the document can be filled)."""
+        from infill.core import cache
+
+        if not self.settings.prefetch or len(change.text) > PREFETCH_MOST or change.text.count("\n") > 1:
+            return
+        if cache.SHARED.held(self.settings.model) is None:
+            return
+        start = change.range.start  # where the edit began: the same line and character after it
+        try:
+            offset = document.offset(start.line, start.character, self.encoding) + len(change.text)
+        except PositionError:
+            return
+        version, uri = document.version, document.uri
+
+        async def warm() -> None:
+            if self.documents.get(uri) is not document or document.version != version:
+                return  # changed again before it started: that change started its own
+            try:
+                await self.complete(uri, self.position(document, offset), None, key=("prefetch", uri))
+            except (JsonRpcException, RequestCancelled):
+                pass  # the client's own request fills again and reports any problem
+            except Exception:  # noqa: BLE001 - a fault of the server's own: logged, never a reply to anyone
+                logger.exception("prefetch for %s failed", document_name(document))
+
+        task = asyncio.ensure_future(warm())
+        self.prefetched[uri] = Prefetched(document.text, offset, self.settings, task)
+
+    def remember_context(self, document: Document, line: int) -> bool:
         """Keep the chunk of `document` around `line` for the completions of other documents (not of a document
-        no fill would read)."""
-        if self.unusable(document) is None:
-            self.ring.take(document.uri, document.text, document.lines.starts, line)
+        no fill would read); whether it was kept (the document can be filled)."""
+        if self.unusable(document) is not None:
+            return False
+        self.ring.take(document.uri, document.text, document.lines.starts, line)
+        return True
 
     def closed(self, params: lsp.DidCloseTextDocumentParams) -> None:
+        for job in self.jobs.values():
+            if job.uri == params.text_document.uri and job.completion:
+                job.cancel("the document was closed")
         self.documents.pop(params.text_document.uri, None)
+        self.prefetched.pop(params.text_document.uri, None)
         self.typeahead.pop(params.text_document.uri, None)
         self.told.discard(params.text_document.uri)
 
@@ -235,10 +293,10 @@ class InfillServer(LanguageServer):
 
     # --- the worker -----------------------------------------------------------------------------------------
 
-    async def run(self, job: Job, work: Callable[[Callable[[dict[str, Any]], None]], T]) -> T:
-        """Run `work(on_progress)` on the worker thread; RequestCancelled when the job was cancelled (before it
-        started or between two forward passes)."""
-        key = self.protocol.msg_id
+    async def run(self, job: Job, work: Callable[[Callable[[dict[str, Any]], None]], T], key: Any = None) -> T:
+        """Run `work(on_progress)` on the worker thread, as the job of `key` (the request's id by default);
+        RequestCancelled when the job was cancelled (before it started or between two forward passes)."""
+        key = self.protocol.msg_id if key is None else key
         if job.completion:
             for other in self.jobs.values():
                 if other.completion:
@@ -309,8 +367,11 @@ class InfillServer(LanguageServer):
 
     # --- completions ----------------------------------------------------------------------------------------
 
-    async def complete(self, uri: str, position: lsp.Position, selected: lsp.SelectedCompletionInfo | None) -> Any:
-        """(snapshot, filled) for a completion at `position`, or None: nothing to show."""
+    async def complete(
+        self, uri: str, position: lsp.Position, selected: lsp.SelectedCompletionInfo | None, key: Any = None
+    ) -> Any:
+        """(snapshot, filled) for a completion at `position`, or None: nothing to show; `key` names a job that
+        is not the request's (a prefetch)."""
         document = self.document(uri)
         offset = self.offset(document, position)
         why = self.unusable(document)
@@ -321,6 +382,8 @@ class InfillServer(LanguageServer):
         typeahead = self.typeahead.setdefault(uri, Typeahead())
         if selected is None:  # the rest of a suggestion shown before, when what was typed since begins it
             known = typeahead.answer(document.text, offset)
+            if known is None and key is None and await self.prefetch_done(document, offset):
+                known = typeahead.answer(document.text, offset)  # the prefetch's answer
             if known is not None:
                 return (document, known) if known else None
         snapshot = Document(document.uri, document.language_id, document.version, document.text)
@@ -339,7 +402,7 @@ class InfillServer(LanguageServer):
         context = self.ring.texts(uri) if settings.context else ()
         job = Job(uri, completion=True, prompt=fills.prompt_key(snapshot, target, settings))
         try:
-            filled = await self.run(job, lambda check: fills.fill(snapshot, target, settings, check, context))
+            filled = await self.run(job, lambda check: fills.fill(snapshot, target, settings, check, context), key)
         except RequestCancelled:
             if job.why == "cancelled by the client":
                 raise JsonRpcRequestCancelled() from None
@@ -361,6 +424,19 @@ class InfillServer(LanguageServer):
             end = self.offset(document, selected.range.end)
             return document, fills.Filled(start, end, prefix + filled.text, filled.confidence)
         return document, filled
+
+    async def prefetch_done(self, document: Document, offset: int) -> bool:
+        """Wait for the prefetch under way at exactly this text and cursor (with the settings in force), if there
+        is one; whether the document is still that text (its answer, if it had one, is then in the typeahead
+        cache)."""
+        started = self.prefetched.get(document.uri)
+        if started is None or started.task.done() or started.offset != offset or started.settings is not self.settings:
+            return False
+        if started.text != document.text:
+            return False
+        version = document.version
+        await asyncio.shield(started.task)  # a cancelled request leaves it running: its answer stays useful
+        return self.documents.get(document.uri) is document and document.version == version
 
     # --- commands -------------------------------------------------------------------------------------------
 
