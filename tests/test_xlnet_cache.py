@@ -164,3 +164,59 @@ def test_beam_search_takes_one_pass_per_step_and_finds_the_same(pair: tuple[XLNe
     assert stats.nfe == 5 < reference.nfe  # one pass per position
     batched, stats = decode(plain, problem, beam, g)  # no cache: one full forward per hypothesis, counted so
     assert batched.tolist() == single.tolist() and stats.nfe == reference.nfe
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 1000), width=st.integers(2, 4))
+def test_beam_steps_reuse_their_branch_rows_and_stay_exact(
+    pair: tuple[XLNetAnySubset, XLNetAnySubset], seed: int, width: int
+) -> None:
+    """Beam search's passes step after step: each hypothesis extends a surviving one by a token (they part and
+    meet again, as beams do), each pass against every hypothesis's full forward, and each pass computes one new
+    row a hypothesis (the rows of earlier steps come from the branch store; rows all hypotheses come to share are
+    committed from it, without a pass of their own)."""
+    cached, plain = pair
+    cache = cached.cache
+    assert cache is not None
+    g = torch.Generator().manual_seed(seed)
+    layout = [False] * 3 + [True] * 8 + [False] * 3
+    base = torch.randint(0, MASK, (len(layout),), generator=g)
+    masked = torch.tensor([i for i, m in enumerate(layout) if m])
+    base[masked] = MASK
+    cached.draft(base, masked, 0, masked[:1])  # a new problem: the prompt's pass
+    hyps = [base.clone() for _ in range(width)]
+    for n in range(1, masked.shape[0]):
+        parents = torch.randint(0, width, (width,), generator=g).tolist() if n % 3 else [0] * width
+        hyps = [hyps[p].clone() for p in parents]
+        for h in hyps:
+            h[masked[n - 1]] = int(torch.randint(0, 3, (), generator=g))  # few tokens: paths meet again
+        before = cache.branch_rows
+        got = cached.draft_many(hyps, masked, [n] * width)
+        assert cache.branch_rows - before <= width  # at most the newest row of each hypothesis
+        for b, ids in enumerate(hyps):
+            assert close(got[b : b + 1], plain.draft(ids, masked, n, masked[n : n + 1]))
+
+
+def test_without_the_branch_store_every_step_computes_every_row(pair: tuple[XLNetAnySubset, XLNetAnySubset]) -> None:
+    """The negative control of the test above: with the store emptied before each pass, the rows computed grow
+    with the step (the same logits)."""
+    cached, plain = pair
+    cache = cached.cache
+    assert cache is not None
+    g = torch.Generator().manual_seed(3)
+    base = torch.randint(0, MASK, (12,), generator=g)
+    masked = torch.arange(2, 10)
+    base[masked] = MASK
+    cached.draft(base, masked, 0, masked[:1])
+    hyps = [base.clone() for _ in range(3)]
+    for b, h in enumerate(hyps):
+        h[masked[:5]] = torch.tensor([b, 1, 2, 3, 4])  # parted at the first token: nothing shared
+    counts = []
+    for n in range(1, 6):
+        cache._branch = {}
+        before = cache.branch_rows
+        got = cached.draft_many(hyps, masked, [n] * 3)
+        counts.append(cache.branch_rows - before)
+        for b, ids in enumerate(hyps):
+            assert close(got[b : b + 1], plain.draft(ids, masked, n, masked[n : n + 1]))
+    assert counts == [3, 6, 9, 12, 15]

@@ -114,6 +114,14 @@ class XLNetKVCache:
         self._kr_of: tuple[int, torch.device] | None = None  # the (N, device) they were computed for
         # drafts whose rows the last verify pass left at _R..: (committed tokens then, draft tokens)
         self._stash: tuple[list[int], list[int]] | None = None
+        # beam search's rows that are not committed (draft_many), kept for the problem: the row of the decoded
+        # tokens ranks 0..r (a path) by that path; keys (L, n, dh, cap), values (L, n, cap, dh), positions (cap,)
+        self._branch: dict[tuple[int, ...], int] = {}
+        self._bk: torch.Tensor | None = None
+        self._bv: torch.Tensor | None = None
+        self._bpos: torch.Tensor | None = None
+        self._bn = 0  # rows of the store in use
+        self.branch_rows = 0  # rows computed for the branches (for tests and benchmarks)
 
     # --- the fused pass ---------------------------------------------------------------------------
 
@@ -125,34 +133,45 @@ class XLNetKVCache:
         sees: torch.Tensor,
         bidirectional: bool = False,
         within: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        branches: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Content rows for `tokens` (G,) at `pos` (G,), rank-causal among themselves (all-visible when
         `bidirectional`: the prompt; `within` (G, G) bool when given: which new rows each new row sees), written at
         _R.._R+G-1 of every layer (the caller commits them or not; not written when `within` is given: such rows
         are never committed), and query rows for `targets` (k,); `sees` (k, G) bool says which new rows each query
-        row sees (every row sees the committed rows). Returns the targets' (k, V) logits."""
+        row sees (every row sees the committed rows). `branches` (rows (U,) of the branch store, (G+k, U) bool:
+        which of them each row sees) adds those rows as keys. Returns the targets' (k, V) logits and the new rows'
+        keys and values (L, n, dh, G), (L, n, G, dh)."""
         assert self._keys is not None and self._values is not None and self._pos is not None
         R, G, k, N = self._R, tokens.shape[0], targets.shape[0], self._N
         dev = tokens.device
+        keys, values, key_pos = list(self._keys), list(self._values), self._pos
+        if branches is not None:  # the branch rows after the buffer's (a copy of the buffers: beam search only)
+            assert self._bk is not None and self._bv is not None and self._bpos is not None
+            rows, _ = branches
+            bk, bv = self._bk[..., rows], self._bv[:, :, rows]
+            keys = [torch.cat([a, b], dim=-1) for a, b in zip(keys, bk, strict=True)]
+            values = [torch.cat([a, b], dim=-2) for a, b in zip(values, bv, strict=True)]
+            key_pos = torch.cat([key_pos, self._bpos[rows]])
+        M = key_pos.shape[0]  # keys before the new rows
         q_pos = torch.cat([pos, targets])  # (G+k,) the rows' positions
-        rel = (N - 1) - (q_pos[:, None] - torch.cat([self._pos, pos])[None])  # (G+k, N+G)
+        rel = (N - 1) - (q_pos[:, None] - torch.cat([key_pos, pos])[None])  # (G+k, M+G)
         if within is not None:
             blocked = torch.cat([~within, ~sees])  # (G+k, G)
         else:
             ones = torch.ones(G, G, dtype=torch.bool, device=dev)
             blocked = torch.cat([~ones if bidirectional else ~ones.tril(), ~sees])  # (G+k, G)
-        neg = torch.zeros(G + k, N + G, device=dev, dtype=self._keys.dtype)
+        neg = torch.zeros(G + k, M + G, device=dev, dtype=self._keys.dtype)
         neg[:, R:N] = -NEG  # buffer rows not committed
-        neg[:, N:] = blocked.to(neg.dtype) * -NEG
-        logits, new_k, new_v = self.engine(
-            tokens, targets, list(self._keys), list(self._values), self._kr, rel, neg
-        )  # (k, V), (L, n, dh, G), (L, n, G, dh)
-        if within is not None:
-            return logits
-        self._keys[..., R : R + G] = new_k
-        self._values[:, :, R : R + G] = new_v
-        self._pos[R : R + G] = pos
-        return logits
+        if branches is not None:
+            neg[:, N:M] = (~branches[1]).to(neg.dtype) * -NEG
+        neg[:, M:] = blocked.to(neg.dtype) * -NEG
+        logits, new_k, new_v = self.engine(tokens, targets, keys, values, self._kr, rel, neg)
+        if within is None:
+            self._keys[..., R : R + G] = new_k
+            self._values[:, :, R : R + G] = new_v
+            self._pos[R : R + G] = pos
+        return logits, new_k, new_v
 
     # --- cache maintenance ------------------------------------------------------------------------
 
@@ -179,6 +198,7 @@ class XLNetKVCache:
         self._R = 0
         self._tokens = []
         self._stash = None
+        self._branch, self._bn = {}, 0
         self._n_prompt = p_pos.shape[0]
         none = torch.zeros(0, dtype=torch.long, device=ids.device)
         logits = self._prefill(ids[p_pos], p_pos, none if targets is None else targets)
@@ -267,7 +287,7 @@ class XLNetKVCache:
         else:
             rows = pending
             sees = torch.ones(k, G, dtype=torch.bool, device=dev)
-        out = self._pass(ids[rows], rows, targets, sees)  # (k, V)
+        out = self._pass(ids[rows], rows, targets, sees)[0]  # (k, V)
         self._R += G
         self._tokens.extend(ids[pending].tolist())
         if verify:
@@ -279,9 +299,12 @@ class XLNetKVCache:
         is `logits(ids[b], masked, ns[b], masked[ns[b]:ns[b]+1], verify=False)`.
 
         The cache is synced to the decoded tokens every sequence shares (committed once); each sequence's other
-        decoded tokens are content rows of this pass, rank-causal among themselves and invisible to every other
-        sequence's rows, and each sequence's target is one query row that sees the committed rows and its own
-        sequence's rows. Those rows are not committed (the sequences part ways)."""
+        decoded tokens are branch rows: kept from an earlier pass where one computed them (the row of a decoded
+        path, rank-causal like a committed row, is the same whichever hypothesis holds it), else content rows of
+        this pass, rank-causal among themselves. A row sees the committed rows and its own sequence's rows only,
+        and each sequence's target is one query row that sees the committed rows and its own sequence's rows. So a
+        step of beam search computes about one new row a hypothesis, not all the rows it decoded since the
+        hypotheses parted."""
         tokens = [x[masked].tolist() for x in ids]
         shared = min(ns)
         for t in tokens[1:]:
@@ -291,22 +314,99 @@ class XLNetKVCache:
             shared = same
         pending = self._sync(ids[0], masked, shared)  # (G0,) shared decoded positions not in the cache yet
         if pending.shape[0]:  # commit them: every sequence would compute them again otherwise
-            empty = torch.zeros(0, dtype=torch.long, device=masked.device)
-            none = torch.zeros(0, pending.shape[0], dtype=torch.bool, device=masked.device)
-            self._pass(ids[0][pending], pending, empty, none)  # rank-causal, written at _R..: committed below
-            self._R += pending.shape[0]
-            self._tokens.extend(ids[0][pending].tolist())
+            self._commit(ids[0], pending, tokens[0])
         keep = len(self._tokens)
-        rows = [masked[keep:n] for n in ns]  # each sequence's decoded positions after the committed ones
+        dev = masked.device
+        kept: list[list[int]] = []  # each sequence's branch rows, in rank order
+        rows: list[torch.Tensor] = []  # each sequence's decoded positions to compute in this pass
+        for t, n in zip(tokens, ns, strict=True):
+            found: list[int] = []
+            while keep + len(found) < n:
+                row = self._branch.get(tuple(t[: keep + len(found) + 1]))
+                if row is None:
+                    break
+                found.append(row)
+            kept.append(found)
+            rows.append(masked[keep + len(found) : n])
         owner = torch.cat([torch.full((r.shape[0],), b, dtype=torch.long) for b, r in enumerate(rows)])  # (G,)
         rank = torch.cat([torch.arange(r.shape[0]) for r in rows])  # (G,)
         mates = owner[:, None] == owner[None, :]  # (G, G)
         within = mates & (rank[None, :] <= rank[:, None])  # a row sees its own sequence's earlier rows and itself
         sees = torch.arange(len(ids))[:, None] == owner[None, :]  # (B, G)
-        dev = masked.device
         new = torch.cat([x[r] for x, r in zip(ids, rows, strict=True)])  # (G,)
         targets = masked[torch.tensor(ns, device=dev)]  # (B,)
-        return self._pass(new, torch.cat(rows), targets, sees.to(dev), within=within.to(dev))  # (B, V)
+        used = sorted({row for found in kept for row in found})
+        branches = None
+        if used:
+            column = {row: j for j, row in enumerate(used)}
+            mine = torch.zeros(len(ids), len(used), dtype=torch.bool)  # (B, U) the rows on each sequence's path
+            for b, found in enumerate(kept):
+                mine[b, [column[row] for row in found]] = True
+            visible = torch.cat([mine[owner], mine])  # (G+B, U): new rows, then the query rows
+            branches = (torch.tensor(used, dtype=torch.long, device=dev), visible.to(dev))
+        positions = torch.cat(rows)
+        logits, new_k, new_v = self._pass(
+            new, positions, targets, sees.to(dev), within=within.to(dev), branches=branches
+        )  # (B, V), (L, n, dh, G), (L, n, G, dh)
+        self._keep_branches(tokens, rows, keep, kept, new_k, new_v, positions)
+        return logits
+
+    BRANCH_ROWS = 1024  # rows of the branch store before it starts again (about 25 MB at the default model's size)
+
+    def _keep_branches(
+        self,
+        tokens: list[list[int]],
+        rows: list[torch.Tensor],
+        keep: int,
+        kept: list[list[int]],
+        new_k: torch.Tensor,
+        new_v: torch.Tensor,
+        positions: torch.Tensor,
+    ) -> None:
+        """Store the rows a draft_many pass computed, each under its path (the decoded tokens up to its rank)."""
+        G = positions.shape[0]
+        if G == 0:
+            return
+        at = self._bn
+        if at + G > self.BRANCH_ROWS:
+            self._branch, at = {}, 0
+        if self._bk is None or self._bv is None or self._bpos is None or at + G > self._bk.shape[-1]:
+            cap = max(at + G, min(self.BRANCH_ROWS, max(64, 2 * (at + G))))
+            L, n, dh, _ = new_k.shape
+            bk = torch.zeros(L, n, dh, cap, dtype=new_k.dtype, device=new_k.device)
+            bv = torch.zeros(L, n, cap, dh, dtype=new_v.dtype, device=new_v.device)
+            bpos = torch.zeros(cap, dtype=torch.long, device=positions.device)
+            if at and self._bk is not None and self._bv is not None and self._bpos is not None:
+                bk[..., :at], bv[:, :, :at], bpos[:at] = self._bk[..., :at], self._bv[:, :, :at], self._bpos[:at]
+            self._bk, self._bv, self._bpos = bk, bv, bpos
+        self._bk[..., at : at + G] = new_k
+        self._bv[:, :, at : at + G] = new_v
+        self._bpos[at : at + G] = positions
+        j = at
+        for t, r, found in zip(tokens, rows, kept, strict=True):
+            for i in range(r.shape[0]):
+                self._branch[tuple(t[: keep + len(found) + i + 1])] = j
+                j += 1
+        self._bn = at + G
+        self.branch_rows += G
+
+    def _commit(self, ids: torch.Tensor, pending: torch.Tensor, tokens: list[int]) -> None:
+        """Commit the decoded positions `pending` (the next ranks after the committed ones) of `ids`: copied from
+        the branch store when a pass computed them there (the same rows), else computed in a pass of their own."""
+        assert self._keys is not None and self._values is not None and self._pos is not None
+        R, keep, G = self._R, len(self._tokens), pending.shape[0]
+        stored = [self._branch.get(tuple(tokens[: keep + i + 1])) for i in range(G)]
+        if self._bk is not None and self._bv is not None and all(row is not None for row in stored):
+            index = torch.tensor(stored, dtype=torch.long, device=pending.device)
+            self._keys[..., R : R + G] = self._bk[..., index]
+            self._values[:, :, R : R + G] = self._bv[:, :, index]
+            self._pos[R : R + G] = pending
+        else:
+            empty = torch.zeros(0, dtype=torch.long, device=pending.device)
+            none = torch.zeros(0, G, dtype=torch.bool, device=pending.device)
+            self._pass(ids[pending], pending, empty, none)  # rank-causal, written at _R..: committed below
+        self._R += G
+        self._tokens.extend(ids[pending].tolist())
 
     def verify_many(self, ids: list[torch.Tensor], masked: torch.Tensor, lengths: list[int]) -> torch.Tensor:
         """Oracle logits of the first lengths[b] positions of several fills of one problem in one pass (the
@@ -327,4 +427,4 @@ class XLNetKVCache:
         sees = (q_owner[:, None] == owner[None, :]) & (rank[None, :] < q_rank[:, None])  # (k, G)
         new = torch.cat([x[r] for x, r in zip(ids, rows, strict=True)])  # (G,)
         targets = torch.cat([masked[:m] for m in lengths])  # (k,)
-        return self._pass(new, torch.cat(rows), targets, sees.to(dev), within=within.to(dev))  # (k, V)
+        return self._pass(new, torch.cat(rows), targets, sees.to(dev), within=within.to(dev))[0]  # (k, V)
