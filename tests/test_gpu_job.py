@@ -52,23 +52,58 @@ def test_the_blocker_blocks(tmp_path: Path) -> None:
     assert done.returncode == 1 and "absent on the GPU machine" in done.stderr
 
 
+def _carry_two_heldout_files(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A carried held-out split (through `carry_corpus`, over a stale training split it must remove) of two files
+    the rehearsal's sample of this interpreter's site-packages takes: one at its own path, one edited a little
+    at another path. Returns the carry folder and the two files' module paths, which the job's corpus must
+    leave out."""
+    from infill.training.corpus import module_path, site_files
+    from infill.training.gpu_data import STALE_CARRY_TRAIN, UNSEEN_PACKAGES, carry_corpus, site_folders
+
+    smoke = Plan.smoke_plan(tmp_path, tmp_path, tmp_path)
+    allowed = (src for site in site_folders() for src in site_files(site) if src.package not in UNSEEN_PACKAGES)
+    sample = [src for src, _ in zip(allowed, range(smoke.max_files), strict=False)]
+    long = [src for src in sample if 3000 < src.path.stat().st_size < 100_000][:2]
+    assert len(long) == 2
+    same, edited = (src.path.read_text(encoding="utf-8") for src in long)
+    records = [
+        {"sha256": "a" * 64, "package": long[0].package, "path": str(long[0].path), "text": same},
+        {"sha256": "b" * 64, "package": "elsewhere", "path": "/old/lib/python3.9/site-packages/zz/copy.py",
+         "text": edited + "\n# an older version\n"},
+    ]  # fmt: skip
+    corpus, carry = tmp_path / "corpus", tmp_path / "carry"
+    corpus.mkdir()
+    (corpus / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    (corpus / "manifest.json").write_text('{"packages": []}', encoding="utf-8")
+    carry.mkdir()
+    (carry / STALE_CARRY_TRAIN).write_bytes(b"x" * 1000)
+    written = carry_corpus(corpus, carry, [])
+    assert not (carry / STALE_CARRY_TRAIN).exists() and written["heldout_files"] == 2
+    return carry, [module_path(src.path) for src in long]
+
+
 @pytest.mark.slow
 def test_smoke_rehearsal_end_to_end(tmp_path: Path) -> None:
-    """The rehearsal's trainers stop after the smoke plan's 20 steps (about 30 s in all on an idle 2-core
-    machine); the 3-minute deadline is only there so a loaded machine still trains a step before it."""
-    out, carry = tmp_path / "out", tmp_path / "no-carry"
+    """Both jobs side by side (`--job both`): the AS-ARM continues the shipped model at the batch the probe
+    measured best, and the block-diffusion model trains beside it; the trainers stop after the smoke plan's 20
+    steps (about a minute in all on an idle 2-core machine); the 3-minute deadline is only there so a loaded
+    machine still trains a step before it. The corpus leaves out both versions of the carried held-out files."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    carry, reserved = _carry_two_heldout_files(tmp_path)
     env = _gpu_like_env(tmp_path)
     done = subprocess.run(
         [
             "bash",
             str(ROOT / "scripts" / "gpu_job.sh"),
             "--smoke",
+            "--job",
+            "both",
             "--minutes",
             "3",
             "--out",
             str(out),
             "--work",
-            str(tmp_path / "work"),
+            str(work),
             "--carry",
             str(carry),
         ],  # fmt: skip
@@ -81,6 +116,12 @@ def test_smoke_rehearsal_end_to_end(tmp_path: Path) -> None:
     assert "no failures" in done.stdout
     assert "held-out NLL" in done.stdout and "machine corpus:" in done.stdout
     assert "asarm: checkpoint step " in done.stdout and "blockdiff: saved " in done.stdout  # both trained
+    assert "model: continuing " in done.stdout and "batch probe: batch " in done.stdout
+    assert "2 versions of the 2 carried held-out files left out" in done.stdout
+    assert "of 2 files (the shipped corpus)" in done.stdout
+    trained = [json.loads(x)["path"] for split in ("train", "heldout")
+               for x in (work / "corpus" / f"{split}.jsonl").read_text().splitlines()]  # fmt: skip
+    assert trained and not any(p.endswith(r) for p in trained for r in reserved)
     files = [f for f in out.rglob("*") if f.is_file()]
     assert 0 < len(files) <= MAX_FILES
     for f in files:
@@ -93,7 +134,7 @@ def test_smoke_rehearsal_end_to_end(tmp_path: Path) -> None:
         tar.extractall(tmp_path / "back", filter="data")
     with tarfile.open(out / "job.tar") as tar:
         names = tar.getnames()
-    assert {"summary.txt", "asarm.log", "blockdiff.log", "machine-corpus-manifest.json"} <= set(names)
+    assert {"summary.txt", "asarm.log", "blockdiff.log", "machine-corpus-manifest.json", "profile.txt"} <= set(names)
     # what came back loads with --model and fills, through the CLI (in this process: the job's own processes
     # were the rehearsal)
     from fixtures_cli import fill_in_process
@@ -107,13 +148,14 @@ def test_smoke_rehearsal_end_to_end(tmp_path: Path) -> None:
 
 
 def test_tracked_tree_fits_a_gpu_call() -> None:
-    """A call carries the working tree (64 MiB at most, the carried corpus included): the tracked files stay
-    under 60 MiB, so a bigger model cannot end every later GPU call."""
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    paths = [ROOT / p for p in listed.decode().split("\0") if p]
-    total = sum(p.stat().st_size for p in paths if p.is_file())
-    assert len(paths) > 100
-    assert total <= 60 * 2**20, f"tracked tree {total / 2**20:.1f} MiB"
+    """A call carries the working tree and the carry folder (64 MiB at most): the tracked files stay under 60
+    MiB, so a bigger model cannot end every later GPU call, and the carry (a held-out split of about 1 MB) fits
+    beside them."""
+    from infill.commands.train_gpu import CALL_MIB, tracked_bytes
+
+    total = tracked_bytes(ROOT)
+    assert total is not None and total > 10 * 2**20
+    assert total <= (CALL_MIB - 4) * 2**20, f"tracked tree {total / 2**20:.1f} MiB"
 
 
 def test_the_compute_estimate_picks_within_budget_and_compute(tmp_path: Path) -> None:
@@ -137,3 +179,36 @@ def test_the_estimates_parameter_count_is_the_models() -> None:
                                           d_inner=shape.d_inner))  # fmt: skip
         real = sum(p.numel() for p in model.parameters())
         assert abs(shape.params() - real) / real < 0.01, (shape, real)
+
+
+def test_the_job_continues_the_shipped_model_unless_asked_not_to(tmp_path: Path) -> None:
+    from infill.training.gpu_data import WEIGHTS
+    from infill.training.gpu_job import plan_for
+    from infill.training.gpu_plan import folder_shape
+
+    plan = plan_for(tmp_path, tmp_path, tmp_path, smoke=False)
+    assert plan.init == WEIGHTS / "default" and plan.job == "asarm" and plan.asarm and not plan.blockdiff
+    shape, note = choose_shape(plan, 400.0)
+    assert shape == folder_shape(WEIGHTS / "default") and "continuing" in note
+    assert shape.params() * 2 <= plan.max_mb * 1e6  # the continued model still fits the tree's budget
+    assert plan.schedule() == (plan.init_lr, plan.init_warmup)
+    fresh = plan_for(tmp_path, tmp_path, tmp_path, smoke=False, from_scratch=True, job="both")
+    assert fresh.init is None and fresh.asarm and fresh.blockdiff
+    assert "bound by" in choose_shape(fresh, 400.0)[1] and fresh.schedule() == (fresh.lr, fresh.warmup)
+
+
+def test_the_probe_takes_the_smallest_batch_near_the_fastest(tmp_path: Path) -> None:
+    """A GPU that waits on Python trains 4x the positions at 4x the batch: the larger batch is taken, its learning
+    rate scaled by the square root of the ratio and its warm-up kept in positions; a GPU whose own work binds
+    gains little from a larger batch, so the smaller is kept; nothing measured: the plan's own batch."""
+    from infill.training.gpu_probe import choose
+
+    plan = Plan(tmp_path, tmp_path, tmp_path, init=tmp_path)  # continuing: lr 5e-4, warm-up 100 at batch 64
+    launch_bound = choose(plan, {64: 200e3, 128: 390e3, 256: 760e3}, "; 512: out of memory")
+    assert launch_bound.batch_size == 256
+    assert abs(launch_bound.lr - 2 * plan.init_lr) < 1e-12 and launch_bound.warmup == 25
+    assert "512: out of memory" in launch_bound.note
+    gpu_bound = choose(plan, {64: 200e3, 128: 210e3, 256: 215e3})
+    assert gpu_bound.batch_size == 64 and gpu_bound.lr == plan.init_lr and gpu_bound.warmup == plan.init_warmup
+    nothing = choose(plan, {}, "; the probe failed: RuntimeError")
+    assert nothing.batch_size == plan.batch_size and "probe failed" in nothing.note

@@ -28,7 +28,18 @@ CARRY = Path("gpu")
 @click.option("--minutes", type=FiniteFloatRange(0.5, 60), default=None, help="Wall-clock budget [default: 9].")
 @click.option("--max-mb", type=FiniteFloatRange(1), default=None, help="Size budget of the AS-ARM's bf16 weights.")
 @click.option("--tflops", type=FiniteFloatRange(1), default=None, help="Throughput the compute estimate assumes.")
-@click.option("--no-blockdiff", is_flag=True, help="Train the AS-ARM alone.")
+@click.option(
+    "--job",
+    type=click.Choice(["asarm", "blockdiff", "both"]),
+    default="asarm",
+    show_default=True,
+    help="Which model to train: the AS-ARM alone, the block-diffusion model alone, or both side by side.",
+)
+@click.option(
+    "--from-scratch",
+    is_flag=True,
+    help="A fresh AS-ARM of the shape the compute estimate picks, instead of continuing the shipped one.",
+)
 def gpu_job(
     out: Path | None,
     work: Path | None,
@@ -37,10 +48,12 @@ def gpu_job(
     minutes: float | None,
     max_mb: float | None,
     tflops: float | None,
-    no_blockdiff: bool,
+    job: str,
+    from_scratch: bool,
 ) -> None:
-    """Build a corpus here, train the AS-ARM and the block-diffusion model on this machine's GPU before a
-    deadline, and write bf16 weights small enough to bring back (exit 1 when a stage failed)."""
+    """Build a corpus here, continue the shipped AS-ARM (or train the block-diffusion model, or both) on this
+    machine's GPU before a deadline, and write bf16 weights small enough to bring back (exit 1 when a stage
+    failed)."""
     import os
     import tempfile
 
@@ -53,10 +66,11 @@ def gpu_job(
         work,
         carry,
         smoke,
+        from_scratch,
         minutes=minutes,
         max_mb=max_mb,
         tflops=tflops,
-        blockdiff=False if no_blockdiff else None,
+        job=job,
     )
     sys.exit(run(plan))
 
@@ -65,11 +79,33 @@ def gpu_job(
 @path_option("--corpus", exists=True, file_okay=False, default=Path("runs/corpus"))
 @click.option("--out", type=NonEmptyPath(path_type=Path, file_okay=False), default=CARRY)
 def gpu_carry(corpus: Path, out: Path) -> None:
-    """Write what `infill train gpu-job` takes along: the corpus's splits compressed, its manifest, and the
-    evaluation problems it must not train on."""
+    """Write what `infill train gpu-job` takes along: the corpus's held-out split compressed, its manifest, and
+    the evaluation problems it must not train on; says what a call would carry (the limit is 64 MiB)."""
     import json
 
     from infill.evaluation.humaneval import humaneval_problems
     from infill.training.gpu_data import carry_corpus
 
-    click.echo(json.dumps(carry_corpus(corpus, out, humaneval_problems())))
+    written = carry_corpus(corpus, out, humaneval_problems())
+    tracked = tracked_bytes(Path(__file__).resolve().parents[2])
+    if tracked is not None:
+        travels = (tracked + sum(f.stat().st_size for f in out.rglob("*") if f.is_file())) / 2**20
+        written["call_mib"] = round(travels, 1)
+        if travels > CALL_MIB:
+            click.echo(f"infill: warning: a call would carry {travels:.1f} MiB (limit {CALL_MIB})", err=True)
+    click.echo(json.dumps(written))
+
+
+CALL_MIB = 64  # what one call to a lent GPU machine carries: the tracked tree and the carry folder
+
+
+def tracked_bytes(root: Path) -> int | None:
+    """Bytes of the files git tracks under `root` (None: not a git checkout)."""
+    import subprocess
+
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    paths = [root / p for p in listed.decode("utf-8", "replace").split("\0") if p]
+    return sum(p.stat().st_size for p in paths if p.is_file())

@@ -19,36 +19,36 @@ from infill.training.gpu_plan import Plan, Report
 if TYPE_CHECKING:
     from infill.training.dedup import Problem
 
-CARRY_TRAIN = "corpus-train.jsonl.xz"
+STALE_CARRY_TRAIN = "corpus-train.jsonl.xz"
 CARRY_HELDOUT = "corpus-heldout.jsonl.xz"
 CARRY_MANIFEST = "corpus-manifest.json"
 CARRY_PROBLEMS = "problems.jsonl"
 WEIGHTS = Path(__file__).resolve().parent.parent / "weights"  # the shipped models (tokenizer, blockdiff init)
+UNSEEN_PACKAGES = ("pygls", "lsprotocol")  # the code the typing benchmark types: no model may have seen it
 
 
-def carry_corpus(
-    corpus: Path, carry: Path, problems: Sequence[Problem], max_package_bytes: int = 6_000_000
-) -> dict[str, Any]:
-    """Write what travels with the job: the corpus's training split (at most `max_package_bytes` per package, as
-    every trainer reads it) and its held-out split as xz-compressed JSON lines, its manifest (whose packages the
-    job leaves out of the lent machine's corpus), and the evaluation `problems` the job's contamination check
-    removes (`infill train gpu-carry` gives HumanEval's)."""
-    from infill.training.corpus import balanced_records, read_split
+def carry_corpus(corpus: Path, carry: Path, problems: Sequence[Problem]) -> dict[str, Any]:
+    """Write what travels with the job: the corpus's held-out split as xz-compressed JSON lines (the held-out
+    loss is measured on it, and the lent machine's corpus leaves out every version of its files), its manifest,
+    and the evaluation `problems` the job's contamination check removes (`infill train gpu-carry` gives
+    HumanEval's). The training split stays here: with the shipped weights in the tree it would not fit in a
+    call (the lent machine builds its own from the same kinds of sources)."""
+    from infill.training.corpus import read_split
 
     carry.mkdir(parents=True, exist_ok=True)
-    sizes = {}
-    for name, records in (
-        (CARRY_TRAIN, balanced_records(corpus, "train", max_package_bytes)),
-        (CARRY_HELDOUT, sorted(read_split(corpus, "heldout"), key=lambda r: r["sha256"])),
-    ):
-        with lzma.open(carry / name, "wt", encoding="utf-8", preset=6) as f:
-            for r in records:
-                f.write(json.dumps({"sha256": r["sha256"], "package": r["package"], "text": r["text"]}) + "\n")
-        sizes[name] = round((carry / name).stat().st_size / 1e6, 2)
+    (carry / STALE_CARRY_TRAIN).unlink(missing_ok=True)  # an earlier layout's training split: 27 MB
+    records = sorted(read_split(corpus, "heldout"), key=lambda r: r["sha256"])
+    with lzma.open(carry / CARRY_HELDOUT, "wt", encoding="utf-8", preset=6) as f:
+        for r in records:
+            f.write(json.dumps({k: r[k] for k in ("sha256", "package", "path", "text")}) + "\n")
     shutil.copyfile(corpus / "manifest.json", carry / CARRY_MANIFEST)
     lines = "".join(json.dumps(asdict(p)) + "\n" for p in problems)
     (carry / CARRY_PROBLEMS).write_text(lines, encoding="utf-8")
-    return {"megabytes": sizes, "problems": len(problems)}
+    return {"heldout_files": len(records), "problems": len(problems), "megabytes": round(folder_bytes(carry) / 1e6, 2)}
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
 def read_carried(path: Path) -> list[dict[str, str]]:
@@ -60,14 +60,13 @@ def read_carried(path: Path) -> list[dict[str, str]]:
 
 
 def excluded_packages(carry: Path) -> list[str]:
-    """The packages the lent machine's corpus leaves out: every package of the carried corpus (its training
-    split travels; its held-out files must not be trained on in another version), else of the shipped
-    model's corpus, and the standard library."""
-    manifest = carry / CARRY_MANIFEST
-    if not manifest.exists():
-        manifest = WEIGHTS / "default" / "manifest.json"
-    packages = json.loads(manifest.read_text(encoding="utf-8"))["packages"]
-    return sorted({str(p["package"]) for p in packages} | {"python-stdlib"})
+    """The packages the lent machine's corpus leaves out: those of the typing benchmark, and, when no held-out
+    split was carried (so its files cannot be left out one by one), every package of the shipped model's corpus
+    and the standard library."""
+    if (carry / CARRY_HELDOUT).exists():
+        return sorted(UNSEEN_PACKAGES)
+    packages = json.loads((WEIGHTS / "default" / "manifest.json").read_text(encoding="utf-8"))["packages"]
+    return sorted({str(p["package"]) for p in packages} | {"python-stdlib"} | set(UNSEEN_PACKAGES))
 
 
 def site_folders() -> list[Path]:
@@ -93,23 +92,27 @@ def machine_corpus(plan: Plan, report: Report) -> Path:
     problems = []
     if problems_file.exists():
         problems = [Problem(**json.loads(x)) for x in problems_file.read_text(encoding="utf-8").splitlines() if x]
+    held = read_carried(plan.carry / CARRY_HELDOUT)
     sites = site_folders()
-    if plan.max_files:  # the rehearsal: a sample of the site's files
-        sites = [_sample_site(sites, plan.work / "site-sample", plan.max_files, excluded_packages(plan.carry))]
+    if plan.max_files:  # the rehearsal: a sample of the site's files, no standard library
+        sample = plan.work / "site-sample" / "site-packages"
+        sites = [_sample_site(sites, sample, plan.max_files, excluded_packages(plan.carry))]
     manifest = build_corpus(
         folder,
         site=sites,
         problems=problems,
         exclude_packages=excluded_packages(plan.carry),
-        include_stdlib=False,
+        include_stdlib=not plan.max_files,
         workers=plan.workers or os.cpu_count() or 1,
         log=False,
+        reserved=[(r.get("path") or r["sha256"], r["text"]) for r in held],
     )
     totals = manifest["totals"]
     assert isinstance(totals, dict)
     report.facts["machine corpus"] = (
         f"{totals['files']} files, {totals['bytes'] / 1e6:.1f} MB from {len(manifest['packages'])} packages "  # type: ignore[arg-type]
         f"({totals['near_duplicates']} near and {totals['duplicates']} exact duplicates dropped; "
+        f"{totals['reserved']} versions of the {len(held)} carried held-out files left out; "
         f"{len(problems)} HumanEval problems checked, {totals['contaminated']} files removed)"
     )
     return folder
@@ -167,22 +170,22 @@ def tokenize_parallel(tokenizer_json: Path, texts: list[str], workers: int) -> A
 
 
 def build_pack(plan: Plan, report: Report, tokenizer_json: Path) -> Path:
-    """The pack both trainers read: the carried training split and the lent machine's corpus as one token
-    stream, and the carried held-out split (else the machine corpus's) as the held-out stream."""
+    """The pack both trainers read: the training split of the lent machine's corpus as one token stream, and the
+    carried held-out split (else the machine corpus's) as the held-out stream."""
     from infill.training.corpus import balanced_records, read_split
     from infill.training.streams import write_pack
 
     t0 = time.time()
-    carried = read_carried(plan.carry / CARRY_TRAIN)
     held = read_carried(plan.carry / CARRY_HELDOUT)
     if plan.max_files:  # the rehearsal: a sample
-        carried, held = carried[: plan.max_files], held[: plan.max_files // 4]
-    report.stage("read carried corpus", t0)
+        held = held[: max(1, plan.max_files // 4)]
+    carried = bool(held)
+    report.stage("read carried held-out split", t0)
     t0 = time.time()
     machine = machine_corpus(plan, report)
     report.stage("build machine corpus", t0)
     t0 = time.time()
-    texts = [r["text"] for r in carried] + [r["text"] for r in balanced_records(machine, "train", 6_000_000)]
+    texts = [r["text"] for r in balanced_records(machine, "train", 6_000_000)]
     if not held:
         held = sorted(read_split(machine, "heldout"), key=lambda r: r["sha256"])
     workers = plan.workers or os.cpu_count() or 1
@@ -195,15 +198,14 @@ def build_pack(plan: Plan, report: Report, tokenizer_json: Path) -> Path:
         train,
         heldout,
         {
-            "carried_files": len(carried),
-            "machine_files": len(texts) - len(carried),
+            "machine_files": len(texts),
             "heldout_files": len(held),
-            "heldout_from": "carried corpus" if (plan.carry / CARRY_HELDOUT).exists() else "machine corpus",
+            "heldout_from": "carried corpus" if carried else "machine corpus",
         },
     )
     report.facts["training tokens"] = (
-        f"{len(train):,} from {len(texts):,} files ({len(carried):,} carried); held-out {len(heldout):,} tokens "
-        f"of {len(held)} files ({'the shipped corpus' if (plan.carry / CARRY_HELDOUT).exists() else 'this machine'})"
+        f"{len(train):,} from {len(texts):,} files; held-out {len(heldout):,} tokens of {len(held)} files "
+        f"({'the shipped corpus' if carried else 'this machine'})"
     )
     report.facts["pack"] = meta
     return plan.work / "pack.npz"

@@ -1,6 +1,6 @@
-"""One GPU loan, one call: build a corpus on the lent machine, tokenize it on every core, train the AS-ARM and the
-block-diffusion model side by side on its one GPU before a deadline, and leave bf16 weights small enough to come
-back in the job's output folder (docs/training.md, "A GPU loan in one call").
+"""One GPU loan, one call: build a corpus on the lent machine, tokenize it on every core, continue the shipped
+AS-ARM on its one GPU (or train the block-diffusion model, or both side by side) before a deadline, and leave
+bf16 weights small enough to come back in the job's output folder (docs/training.md, "A GPU loan in one call").
 
 The lent machine is bare (no tree-sitter, pyflakes or pygls, nothing installable) and only a few files come
 back, so the job imports only the training modules and writes at most `MAX_FILES` files of at most
@@ -9,16 +9,20 @@ back, so the job imports only the training modules and writes at most `MAX_FILES
     OUT/default/          the AS-ARM as a model folder `--model` loads (config, tokenizer, index, bf16 shards);
                           its config's provenance holds the run's state, and `--init OUT/default` continues it
     OUT/blockdiff.tar     the block-diffusion folder (bf16 weights), to unpack beside the shipped one
-    OUT/job.tar           the summary, both trainers' logs, the corpus manifest and the plan
+    OUT/job.tar           the summary, the trainers' logs, the batch probe's profile, the corpus manifest, the plan
 
-Data. Two sources, deduplicated apart by construction: the training split of the corpus the shipped models were
-trained on, carried compressed (`carry_corpus`, a few tens of MB), and the Python sources of the lent machine's
-own site-packages, minus every package the carried corpus lists (so no file of its held-out split, nor another
-version of one, is trained on) and minus the standard library (it has held-out files too). The held-out loss
-is measured on the carried held-out split, the windows the shipped model's figures use.
+Data. The Python sources of the lent machine (its standard library and site-packages, by the corpus rules),
+leaving out every version of the carried held-out split's files (same module path, or a near duplicate:
+`build_corpus(reserved=...)`) and the typing benchmark's packages. Only the held-out split travels (under
+1 MB: the call carries the tracked tree too, and 64 MiB in all); the held-out loss is measured on it, the
+windows the shipped model's figures use.
+
+Model. By default the AS-ARM continues the shipped default model (its shape, re-warmed to half the first run's
+learning rate); `from_scratch` trains a fresh one of the shape the compute estimate picks. The batch is
+measured on the lent GPU first (infill.training.gpu_probe).
 
 `--smoke` runs the same stages on the CPU with tiny settings, the trainers stopping after a few steps or at the
-deadline, whichever comes first (CI rehearses the job with it: well under a minute on an idle machine).
+deadline, whichever comes first (CI rehearses the job with it: about a minute on an idle machine).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 from infill.errors import InputError
 from infill.training.gpu_data import WEIGHTS, build_pack
 from infill.training.gpu_plan import Plan, Report, Shape, choose_shape, say
+from infill.training.gpu_probe import Choice, choose, probe
 
 MAX_FILES = 8  # what a call brings back from its output folder
 MAX_FILE_MB = 15.0  # MiB per file (the limit is 16)
@@ -55,18 +60,19 @@ def _infill(*args: str) -> list[str]:
 
 
 def asarm_command(
-    plan: Plan, pack: Path, tokenizer_json: Path, shape: Shape, minutes: float, until: float
+    plan: Plan, pack: Path, tokenizer_json: Path, shape: Shape, choice: Choice, minutes: float, until: float
 ) -> list[str]:
     run = plan.work / "asarm"
+    init = ["--init", str(plan.init)] if plan.init is not None else []
     return _infill(
         "train", "asarm", "--device", plan.device, "--corpus", str(pack), "--tokenizer", str(tokenizer_json),
-        "--run-dir", str(run), "--no-resume", "--minutes", f"{minutes:.3f}",
+        "--run-dir", str(run), "--no-resume", *init, "--minutes", f"{minutes:.3f}",
         "--until", _utc(until),
         "--layers", str(shape.layers), "--d-model", str(shape.d_model), "--heads", str(shape.heads),
-        "--d-inner", str(shape.d_inner), "--seq-len", str(plan.seq_len), "--batch-size", str(plan.batch_size),
-        "--lr", str(plan.lr), "--warmup", str(plan.warmup), "--checkpoint-minutes", "3",
+        "--d-inner", str(shape.d_inner), "--seq-len", str(plan.seq_len), "--batch-size", str(choice.batch_size),
+        "--lr", f"{choice.lr:.3g}", "--warmup", str(choice.warmup), "--checkpoint-minutes", "3",
         "--eval-sequences", "8" if plan.smoke else "64", "--log-every", "5" if plan.smoke else "50",
-        "--data-workers", "2" if plan.smoke else "4",
+        "--data-workers", "2" if plan.smoke else "6",
         "--threads", "1" if plan.smoke else "4", "--seed", str(plan.seed), "--steps", str(plan.steps),
     )  # fmt: skip
 
@@ -169,11 +175,12 @@ def pack_blockdiff(plan: Plan, report: Report) -> None:
 
 
 def pack_job(plan: Plan, report: Report, summary: str) -> None:
-    """OUT/job.tar: summary, logs, the machine corpus's manifest and the plan."""
+    """OUT/job.tar: summary, logs, the batch probe's profile, the machine corpus's manifest and the plan."""
     (plan.work / "summary.txt").write_text(summary, encoding="utf-8")
     (plan.work / "plan.json").write_text(json.dumps(asdict(plan), default=str, indent=1), encoding="utf-8")
     with tarfile.open(plan.out / "job.tar", "w") as tar:
-        for f in [plan.work / "summary.txt", plan.work / "plan.json", *sorted((plan.work / "logs").glob("*.log"))]:
+        logs = [*sorted((plan.work / "logs").glob("*.log")), *(plan.work / "logs").glob("profile.txt")]
+        for f in [plan.work / "summary.txt", plan.work / "plan.json", *logs]:
             tar.add(f, arcname=f.name)
         manifest = plan.work / "corpus" / "manifest.json"
         if manifest.exists():
@@ -236,25 +243,37 @@ def run(plan: Plan) -> int:
     pack = build_pack(plan, report, tokenizer_json)
     say("; ".join(f"{k}: {v}" for k, v in report.facts.items() if k != "pack"))
     train_until = deadline - plan.reserve_s
-    startup = 10.0 if plan.smoke else 40.0  # loading the pack and building the model, before the clock starts
-    minutes = max(0.1, (train_until - time.time() - startup) / 60)
-    shape, note = choose_shape(plan, minutes * 60)
-    report.facts["compute estimate"] = note
-    say(note)
-    commands = {"asarm": asarm_command(plan, pack, tokenizer_json, shape, minutes, train_until)}
+    commands = {}
+    if plan.asarm:
+        shape, note = choose_shape(plan, max(6.0, train_until - time.time() - 60.0))
+        report.facts["compute estimate" if plan.init is None else "model"] = note
+        say(note)
+        t0 = time.time()
+        try:
+            choice = probe(plan, pack, tokenizer_json, shape, report)
+        except Exception as exc:  # the trainer may still run at the plan's batch; it says why if not
+            report.failures.append(f"batch probe: {type(exc).__name__}: {exc}")
+            choice = choose(plan, {}, f"; the probe failed: {type(exc).__name__}")
+        say(choice.note)
+        report.stage("batch probe", t0)
+        minutes = _training_minutes(plan, train_until)
+        commands["asarm"] = asarm_command(plan, pack, tokenizer_json, shape, choice, minutes, train_until)
     if plan.blockdiff:
-        commands["blockdiff"] = blockdiff_command(plan, pack, tokenizer_json, minutes, train_until)
+        commands["blockdiff"] = blockdiff_command(plan, pack, tokenizer_json, _training_minutes(plan, train_until),
+                                                  train_until)  # fmt: skip
     t0 = time.time()
     run_trainers(commands, plan.work / "logs", train_until + 20, report)
     report.stage("train", t0)
     t0 = time.time()
-    export_asarm(plan, pack, tokenizer_json, report)
+    if plan.asarm:
+        export_asarm(plan, pack, tokenizer_json, report)
     if plan.blockdiff:
         pack_blockdiff(plan, report)
-    try:
-        heldout_check(plan, pack, report)
-    except Exception as exc:  # the weights came back; the check is a summary line
-        report.failures.append(f"held-out check: {type(exc).__name__}: {exc}")
+    if plan.asarm:
+        try:
+            heldout_check(plan, pack, report)
+        except Exception as exc:  # the weights came back; the check is a summary line
+            report.failures.append(f"held-out check: {type(exc).__name__}: {exc}")
     report.stage("export and check", t0)
     pack_job(plan, report, summary_text(plan, report, started))
     report.failures += check_out(plan.out)
@@ -264,6 +283,16 @@ def run(plan: Plan) -> int:
     return 1 if report.failures else 0
 
 
-def plan_for(out: Path, work: Path, carry: Path, smoke: bool, **overrides: Any) -> Plan:
+def _training_minutes(plan: Plan, train_until: float) -> float:
+    """The trainers' budget: what is left before `train_until`, less their start (loading the pack, building the
+    model) before their clocks start."""
+    startup = 10.0 if plan.smoke else 40.0
+    return max(0.1, (train_until - time.time() - startup) / 60)
+
+
+def plan_for(out: Path, work: Path, carry: Path, smoke: bool, from_scratch: bool = False, **overrides: Any) -> Plan:
+    """The full plan or the rehearsal's, with `overrides` (None: the plan's own). The AS-ARM continues the
+    shipped default model unless `from_scratch`."""
     base = Plan.smoke_plan(out, work, carry) if smoke else Plan(out, work, carry)
+    base = replace(base, init=None if from_scratch else WEIGHTS / "default")
     return replace(base, **{k: v for k, v in overrides.items() if v is not None})

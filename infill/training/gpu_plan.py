@@ -53,14 +53,18 @@ class Plan:
     device: str = "cuda"
     workers: int = 0  # 0: every core
     smoke: bool = False
+    job: str = "asarm"  # which trainers: "asarm", "blockdiff" or "both" (side by side on the one GPU)
+    init: Path | None = None  # the AS-ARM folder to continue (its shape); None: a fresh model the estimate sizes
     max_files: int = 0  # 0: every file of the lent machine's packages
     max_mb: float = 38.0  # the AS-ARM's bf16 weights at most this many MB (the tracked tree's budget)
     tflops: float = 30.0  # training throughput the compute estimate assumes (measured: docs/training.md)
     seq_len: int = 512
-    batch_size: int = 64
-    lr: float = 1e-3
+    batch_size: int = 64  # the batch lr and warmup are given at; the probe picks the one trained at
+    batch_sizes: tuple[int, ...] = (64, 128, 256, 512)  # what the probe measures (gpu_probe)
+    lr: float = 1e-3  # a fresh model's peak learning rate
     warmup: int = 250
-    blockdiff: bool = True
+    init_lr: float = 5e-4  # a continued model's (re-warmed to half the first run's peak)
+    init_warmup: int = 100
     bd_seq_len: int = 256
     bd_batch_size: int = 64
     bd_lr: float = 5e-4
@@ -84,12 +88,31 @@ class Plan:
             batch_size=8,
             lr=1e-3,
             warmup=5,
+            init_warmup=5,
+            batch_sizes=(2, 4),
             bd_seq_len=64,
             bd_batch_size=4,
             shape=Shape(2, 64, 2, 128),
             reserve_s=25.0,
             steps=20,  # a rehearsal of the stages, not of the deadline: each trainer stops after 20 steps
         )
+
+    @property
+    def asarm(self) -> bool:
+        return self.job in ("asarm", "both")
+
+    @property
+    def blockdiff(self) -> bool:
+        return self.job in ("blockdiff", "both")
+
+    @property
+    def memory_share(self) -> float:
+        """The most of the GPU's memory the AS-ARM's training step may take (the other trainer shares it)."""
+        return 0.45 if self.job == "both" else 0.8
+
+    def schedule(self) -> tuple[float, int]:
+        """Peak learning rate and warm-up steps at `batch_size`: a continued model's or a fresh one's."""
+        return (self.init_lr, self.init_warmup) if self.init is not None else (self.lr, self.warmup)
 
 
 @dataclass
@@ -114,10 +137,21 @@ def say(msg: str) -> None:
 MIN_POSITIONS_PER_PARAM = 4.0  # measured: 8x384 at 3-5 beat 6x256 at 10+ (docs/training.md, "A GPU loan")
 
 
+def folder_shape(folder: Path) -> Shape:
+    """The shape of the AS-ARM model folder `folder` (its config.json)."""
+    import json
+
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    return Shape(int(config["n_layer"]), int(config["d_model"]), int(config["n_head"]), int(config["d_inner"]))
+
+
 def choose_shape(plan: Plan, seconds: float) -> tuple[Shape, str]:
     """The AS-ARM's shape for `seconds` of training: the largest shape of LADDER that both fits the size budget
     and sees at least MIN_POSITIONS_PER_PARAM training positions per parameter at the assumed throughput.
     (Chinchilla's 20 tokens per parameter would pick a smaller shape than the one that measured best here.)"""
+    if plan.init is not None:
+        shape = folder_shape(plan.init)
+        return shape, f"continuing {plan.init}: {shape.layers}x{shape.d_model}, {shape.params() / 1e6:.1f}M parameters"
     if plan.shape is not None:
         return plan.shape, f"shape given: {plan.shape.params() / 1e6:.1f}M parameters"
     cap = plan.max_mb * 1e6 / 2  # bf16
