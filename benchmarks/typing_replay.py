@@ -64,9 +64,17 @@ def percentile(values: list[float], q: float) -> float:
 def manifest_packages() -> set[str]:
     """Every package a corpus manifest of the embedded models names (normalised: lower case, - as _)."""
     names: set[str] = set()
+
+    def add(part: dict[str, Any]) -> None:  # a manifest, and the corpora it nests (a GPU machine's)
+        for entry in part.get("packages", []):
+            if isinstance(entry, dict):  # a package trained on (an exclusion list names packages left out)
+                names.add(str(entry.get("package", "")).lower().replace("-", "_"))
+        for value in part.values():
+            if isinstance(value, dict):
+                add(value)
+
     for manifest in (REPO / "infill" / "weights").glob("*/manifest.json"):
-        for entry in json.loads(manifest.read_text(encoding="utf-8")).get("packages", []):
-            names.add(str(entry.get("package", "")).lower().replace("-", "_"))
+        add(json.loads(manifest.read_text(encoding="utf-8")))
     return names
 
 
