@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
+import pytest
 import torch
 from click.testing import CliRunner
 
@@ -96,6 +98,13 @@ def test_train_command_smoke(tmp_path: Path) -> None:
     assert stats.tokens <= 6 and loaded.tokenizer.decode([loaded.model.mask_id]) not in text
     bad = CliRunner().invoke(block_diffusion, ["--data", str(data), "--out", str(out), "--block-sizes", "0"])
     assert bad.exit_code != 0
+    # --warmup: the learning rate of step 1 rises over that many steps (without it, over a tenth of --steps: 1)
+    rates = []
+    for warmup in ([], ["--warmup", "3"]):
+        again = CliRunner().invoke(block_diffusion, [*args, "--out", str(tmp_path / "again"), "--lr", "0.003", *warmup])
+        assert again.exit_code == 0, again.output
+        rates.append(float(re.search(r"step 1/3 .* lr (\S+)", again.output).group(1)))  # type: ignore[union-attr]
+    assert rates[1] == pytest.approx(rates[0] / 3, rel=0.02)
 
 
 def test_line_middles_are_whole_lines_and_loss_on_all_noises_the_prompt() -> None:

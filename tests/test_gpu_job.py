@@ -116,7 +116,8 @@ def test_smoke_rehearsal_end_to_end(tmp_path: Path) -> None:
     assert "no failures" in done.stdout
     assert "held-out NLL" in done.stdout and "machine corpus:" in done.stdout
     assert "asarm: checkpoint step " in done.stdout and "blockdiff: saved " in done.stdout  # both trained
-    assert "model: continuing " in done.stdout and "batch probe: batch " in done.stdout
+    assert "model: continuing " in done.stdout
+    assert "batch probe, asarm: batch " in done.stdout and "batch probe, blockdiff: batch " in done.stdout
     assert "2 versions of the 2 carried held-out files left out" in done.stdout
     assert "of 2 files (the shipped corpus)" in done.stdout
     trained = [json.loads(x)["path"] for split in ("train", "heldout")
@@ -134,7 +135,8 @@ def test_smoke_rehearsal_end_to_end(tmp_path: Path) -> None:
         tar.extractall(tmp_path / "back", filter="data")
     with tarfile.open(out / "job.tar") as tar:
         names = tar.getnames()
-    assert {"summary.txt", "asarm.log", "blockdiff.log", "machine-corpus-manifest.json", "profile.txt"} <= set(names)
+    assert {"summary.txt", "asarm.log", "blockdiff.log", "machine-corpus-manifest.json"} <= set(names)
+    assert {"profile-asarm.txt", "profile-blockdiff.txt"} <= set(names)
     # what came back loads with --model and fills, through the CLI (in this process: the job's own processes
     # were the rehearsal)
     from fixtures_cli import fill_in_process
@@ -191,10 +193,15 @@ def test_the_job_continues_the_shipped_model_unless_asked_not_to(tmp_path: Path)
     shape, note = choose_shape(plan, 400.0)
     assert shape == folder_shape(WEIGHTS / "default") and "continuing" in note
     assert shape.params() * 2 <= plan.max_mb * 1e6  # the continued model still fits the tree's budget
-    assert plan.schedule() == (plan.init_lr, plan.init_warmup)
+    asarm = plan.trainer("asarm")
+    assert (asarm.lr, asarm.warmup, asarm.batch_size) == (plan.init_lr, plan.init_warmup, plan.batch_size)
     fresh = plan_for(tmp_path, tmp_path, tmp_path, smoke=False, from_scratch=True, job="both")
     assert fresh.init is None and fresh.asarm and fresh.blockdiff
-    assert "bound by" in choose_shape(fresh, 400.0)[1] and fresh.schedule() == (fresh.lr, fresh.warmup)
+    assert "bound by" in choose_shape(fresh, 400.0)[1]
+    assert (fresh.trainer("asarm").lr, fresh.trainer("asarm").warmup) == (fresh.lr, fresh.warmup)
+    block = fresh.trainer("blockdiff")
+    assert (block.seq_len, block.batch_size, block.lr) == (fresh.bd_seq_len, fresh.bd_batch_size, fresh.bd_lr)
+    assert block.memory_share < 0.5 and plan.trainer("asarm").memory_share > 0.5  # side by side: half each
 
 
 def test_the_probe_takes_the_smallest_batch_near_the_fastest(tmp_path: Path) -> None:
@@ -203,12 +210,12 @@ def test_the_probe_takes_the_smallest_batch_near_the_fastest(tmp_path: Path) -> 
     gains little from a larger batch, so the smaller is kept; nothing measured: the plan's own batch."""
     from infill.training.gpu_probe import choose
 
-    plan = Plan(tmp_path, tmp_path, tmp_path, init=tmp_path)  # continuing: lr 5e-4, warm-up 100 at batch 64
-    launch_bound = choose(plan, {64: 200e3, 128: 390e3, 256: 760e3}, "; 512: out of memory")
+    trainer = Plan(tmp_path, tmp_path, tmp_path, init=tmp_path).trainer("asarm")  # continuing: 5e-4, 100 at 64
+    launch_bound = choose(trainer, {64: 200e3, 128: 390e3, 256: 760e3}, "; 512: out of memory")
     assert launch_bound.batch_size == 256
-    assert abs(launch_bound.lr - 2 * plan.init_lr) < 1e-12 and launch_bound.warmup == 25
+    assert abs(launch_bound.lr - 2 * trainer.lr) < 1e-12 and launch_bound.warmup == 25
     assert "512: out of memory" in launch_bound.note
-    gpu_bound = choose(plan, {64: 200e3, 128: 210e3, 256: 215e3})
-    assert gpu_bound.batch_size == 64 and gpu_bound.lr == plan.init_lr and gpu_bound.warmup == plan.init_warmup
-    nothing = choose(plan, {}, "; the probe failed: RuntimeError")
-    assert nothing.batch_size == plan.batch_size and "probe failed" in nothing.note
+    gpu_bound = choose(trainer, {64: 200e3, 128: 210e3, 256: 215e3})
+    assert gpu_bound.batch_size == 64 and gpu_bound.lr == trainer.lr and gpu_bound.warmup == trainer.warmup
+    nothing = choose(trainer, {}, "; the probe failed: RuntimeError")
+    assert nothing.batch_size == trainer.batch_size and "probe failed" in nothing.note

@@ -53,6 +53,9 @@ from infill.errors import InputError
 @click.option("--seq-len", type=IntRange(16), default=256)
 @block_sizes_option("1,4,8,16", 1, "Block sizes drawn per step; keep 1 so the AR (S2D2 verifier) mode is trained.")
 @lr_option()
+@click.option(
+    "--warmup", type=IntRange(0), default=None, help="Warm-up steps [default: a tenth of --steps, at most 100]."
+)
 @click.option("--hidden", type=IntRange(8), default=256)
 @click.option("--layers", type=POSITIVE, default=4)
 @click.option("--heads", type=POSITIVE, default=4)
@@ -123,7 +126,7 @@ def block_diffusion(data: tuple[str, ...], glob: str, out: str, threads: int, **
         torch.set_num_threads(threads)
     cfg = settings_from_flags(
         TrainConfig,
-        warmup=min(100, max(1, flags["steps"] // 10)),
+        warmup=min(100, max(1, flags["steps"] // 10)) if flags["warmup"] is None else flags["warmup"],
         time_limit=flags["time_limit"] * 60,
         until=parse_until(flags["until"]),
         bf16=fast_bf16(flags["device"]) if flags["bf16"] is None else flags["bf16"],

@@ -40,7 +40,19 @@ from typing import Any
 
 from infill.errors import InputError
 from infill.training.gpu_data import WEIGHTS, build_pack
-from infill.training.gpu_plan import Plan, Report, Shape, choose_shape, say
+from infill.training.gpu_plan import (
+    BD_BLOCK_SIZES,
+    BD_FIM_RATE,
+    BD_LINE_RATE,
+    BD_LOSS_ON,
+    BD_MAX_MIDDLE,
+    BD_SMOKE_SHAPE,
+    Plan,
+    Report,
+    Shape,
+    choose_shape,
+    say,
+)
 from infill.training.gpu_probe import Choice, choose, probe
 
 MAX_FILES = 8  # what a call brings back from its output folder
@@ -77,17 +89,18 @@ def asarm_command(
     )  # fmt: skip
 
 
-def blockdiff_command(plan: Plan, pack: Path, tokenizer_json: Path, minutes: float, until: float) -> list[str]:
-    shape = (
-        ["--tokenizer", str(tokenizer_json), "--hidden", "64", "--layers", "2", "--heads", "2", "--kv-heads", "1"]
-        if plan.smoke
-        else ["--init", str(WEIGHTS / "blockdiff")]
-    )
+def blockdiff_command(
+    plan: Plan, pack: Path, tokenizer_json: Path, choice: Choice, minutes: float, until: float
+) -> list[str]:
+    tiny = [x for k, v in BD_SMOKE_SHAPE.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+    shape = ["--tokenizer", str(tokenizer_json), *tiny] if plan.smoke else ["--init", str(WEIGHTS / "blockdiff")]
     return _infill(
         "train", "block-diffusion", "--device", plan.device, "--data", str(pack), *shape,
         "--out", str(plan.work / "blockdiff"), "--run-dir", str(plan.work / "blockdiff-run"),
-        "--seq-len", str(plan.bd_seq_len), "--batch-size", str(plan.bd_batch_size), "--block-sizes", "1,1,4,4,8,16",
-        "--loss-on", "all", "--line-rate", "0.5", "--fim-rate", "0.9", "--max-middle", "64", "--lr", str(plan.bd_lr),
+        "--seq-len", str(plan.bd_seq_len), "--batch-size", str(choice.batch_size),
+        "--block-sizes", ",".join(map(str, BD_BLOCK_SIZES)), "--loss-on", BD_LOSS_ON,
+        "--line-rate", str(BD_LINE_RATE), "--fim-rate", str(BD_FIM_RATE), "--max-middle", str(BD_MAX_MIDDLE),
+        "--lr", f"{choice.lr:.3g}", "--warmup", str(choice.warmup),
         "--steps", str(plan.steps or 10_000_000), "--time-limit", f"{minutes:.3f}", "--until", _utc(until),
         "--save-minutes", "2", "--save-dtype", "bfloat16",
         "--shard-mb", str(SHARD_MB), "--log-every", "5" if plan.smoke else "100", "--threads", "1",
@@ -179,7 +192,7 @@ def pack_job(plan: Plan, report: Report, summary: str) -> None:
     (plan.work / "summary.txt").write_text(summary, encoding="utf-8")
     (plan.work / "plan.json").write_text(json.dumps(asdict(plan), default=str, indent=1), encoding="utf-8")
     with tarfile.open(plan.out / "job.tar", "w") as tar:
-        logs = [*sorted((plan.work / "logs").glob("*.log")), *(plan.work / "logs").glob("profile.txt")]
+        logs = [*sorted((plan.work / "logs").glob("*.log")), *sorted((plan.work / "logs").glob("profile-*.txt"))]
         for f in [plan.work / "summary.txt", plan.work / "plan.json", *logs]:
             tar.add(f, arcname=f.name)
         manifest = plan.work / "corpus" / "manifest.json"
@@ -244,23 +257,26 @@ def run(plan: Plan) -> int:
     say("; ".join(f"{k}: {v}" for k, v in report.facts.items() if k != "pack"))
     train_until = deadline - plan.reserve_s
     commands = {}
+    shape = None
     if plan.asarm:
         shape, note = choose_shape(plan, max(6.0, train_until - time.time() - 60.0))
         report.facts["compute estimate" if plan.init is None else "model"] = note
         say(note)
-        t0 = time.time()
+    choices = {}
+    t0 = time.time()
+    for name in [n for n in ("asarm", "blockdiff") if getattr(plan, n)]:
         try:
-            choice = probe(plan, pack, tokenizer_json, shape, report)
+            choices[name] = probe(plan, name, pack, tokenizer_json, shape, report)
         except Exception as exc:  # the trainer may still run at the plan's batch; it says why if not
-            report.failures.append(f"batch probe: {type(exc).__name__}: {exc}")
-            choice = choose(plan, {}, f"; the probe failed: {type(exc).__name__}")
-        say(choice.note)
-        report.stage("batch probe", t0)
-        minutes = _training_minutes(plan, train_until)
-        commands["asarm"] = asarm_command(plan, pack, tokenizer_json, shape, choice, minutes, train_until)
+            report.failures.append(f"batch probe, {name}: {type(exc).__name__}: {exc}")
+            choices[name] = choose(plan.trainer(name), {}, f"; the probe failed: {type(exc).__name__}")
+        say(f"{name}: {choices[name].note}")
+    report.stage("batch probe", t0)
+    minutes, until = _training_minutes(plan, train_until), train_until
+    if shape is not None:
+        commands["asarm"] = asarm_command(plan, pack, tokenizer_json, shape, choices["asarm"], minutes, until)
     if plan.blockdiff:
-        commands["blockdiff"] = blockdiff_command(plan, pack, tokenizer_json, _training_minutes(plan, train_until),
-                                                  train_until)  # fmt: skip
+        commands["blockdiff"] = blockdiff_command(plan, pack, tokenizer_json, choices["blockdiff"], minutes, until)
     t0 = time.time()
     run_trainers(commands, plan.work / "logs", train_until + 20, report)
     report.stage("train", t0)

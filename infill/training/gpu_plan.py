@@ -60,7 +60,7 @@ class Plan:
     tflops: float = 30.0  # training throughput the compute estimate assumes (measured: docs/training.md)
     seq_len: int = 512
     batch_size: int = 64  # the batch lr and warmup are given at; the probe picks the one trained at
-    batch_sizes: tuple[int, ...] = (64, 128, 256, 512)  # what the probe measures (gpu_probe)
+    batch_sizes: tuple[int, ...] = (64, 128, 256, 512)  # what the probe measures, for either trainer (gpu_probe)
     lr: float = 1e-3  # a fresh model's peak learning rate
     warmup: int = 250
     init_lr: float = 5e-4  # a continued model's (re-warmed to half the first run's peak)
@@ -105,14 +105,33 @@ class Plan:
     def blockdiff(self) -> bool:
         return self.job in ("blockdiff", "both")
 
-    @property
-    def memory_share(self) -> float:
-        """The most of the GPU's memory the AS-ARM's training step may take (the other trainer shares it)."""
-        return 0.45 if self.job == "both" else 0.8
+    def trainer(self, name: str) -> Trainer:
+        """What the batch probe measures of trainer `name` ("asarm" or "blockdiff"), and its schedule at the
+        batch it is given at: a continued AS-ARM's or a fresh one's; the block-diffusion model's."""
+        memory = 0.45 if self.job == "both" else 0.8  # the other trainer shares the GPU
+        if name == "blockdiff":
+            return Trainer(name, self.bd_seq_len, self.bd_batch_size, self.bd_lr, BD_WARMUP, self.batch_sizes, memory)
+        lr, warmup = (self.init_lr, self.init_warmup) if self.init is not None else (self.lr, self.warmup)
+        return Trainer(name, self.seq_len, self.batch_size, lr, warmup, self.batch_sizes, memory)
 
-    def schedule(self) -> tuple[float, int]:
-        """Peak learning rate and warm-up steps at `batch_size`: a continued model's or a fresh one's."""
-        return (self.init_lr, self.init_warmup) if self.init is not None else (self.lr, self.warmup)
+
+@dataclass(frozen=True)
+class Trainer:
+    """One trainer as the batch probe (infill.training.gpu_probe) sees it."""
+
+    name: str
+    seq_len: int
+    batch_size: int  # the batch `lr` and `warmup` are given at
+    lr: float
+    warmup: int
+    batch_sizes: tuple[int, ...]  # the batches measured
+    memory_share: float  # the most of the GPU's memory its step may take
+
+
+# The block-diffusion trainer's settings in the job (its command and the probe's copy of it)
+BD_BLOCK_SIZES = (1, 1, 4, 4, 8, 16)
+BD_LOSS_ON, BD_LINE_RATE, BD_FIM_RATE, BD_MAX_MIDDLE, BD_WARMUP = "all", 0.5, 0.9, 64, 100
+BD_SMOKE_SHAPE = {"hidden": 64, "layers": 2, "heads": 2, "kv_heads": 1}  # a fresh tiny model in the rehearsal
 
 
 @dataclass
