@@ -117,6 +117,7 @@ def test_smoke_rehearsal_end_to_end(tmp_path: Path) -> None:
     assert "held-out NLL" in done.stdout and "machine corpus:" in done.stdout
     assert "asarm: checkpoint step " in done.stdout and "blockdiff: saved " in done.stdout  # both trained
     assert "model: continuing " in done.stdout
+    assert f"from {ROOT / 'infill' / 'weights' / 'default'}" in (work / "logs" / "asarm.log").read_text()  # --init
     assert "batch probe, asarm: batch " in done.stdout and "batch probe, blockdiff: batch " in done.stdout
     assert "2 versions of the 2 carried held-out files left out" in done.stdout
     assert "of 2 files (the shipped corpus)" in done.stdout

@@ -261,7 +261,7 @@ class AsarmTask:
         log.line(
             f"stream: {files} files, {len(stream):,} tokens ({time.time() - t0:.0f}s); "
             f"model {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params; "
-            f"{'resumed at step ' + str(state.step) if ckpt else 'fresh'}"
+            f"{'resumed at step ' + str(state.step) if ckpt else f'from {init_from}' if init_from else 'fresh'}"
         )
         sampler = LayoutSampler(token_strings(tok), line_break_ids(tok), rng, counter)
         batches = Batches(stream, sampler, cfg.seq_len, cfg.batch_size)
