@@ -52,44 +52,54 @@ def test_the_blocker_blocks(tmp_path: Path) -> None:
     assert done.returncode == 1 and "absent on the GPU machine" in done.stderr
 
 
-def _carry_two_heldout_files(tmp_path: Path) -> tuple[Path, list[str]]:
-    """A carried held-out split (through `carry_corpus`, over a stale training split it must remove) of two files
-    the rehearsal's sample of this interpreter's site-packages takes: one at its own path, one edited a little
-    at another path. Returns the carry folder and the two files' module paths, which the job's corpus must
-    leave out."""
+def _carry_two_heldout_files(tmp_path: Path) -> tuple[Path, str, list[str]]:
+    """A carried corpus (through `carry_corpus`) whose held-out split has two files the rehearsal's sample of
+    this interpreter's site-packages takes, from two packages: one at its own path in a package the manifest
+    says has held-out files (the job's corpus leaves that package out), one edited a little at another path
+    (left out as a near duplicate); and one training file of the first package (carried). Returns the carry
+    folder, the left-out package and the two files' module paths."""
     from infill.training.corpus import module_path, site_files
-    from infill.training.gpu_data import STALE_CARRY_TRAIN, UNSEEN_PACKAGES, carry_corpus, site_folders
+    from infill.training.gpu_data import UNSEEN_PACKAGES, carry_corpus, site_folders
 
     smoke = Plan.smoke_plan(tmp_path, tmp_path, tmp_path)
     allowed = (src for site in site_folders() for src in site_files(site) if src.package not in UNSEEN_PACKAGES)
     sample = [src for src, _ in zip(allowed, range(smoke.max_files), strict=False)]
-    long = [src for src in sample if 3000 < src.path.stat().st_size < 100_000][:2]
-    assert len(long) == 2
-    same, edited = (src.path.read_text(encoding="utf-8") for src in long)
-    records = [
-        {"sha256": "a" * 64, "package": long[0].package, "path": str(long[0].path), "text": same},
+    long = [src for src in sample if 3000 < src.path.stat().st_size < 100_000]
+    first = long[0]
+    second = next(src for src in long if src.package != first.package)
+    edited = second.path.read_text(encoding="utf-8") + "\n# an older version\n"
+    held = [
+        {"sha256": "a" * 64, "package": first.package, "path": str(first.path),
+         "text": first.path.read_text(encoding="utf-8")},
         {"sha256": "b" * 64, "package": "elsewhere", "path": "/old/lib/python3.9/site-packages/zz/copy.py",
-         "text": edited + "\n# an older version\n"},
+         "text": edited},
     ]  # fmt: skip
+    train = [
+        {"sha256": "c" * 64, "package": first.package, "path": "/x/site-packages/a/carried.py",
+         "text": "def carried_function():\n    return 'carried'\n"},
+        {"sha256": "d" * 64, "package": "no-heldout", "path": "/x/site-packages/b/other.py", "text": "B = 2\n"},
+    ]  # fmt: skip
+    packages = [{"package": first.package, "heldout_files": 1}, {"package": "elsewhere", "heldout_files": 1},
+                {"package": "no-heldout", "heldout_files": 0}]  # fmt: skip
     corpus, carry = tmp_path / "corpus", tmp_path / "carry"
     corpus.mkdir()
-    (corpus / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    (corpus / "manifest.json").write_text('{"packages": []}', encoding="utf-8")
-    carry.mkdir()
-    (carry / STALE_CARRY_TRAIN).write_bytes(b"x" * 1000)
+    for split, records in (("heldout", held), ("train", train)):
+        (corpus / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    (corpus / "manifest.json").write_text(json.dumps({"packages": packages}), encoding="utf-8")
     written = carry_corpus(corpus, carry, [])
-    assert not (carry / STALE_CARRY_TRAIN).exists() and written["heldout_files"] == 2
-    return carry, [module_path(src.path) for src in long]
+    assert written["heldout_files"] == 2 and written["train_files"] == 1  # only the left-out package's
+    return carry, first.package, [module_path(src.path) for src in (first, second)]
 
 
 @pytest.mark.slow
 def test_smoke_rehearsal_end_to_end(tmp_path: Path) -> None:
     """Both jobs side by side (`--job both`): the AS-ARM continues the shipped model at the batch the probe
-    measured best, and the block-diffusion model trains beside it; the trainers stop after the smoke plan's 20
-    steps (about a minute in all on an idle 2-core machine); the 3-minute deadline is only there so a loaded
-    machine still trains a step before it. The corpus leaves out both versions of the carried held-out files."""
+        measured best, and the block-diffusion model trains beside it; the trainers stop after the smoke plan's 20
+        steps (about a minute in all on an idle 2-core machine); the 3-minute deadline is only there so a loaded
+        machine still trains a step before it. The corpus leaves out the packages of the held-out split and every
+    version of its files, and trains on the carried training file of the package it left out."""
     out, work = tmp_path / "out", tmp_path / "work"
-    carry, reserved = _carry_two_heldout_files(tmp_path)
+    carry, left_out, reserved = _carry_two_heldout_files(tmp_path)
     env = _gpu_like_env(tmp_path)
     done = subprocess.run(
         [
@@ -119,8 +129,10 @@ def test_smoke_rehearsal_end_to_end(tmp_path: Path) -> None:
     assert "model: continuing " in done.stdout
     assert f"from {ROOT / 'infill' / 'weights' / 'default'}" in (work / "logs" / "asarm.log").read_text()  # --init
     assert "batch probe, asarm: batch " in done.stdout and "batch probe, blockdiff: batch " in done.stdout
-    assert "2 versions of the 2 carried held-out files left out" in done.stdout
-    assert "of 2 files (the shipped corpus)" in done.stdout
+    assert "1 versions of the 2 carried held-out files left out" in done.stdout  # the other: its whole package
+    assert "of 2 files (the shipped corpus)" in done.stdout and "files (1 carried)" in done.stdout
+    machine = json.loads((work / "corpus" / "manifest.json").read_text())
+    assert left_out not in {p["package"] for p in machine["packages"]} and machine["packages"]
     trained = [json.loads(x)["path"] for split in ("train", "heldout")
                for x in (work / "corpus" / f"{split}.jsonl").read_text().splitlines()]  # fmt: skip
     assert trained and not any(p.endswith(r) for p in trained for r in reserved)
@@ -220,3 +232,28 @@ def test_the_probe_takes_the_smallest_batch_near_the_fastest(tmp_path: Path) -> 
     assert gpu_bound.batch_size == 64 and gpu_bound.lr == trainer.lr and gpu_bound.warmup == trainer.warmup
     nothing = choose(trainer, {}, "; the probe failed: RuntimeError")
     assert nothing.batch_size == trainer.batch_size and "probe failed" in nothing.note
+
+
+def test_the_carried_training_files_fit_the_budget(tmp_path: Path) -> None:
+    """`carry_corpus` takes fewer training files a package until the whole carry fits its budget; the negative
+    control, no budget, takes them all."""
+    import random
+
+    from infill.training.gpu_data import CARRY_TRAIN, carry_corpus, folder_bytes
+
+    rng = random.Random(0)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    train = [{"sha256": f"{i:064x}", "package": f"p{i % 3}", "path": f"/s/site-packages/p/m{i}.py",
+              "text": "".join(rng.choice("abcdefgh \n") for _ in range(4000))} for i in range(60)]  # fmt: skip
+    held = [{"sha256": "f" * 64, "package": "p0", "path": "/s/site-packages/p/h.py", "text": "H = 1\n"}]
+    for split, records in (("heldout", held), ("train", train)):
+        (corpus / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    packages = [{"package": f"p{i}", "heldout_files": 1} for i in range(3)]
+    (corpus / "manifest.json").write_text(json.dumps({"packages": packages}), encoding="utf-8")
+    everything = carry_corpus(corpus, tmp_path / "all", [])
+    assert everything["train_files"] == 60
+    budget = folder_bytes(tmp_path / "all") // 2
+    fitted = carry_corpus(corpus, tmp_path / "half", [], budget)
+    assert 0 < fitted["train_files"] < 60 and fitted["train_package_bytes"] < everything["train_package_bytes"]
+    assert folder_bytes(tmp_path / "half") <= budget and (tmp_path / "half" / CARRY_TRAIN).exists()

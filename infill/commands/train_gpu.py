@@ -79,17 +79,19 @@ def gpu_job(
 @path_option("--corpus", exists=True, file_okay=False, default=Path("runs/corpus"))
 @click.option("--out", type=NonEmptyPath(path_type=Path, file_okay=False), default=CARRY)
 def gpu_carry(corpus: Path, out: Path) -> None:
-    """Write what `infill train gpu-job` takes along: the corpus's held-out split compressed, its manifest, and
-    the evaluation problems it must not train on; says what a call would carry (the limit is 64 MiB)."""
+    """Write what `infill train gpu-job` takes along: the corpus's held-out split, its manifest, the evaluation
+    problems it must not train on, and as many training files of the packages the lent machine must leave out
+    as fit beside the tracked tree in one call (64 MiB, less a 2 MiB margin); says what a call would carry."""
     import json
 
     from infill.evaluation.humaneval import humaneval_problems
-    from infill.training.gpu_data import carry_corpus
+    from infill.training.gpu_data import carry_corpus, folder_bytes
 
-    written = carry_corpus(corpus, out, humaneval_problems())
     tracked = tracked_bytes(Path(__file__).resolve().parents[2])
+    budget = None if tracked is None else (CALL_MIB - MARGIN_MIB) * 2**20 - tracked
+    written = carry_corpus(corpus, out, humaneval_problems(), budget)
     if tracked is not None:
-        travels = (tracked + sum(f.stat().st_size for f in out.rglob("*") if f.is_file())) / 2**20
+        travels = (tracked + folder_bytes(out)) / 2**20
         written["call_mib"] = round(travels, 1)
         if travels > CALL_MIB:
             click.echo(f"infill: warning: a call would carry {travels:.1f} MiB (limit {CALL_MIB})", err=True)
@@ -97,6 +99,7 @@ def gpu_carry(corpus: Path, out: Path) -> None:
 
 
 CALL_MIB = 64  # what one call to a lent GPU machine carries: the tracked tree and the carry folder
+MARGIN_MIB = 2  # left free for the tree's growth until the loan (run gpu-carry again before each loan)
 
 
 def tracked_bytes(root: Path) -> int | None:

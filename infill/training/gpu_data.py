@@ -19,32 +19,61 @@ from infill.training.gpu_plan import Plan, Report
 if TYPE_CHECKING:
     from infill.training.dedup import Problem
 
-STALE_CARRY_TRAIN = "corpus-train.jsonl.xz"
+CARRY_TRAIN = "corpus-train.jsonl.xz"
 CARRY_HELDOUT = "corpus-heldout.jsonl.xz"
 CARRY_MANIFEST = "corpus-manifest.json"
 CARRY_PROBLEMS = "problems.jsonl"
 WEIGHTS = Path(__file__).resolve().parent.parent / "weights"  # the shipped models (tokenizer, blockdiff init)
 UNSEEN_PACKAGES = ("pygls", "lsprotocol")  # the code the typing benchmark types: no model may have seen it
+MAX_PACKAGE_BYTES = 6_000_000  # text per package, as every trainer reads a corpus (corpus.balanced_records)
 
 
-def carry_corpus(corpus: Path, carry: Path, problems: Sequence[Problem]) -> dict[str, Any]:
-    """Write what travels with the job: the corpus's held-out split as xz-compressed JSON lines (the held-out
-    loss is measured on it, and the lent machine's corpus leaves out every version of its files), its manifest,
-    and the evaluation `problems` the job's contamination check removes (`infill train gpu-carry` gives
-    HumanEval's). The training split stays here: with the shipped weights in the tree it would not fit in a
-    call (the lent machine builds its own from the same kinds of sources)."""
+def carry_corpus(corpus: Path, carry: Path, problems: Sequence[Problem], budget: int | None = None) -> dict[str, Any]:
+    """Write what travels with the job: the corpus's held-out split (the held-out loss is measured on it, and
+    the lent machine's corpus leaves out every version of its files), its manifest (whose packages with held-out
+    files the lent machine's corpus leaves out), the evaluation `problems` the job's contamination check removes
+    (`infill train gpu-carry` gives HumanEval's), and the training files of those left-out packages, as many as
+    fit in `budget` bytes for the whole folder (None: at most MAX_PACKAGE_BYTES of text a package): the lent
+    machine cannot build them itself, and a call carries the tracked tree too (64 MiB in all)."""
     from infill.training.corpus import read_split
 
     carry.mkdir(parents=True, exist_ok=True)
-    (carry / STALE_CARRY_TRAIN).unlink(missing_ok=True)  # an earlier layout's training split: 27 MB
     records = sorted(read_split(corpus, "heldout"), key=lambda r: r["sha256"])
-    with lzma.open(carry / CARRY_HELDOUT, "wt", encoding="utf-8", preset=6) as f:
-        for r in records:
-            f.write(json.dumps({k: r[k] for k in ("sha256", "package", "path", "text")}) + "\n")
+    _write_xz(carry / CARRY_HELDOUT, records)
     shutil.copyfile(corpus / "manifest.json", carry / CARRY_MANIFEST)
     lines = "".join(json.dumps(asdict(p)) + "\n" for p in problems)
     (carry / CARRY_PROBLEMS).write_text(lines, encoding="utf-8")
-    return {"heldout_files": len(records), "problems": len(problems), "megabytes": round(folder_bytes(carry) / 1e6, 2)}
+    (carry / CARRY_TRAIN).unlink(missing_ok=True)
+    left = None if budget is None else budget - folder_bytes(carry)
+    cap, files = _carry_train(corpus, carry, set(heldout_packages(carry)), left)
+    return {
+        "heldout_files": len(records),
+        "problems": len(problems),
+        "train_files": files,
+        "train_package_bytes": cap,
+        "megabytes": round(folder_bytes(carry) / 1e6, 2),
+    }
+
+
+def _write_xz(path: Path, records: Sequence[dict[str, str]]) -> int:
+    with lzma.open(path, "wt", encoding="utf-8", preset=6) as f:
+        for r in records:
+            f.write(json.dumps({k: r[k] for k in ("sha256", "package", "path", "text")}) + "\n")
+    return path.stat().st_size
+
+
+def _carry_train(corpus: Path, carry: Path, packages: set[str], budget: int | None) -> tuple[int, int]:
+    """CARRY_TRAIN: the training files of `packages`, at most `cap` bytes of text a package (files in hash
+    order), the largest cap whose compressed split fits `budget`. Returns (cap, files)."""
+    from infill.training.corpus import balanced_records
+
+    cap = MAX_PACKAGE_BYTES
+    while True:
+        chosen = [r for r in balanced_records(corpus, "train", cap) if r["package"] in packages]
+        size = _write_xz(carry / CARRY_TRAIN, chosen)
+        if budget is None or size <= budget or cap < 10_000:
+            return cap, len(chosen)
+        cap = min(int(cap * 0.9), int(cap * budget / size * 0.95))  # packages under the cap do not shrink
 
 
 def folder_bytes(folder: Path) -> int:
@@ -59,14 +88,20 @@ def read_carried(path: Path) -> list[dict[str, str]]:
         return [json.loads(line) for line in f]
 
 
+def heldout_packages(carry: Path) -> list[str]:
+    """The packages the held-out split draws from ("python-stdlib": the standard library), by the carried
+    manifest, else by the shipped model's (the same corpus)."""
+    manifest = carry / CARRY_MANIFEST
+    if not manifest.exists():
+        manifest = WEIGHTS / "default" / "manifest.json"
+    packages = json.loads(manifest.read_text(encoding="utf-8"))["packages"]
+    return sorted(str(p["package"]) for p in packages if int(p.get("heldout_files", 0)) > 0)
+
+
 def excluded_packages(carry: Path) -> list[str]:
-    """The packages the lent machine's corpus leaves out: those of the typing benchmark, and, when no held-out
-    split was carried (so its files cannot be left out one by one), every package of the shipped model's corpus
-    and the standard library."""
-    if (carry / CARRY_HELDOUT).exists():
-        return sorted(UNSEEN_PACKAGES)
-    packages = json.loads((WEIGHTS / "default" / "manifest.json").read_text(encoding="utf-8"))["packages"]
-    return sorted({str(p["package"]) for p in packages} | {"python-stdlib"} | set(UNSEEN_PACKAGES))
+    """The packages the lent machine's corpus leaves out: every package the held-out split or an evaluation
+    uses (HumanEval's package is left out by the corpus rules; the typing benchmark types UNSEEN_PACKAGES)."""
+    return sorted(set(heldout_packages(carry)) | set(UNSEEN_PACKAGES))
 
 
 def site_folders() -> list[Path]:
@@ -102,7 +137,7 @@ def machine_corpus(plan: Plan, report: Report) -> Path:
         site=sites,
         problems=problems,
         exclude_packages=excluded_packages(plan.carry),
-        include_stdlib=not plan.max_files,
+        include_stdlib=not plan.max_files,  # unless excluded ("python-stdlib")
         workers=plan.workers or os.cpu_count() or 1,
         log=False,
         reserved=[(r.get("path") or r["sha256"], r["text"]) for r in held],
@@ -170,22 +205,24 @@ def tokenize_parallel(tokenizer_json: Path, texts: list[str], workers: int) -> A
 
 
 def build_pack(plan: Plan, report: Report, tokenizer_json: Path) -> Path:
-    """The pack both trainers read: the training split of the lent machine's corpus as one token stream, and the
-    carried held-out split (else the machine corpus's) as the held-out stream."""
+    """The pack both trainers read: the carried training files and the training split of the lent machine's
+    corpus as one token stream, and the carried held-out split (else the machine corpus's) as the held-out
+    stream."""
     from infill.training.corpus import balanced_records, read_split
     from infill.training.streams import write_pack
 
     t0 = time.time()
+    carried = read_carried(plan.carry / CARRY_TRAIN)
     held = read_carried(plan.carry / CARRY_HELDOUT)
     if plan.max_files:  # the rehearsal: a sample
-        held = held[: max(1, plan.max_files // 4)]
-    carried = bool(held)
-    report.stage("read carried held-out split", t0)
+        carried, held = carried[: plan.max_files], held[: max(1, plan.max_files // 4)]
+    from_carry = bool(held)
+    report.stage("read carried corpus", t0)
     t0 = time.time()
     machine = machine_corpus(plan, report)
     report.stage("build machine corpus", t0)
     t0 = time.time()
-    texts = [r["text"] for r in balanced_records(machine, "train", 6_000_000)]
+    texts = [r["text"] for r in carried] + [r["text"] for r in balanced_records(machine, "train", MAX_PACKAGE_BYTES)]
     if not held:
         held = sorted(read_split(machine, "heldout"), key=lambda r: r["sha256"])
     workers = plan.workers or os.cpu_count() or 1
@@ -198,14 +235,15 @@ def build_pack(plan: Plan, report: Report, tokenizer_json: Path) -> Path:
         train,
         heldout,
         {
-            "machine_files": len(texts),
+            "carried_files": len(carried),
+            "machine_files": len(texts) - len(carried),
             "heldout_files": len(held),
-            "heldout_from": "carried corpus" if carried else "machine corpus",
+            "heldout_from": "carried corpus" if from_carry else "machine corpus",
         },
     )
     report.facts["training tokens"] = (
-        f"{len(train):,} from {len(texts):,} files; held-out {len(heldout):,} tokens of {len(held)} files "
-        f"({'the shipped corpus' if carried else 'this machine'})"
+        f"{len(train):,} from {len(texts):,} files ({len(carried):,} carried); held-out {len(heldout):,} tokens "
+        f"of {len(held)} files ({'the shipped corpus' if from_carry else 'this machine'})"
     )
     report.facts["pack"] = meta
     return plan.work / "pack.npz"

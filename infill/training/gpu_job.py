@@ -11,11 +11,12 @@ back, so the job imports only the training modules and writes at most `MAX_FILES
     OUT/blockdiff.tar     the block-diffusion folder (bf16 weights), to unpack beside the shipped one
     OUT/job.tar           the summary, the trainers' logs, the batch probe's profile, the corpus manifest, the plan
 
-Data. The Python sources of the lent machine (its standard library and site-packages, by the corpus rules),
-leaving out every version of the carried held-out split's files (same module path, or a near duplicate:
-`build_corpus(reserved=...)`) and the typing benchmark's packages. Only the held-out split travels (under
-1 MB: the call carries the tracked tree too, and 64 MiB in all); the held-out loss is measured on it, the
-windows the shipped model's figures use.
+Data. The Python sources of the lent machine (its site-packages and, unless the held-out split uses it, its
+standard library, by the corpus rules), leaving out every package the carried held-out split or an evaluation
+uses, and every version of the held-out files wherever they turn up (same module path, or a near duplicate:
+`build_corpus(reserved=...)`); and the training files of those left-out packages, carried, as many as fit
+beside the tracked tree in one call (`carry_corpus`). The held-out loss is measured on the carried held-out
+split, the windows the shipped model's figures use.
 
 Model. By default the AS-ARM continues the shipped default model (its shape, re-warmed to half the first run's
 learning rate); `from_scratch` trains a fresh one of the shape the compute estimate picks. The batch is
