@@ -257,3 +257,33 @@ def test_the_carried_training_files_fit_the_budget(tmp_path: Path) -> None:
     fitted = carry_corpus(corpus, tmp_path / "half", [], budget)
     assert 0 < fitted["train_files"] < 60 and fitted["train_package_bytes"] < everything["train_package_bytes"]
     assert folder_bytes(tmp_path / "half") <= budget and (tmp_path / "half" / CARRY_TRAIN).exists()
+
+
+def test_the_probe_stops_at_memory_and_at_its_time(tmp_path: Path) -> None:
+    """The measuring loop with stand-in steps: a batch that runs out of memory ends the search, and so does the
+    probe's time budget; the batches measured before either are kept (and profiled)."""
+    import time
+
+    import torch
+
+    from infill.training.gpu_plan import Report
+    from infill.training.gpu_probe import _measure
+
+    plan = Plan(tmp_path, tmp_path, tmp_path, device="cpu", batch_sizes=(2, 4, 8, 16), probe_s=60.0)
+    trainer = plan.trainer("asarm")
+
+    def until_8(size: int) -> None:
+        if size >= 8:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        time.sleep(0.001 * size)
+
+    measured, limit = _measure(plan, trainer, lambda size: size, until_8, Report())
+    assert sorted(measured) == [2, 4] and limit == "; 8: out of memory"
+    assert (tmp_path / "logs" / "profile-asarm.txt").exists()
+
+    def slow(size: int) -> None:
+        time.sleep(0.05)
+
+    quick = Plan(tmp_path, tmp_path, tmp_path, device="cpu", batch_sizes=(2, 4, 8, 16), probe_s=0.1)
+    measured, limit = _measure(quick, quick.trainer("asarm"), lambda size: size, slow, Report())
+    assert sorted(measured) == [2] and "4: not measured" in limit

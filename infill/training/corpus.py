@@ -180,9 +180,23 @@ class _Scan:
 _WORKER: dict[str, object] = {}
 
 
+def quiet_worker() -> None:
+    """In a pool's worker process: SIGTERM ends it at once (the pool's terminate() sends it; the CLI's handler
+    it inherits would raise and print a traceback), and Ctrl-C is left to the parent."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _scan_init(contamination: object, hasher: object) -> None:
     _WORKER["contamination"] = contamination
     _WORKER["hasher"] = hasher
+
+
+def _scan_worker_init(contamination: object, hasher: object) -> None:
+    quiet_worker()
+    _scan_init(contamination, hasher)
 
 
 def _scan(path: Path) -> _Scan:
@@ -216,7 +230,7 @@ def _scans(paths: list[Path], workers: int) -> Iterator[_Scan]:
     import multiprocessing
 
     with multiprocessing.get_context("fork").Pool(
-        workers, initializer=_scan_init, initargs=(_WORKER["contamination"], _WORKER.get("hasher"))
+        workers, initializer=_scan_worker_init, initargs=(_WORKER["contamination"], _WORKER.get("hasher"))
     ) as pool:
         yield from pool.imap(_scan, paths, chunksize=16)
 

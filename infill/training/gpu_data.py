@@ -200,7 +200,9 @@ def tokenize_parallel(tokenizer_json: Path, texts: list[str], workers: int) -> A
     size = -(-len(texts) // (4 * workers))
     chunks = [(str(tokenizer_json), texts[i : i + size]) for i in range(0, len(texts), size)]
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per process
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
+    from infill.training.corpus import quiet_worker
+
+    with multiprocessing.get_context("fork").Pool(workers, initializer=quiet_worker) as pool:
         return np.concatenate(pool.map(_tokenize_chunk, chunks))
 
 

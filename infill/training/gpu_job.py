@@ -41,19 +41,7 @@ from typing import Any
 
 from infill.errors import InputError
 from infill.training.gpu_data import WEIGHTS, build_pack
-from infill.training.gpu_plan import (
-    BD_BLOCK_SIZES,
-    BD_FIM_RATE,
-    BD_LINE_RATE,
-    BD_LOSS_ON,
-    BD_MAX_MIDDLE,
-    BD_SMOKE_SHAPE,
-    Plan,
-    Report,
-    Shape,
-    choose_shape,
-    say,
-)
+from infill.training.gpu_plan import BD, Plan, Report, Shape, choose_shape, say
 from infill.training.gpu_probe import Choice, choose, probe
 
 MAX_FILES = 8  # what a call brings back from its output folder
@@ -93,14 +81,14 @@ def asarm_command(
 def blockdiff_command(
     plan: Plan, pack: Path, tokenizer_json: Path, choice: Choice, minutes: float, until: float
 ) -> list[str]:
-    tiny = [x for k, v in BD_SMOKE_SHAPE.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+    tiny = [x for k, v in BD.smoke_shape for x in (f"--{k.replace('_', '-')}", str(v))]
     shape = ["--tokenizer", str(tokenizer_json), *tiny] if plan.smoke else ["--init", str(WEIGHTS / "blockdiff")]
     return _infill(
         "train", "block-diffusion", "--device", plan.device, "--data", str(pack), *shape,
         "--out", str(plan.work / "blockdiff"), "--run-dir", str(plan.work / "blockdiff-run"),
         "--seq-len", str(plan.bd_seq_len), "--batch-size", str(choice.batch_size),
-        "--block-sizes", ",".join(map(str, BD_BLOCK_SIZES)), "--loss-on", BD_LOSS_ON,
-        "--line-rate", str(BD_LINE_RATE), "--fim-rate", str(BD_FIM_RATE), "--max-middle", str(BD_MAX_MIDDLE),
+        "--block-sizes", ",".join(map(str, BD.block_sizes)), "--loss-on", BD.loss_on,
+        "--line-rate", str(BD.line_rate), "--fim-rate", str(BD.fim_rate), "--max-middle", str(BD.max_middle),
         "--lr", f"{choice.lr:.3g}", "--warmup", str(choice.warmup),
         "--steps", str(plan.steps or 10_000_000), "--time-limit", f"{minutes:.3f}", "--until", _utc(until),
         "--save-minutes", "2", "--save-dtype", "bfloat16",
@@ -243,6 +231,9 @@ def environment(plan: Plan, report: Report) -> None:
     )
     if plan.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: torch sees no GPU here (use --smoke to rehearse on the CPU)")
+    # this process's own torch work (the batch probe, the held-out check) with the trainers' thread counts: two
+    # threads on a busy 2-core machine ran the rehearsal's probe many times slower than one
+    torch.set_num_threads(1 if plan.smoke else 4)
 
 
 def run(plan: Plan) -> int:

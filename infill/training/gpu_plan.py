@@ -68,8 +68,10 @@ class Plan:
     bd_seq_len: int = 256
     bd_batch_size: int = 64
     bd_lr: float = 5e-4
+    bd_warmup: int = 100
     shape: Shape | None = None  # None: the compute estimate picks
     reserve_s: float = 75.0  # left at the end for the held-out check and the export
+    probe_s: float = 40.0  # a trainer's batch probe measures no further batch after this many seconds
     steps: int = 0  # each trainer stops after this many steps (0: the deadline alone ends training)
     seed: int = 0
 
@@ -92,6 +94,7 @@ class Plan:
             batch_sizes=(2, 4),
             bd_seq_len=64,
             bd_batch_size=4,
+            bd_warmup=5,
             shape=Shape(2, 64, 2, 128),
             reserve_s=25.0,
             steps=20,  # a rehearsal of the stages, not of the deadline: each trainer stops after 20 steps
@@ -110,7 +113,8 @@ class Plan:
         batch it is given at: a continued AS-ARM's or a fresh one's; the block-diffusion model's."""
         memory = 0.45 if self.job == "both" else 0.8  # the other trainer shares the GPU
         if name == "blockdiff":
-            return Trainer(name, self.bd_seq_len, self.bd_batch_size, self.bd_lr, BD_WARMUP, self.batch_sizes, memory)
+            bd = (self.bd_seq_len, self.bd_batch_size, self.bd_lr, self.bd_warmup)
+            return Trainer(name, *bd, self.batch_sizes, memory)
         lr, warmup = (self.init_lr, self.init_warmup) if self.init is not None else (self.lr, self.warmup)
         return Trainer(name, self.seq_len, self.batch_size, lr, warmup, self.batch_sizes, memory)
 
@@ -128,10 +132,19 @@ class Trainer:
     memory_share: float  # the most of the GPU's memory its step may take
 
 
-# The block-diffusion trainer's settings in the job (its command and the probe's copy of it)
-BD_BLOCK_SIZES = (1, 1, 4, 4, 8, 16)
-BD_LOSS_ON, BD_LINE_RATE, BD_FIM_RATE, BD_MAX_MIDDLE, BD_WARMUP = "all", 0.5, 0.9, 64, 100
-BD_SMOKE_SHAPE = {"hidden": 64, "layers": 2, "heads": 2, "kv_heads": 1}  # a fresh tiny model in the rehearsal
+@dataclass(frozen=True)
+class BlockDiffSettings:
+    """The block-diffusion trainer's settings in the job (its command, and the probe's copy of its task)."""
+
+    block_sizes: tuple[int, ...] = (1, 1, 4, 4, 8, 16)
+    loss_on: str = "all"
+    line_rate: float = 0.5
+    fim_rate: float = 0.9
+    max_middle: int = 64
+    smoke_shape: tuple[tuple[str, int], ...] = (("hidden", 64), ("layers", 2), ("heads", 2), ("kv_heads", 1))
+
+
+BD = BlockDiffSettings()
 
 
 @dataclass

@@ -5,10 +5,10 @@ A step of these small models costs about the same whether it trains 64 or 256 se
 the Python that launches its kernels, and four times as much when the GPU's own work binds; which one holds on a
 given GPU is measured, not guessed: a few steps at each batch of `Plan.batch_sizes` (the full model, the real
 data, the optimizer), stopping at the first that runs out of memory or takes more than the trainer's share of
-it. The job then trains at the smallest batch whose positions per second are within `NEAR_BEST` of the best (a
-larger batch takes fewer steps for the same data), with the learning rate scaled by the square root of the
-batch ratio and the warm-up kept in positions. The last batch measured is also profiled, and the table of its
-heaviest operators comes back in the job's logs.
+it, or once `Plan.probe_s` seconds are spent. The job then trains at the smallest batch whose positions per
+second are within `NEAR_BEST` of the best (a larger batch takes fewer steps for the same data), with the
+learning rate scaled by the square root of the batch ratio and the warm-up kept in positions. The last batch
+measured is also profiled, and the table of its heaviest operators comes back in the job's logs.
 
 The AS-ARM trainer draws its batches in worker processes, so its probe times the steps on batches drawn
 beforehand; the block-diffusion trainer draws each batch in its own process, so its probe times that too.
@@ -23,19 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from infill.training.gpu_plan import (
-    BD_BLOCK_SIZES,
-    BD_FIM_RATE,
-    BD_LINE_RATE,
-    BD_LOSS_ON,
-    BD_MAX_MIDDLE,
-    BD_SMOKE_SHAPE,
-    Plan,
-    Report,
-    Shape,
-    Trainer,
-    say,
-)
+from infill.training.gpu_plan import BD, Plan, Report, Shape, Trainer, say
 
 NEAR_BEST = 0.9  # a smaller batch within this share of the best positions per second is chosen
 TIMED_STEPS = 3  # after one untimed step (allocations, kernel selection)
@@ -147,11 +135,11 @@ def _blockdiff(plan: Plan, trainer: Trainer, pack: Path, tokenizer_json: Path) -
     from infill.training.gpu_data import WEIGHTS
 
     cfg = TrainConfig(
-        seq_len=trainer.seq_len, block_sizes=BD_BLOCK_SIZES, loss_on=BD_LOSS_ON, line_rate=BD_LINE_RATE,
-        fim_rate=BD_FIM_RATE, max_middle=BD_MAX_MIDDLE, device=plan.device, bf16=plan.device == "cuda",
+        seq_len=trainer.seq_len, block_sizes=BD.block_sizes, loss_on=BD.loss_on, line_rate=BD.line_rate,
+        fim_rate=BD.fim_rate, max_middle=BD.max_middle, device=plan.device, bf16=plan.device == "cuda",
         seed=plan.seed,
     )  # fmt: skip
-    small = BD_SMOKE_SHAPE
+    small = dict(BD.smoke_shape)
     shape = ModelShape(
         hidden=small["hidden"], layers=small["layers"], heads=small["heads"], kv_heads=small["kv_heads"],
         head_dim=small["hidden"] // small["heads"], intermediate=3 * small["hidden"], max_length=512,
@@ -183,7 +171,11 @@ def _measure(
     measured: dict[int, float] = {}
     limit = ""
     last: list[Any] = []
+    started = time.perf_counter()
     for size in trainer.batch_sizes:
+        if measured and time.perf_counter() - started > plan.probe_s:
+            limit = f"; {size}: not measured, the probe's {plan.probe_s:.0f}s were spent"
+            break
         try:
             data = [make(size) for _ in range(TIMED_STEPS + 1)]
             step(data[0])

@@ -322,6 +322,9 @@ def _batch_of_step(step: int) -> dict[str, np.ndarray]:
 def _worker_init() -> None:
     import torch
 
+    from infill.training.corpus import quiet_worker
+
+    quiet_worker()
     torch.set_num_threads(1)
 
 
