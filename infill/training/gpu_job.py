@@ -231,8 +231,8 @@ def environment(plan: Plan, report: Report) -> None:
     )
     if plan.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: torch sees no GPU here (use --smoke to rehearse on the CPU)")
-    # this process's own torch work (the batch probe, the held-out check) with the trainers' thread counts: two
-    # threads on a busy 2-core machine ran the rehearsal's probe many times slower than one
+    # this process's own torch work (the batch probe, the held-out check) on the trainers' thread counts (the
+    # rehearsal's one: on a busy 2-core machine a second thread waits for a core more than it helps)
     torch.set_num_threads(1 if plan.smoke else 4)
 
 
