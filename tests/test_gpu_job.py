@@ -287,3 +287,18 @@ def test_the_probe_stops_at_memory_and_at_its_time(tmp_path: Path) -> None:
     quick = Plan(tmp_path, tmp_path, tmp_path, device="cpu", batch_sizes=(2, 4, 8, 16), probe_s=0.1)
     measured, limit = _measure(quick, quick.trainer("asarm"), lambda size: size, slow, Report())
     assert sorted(measured) == [2] and "4: not measured" in limit
+
+
+def test_what_a_call_carries_counts_untracked_files_but_not_ignored_ones(tmp_path: Path) -> None:
+    from infill.commands.train_gpu import tracked_bytes
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("gpu/\n")
+    (tmp_path / "tracked.py").write_bytes(b"t" * 100)
+    (tmp_path / "gpu").mkdir()
+    (tmp_path / "gpu" / "carried.xz").write_bytes(b"c" * 5000)  # ignored: travels only when named in `carry`
+    subprocess.run(["git", "add", ".gitignore", "tracked.py"], cwd=tmp_path, check=True)
+    (tmp_path / "scratch.txt").write_bytes(b"u" * 50)  # neither tracked nor ignored: travels
+    assert tracked_bytes(tmp_path) == 100 + 5
+    assert tracked_bytes(tmp_path, untracked=True) == 100 + 5 + 50
+    assert tracked_bytes(tmp_path / "gpu" / "nowhere") is None

@@ -87,7 +87,7 @@ def gpu_carry(corpus: Path, out: Path) -> None:
     from infill.evaluation.humaneval import humaneval_problems
     from infill.training.gpu_data import carry_corpus, folder_bytes
 
-    tracked = tracked_bytes(Path(__file__).resolve().parents[2])
+    tracked = tracked_bytes(Path(__file__).resolve().parents[2], untracked=True)
     budget = None if tracked is None else (CALL_MIB - MARGIN_MIB) * 2**20 - tracked
     written = carry_corpus(corpus, out, humaneval_problems(), budget)
     if tracked is not None:
@@ -102,12 +102,14 @@ CALL_MIB = 64  # what one call to a lent GPU machine carries: the tracked tree a
 MARGIN_MIB = 2  # left free for the tree's growth until the loan (run gpu-carry again before each loan)
 
 
-def tracked_bytes(root: Path) -> int | None:
-    """Bytes of the files git tracks under `root` (None: not a git checkout)."""
+def tracked_bytes(root: Path, untracked: bool = False) -> int | None:
+    """Bytes of the files git tracks under `root`, and with `untracked` of the files it neither tracks nor
+    ignores (a call carries those too); None: not a git checkout."""
     import subprocess
 
+    extra = ["--cached", "--others", "--exclude-standard"] if untracked else []
     try:
-        listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+        listed = subprocess.run(["git", "ls-files", "-z", *extra], cwd=root, capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     paths = [root / p for p in listed.decode("utf-8", "replace").split("\0") if p]
