@@ -79,7 +79,7 @@ def test_ghost_text_typeahead_and_accept(nvim: Any, tmp_path: Path) -> None:
     nvim.command("call cursor(2, 1)")
     nvim.input("A ")  # at the end of "    return", a space, a pause: a request
     shown = _wait(suggestion)
-    assert shown and len(shown) >= 2, nvim.exec_lua(f"return vim.inspect({state}.state.last)")
+    assert shown and len(shown) >= 2, nvim.exec_lua("return vim.inspect(require('infill').state.last)")
     asked = nvim.exec_lua(f"{state}.state.requests")
     nvim.input(shown[0])  # typing what it says keeps the rest, without asking again
     assert _wait(lambda: line() == "    return " + shown[0])
@@ -102,4 +102,24 @@ def test_ghost_text_typeahead_and_accept(nvim: Any, tmp_path: Path) -> None:
     assert (suggestion() or "") == full[len(inserted) :]
     nvim.input("<C-]>")
     assert _wait(lambda: suggestion() is None, 5)
+    nvim.input("<Esc>")
+    # text of several bytes a character before the cursor: positions go in the encoding the client and the
+    # server agreed on (the plugin offers UTF-8, Neovim's own byte columns, as Neovim 0.10 and later do)
+    client = "vim.lsp.get_client_by_id(require('infill').state.client_id)"
+    assert nvim.exec_lua(f"return {client}.offset_encoding") == "utf-8"
+    nvim.exec_lua(
+        f"local c = {client} local request = c.request "
+        "c.request = function(method, params, ...) _G.infill_sent = params return request(method, params, ...) end"
+    )
+    wide = '    label = "東京 → 大阪 ✓"; total = first +'
+    nvim.input("<Esc>")
+    nvim.current.buffer[1] = wide
+    nvim.command("call cursor(2, 1)")
+    nvim.input("A ")
+    shown = _wait(suggestion)
+    assert shown, nvim.exec_lua("return vim.inspect(require('infill').state.last)")
+    sent = nvim.exec_lua("return _G.infill_sent.position")
+    assert sent == {"line": 1, "character": len((wide + " ").encode())}, sent
+    nvim.input("<Tab>")
+    assert _wait(lambda: line() == wide + " " + shown), line()
     nvim.input("<Esc>")

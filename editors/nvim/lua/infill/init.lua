@@ -77,9 +77,45 @@ local function cursor()
   return vim.api.nvim_get_current_buf(), pos[1] - 1, pos[2]
 end
 
+-- Positions: Neovim counts bytes; the server counts in the encoding the two agreed on at start-up
+-- (client.offset_encoding: UTF-8 where the server took the plugin's offer, else UTF-16 or UTF-32).
+local function encoding_of(client)
+  return client.offset_encoding or "utf-16"
+end
+
+-- Neovim 0.11 changed the signatures of vim.str_utfindex and vim.str_byteindex (encoding first).
+local new_index_api = vim.fn.has("nvim-0.11") == 1
+
+-- The character index, in the client's encoding, of byte `col` of `line`.
+local function lsp_character(client, line, col)
+  local encoding = encoding_of(client)
+  col = math.min(col, #line)
+  if encoding == "utf-8" then
+    return col
+  end
+  if new_index_api then
+    return vim.str_utfindex(line, encoding, col, false)
+  end
+  local utf32, utf16 = vim.str_utfindex(line, col)
+  return encoding == "utf-32" and utf32 or utf16
+end
+
+-- The byte of `line` at character index `character` in the client's encoding.
+local function byte_col(client, line, character)
+  local encoding = encoding_of(client)
+  if encoding == "utf-8" then
+    return math.min(character, #line)
+  end
+  if new_index_api then
+    return vim.str_byteindex(line, encoding, character, false)
+  end
+  local ok, byte = pcall(vim.str_byteindex, line, character, encoding == "utf-16")
+  return ok and byte or #line
+end
+
 -- The first item of an answer as the text to insert at the cursor (its range may start before the cursor,
 -- e.g. at the start of a word the server healed: the part already typed is dropped).
-local function item_text(buf, row, col, item)
+local function item_text(client, buf, row, col, item)
   local text = item.insertText
   if type(text) == "table" then
     text = text.value
@@ -90,7 +126,7 @@ local function item_text(buf, row, col, item)
   local range = item.range
   if range and range.start.line == row then
     local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
-    local start = vim.str_byteindex(line, range.start.character, true)
+    local start = byte_col(client, line, range.start.character)
     local typed = line:sub(start + 1, col)
     if text:sub(1, #typed) ~= typed then
       return nil
@@ -108,10 +144,9 @@ function M.request()
   end
   cancel_pending()
   local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
-  local _, utf16 = vim.str_utfindex(line, col)
   local params = {
     textDocument = { uri = vim.uri_from_bufnr(buf) },
-    position = { line = row, character = utf16 },
+    position = { line = row, character = lsp_character(client, line, col) },
     context = { triggerKind = 2 },
   }
   local tick = vim.api.nvim_buf_get_changedtick(buf)
@@ -124,7 +159,7 @@ function M.request()
       return -- an error, or the buffer moved on: the next pause asks again
     end
     local items = result.items or result
-    local text = items[1] and item_text(buf, row, col, items[1])
+    local text = items[1] and item_text(client, buf, row, col, items[1])
     if text then
       render(buf, row, col, text)
     end
@@ -219,6 +254,12 @@ function M.attach(buf)
       root_dir = root_dir(buf),
       init_options = M.config.settings,
       flags = { debounce_text_changes = 0 },
+      -- UTF-8 positions are Neovim's own byte columns; Neovim before 0.10 takes the encoding from here, later
+      -- ones from the server's answer (which takes the first of these it supports)
+      capabilities = vim.tbl_deep_extend("force", vim.lsp.protocol.make_client_capabilities(), {
+        general = { positionEncodings = { "utf-8", "utf-16" } },
+      }),
+      offset_encoding = "utf-8",
     })
   end
   if M.state.client_id then
