@@ -430,6 +430,71 @@ def test_exit_without_shutdown_exits_1_and_after_it_0() -> None:
     # the shared server's fixture checks the other way round: shutdown, exit, 0
 
 
+def test_sigterm_ends_the_server_while_the_client_keeps_its_end_open() -> None:
+    """A process manager's SIGTERM, with the editor still connected: the server exits at once with 143 and one
+    line. The read of stdin blocked in a thread the interpreter joined at exit, so the server ran on until the
+    client closed its end."""
+    import signal
+    import subprocess
+
+    client = LspClient()
+    try:
+        client.initialize({"model": SCRIPTED_MODEL})
+        client.open(URI, SOURCE)
+        assert client.request("textDocument/inlineCompletion", inline_params(URI, 2, 4)).get("result")
+        client.process.send_signal(signal.SIGTERM)
+        try:
+            code = client.process.wait(30)  # stdin stays open
+        except subprocess.TimeoutExpired:
+            code = None
+    finally:
+        client.close()
+    assert code == 143, client.stderr()
+    assert "Traceback" not in client.stderr() and "terminated" in client.stderr()
+
+
+def test_a_client_that_stops_reading_ends_the_server_with_one_line() -> None:
+    """The client closes its end of the server's output (it crashed half-way, or stopped reading) and keeps
+    writing: one line says so, the server exits 141 (stdout's reader went away) without waiting for the end of
+    its input, and no answer that cannot be sent is a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    from fixtures_lsp import REPO_ROOT, lsp_env
+
+    read_end, write_end = os.pipe()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "infill", "lsp"], stdin=subprocess.PIPE, stdout=write_end, stderr=subprocess.PIPE,
+        env=lsp_env(), cwd=REPO_ROOT,
+    )  # fmt: skip
+    os.close(write_end)
+    os.close(read_end)
+    assert server.stdin is not None and server.stderr is not None
+    try:
+        for message in (
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}},
+            {"jsonrpc": "2.0", "method": "initialized", "params": {}},
+            {"jsonrpc": "2.0", "id": 2, "method": "test/document", "params": {"uri": URI}},
+        ):
+            body = json.dumps(message).encode()
+            server.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            server.stdin.flush()
+        try:
+            code = server.wait(60)  # stdin stays open
+        except subprocess.TimeoutExpired:
+            code = None
+        err = server.stderr.read().decode()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        server.stdin.close()
+        server.stderr.close()
+    assert code == 141, err
+    assert err.count("the client closed its end") == 1 and "Traceback" not in err, err
+
+
 # --- bad input ------------------------------------------------------------------------------------------------
 
 

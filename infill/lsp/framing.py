@@ -21,6 +21,7 @@ too deeply for the decoder also gets a ParseError response. Standard library onl
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -218,28 +219,145 @@ async def serve(reader: FrameReader, server: LanguageServer, stop: Event) -> Non
             server.report_server_error(exc, JsonRpcException)
 
 
-def serve_stdio(server: LanguageServer, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
-    """pygls's `start_io`, reading with FrameReader: until the stream ends or the exit notification."""
-    from pygls.io_ import StdoutWriter
+class DaemonReads:
+    """Reads of a blocking stream, each an awaitable, done in one daemon thread. A read blocked on a client that
+    keeps its end open (a SIGTERM, a client that stopped reading the answers) must not hold the process at its
+    exit, as a thread of an executor would: the interpreter joins those before it exits. `end()` makes the read
+    in progress, and every later one, return b"" (the end of the stream)."""
 
+    def __init__(self, read: Callable[[int], bytes], loop: asyncio.AbstractEventLoop) -> None:
+        import queue
+
+        self._read, self._loop = read, loop
+        self._asks: queue.SimpleQueue[tuple[int, asyncio.Future[bytes]]] = queue.SimpleQueue()
+        self._pending: asyncio.Future[bytes] | None = None
+        self._ended = False
+        threading.Thread(target=self._work, name="lsp-stdin", daemon=True).start()
+
+    def __call__(self, n: int) -> Awaitable[bytes]:
+        future: asyncio.Future[bytes] = self._loop.create_future()
+        if self._ended:
+            future.set_result(b"")
+        else:
+            self._pending = future
+            self._asks.put((n, future))
+        return future
+
+    def end(self) -> None:
+        """From any thread: the stream is over for the reader."""
+
+        def now() -> None:
+            self._ended = True
+            if self._pending is not None:
+                _resolve(self._pending, b"")
+
+        self._deliver(now)
+
+    def _work(self) -> None:
+        while True:
+            n, future = self._asks.get()
+            try:
+                data = self._read(n)
+            except (OSError, ValueError):  # a closed or broken stream is its end
+                data = b""
+            if not self._deliver(functools.partial(_resolve, future, data)):
+                return
+            if not data:
+                return
+
+    def _deliver(self, call: Callable[[], object]) -> bool:
+        try:
+            self._loop.call_soon_threadsafe(call)
+        except RuntimeError:  # the loop has closed: nobody waits for reads any more
+            return False
+        return True
+
+
+def _resolve(future: asyncio.Future[bytes], data: bytes) -> None:
+    if not future.done():
+        future.set_result(data)
+
+
+class ClientWriter:
+    """pygls's writer for the client's end of a pipe. When the client has closed it (it crashed, or stopped
+    reading), one line says so and `closed` runs (it ends the reading), instead of a traceback for every answer
+    that cannot be sent."""
+
+    def __init__(self, out: BinaryIO, closed: Callable[[], None]) -> None:
+        self._out, self._closed = out, closed
+        self.broken = False
+
+    def write(self, data: bytes) -> None:
+        if self.broken:
+            return
+        try:
+            self._out.write(data)
+            self._out.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.broken = True
+            logger.error("the client closed its end; shutting down")
+            _to_devnull(self._out)  # what is still buffered for the dead pipe goes nowhere, quietly
+            self._closed()
+
+    def close(self) -> None:
+        try:
+            self._out.close()
+        except OSError:
+            pass
+
+
+def serve_stdio(server: LanguageServer, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+    """pygls's `start_io`, reading with FrameReader: until the stream ends, the exit notification, a SIGTERM, or
+    the client's closing of the server's output."""
     source = stdin if stdin is not None else sys.stdin.buffer
     stop = Event()
     server._stop_event = stop
-    server.protocol.set_writer(StdoutWriter(stdout if stdout is not None else sys.stdout.buffer))
+    reads: list[DaemonReads] = []
+
+    def closed() -> None:
+        for each in reads:
+            each.end()
+
+    writer = ClientWriter(stdout if stdout is not None else sys.stdout.buffer, closed)
+    server.protocol.set_writer(writer)
 
     async def run() -> None:
-        loop = asyncio.get_running_loop()
-        read1 = getattr(source, "read1", source.read)
-        await serve(FrameReader(lambda n: loop.run_in_executor(server.thread_pool, read1, n)), server, stop)
+        reads.append(DaemonReads(_reader(source), asyncio.get_running_loop()))
+        await serve(FrameReader(reads[0]), server, stop)
 
     try:
         run_until_terminated(run())
-    except BrokenPipeError:
-        logger.error("the client closed its end; shutting down")
     except (KeyboardInterrupt, SystemExit):
         pass
     finally:
         server.shutdown()
+    if writer.broken:  # the command's exit: 141, stdout's reader went away
+        raise BrokenPipeError("the client closed its end")
+
+
+def _reader(source: BinaryIO) -> Callable[[int], bytes]:
+    """Reads of up to n bytes of `source`: of its file descriptor where it has one. A daemon thread blocked inside
+    a buffered stream's read holds the stream's lock, and the interpreter aborts when it finds the lock held as it
+    closes the stream at exit."""
+    import io
+    import os
+
+    try:
+        fd = source.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return getattr(source, "read1", source.read)
+    return functools.partial(os.read, fd)
+
+
+def _to_devnull(out: BinaryIO) -> None:
+    import os
+
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, out.fileno())
+        os.close(null)
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 def serve_tcp(server: LanguageServer, host: str, port: int) -> None:
