@@ -234,3 +234,38 @@ def test_no_output_held_the_key(tmp_path: Path) -> None:
     code, _, err = fill(tmp_path, f"http://127.0.0.1:{free_port()}/v1#m")
     assert code == ExitCode.INTERNAL and "is not reachable" in err
     assert OUTPUTS and not [o for o in OUTPUTS if KEY in o]
+
+
+def test_a_server_that_ignores_max_tokens_writes_nothing(tmp_path: Path) -> None:
+    """A completion far longer than the tokens asked for (a server ignoring max_tokens and the stop strings) is
+    refused, where it was written into the file whole. The control: the same server's short answer fills."""
+    answers = {"text": "    x = 1" + " + 1" * 50_000}
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/v1/completions"):
+            handler.send(200, completion(answers["text"]))
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(answer):
+        line = fails(tmp_path, server.url + "#qwen-fake")
+        assert "characters to a request for at most" in line
+        answers["text"] = "    x = 1"
+        code, _, stderr = fill(tmp_path, server.url + "#qwen-fake")
+        assert code == 0 and (tmp_path / "m.py").read_text() != SOURCE, stderr
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 50.0])
+def test_log_probabilities_that_are_not_probabilities_are_refused(tmp_path: Path, value: float) -> None:
+    """NaN, infinity or a positive log-probability: one line, exit 123 (they made a score of 150, or JSON output
+    that is not JSON)."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/v1/completions"):
+            text = "    x = 1"
+            handler.send(200, completion(text, [-0.5] * (len(text) - 1) + [value]))
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(answer):
+        assert "not a finite number at most 0" in fails(tmp_path, server.url + "#qwen-fake", "--format", "json")

@@ -23,6 +23,7 @@ Standard library only (http.client); importing this module imports neither torch
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections import OrderedDict
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 
 WINDOW = 4096  # tokens of prompt and fill, where the server does not say its model's context
 CACHE = 512  # texts whose tokens the tokenizer keeps
+MAX_TOKEN_CHARS = 256  # longer than any token of a code model's vocabulary: more text means max_tokens was ignored
+LOGPROB_ROUNDING = 1e-4  # a log-probability this far above 0 is a server's rounding, taken as 0
 
 
 class ServerTokenizer:
@@ -225,7 +228,16 @@ class RemoteFim:
         text = choice.get("text")
         if not isinstance(text, str):
             raise self._malformed("a choice without text")
-        return Completion(text, _kept_logprobs(choice.get("logprobs"), len(text)), str(choice.get("finish_reason")))
+        if len(text) > max_tokens * MAX_TOKEN_CHARS:  # it ignored max_tokens: nothing of it reaches a file
+            raise RemoteError(
+                f"model server {self.target.base} answered {len(text):,} characters to a request for at most "
+                f"{max_tokens} tokens"
+            )
+        try:
+            kept = _kept_logprobs(choice.get("logprobs"), len(text))
+        except ValueError as exc:
+            raise self._malformed(str(exc)) from None
+        return Completion(text, kept, str(choice.get("finish_reason")))
 
     def score_tail(self, prompt: str, tail: str, tail_tokens: int) -> list[float] | None:
         """The log-probabilities of the last `tail_tokens` tokens of prompt + tail (the tail's, counted in context)
@@ -277,8 +289,10 @@ def _kept_logprobs(logprobs: Any, length: int) -> list[float]:
         return []
     out, at = [], 0
     for token, value in zip(tokens, values, strict=False):
-        if at >= length and length > 0 or not isinstance(value, (int, float)):
+        if at >= length and length > 0 or not isinstance(value, (int, float)) or isinstance(value, bool):
             break
-        out.append(float(value))
+        if not math.isfinite(value) or value > LOGPROB_ROUNDING:
+            raise ValueError(f"a log-probability of {value!r}, which is not a finite number at most 0")
+        out.append(min(float(value), 0.0))
         at += len(token) if isinstance(token, str) else 0
     return out if length > 0 else []
