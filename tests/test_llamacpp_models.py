@@ -207,6 +207,23 @@ def test_an_ollama_name_that_is_not_there(tmp_path: Path, monkeypatch: pytest.Mo
     assert code == 123 and "'qwen2.5-coder:7b' is not in Ollama's store" in line and "ollama pull" in line
 
 
+@pytest.mark.parametrize("manifest", ['{"layers": 5}', '{"layers": "x"}', "[1]"])
+def test_a_broken_ollama_manifest_is_left_out_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, manifest: str
+) -> None:
+    """A manifest whose layers are not a list: `infill models` lists the store without it (it failed whole, an
+    internal error), and a fill with its name is a model error naming the manifest."""
+    store = tmp_path / "store"
+    folder = store / "manifests" / "registry.ollama.ai" / "library" / "broken"
+    folder.mkdir(parents=True)
+    (folder / "latest").write_text(manifest)
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    listed = CliRunner().invoke(main, ["models"])
+    assert listed.exit_code == 0 and "broken" not in listed.stdout, listed.output
+    code, line = fill_fails(tmp_path, "broken")
+    assert code == 123 and "has no model layer" in line and str(folder / "latest") in line
+
+
 def test_the_extra_not_installed(ggufs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`infill models` lists GGUF models without it (the header is read in Python); a fill names the extra."""
     from infill.models import llamacpp

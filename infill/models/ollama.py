@@ -104,7 +104,11 @@ def _model(root: Path, manifest: Path, name: str) -> OllamaModel:
         raise ModelError(f"Ollama model {name!r}: unreadable manifest {manifest} ({exc})") from exc
     layers = data.get("layers") if isinstance(data, dict) else None
     layer = next(
-        (x for x in layers or [] if isinstance(x, dict) and x.get("mediaType") == MODEL_MEDIA),
+        (
+            x
+            for x in (layers if isinstance(layers, list) else [])
+            if isinstance(x, dict) and x.get("mediaType") == MODEL_MEDIA
+        ),
         None,
     )
     if layer is None:
