@@ -5,6 +5,7 @@ with an error and keeps serving. The servers here are standard-library fakes (te
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -269,3 +270,45 @@ def test_log_probabilities_that_are_not_probabilities_are_refused(tmp_path: Path
 
     for server in serve(answer):
         assert "not a finite number at most 0" in fails(tmp_path, server.url + "#qwen-fake", "--format", "json")
+
+
+def test_an_answer_trickled_a_byte_at_a_time_times_out(tmp_path: Path) -> None:
+    """The timeout is the whole answer's: a server sending its body a byte every 0.1 s (each read well within
+    the 0.5 s) ran on for minutes."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if not path.endswith("/v1/completions"):
+            healthy(handler, path, body)
+            return
+        data = json.dumps(completion("    x = 1")).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        try:
+            for byte in data[:40]:
+                handler.wfile.write(bytes([byte]))
+                handler.wfile.flush()
+                time.sleep(0.1)
+        except OSError:
+            pass
+
+    for server in serve(answer):
+        started = time.monotonic()
+        line = fails(tmp_path, server.url + "#qwen-fake")
+        assert "did not answer within 0.5 s" in line and time.monotonic() - started < 3.0
+
+
+def test_an_answer_over_the_size_limit_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from infill.models import remote_http
+
+    monkeypatch.setattr(remote_http, "MAX_ANSWER_BYTES", 2**20)
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/v1/completions"):
+            handler.send(200, b" " * (3 * 2**20))
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(answer):
+        assert "answered more than 1 MiB; refused" in fails(tmp_path, server.url + "#qwen-fake")

@@ -6,9 +6,9 @@ that is not this machine's loopback needs INFILL_ALLOW_HTTP=1 or --allow-http. T
 $INFILL_API_KEY or the file --api-key-file (or $INFILL_API_KEY_FILE) names, never from the command line, and is
 never in an error, a log or an answer (`scrub`).
 
-Faults: connect and read timeouts ($INFILL_REMOTE_TIMEOUT seconds, default 60, for the read), up to RETRIES retries
-on 429 and 503 after the server's Retry-After (at most MAX_WAIT seconds), and RemoteError (exit 123, one line)
-for a server that is down, too slow, or answers something that is not the JSON asked for.
+Faults: connect and read timeouts ($INFILL_REMOTE_TIMEOUT seconds, default 60, for the whole answer), up to
+RETRIES retries on 429 and 503 after the server's Retry-After (at most MAX_WAIT seconds), and RemoteError (exit
+123, one line) for a server that is down, too slow, or answers something that is not the JSON asked for.
 
 Standard library only (http.client).
 """
@@ -39,6 +39,8 @@ KEY_FILE_ENV = "INFILL_API_KEY_FILE"
 HTTP_ENV = "INFILL_ALLOW_HTTP"
 TIMEOUT_ENV = "INFILL_REMOTE_TIMEOUT"
 CONNECT_TIMEOUT = 5.0  # seconds to open a connection
+MAX_ANSWER_BYTES = 64 * 2**20  # an answer's body: a fill's JSON is kilobytes; a larger one is refused unread
+CHUNK_BYTES = 64 * 1024
 READ_TIMEOUT = 60.0  # seconds to wait for an answer (a long fill on a busy server)
 RETRIES = 3  # further tries after a 429 or 503
 MAX_WAIT = 30.0  # the longest Retry-After honoured
@@ -242,6 +244,29 @@ class Client:
         text = " ".join(self.scrub(message).split())
         return f": {text[:200]}"
 
+    def _body(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse, deadline: float) -> bytes:
+        """The answer's body, read by the deadline (a server trickling it a byte at a time times out as one that
+        never answers) and up to MAX_ANSWER_BYTES (more is refused unread)."""
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            if conn.sock is not None:
+                conn.sock.settimeout(left)
+            part = response.read1(CHUNK_BYTES)
+            if not part:
+                response.close()  # as read() does at the end: the kept connection takes the next request
+                return b"".join(parts)
+            size += len(part)
+            if size > MAX_ANSWER_BYTES:
+                self._drop()
+                raise RemoteError(
+                    f"model server {self.target.base} answered more than {MAX_ANSWER_BYTES // 2**20} MiB; refused"
+                )
+            parts.append(part)
+
     def _once(
         self, method: str, path: str, data: bytes | None, headers: dict[str, str]
     ) -> tuple[int, bytes, float | None]:
@@ -255,10 +280,11 @@ class Client:
                 conn.timeout = CONNECT_TIMEOUT
                 if conn.sock is None:
                     conn.connect()
+                deadline = time.monotonic() + self.timeout
                 conn.sock.settimeout(self.timeout)
                 conn.request(method, full, body=data, headers=headers)
                 response = conn.getresponse()
-                body = response.read()
+                body = self._body(conn, response, deadline)
                 retry = _retry_after(response.getheader("Retry-After"))
                 if response.getheader("Connection", "").lower() == "close":
                     self._drop()
