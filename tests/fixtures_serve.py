@@ -96,8 +96,9 @@ def fake_loads(params: dict[str, Any], context: ServerContext) -> dict[str, Any]
 
 
 def wait_for_cancel(params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
-    """A long request: runs until its client goes away (then writes params["marker"]) or 120 s pass."""
-    deadline = time.monotonic() + 120
+    """A long request: runs until its client goes away (then writes params["marker"]) or params["seconds"] (120 by
+    default) pass."""
+    deadline = time.monotonic() + float(params.get("seconds", 120))
     while time.monotonic() < deadline:
         if context.cancelled():
             Path(params["marker"]).write_text("cancelled")

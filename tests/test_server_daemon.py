@@ -335,3 +335,63 @@ def test_a_regular_file_at_the_socket_path_is_never_replaced(runtime_dir: Path) 
     done = serve_at_the_daemon_socket(runtime_dir, env)
     assert done.returncode == 2 and b"not a socket" in done.stderr
     assert (daemon_dir(runtime_dir) / "daemon.sock").read_text() == "not a socket"
+
+
+def read_answer(sock: socket.socket) -> dict[str, Any]:
+    """The one JSON line a server answers, read until it closes or the line is whole."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    answer = json.loads(data)
+    assert isinstance(answer, dict)
+    return answer
+
+
+def test_a_client_that_shuts_down_its_sending_side_still_gets_its_answer(runtime_dir: Path) -> None:
+    env = plugin_env(runtime_dir)
+    server = serve_socket_process(runtime_dir, env)
+    try:
+        marker = runtime_dir / "cancelled"
+        sock = lifecycle.connect(daemon_dir(runtime_dir) / "daemon.sock", timeout=60)
+        assert sock is not None
+        with sock:
+            request = {"id": 7, "method": "wait_for_cancel", "params": {"marker": str(marker), "seconds": 1}}
+            sock.sendall(json.dumps(request).encode() + b"\n")
+            sock.shutdown(socket.SHUT_WR)  # what `nc -N` and `printf ... | socat` do after the request
+            answer = read_answer(sock)
+        assert answer == {"id": 7, "cancelled": False}
+        assert not marker.exists()
+    finally:
+        server.terminate()
+        assert server.wait(timeout=60) == 0
+
+
+def test_sigterm_during_a_real_fill_cancels_it_and_exits_cleanly(runtime_dir: Path) -> None:
+    """The packaged model on the default engine, stopped mid-fill: the client gets an answer, the server exits 0
+    with its socket removed. The interpreter shutting down under a thread inside the engine aborted the process
+    (SIGABRT, "terminate called without an active exception")."""
+    env = {k: v for k, v in plugin_env(runtime_dir).items() if k != "INFILL_SERVER_PLUGINS"}
+    server = serve_socket_process(runtime_dir, env)
+    socket_path = daemon_dir(runtime_dir) / "daemon.sock"
+    try:
+        text = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    x = 1\n    return a - b\n"
+        params = {"text": text, "filename": "a.py", "span": "1:7", "tokens": 400, "beam": 0, "decoder": "sequential"}
+        sock = lifecycle.connect(socket_path, timeout=120)
+        assert sock is not None
+        with sock:
+            sock.sendall(json.dumps({"id": 1, "method": "fill", "params": params}).encode() + b"\n")
+            wait_until(lambda: (client.status(env) or {}).get("models"), what="the fill to load its model")
+            server.terminate()
+            answer = read_answer(sock)
+        assert answer["id"] == 1 and "shutting down" in answer["error"]["message"], answer
+        _, stderr = server.communicate(timeout=60)
+        assert server.returncode == 0, stderr.decode()
+        assert b"terminate called" not in stderr
+        assert not socket_path.exists()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()

@@ -40,7 +40,7 @@ class Checks:
         the spans' surroundings allow (infill.core.checks.SyntaxCheck: Python that some text in the spans makes
         compile must compile; no more tree-sitter ERROR / MISSING nodes than that text leaves)."""
         if any("\ufffd" in e.text for e in edits) and "\ufffd" not in self.text:
-            return "splits a UTF-8 character"
+            return "the fill ends inside a UTF-8 character (an incomplete byte sequence)"
         return self.syntax.rejection(patched, edits) if self.syntax is not None else None
 
     def region_accepts(self, region: Region, fills: list[Fill]) -> bool:

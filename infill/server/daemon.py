@@ -3,13 +3,17 @@
 Each connection is read by its own thread, but requests run one at a time under one lock (in arrival order
 per connection), so a model is never used by two requests at once and a long request cannot interleave with
 another.
-The daemon exits on `shutdown`, SIGTERM/SIGINT, or after `idle_timeout` seconds without a request.
+The daemon exits on `shutdown`, SIGTERM/SIGINT, or after `idle_timeout` seconds without a request. A request
+still running then is cancelled at its next forward pass and waited for (at most DRAIN_SECONDS): the interpreter
+must not shut down under a thread inside ONNX Runtime or PyTorch, which aborts the process ("terminate called
+without an active exception").
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import stat
@@ -19,9 +23,12 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from infill.progress import Cancelled
 from infill.server import lifecycle
 from infill.server.dispatch import Dispatcher
 from infill.server.stdio import read_lines
+
+DRAIN_SECONDS = 10.0  # how long a stopping server waits for the request it cancelled
 
 
 class SocketInUse(Exception):
@@ -88,6 +95,23 @@ class SocketServer:
         finally:
             listener.close()
             self._unlink_if_ours()
+            self._drain()
+
+    def _drain(self) -> None:
+        """Wait for the request in progress, which sees `stop` and cancels itself at its next forward pass. One
+        stuck in a step that cannot be cancelled (a model load, say) is left behind by os._exit after
+        DRAIN_SECONDS: the process ends without the interpreter's shutdown, which would abort under it."""
+        self.stop.set()
+        if self._work.acquire(timeout=DRAIN_SECONDS):
+            self._work.release()
+            return
+        print(
+            f"infill serve: pid {os.getpid()} exiting with a request still running (it did not stop within "
+            f"{DRAIN_SECONDS:g} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(0)
 
     def _poll_interval(self) -> float:
         if self.idle_timeout <= 0:
@@ -133,7 +157,7 @@ class SocketServer:
                 if line is None:
                     return self.dispatcher.too_large()
                 context = self.dispatcher.context
-                context.cancelled = lambda: _peer_closed(conn)
+                context.cancelled = lambda: self._stopping() or _peer_closed(conn)
                 try:
                     return self.dispatcher.handle_line(line)
                 finally:
@@ -143,6 +167,12 @@ class SocketServer:
                 self._busy -= 1
                 self._last_activity = time.monotonic()
 
+    def _stopping(self) -> bool:
+        """False, or (the server is stopping) raises Cancelled, which the client gets as its answer."""
+        if self.stop.is_set():
+            raise Cancelled("the server is shutting down")
+        return False
+
     def _unlink_if_ours(self) -> None:
         with contextlib.suppress(OSError):
             st = self.path.lstat()
@@ -151,11 +181,13 @@ class SocketServer:
 
 
 def _peer_closed(conn: socket.socket) -> bool:
-    """Whether the client closed its end (a pending request of a gone client need not finish)."""
+    """Whether the client closed its socket (a pending request of a gone client need not finish). A client that
+    only shut down its sending side (`nc -N`, a script's shutdown(SHUT_WR) after its request) still reads the
+    answer: a Unix socket reports POLLHUP only once both directions are shut."""
+    poller = select.poll()
+    poller.register(conn, select.POLLHUP | select.POLLERR)
     try:
-        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
-        return False
+        return any(events & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, events in poller.poll(0))
     except OSError:
         return True
 
