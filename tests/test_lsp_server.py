@@ -593,7 +593,9 @@ def test_stdio_and_tcp_together_are_a_usage_error() -> None:
 
 
 def test_tcp_serves_on_loopback() -> None:
-    """`infill lsp --tcp PORT`: the same server on 127.0.0.1, for clients that connect instead of spawning."""
+    """`infill lsp --tcp PORT`: the same server on 127.0.0.1, for clients that connect instead of spawning, one at a
+    time: a port probe does not end it, and a second client does not take the first one's answers."""
+    import contextlib
     import signal
     import socket
     import subprocess
@@ -613,16 +615,36 @@ def test_tcp_serves_on_loopback() -> None:
             except ConnectionRefusedError:
                 assert time.monotonic() < deadline and server.poll() is None, "the server did not listen"
                 time.sleep(0.1)
+        connection.close()  # a port probe: connects, sends nothing, leaves; the server waits for the next client
+        time.sleep(0.5)
+        assert server.poll() is None, "a client that left without a word ended the server"
+        connection = socket.create_connection(("127.0.0.1", port), timeout=120)
         with connection:
-            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}})
-            connection.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(body), body.encode()))
             reader = connection.makefile("rb")
-            length = 0
-            while (header := reader.readline()) not in (b"\r\n", b""):
-                if header.lower().startswith(b"content-length:"):
-                    length = int(header.split(b":")[1])
-            answer = json.loads(reader.read(length))
-            assert answer["id"] == 1 and "inlineCompletionProvider" in answer["result"]["capabilities"]
+
+            def ask(request_id: int, method: str, params: dict[str, object]) -> dict[str, object]:
+                body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+                connection.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(body), body.encode()))
+                length = 0
+                while (header := reader.readline()) not in (b"\r\n", b""):
+                    if header.lower().startswith(b"content-length:"):
+                        length = int(header.split(b":")[1])
+                answer: dict[str, object] = json.loads(reader.read(length))
+                return answer
+
+            answer = ask(1, "initialize", {"capabilities": {}})
+            assert answer["id"] == 1 and "inlineCompletionProvider" in answer["result"]["capabilities"]  # type: ignore[index]
+            # a second client while the first is connected is refused, and the first keeps its answers
+            with socket.create_connection(("127.0.0.1", port), timeout=120) as second:
+                body = json.dumps({"jsonrpc": "2.0", "id": 9, "method": "shutdown"}).encode()
+                with contextlib.suppress(OSError):
+                    second.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                try:
+                    refused = second.recv(1) == b""
+                except ConnectionResetError:  # closed with our request unread
+                    refused = True
+                assert refused
+            assert ask(2, "shutdown", {}) == {"jsonrpc": "2.0", "id": 2, "result": None}
             reader.close()
         # SIGTERM ends it: once asyncio logged and swallowed it when it landed inside one of the loop's callbacks
         server.terminate()

@@ -361,17 +361,40 @@ def _to_devnull(out: BinaryIO) -> None:
 
 
 def serve_tcp(server: LanguageServer, host: str, port: int) -> None:
-    """pygls's `start_tcp`, reading with FrameReader: one client at a time, until the exit notification."""
+    """pygls's `start_tcp`, reading with FrameReader, for one client at a time. While a client is connected,
+    another is refused (closed at once, a line on stderr): it would take over the first one's answers. A client
+    that leaves without sending a byte (a port probe, `nc -z`) leaves the server waiting for the next; one that
+    did talk ends the session as the end of stdin does."""
     stop = Event()
     server._stop_event = stop
+    busy = False
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal busy
+        if busy:
+            logger.warning("refused a second client on port %d: one client at a time", port)
+            writer.close()
+            return
+        busy = True
+        received = 0
+
+        async def read(n: int) -> bytes:
+            nonlocal received
+            data = await reader.read(n)
+            received += len(data)
+            return data
+
         server.protocol.set_writer(writer)
         try:
-            await serve(FrameReader(reader.read), server, stop)
+            await serve(FrameReader(read), server, stop)
         except asyncio.CancelledError:  # the server stops (SIGTERM) with a client connected: end quietly
             return
-        server.shutdown()
+        finally:
+            busy = False
+        if received or stop.is_set():
+            server.shutdown()
+        else:
+            writer.close()
 
     async def listen() -> None:
         listener = await asyncio.start_server(connection, host, port)
