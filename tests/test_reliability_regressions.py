@@ -622,15 +622,26 @@ def test_item10_api_refuses_non_finite_settings() -> None:
         b'{"id": 1, "method": "fill", "params": {"text": "a = 1\\n", "span": "1", "top_p": -Infinity}}',
         b'{"id": 1, "method": "fill", "params": {"text": "a = 1\\n", "span": "1", "temperature": 1e999}}',
         b'{"id": 1, "method": "fill", "params": {"text": "a = 1\\n", "span": "1", "candidates": 100000}}',
+        b'{"id": 1, "method": "fill", "params": {"text": "a = 1\\n", "span": "1", "seed": 100000000000000000000000}}',
     ],
 )
 def test_item10_server_answers_invalid_request(line: bytes) -> None:
+    """Refused, and answered by the request's id (a refused number once made the answer's id null, so a client
+    waiting for its id never got one)."""
     from infill.server.dispatch import Dispatcher
 
     with fake_model(["x"], name="fake-nan") as model:
         reply = json.loads(Dispatcher().handle_line(line.replace(b'"span"', b'"model": "fake-nan", "span"')))
     assert reply["error"]["code"] == "invalid_request" and reply["error"]["exit_code"] == 2, reply
+    assert reply["id"] == 1
     assert model.forwards == 0
+
+
+def test_item10_a_refused_number_as_the_id_is_answered_with_a_null_id() -> None:
+    from infill.server.dispatch import Dispatcher
+
+    reply = json.loads(Dispatcher().handle_line(b'{"id": 100000000000000000000000, "method": "ping", "x": NaN}'))
+    assert reply["id"] is None and reply["error"]["code"] == "invalid_request"
 
 
 def test_item10_an_empty_request_line_gets_a_reply() -> None:

@@ -80,6 +80,9 @@ def parse_request(line: bytes) -> Request:
         raise ProtocolError(INVALID_REQUEST, "empty request line")
     try:
         obj = json.loads(text, parse_constant=_no_constant, parse_int=_bounded_int)
+    except ProtocolError as exc:  # a number refused inside an otherwise usable request: answer it by its id
+        exc.request_id = _id_of(text)
+        raise
     except (json.JSONDecodeError, RecursionError) as exc:
         detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
         raise ProtocolError(PARSE_ERROR, f"request is not JSON: {detail}") from None
@@ -102,6 +105,23 @@ def parse_request(line: bytes) -> Request:
     if problem is not None:
         raise ProtocolError(INVALID_REQUEST, problem, request_id)
     return Request(request_id, method, params)
+
+
+def _id_of(text: str) -> RequestId:
+    """The id of a request whose numbers were refused, read again with those numbers left out (None where the id
+    itself is one of them, or is not a valid id)."""
+
+    def small(digits: str) -> int | None:
+        return int(digits) if len(digits.lstrip("-")) <= 20 and abs(int(digits)) <= MAX_INTEGER else None
+
+    try:
+        obj = json.loads(text, parse_constant=lambda name: None, parse_int=small)
+    except (ValueError, RecursionError):
+        return None
+    request_id = obj.get("id") if isinstance(obj, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int) or not _is_clean(str(request_id)):
+        return None
+    return request_id
 
 
 def _no_constant(name: str) -> Any:
