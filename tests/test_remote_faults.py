@@ -312,3 +312,24 @@ def test_an_answer_over_the_size_limit_is_refused_unread(tmp_path: Path, monkeyp
 
     for server in serve(answer):
         assert "answered more than 1 MiB; refused" in fails(tmp_path, server.url + "#qwen-fake")
+
+
+@pytest.mark.parametrize("n_ctx", [1, 40, True, "4096", 512])
+def test_a_context_length_too_small_to_fill_with_is_a_model_error(tmp_path: Path, n_ctx: object) -> None:
+    """A server saying its model's context is a few tokens got requests for a negative number of tokens. Now
+    that is a model error naming the length; a length that is not a number (true, a string) is not taken as one,
+    and a usable one fills."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/v1/models"):
+            handler.send(200, {"data": [{"id": "qwen-fake", "n_ctx": n_ctx}]})
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(answer):
+        if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx < 64:
+            line = fails(tmp_path, server.url + "#qwen-fake")
+            assert f"context is {n_ctx} tokens; a fill needs at least 64" in line
+        else:
+            code, _, stderr = fill(tmp_path, server.url + "#qwen-fake")
+            assert code == 0 and (tmp_path / "m.py").read_text() != SOURCE, stderr

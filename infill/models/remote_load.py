@@ -28,6 +28,9 @@ def _models(client: Client) -> list[dict[str, Any]]:
     return [m for m in data if isinstance(m, dict)]
 
 
+MIN_CONTEXT = 64  # tokens: a server saying less (n_ctx 1, say) serves no fill; budgets below it went negative
+
+
 def load_remote(spec: ModelSpec) -> LoadedModel:
     """The model `spec.name` names on its server, kind "remote" (module docstring). Checks what may leave the
     machine before anything is sent: InputError (exit 2) for plain http to another machine without the opt-in;
@@ -55,7 +58,13 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
             )
         model = names[0]
     lengths = [m.get(k) for m in listed if m.get("id") == model for k in ("max_model_len", "n_ctx")]
-    max_length = next((int(n) for n in lengths if isinstance(n, int) and n > 0), WINDOW)
+    told = [n for n in lengths if isinstance(n, int) and not isinstance(n, bool) and n > 0]
+    max_length = told[0] if told else WINDOW
+    if max_length < MIN_CONTEXT:
+        raise RemoteError(
+            f"model server {target.base} says {model}'s context is {max_length} tokens; a fill needs at least "
+            f"{MIN_CONTEXT}"
+        )
     server_tok = ServerTokenizer.probe(client, model)
     tokenizer: ServerTokenizer | TextPieces = server_tok if server_tok is not None else TextPieces()
     family, spelled, banned = _family(target, model, server_tok)
