@@ -333,3 +333,20 @@ def test_a_context_length_too_small_to_fill_with_is_a_model_error(tmp_path: Path
         else:
             code, _, stderr = fill(tmp_path, server.url + "#qwen-fake")
             assert code == 0 and (tmp_path / "m.py").read_text() != SOURCE, stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://[::1/v1#m", "not a valid URL"),
+        ("https://exa mple.com/v1#m", "no spaces or control characters"),
+        ("http://host:abc/v1#m", "not a valid port"),
+        ("http://:8080/v1#m", "no host in the URL"),
+    ],
+)
+def test_a_malformed_server_url_is_a_usage_error(tmp_path: Path, url: str, says: str) -> None:
+    """One stderr line and exit 2 before anything is sent; an unclosed IPv6 bracket and a space were internal
+    errors (exit 123)."""
+    code, _, stderr = fill(tmp_path, url)
+    assert code == ExitCode.USAGE and len(stderr.splitlines()) == 1 and says in stderr, (code, stderr)
+    assert (tmp_path / "m.py").read_text() == SOURCE

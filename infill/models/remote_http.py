@@ -83,7 +83,12 @@ def parse(name: str) -> Target:
                 "deepseek)"
             )
         family = value
-    split = urlsplit(url)
+    try:
+        split = urlsplit(url)
+    except ValueError as exc:  # an unclosed "[" of an IPv6 address
+        raise InputError(f"--model {url}: not a valid URL ({exc})") from None
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise InputError(f"--model {url!r}: a URL holds no spaces or control characters")
     if split.username is not None or split.password is not None:
         raise InputError(
             f"--model: no credentials in the URL (it is on the command line): set ${KEY_ENV} or use --api-key-file"
