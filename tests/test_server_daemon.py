@@ -337,6 +337,17 @@ def test_a_regular_file_at_the_socket_path_is_never_replaced(runtime_dir: Path) 
     assert (daemon_dir(runtime_dir) / "daemon.sock").read_text() == "not a socket"
 
 
+@pytest.mark.parametrize("where", ["missing-folder/s.sock", "x" * 120])
+def test_a_socket_path_that_cannot_be_listened_on_is_named(runtime_dir: Path, where: str) -> None:
+    """A socket in a folder that does not exist, or a path too long for a Unix socket: exit 2 and one line naming
+    the path the user gave (it named a .lock file next to it, or no path at all)."""
+    path = runtime_dir / where
+    argv = [sys.executable, "-m", "infill", "serve", "--socket", str(path)]
+    done = subprocess.run(argv, env=plugin_env(runtime_dir), cwd=REPO_ROOT, capture_output=True, timeout=120)
+    lines = done.stderr.decode().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: cannot listen on {path}: ")
+
+
 def read_answer(sock: socket.socket) -> dict[str, Any]:
     """The one JSON line a server answers, read until it closes or the line is whole."""
     data = b""

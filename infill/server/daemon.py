@@ -52,6 +52,13 @@ class SocketServer:
         """Listen on `path` (mode 0600). A stale socket there is replaced; a live one raises SocketInUse."""
         if self._listener is not None:
             return self._listener
+        try:
+            return self._bind()
+        except OSError as exc:  # no such folder, no permission, a path too long for a socket: say which path
+            reason = exc.strerror or str(exc)
+            raise lifecycle.DaemonUnavailable(f"cannot listen on {self.path}: {reason}") from None
+
+    def _bind(self) -> socket.socket:
         guard = self.path.with_name(self.path.name + ".lock")
         with lifecycle.file_lock(guard, timeout=30.0):
             probe = lifecycle.connect(self.path, timeout=5.0)
