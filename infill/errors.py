@@ -145,3 +145,9 @@ def error_code(exc: BaseException) -> str:
     """How `--format json` and the server name an exception: an InfillError's own code (its class's `code`),
     else INTERNAL_ERROR."""
     return exc.code if isinstance(exc, InfillError) else INTERNAL_ERROR
+
+
+def a_kind(kind: type) -> str:
+    """How a message names what a request's value must be: "an integer", "true or false", "a string"..."""
+    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list"}
+    return names.get(kind, f"a {kind.__name__}")

@@ -166,7 +166,7 @@ def test_server_params_are_checked_by_the_same_table() -> None:
     }
     with pytest.raises(InputError, match='"device" must be "auto", "cpu" or "cuda"'):
         server_params.from_params({"device": "tpu"})
-    with pytest.raises(InputError, match='"k" must be a int'):
+    with pytest.raises(InputError, match='"k" must be an integer'):
         server_params.from_params({"k": "10"})
 
 

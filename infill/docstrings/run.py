@@ -25,7 +25,7 @@ from infill.docstrings.config import DocstringConfig, build_config, find_pyproje
 from infill.docstrings.engine import process_source
 from infill.docstrings.fill import SlotFiller
 from infill.docstrings.outcome import FileResult
-from infill.errors import ExitCode, InfillError, InputError, NoValidFillError
+from infill.errors import ExitCode, InfillError, InputError, NoValidFillError, a_kind
 from infill.progress import Cancelled, cancel_check
 
 Echo = Callable[[str, bool], None]  # (text with its line break, to stderr?)
@@ -67,7 +67,7 @@ class DocstringsRequest:
         kinds = {"check": bool, "diff": bool, "update": bool, "quiet": bool, "format": str, "cwd": str}
         for key, kind in kinds.items():
             if key in d and not isinstance(d[key], kind):
-                raise InputError(f'"{key}" must be a {kind.__name__}')
+                raise InputError(f'"{key}" must be {a_kind(kind)}')
         if d.get("config_path") is not None and not isinstance(d["config_path"], str):
             raise InputError('"config_path" must be a string')
         overrides = d.get("overrides", {})

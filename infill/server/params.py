@@ -12,7 +12,7 @@ import click
 
 from infill.clitypes import Text
 from infill.config import choose_decoder
-from infill.errors import InputError
+from infill.errors import InputError, a_kind
 from infill.options import CONFIGS, OPTIONS, Option
 from infill.server.protocol import INVALID_REQUEST, ProtocolError
 
@@ -32,7 +32,7 @@ def typed(name: str, value: Any, kind: type) -> Any:
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value) if abs(value) < 2**1023 else math.inf
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise InputError(f'"{name}" must be {"a number" if kind is float else f"a {kind.__name__}"}')
+        raise InputError(f'"{name}" must be {a_kind(kind)}')
     if isinstance(value, float) and not math.isfinite(value):  # 1e999 parses as inf
         raise ProtocolError(INVALID_REQUEST, f'"{name}" must be a finite number')
     return value
