@@ -350,3 +350,33 @@ def test_a_malformed_server_url_is_a_usage_error(tmp_path: Path, url: str, says:
     code, _, stderr = fill(tmp_path, url)
     assert code == ExitCode.USAGE and len(stderr.splitlines()) == 1 and says in stderr, (code, stderr)
     assert (tmp_path / "m.py").read_text() == SOURCE
+
+
+def test_a_prompt_over_the_servers_context_gets_a_hint_and_max_context_fits_it(tmp_path: Path) -> None:
+    """llama-server refuses a prompt over its context with HTTP 400 ("exceeds the available context size"), and its
+    /v1/models does not say that context: the error says how to send less, and --max-context does."""
+    prompts: list[str] = []
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/v1/completions") and body is not None:
+            prompts.append(str(body.get("prompt")))
+            if len(prompts[-1]) > 1000:
+                message = "the request exceeds the available context size, try increasing it"
+                handler.send(400, {"error": {"code": 400, "message": message, "type": "exceed_context_size_error"}})
+                return
+        healthy(handler, path, body)
+
+    path = tmp_path / "long.py"
+    source = "".join(f"def f{i}(xs):\n    return sum(xs) + {i}\n\n\n" for i in range(100))
+    path.write_text(source)
+    for server in serve(answer):
+        api.clear_model_cache()
+        argv = ["fill", str(path), "--span", "202", "--model", server.url + "#qwen-fake"]
+        r = CliRunner().invoke(main, argv)
+        held(r.stdout, r.stderr)
+        assert r.exit_code == ExitCode.INTERNAL and path.read_text() == source
+        assert "exceeds the available context size" in r.stderr and "--max-context N" in r.stderr
+        r = CliRunner().invoke(main, [*argv, "--max-context", "64"])
+        held(r.stdout, r.stderr)
+        assert r.exit_code == 0 and path.read_text() != source, r.stderr
+        assert len(prompts[-1]) <= 1000

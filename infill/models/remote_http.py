@@ -226,7 +226,11 @@ class Client:
         if status in (429, 503):
             raise RemoteError(f"model server {where} is busy (HTTP {status}) after {RETRIES + 1} tries")
         if status >= 400:
-            raise RemoteError(f"model server {where} answered HTTP {status}{self._reason(answer)}")
+            reason = self._reason(answer)
+            hint = ""
+            if status == 400 and "context" in reason.lower():  # llama-server: "exceeds the available context size"
+                hint = " (--max-context N sends at most N tokens of the file and fill)"
+            raise RemoteError(f"model server {where} answered HTTP {status}{reason}{hint}")
         try:
             decoded = json.loads(answer.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
