@@ -314,15 +314,18 @@ def test_an_answer_over_the_size_limit_is_refused_unread(tmp_path: Path, monkeyp
         assert "answered more than 1 MiB; refused" in fails(tmp_path, server.url + "#qwen-fake")
 
 
+@pytest.mark.parametrize("where", ["/v1/models", "/props"])
 @pytest.mark.parametrize("n_ctx", [1, 40, True, "4096", 512])
-def test_a_context_length_too_small_to_fill_with_is_a_model_error(tmp_path: Path, n_ctx: object) -> None:
+def test_a_context_length_too_small_to_fill_with_is_a_model_error(tmp_path: Path, n_ctx: object, where: str) -> None:
     """A server saying its model's context is a few tokens got requests for a negative number of tokens. Now
     that is a model error naming the length; a length that is not a number (true, a string) is not taken as one,
-    and a usable one fills."""
+    and a usable one fills. llama-server says its context under /props, not in /v1/models."""
 
     def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
         if path.endswith("/v1/models"):
-            handler.send(200, {"data": [{"id": "qwen-fake", "n_ctx": n_ctx}]})
+            handler.send(200, {"data": [{"id": "qwen-fake", **({"n_ctx": n_ctx} if where == "/v1/models" else {})}]})
+        elif path.endswith("/props") and where == "/props":
+            handler.send(200, {"default_generation_settings": {"n_ctx": n_ctx}, "total_slots": 1})
         else:
             healthy(handler, path, body)
 

@@ -28,6 +28,18 @@ def _models(client: Client) -> list[dict[str, Any]]:
     return [m for m in data if isinstance(m, dict)]
 
 
+def _props_context(client: Client) -> int | None:
+    """The context llama.cpp's llama-server serves with (GET /props: default_generation_settings.n_ctx), which its
+    /v1/models does not say; None where the server has no such endpoint or answers without it."""
+    try:
+        answer = client.get("/props", absent_ok=True)
+    except RemoteError:  # a server that refuses the path is not llama-server; the default window applies
+        return None
+    settings = answer.get("default_generation_settings") if answer is not None else None
+    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+    return n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 else None
+
+
 MIN_CONTEXT = 64  # tokens: a server saying less (n_ctx 1, say) serves no fill; budgets below it went negative
 
 
@@ -59,7 +71,7 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
         model = names[0]
     lengths = [m.get(k) for m in listed if m.get("id") == model for k in ("max_model_len", "n_ctx")]
     told = [n for n in lengths if isinstance(n, int) and not isinstance(n, bool) and n > 0]
-    max_length = told[0] if told else WINDOW
+    max_length = told[0] if told else _props_context(client) or WINDOW
     if max_length < MIN_CONTEXT:
         raise RemoteError(
             f"model server {target.base} says {model}'s context is {max_length} tokens; a fill needs at least "
