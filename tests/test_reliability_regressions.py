@@ -464,6 +464,44 @@ def test_item07_local_check_chunks_are_top_level_blocks() -> None:
     assert check.chunks([first]) == [(0, data.index(b"def f"))]
 
 
+@pytest.mark.parametrize("text", ['""" + (1 + """', '"""(("""'])
+def test_item07_a_local_check_never_takes_a_line_inside_a_string_for_a_statement(
+    monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """Large inputs are checked around the edits. A line in column 1 after a blank line inside a multi-line string
+    was taken for a statement's start: a fill balancing its quotes compiled in that chunk, and the file it was
+    written into did not. The chunks are now the top-level statements of the original's parse."""
+    from infill.core import checks
+    from infill.spans import Span
+
+    monkeypatch.setattr(checks, "LOCAL_CHECK_BYTES", 16)
+    data = b'import os\n\nDOC = """\nintro\n\nexample:\n    x = 1\n\nend\n"""\n\n\ndef g():\n    return 2\n'
+    assert checks.python_compiles(data)
+    at = data.index(b"    x = 1")
+    edit = type("E", (), {"start_byte": at, "end_byte": at + 9, "text": text})()
+    patched = data[:at] + text.encode() + data[at + 9 :]
+    assert not checks.python_compiles(patched)
+    check = checks.SyntaxCheck("python", data, [Span(at, at + 9)])
+    assert check.rejection(patched, [edit]) == "does not compile"
+    fine = type("E", (), {"start_byte": at, "end_byte": at + 9, "text": "    y = 2"})()
+    assert check.rejection(data[:at] + b"    y = 2" + data[at + 9 :], [fine]) is None
+
+
+def test_item07_a_future_import_in_a_large_input_is_judged_on_the_whole_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`from __future__` compiles in a chunk of its own and only at the start of a file."""
+    from infill.core import checks
+    from infill.spans import Span
+
+    monkeypatch.setattr(checks, "LOCAL_CHECK_BYTES", 16)
+    data = b"import os\n\n\ndef g():\n    return 2\n\n\nx = 1\n"
+    at = data.index(b"x = 1")
+    text = "from __future__ import annotations"
+    edit = type("E", (), {"start_byte": at, "end_byte": at + 5, "text": text})()
+    patched = data[:at] + text.encode() + data[at + 5 :]
+    assert not checks.python_compiles(patched)
+    assert checks.SyntaxCheck("python", data, [Span(at, at + 5)]).rejection(patched, [edit]) == "does not compile"
+
+
 # --- item 11d: "context truncated" says what was cut, and warns only when the block's start is cut -------------
 
 

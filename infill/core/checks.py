@@ -7,6 +7,7 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,7 +70,6 @@ def _error_nodes(root: Any) -> int:
 # Inputs above this size are checked around the edits only (see SyntaxCheck): a whole-file parse per candidate
 # of a 10 MB file took seconds and over a GB (CPython's AST), for a fill of a few tokens.
 LOCAL_CHECK_BYTES = 1 << 20
-_MAX_CHUNK_SCAN = 1 << 18  # how far to look for a top-level block boundary on each side of an edit
 _MAX_JUDGED = 256  # candidates whose verdict one SyntaxCheck keeps (a fill judges a few dozen)
 
 
@@ -142,8 +142,8 @@ class SyntaxCheck:
     which the file compiles.
 
     Up to LOCAL_CHECK_BYTES the whole file is checked. Larger inputs are checked the same way on the top-level
-    blocks around the edits only ("chunks": from a column-1 line after a blank line before the edit to the
-    next such line after it), which is exact whenever those lines are statement boundaries.
+    statements around the edits only ("chunks": from the start of the top-level statement, in column 1, that
+    holds the edit's start to the start of the next one after its end; see chunks()).
     """
 
     def __init__(self, language: str, data: bytes, spans: Sequence[Any] = ()) -> None:
@@ -161,6 +161,7 @@ class SyntaxCheck:
         self._lines: dict[bytes, int | None] = {}  # python_error_line by a digest of the text compiled
         self.compiling: bytes | None = None  # the input with some text in the spans that compiles (Python)
         self._neutral: tuple[bytes, int] | None | Literal[False] = False  # neutral(), False until asked
+        self._starts: list[int] | None = None  # _statement_starts(), None until asked
         if not self.local:
             self.best = self._best(data, self.spans, 0)
         else:
@@ -333,6 +334,16 @@ class SyntaxCheck:
             return "adds syntax errors"
         return None
 
+    def _statement_starts(self) -> list[int]:
+        """Byte offsets (sorted) where a top-level statement of the original starts in column 1; the original is
+        parsed once, on the first call."""
+        if self._starts is None:
+            from infill.languages import parse
+
+            root = parse(self.language, self.data).root_node
+            self._starts = [c.start_byte for c in root.children if c.start_point[1] == 0 and c.start_byte > 0]
+        return self._starts
+
     def _tree(self, source: bytes) -> Any:
         """The tree-sitter parse of `source`, kept for the next call with the same bytes (a candidate's error
         count and its run-over test parse the same text)."""
@@ -343,8 +354,20 @@ class SyntaxCheck:
         return self._parsed[1]
 
     def chunks(self, edits: Sequence[Any]) -> list[tuple[int, int]]:
-        """Merged [start, end) byte ranges of the original around the edits, on block boundaries."""
-        ranges = sorted((_block_start(self.data, e.start_byte), _block_end(self.data, e.end_byte)) for e in edits)
+        """Merged [start, end) byte ranges of the original around the edits, on statement boundaries: the
+        top-level statements of the original's parse that start in column 1. A line in column 1 after a blank line
+        is not enough: inside a multi-line string it starts no statement, and a fill balancing its quotes inside
+        such a chunk compiled there while it broke the file. An edit that could make a statement of the chunk need
+        the file's start (a __future__ import) is judged on the whole file."""
+        if any("__future__" in e.text for e in edits):
+            return [(0, len(self.data))]
+        starts = self._statement_starts()
+        ranges = []
+        for e in edits:
+            at = bisect.bisect_right(starts, e.start_byte) - 1
+            after = bisect.bisect_right(starts, e.end_byte)
+            ranges.append((starts[at] if at >= 0 else 0, starts[after] if after < len(starts) else len(self.data)))
+        ranges.sort()
         merged: list[tuple[int, int]] = []
         for start, end in ranges:
             if merged and start <= merged[-1][1]:
@@ -352,37 +375,6 @@ class SyntaxCheck:
             else:
                 merged.append((start, end))
         return merged
-
-
-def _is_boundary(data: bytes, line_start: int) -> bool:
-    """A line that starts a top-level block: text in column 1 (not a closing bracket, comment or quote) after a
-    blank line."""
-    first = data[line_start : line_start + 1]
-    if line_start == 0:
-        return True
-    if not first or first in b" \t\r\n)]}#\"'/*":
-        return False
-    prev_end = line_start - 1  # the "\n" ending the previous line
-    prev_start = data.rfind(b"\n", 0, prev_end) + 1
-    return not data[prev_start:prev_end].strip()
-
-
-def _block_start(data: bytes, offset: int) -> int:
-    at = data.rfind(b"\n", 0, offset) + 1
-    limit = max(0, offset - _MAX_CHUNK_SCAN)
-    while at > limit and not _is_boundary(data, at):
-        at = data.rfind(b"\n", 0, at - 1) + 1
-    return at if at > limit or at == 0 else 0
-
-
-def _block_end(data: bytes, offset: int) -> int:
-    limit = min(len(data), offset + _MAX_CHUNK_SCAN)
-    at = data.find(b"\n", offset)
-    while 0 <= at < limit:
-        if _is_boundary(data, at + 1) and at + 1 < len(data):
-            return at + 1
-        at = data.find(b"\n", at + 1)
-    return len(data)
 
 
 def _token_runs_over(language: str, source: bytes, start: int, end: int, tree: Any = None) -> bool:
