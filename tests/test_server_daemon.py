@@ -406,3 +406,19 @@ def test_sigterm_during_a_real_fill_cancels_it_and_exits_cleanly(runtime_dir: Pa
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+@pytest.mark.parametrize("platform", ["linux", "darwin"])
+def test_a_client_is_gone_once_its_socket_is_closed(monkeypatch: pytest.MonkeyPatch, platform: str) -> None:
+    """On Linux a half-closed client (it shut down its sending side) is still there; elsewhere, where poll may not
+    tell the two apart, the end of its stream counts as gone, so that a gone client's run writes nothing more."""
+    from infill.server import daemon
+
+    monkeypatch.setattr(sys, "platform", platform)
+    server_end, client_end = socket.socketpair()
+    with server_end, client_end:
+        assert not daemon._peer_closed(server_end)
+        client_end.shutdown(socket.SHUT_WR)
+        assert daemon._peer_closed(server_end) is (platform != "linux")
+        client_end.close()
+        assert daemon._peer_closed(server_end)

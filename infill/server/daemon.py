@@ -188,13 +188,22 @@ class SocketServer:
 
 
 def _peer_closed(conn: socket.socket) -> bool:
-    """Whether the client closed its socket (a pending request of a gone client need not finish). A client that
-    only shut down its sending side (`nc -N`, a script's shutdown(SHUT_WR) after its request) still reads the
-    answer: a Unix socket reports POLLHUP only once both directions are shut."""
-    poller = select.poll()
-    poller.register(conn, select.POLLHUP | select.POLLERR)
+    """Whether the client closed its socket (a pending request of a gone client need not finish). On Linux a
+    client that only shut down its sending side (`nc -N`, a script's shutdown(SHUT_WR) after its request) still
+    reads the answer: there a Unix socket reports POLLHUP only once both directions are shut. Elsewhere, where
+    poll may not say, the end of the client's stream counts as its leaving, so that a gone client's run never
+    writes on."""
+    if sys.platform.startswith("linux"):
+        poller = select.poll()
+        poller.register(conn, select.POLLHUP | select.POLLERR)
+        try:
+            return any(events & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, events in poller.poll(0))
+        except OSError:
+            return True
     try:
-        return any(events & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, events in poller.poll(0))
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
     except OSError:
         return True
 
