@@ -487,15 +487,18 @@ def test_item07_a_local_check_never_takes_a_line_inside_a_string_for_a_statement
     assert check.rejection(data[:at] + b"    y = 2" + data[at + 9 :], [fine]) is None
 
 
-def test_item07_a_future_import_in_a_large_input_is_judged_on_the_whole_file(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`from __future__` compiles in a chunk of its own and only at the start of a file."""
+@pytest.mark.parametrize("text", ["from __future__ import annotations", "global g"])
+def test_item07_a_future_import_in_a_large_input_is_judged_on_the_whole_file(
+    monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """`from __future__` compiles in a chunk of its own and only at the start of a file; a module-level `global`
+    compiles alone and not after a statement that binds its name."""
     from infill.core import checks
     from infill.spans import Span
 
     monkeypatch.setattr(checks, "LOCAL_CHECK_BYTES", 16)
     data = b"import os\n\n\ndef g():\n    return 2\n\n\nx = 1\n"
     at = data.index(b"x = 1")
-    text = "from __future__ import annotations"
     edit = type("E", (), {"start_byte": at, "end_byte": at + 5, "text": text})()
     patched = data[:at] + text.encode() + data[at + 5 :]
     assert not checks.python_compiles(patched)

@@ -357,9 +357,10 @@ class SyntaxCheck:
         """Merged [start, end) byte ranges of the original around the edits, on statement boundaries: the
         top-level statements of the original's parse that start in column 1. A line in column 1 after a blank line
         is not enough: inside a multi-line string it starts no statement, and a fill balancing its quotes inside
-        such a chunk compiled there while it broke the file. An edit that could make a statement of the chunk need
-        the file's start (a __future__ import) is judged on the whole file."""
-        if any("__future__" in e.text for e in edits):
+        such a chunk compiled there while it broke the file. An edit whose text could clash with the statements
+        around its chunk (a __future__ import, which belongs at the file's start; a module-level `global` of a
+        name bound before it) is judged on the whole file."""
+        if any("__future__" in e.text or "global" in e.text for e in edits):
             return [(0, len(self.data))]
         starts = self._statement_starts()
         ranges = []
