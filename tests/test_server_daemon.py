@@ -397,7 +397,8 @@ def test_sigterm_during_a_real_fill_cancels_it_and_exits_cleanly(runtime_dir: Pa
             wait_until(lambda: (client.status(env) or {}).get("models"), what="the fill to load its model")
             server.terminate()
             answer = read_answer(sock)
-        assert answer["id"] == 1 and "shutting down" in answer["error"]["message"], answer
+        assert answer["id"] == 1 and answer["error"]["code"] == "cancelled", answer
+        assert answer["error"]["message"] == "the server is shutting down"
         _, stderr = server.communicate(timeout=60)
         assert server.returncode == 0, stderr.decode()
         assert b"terminate called" not in stderr

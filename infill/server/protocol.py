@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infill import errors
+from infill.progress import Cancelled
 
 PROTOCOL_VERSION = 2  # 2: the daemon runs docstrings from a request (docstrings_command), not from argv
 DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
@@ -29,6 +30,7 @@ PARSE_ERROR = "parse_error"  # not UTF-8 or not JSON
 INVALID_REQUEST = "invalid_request"  # JSON, but not a request object
 UNKNOWN_METHOD = "unknown_method"
 TOO_LARGE = "too_large"  # longer than --max-request-bytes, or input over --max-input-bytes
+CANCELLED = "cancelled"  # stopped before its end: the socket server is shutting down (SIGTERM, SIGINT)
 # infill's own errors carry their codes (infill.errors): the first of these classes an exception is names it
 _ERROR_CLASSES: tuple[type[errors.InfillError], ...] = (
     errors.InputError,  # bad span, marker not found, ...
@@ -188,6 +190,8 @@ def error_from_exception(exc: BaseException) -> dict[str, Any]:
         if isinstance(exc, errors.NoValidFillError):
             obj["failed"] = exc.failed  # the rejected edits, so an editor can show them or apply them anyway
         return obj
+    if isinstance(exc, Cancelled):
+        return error_object(CANCELLED, str(exc), errors.ExitCode.INTERNAL)
     return error_object(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], errors.ExitCode.INTERNAL)
 
 
