@@ -44,6 +44,14 @@ class Span:
     # a block of at most this many lines (the language server's multi-line suggestion on a blank line after a
     # block opener): the fill ends at its first line that dedents to the opener's level or less; 0 = no limit
     block_lines: int = 0
+    # a Python body (--function, --class, a *.body node): the indentation of its definition's line; the fill ends
+    # at its first line (after the first) indented that far or less, which would be code after the body
+    body_indent: int = -1
+
+    @property
+    def block(self) -> bool:
+        """Whether the fill is cut at its first dedent (infill.textops.block_cut)."""
+        return bool(self.block_lines) or self.body_indent >= 0
 
 
 @dataclass(frozen=True)
@@ -304,8 +312,26 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
         plural = "classes" if kind == "class" else "functions"
         listing = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "") if names else f"the file has no {plural}"
         raise InputError(f"{sel.label}: {kind} {sel.value!r} not found ({listing})")
-    spans = [Span(*body_range(data, body, language), sel.label, DEFAULT_TOKENS[kind]) for _, body in found]
+    spans = [
+        Span(
+            *body_range(data, body, language),
+            sel.label,
+            DEFAULT_TOKENS[kind],
+            body_indent=indent_at(data, node, language),
+        )
+        for node, body in found
+    ]
     return _outermost(spans)
+
+
+def indent_at(data: bytes, definition: Any, language: str) -> int:
+    """For Python, the indentation (characters) of the line where `definition` starts, which its body's lines
+    exceed; -1 for other languages, whose bodies end at a brace, not at a dedent."""
+    if language != "python":
+        return -1
+    start = data.rfind(b"\n", 0, int(definition.start_byte)) + 1
+    line = data[start : int(definition.start_byte)]
+    return len(line.decode("utf-8", "replace")) if not line.strip() else -1
 
 
 def _spans_from_node(data: bytes, sel: Selection, language: str) -> list[Span]:
@@ -318,11 +344,14 @@ def _spans_from_node(data: bytes, sel: Selection, language: str) -> list[Span]:
     spans = []
     for _, caps in matches:
         for node in caps.get(sel.value, []):
+            indent = -1
             if sel.value.endswith(".body"):
                 start, end = body_range(data, node, language)
+                if node.parent is not None:
+                    indent = indent_at(data, node.parent, language)
             else:
                 start, end = snap_to_lines(data, int(node.start_byte), int(node.end_byte))
-            spans.append(Span(start, end, sel.label, DEFAULT_TOKENS["node"]))
+            spans.append(Span(start, end, sel.label, DEFAULT_TOKENS["node"], body_indent=indent))
     if not spans:
         raise InputError(f"{sel.label}: no {sel.value!r} node found")
     return _outermost(spans)

@@ -160,11 +160,22 @@ def line_done(text: str, at_line_start: bool) -> bool:
     return "\n" in (text.lstrip() if at_line_start else text)
 
 
-def block_cut(fill: str, prefix: str, max_lines: int) -> str:
-    """What a block span keeps of `fill` (a multi-line suggestion on a blank line after a block opener): from its
-    first line of text, the lines up to the first that dedents to the indentation of the last line of `prefix`
-    (the opener) or less, at most `max_lines` lines of text."""
-    opener = len(indent_of(next((line for line in reversed(prefix.split("\n")) if line.strip()), "")))
+def block_opener(prefix: str, fill: str, indent: int = -1) -> int:
+    """The indentation a block span's lines after the first must exceed: that of the last line of text of
+    `prefix` (the opener just before the span), or with `indent` (a body: its definition's indentation) the
+    lower of `indent` and one less than the fill's first line of text (a fill written without the body's
+    indentation, which the pipeline adds, never ends before a line at its own level)."""
+    if indent >= 0:
+        first = next((line for line in fill.split("\n") if line.strip()), "")
+        return min(indent, len(indent_of(first)) - 1)
+    return len(indent_of(next((line for line in reversed(prefix.split("\n")) if line.strip()), "")))
+
+
+def block_cut(fill: str, prefix: str, max_lines: int, indent: int = -1) -> str:
+    """What a block span keeps of `fill` (a multi-line suggestion on a blank line after a block opener, or a
+    Python body of --function / --class): from its first line of text, the lines up to the first that dedents to
+    the opener's indentation (`block_opener`) or less, at most `max_lines` lines of text (0: no limit)."""
+    opener = block_opener(prefix, fill, indent)
     kept: list[str] = []
     for line in fill.split("\n"):
         if not kept and not line.strip():
@@ -177,15 +188,15 @@ def block_cut(fill: str, prefix: str, max_lines: int) -> str:
     return "\n".join(kept) if kept else fill
 
 
-def block_done(text: str, prefix: str, max_lines: int) -> bool:
+def block_done(text: str, prefix: str, max_lines: int, indent: int = -1) -> bool:
     """Whether `text`, the beginning of a fill, already holds everything `block_cut` keeps of any fill that
     starts with it: a line after the first has text at the opener's indentation or less, or `max_lines` lines of
     text are complete (decoders stop there)."""
-    opener = len(indent_of(next((line for line in reversed(prefix.split("\n")) if line.strip()), "")))
+    opener = block_opener(prefix, text, indent)
     lines = text.lstrip("\n").split("\n")
     if any(line.strip() and len(indent_of(line)) <= opener for line in lines[1:]):
         return True
-    return sum(1 for line in lines[:-1] if line.strip()) >= max_lines
+    return bool(max_lines) and sum(1 for line in lines[:-1] if line.strip()) >= max_lines
 
 
 def drop_repeated_suffix(fill: str, suffix: str) -> str:

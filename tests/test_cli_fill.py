@@ -563,3 +563,21 @@ def test_an_empty_fill_chosen_over_rejected_ones_is_reported(tmp_path: Path) -> 
     with fake_model([""], name="fake-nothing"):  # nothing was rejected: the empty fill is the model's answer
         quiet = run([*args, "--model", "fake-nothing"])
     assert quiet.exit_code == 0 and "only valid fill" not in quiet.stderr
+
+
+@pytest.mark.parametrize("selector", [["--function", "sub"], ["--function", "K.m"], ["--node", "function.body"]])
+def test_a_python_body_fill_ends_where_the_body_does(tmp_path: Path, selector: list[str]) -> None:
+    """A model that writes on past the body (a dedented line: the next definition) had that code written into
+    the body, where it became a second definition. The fill now ends at its first line indented no deeper than
+    the definition. The control: the same fill in a --span over the same lines keeps all of it."""
+    source = "def sub(a, b):\n    x = 1\n    return x\n\n\nclass K:\n    def m(self, x):\n        return x\n"
+    fill = "{indent}return a - b\n\n\ndef extra():\n    pass\n"
+    p = write(tmp_path, "b.py", source)
+    indent = "        " if selector[1] == "K.m" else "    "
+    with fake_model([fill.format(indent=indent)] * 2, name="fake-body"):
+        r = run([str(p), *selector, "--model", "fake-body", "--no-retrieve", "--tokens", "64", "--diff"])
+    assert r.exit_code == 1, r.stderr
+    assert "extra" not in r.stdout and f"+{indent}return a - b" in r.stdout, r.stdout
+    with fake_model([fill.format(indent="    ")], name="fake-body"):
+        r = run([str(p), "--span", "2:3", "--model", "fake-body", "--no-retrieve", "--tokens", "64", "--diff"])
+    assert r.exit_code == 1 and "+def extra():" in r.stdout, r.stdout

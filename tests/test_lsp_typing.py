@@ -81,6 +81,11 @@ def test_a_block_ends_at_its_dedent_or_after_its_lines() -> None:
     assert block_done("    total = 0\n    return total\npr", prefix, 6)  # a dedented line began
     assert block_done("    a = 1\n    b = 2\n", prefix, 2)  # two lines complete
     assert not block_done("    a = 1\n    b = 2", prefix, 2)  # the second may still go on
+    # a Python body (--function): the definition's indentation is given, and there is no line limit
+    body = '    """Doc."""\n    a = 1\n    b = 2\n\n\ndef g():\n    pass\n'
+    assert block_cut(body, '    """Doc."""\n', 0, indent=0) == '    """Doc."""\n    a = 1\n    b = 2\n\n'
+    assert not block_done("    a = 1\n    b = 2\n    c = 3\n", "", 0, indent=0)
+    assert block_done("    a = 1\ndef", "", 0, indent=0)
 
 
 # --- the context ring ---------------------------------------------------------------------------------------------

@@ -68,8 +68,8 @@ def candidate_edits(
             raw = raw[len(plan.heal) :] if raw.startswith(plan.heal) else ""
         if plan.span.one_line:
             raw = one_line_cut(raw, plan.at_line_start)
-        elif plan.span.block_lines:
-            raw = block_cut(raw, plan.prefix, plan.span.block_lines)
+        elif plan.span.block:
+            raw = block_cut(raw, plan.prefix, plan.span.block_lines, plan.span.body_indent)
         # a marker is not content: a line holding only a marker is shaped as the emptied line it stands for
         # (`--span N` on a blank line), wherever the marker sits on it, so the model's indentation is kept
         replaced = "" if plan.span.placeholder else plan.replaced

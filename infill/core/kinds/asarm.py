@@ -169,12 +169,12 @@ def fill_problem(region: Region, loaded: LoadedModel) -> FillProblem:
 
 def _block_end(plan: SpanPlan, tokenizer: Tokenizer) -> Callable[[list[int]], bool] | None:
     """A block span's end test on its tokens (infill.textops.block_done), or None for other spans."""
-    if not plan.span.block_lines:
+    if not plan.span.block:
         return None
     from infill.textops import block_done
 
-    prefix, lines = plan.prefix, plan.span.block_lines
-    return lambda tokens: block_done(tokenizer.decode(tokens), prefix, lines)
+    prefix, lines, indent = plan.prefix, plan.span.block_lines, plan.span.body_indent
+    return lambda tokens: block_done(tokenizer.decode(tokens), prefix, lines, indent)
 
 
 def is_xlnet(cfg: dict[str, Any], folder: Path | None) -> bool:

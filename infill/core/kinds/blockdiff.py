@@ -77,8 +77,8 @@ class BlockDiffusion:
             # cuts them): stop decoding there
             partial(line_done, at_line_start=plan.at_line_start)
             if plan.span.one_line
-            else partial(block_done, prefix=plan.prefix, max_lines=plan.span.block_lines)
-            if plan.span.block_lines
+            else partial(block_done, prefix=plan.prefix, max_lines=plan.span.block_lines, indent=plan.span.body_indent)
+            if plan.span.block
             else None,
             start=start,
         )  # (decoded text, stats); the score is the decoder's own log-probability where it reports one, else 0
