@@ -239,8 +239,19 @@ def test_unsafe_runtime_dirs_are_refused_or_tightened(runtime_dir: Path) -> None
     open_dir = tmp_path / "open"
     open_dir.mkdir()
     os.chmod(open_dir, 0o777)
+    # $INFILL_RUNTIME_DIR is the user's folder: never chmod'ed (it was made 0700, shared folders and all);
+    # writable by others without the sticky bit, it is refused
+    with pytest.raises(lifecycle.DaemonUnavailable, match="can be written by other users"):
+        lifecycle.runtime_paths({"INFILL_RUNTIME_DIR": str(open_dir)})
+    assert stat.S_IMODE(os.stat(open_dir).st_mode) == 0o777
+    for mode in (0o1777, 0o755):  # sticky like /tmp, or only readable by others: used as it is
+        os.chmod(open_dir, mode)
+        inner = lifecycle.runtime_paths({"INFILL_RUNTIME_DIR": str(open_dir)}).directory
+        assert stat.S_IMODE(os.stat(open_dir).st_mode) == mode
+        assert stat.S_IMODE(os.stat(inner).st_mode) == 0o700  # what infill made in it is private
+    os.chmod(inner, 0o755)  # the per-installation folder infill made: tightened again
     lifecycle.runtime_paths({"INFILL_RUNTIME_DIR": str(open_dir)})
-    assert stat.S_IMODE(os.stat(open_dir).st_mode) == 0o700  # ours but too open: tightened
+    assert stat.S_IMODE(os.stat(inner).st_mode) == 0o700
     link = tmp_path / "link"
     link.symlink_to(open_dir)
     with pytest.raises(lifecycle.DaemonUnavailable, match="symlink"):

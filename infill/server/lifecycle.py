@@ -9,7 +9,9 @@ their own daemon instead of restarting each other's:
   daemon.log    the daemon's stderr
 
 The directory must be a real directory (not a symlink) owned by this user with no group/other permissions; one
-that is ours but too open is tightened, one owned by someone else is refused. Locks are flock(2) locks, which
+that is ours but too open is tightened, one owned by someone else is refused. A base given as $INFILL_RUNTIME_DIR
+is the user's folder: its mode is never changed (one that others may write without the sticky bit is refused),
+and the per-installation folder infill makes in it is the private one. Locks are flock(2) locks, which
 the kernel drops when their holder dies, so a leftover lock file is never stale; a leftover socket that
 refuses connections is stale and is removed.
 """
@@ -82,8 +84,10 @@ def runtime_paths(env: Mapping[str, str] | None = None, *, create: bool = True) 
             try:
                 folder.mkdir(mode=0o700, exist_ok=True)
             except OSError as exc:
-                raise DaemonUnavailable(f"cannot create {folder}: {exc.strerror}") from None
-        check_private_dir(folder)
+                reason = "it is not a folder" if folder.exists() and not folder.is_dir() else exc.strerror
+                raise DaemonUnavailable(f"cannot create {folder}: {reason}") from None
+        # the user's own folder ($INFILL_RUNTIME_DIR) is never changed: only what infill makes in it is tightened
+        check_private_dir(folder, tighten=not (folder == directory and base))
     directory = directory / installation_key()
     if len(os.fsencode(directory / SOCKET_NAME)) > _MAX_SOCKET_PATH:
         raise DaemonUnavailable(f"runtime directory path is too long for a Unix socket: {directory}")
@@ -109,8 +113,11 @@ def _owned_private_dir(path: Path, uid: int) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == uid
 
 
-def check_private_dir(directory: Path) -> None:
-    """Refuse a directory another user could reach into; tighten one of ours that is too open."""
+def check_private_dir(directory: Path, tighten: bool = True) -> None:
+    """Refuse a directory another user could reach into; tighten one of ours that is too open. With `tighten`
+    False (the folder $INFILL_RUNTIME_DIR names, which is the user's) its mode is left alone: one others may
+    read is used as it is (what infill makes in it is private), one others may write without the sticky bit
+    is refused."""
     try:
         st = directory.lstat()
     except OSError as exc:
@@ -119,6 +126,13 @@ def check_private_dir(directory: Path) -> None:
         raise DaemonUnavailable(f"{directory} is not a directory (or is a symlink); refusing to use it")
     if st.st_uid != os.getuid():
         raise DaemonUnavailable(f"{directory} is owned by uid {st.st_uid}, not by you; refusing to use it")
+    if not tighten:
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise DaemonUnavailable(
+                f"{directory} can be written by other users (mode {stat.S_IMODE(st.st_mode):o}, no sticky bit); "
+                "refusing to use it: make it private (chmod 700) or unset INFILL_RUNTIME_DIR"
+            )
+        return
     if st.st_mode & 0o077:
         try:
             os.chmod(directory, 0o700)
