@@ -253,3 +253,28 @@ def test_docstrings_that_would_break_the_syntax_are_never_written(
     assert "unterminated" not in out
     mod = (root / "pkg" / "mod.py").read_text()
     assert (mod != CODE) == (flags != ["--diff"])  # the good file is written, unless --diff writes nothing
+
+
+def test_a_named_pipe_in_a_folder_is_reported_not_read(tmp_path: Path) -> None:
+    """Writing docstrings into a folder holding a FIFO named x.py hung: the run hashed every file it planned, the
+    pipe too, before its per-file check. Now: the other files are filled, the pipe gets one line, exit 2. Run in a
+    child process with a timeout, since the defect is a hang."""
+    folder = project(tmp_path)
+    os.mkfifo(folder / "pkg" / "pipe.py")
+    env = {**os.environ, "INFILL_NO_DAEMON": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "infill", "docstrings", "--min-probability", "0", str(folder / "pkg")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and "pipe.py: not a regular file" in done.stderr, done.stderr
+    assert '"""' in (folder / "pkg" / "mod.py").read_text().split("def", 1)[1]
+
+
+def test_a_symlink_loop_named_on_the_command_line_is_an_input_error(tmp_path: Path) -> None:
+    (tmp_path / "a.py").symlink_to(tmp_path / "b.py")
+    (tmp_path / "b.py").symlink_to(tmp_path / "a.py")
+    code, _, err = invoke("--check", str(tmp_path / "a.py"))
+    assert code == 2 and err.startswith("error: ") and len(err.splitlines()) == 1, err

@@ -104,7 +104,10 @@ def _toml_loads(text: str) -> dict[str, Any]:
 
 def find_pyproject(start: Path) -> Path | None:
     """The nearest pyproject.toml at or above `start` (a file or folder), or None."""
-    folder = start.resolve()
+    try:
+        folder = start.resolve()
+    except (RuntimeError, OSError):  # a symlink loop: searched from where it stands; the run reports the file
+        folder = start.absolute()
     if not folder.is_dir():
         folder = folder.parent
     for candidate in (folder, *folder.parents):
