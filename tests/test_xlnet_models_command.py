@@ -94,3 +94,44 @@ def test_provenance_records_become_one_short_line() -> None:
     assert provenance_line(bd_continued) == expected
     assert provenance_line({"random": True, "seed": 0}) == "random weights (untrained)"
     assert provenance_line("packaged with infill") == "packaged with infill"
+
+
+def test_broken_cache_entries_never_break_or_hang_the_listing(tmp_path: Path) -> None:
+    """One odd entry in someone's HF cache made the whole listing an internal error (exit 123), or hung it (a
+    named pipe where a file should be). Now each is left out, or listed without what could not be read; the
+    good entry is listed and the command exits 0. Run in a child process with a timeout: the defect was a hang."""
+    import os
+
+    cache = fake_cache(tmp_path / "hub")
+    odd = cache / "models--odd--meta" / "snapshots" / "a1"  # an "infill" section that is not an object
+    fake_model(odd, "xlnet")
+    (odd / "config.json").write_text(json.dumps({"model_type": "xlnet", "infill": "x"}))
+    for name, shape in (("shape-text", ["x"]), ("shape-null", None)):  # safetensors headers it never wrote
+        folder = cache / f"models--odd--{name}" / "snapshots" / "a1"
+        fake_model(folder, "xlnet")
+        header = json.dumps({"w": {"dtype": "F32", "shape": shape}}).encode()
+        (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    deep = cache / "models--odd--deep" / "snapshots" / "a1"
+    fake_model(deep, "xlnet")
+    (deep / "config.json").write_text('{"model_type": "xlnet", "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    lineage = '{"steps": 1, "init": ' * 500 + '{"steps": 1}' + "}" * 500  # 501 runs, each continuing the last
+    long = cache / "models--odd--lineage" / "snapshots" / "a1"
+    fake_model(long, "xlnet")
+    (long / "config.json").write_text('{"model_type": "xlnet", "infill": {"provenance": ' + lineage + "}}")
+    for where in ("config.json", "model.safetensors"):  # named pipes where files should be
+        folder = cache / f"models--odd--fifo-{where.split('.')[0]}" / "snapshots" / "a1"
+        fake_model(folder, "xlnet")
+        (folder / where).unlink()
+        os.mkfifo(folder / where)
+    (cache / "models--someone--assd-xlnet" / "refs" / "pipe").unlink(missing_ok=True)
+    os.mkfifo(cache / "models--someone--assd-xlnet" / "refs" / "pipe")
+    argv = [sys.executable, "-m", "infill", "models", "--json", "--cache-dir", str(cache)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    by_name = {e["name"]: e for e in json.loads(done.stdout)}
+    assert by_name["someone/assd-xlnet"]["parameters"] == 10
+    assert by_name["odd/meta"]["kind"] == "asarm"
+    assert by_name["odd/shape-text"]["parameters"] is None and by_name["odd/shape-null"]["parameters"] is None
+    assert "501 steps" in by_name["odd/lineage"]["provenance"]
+    assert by_name["odd/fifo-model"]["parameters"] is None
+    assert "odd/deep" not in by_name and "odd/fifo-config" not in by_name

@@ -6,14 +6,13 @@ Sizes come from the files on disk; parameter counts from the safetensors headers
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from infill.core.kinds import folder_kind  # imports no torch
-from infill.models.hf_folder import safetensors_parameters
+from infill.models.hf_folder import read_json, safetensors_parameters
 
 
 @dataclass(frozen=True)
@@ -55,14 +54,14 @@ def folder_size(folder: Path) -> int:
 def _lineage_total(record: dict[str, Any], key: str) -> int | None:
     """`key` (steps, tokens_seen) summed over the runs behind a model: a continued run records the runs it started
     from as `prior_<key>` (block diffusion) or as a nested `init` record (AS-ARM). None when the record lacks it."""
-    value = record.get(key)
-    if not isinstance(value, int):
+    if not isinstance(record.get(key), int):
         return None
-    prior = record.get(f"prior_{key}")
-    total = value + (prior if isinstance(prior, int) else 0)
-    init = record.get("init")
-    if isinstance(init, dict):
-        total += _lineage_total(init, key) or 0
+    total = 0
+    node: object = record
+    while isinstance(node, dict) and isinstance(node.get(key), int):  # a loop: no depth limit to run into
+        prior = node.get(f"prior_{key}")
+        total += node[key] + (prior if isinstance(prior, int) else 0)
+        node = node.get("init")
     return total
 
 
@@ -88,13 +87,16 @@ def provenance_line(value: object) -> str:
 
 
 def describe(folder: Path, name: str, default_provenance: str, revision: str | None = None) -> ModelEntry | None:
+    """The listing's entry for a model folder; None when its config.json is missing or unreadable (a broken
+    entry in someone's cache is left out, it never breaks the listing)."""
+    from infill.errors import ModelError
+
     try:
-        cfg = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
+        cfg = read_json(folder / "config.json")
+    except ModelError:
         return None
-    if not isinstance(cfg, dict):
-        return None
-    meta = cfg.get("infill") or {}
+    meta = cfg.get("infill")
+    meta = meta if isinstance(meta, dict) else {}
     return ModelEntry(
         name=name,
         kind=folder_kind(cfg, folder) or f"unsupported ({cfg.get('model_type')})",
@@ -128,6 +130,8 @@ def cached_models(cache: Path | None = None) -> list[ModelEntry]:
         repo_id = repo.name[len("models--") :].replace("--", "/")
         refs = {}
         for ref in sorted((repo / "refs").glob("*")) if (repo / "refs").is_dir() else []:
+            if not ref.is_file():  # a named pipe would block the read
+                continue
             try:
                 refs[ref.read_text().strip()] = ref.name
             except OSError:

@@ -37,6 +37,8 @@ def _no_constant(name: str) -> Any:
 def read_json(path: Path) -> dict[str, Any]:
     """A model folder's JSON file (config.json, generation_config.json ...) as a dict; ModelError otherwise, and for
     NaN or Infinity anywhere in it (Python's JSON reads them; `layer_norm_eps: NaN` failed deep inside torch)."""
+    if path.exists() and not path.is_file():  # a named pipe would block the read
+        raise ModelError(f"cannot read {path}: not a regular file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except (OSError, ValueError) as exc:
@@ -59,6 +61,8 @@ def safetensors_parameters(folder: Path) -> int | None:
         return None
     total = 0
     for f in files:
+        if not f.is_file():  # a named pipe would block the read
+            return None
         try:
             with f.open("rb") as fh:
                 (n,) = struct.unpack("<Q", fh.read(8))
@@ -72,9 +76,12 @@ def safetensors_parameters(folder: Path) -> int | None:
         for key, meta in header.items():
             if key == "__metadata__":
                 continue
+            shape = meta.get("shape", []) if isinstance(meta, dict) else []
+            if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+                return None  # not a header safetensors wrote
             count = 1
-            for dim in meta.get("shape", []) if isinstance(meta, dict) else []:
-                count *= int(dim)
+            for dim in shape:
+                count *= dim
             total += count
     return total
 
