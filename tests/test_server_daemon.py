@@ -434,3 +434,20 @@ def test_a_client_is_gone_once_its_socket_is_closed(monkeypatch: pytest.MonkeyPa
         assert daemon._peer_closed(server_end) is (platform != "linux")
         client_end.close()
         assert daemon._peer_closed(server_end)
+
+
+def test_an_unusable_runtime_folder_is_a_usage_error_and_status_says_why(tmp_path: Path) -> None:
+    """`infill daemon start` with $INFILL_RUNTIME_DIR naming a file exited 1, the code for "changes needed" (and
+    "none runs" for status), and `status` said only "no daemon running"."""
+    from infill.cli import main
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    env = {"INFILL_RUNTIME_DIR": str(afile)}
+    result = CliRunner().invoke(main, ["daemon", "start"], env=env)
+    assert result.exit_code == 2 and result.stderr.startswith("error: could not start the daemon: "), result.output
+    result = CliRunner().invoke(main, ["daemon", "status"], env=env)
+    assert result.exit_code == 1 and result.stdout.startswith(f"no daemon running: {afile} is not a directory")
+    missing = tmp_path / "missing"  # not made yet: nothing is wrong, and status makes nothing
+    result = CliRunner().invoke(main, ["daemon", "status"], env={"INFILL_RUNTIME_DIR": str(missing)})
+    assert result.exit_code == 1 and result.stdout == "no daemon running\n" and not missing.exists()

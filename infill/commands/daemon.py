@@ -8,6 +8,7 @@ import sys
 import click
 
 from infill.clitypes import SECONDS
+from infill.errors import ExitCode
 from infill.server import lifecycle
 
 
@@ -30,7 +31,7 @@ def status(fmt: str) -> None:
     try:
         info = client.status()
     except lifecycle.DaemonUnavailable as exc:
-        raise click.ClickException(str(exc)) from None
+        raise DaemonFolderError(str(exc)) from None
     problem = client.blocked() if info is None else None  # why none can start, if something is in its way
     if fmt == "json":
         none = {"running": False, **({"problem": problem} if problem else {})}
@@ -66,10 +67,12 @@ def start(idle_timeout: float) -> None:
 
     try:
         conn = client.connect_daemon(lifecycle.runtime_paths(), spawn=True, idle_timeout=idle_timeout)
-    except (OSError, lifecycle.DaemonUnavailable) as exc:
-        raise click.ClickException(f"could not start the daemon: {exc}") from None
+    except lifecycle.DaemonUnavailable as exc:  # its folder cannot be used: the user's setting
+        raise DaemonFolderError(f"could not start the daemon: {exc}") from None
+    except OSError as exc:
+        raise DaemonFailed(f"could not start the daemon: {exc}") from None
     if conn is None:  # pragma: no cover - spawn=True either connects or raises
-        raise click.ClickException("could not start the daemon")
+        raise DaemonFailed("could not start the daemon")
     conn.close()
     click.echo(f"running: pid {conn.ping.get('pid')}")
 
@@ -81,6 +84,21 @@ def stop() -> None:
 
     try:
         stopped = client.stop()
-    except (OSError, lifecycle.DaemonUnavailable) as exc:
-        raise click.ClickException(str(exc)) from None
+    except lifecycle.DaemonUnavailable as exc:
+        raise DaemonFolderError(str(exc)) from None
+    except OSError as exc:
+        raise DaemonFailed(str(exc)) from None
     click.echo("stopped" if stopped else "no daemon running")
+
+
+class DaemonFolderError(click.ClickException):
+    """The daemon's folder cannot be used ($INFILL_RUNTIME_DIR: a file, another user's folder): exit 2. Never 1,
+    which `status` keeps for "none runs"."""
+
+    exit_code = ExitCode.USAGE
+
+
+class DaemonFailed(click.ClickException):
+    """The daemon could not be started or stopped: exit 123."""
+
+    exit_code = ExitCode.INTERNAL

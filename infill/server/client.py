@@ -232,11 +232,16 @@ def status(env: Mapping[str, str] | None = None) -> dict[str, Any] | None:
 
 
 def blocked(env: Mapping[str, str] | None = None) -> str | None:
-    """Why no daemon can start, when something that is no socket holds the daemon's socket path (every client
-    then works in-process, and a daemon would refuse to replace it); None otherwise."""
+    """Why no daemon can start, when its folder cannot be used or something that is no socket holds the daemon's
+    socket path (every client then works in-process, and a daemon would refuse to replace it); None otherwise."""
     import stat
 
-    paths = _existing_paths(env)
+    try:
+        paths: Paths | None = lifecycle.runtime_paths(env, create=False)
+    except lifecycle.RuntimeDirMissing:
+        paths = None
+    except DaemonUnavailable as exc:  # its folder is a file, another user's, open to others...
+        return str(exc)
     try:
         mode = paths.socket.lstat().st_mode if paths is not None else None
     except OSError:

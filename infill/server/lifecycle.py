@@ -46,6 +46,10 @@ class DaemonUnavailable(Exception):
     """No daemon can be used (unsafe directory, spawn failed, timeout...). Clients fall back to in-process."""
 
 
+class RuntimeDirMissing(DaemonUnavailable):
+    """The runtime folder does not exist yet: no daemon has run (nothing is wrong)."""
+
+
 @dataclass(frozen=True)
 class Paths:
     directory: Path
@@ -120,6 +124,8 @@ def check_private_dir(directory: Path, tighten: bool = True) -> None:
     is refused."""
     try:
         st = directory.lstat()
+    except FileNotFoundError:
+        raise RuntimeDirMissing(f"{directory} does not exist") from None
     except OSError as exc:
         raise DaemonUnavailable(f"cannot use {directory}: {exc.strerror}") from None
     if not stat.S_ISDIR(st.st_mode):
