@@ -278,3 +278,18 @@ def test_a_symlink_loop_named_on_the_command_line_is_an_input_error(tmp_path: Pa
     (tmp_path / "b.py").symlink_to(tmp_path / "a.py")
     code, _, err = invoke("--check", str(tmp_path / "a.py"))
     assert code == 2 and err.startswith("error: ") and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("name", [os.fsdecode(b"bad\xffname.py"), 'q"""q.py', "bs\\N.py"])
+def test_a_file_name_that_cannot_stand_in_a_docstring_is_cleaned(tmp_path: Path, name: str) -> None:
+    """The module docstring is written from the file's name. A name whose bytes are not UTF-8 was an internal error
+    (exit 123); one holding triple quotes or a backslash gave a docstring that broke the file or read as an
+    escape (exit 3). Now those characters are left out, and the file is filled."""
+    path = tmp_path / name
+    path.write_text("def f(x):\n    return x\n")
+    code, out, err = invoke("--min-probability", "0", str(path))
+    assert code == 0, err
+    text = path.read_text()
+    compile(text, "x.py", "exec")
+    first = text.splitlines()[0]
+    assert first.startswith('"""') and "\\" not in first and first.count('"') == 6

@@ -149,8 +149,12 @@ def _has_skip_comment(source: bytes, start_byte: int, header_end: int) -> bool:
 
 
 def module_name(path: str) -> str:
+    """The name a module's docstring is written from: its file's stem (its package's for __init__.py), without
+    what cannot stand in a docstring's text: bytes of a file name that are not UTF-8, backslashes (escapes) and
+    double quotes (they could end the docstring)."""
     p = Path(path)
-    return p.parent.name if p.stem == "__init__" and p.parent.name else p.stem
+    name = p.parent.name if p.stem == "__init__" and p.parent.name else p.stem
+    return re.sub('[\udc80-\udcff\\\\"]', "", name)
 
 
 def find_definitions(source: bytes, path: str, cfg: DocstringConfig) -> list[Definition]:
