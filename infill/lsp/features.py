@@ -37,7 +37,7 @@ def build(max_input_bytes: int) -> InfillServer:
 
 
 def initialize(ls: InfillServer, params: lsp.InitializeParams) -> None:
-    ls.configure(params.initialization_options)
+    ls.configure(params.initialization_options, load=False)  # `initialized` loads the model, once
 
 
 def initialized(ls: InfillServer, params: lsp.InitializedParams) -> None:

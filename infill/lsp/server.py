@@ -347,10 +347,11 @@ class InfillServer(LanguageServer):
 
         self.worker.submit(load)
 
-    def configure(self, given: object) -> None:
+    def configure(self, given: object, load: bool = True) -> None:
         """Settings from the client, merged into those in force key by key (fills.merge): a key it does not send
         keeps its value; a key or value that is refused keeps the old one, and the user is told which and why
-        (logged on stderr too)."""
+        (logged on stderr too). A new model is loaded unless `load` is False (`initialize`: `initialized` loads
+        it, once)."""
         sent, problems = fills.merge(self.sent_settings, given)
         for problem in problems:
             logger.warning("settings: %s", problem)
@@ -362,7 +363,7 @@ class InfillServer(LanguageServer):
         if settings != self.settings:  # suggestions of other settings are not these settings' answers
             self.typeahead = {uri: Typeahead() for uri in self.typeahead}
         self.settings = settings
-        if reload:
+        if reload and load:
             self.load_model()
 
     # --- completions ----------------------------------------------------------------------------------------
