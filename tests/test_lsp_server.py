@@ -566,7 +566,13 @@ def test_lone_surrogates_and_a_change_inside_a_character_are_refused(client: Lsp
     assert client.inline(uri, 1, 0)["result"] is None
     messages = client.wait_for_notification("window/showMessage", 2, after=mark)
     assert "out of step" in messages[-1]["params"]["message"]
-    client.change(uri, 4, [{"text": "s = 1\n\n"}])
+    client.change(uri, 4, [{"text": "s = '😀'\n\n"}])
+    # in step again (without a completion in between); out of step again: told again (it was told only once)
+    client.change(uri, 5, [{"range": span_range((0, 6), (0, 6)), "text": "x"}])
+    assert client.inline(uri, 1, 0)["result"] is None
+    messages = client.wait_for_notification("window/showMessage", 3, after=mark)
+    assert "out of step" in messages[-1]["params"]["message"]
+    client.change(uri, 6, [{"text": "s = 1\n\n"}])
     assert client.inline(uri, 1, 0)["result"] is not None
 
 

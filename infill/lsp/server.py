@@ -178,6 +178,7 @@ class InfillServer(LanguageServer):
         document = Document(item.uri, item.language_id, item.version, item.text)
         self.documents[item.uri] = document
         self.typeahead[item.uri] = Typeahead()
+        self.told.discard(item.uri)  # a document opened anew: a problem it has is told anew
         self.remember_context(document, 0)
         if fills.language_of(document) is None and item.language_id not in ("plaintext", "text", ""):
             self.tell(
@@ -196,6 +197,7 @@ class InfillServer(LanguageServer):
         for job in self.jobs.values():
             if job.uri == uri and job.completion:
                 job.cancel("the document changed")
+        was_broken = document.broken is not None
         for change in params.content_changes:
             span = change.range if isinstance(change, lsp.TextDocumentContentChangePartial) else None
             start = None if span is None else (span.start.line, span.start.character)
@@ -204,6 +206,8 @@ class InfillServer(LanguageServer):
                 document.change(params.text_document.version, change.text, start, end, self.encoding)
             except PositionError:
                 continue  # the document is marked broken (its next request says so) until a full text comes
+        if was_broken and document.broken is None:
+            self.told.discard(uri)  # in step again (a full text came): falling out of step again is told again
         last = params.content_changes[-1] if params.content_changes else None
         if isinstance(last, lsp.TextDocumentContentChangePartial) and document.broken is None:
             usable = self.remember_context(document, last.range.start.line)
