@@ -64,6 +64,12 @@ class LspClient:
         self.process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
         self.process.stdin.flush()
 
+    def send_raw_frames(self, frames: bytes) -> None:
+        """Whole framed messages, written at once (the server reads them in one go)."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(frames)
+        self.process.stdin.flush()
+
     def send(self, message: dict[str, Any]) -> None:
         self.send_raw(json.dumps({"jsonrpc": "2.0", **message}).encode("utf-8"))
 

@@ -719,3 +719,29 @@ def test_a_model_in_the_initialization_options_is_loaded_once() -> None:
         assert len(told) == 1, told
     finally:
         client.close(shutdown=False)
+
+
+def test_a_request_is_answered_against_the_text_it_was_sent_for(client: LspClient) -> None:
+    """A completion request and the change the client sent after it, arriving in one read: the change was
+    applied before the request's handler began, so a request that was valid when sent got InvalidParams (its
+    line was gone) or a fill of text it never saw. Messages are now taken in order: the change cancels it."""
+    uri = "file:///project/order.py"
+    text = "import os\n\ndef main():\n    path = os.path.join('a', 'b')\n    print(os.path.exi"
+    client.open(uri, text)
+    frames = b""
+    for message in (
+        {"jsonrpc": "2.0", "id": 9001, "method": "textDocument/inlineCompletion", "params": inline_params(uri, 4, 21)},
+        {
+            "jsonrpc": "2.0",
+            "method": "textDocument/didChange",
+            "params": {
+                "textDocument": {"uri": uri, "version": 2},
+                "contentChanges": [{"range": span_range((3, 33), (4, 21)), "text": ""}],
+            },
+        },
+    ):
+        body = json.dumps(message).encode()
+        frames += b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    client.send_raw_frames(frames)
+    answer = client.wait(9001)
+    assert "error" not in answer and answer["result"] is None, answer

@@ -217,6 +217,9 @@ async def serve(reader: FrameReader, server: LanguageServer, stop: Event) -> Non
         except Exception as exc:  # noqa: BLE001 - as pygls's loop: report it, serve the next message
             refused = isinstance(exc, ValueError)
             server.report_server_error(exc, JsonRpcException)
+        # a request's handler is a task: let it start (it takes its document and position as it begins) before
+        # the next message, a change the client sent after the request, is applied
+        await asyncio.sleep(0)
 
 
 class DaemonReads:
