@@ -745,3 +745,22 @@ def test_a_request_is_answered_against_the_text_it_was_sent_for(client: LspClien
     client.send_raw_frames(frames)
     answer = client.wait(9001)
     assert "error" not in answer and answer["result"] is None, answer
+
+
+@pytest.mark.parametrize(
+    ("body", "answer_id", "code"),
+    [
+        (b'{"jsonrpc": "2.0", "id": 1.5, "method": "shutdown"}', None, -32600),
+        (b'{"jsonrpc": "2.0", "id": {"a": 1}, "method": "shutdown"}', None, -32600),
+        (b'{"jsonrpc": "2.0", "id": true, "method": "shutdown"}', None, -32600),
+        (b'{"jsonrpc": "2.0", "id": 71}', 71, -32600),
+        (b'{"jsonrpc": "2.0", "id": 72, "method": "textDocument/foo"}', 72, -32601),
+    ],
+)
+def test_every_request_gets_an_answer(client: LspClient, body: bytes, answer_id: Any, code: int) -> None:
+    """An id that is not a string, an integer or null, or an id with no method, got no answer at all, and an
+    unknown method without params got InvalidParams (about a missing argument) instead of MethodNotFound."""
+    client.send_raw(body)
+    answer = client.wait(answer_id)
+    assert answer["error"]["code"] == code, answer
+    assert client.inline(URI, 2, 4)["result"] is not None  # and the server goes on

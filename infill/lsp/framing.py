@@ -184,11 +184,33 @@ def _shown(raw: bytes) -> str:
     return repr(text if len(text) <= 40 else f"{text[:20]}...({len(raw):,} bytes)")
 
 
+class InvalidMessage(Exception):
+    """A JSON-RPC message that is JSON but no request, response or notification (an id that is not a string, an
+    integer or null; an id with neither a method nor a result): answered InvalidRequest."""
+
+    def __init__(self, message: str, request_id: int | str | None) -> None:
+        super().__init__(message)
+        self.message, self.request_id = message, request_id
+
+
 def decode(body: bytes, structure: Callable[[dict[str, Any]], Any]) -> Any:
     """A body as pygls's protocol reads it (`structure`: its object hook). ValueError for a body that is not JSON,
-    not UTF-8, or nested too deeply to decode."""
+    not UTF-8, or nested too deeply to decode; InvalidMessage for a message JSON-RPC does not allow. A request
+    without params (JSON-RPC allows it) gets params null, so an unknown method is answered MethodNotFound."""
+
+    def hook(obj: dict[str, Any]) -> Any:
+        if "jsonrpc" in obj:  # the message itself (its params' objects have no "jsonrpc")
+            request_id = obj.get("id")
+            if "id" in obj and (isinstance(request_id, bool) or not isinstance(request_id, int | str | None)):
+                raise InvalidMessage('"id" must be a string, an integer or null', None)
+            if "id" in obj and not any(k in obj for k in ("method", "result", "error")):
+                raise InvalidMessage("a message with an id needs a method, a result or an error", request_id)
+            if "method" in obj and "params" not in obj:
+                obj["params"] = None
+        return structure(obj)
+
     try:
-        return json.loads(body, object_hook=structure)
+        return json.loads(body, object_hook=hook)
     except RecursionError:
         raise ValueError("nested too deeply") from None
 
@@ -197,7 +219,7 @@ async def serve(reader: FrameReader, server: LanguageServer, stop: Event) -> Non
     """Hand each frame to the server's protocol until the stream ends or the server stops. A bad frame gets a
     ParseError response (id null) and a line on stderr; a body that cannot be read goes to the server's
     report_server_error, as in pygls's own loop."""
-    from pygls.exceptions import JsonRpcException, JsonRpcParseError
+    from pygls.exceptions import JsonRpcException, JsonRpcInvalidRequest, JsonRpcParseError
 
     refused = False  # the frame before was refused: its stray rest needs no second answer
     while not stop.is_set():
@@ -214,6 +236,10 @@ async def serve(reader: FrameReader, server: LanguageServer, stop: Event) -> Non
         refused = False
         try:
             server.protocol.handle_message(decode(frame, server.protocol.structure_message))
+        except InvalidMessage as exc:
+            logger.warning("%s", exc.message)
+            error = JsonRpcInvalidRequest(exc.message).to_response_error()
+            server.protocol._send_response(cast(Any, exc.request_id), error=error)
         except Exception as exc:  # noqa: BLE001 - as pygls's loop: report it, serve the next message
             refused = isinstance(exc, ValueError)
             server.report_server_error(exc, JsonRpcException)
