@@ -59,7 +59,15 @@ MALFORMED: dict[str, tuple[bytes, str]] = {  # a frame, what the reader says abo
     "not-a-header": (b"hello\r\n\r\n", "not a message header"),
     "endless-header": (b"x" * 10_000, "a header longer than"),
     "two-lengths": (b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", "two different"),
+    # bytes left over run into the next header ("abcContent-Length: ..." is a well-formed field name)
+    "glued-to-the-next-header": (b"Content-Length: -5\r\n\r\nabc", "is not a byte count"),
 }
+
+
+def test_stray_bytes_after_a_body_do_not_cost_the_next_message() -> None:
+    *first, read = read_frames([frame(b"{}") + b"garbagegarbage" + frame(REQUEST)])
+    assert first[0] == b"{}" and read == REQUEST
+    assert all(isinstance(f, BadFrame) and f.stray for f in first[1:]), first
 
 
 @pytest.mark.parametrize("case", list(MALFORMED))

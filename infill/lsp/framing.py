@@ -127,9 +127,11 @@ class FrameReader:
     def _resynchronised(self, block: bytes) -> bytes | BadFrame:
         """A block made of header lines as it is; for one with stray bytes first, a BadFrame for those, and its
         last Content-Length header and the lines after it go back to be read again."""
-        if all(_FIELD.fullmatch(line.rstrip(b"\r")) for line in block.split(b"\n")):
-            return block
         starts = list(_HEADER_START.finditer(block))
+        # "abcContent-Length: 40" is a well-formed field too (any token is a name): stray bytes glued to a header
+        glued = any(m.start() > 0 and block[m.start() - 1 : m.start()] != b"\n" for m in starts)
+        if not glued and all(_FIELD.fullmatch(line.rstrip(b"\r")) for line in block.split(b"\n")):
+            return block
         if not starts or starts[-1].start() == 0:
             return block  # _content_length says what is wrong with it
         skipped = starts[-1].start()
