@@ -165,6 +165,7 @@ def test_bad_settings_are_ignored_with_a_message_and_the_rest_applies(client: Ls
         ({"threshold": "high"}, '"threshold"'),
         ({"threshold": 2}, '"threshold"'),
         ({"tokens": 0}, '"tokens"'),
+        ({"tokens": 1_000_000_000_000}, '"tokens"'),  # accepted, it failed every completion after it
         ({"decoder": "nonsense"}, "decoder"),
         ({"colour": "blue"}, "colour"),
         ({"fill": {"beam": 10_000}}, '"beam"'),

@@ -38,6 +38,7 @@ DEFAULT_LINES = 6  # lines of a multi-line suggestion at most
 # 15-20% sooner (docs/editors.md); `"fill": {"engine": "auto"}` runs the exact fp32 graph
 EDITOR_MODEL = ModelSpec(engine="auto-int8")
 MAX_LINES = 50
+MAX_TOKENS = 4096  # tokens per suggestion at most (a setting above it is refused when it arrives)
 TOKENS_PER_LINE = 16  # a block's token budget per line
 KEYS = ("model", "threshold", "tokens", "decoder", "fill", "lines", "context", "prefetch")
 # LSP language identifiers that are not infill's language names
@@ -105,8 +106,9 @@ class Settings:
             raise InputError(exc.message) from None
         decode = DecodeConfig(**parts["decode"])
         check_decode(decode)
-        if "tokens" in parts["options"] and parts["options"]["tokens"] < 1:
-            raise InputError('"tokens" must be at least 1')
+        if "tokens" in parts["options"] and not 1 <= parts["options"]["tokens"] <= MAX_TOKENS:
+            # refused here, once, rather than failing every completion after it (no model's window is larger)
+            raise InputError(f'"tokens" must be a whole number from 1 to {MAX_TOKENS}')
         options = replace(LSP_OPTIONS, **parts["options"])
         model = replace(EDITOR_MODEL, **parts["model"])
         return cls(model, decode, options, float(threshold), lines, context, prefetch)
