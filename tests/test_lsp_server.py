@@ -527,6 +527,13 @@ def test_bad_messages_get_errors_and_the_server_keeps_serving(client: LspClient)
     assert answers["unknown uri"]["error"]["code"] == INVALID_PARAMS
     assert answers["unknown method"]["error"]["code"] == METHOD_NOT_FOUND
     assert answers["bad command"]["error"]["code"] == INVALID_PARAMS
+    # an offset between a \r and its \n is no position: its edit would start past the end of a line
+    crlf = "file:///project/crlf.py"
+    client.open(crlf, "def add(a, b):\r\n    return a + b\r\n")
+    inside = client.request(
+        "workspace/executeCommand", {"command": "infill.fillSelection", "arguments": [crlf, 15, 34, 1]}
+    )
+    assert inside["error"]["code"] == INVALID_PARAMS, inside
     # still serving
     assert client.inline(URI, 2, 4)["result"]["items"][0]["insertText"] == "    total += 1"
 

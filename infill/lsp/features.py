@@ -131,7 +131,7 @@ async def fill_selection(ls: InfillServer, *args: Any) -> None:
         raise JsonRpcInvalidParams(f"{FILL_SELECTION} takes [uri, start offset, end offset, version]")
     document = ls.versioned(args[0], args[3])
     start, end = args[1], args[2]
-    if not start <= end <= len(document.text):
+    if not start <= end <= len(document.text) or any(_inside_crlf(document.text, at) for at in (start, end)):
         raise JsonRpcInvalidParams(f"{FILL_SELECTION}: {start}..{end} is not a range of {document_name(document)}")
     snapshot = Document(document.uri, document.language_id, document.version, document.text)
     target = fills.selection_target(snapshot, start, end)
@@ -169,6 +169,11 @@ def _keyword_start(text: str, offset: int) -> int:
     while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
         start -= 1
     return start
+
+
+def _inside_crlf(text: str, at: int) -> bool:
+    """Whether offset `at` falls between the \r and the \n of a line break (no position of the editor's)."""
+    return 0 < at < len(text) and text[at - 1] == "\r" and text[at] == "\n"
 
 
 def _offsets(values: Any) -> bool:
