@@ -293,3 +293,15 @@ def test_a_file_name_that_cannot_stand_in_a_docstring_is_cleaned(tmp_path: Path,
     compile(text, "x.py", "exec")
     first = text.splitlines()[0]
     assert first.startswith('"""') and "\\" not in first and first.count('"') == 6
+
+
+def test_a_definition_whose_body_follows_a_backslash_gets_its_docstring(tmp_path: Path) -> None:
+    """`def f(x): \\` with the body on the next line: the docstring went between the two lines, which broke the
+    file, so no docstring of the file was written (exit 3). It is now written as for `def f(x): return x`."""
+    path = tmp_path / "cont.py"
+    path.write_text('"""Cont."""\n\n\ndef f(x): \\\n    return x\n\n\ndef g(y):\n    return y\n')
+    code, _, err = invoke("--min-probability", "0", str(path))
+    assert code == 0, err
+    text = path.read_text()
+    compile(text, "cont.py", "exec")
+    assert text.count('"""') == 6 and "def f(x):\n" in text and "\\" not in text

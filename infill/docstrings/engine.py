@@ -67,7 +67,9 @@ def insertion_for(d: Definition, source: bytes, newline: str, unit: str) -> Inse
     colon = colon_byte(node)
     blank_after = newline if d.kind == "class" else ""  # black / ruff format want a blank line after a class docstring
     line_end = source.find(b"\n", colon)
-    if line_end != -1 and line_end < body.start_byte:  # the body starts on a later line
+    rest = source[colon + 1 : line_end].strip() if line_end != -1 else b""
+    continued = rest.endswith(b"\\") and not rest.startswith(b"#")  # `def f(x): \` + the body on the next line
+    if line_end != -1 and line_end < body.start_byte and not continued:  # the body starts on a later line
         start = line_end + 1
         end = start  # blank lines right after the header go: none may follow a docstring (D202)
         while True:
@@ -80,7 +82,7 @@ def insertion_for(d: Definition, source: bytes, newline: str, unit: str) -> Inse
         if indent.strip():
             indent = d.indent + unit
         return Insertion(start, end, indent, newline + blank_after, indent)
-    indent = d.indent + unit  # a one-line definition: `def f(): return 1` becomes a block
+    indent = d.indent + unit  # a one-line definition (`def f(): return 1`, or continued by a backslash): a block
     return Insertion(colon, body.start_byte, newline + indent, newline + blank_after + indent, indent)
 
 
