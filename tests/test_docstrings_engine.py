@@ -266,6 +266,36 @@ UPDATE_CASES = {
             """
         ''',
     ),
+    "single-quoted": (
+        """\
+        def f(a, b):
+            'Do it.'
+        """,
+        '''\
+        def f(a, b):
+            """Do it.
+
+            Args:
+                a: The a to use.
+                b: The b to use.
+            """
+        ''',
+    ),
+    "section-on-the-quotes-line": (
+        '''\
+        def f(a, b):
+            """Args:
+                a: Kept.
+            """
+        ''',
+        '''\
+        def f(a, b):
+            """Args:
+                a: Kept.
+                b: The b to use.
+            """
+        ''',
+    ),
     "all-stale": (
         '''\
         def f():
@@ -298,6 +328,20 @@ def test_update_fixes_parameter_entries_only(case: str) -> None:
     assert result.text == after
     assert process_source(after, "m.py", cfg, FakeFiller(), update=True).text == after  # idempotent
     assert process_source(before, "m.py", cfg, FakeFiller()).text == before  # never touched without --update
+
+
+def test_update_leaves_a_single_quoted_docstring_holding_double_quotes() -> None:
+    before = "def f(a, b):\n    'Say \"hi\".'\n"
+    cfg = DocstringConfig(ignore_module=True, min_probability=0.0)
+    assert process_source(before, "m.py", cfg, FakeFiller(), update=True).text == before
+
+
+def test_numpy_type_lines_read_as_the_annotation_in_the_docstring() -> None:
+    source = 'def f(x: L[\'"""\'], y: L["\\\\n"] = "a") -> L["\\\\t"]:\n    return x\n'
+    out, _ = fill(source, ignore_module=True, style="numpy")
+    doc = ast.get_docstring(ast.parse(out).body[0])  # type: ignore[arg-type]
+    assert doc is not None
+    assert 'x : L[\'"""\']\n' in doc and 'y : L["\\\\n"], optional\n' in doc and 'L["\\\\t"]\n' in doc
 
 
 def test_non_ascii_source_offsets_and_stub_files() -> None:

@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from infill.docstrings.skeleton import Skeleton, Slot
+from infill.docstrings.skeleton import Param, Skeleton, Slot
 
 RUFF_CONVENTION = {"google": "google", "numpy": "numpy", "sphinx": "pep257"}
 QUOTES = '"""'
@@ -130,21 +130,32 @@ def _numpy(b: _Builder, s: Skeleton) -> None:
     if s.params:
         header("Parameters")
         for p in s.params:
-            kind = p.annotation or ""
-            if p.default is not None:
-                kind = f"{kind}, optional" if kind else "optional"
-            b.line(f"{p.name} : {kind}" if kind else p.name)
+            b.line(numpy_parameter_line(p))
             b.entry("    ", Slot("param", p.name), " " * 4)
     for title, kind, type_text in (("Returns", "returns", s.returns), ("Yields", "yields", s.yields)):
         if type_text is not None:
             header(title)
-            b.line(type_text or "object")
+            b.line(literal_text(type_text) or "object")
             b.entry("    ", Slot(kind), " " * 4)  # type: ignore[arg-type]
     if s.raises:
         header("Raises")
         for exc in s.raises:
             b.line(exc)
             b.entry("    ", Slot("raises", exc), " " * 4)
+
+
+def literal_text(code: str) -> str:
+    """`code` (an annotation) written so that the docstring's value reads as it: backslashes doubled, and a run
+    of three or more double quotes escaped, which would otherwise end the literal."""
+    return re.sub('"{3,}', lambda m: '\\"' * len(m.group()), code.replace("\\", "\\\\"))
+
+
+def numpy_parameter_line(p: Param) -> str:
+    """A numpy Parameters entry's first line: `name : type, optional`, or the bare name."""
+    kind = literal_text(p.annotation or "")
+    if p.default is not None:
+        kind = f"{kind}, optional" if kind else "optional"
+    return f"{p.name} : {kind}" if kind else p.name
 
 
 def _sphinx(b: _Builder, s: Skeleton) -> None:

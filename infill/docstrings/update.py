@@ -18,6 +18,7 @@ from infill.docstrings.fill import SlotFiller, slot_span
 from infill.docstrings.finder import Definition
 from infill.docstrings.monitor import judge
 from infill.docstrings.skeleton import Param, Skeleton, Slot
+from infill.docstrings.styles import numpy_parameter_line
 from infill.docstrings.text import fallback_description
 
 SENTINEL = "\x00{}\x00"
@@ -99,10 +100,7 @@ def _merge(entries: list[_Entry], params: list[Param], new_entry: dict[str, list
 def _new_lines(style: str, p: Param, indent: str) -> list[str]:
     slot = SENTINEL.format(f"param:{p.name}")
     if style == "numpy":
-        kind = p.annotation or ""
-        if p.default is not None:
-            kind = f"{kind}, optional" if kind else "optional"
-        return [f"{indent}{p.name} : {kind}" if kind else f"{indent}{p.name}", f"{indent}    {slot}"]
+        return [indent + numpy_parameter_line(p), f"{indent}    {slot}"]
     if style == "sphinx":
         return [f"{indent}:param {p.bare}: {slot}"]
     return [f"{indent}{p.name}: {slot}"]
@@ -229,10 +227,17 @@ def update_docstring(
         return None
     literal = source[d.docstring[0] : d.docstring[1]].decode("utf-8").replace("\r\n", "\n")
     match = _LITERAL.match(literal)
-    if match is None or match.group(2) in ('"', "'"):
-        return None  # concatenated or single-quoted docstrings are left alone
+    if match is None:
+        return None  # a concatenated docstring is left alone
     prefix, quotes, content = match.groups()
+    if quotes in ('"', "'"):  # 'Summary.' grows lines, which need triple quotes; escapes read the same in them
+        if '"' in content:
+            return None
+        quotes = '"""'
     lines = content.split("\n")
+    line_start = source.rfind(b"\n", 0, d.docstring[0]) + 1
+    column = source[line_start : d.docstring[0]].decode("utf-8")
+    opening = column if not column.strip() else d.indent + "    "  # where the first line's text logically sits
     base = " " * (len(d.indent) + 4)
     for line in lines[1:]:
         if line.strip():
@@ -243,9 +248,14 @@ def update_docstring(
         body_indent = d.indent + "    "
         lines = [lines[0], body_indent]
         base = body_indent
+    elif _GOOGLE_ANY_HEAD.match(lines[0]) or _NUMPY_HEAD.match(lines[0]):
+        base = opening  # `"""Args:` with its entries below: the section sits at the quotes' column
+    lines[0] = opening + lines[0]  # the first line is measured from the quotes, as the others are
     new_lines = _update_lines(lines, skeleton.params, style, base)
     if new_lines is None:
         return None
+    if new_lines and new_lines[0].startswith(opening):
+        new_lines[0] = new_lines[0][len(opening) :]
     if one_line and new_lines[-1] != base:
         new_lines.append(base)
     new_content = "\n".join(new_lines)
