@@ -487,6 +487,33 @@ def test_item07_a_local_check_never_takes_a_line_inside_a_string_for_a_statement
     assert check.rejection(data[:at] + b"    y = 2" + data[at + 9 :], [fine]) is None
 
 
+GAP_FILLS = ["x = 1", "@staticmethod", "    y = 2", "else:\n    b = 2", "def h(:", "    return 3", "# note\n@wraps"]
+
+
+@pytest.mark.parametrize("text", GAP_FILLS)
+def test_item07_a_fill_between_statements_of_a_large_input_is_judged_as_the_whole_file_is(
+    monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """A fill on a blank line after a top-level statement is checked without that statement when it starts its
+    own (a blank line after a generated literal megabytes long cost a compile of the literal per candidate), with
+    it when it continues it (an indented line, `else:`), and with the statement after it when it holds a
+    decorator: the verdict is the whole file's."""
+    from infill.core import checks
+    from infill.spans import Span
+
+    monkeypatch.setattr(checks, "LOCAL_CHECK_BYTES", 16)
+    data = b"import os\n\nif os:\n    a = 1\n\n\n\ndef g():\n    return 2\n"
+    at = data.index(b"\n\n\ndef") + 2
+    edit = type("E", (), {"start_byte": at, "end_byte": at, "text": text + "\n"})()
+    patched = data[:at] + edit.text.encode() + data[at:]
+    check = checks.SyntaxCheck("python", data, [Span(at, at)])
+    whole = "does not compile" if not checks.python_compiles(patched) else None
+    assert check.rejection(patched, [edit]) == whole
+    ((start, end),) = check.chunks([edit])
+    assert start == (at if text in ("x = 1", "@staticmethod", "def h(:", "# note\n@wraps") else data.index(b"if os"))
+    assert end == (len(data) if "@" in text else data.index(b"def g"))
+
+
 @pytest.mark.parametrize("text", ["from __future__ import annotations", "global g"])
 def test_item07_a_future_import_in_a_large_input_is_judged_on_the_whole_file(
     monkeypatch: pytest.MonkeyPatch, text: str

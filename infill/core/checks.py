@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -143,7 +144,8 @@ class SyntaxCheck:
 
     Up to LOCAL_CHECK_BYTES the whole file is checked. Larger inputs are checked the same way on the top-level
     statements around the edits only ("chunks": from the start of the top-level statement, in column 1, that
-    holds the edit's start to the start of the next one after its end; see chunks()).
+    holds the edit's start, or from the edit when it starts a statement of its own after one, to the start of the
+    next one after its end, or the one after that for a decorator; see chunks()).
     """
 
     def __init__(self, language: str, data: bytes, spans: Sequence[Any] = ()) -> None:
@@ -162,6 +164,7 @@ class SyntaxCheck:
         self.compiling: bytes | None = None  # the input with some text in the spans that compiles (Python)
         self._neutral: tuple[bytes, int] | None | Literal[False] = False  # neutral(), False until asked
         self._starts: list[int] | None = None  # _statement_starts(), None until asked
+        self._statements: list[tuple[int, int]] = []  # every top-level statement in column 1: (start, end)
         if not self.local:
             self.best = self._best(data, self.spans, 0)
         else:
@@ -335,14 +338,31 @@ class SyntaxCheck:
         return None
 
     def _statement_starts(self) -> list[int]:
-        """Byte offsets (sorted) where a top-level statement of the original starts in column 1; the original is
-        parsed once, on the first call."""
+        """Byte offsets (sorted) where a top-level statement of the original starts in column 1, after the first
+        byte (self._statements has them all, with their ends); the original is parsed once, on the first call."""
         if self._starts is None:
             from infill.languages import parse
 
             root = parse(self.language, self.data).root_node
-            self._starts = [c.start_byte for c in root.children if c.start_point[1] == 0 and c.start_byte > 0]
+            self._statements = [(c.start_byte, c.end_byte) for c in root.children if c.start_point[1] == 0]
+            self._starts = [start for start, _ in self._statements if start > 0]
         return self._starts
+
+    def _starts_own_statements(self, e: Any) -> bool:
+        """Whether edit `e` (in Python) begins a line after the end of the top-level statement before it (only
+        blank space between them) with text whose first line of code is in column 1. Python then
+        reads it apart from that statement, as at the file's start (a cookie, a `__future__` import or a
+        `global` aside, which chunks() handles), so the chunk need not hold that statement: a blank line after
+        a statement megabytes long is checked without it. A fill that continues that statement (an indented line, an
+        `else:`) is judged with it."""
+        before = bisect.bisect_right(self._statements, (e.start_byte, len(self.data))) - 1
+        if self.language != "python" or before < 0 or e.start_byte < self._statements[before][1]:
+            return False
+        gap = self.data[self._statements[before][1] : e.start_byte]
+        if gap.strip() or self.data[e.start_byte - 1 : e.start_byte] != b"\n":
+            return False
+        first = next((line for line in e.text.splitlines() if line.strip()), "")
+        return not first[:1].isspace() and not re.match(r"(else|elif|except|finally)\b", first)
 
     def _tree(self, source: bytes) -> Any:
         """The tree-sitter parse of `source`, kept for the next call with the same bytes (a candidate's error
@@ -367,7 +387,10 @@ class SyntaxCheck:
         for e in edits:
             at = bisect.bisect_right(starts, e.start_byte) - 1
             after = bisect.bisect_right(starts, e.end_byte)
-            ranges.append((starts[at] if at >= 0 else 0, starts[after] if after < len(starts) else len(self.data)))
+            start = e.start_byte if self._starts_own_statements(e) else starts[at] if at >= 0 else 0
+            if any(line.startswith("@") for line in e.text.splitlines()):
+                after += 1  # a decorator in column 1 belongs to the statement after the edit: it is judged with it
+            ranges.append((start, starts[after] if after < len(starts) else len(self.data)))
         ranges.sort()
         merged: list[tuple[int, int]] = []
         for start, end in ranges:
