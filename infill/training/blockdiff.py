@@ -172,6 +172,7 @@ def train(
         save_minutes=cfg.save_minutes,
         time_limit=cfg.time_limit,
         until=cfg.until,
+        signals=True,  # Ctrl-C, SIGTERM, SIGUSR1: save the folder and the checkpoint, as at the end
     )
     train_loop(task, replace(schedule, log_last=True), world, log, task.done)
     finish(world)
