@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from infill.clitypes import SECONDS, THREADS
+from infill.clitypes import MAX_SECONDS, SECONDS, THREADS, FiniteFloatRange
 from infill.errors import InputError
 
 
@@ -57,6 +57,20 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("INFILL_DAEMON_IDLE_TIMEOUT", SECONDS, "seconds a daemon a command starts waits idle", client_only=True),
     Variable("INFILL_DAEMON_DEBUG", click.BOOL, "say on stderr why the daemon was not used", client_only=True),
     Variable("INFILL_DEBUG", click.BOOL, "show the traceback of an error", client_only=True),
+    Variable(
+        "INFILL_ENGINE",
+        click.Choice(["auto", "auto-int8", "torch", "onnx", "onnx-int8"]),
+        "what runs the AS-ARM's cached pass where --engine is auto (docs/performance.md)",
+        client_only=False,
+        default="auto",
+    ),
+    Variable(
+        "INFILL_REMOTE_TIMEOUT",
+        FiniteFloatRange(0, MAX_SECONDS, min_open=True),
+        "seconds to wait for a model server's answer",
+        client_only=False,
+    ),
+    Variable("INFILL_ALLOW_HTTP", click.BOOL, "allow plain http to a model server off this machine", False),
 )
 BY_NAME: dict[str, Variable] = {v.name: v for v in VARIABLES}
 

@@ -103,6 +103,18 @@ def parse(name: str, source: bytes) -> tree_sitter.Tree:
     return tree_sitter.Parser(grammar(name)).parse(source)
 
 
+def first_error_line(node: Any) -> int:
+    """The 1-based line of the first ERROR or MISSING node under `node` (a tree's root_node), in source order;
+    `node`'s own line when it has none."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current.type == "ERROR" or current.is_missing:
+            return int(current.start_point[0]) + 1
+        stack.extend(reversed([c for c in current.children if c.has_error or c.is_missing or c.type == "ERROR"]))
+    return int(node.start_point[0]) + 1
+
+
 def grammars_root() -> Path:
     """The folder holding grammars/<lang>/*.scm.
 

@@ -216,7 +216,8 @@ OPTIONS: tuple[Option, ...] = (
         "monitor",
         ("--monitor",),
         "Python: refuse fills that add a static-analysis message of these rules (comma-separated: undefined, "
-        "unused, redefined; none = off).",
+        "unused, redefined; binds: a fill must bind a name the lines after it read and nothing defines; "
+        "none = off).",
         metavar="RULES",
     ),
     Option(

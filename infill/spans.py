@@ -281,7 +281,7 @@ def _name_parts(name: str) -> list[str]:
 
 def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[Span]:
     kind = sel.kind  # "function" or "class"
-    _, matches = _captures(data, language)
+    tree, matches = _captures(data, language)
     defs = []  # (node, name, body)
     classes = []  # (start, end, name)
     for _, caps in matches:
@@ -311,6 +311,10 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
         names = sorted({name for _, name, _ in defs})
         plural = "classes" if kind == "class" else "functions"
         listing = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "") if names else f"the file has no {plural}"
+        if tree.root_node.has_error:  # a definition inside or after a syntax error may not be recognised
+            from infill.languages import first_error_line
+
+            listing += f"; the file does not parse from line {first_error_line(tree.root_node)}, which can hide it"
         raise InputError(f"{sel.label}: {kind} {sel.value!r} not found ({listing})")
     spans = [
         Span(

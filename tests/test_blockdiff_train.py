@@ -226,3 +226,47 @@ def test_training_from_a_pack_in_bf16_shards(tmp_path: Path) -> None:
     assert "--tokenizer" in one_line_error(["--data", str(pack), "--out", str(out)])
     if not torch.cuda.is_available():
         assert "no CUDA device" in one_line_error([*args, "--device", "cuda"])
+
+
+def test_a_signal_stops_a_run_with_its_folder_and_checkpoint(tmp_path: Path) -> None:
+    """Ctrl-C, SIGTERM or SIGUSR1 end a block-diffusion run after the current step and save what it learnt, as
+    `infill train asarm` does; the run was lost whole (no --out folder, no --run-dir checkpoint to resume)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from infill.training.checkpoints import read_checkpoint
+
+    data = tmp_path / "src"
+    data.mkdir()
+    (data / "a.py").write_text("def add(a, b):\n    return a + b\n" * 3)
+
+    sent: list[bool] = []
+
+    def send_when_listening() -> None:  # the default action of SIGUSR1 would end the test process
+        for _ in range(2000):
+            if signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL:
+                os.kill(os.getpid(), signal.SIGUSR1)
+                sent.append(True)
+                return
+            time.sleep(0.01)
+
+    # --time-limit only ends a run that listens to no signal (half a minute)
+    args = ["--data", str(data), "--batch-size", "2", "--seq-len", "32", "--steps", "100000", "--time-limit", "0.5"]
+    args += ["--vocab-size", "512"]
+    args += ["--hidden", "16", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--log-every", "100000"]
+    sender = threading.Thread(target=send_when_listening)
+    sender.start()
+    try:
+        result = CliRunner().invoke(
+            block_diffusion, [*args, "--out", str(tmp_path / "m"), "--run-dir", str(tmp_path / "r")]
+        )
+    finally:
+        sender.join()
+    assert result.exit_code == 0 and sent, result.output  # the run listened, and stopped when told
+    assert "time limit" not in result.output, result.output
+    step = int(read_checkpoint(tmp_path / "r" / "last.pt")["step"])
+    assert 0 < step < 100_000
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["infill"]["provenance"]["steps"] == step
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # the handler is restored

@@ -194,3 +194,18 @@ def test_no_help_shows_an_empty_range() -> None:
                     walk(sub, click.Context(sub, parent=ctx, info_name=name))
 
     walk(group, click.Context(group, info_name="infill"))
+
+
+def test_the_monitor_help_names_every_rule() -> None:
+    """--monitor's help listed undefined, unused and redefined, and showed `[default: binds]`, a rule it never
+    named or explained."""
+    from infill.cli import main as group
+    from infill.core.monitor import LINT_RULES
+
+    for name in ("fill", "eval"):
+        ctx = click.Context(group)
+        command = group.get_command(ctx, name)
+        assert command is not None
+        sub = command if name == "fill" else command.get_command(ctx, "heldout-exact")  # type: ignore[attr-defined]
+        option = next(p for p in sub.params if p.name == "monitor")
+        assert option.help is not None and all(rule in option.help for rule in LINT_RULES), option.help

@@ -16,7 +16,7 @@ from infill.cli import main
 from infill.config import DecodeConfig, ModelSpec
 from infill.core.kinds import load
 from infill.decoding import decode, score, score_many
-from infill.errors import ModelError
+from infill.errors import InputError, ModelError
 from infill.models import onnx
 from infill.models.base import FillProblem
 from infill.models.xlnet import XLNetAnySubset, resolve_engine
@@ -240,7 +240,7 @@ def test_engine_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_engine("auto", "cpu") == "torch"
     assert resolve_engine("auto-int8", "cpu") == "torch"  # an engine the user named wins over the preference
     monkeypatch.setenv("INFILL_ENGINE", "fast")
-    with pytest.raises(ModelError, match="INFILL_ENGINE"):
+    with pytest.raises(InputError, match="INFILL_ENGINE"):  # the user's value: exit 2, as every variable's
         resolve_engine("auto", "cpu")
     monkeypatch.delenv("INFILL_ENGINE")
     monkeypatch.setattr(onnx, "PACKAGES", (*onnx.PACKAGES, "no_such_package_for_infill"))

@@ -123,3 +123,14 @@ def test_cli_input_errors_exit_2(tmp_path: Path) -> None:
     assert "no non-blank lines" in result.output
     result = CliRunner().invoke(main, ["eval", "heldout-exact", "-q"])
     assert result.exit_code == 2 and "--corpus" in result.output
+
+
+@pytest.mark.parametrize("command", [["heldout-exact", "--files", "{f}"], ["humaneval-single-line", "--reference"]])
+def test_cli_a_bad_monitor_rule_is_exit_2_before_any_task(command: list[str], tmp_path: Path) -> None:
+    """A setting every fill would refuse is refused once, at the start: `--monitor bogus` was an error in each
+    task, reported as a score of 0% with exit 0."""
+    (tmp_path / "a.py").write_text("def f(x):\n    return x + 1\n")
+    args = [a.replace("{f}", str(tmp_path / "a.py")) for a in command]
+    result = CliRunner().invoke(main, ["eval", *args, "--limit", "1", "-q", "--monitor", "bogus", "--json"])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert "unknown rule(s) bogus" in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr

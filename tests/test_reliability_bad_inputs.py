@@ -186,6 +186,19 @@ def corpus_without_heldout(d: Path, mp: pytest.MonkeyPatch) -> None:
     write_corpus(d / "corpus", sample_texts(3), [])
 
 
+def corpus_and_folder(d: Path, mp: pytest.MonkeyPatch) -> None:
+    corpus_without_heldout(d, mp)
+    (d / "ro").mkdir()
+
+
+def tokenizer_without_specials(d: Path, mp: pytest.MonkeyPatch) -> None:
+    """{d}/t.json: a tokenizer, but not one of `infill train tokenizer` (no <pad>, <mask>, <bos> at ids 0-2)."""
+    from tokenizers import Tokenizer, models
+
+    corpus_without_heldout(d, mp)
+    Tokenizer(models.BPE()).save(str(d / "t.json"))
+
+
 class RunsCode:
     """Unpickling this runs a command (here: it creates the file `pwned`, which the table's snapshot would show)."""
 
@@ -367,6 +380,21 @@ CASES = [
         "{d}/p.npz"], 2, "no training text", setup=empty_corpus, content=None, command="train"),
     Bad("train-block-diffusion-empty-corpus", ["block-diffusion", "--data", "{d}/corpus", "--out", "{d}/o"], 2,
         "no training text", setup=empty_corpus, content=None, command="train"),
+    # a --tokenizer that is not one, and a tokenizer --out that cannot be written (tokenizers' plain Exception)
+    Bad("train-asarm-tokenizer-not-json", ["asarm", "--corpus", "{d}/corpus", "--tokenizer", "{d}/t.json",
+        "--run-dir", "{d}/run", "--steps", "1"], 2, "t.json: not a tokenizer.json", setup=corpus_without_heldout,
+        content=None, command="train", extra={"t.json": b"not json\n"}),
+    Bad("train-asarm-tokenizer-without-specials", ["asarm", "--corpus", "{d}/corpus", "--tokenizer",
+        "{d}/t.json", "--run-dir", "{d}/run", "--steps", "1"], 2, "not an AS-ARM tokenizer",
+        setup=tokenizer_without_specials, content=None, command="train"),
+    Bad("train-pack-tokenizer-not-json", ["pack", "--corpus", "{d}/corpus", "--tokenizer", "{d}/t.json", "--out",
+        "{d}/p.npz"], 2, "t.json: not a tokenizer.json", setup=corpus_without_heldout, content=None,
+        command="train", extra={"t.json": b"{}"}),
+    Bad("train-block-diffusion-tokenizer-not-json", ["block-diffusion", "--data", "{d}/corpus", "--out", "{d}/o",
+        "--tokenizer", "{d}/t.json", "--steps", "1"], 2, "t.json: not a tokenizer.json",
+        setup=corpus_without_heldout, content=None, command="train", extra={"t.json": b"not json\n"}),
+    Bad("train-tokenizer-out-is-a-folder", ["tokenizer", "--corpus", "{d}/corpus", "--out", "{d}/ro",
+        "--vocab-size", "512"], 2, "cannot write", setup=corpus_and_folder, content=None, command="train"),
     Bad("train-export-crafted-checkpoint", ["export", "--run-dir", "{d}/run", "--tokenizer", TOKENIZER, "--corpus",
         "{d}", "--out", "{d}/out"], 2, "last.pt",
         setup=crafted("last.pt"), content=None, command="train"),

@@ -470,6 +470,9 @@ def test_a_client_only_variable_does_not_restart_the_daemon(runtime_dir: Path) -
         ("INFILL_DAEMON_DEBUG", "2"),
         ("INFILL_THREADS", "100000"),
         ("INFILL_DEBUG", "maybe"),
+        ("INFILL_ENGINE", "fast"),  # was a model error (exit 123), and only once a model loaded
+        ("INFILL_REMOTE_TIMEOUT", "soon"),  # was ignored by every command that uses no model server
+        ("INFILL_ALLOW_HTTP", "maybe"),  # was read as no, without a word
     ],
 )
 def test_junk_in_an_environment_variable_is_a_usage_error(name: str, value: str, tmp_path: Path) -> None:

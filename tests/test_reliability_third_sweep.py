@@ -492,7 +492,27 @@ def test_a_bad_docstrings_setting_is_one_line_naming_the_file(setting: str, tmp_
     (tmp_path / "a.py").write_text("def f(x):\n    return x\n")
     r = CliRunner().invoke(main, ["docstrings", str(tmp_path / "a.py"), "--check"])
     assert r.exit_code == 2, (r.exit_code, r.output)
-    assert one_error_line(r).startswith("error: "), r.stderr
+    line = one_error_line(r)
+    assert line.startswith("error: ") and "pyproject.toml" in line, r.stderr  # not as if a flag had given it
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("tool = 1\n", "[tool] must be a table"),  # was an internal error (AttributeError, exit 123)
+        ('[tool.infill]\nmodle = "x"\n', "unknown [tool.infill] key 'modle'"),  # was ignored without a word
+        ("[tool.infill.fill]\ntokens = 4\n", "unknown [tool.infill] key 'fill'"),  # a section nothing reads
+    ],
+)
+def test_a_bad_tool_infill_table_is_one_line_naming_the_file(text: str, needle: str, tmp_path: Path) -> None:
+    """Found from a subfolder, as every command finds pyproject.toml."""
+    (tmp_path / "pyproject.toml").write_text(text)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.py").write_text("def f(x):\n    return x\n")
+    r = CliRunner().invoke(main, ["docstrings", str(tmp_path / "sub" / "a.py"), "--check"])
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    line = one_error_line(r)
+    assert line.startswith("error: ") and str(tmp_path / "pyproject.toml") in line and needle in line, line
 
 
 # --- low: models -------------------------------------------------------------------------------------------------

@@ -236,6 +236,22 @@ def test_function_not_found_lists_names() -> None:
         resolve(b"def f(): pass\ndef g(): pass\n", [Selection("function", "nope")], "python", "a.py")
 
 
+@pytest.mark.parametrize(
+    ("lang", "source", "line"),
+    [
+        ("javascript", b"function f( {\n  return 1;\n}\nfunction g() {\n  return 2;\n}\n", 1),
+        ("python", b"def f():\n    return 1\n\ndef g(:\n    return 2\n", 4),
+    ],
+)
+def test_a_definition_not_found_in_a_file_that_does_not_parse_says_so(lang: str, source: bytes, line: int) -> None:
+    """A syntax error can hide a definition from the grammar (the JavaScript file above has g, yet "has no
+    functions"): the message says where the file stops parsing, rather than only that g is not there."""
+    with pytest.raises(InputError, match=f"not found .*does not parse from line {line}"):
+        resolve(source, [Selection("function", "nope")], lang, "a")
+    with pytest.raises(InputError, match=r"not found \(f, g\)$"):  # a file that parses: the names alone
+        resolve(b"def f(): pass\ndef g(): pass\n", [Selection("function", "nope")], "python", "a.py")
+
+
 def test_selector_on_plain_text_and_unknown_extension() -> None:
     assert languages.detect("notes.md") is None
     with pytest.raises(InputError, match="plain text"):

@@ -386,3 +386,25 @@ def test_resume_never_unpickles_code(tiny_corpus, tmp_path: Path, monkeypatch, k
     with pytest.raises(InputError, match="last.pt"):
         load_checkpoint_model(run)  # what `infill train export` reads
     assert not marker.exists()
+
+
+def test_another_tokenizer_is_refused_on_resume_and_export(tiny_corpus, tmp_path: Path) -> None:
+    """A run resumed, or exported, with a tokenizer of another vocabulary: one input error naming both sizes.
+    Resuming indexed past the embedding (an internal error, exit 123); exporting wrote a model folder whose
+    tokenizer does not match its weights, and said it succeeded."""
+    from click.testing import CliRunner
+
+    from infill.cli import main
+
+    corpus, tok_path = tiny_corpus
+    run = tmp_path / "run"
+    train(corpus, tok_path, run, _tiny_cfg(steps=1, eval_sequences=0), resume=False)
+    other = Path(__file__).resolve().parent.parent / "infill" / "weights" / "default" / "tokenizer.json"
+    with pytest.raises(InputError, match="8192 tokens.*trained with 400"):
+        train(corpus, other, run, _tiny_cfg(steps=2, eval_sequences=0), resume=True)
+    args = ["train", "export", "--run-dir", str(run), "--corpus", str(corpus), "--out", str(tmp_path / "m")]
+    r = CliRunner().invoke(main, [*args, "--tokenizer", str(other)])
+    assert r.exit_code == 2 and "8192 tokens" in r.stderr and "trained with 400" in r.stderr, r.stderr
+    assert not (tmp_path / "m").exists()
+    r = CliRunner().invoke(main, [*args, "--tokenizer", str(tok_path)])
+    assert r.exit_code == 0 and (tmp_path / "m" / "tokenizer.json").read_bytes() == tok_path.read_bytes(), r.stderr

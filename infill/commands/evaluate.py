@@ -207,6 +207,16 @@ def _emit(
             click.echo(line.format(**run["summary"], length=LENGTH[how.oracle_length], decode=decode_label(decode)))
 
 
+def _settings(decoding: dict[str, Any]) -> tuple[DecodeConfig, FillOptions, ModelSpec]:
+    """The decoding flags as config objects, checked as a fill checks them, before any task runs (a bad --monitor
+    rule was an error in every task, and the run exited 0)."""
+    from infill.core.pipeline import check_settings
+
+    decode, options, spec = from_flags(decoding)
+    check_settings(decode, options)
+    return decode, options, spec
+
+
 def _filler(loaded: Any, decode: DecodeConfig, options: FillOptions, how: RunFlags) -> Any:
     from infill.evaluation.filling import api_filler, raw_filler
 
@@ -288,7 +298,7 @@ def humaneval_single_line(
         click.echo(f"warning: built {len(tasks)} tasks, expected {humaneval.EXPECTED_TASKS}", err=True)
     total = len(tasks)
     tasks = humaneval.evenly_spaced(tasks, how.limit)
-    decode, options, spec = from_flags(decoding)
+    decode, options, spec = _settings(decoding)
     loaded = None
     filler: Filler = reference_filler
     budget_of: Callable[[str], int] | None = None
@@ -374,7 +384,7 @@ def heldout_exact(
         raise InputError("give --corpus (the training corpus folder), --dir or --files")
     paths = heldout.corpus_heldout_files(corpus) if corpus is not None else []
     paths += heldout.python_files(list(files), list(dirs))
-    decode, options, spec = from_flags(decoding)
+    decode, options, spec = _settings(decoding)
     tasks = heldout.sample_line_tasks(paths, how.limit or 500, decode.seed)
     loaded, decode = _load(spec, how.threads, decode)
     count = token_counter(loaded)

@@ -267,10 +267,18 @@ def export_cmd(
     import torch
 
     from infill.training.checkpoints import export_model, load_checkpoint_model, provenance
+    from infill.training.tokenizer import load_tokenizer
 
     if not (run_dir / "last.pt").exists():
         raise InputError(f"no checkpoint {run_dir / 'last.pt'}")
     model, cfg, state = load_checkpoint_model(run_dir)
+    # the folder is only usable with the tokenizer the run trained with: same specials, same vocabulary
+    vocab = load_tokenizer(tokenizer_json).get_vocab_size()
+    if vocab != cfg.shape.vocab_size:
+        raise InputError(
+            f"{tokenizer_json}: {vocab} tokens, but the run in {run_dir} was trained with {cfg.shape.vocab_size}; "
+            "give the --tokenizer it trained with"
+        )
     export_model(
         model,
         tokenizer_json,

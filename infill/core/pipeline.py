@@ -221,6 +221,19 @@ def fill_text(
     return write(job, pool, choice, retrieved, rescued)
 
 
+def check_settings(decode: DecodeConfig, options: FillOptions) -> tuple[str, ...]:
+    """What a fill checks of its settings before any model runs (exit 2): nan, inf and out-of-range numbers,
+    an unknown --monitor rule (returns the rules), -n below 1. A command that fills many times (infill eval)
+    calls it once first, so a bad value is not an error in every task."""
+    from infill.core.monitor import parse_rules
+
+    check_decode(decode)
+    rules = parse_rules(options.monitor)
+    if options.candidates < 1:
+        raise InputError(f"-n must be at least 1, got {options.candidates}")
+    return rules
+
+
 def plan(
     text: str,
     spans: Sequence[Span],
@@ -233,15 +246,12 @@ def plan(
 ) -> Job | FillResult:
     """Check the input and settings (exit 2 before any model runs), load the model, lay the spans out in regions
     of the model's window, and set up the checks and the one seeded generator. With no spans, the text back."""
-    from infill.core.monitor import monitor_for, parse_rules
+    from infill.core.monitor import monitor_for
     from infill.textops import newline_of
 
     data = text.encode("utf-8")
     ordered = check_spans(data, spans)
-    check_decode(decode)  # nan, inf, out-of-range numbers: exit 2 before any model runs
-    rules = parse_rules(options.monitor)  # an unknown monitor rule too
-    if options.candidates < 1:
-        raise InputError(f"-n must be at least 1, got {options.candidates}")
+    rules = check_settings(decode, options)
     if on_progress is not None and not isinstance(model, LoadedModel):
         on_progress({"event": "load", "model": getattr(model, "name", "default")})
     # what differs between the model kinds (infill.core.kinds), and the model as the decoder runs it

@@ -117,6 +117,9 @@ def find_pyproject(start: Path) -> Path | None:
     return None
 
 
+TOOL_KEYS = ("model", "docstrings")  # what [tool.infill] may hold: the model, and the docstrings section
+
+
 def read_pyproject(path: Path) -> dict[str, Any]:
     """The `[tool.infill]` settings that concern docstrings, as DocstringConfig field names -> values."""
     try:
@@ -125,9 +128,17 @@ def read_pyproject(path: Path) -> dict[str, Any]:
         raise InputError(f"cannot read configuration: {exc}", path=str(path)) from None
     except RecursionError:  # tomllib recurses once per level of nesting
         raise InputError("cannot read configuration: nested too deeply", path=str(path)) from None
-    tool = data.get("tool", {}).get("infill", {})
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise InputError("[tool] must be a table", path=str(path))
+    tool = tool.get("infill", {})
     if not isinstance(tool, dict):
         raise InputError("[tool.infill] must be a table", path=str(path))
+    unknown = sorted(set(tool) - set(TOOL_KEYS))
+    if unknown:  # a misspelt key, or a section infill does not read, would be ignored without a word
+        raise InputError(
+            f"unknown [tool.infill] key {unknown[0]!r} (infill reads {', '.join(TOOL_KEYS)})", path=str(path)
+        )
     settings: dict[str, Any] = {}
     if "model" in tool:
         settings["model"] = tool["model"]
@@ -176,6 +187,11 @@ def build_config(pyproject: Path | None, overrides: Mapping[str, Any]) -> Docstr
     """pyproject settings, then command-line `overrides` (None values are ignored), validated once."""
     base = DocstringConfig()
     settings = read_pyproject(pyproject) if pyproject is not None else {}
+    if pyproject is not None:
+        try:  # a value out of range in the file is reported with the file, not as if a flag had given it
+            replace(base, **settings)
+        except InputError as exc:
+            raise InputError(exc.message, path=str(pyproject)) from None
     for key, value in overrides.items():
         if value is None:
             continue

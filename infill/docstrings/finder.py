@@ -161,7 +161,9 @@ def find_definitions(source: bytes, path: str, cfg: DocstringConfig) -> list[Def
     """Every module, class and function of a Python file, in order, with docstring and skip reason."""
     tree = parse("python", source)
     if tree.root_node.has_error:
-        raise InputError(f"cannot parse: syntax error near line {_first_error_line(tree.root_node)}", path=path)
+        from infill.languages import first_error_line
+
+        raise InputError(f"cannot parse: syntax error near line {first_error_line(tree.root_node)}", path=path)
     found = captures("python", "docstrings.scm", tree.root_node)
     docstrings: dict[int, tuple[int, int]] = {}  # id of the module/block node -> docstring byte range
     for node in found.get("docstring", []):
@@ -234,16 +236,6 @@ def find_definitions(source: bytes, path: str, cfg: DocstringConfig) -> list[Def
         by_node[node.id] = definition
         definitions.append(definition)
     return definitions
-
-
-def _first_error_line(node: Any) -> int:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if current.type == "ERROR" or current.is_missing:
-            return int(current.start_point[0]) + 1
-        stack.extend(reversed([c for c in current.children if c.has_error or c.is_missing or c.type == "ERROR"]))
-    return int(node.start_point[0]) + 1
 
 
 def innermost(ranges: list[tuple[int, int]], at: int) -> int | None:

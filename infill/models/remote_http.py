@@ -138,16 +138,10 @@ def api_key(spec: ModelSpec) -> str | None:
 
 def read_timeout() -> float:
     """Seconds to wait for an answer: $INFILL_REMOTE_TIMEOUT, else READ_TIMEOUT."""
-    given = os.environ.get(TIMEOUT_ENV)
-    if not given:
-        return READ_TIMEOUT
-    try:
-        value = float(given)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise InputError(f"${TIMEOUT_ENV} must be a number of seconds above 0, got {given!r}")
-    return value
+    from infill import environment
+
+    given = environment.read(TIMEOUT_ENV)  # finite, above 0; a junk value is an InputError naming the variable
+    return READ_TIMEOUT if given is None else float(given)
 
 
 class Client:

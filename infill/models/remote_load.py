@@ -3,10 +3,10 @@ first, then the server is asked for its models, its tokenizer and the model's FI
 
 from __future__ import annotations
 
-import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from infill import environment
 from infill.config import ModelSpec
 from infill.errors import InputError, RemoteError
 from infill.models.fim import FimFamily, family_named, family_of_model_name, find_fim
@@ -51,7 +51,7 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
     from infill.models.registry import LoadedModel
 
     target = parse(spec.name)
-    if not target.https and not loopback(target.host) and not (spec.allow_http or os.environ.get(HTTP_ENV) == "1"):
+    if not target.https and not loopback(target.host) and not (spec.allow_http or environment.enabled(HTTP_ENV)):
         raise InputError(
             f"--model {target.base}: plain http to another machine sends the file's text unencrypted; use https, or "
             f"opt in with --allow-http or {HTTP_ENV}=1"

@@ -43,10 +43,10 @@ def resolve_engine(engine: str, device: str) -> str:
     from infill.models import onnx
 
     if engine in AUTOMATIC:
-        chosen = os.environ.get(ENGINE_ENV, "").strip()
+        from infill import environment
+
+        chosen = environment.read(ENGINE_ENV) or ""  # a junk value is an InputError naming the variable (exit 2)
         if chosen and chosen not in AUTOMATIC:
-            if chosen not in get_args(EngineName):
-                raise ModelError(f"${ENGINE_ENV}={chosen!r} is not an engine (expected torch, onnx or onnx-int8)")
             return resolve_engine(chosen, device)
         if device != "cpu" or not onnx.available():
             return "torch"

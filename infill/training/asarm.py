@@ -172,6 +172,11 @@ def _run_config(cfg: TrainConfig, vocab_size: int, ckpt: dict[str, Any] | None) 
         cfg = TrainConfig(**{**asdict(cfg), "shape": ModelShape(**{**asdict(cfg.shape), "vocab_size": vocab_size})})
     if ckpt is not None:
         old = config_from_json(ckpt["config"])
+        if old.shape.vocab_size != vocab_size:  # its ids would index past the embedding, or mean other text
+            raise InputError(
+                f"the tokenizer has {vocab_size} tokens, but the checkpoint resumed from was trained with "
+                f"{old.shape.vocab_size}; give the --tokenizer it trained with, or --no-resume"
+            )
         cfg = TrainConfig(**{**asdict(cfg), "shape": old.shape, "seed": old.seed, "seq_len": old.seq_len})
     return cfg
 

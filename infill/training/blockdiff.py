@@ -34,7 +34,7 @@ from infill.training.blockdiff_data import (  # noqa: F401 - the objective and i
 )
 from infill.training.loop import Schedule, cosine_lr, finish, progress_of, restore, train_loop
 from infill.training.optimizer import adamw
-from infill.training.tokenizer import encode_documents
+from infill.training.tokenizer import encode_documents, read_tokenizer
 
 if TYPE_CHECKING:
     import torch
@@ -172,6 +172,7 @@ def train(
         save_minutes=cfg.save_minutes,
         time_limit=cfg.time_limit,
         until=cfg.until,
+        signals=True,  # Ctrl-C, SIGTERM, SIGUSR1: save the folder and the checkpoint, as at the end
     )
     train_loop(task, replace(schedule, log_last=True), world, log, task.done)
     finish(world)
@@ -227,7 +228,6 @@ class BlockDiffTask:
     ) -> BlockDiffTask:
         """The tokenizer, the documents and the model (fresh, or `init`'s), on cfg.device with its optimizer."""
         import torch
-        from tokenizers import Tokenizer
 
         rng = random.Random(cfg.seed)
         gen = torch.Generator().manual_seed(cfg.seed)
@@ -235,7 +235,7 @@ class BlockDiffTask:
         if init is not None:
             model, tok, shape, before = load_init(Path(init))
         else:
-            tok = Tokenizer.from_file(str(tokenizer_path)) if tokenizer_path else build_tokenizer(texts, vocab_size)
+            tok = read_tokenizer(Path(tokenizer_path)) if tokenizer_path else build_tokenizer(texts, vocab_size)
             model = None
         tok = with_specials(tok)
         docs = pack_documents(pack, tok) if pack is not None else encode_documents(tok, texts, min_tokens=2)

@@ -233,7 +233,12 @@ def train(
     if task.done == 0 and world.main:
         task.evaluate(0, final=False)
     schedule = Schedule(
-        cfg.steps, cfg.log_every, eval_every=cfg.eval_every, save_every=cfg.save_every, time_limit=task.horizon
+        cfg.steps,
+        cfg.log_every,
+        eval_every=cfg.eval_every,
+        save_every=cfg.save_every,
+        time_limit=task.horizon,
+        signals=True,  # Ctrl-C, SIGTERM, SIGUSR1: save the adapter and the checkpoint, as at the end
     )
     train_loop(task, schedule, world, log, task.done)
     finish(world)

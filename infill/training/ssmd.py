@@ -214,7 +214,12 @@ def train_head(
     task = SSMDTask.build(base, tokenizer, texts, heldout_texts, Path(out), cfg, shape, world, log)
     task.resume(resume)
     schedule = Schedule(
-        cfg.steps, cfg.log_every, eval_every=cfg.eval_every, save_every=cfg.save_every, time_limit=cfg.time_limit
+        cfg.steps,
+        cfg.log_every,
+        eval_every=cfg.eval_every,
+        save_every=cfg.save_every,
+        time_limit=cfg.time_limit,
+        signals=True,  # Ctrl-C, SIGTERM, SIGUSR1: save the head and the checkpoint, as at the end
     )
     train_loop(task, schedule, world, log, task.done)
     summary = task.summary(base_info or {})

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from infill.errors import InputError, one_line
 from infill.models.tokenizer import SPECIALS, train_byte_bpe
 
 if TYPE_CHECKING:
@@ -37,18 +38,36 @@ def finish(tok: HFTokenizer) -> None:
     tok.encode_special_tokens = True
 
 
-def load_tokenizer(path: Path) -> HFTokenizer:
-    """A tokenizer.json written by `save_tokenizer` (specials checked, never matched in text)."""
+def read_tokenizer(path: Path) -> HFTokenizer:
+    """Any tokenizer.json a trainer is given (--tokenizer); InputError (exit 2) naming the file when it is
+    missing or not one (tokenizers raises a plain Exception, which would read as our bug)."""
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(str(path))
-    finish(tok)
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - a missing file, not JSON, not a tokenizer
+        raise InputError(f"{path}: not a tokenizer.json ({one_line(str(exc))})") from None
+
+
+def load_tokenizer(path: Path) -> HFTokenizer:
+    """A tokenizer.json written by `save_tokenizer` (specials checked, never matched in text); InputError for a
+    file that is not one, or not an AS-ARM's."""
+    tok = read_tokenizer(path)
+    try:
+        finish(tok)
+    except ValueError as exc:
+        raise InputError(f"{path}: not an AS-ARM tokenizer from `infill train tokenizer` ({exc})") from None
     return tok
 
 
 def save_tokenizer(tok: HFTokenizer, path: Path) -> None:
+    """Write `tok` to `path`; InputError (exit 2) when it cannot be written (tokenizers raises a plain
+    Exception for a folder that cannot hold it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(path))
+    try:
+        tok.save(str(path))
+    except Exception as exc:  # noqa: BLE001 - a missing or read-only folder, a full disk, a folder named so
+        raise InputError(f"cannot write {path}: {one_line(str(exc))}") from None
 
 
 def encode(tok: HFTokenizer, text: str) -> list[int]:
