@@ -362,6 +362,24 @@ def test_no_docstring_actions_for_other_languages_or_a_file_that_does_not_parse(
     assert action["title"] == "Fill selection with infill"
 
 
+def test_settings_that_switch_docstring_actions_off_are_told_once(client: LspClient, tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.infill]\nmodle = "x"\n')
+    uri = (tmp_path / "m.py").as_uri()
+    mark = client.mark()
+    client.open(uri, "def f(a):\n    return a\n")
+    assert code_actions(client, (1, 4), (1, 4), uri=uri) == []
+    assert code_actions(client, (0, 4), (0, 4), uri=uri) == []
+    settle(client)
+    (message,) = client.wait_for_notification("window/showMessage", after=mark)
+    assert "pyproject.toml" in message["params"]["message"] and "'modle'" in message["params"]["message"]
+    (tmp_path / "pyproject.toml").write_text("[tool.infill]\n")
+    assert [a["title"] for a in code_actions(client, (1, 4), (1, 4), uri=uri)] == [
+        "Add docstring to f (infill)",
+        "Add 2 missing docstrings (infill)",  # the module and f
+    ]
+    client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+
 # --- cancellation ---------------------------------------------------------------------------------------------
 
 

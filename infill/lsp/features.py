@@ -111,8 +111,10 @@ def code_action(ls: InfillServer, params: lsp.CodeActionParams) -> list[lsp.Code
     try:
         here = fills.docstrings(document, document.byte_offset(start), check_only=True)
         whole = fills.docstrings(document, None, check_only=True)
-    except InfillError:
-        return actions or None  # not a language with docstrings, or the file does not parse now
+    except InfillError as exc:  # not a language with docstrings, the file does not parse now, or bad settings
+        if (exc.path or "").endswith("pyproject.toml"):  # the user's settings: said once, not a silent lack
+            ls.tell(f"settings:{exc.path}", f"no docstring actions: {exc}")
+        return actions or None
     if here.outcomes and offered(lsp.CodeActionKind.RefactorRewrite):
         title = f"Add docstring to {here.outcomes[0].name} (infill)"
         command = lsp.Command(title, ADD_DOCSTRINGS, arguments=[uri, start, version])
