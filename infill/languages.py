@@ -60,13 +60,15 @@ LANGUAGES: dict[str, LanguageInfo] = {
 _QUERY_FOLDER = {"tsx": "typescript"}
 
 _BY_EXTENSION = {ext: info.name for info in LANGUAGES.values() for ext in info.extensions}
+_CPP_UPPER = {".C": "cpp", ".H": "cpp"}  # as GCC reads them: capital C and H are C++, not C
 
 
 def detect(filename: str | None) -> str | None:
     """Language name for a file name, or None for plain text (unknown or missing extension)."""
     if not filename:
         return None
-    return _BY_EXTENSION.get(PurePath(filename).suffix.lower())
+    suffix = PurePath(filename).suffix
+    return _CPP_UPPER.get(suffix) or _BY_EXTENSION.get(suffix.lower())
 
 
 def known_extensions() -> str:

@@ -289,6 +289,8 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
             if prefix in caps and f"{prefix}.name" in caps and f"{prefix}.body" in caps:
                 node, name_node, body = caps[prefix][0], caps[f"{prefix}.name"][0], caps[f"{prefix}.body"][0]
                 name = data[name_node.start_byte : name_node.end_byte].decode("utf-8", "replace")
+                for scope in caps.get(f"{prefix}.scope", [])[:1]:  # a Go method's receiver type: Stack.Push
+                    name = data[scope.start_byte : scope.end_byte].decode("utf-8", "replace") + "." + name
                 if prefix == "class":
                     classes.append((node.start_byte, node.end_byte, name))
                 if prefix == kind:

@@ -117,8 +117,13 @@ DEFS = {
         [("function", "m", b"    return x;"), ("class", "I", b"  a: number;")],
     ),
     "a.go": (
-        b"package m\n\ntype S struct {\n\tA int\n}\n\nfunc (s *S) M() int {\n\treturn 1\n}\n",
-        [("function", "M", b"\treturn 1"), ("class", "S", b"\tA int")],
+        b"package m\n\ntype S struct {\n\tA int\n}\n\nfunc (s *S) M() int {\n\treturn 1\n}\n"
+        b"func (t T[K]) M() int {\n\treturn 2\n}\nfunc M() {\n\tgo()\n}\n",
+        [
+            ("function", "S.M", b"\treturn 1"),  # a method is named after its receiver's type too
+            ("function", "T.M", b"\treturn 2"),
+            ("class", "S", b"\tA int"),
+        ],
     ),
     "a.rs": (
         b"struct P { x: i32 }\nimpl P {\n    fn m(&self) -> i32 {\n        self.x\n    }\n}\n",
@@ -254,6 +259,7 @@ def test_a_definition_not_found_in_a_file_that_does_not_parse_says_so(lang: str,
 
 def test_selector_on_plain_text_and_unknown_extension() -> None:
     assert languages.detect("notes.md") is None
+    assert [languages.detect(n) for n in ("a.C", "a.H", "a.c", "a.h", "a.CPP")] == ["cpp", "cpp", "c", "c", "cpp"]
     with pytest.raises(InputError, match="plain text"):
         resolve(b"def f(): pass\n", [Selection("function", "f")], None, "notes.md")
 

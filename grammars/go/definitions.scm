@@ -4,7 +4,14 @@
   name: (identifier) @function.name
   body: (block) @function.body) @function
 
+; a method is named after its receiver's type too (`--function Stack.Push`): @function.scope
 (method_declaration
+  receiver: (parameter_list
+    (parameter_declaration
+      type: [(type_identifier) @function.scope
+             (pointer_type (type_identifier) @function.scope)
+             (generic_type type: (type_identifier) @function.scope)
+             (pointer_type (generic_type type: (type_identifier) @function.scope))]))
   name: (field_identifier) @function.name
   body: (block) @function.body) @function
 
