@@ -134,3 +134,27 @@ def test_cli_a_bad_monitor_rule_is_exit_2_before_any_task(command: list[str], tm
     result = CliRunner().invoke(main, ["eval", *args, "--limit", "1", "-q", "--monitor", "bogus", "--json"])
     assert result.exit_code == 2 and result.stdout == "", result.output
     assert "unknown rule(s) bogus" in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def test_cli_an_unwritable_report_is_refused_before_any_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`-o` into a read-only folder was found only when the report was written, after the whole run."""
+    from infill.commands import evaluate
+
+    ran: list[object] = []
+    monkeypatch.setattr(evaluate, "_load", lambda *a: ran.append(a) or pytest.fail("a task ran"))
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        result = CliRunner().invoke(
+            main, ["eval", "humaneval-single-line", "--limit", "1", "-q", "-o", str(folder / "r.json")]
+        )
+    finally:
+        folder.chmod(0o755)
+    assert result.exit_code == 2 and "read-only" in result.stderr and not ran, result.output
+    assert list(folder.iterdir()) == []
+    report = tmp_path / "new" / "sub" / "r.json"  # a folder that does not exist yet is made, as before
+    result = CliRunner().invoke(
+        main, ["eval", "humaneval-single-line", "--reference", "--limit", "1", "-q", "-o", str(report)]
+    )
+    assert result.exit_code == 0 and json.loads(report.read_text())["summary"], result.output

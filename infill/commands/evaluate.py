@@ -106,11 +106,28 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(f)
     def command(**flags: Any) -> Any:
         run = RunFlags(**{field.name: flags.pop(field.name) for field in fields(RunFlags)})
+        if run.output is not None:  # refused now, not after the whole run
+            _check_output(run.output)
         return f(run, **flags)
 
     for option in reversed(options):
         command = option(command)
     return click_options(_SHARED, decode=EVAL_DECODE, help=_HELP)(command)
+
+
+def _check_output(path: Path) -> None:
+    """InputError unless the report can be written at `path` (its folder is made, as the report's write makes it);
+    a device such as /dev/null or /dev/stdout is taken as it is."""
+    from infill.errors import InputError
+    from infill.patch import check_writable
+
+    if path.exists() and not path.is_file() and not path.is_dir():
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot make the report's folder: {exc.strerror}", path=str(path)) from None
+    check_writable(str(path))
 
 
 class _EvalGroup(click.Group):
