@@ -408,3 +408,19 @@ def test_another_tokenizer_is_refused_on_resume_and_export(tiny_corpus, tmp_path
     assert not (tmp_path / "m").exists()
     r = CliRunner().invoke(main, [*args, "--tokenizer", str(tok_path)])
     assert r.exit_code == 0 and (tmp_path / "m" / "tokenizer.json").read_bytes() == tok_path.read_bytes(), r.stderr
+
+
+def test_resuming_says_which_asked_settings_the_checkpoint_overrides(tiny_corpus, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A resumed run trains the checkpoint's shape whatever the flags say; it said only "resumed at step N"."""
+    corpus, tok_path = tiny_corpus
+    run = tmp_path / "run"
+    train(corpus, tok_path, run, _tiny_cfg(steps=1, eval_sequences=0), resume=False)
+    capsys.readouterr()
+    train(corpus, tok_path, run, _tiny_cfg(steps=2, eval_sequences=0), resume=True)
+    assert "note: resuming keeps" not in capsys.readouterr().out  # the same command: nothing to say
+    bigger = replace(SHAPE, n_layer=SHAPE.n_layer + 1)
+    state = train(corpus, tok_path, run, _tiny_cfg(steps=3, eval_sequences=0, shape=bigger, seed=7), resume=True)
+    out = capsys.readouterr().out
+    (note,) = [line for line in out.splitlines() if line.startswith("note: resuming keeps")]
+    assert f"--layers {SHAPE.n_layer} (asked {SHAPE.n_layer + 1})" in note and "--seed 0 (asked 7)" in note, note
+    assert state.step == 3

@@ -138,10 +138,16 @@ def train(
     tok = load_tokenizer(tokenizer_json)
     ckpt_path = run_dir / "last.pt"
     ckpt = read_checkpoint(ckpt_path) if resume and ckpt_path.exists() else None
+    asked = _run_config(cfg, tok.get_vocab_size(), None)
     cfg = _run_config(cfg, tok.get_vocab_size(), ckpt)
     world.same(int(ckpt["state"]["step"]) if ckpt is not None else -1, "the step of the checkpoint resumed from")
     task = AsarmTask.build(corpus, tokenizer_json, tok, run_dir, cfg, ckpt, init_from, world)
     log = task.log
+    kept = _kept_from_checkpoint(asked, cfg)
+    if kept:
+        log.line(
+            f"note: resuming keeps the checkpoint's {kept}; --no-resume or another --run-dir trains what was asked"
+        )
     schedule = Schedule(
         cfg.steps or None,
         cfg.log_every,
@@ -179,6 +185,20 @@ def _run_config(cfg: TrainConfig, vocab_size: int, ckpt: dict[str, Any] | None) 
             )
         cfg = TrainConfig(**{**asdict(cfg), "shape": old.shape, "seed": old.seed, "seq_len": old.seq_len})
     return cfg
+
+
+def _kept_from_checkpoint(asked: TrainConfig, run: TrainConfig) -> str:
+    """What a resumed run keeps of its checkpoint although the command asked otherwise ("" when nothing): the
+    shape, the sequence length and the seed."""
+    wanted = {**asdict(asked.shape), "seq_len": asked.seq_len, "seed": asked.seed}
+    kept = {**asdict(run.shape), "seq_len": run.seq_len, "seed": run.seed}
+    return ", ".join(
+        f"{_FLAGS.get(k, k.replace('_', '-'))} {kept[k]} (asked {wanted[k]})" for k in kept if kept[k] != wanted[k]
+    )
+
+
+_FLAGS = {"n_layer": "--layers", "n_head": "--heads", "d_model": "--d-model", "d_inner": "--d-inner"}
+_FLAGS |= {"seq_len": "--seq-len", "seed": "--seed"}  # a setting of `infill train asarm` -> its flag
 
 
 def _model(cfg: TrainConfig, ckpt: dict[str, Any] | None, init_from: Path | None) -> TwoStreamXLNet:
