@@ -127,3 +127,21 @@ def test_a_file_that_is_not_safetensors_is_listed_and_refused_without_reading_it
     assert entry["kind"] == "ar" and entry["parameters"] is None
     code, line = fill_fails(tmp_path, snapshot)
     assert code == 123 and str(snapshot) in line
+
+
+def test_a_folder_of_gguf_files_names_the_file_to_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `hf download` leaves of a -GGUF repo: a snapshot with GGUF files and no config.json. Named by its repo
+    id, the fill said only that config.json could not be read ("[Errno 2] ..."); as a folder, that it is not a
+    model folder. Both now name the GGUF file that --model takes (the files are never read)."""
+    from huggingface_hub import constants
+
+    snapshot = tmp_path / "hub" / "models--me--coder-GGUF" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "coder-q8_0.gguf").write_bytes(b"GGUF")
+    (tmp_path / "hub" / "models--me--coder-GGUF" / "refs").mkdir()
+    (tmp_path / "hub" / "models--me--coder-GGUF" / "refs" / "main").write_text("abc")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    for model in ("me/coder-GGUF", str(snapshot)):
+        code, line = fill_fails(tmp_path, Path(model))
+        assert code == 123 and f"--model {snapshot / 'coder-q8_0.gguf'}" in line, line
+        assert "Errno" not in line
