@@ -69,6 +69,20 @@ def test_each_familys_gguf_fills_what_its_folder_fills(ggufs: dict[str, Path], t
     assert [loaded.tokenizer.decode([t]) for t in loaded.model.lead] == leads  # type: ignore[union-attr]
 
 
+def test_a_span_inside_a_word_is_healed_as_the_folder_heals_it(ggufs: dict[str, Path], tmp_path: Path) -> None:
+    """The cursor after `to` of `total`: the prompt is backed up to the start of the word, and the fill must begin
+    with `to` (token healing). The GGUF tokenizer could not say where its pre-tokens start, so a GGUF model was
+    never healed and filled otherwise than its own folder (the same weights) did."""
+    path = ggufs["qwen"]
+    loaded = api.load_model(ModelSpec(name=str(path)))
+    assert loaded.tokenizer.pretoken_start("    return to") == 10  # type: ignore[attr-defined]
+    args = ["--format", "json", "--allow-syntax-errors", "--precision", "fp32", "--no-retrieve"]
+    from_gguf = fill(tmp_path, str(path), *args, span="3:14-3:14")
+    from_folder = fill(tmp_path, str(path.with_name(path.name + ".folder")), *args, span="3:14-3:14")
+    (edit,) = json.loads(from_gguf[1])["edits"]
+    assert [e["text"] for e in json.loads(from_folder[1])["edits"]] == [edit["text"]]
+
+
 def ollama_store(root: Path, blob_source: Path, name: tuple[str, str, str, str]) -> str:
     """An Ollama store under `root` holding `blob_source` as the model `name` (registry, namespace, model, tag),
     laid out as `ollama pull` leaves it; returns the blob's digest."""
