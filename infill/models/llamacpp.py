@@ -51,6 +51,7 @@ HEADROOM = 2048  # KV cells beyond the longest sequence, for the tails of the ot
 UBATCH = 512  # tokens llama.cpp computes at once (a longer prompt goes in several)
 TOKEN_UNUSED = 5  # tokenizer.ggml.token_type of padding rows ([PAD<i>])
 F32 = 0  # ggml_type of f32 (a file of f32 weights: its KV cache too)
+LONG_PASS = 16  # a pass over this many tokens (a prompt) runs where Ctrl-C can stop it (LlamaEngine._interruptible)
 
 
 def available() -> bool:
@@ -146,6 +147,9 @@ class LlamaEngine:
         self._batch = llama_cpp.llama_batch_init(ctx.n_ctx, 0, self.slots)
         self._held: list[list[int]] = [[] for _ in range(self.slots)]  # the tokens each slot's cells hold
         self._lock = threading.Lock()  # one pass at a time (a daemon's threads share the model)
+        abort = self._abort = threading.Event()
+        self._abort_callback = llama_cpp.ggml_abort_callback(lambda data: abort.is_set())  # kept alive with self
+        self._no_abort = llama_cpp.ggml_abort_callback()  # NULL: no callback (a short pass calls none)
         self.threads = threads
         self._parameters = header.parameters
 
@@ -168,8 +172,11 @@ class LlamaEngine:
 
     def forget(self) -> None:
         with self._lock:
-            self.lib.llama_memory_clear(self._memory, True)
-            self._held = [[] for _ in range(self.slots)]
+            self._clear()
+
+    def _clear(self) -> None:
+        self.lib.llama_memory_clear(self._memory, True)
+        self._held = [[] for _ in range(self.slots)]
 
     def rows(self, seqs: Sequence[Sequence[int]], k: int) -> torch.Tensor:
         """float32 logits (B, k, V) of the last k rows of each sequence; up to SLOTS sequences per pass."""
@@ -192,8 +199,7 @@ class LlamaEngine:
             return self._read(seqs, plan, k)
         if code != 1:  # 1: no room in the cache for the batch; anything else is llama.cpp failing
             raise ModelError(f"{self.path}: llama.cpp failed a pass (llama_decode returned {code})")
-        self.lib.llama_memory_clear(self._memory, True)
-        self._held = [[] for _ in range(self.slots)]
+        self._clear()
         if len(seqs) == 1:
             raise ModelError(f"{self.path}: {len(seqs[0])} tokens do not fit in llama.cpp's context")
         import numpy as np
@@ -246,11 +252,37 @@ class LlamaEngine:
                 batch.logits[at] = pos >= len(s) - k  # logits only where they are read
                 at += 1
         batch.n_tokens = at
-        code = int(self.lib.llama_decode(self._ctx, batch))
+        code = self._interruptible(batch) if at >= LONG_PASS else int(self.lib.llama_decode(self._ctx, batch))
         if code == 0:
             for s, (slot, _) in zip(seqs, plan, strict=True):
                 self._held[slot] = s
         return code
+
+    def _interruptible(self, batch: Any) -> int:
+        """llama_decode of a long batch (a prompt: a minute for a large file on a small CPU) on a worker thread, so
+        that this thread stays where a signal lands: Ctrl-C or SIGTERM raised here (KeyboardInterrupt, Terminated)
+        stops llama.cpp's computation at its next node (its abort callback), and, once the worker has returned, the
+        cache is cleared (an aborted pass leaves part of its cells) and the exception goes on."""
+        lib, done = self.lib, [-1]
+
+        def run() -> None:
+            done[0] = int(lib.llama_decode(self._ctx, batch))
+
+        self._abort.clear()
+        lib.llama_set_abort_callback(self._ctx, self._abort_callback, None)
+        worker = threading.Thread(target=run, name="llama_decode", daemon=True)
+        try:
+            worker.start()
+            while worker.is_alive():
+                worker.join(0.1)
+        except BaseException:
+            self._abort.set()
+            worker.join()
+            self._clear()
+            raise
+        finally:
+            lib.llama_set_abort_callback(self._ctx, self._no_abort, None)
+        return done[0]
 
     def _read(self, seqs: list[list[int]], plan: list[tuple[int, int]], k: int) -> Any:
         """The logits rows of the pass just decoded: (B, k, V) float32."""
