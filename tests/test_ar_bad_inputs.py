@@ -145,3 +145,41 @@ def test_a_folder_of_gguf_files_names_the_file_to_pass(tmp_path: Path, monkeypat
         code, line = fill_fails(tmp_path, Path(model))
         assert code == 123 and f"--model {snapshot / 'coder-q8_0.gguf'}" in line, line
         assert "Errno" not in line
+
+
+def test_weights_missing_from_the_file_are_refused_not_made_up(qwen: Path, tmp_path: Path) -> None:
+    """transformers fills a tensor the safetensors file lacks with random values and says so only in a log (silenced
+    here): the folder loaded and filled with noise, exit 0. Now it is refused, naming the tensor."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = broken_copy(qwen, tmp_path)
+    weights = load_file(str(folder / "model.safetensors"))
+    del weights["model.layers.1.mlp.down_proj.weight"]
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    code, line = fill_fails(tmp_path, folder)
+    assert code == 123 and "lack model.layers.1.mlp.down_proj.weight" in line, line
+
+
+def test_weights_of_another_shape_than_the_config_name_the_tensor(qwen: Path, tmp_path: Path) -> None:
+    """The message was transformers' "For details look at the above report!", with no report above it."""
+    raw = json.loads((qwen / "config.json").read_text())
+    code, line = fill_fails(tmp_path, broken_copy(qwen, tmp_path, {"intermediate_size": 2 * raw["intermediate_size"]}))
+    assert code == 123 and "do not fit config.json" in line and "mlp.down_proj.weight" in line, line
+    assert "above report" not in line
+
+
+def test_a_config_that_transformers_refuses_is_a_model_error(qwen: Path, tmp_path: Path) -> None:
+    """num_hidden_layers and layer_types disagree: "internal error: StrictDataclassClassValidationError ..." cut
+    before the reason; now the reason, as a model error."""
+    raw = json.loads((qwen / "config.json").read_text())
+    code, line = fill_fails(tmp_path, broken_copy(qwen, tmp_path, {"num_hidden_layers": raw["num_hidden_layers"] + 1}))
+    assert code == 123 and "internal error" not in line and "layer_types" in line, line
+
+
+def test_a_tokenizer_config_without_its_tokenizer_file(qwen: Path, tmp_path: Path) -> None:
+    """transformers made an empty tokenizer of tokenizer_config.json alone; every text encoded to nothing and the
+    fill said "no visible token" (exit 2), as if the file were empty."""
+    folder = broken_copy(qwen, tmp_path)
+    (folder / "tokenizer.json").unlink()
+    code, line = fill_fails(tmp_path, folder)
+    assert code == 123 and "tokenizer.json is missing" in line, line
