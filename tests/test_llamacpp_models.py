@@ -122,6 +122,23 @@ def test_ollama_models_are_listed_and_filled_by_the_names_ollama_shows(
     assert fill(tmp_path, "me/coder", *args)[0] == 1  # the tag defaults to latest
 
 
+def test_a_truncated_ollama_blob_is_listed_as_unsupported(
+    ggufs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupted download: its header reads, its tensors run past the end. `infill models` listed it as a
+    model to fill with (KIND ar) that every fill then refused; now it says why it is not one."""
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(ggufs["qwen"].read_bytes()[:50_000])
+    store = tmp_path / "ollama"
+    ollama_store(store, cut, ("registry.ollama.ai", "library", "cut", "latest"))
+    ollama_store(store, ggufs["qwen"], ("registry.ollama.ai", "library", "whole", "latest"))
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    r = CliRunner().invoke(main, ["models", "--json", "--cache-dir", str(tmp_path / "empty-hub")])
+    assert r.exit_code == 0, r.output
+    kinds = {e["name"]: e["kind"] for e in json.loads(r.stdout)}
+    assert kinds["cut:latest"] == "unsupported (truncated GGUF file)" and kinds["whole:latest"] == "ar"
+
+
 def test_calibration_is_per_model_and_a_model_without_one_says_so(ggufs: dict[str, Path], tmp_path: Path) -> None:
     model = tmp_path / "coder.gguf"
     shutil.copy(ggufs["qwen"], model)
