@@ -277,7 +277,8 @@ class LlamaEngine:
                 worker.join(0.1)
         except BaseException:
             self._abort.set()
-            worker.join()
+            if worker.ident is not None:  # started (an interrupt may land inside start())
+                worker.join()
             self._clear()
             raise
         finally:
