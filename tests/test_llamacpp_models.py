@@ -69,6 +69,20 @@ def test_each_familys_gguf_fills_what_its_folder_fills(ggufs: dict[str, Path], t
     assert [loaded.tokenizer.decode([t]) for t in loaded.model.lead] == leads  # type: ignore[union-attr]
 
 
+def test_a_span_inside_a_word_is_healed_as_the_folder_heals_it(ggufs: dict[str, Path], tmp_path: Path) -> None:
+    """The cursor after `to` of `total`: the prompt is backed up to the start of the word, and the fill must begin
+    with `to` (token healing). The GGUF tokenizer could not say where its pre-tokens start, so a GGUF model was
+    never healed and filled otherwise than its own folder (the same weights) did."""
+    path = ggufs["qwen"]
+    loaded = api.load_model(ModelSpec(name=str(path)))
+    assert loaded.tokenizer.pretoken_start("    return to") == 10  # type: ignore[attr-defined]
+    args = ["--format", "json", "--allow-syntax-errors", "--precision", "fp32", "--no-retrieve"]
+    from_gguf = fill(tmp_path, str(path), *args, span="3:14-3:14")
+    from_folder = fill(tmp_path, str(path.with_name(path.name + ".folder")), *args, span="3:14-3:14")
+    (edit,) = json.loads(from_gguf[1])["edits"]
+    assert [e["text"] for e in json.loads(from_folder[1])["edits"]] == [edit["text"]]
+
+
 def ollama_store(root: Path, blob_source: Path, name: tuple[str, str, str, str]) -> str:
     """An Ollama store under `root` holding `blob_source` as the model `name` (registry, namespace, model, tag),
     laid out as `ollama pull` leaves it; returns the blob's digest."""
@@ -106,6 +120,23 @@ def test_ollama_models_are_listed_and_filled_by_the_names_ollama_shows(
     by_name = fill(tmp_path, "qwen2.5-coder:0.5b", *args)
     assert by_name[0] == 1 and by_name[1] == fill(tmp_path, str(ggufs["qwen"]), *args)[1]
     assert fill(tmp_path, "me/coder", *args)[0] == 1  # the tag defaults to latest
+
+
+def test_a_truncated_ollama_blob_is_listed_as_unsupported(
+    ggufs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupted download: its header reads, its tensors run past the end. `infill models` listed it as a
+    model to fill with (KIND ar) that every fill then refused; now it says why it is not one."""
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(ggufs["qwen"].read_bytes()[:50_000])
+    store = tmp_path / "ollama"
+    ollama_store(store, cut, ("registry.ollama.ai", "library", "cut", "latest"))
+    ollama_store(store, ggufs["qwen"], ("registry.ollama.ai", "library", "whole", "latest"))
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    r = CliRunner().invoke(main, ["models", "--json", "--cache-dir", str(tmp_path / "empty-hub")])
+    assert r.exit_code == 0, r.output
+    kinds = {e["name"]: e["kind"] for e in json.loads(r.stdout)}
+    assert kinds["cut:latest"] == "unsupported (truncated GGUF file)" and kinds["whole:latest"] == "ar"
 
 
 def test_calibration_is_per_model_and_a_model_without_one_says_so(ggufs: dict[str, Path], tmp_path: Path) -> None:

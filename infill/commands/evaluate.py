@@ -213,6 +213,13 @@ def _emit(
     written to --output when given and printed as JSON (--json), or as `lines`: str.format templates of the
     run's summary fields, `length` (the token budget) and `decode` (the decoding's label)."""
     report.update(seconds=round(time.perf_counter() - start, 1), **run)
+    errors = [r["error"] for r in run.get("results", []) if r.get("error")]
+    if errors:  # the tool refused these inputs (a model without FIM tokens refuses every one): each scores 0
+        click.echo(
+            f"warning: {len(errors)} of {len(run['results'])} fills failed and count as failures; the first: "
+            f"{errors[0]}",
+            err=True,
+        )
     text = json.dumps(report, indent=1, default=str)
     if how.output is not None:
         how.output.parent.mkdir(parents=True, exist_ok=True)

@@ -155,9 +155,14 @@ def ollama_models(root: Path | None = None) -> list[ModelEntry]:
         kind, params, what = "ar", None, "GGUF"
         try:
             header = gguf.read_header(model.blob, vocabulary=False)
-            params, what = header.parameters, f"{header.architecture} GGUF"
         except ModelError:
             kind = "unsupported (not a readable GGUF file)"
+        else:
+            params, what = header.parameters, f"{header.architecture} GGUF"
+            try:
+                gguf.check_loadable(header, None)
+            except ModelError:  # an interrupted `ollama pull`: a fill would refuse it
+                kind = "unsupported (truncated GGUF file)"
         out.append(ModelEntry(model.name, kind, model.size, params, f"Ollama, {what}", str(model.blob)))
     return out
 

@@ -165,6 +165,7 @@ def model_folder(path: str | Path) -> Path:
 
 def load_tokenizer(folder: Path) -> HFTokenizer:
     """The folder's tokenizer (tokenizer.json / tokenizer_config.json), read locally, without remote code."""
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if not (folder / "tokenizer.json").exists() and not (folder / "tokenizer_config.json").exists():
@@ -172,8 +173,9 @@ def load_tokenizer(folder: Path) -> HFTokenizer:
     with quiet_transformers():
         try:
             tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
-        except (ValueError, OSError, KeyError, TypeError):
-            # e.g. tokenizer_config names a remote-code class: the fast tokenizer file alone is enough
+        except (ValueError, OSError, KeyError, TypeError, StrictDataclassError):
+            # e.g. tokenizer_config names a remote-code class, or config.json is one the network's loader refuses
+            # (and says why): the fast tokenizer file alone is enough
             tok_file = folder / "tokenizer.json"
             if not tok_file.exists():
                 raise ModelError(f"{folder}: cannot load its tokenizer without remote code") from None
@@ -183,6 +185,8 @@ def load_tokenizer(folder: Path) -> HFTokenizer:
                 template = read_json(tcfg).get("chat_template")
                 if isinstance(template, str):
                     tok.chat_template = template
+    if not tok.encode("x", add_special_tokens=False):  # tokenizer_config.json without the files it describes
+        raise ModelError(f"{folder}: its tokenizer has no vocabulary (tokenizer.json is missing)")
     return HFTokenizer(tok)
 
 
@@ -276,20 +280,49 @@ def load_network(
     from safetensors import SafetensorError
 
     cls = getattr(transformers, class_name)
-    config = cls.config_class(**{k: v for k, v in raw.items() if k not in _CONFIG_DROP})
+    try:
+        config = cls.config_class(**{k: v for k, v in raw.items() if k not in _CONFIG_DROP})
+    except Exception as exc:  # ValueError, TypeError, huggingface_hub's StrictDataclassError (not a ValueError)
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        raise ModelError(f"{folder / 'config.json'}: {class_name} refuses it: {lines[-1] if lines else exc}") from exc
     try:
         with quiet_transformers():  # "a model of type sdar ..." is expected here: that is the point
-            model = cls.from_pretrained(
+            model, report = cls.from_pretrained(
                 str(folder),
                 config=config,
                 dtype=getattr(torch, dtype),
                 local_files_only=True,
                 trust_remote_code=False,
                 attn_implementation=attn_implementation,
+                output_loading_info=True,
+                ignore_mismatched_sizes=True,  # reported below, with the tensor's name and shapes
             )
     except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
         raise ModelError(f"{folder}: cannot load weights into {class_name}: {exc}") from exc
+    _check_loaded(folder, report)
     return model.to(device).eval()
+
+
+def _check_loaded(folder: Path, report: dict[str, Any]) -> None:
+    """ModelError for weights that the folder's files lack, or hold in another shape than config.json gives them.
+    transformers fills either with random values, and only says so in a log that is silenced here: the model
+    would fill with noise."""
+
+    def more(n: int) -> str:
+        return f" (and {n - 1} more)" if n > 1 else ""
+
+    mismatched = sorted(report.get("mismatched_keys") or [], key=lambda entry: str(entry[0]))
+    if mismatched:
+        name, in_file, by_config = mismatched[0]
+        raise ModelError(
+            f"{folder}: the weights do not fit config.json: {name} is {list(in_file)} in the file but "
+            f"{list(by_config)} by the config{more(len(mismatched))}"
+        )
+    missing = sorted(str(name) for name in report.get("missing_keys") or [])
+    if missing:
+        raise ModelError(
+            f"{folder}: the weights lack {missing[0]}{more(len(missing))}: a file cut short or of another model"
+        )
 
 
 @contextmanager

@@ -27,16 +27,19 @@ extra when it is missing.
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from infill.config import ModelSpec
 from infill.environment import data_dir
 from infill.errors import InputError, ModelError
 from infill.models.gguf import TOKEN_CONTROL, GGUFHeader
+from infill.models.tokenizer import pretoken_start
 
 if TYPE_CHECKING:
     import torch
@@ -48,6 +51,7 @@ HEADROOM = 2048  # KV cells beyond the longest sequence, for the tails of the ot
 UBATCH = 512  # tokens llama.cpp computes at once (a longer prompt goes in several)
 TOKEN_UNUSED = 5  # tokenizer.ggml.token_type of padding rows ([PAD<i>])
 F32 = 0  # ggml_type of f32 (a file of f32 weights: its KV cache too)
+LONG_PASS = 16  # a pass over this many tokens (a prompt) runs where Ctrl-C can stop it (LlamaEngine._interruptible)
 
 
 def available() -> bool:
@@ -143,6 +147,9 @@ class LlamaEngine:
         self._batch = llama_cpp.llama_batch_init(ctx.n_ctx, 0, self.slots)
         self._held: list[list[int]] = [[] for _ in range(self.slots)]  # the tokens each slot's cells hold
         self._lock = threading.Lock()  # one pass at a time (a daemon's threads share the model)
+        abort = self._abort = threading.Event()
+        self._abort_callback = llama_cpp.ggml_abort_callback(lambda data: abort.is_set())  # kept alive with self
+        self._no_abort = llama_cpp.ggml_abort_callback()  # NULL: no callback (a short pass calls none)
         self.threads = threads
         self._parameters = header.parameters
 
@@ -165,8 +172,11 @@ class LlamaEngine:
 
     def forget(self) -> None:
         with self._lock:
-            self.lib.llama_memory_clear(self._memory, True)
-            self._held = [[] for _ in range(self.slots)]
+            self._clear()
+
+    def _clear(self) -> None:
+        self.lib.llama_memory_clear(self._memory, True)
+        self._held = [[] for _ in range(self.slots)]
 
     def rows(self, seqs: Sequence[Sequence[int]], k: int) -> torch.Tensor:
         """float32 logits (B, k, V) of the last k rows of each sequence; up to SLOTS sequences per pass."""
@@ -189,8 +199,7 @@ class LlamaEngine:
             return self._read(seqs, plan, k)
         if code != 1:  # 1: no room in the cache for the batch; anything else is llama.cpp failing
             raise ModelError(f"{self.path}: llama.cpp failed a pass (llama_decode returned {code})")
-        self.lib.llama_memory_clear(self._memory, True)
-        self._held = [[] for _ in range(self.slots)]
+        self._clear()
         if len(seqs) == 1:
             raise ModelError(f"{self.path}: {len(seqs[0])} tokens do not fit in llama.cpp's context")
         import numpy as np
@@ -243,11 +252,38 @@ class LlamaEngine:
                 batch.logits[at] = pos >= len(s) - k  # logits only where they are read
                 at += 1
         batch.n_tokens = at
-        code = int(self.lib.llama_decode(self._ctx, batch))
+        code = self._interruptible(batch) if at >= LONG_PASS else int(self.lib.llama_decode(self._ctx, batch))
         if code == 0:
             for s, (slot, _) in zip(seqs, plan, strict=True):
                 self._held[slot] = s
         return code
+
+    def _interruptible(self, batch: Any) -> int:
+        """llama_decode of a long batch (a prompt: a minute for a large file on a small CPU) on a worker thread, so
+        that this thread stays where a signal lands: Ctrl-C or SIGTERM raised here (KeyboardInterrupt, Terminated)
+        stops llama.cpp's computation at its next node (its abort callback), and, once the worker has returned, the
+        cache is cleared (an aborted pass leaves part of its cells) and the exception goes on."""
+        lib, done = self.lib, [-1]
+
+        def run() -> None:
+            done[0] = int(lib.llama_decode(self._ctx, batch))
+
+        self._abort.clear()
+        lib.llama_set_abort_callback(self._ctx, self._abort_callback, None)
+        worker = threading.Thread(target=run, name="llama_decode", daemon=True)
+        try:
+            worker.start()
+            while worker.is_alive():
+                worker.join(0.1)
+        except BaseException:
+            self._abort.set()
+            if worker.ident is not None:  # started (an interrupt may land inside start())
+                worker.join()
+            self._clear()
+            raise
+        finally:
+            lib.llama_set_abort_callback(self._ctx, self._no_abort, None)
+        return done[0]
 
     def _read(self, seqs: list[list[int]], plan: list[tuple[int, int]], k: int) -> Any:
         """The logits rows of the pass just decoded: (B, k, V) float32."""
@@ -269,6 +305,25 @@ def _concat(parts: list[Any]) -> Any:
     return np.concatenate(parts)
 
 
+# The pre-tokenizers of byte-level BPE vocabularies (tokenizer.ggml.model "gpt2"), by tokenizer.ggml.pre: the
+# regular expressions llama.cpp splits text with before BPE (the ones the models' tokenizer.json files hold), each
+# applied to the pieces the one before left. Where a pre-token starts is where token healing backs a prompt up to
+# (infill.core.plan.heal_text); a vocabulary not named here is not healed.
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+_QWEN2 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_LLAMA3 = _QWEN2.replace(r"|\p{N}|", r"|\p{N}{1,3}|")
+PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
+    "qwen2": (_QWEN2,),
+    "llama3": (_LLAMA3,),
+    "llama-bpe": (_LLAMA3,),
+    "deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", r"\p{N}"),
+    "starcoder": (r"\p{N}", _GPT2),
+    "refact": (r"\p{N}", _GPT2),
+    "gpt-2": (_GPT2,),
+}
+
+
 class GGUFTokenizer:
     """The Tokenizer protocol over a GGUF file's vocabulary, through llama.cpp's own tokenizer (so text is split as
     the model was trained to see it). User text never turns into special tokens; decode concatenates the tokens'
@@ -281,6 +336,8 @@ class GGUFTokenizer:
         self._ids = ids if ids is not None else {t: i for i, t in enumerate(self.tokens)}
         self._pieces: dict[int, bytes] = {}
         self._buffer = ctypes.create_string_buffer(256)
+        model, pre = header.metadata.get("tokenizer.ggml.model"), header.metadata.get("tokenizer.ggml.pre")
+        self._splits = PRE_TOKENIZERS.get(str(pre), ()) if model == "gpt2" else ()
 
     def encode(self, text: str) -> list[int]:
         data = text.encode("utf-8")
@@ -310,6 +367,26 @@ class GGUFTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return b"".join(self.piece(int(t)) for t in ids).decode("utf-8", errors="replace")
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes token `token` writes as text (b"" for control tokens and padding), for token healing."""
+        return b"" if token in self._special else self.piece(token)
+
+    @functools.cached_property
+    def _special(self) -> set[int]:
+        return self.special_ids()
+
+    def pretoken_start(self, text: str) -> int | None:
+        """Where the last pre-token of `text` starts (a string offset), under the vocabulary's pre-tokenizer
+        (PRE_TOKENIZERS), for token healing; None for a vocabulary whose pre-tokenizer is not known here."""
+        return pretoken_start(self._pre_tokenizer, text) if self._splits else None
+
+    @functools.cached_property
+    def _pre_tokenizer(self) -> Any:
+        from tokenizers import Regex, pre_tokenizers
+
+        splits = [pre_tokenizers.Split(Regex(p), behavior="isolated") for p in self._splits]
+        return SimpleNamespace(pre_tokenizer=pre_tokenizers.Sequence(splits))
 
     def token_id(self, token: str) -> int | None:
         """The id of a single (special) token by its text in the vocabulary, or None."""

@@ -7,6 +7,7 @@ Never downloads: HF repo ids resolve only from the local cache (local_files_only
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +46,27 @@ def resolve_folder(spec: ModelSpec) -> tuple[Path, str]:
         return WEIGHTS_DIR / name, f"packaged {name}"
     path = Path(name).expanduser()
     if path.exists():
-        if not path.is_dir() or not (path / "config.json").is_file():
-            raise ModelError(f"{path} is not a model folder (no config.json)")
+        _check_folder(path)
         return path, f"local folder {path}"
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise ModelError(f"model folder {name} does not exist")
-    return Path(_from_hf_cache(name, spec.revision)), f"HF cache {name}" + (
-        f"@{spec.revision}" if spec.revision else ""
+    folder = Path(_from_hf_cache(name, spec.revision))
+    _check_folder(folder)
+    return folder, f"HF cache {name}" + (f"@{spec.revision}" if spec.revision else "")
+
+
+def _check_folder(path: Path) -> None:
+    """ModelError unless `path` is a folder with config.json; one that holds GGUF files instead (what
+    `hf download` leaves of a -GGUF repo) names them, since one of them is what --model takes."""
+    if path.is_dir() and (path / "config.json").is_file():
+        return
+    ggufs = sorted(p.name for p in path.glob("*.gguf")) if path.is_dir() else []
+    if not ggufs:
+        raise ModelError(f"{path} is not a model folder (no config.json)")
+    shown = ", ".join(ggufs[:3]) + (f" and {len(ggufs) - 3} more" if len(ggufs) > 3 else "")
+    raise ModelError(
+        f"{path} is not a model folder (no config.json) but holds GGUF files ({shown}): "
+        f"pass one of them, --model {shlex.quote(str(path / ggufs[0]))}"
     )
 
 
