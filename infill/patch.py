@@ -161,13 +161,87 @@ def unified_diff(old: str, new: str, path: str | None) -> str:
     "\n" only, as `diff`, `patch` and `git apply` see them: a lone CR is part of a line (a file with lone-CR line
     endings is one line to them), and a CRLF line keeps its CR."""
     name = (path or "<stdin>").lstrip("/")
-    lines = difflib.unified_diff(_patch_lines(old), _patch_lines(new), _diff_name(f"a/{name}"), _diff_name(f"b/{name}"))
+    a, b = _patch_lines(old), _patch_lines(new)
+    hunks = _hunks(_opcodes(a, b))
+    if not hunks:
+        return ""
+    lines = [f"--- {_diff_name(f'a/{name}')}\n", f"+++ {_diff_name(f'b/{name}')}\n"]
+    for hunk in hunks:
+        lines.append(f"@@ -{_range(hunk[0][1], hunk[-1][2])} +{_range(hunk[0][3], hunk[-1][4])} @@\n")
+        for tag, i1, i2, j1, j2 in hunk:
+            if tag == "equal":
+                lines += [" " + line for line in a[i1:i2]]
+            else:
+                lines += ["-" + line for line in a[i1:i2]] + ["+" + line for line in b[j1:j2]]
     out = []
     for line in lines:
         out.append(line)
         if not line.endswith("\n"):
             out.append("\n\\ No newline at end of file\n")
     return "".join(out)
+
+
+_CONTEXT = 3  # lines of context around a change, as `diff -u`
+_EXACT = 2000  # lines between the common head and tail that are matched exactly (difflib without autojunk)
+
+Opcode = tuple[str, int, int, int, int]
+
+
+def _opcodes(a: list[str], b: list[str]) -> list[Opcode]:
+    """difflib's opcodes from `a` to `b`: the common head and tail are equal blocks, and the lines between them
+    are matched by difflib, exactly where they are few. On the whole of a long file difflib's autojunk keeps
+    recurring lines (blank ones, `return y`) from anchoring a match, and one changed line came out as a hunk that
+    removed and re-added its neighbours."""
+    same = 0
+    while same < min(len(a), len(b)) and a[same] == b[same]:
+        same += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - same and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    mid_a, mid_b = a[same : len(a) - tail], b[same : len(b) - tail]
+    exact = max(len(mid_a), len(mid_b)) <= _EXACT
+    matcher = difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=not exact)
+    ops: list[Opcode] = [("equal", 0, same, 0, same)] if same else []
+    ops += [(tag, i1 + same, i2 + same, j1 + same, j2 + same) for tag, i1, i2, j1, j2 in matcher.get_opcodes()]
+    if tail:
+        ops.append(("equal", len(a) - tail, len(a), len(b) - tail, len(b)))
+    return ops
+
+
+def _hunks(ops: list[Opcode]) -> list[list[Opcode]]:
+    """The opcodes grouped into hunks, each change with up to _CONTEXT equal lines either side; changes closer
+    than twice that share a hunk. No hunk when nothing changed."""
+    if all(op[0] == "equal" for op in ops):
+        return []
+    n = _CONTEXT
+    hunks: list[list[Opcode]] = []
+    current: list[Opcode] = []
+    for k, (tag, i1, i2, j1, j2) in enumerate(ops):
+        if tag != "equal":
+            current.append((tag, i1, i2, j1, j2))
+        elif k == 0:  # before the first change: its context only
+            keep = min(n, i2 - i1)
+            current.append((tag, i2 - keep, i2, j2 - keep, j2))
+        elif k == len(ops) - 1:  # after the last change
+            keep = min(n, i2 - i1)
+            current.append((tag, i1, i1 + keep, j1, j1 + keep))
+        elif i2 - i1 > 2 * n:  # a long stretch between changes ends one hunk and starts the next
+            current.append((tag, i1, i1 + n, j1, j1 + n))
+            hunks.append(current)
+            current = [(tag, i2 - n, i2, j2 - n, j2)]
+        else:
+            current.append((tag, i1, i2, j1, j2))
+    hunks.append(current)
+    return hunks
+
+
+def _range(start: int, stop: int) -> str:
+    """A hunk header's range of lines start..stop (0-based, stop exclusive): the first line (1-based) and the
+    count, the count left out when it is 1; an empty range names the line before it."""
+    count = stop - start
+    if count == 1:
+        return str(start + 1)
+    return f"{start + 1 if count else start},{count}"
 
 
 _C_ESCAPES = {"\a": "a", "\b": "b", "\t": "t", "\n": "n", "\v": "v", "\f": "f", "\r": "r", '"': '"', "\\": "\\"}

@@ -73,6 +73,22 @@ def test_unified_diff() -> None:
     assert "-b\n+c\n\\ No newline at end of file\n" in d
 
 
+def test_a_diff_of_one_changed_line_in_a_long_file_of_repeats_is_one_line() -> None:
+    """400 small functions (1,600 lines; blank lines and `    return y` recur): difflib's autojunk kept the
+    recurring lines from anchoring a match, so changing line 1598 came out as three lines removed and re-added.
+    The hunk is the changed line with its context (three lines before, the two the file has after), at the
+    file's own line numbers, and a change near the start is its own hunk."""
+    old = "".join(f"def f{i}(x):\n    y = x + {i}\n    return y\n\n" for i in range(400))
+    lines = old.splitlines(keepends=True)
+    new = "".join(lines[:5] + ["    y = x + 7\n"] + lines[6:1597] + ["    y = x + 5\n"] + lines[1598:])
+    diff = unified_diff(old, new, "m.py").splitlines()
+    hunks = [d for d in diff if d.startswith("@@")]
+    assert hunks == ["@@ -3,7 +3,7 @@", "@@ -1595,6 +1595,6 @@"]
+    changed = [d for d in diff[2:] if d[:1] in "+-"]
+    assert changed == ["-    y = x + 1", "+    y = x + 7", "-    y = x + 399", "+    y = x + 5"]
+    assert len(diff) == 2 + 2 + 6 + 5 + 4  # the header, two hunk headers, their context (6 and 5), 4 changed
+
+
 def test_read_source_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such file"):
         read_source(str(tmp_path / "missing"))
