@@ -12,11 +12,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import click
 
 from infill.clitypes import MAX_SECONDS, SECONDS, THREADS, FiniteFloatRange
+from infill.config import EngineName
 from infill.errors import InputError
 
 
@@ -59,7 +60,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("INFILL_DEBUG", click.BOOL, "show the traceback of an error", client_only=True),
     Variable(
         "INFILL_ENGINE",
-        click.Choice(["auto", "auto-int8", "torch", "onnx", "onnx-int8"]),
+        click.Choice(get_args(EngineName)),
         "what runs the AS-ARM's cached pass where --engine is auto (docs/performance.md)",
         client_only=False,
         default="auto",

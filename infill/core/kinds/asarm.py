@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
-from infill.config import DecodeConfig, FillOptions, decoders_of
+from infill.config import DecodeConfig, EngineName, FillOptions, decoders_of
 from infill.core.backends import Fill, Kind, Run, retrieves
 from infill.core.plan import Region, SpanPlan, Window
 from infill.core.tokens import cut_at_pad, token_pieces, token_sets
@@ -190,5 +190,5 @@ KIND = Kind(
     detect=is_xlnet,
     load=load_xlnet_folder,
     model_types=("xlnet",),
-    engines=("auto", "auto-int8", "torch", "onnx", "onnx-int8"),
+    engines=get_args(EngineName),
 )
