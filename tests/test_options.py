@@ -222,3 +222,36 @@ def test_options_another_decoder_reads_are_checked_only_against_every_decoder() 
             check_decode(DecodeConfig(decoder="beam", **wrong))  # type: ignore[arg-type]
     with pytest.raises(InputError, match="finite"):  # and every field is a finite value of its type
         check_decode(DecodeConfig(decoder="beam", threshold=float("nan")))
+
+
+@pytest.mark.parametrize("trainer", ["asarm", "block-diffusion", "ptp", "ssmd"])
+def test_every_trainer_takes_the_corpus_and_time_budget_under_either_name(trainer: str, tmp_path: Path) -> None:
+    """`--corpus` / `--data` and `--minutes` / `--time-limit` are one flag each, in every trainer: a recipe written
+    for one trainer's names works with another's."""
+    from infill.commands.train import train
+
+    command = train.get_command(click.Context(train), trainer)
+    assert command is not None
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "train.jsonl").write_text("{}\n")
+    required = {"asarm": ["--tokenizer", str(corpus / "train.jsonl")], "block-diffusion": ["--out", str(tmp_path)]}
+    required |= {"ptp": ["--out", str(tmp_path)], "ssmd": ["--out", str(tmp_path)]}
+    parsed = []
+    for corpus_flag, time_flag in (("--corpus", "--minutes"), ("--data", "--time-limit")):
+        args = [corpus_flag, str(corpus), time_flag, "7.5", *required[trainer]]
+        with command.make_context(trainer, args) as ctx:
+            parsed.append(ctx.params)
+    assert parsed[0] == parsed[1]
+    assert 7.5 in parsed[0].values() and any(str(corpus) in str(v) for v in parsed[0].values())
+
+
+def test_ptp_training_resumes_by_default_as_the_other_trainers_do() -> None:
+    """An interrupted run started again with the same command continues; `--no-resume` starts over."""
+    from infill.commands.train import train
+
+    for trainer in ("asarm", "ptp", "ssmd"):
+        command = train.get_command(click.Context(train), trainer)
+        assert command is not None
+        resume = _params(command)["resume"]
+        assert resume.default is True and resume.secondary_opts == ["--no-resume"], trainer  # type: ignore[attr-defined]

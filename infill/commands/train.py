@@ -138,6 +138,8 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
 @train.command("asarm")
 @path_option(
     "--corpus",
+    "--data",
+    "corpus",
     exists=True,
     default=DEFAULT_CORPUS,
     help="A corpus folder, or a packed training set from `infill train pack`.",
@@ -157,8 +159,13 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
     help="Export the final model folder here (config.json, model.safetensors, tokenizer.json).",
 )
 @click.option("--steps", type=IntRange(0), default=0, help="Stop after this many steps (0 = no limit).")
-@value_option(
-    "--minutes", FiniteFloatRange(0), 0.0, "Training-time budget across resumes; the LR schedule follows it (0 = none)."
+@click.option(
+    "--minutes",
+    "--time-limit",
+    "minutes",
+    type=FiniteFloatRange(0),
+    default=0.0,
+    help="Training-time budget across resumes; the LR schedule follows it (0 = none).",
 )
 @until_option
 @click.option("--resume/--no-resume", default=True, help="Continue from run-dir/last.pt.")

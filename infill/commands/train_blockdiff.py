@@ -32,6 +32,7 @@ from infill.errors import InputError
 @click.command("block-diffusion")
 @click.option(
     "--data",
+    "--corpus",
     "data",
     multiple=True,
     required=True,

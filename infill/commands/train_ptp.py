@@ -28,13 +28,20 @@ from infill.commands.training import (
     default="blockdiff",
     help="Block-diffusion model name or folder (frozen; its tokenizer must have the FIM tokens).",
 )
-@corpus_option("--corpus")
+@corpus_option("corpus")
 @run_folder_option(
     "Run folder: ptp_adapter.safetensors, ptp_checkpoint.pt, ptp_log.jsonl. Copy the adapter beside the model."
 )
-@click.option("--resume", is_flag=True, help="Continue from --out/ptp_checkpoint.pt when it exists.")
+@click.option("--resume/--no-resume", default=True, help="Continue from --out/ptp_checkpoint.pt when it exists.")
 @click.option("--steps", type=POSITIVE, default=100_000)
-@value_option("--minutes", FiniteFloatRange(0), 0.0, "Stop after this many minutes of this run (0 = none).")
+@click.option(
+    "--minutes",
+    "--time-limit",
+    "time_limit",
+    type=FiniteFloatRange(0),
+    default=0.0,
+    help="Stop after this many minutes of this run (0 = none).",
+)
 @batch_size_option(8, "Sequences")
 @click.option("--slots", type=IntRange(2), default=8, help="N: slot rows per group (tokens guessed per call).")
 @click.option("--splits", type=POSITIVE, default=8, help="Split points (slot groups) per sequence.")
@@ -63,7 +70,7 @@ def ptp(teacher: str, corpus: str, out: str, resume: bool, package_bytes: int, t
     import torch
 
     torch.set_num_threads(max(1, threads))
-    cfg = settings_from_flags(PTPTrainConfig, time_limit=flags["minutes"] * 60)
+    cfg = settings_from_flags(PTPTrainConfig, time_limit=flags["time_limit"] * 60)
     summary = under_torchrun(
         lambda world: train(
             folder,

@@ -29,7 +29,7 @@ from infill.errors import InputError, ModelError
 
 @click.command("ssmd")
 @click.option("--model", "model_name", default="blockdiff", help="Block-diffusion model (frozen).")
-@corpus_option("--data")
+@corpus_option("data")
 @run_folder_option(
     "Run folder: checkpoint.pt, log.jsonl, and ssmd_head.safetensors at the end. Copy the head beside the model's "
     "weights to use it."

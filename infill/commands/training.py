@@ -37,9 +37,15 @@ def parse_until(value: str | None) -> float:
         raise InputError(f"--until: cannot parse time {value!r} (use HH:MM in UTC or ISO 8601)") from exc
 
 
-# `--time-limit` of the trainers that stop on a wall-clock budget (block diffusion, SSMD)
+# `--time-limit` of the trainers that stop on a wall-clock budget (block diffusion, SSMD); `--minutes` is the same
+# flag, the name the AS-ARM and PTP trainers use, so that every trainer takes either name
 time_limit_option = click.option(
-    "--time-limit", type=FiniteFloatRange(0), default=0.0, help="Stop after this many minutes (0 = none)."
+    "--time-limit",
+    "--minutes",
+    "time_limit",
+    type=FiniteFloatRange(0),
+    default=0.0,
+    help="Stop after this many minutes (0 = none).",
 )
 BATCH_HELP = "per optimizer step over all processes (under torchrun each process takes its share)."
 # `--bf16/--no-bf16` and `--device` of the trainers that run on CUDA too (AS-ARM, block diffusion)
@@ -69,11 +75,14 @@ def fim_rate_option(default: float) -> Callable[[F], F]:
 FIM_HELP = "Share of fill-in-the-middle examples."
 
 
-def corpus_option(name: str) -> Callable[[F], F]:
-    """A corpus folder as `infill train corpus` writes it (train.jsonl, heldout.jsonl), required."""
+def corpus_option(dest: str) -> Callable[[F], F]:
+    """A corpus folder as `infill train corpus` writes it (train.jsonl, heldout.jsonl), required, passed as `dest`:
+    `--corpus`, or `--data` as the block-diffusion trainer names its training text, so that either name works."""
     kind = NonEmptyPath(exists=True, file_okay=False)
     return click.option(
-        name,
+        "--corpus",
+        "--data",
+        dest,
         required=True,
         type=kind,
         help="Corpus folder (train.jsonl, heldout.jsonl), as built by `infill train corpus`.",
