@@ -110,6 +110,39 @@ def test_a_signal_at_any_moment_gives_the_filter_buffer_back(tmp_path: Path) -> 
     assert_every_buffer_came_back(signal_sweep(args, env))
 
 
+@pytest.mark.parametrize("arrives_after", [signal.SIGINT, signal.SIGTERM], ids=["sigint-set", "sigterm-set"])
+def test_a_signal_the_moment_its_handler_is_set_waits_for_the_command(
+    arrives_after: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal delivered right after install() sets a handler (before the rest of install() has run) is held, as
+    one during the imports is, and raised when the command line is loaded. Before, it was raised inside install(),
+    outside every handler: a traceback and exit 1, and the editor filter's buffer lost."""
+    from infill.commands import interrupts
+    from infill.errors import Terminated
+
+    real_signal = signal.signal
+    arrived: list[int] = []
+
+    def set_then_deliver(signum: int, handler: object) -> object:
+        previous = real_signal(signum, handler)  # type: ignore[arg-type]
+        if signum == arrives_after and callable(handler):
+            arrived.append(signum)
+            handler(signal.SIGTERM, None)  # what the interpreter runs when SIGTERM lands now
+        return previous
+
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    monkeypatch.setattr(interrupts, "_state", interrupts._State())
+    monkeypatch.setattr(signal, "signal", set_then_deliver)
+    try:
+        interrupts.install()
+        assert arrived == [arrives_after] and interrupts._state.pending == signal.SIGTERM
+        with pytest.raises(Terminated):
+            interrupts.release()
+    finally:
+        for signum, handler in saved.items():
+            real_signal(signum, handler)
+
+
 _ANSWERED_IN_EXEC = """import sys
 
 import infill.cli

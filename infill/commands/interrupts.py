@@ -54,11 +54,12 @@ def install() -> None:
     ignored stays ignored (nohup, a background job)."""
     if threading.current_thread() is not threading.main_thread():
         return
+    # the hold first: a signal can arrive the moment its handler is in place, before the next handler is
+    _state.installed = _state.startup = True
+    _state.holds += 1
     for signum in _SIGNALS:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _handler)
-    _state.installed = _state.startup = True
-    _state.holds += 1
 
 
 def installed() -> bool:
