@@ -139,6 +139,59 @@ def test_a_truncated_ollama_blob_is_listed_as_unsupported(
     assert kinds["cut:latest"] == "unsupported (truncated GGUF file)" and kinds["whole:latest"] == "ar"
 
 
+def hf_gguf_repo(hub: Path, repo_id: str, files: dict[str, bytes], revision: str = "0" * 40) -> Path:
+    """An HF hub cache repo at `hub` laid out as `hf download` leaves a -GGUF repo: the files as blobs, linked from
+    snapshots/<revision>/ (subfolders too), and refs/main; returns the snapshot."""
+    repo = hub / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / revision
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    for name, data in files.items():
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        link = snapshot / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(Path(*[".."] * (len(Path(name).parts) + 1), "blobs", blob.name))
+    return snapshot
+
+
+def test_gguf_files_in_the_hf_cache_are_listed_by_a_name_that_fills(
+    ggufs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `hf download Org/Name-GGUF` leaves has no config.json: `infill models` listed nothing of it. Each GGUF
+    file is listed now (the later files of a split model are not: llama.cpp loads them from the first), named by
+    its path in the snapshot, which --model takes."""
+    qwen = ggufs["qwen"].read_bytes()
+    snapshot = hf_gguf_repo(
+        tmp_path / "home" / "hub",
+        "Org/Tiny-Coder-GGUF",
+        {
+            "tiny-coder-q8_0.gguf": qwen,
+            "f32/tiny-coder-f32-00001-of-00002.gguf": qwen,
+            "f32/tiny-coder-f32-00002-of-00002.gguf": b"GGUF" + bytes(40),
+            "README.md": b"# tiny",
+        },
+    )
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "no-ollama"))
+    r = CliRunner().invoke(main, ["models", "--json"])
+    assert r.exit_code == 0, r.output
+    listed = {e["name"]: e for e in json.loads(r.stdout) if "Tiny-Coder" in e["provenance"]}
+    first_split = str(snapshot / "f32" / "tiny-coder-f32-00001-of-00002.gguf")
+    assert sorted(listed) == [first_split, str(snapshot / "tiny-coder-q8_0.gguf")]
+    entry = listed[str(snapshot / "tiny-coder-q8_0.gguf")]
+    assert entry["kind"] == "ar" and entry["size_bytes"] == len(qwen)
+    assert entry["parameters"] == api.load_model(ModelSpec(str(ggufs["qwen"]))).info["parameters"]
+    assert entry["provenance"] == "HF cache Org/Tiny-Coder-GGUF@main, qwen2 GGUF"
+    table = CliRunner().invoke(main, ["models"]).stdout
+    assert str(snapshot / "tiny-coder-q8_0.gguf") in table
+    args = ["--diff", "--allow-syntax-errors"]
+    by_listed_name = fill(tmp_path, entry["name"], *args)
+    assert by_listed_name[0] == 1 and by_listed_name[1] == fill(tmp_path, str(ggufs["qwen"]), *args)[1]
+
+
 def test_calibration_is_per_model_and_a_model_without_one_says_so(ggufs: dict[str, Path], tmp_path: Path) -> None:
     model = tmp_path / "coder.gguf"
     shutil.copy(ggufs["qwen"], model)
