@@ -37,7 +37,13 @@ def corpus_heldout_files(corpus_dir: Path) -> list[Path]:
 
     if not corpus_dir.is_dir():
         raise InputError(f"corpus folder not found: {corpus_dir}")
-    return list(heldout_files(corpus_dir))
+    found = list(heldout_files(corpus_dir))
+    if not found:
+        raise InputError(
+            f"{corpus_dir} holds no held-out files (heldout/*.py): it is not a corpus folder, or its held-out "
+            f"split is empty (build one with `infill train corpus --out {corpus_dir}`)"
+        )
+    return found
 
 
 def python_files(files: Sequence[Path], dirs: Sequence[Path]) -> list[Path]:
