@@ -83,6 +83,42 @@ def test_a_span_inside_a_word_is_healed_as_the_folder_heals_it(ggufs: dict[str, 
     assert [e["text"] for e in json.loads(from_folder[1])["edits"]] == [edit["text"]]
 
 
+def test_a_sentencepiece_suffix_has_no_space_before_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Code Llama's vocabulary is sentencepiece's: llama.cpp puts a space ("▁") before the first word of every text
+    it tokenizes. The suffix after <SUF> got one too, a space the file does not have and Code Llama never saw there
+    (it was trained on `<PRE> {prefix} <SUF>{suffix} <MID>`). Now only the prefix, which starts the prompt, has it,
+    and every other text round-trips exactly."""
+    from fixtures_bd import tiny_causal_lm
+    from fixtures_llamacpp import sentencepiece_vocabulary
+
+    from infill.models.autoregressive import CausalFim
+
+    space = "\u2581"
+    pieces = [space, space * 2, space * 4, *"deftrunx():", "de", "def", space + "def", space + "f", space + "x"]
+    pieces += ["return", space + "return", space + "total"]
+    vocab = sentencepiece_vocabulary(pieces)
+    path = network_gguf(tmp_path / "spm.gguf", tiny_causal_lm("llama", seed=1, vocab=len(vocab.tokens)), vocab)
+    loaded = api.load_model(ModelSpec(name=str(path)))
+    tok = loaded.tokenizer
+    assert loaded.info["fim"] == "codellama"
+    for text in ["\n    return x\n", "def f(x):", " x", "x", "\n", "  "]:
+        assert tok.decode(tok.encode(text)) == text, text
+    assert [vocab.tokens[t] for t in tok.encode_start("def f")] == [space + "def", space + "f"]  # type: ignore[attr-defined]
+
+    prompts: list[tuple[str, str]] = []
+    real = CausalFim.prompt
+
+    def spy(self: CausalFim, prefix: list[int], suffix: list[int]) -> list[int]:
+        prompts.append((tok.decode(list(prefix)), tok.decode(list(suffix))))
+        return real(self, prefix, suffix)
+
+    monkeypatch.setattr(CausalFim, "prompt", spy)
+    code, _, stderr = fill(tmp_path, str(path), "--allow-syntax-errors", "--no-retrieve", "--diff")
+    assert code in (0, 1), stderr
+    first, _, third = SOURCE.split("\n", 2)  # --span 2 replaces the second line's text, not its line break
+    assert prompts and set(prompts) == {(" " + first + "\n", "\n" + third)}
+
+
 def ollama_store(root: Path, blob_source: Path, name: tuple[str, str, str, str]) -> str:
     """An Ollama store under `root` holding `blob_source` as the model `name` (registry, namespace, model, tag),
     laid out as `ollama pull` leaves it; returns the blob's digest."""
