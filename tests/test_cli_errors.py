@@ -40,6 +40,7 @@ TOKENIZER = str(Path(__file__).resolve().parent.parent / "infill" / "weights" / 
         (["heldout-nll", "--model", str(Path(TOKENIZER).parent), "--corpus", "{empty}"], "is not a corpus folder"),
         (["tokenizer", "--corpus", "{garbage}"], "train.jsonl:1: not a corpus record"),  # was exit 123
         (["eval", "heldout-exact", "--corpus", "{empty}", "-q"], "holds no held-out files"),  # "no non-blank lines"
+        (["eval", "heldout-exact", "--files", "{binary}", "-q"], "skipped: not readable UTF-8 text: "),  # no why
     ],
 )
 def test_a_path_of_the_wrong_kind_is_one_clear_line(args: list[str], needle: str, tmp_path: Path) -> None:
@@ -52,6 +53,8 @@ def test_a_path_of_the_wrong_kind_is_one_clear_line(args: list[str], needle: str
     (tmp_path / "garbage" / "train.jsonl").write_text("not json\n")
     where = {k: str(tmp_path / v) for k, v in [("file", "a-file"), ("empty", "empty"), ("corpus", "corpus")]}
     where["garbage"] = str(tmp_path / "garbage")
+    where["binary"] = str(tmp_path / "binary.py")
+    (tmp_path / "binary.py").write_bytes(b"\xff\xfe\x00 not text\n")
     argv = [a.format(**where) for a in args]
     argv = argv if argv[0] == "eval" else ["train", *argv]
     result = CliRunner().invoke(main, argv, catch_exceptions=False)
