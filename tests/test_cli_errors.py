@@ -41,6 +41,10 @@ TOKENIZER = str(Path(__file__).resolve().parent.parent / "infill" / "weights" / 
         (["tokenizer", "--corpus", "{garbage}"], "train.jsonl:1: not a corpus record"),  # was exit 123
         (["eval", "heldout-exact", "--corpus", "{empty}", "-q"], "holds no held-out files"),  # "no non-blank lines"
         (["eval", "heldout-exact", "--files", "{binary}", "-q"], "skipped: not readable UTF-8 text: "),  # no why
+        (
+            ["block-diffusion", "--data", "{binary}", "--out", "{empty}/o", "--steps", "1"],
+            "1 file(s) skipped, not UTF-8 text",
+        ),  # trained
     ],
 )
 def test_a_path_of_the_wrong_kind_is_one_clear_line(args: list[str], needle: str, tmp_path: Path) -> None:
@@ -63,6 +67,16 @@ def test_a_path_of_the_wrong_kind_is_one_clear_line(args: list[str], needle: str
     assert line.startswith(("error: ", "infill: error: ")) and needle in line, line
     assert "Errno" not in line
     assert (tmp_path / "a-file").read_text() == "keep me"
+
+
+def test_training_text_skips_files_that_are_not_utf8(tmp_path: Path) -> None:
+    """A binary file among the sources was read with U+FFFD for its bytes and trained on, as `infill train
+    corpus` never does; it is skipped now, and the other files are read."""
+    from infill.training.blockdiff import load_texts
+
+    (tmp_path / "a.py").write_text("def f(x):\n    return x\n")
+    (tmp_path / "b.py").write_bytes(b"\xff\xfe\x00 not text\n")
+    assert load_texts([tmp_path]) == ["def f(x):\n    return x\n"]
 
 
 def test_unexpected_exception_is_one_line_and_exit_123(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
