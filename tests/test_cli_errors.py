@@ -79,6 +79,17 @@ def test_training_text_skips_files_that_are_not_utf8(tmp_path: Path) -> None:
     assert load_texts([tmp_path]) == ["def f(x):\n    return x\n"]
 
 
+def test_a_folder_that_is_no_model_says_why_in_plain_words(tmp_path: Path) -> None:
+    """`infill train heldout-nll --model EMPTY_FOLDER` said `cannot read .../config.json: [Errno 2] No such file or
+    directory: '.../config.json'`: the path twice and the errno. A model error (exit 123, docs/code-models.md)."""
+    (tmp_path / "corpus").mkdir()
+    args = ["train", "heldout-nll", "--model", str(tmp_path), "--corpus", str(tmp_path / "corpus")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 123, result.output
+    (line,) = result.stderr.splitlines()
+    assert line == f"infill: error: cannot read {tmp_path / 'config.json'}: No such file or directory", line
+
+
 def test_unexpected_exception_is_one_line_and_exit_123(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import infill.training.blockdiff as bd
 

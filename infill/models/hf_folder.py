@@ -42,7 +42,9 @@ def read_json(path: Path) -> dict[str, Any]:
         raise ModelError(f"cannot read {path}: not a regular file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:  # its reason, without "[Errno 2] ..." repeating the path
+        raise ModelError(f"cannot read {path}: {exc.strerror or one_line(str(exc))}") from exc
+    except ValueError as exc:
         raise ModelError(f"cannot read {path}: {one_line(str(exc))}") from exc
     except RecursionError:
         raise ModelError(f"cannot read {path}: nested too deeply") from None
