@@ -22,14 +22,16 @@ from infill.errors import InputError
 
 
 class AbsolutePath(click.ParamType):
-    """A folder named from anywhere: an absolute path (a relative one means another folder in every directory a
-    command runs in, and the daemon runs in /)."""
+    """A folder named from anywhere: an absolute path, `~/...` too (a relative one means another folder in every
+    directory a command runs in, and the daemon runs in /). The value is the path with `~` expanded."""
 
     name = "path"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str) and not os.path.isabs(value):
-            self.fail("is not an absolute path", param, ctx)
+        if isinstance(value, str):
+            value = os.path.expanduser(value)
+            if not os.path.isabs(value):
+                self.fail("is not an absolute path", param, ctx)
         return value
 
 
@@ -72,6 +74,25 @@ VARIABLES: tuple[Variable, ...] = (
         client_only=False,
     ),
     Variable("INFILL_ALLOW_HTTP", click.BOOL, "allow plain http to a model server off this machine", False),
+    Variable(
+        "INFILL_CACHE_DIR",
+        AbsolutePath(),
+        "where the ONNX engine keeps its exported graphs (an absolute folder; docs/performance.md)",
+        client_only=False,  # the daemon exports and reads the graphs
+    ),
+    Variable(
+        "INFILL_DATA_DIR",
+        AbsolutePath(),
+        "where the calibration of an Ollama model or a model server is kept (an absolute folder)",
+        client_only=False,  # a calibration changes the confidence a daemon computes
+    ),
+    Variable(
+        "INFILL_DIST_TIMEOUT",
+        FiniteFloatRange(0, MAX_SECONDS, min_open=True),
+        "seconds a training process waits for the others of a distributed run (docs/training.md)",
+        client_only=True,  # read by training processes only, never by a daemon
+        default=600.0,
+    ),
 )
 BY_NAME: dict[str, Variable] = {v.name: v for v in VARIABLES}
 
@@ -124,13 +145,21 @@ def restarts_daemon(name: str) -> bool:
     return variable is None or not variable.client_only
 
 
-DATA_ENV = "INFILL_DATA_DIR"
-
-
 def data_dir() -> Path:
     """Where infill keeps what it learns about models it does not own (the calibration of an Ollama model or of a
     model on a server): $INFILL_DATA_DIR, else $XDG_DATA_HOME/infill, else ~/.local/share/infill."""
-    if os.environ.get(DATA_ENV):
-        return Path(os.environ[DATA_ENV]).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share") / "infill"
+    return _user_dir("INFILL_DATA_DIR", "XDG_DATA_HOME", Path(".local", "share"))
+
+
+def cache_dir() -> Path:
+    """Where infill keeps what it can make again (the ONNX engine's exported graphs): $INFILL_CACHE_DIR, else
+    $XDG_CACHE_HOME/infill, else ~/.cache/infill."""
+    return _user_dir("INFILL_CACHE_DIR", "XDG_CACHE_HOME", Path(".cache"))
+
+
+def _user_dir(name: str, xdg_name: str, home_default: Path) -> Path:
+    own: str | None = read(name)
+    if own:
+        return Path(own)
+    xdg = os.environ.get(xdg_name)
+    return (Path(xdg).expanduser() if xdg else Path.home() / home_default) / "infill"

@@ -24,6 +24,8 @@ from infill.models.gguf import read_header
 from infill.models.llamacpp import LlamaEngine
 from infill.models.tiny_gguf import TOKEN_CONTROL, TOKEN_NORMAL, Vocabulary, write_gguf
 
+TOKEN_UNKNOWN, TOKEN_BYTE = 2, 6  # tokenizer.ggml.token_type of <unk> and of the <0xNN> tokens
+
 # the 9-token layout of tests/test_ar_exactness.py: tokens 0..4, an end token, the three FIM tokens
 END, PRE, SUF, MID = 5, 6, 7, 8
 VOCAB = 9
@@ -35,6 +37,28 @@ NINE = Vocabulary(
     eos=END,
     pre="qwen2",
 )
+
+
+def sentencepiece_vocabulary(pieces: list[str]) -> Vocabulary:
+    """A Code Llama-like sentencepiece vocabulary (tokenizer.ggml.model "llama": llama.cpp puts a space before
+    the first word of a text, as sentencepiece does): unknown, start and end tokens, the 256 byte tokens, `pieces`
+    (scored by length: longer ones merge first) and Code Llama's four FIM tokens, spelled with their "▁"."""
+    space = "\u2581"
+    fim = [space + t for t in ("<PRE>", "<SUF>", "<MID>", "<EOT>")]
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), *pieces, *fim]
+    types = [TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_CONTROL, *[TOKEN_BYTE] * 256, *[TOKEN_NORMAL] * len(pieces)]
+    scores = [0.0] * 259 + [float(len(p)) for p in pieces] + [0.0] * len(fim)
+    return Vocabulary(
+        tokens,
+        [*types, *[TOKEN_CONTROL] * len(fim)],
+        [],
+        eos=2,
+        bos=1,
+        adds_bos=True,
+        model="llama",
+        scores=scores,
+        unk=0,
+    )
 
 
 def network_gguf(path: Path, network: Any, vocab: Vocabulary = NINE) -> Path:

@@ -227,3 +227,39 @@ def test_the_family_is_read_from_the_tokenizer() -> None:
     assert find_fim(lookup(["<s>", "a", "<MID>"])) is None  # one look-alike is an ordinary token
     with pytest.raises(ModelError, match="starcoder fill-in-the-middle tokens but not <fim_middle>"):
         find_fim(lookup(["<fim_prefix>", "<fim_suffix>"]))
+
+
+def sentencepiece_tokenizer_folder(folder: Path) -> Path:
+    """A Llama-style sentencepiece tokenizer.json (a BPE over "▁"-spelled pieces with byte fallback, whose
+    normalizer puts "▁" before every text, as Llama's and Code Llama's do) with Code Llama's FIM tokens."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
+
+    space = "\u2581"
+    merges = [(space, space), (space * 2, space * 2), ("d", "e"), ("de", "f"), (space, "def"), (space, "f")]
+    merges += [(space, "x"), ("r", "e"), ("re", "t"), ("ret", "u"), ("retu", "r"), ("retur", "n")]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
+    for piece in [space, *"deftrunx():", *(a + b for a, b in merges)]:
+        vocab.setdefault(piece, len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend(space), normalizers.Replace(" ", space)])
+    tok.decoder = decoders.Sequence([decoders.Replace(space, " "), decoders.ByteFallback(), decoders.Fuse()])
+    fim = [AddedToken(space + t, special=True, normalized=False) for t in ("<PRE>", "<SUF>", "<MID>", "<EOT>")]
+    tok.add_special_tokens([*fim, AddedToken("<s>", special=True), AddedToken("</s>", special=True)])
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    config = {"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_sentencepiece_tokenizer_puts_no_space_before_a_suffix(tmp_path: Path) -> None:
+    """A Llama-style tokenizer puts "▁" before every text it encodes: the suffix after <SUF> (or the text between
+    two spans) began with a space the file does not have, which Code Llama never saw there. Text that follows
+    other text now round-trips exactly; the prefix, which starts the prompt, keeps the space (`encode_start`)."""
+    from infill.models.hf_folder import load_tokenizer
+
+    tok = load_tokenizer(sentencepiece_tokenizer_folder(tmp_path / "spm"))
+    for text in ["\n    return x\n", "def f(x):", " x", "x", "  "]:
+        assert b"".join(tok.token_bytes(t) for t in tok.encode(text)) == text.encode(), text
+    assert tok.hf.convert_ids_to_tokens(tok.encode("def f")) == ["def", "\u2581f"]
+    assert tok.hf.convert_ids_to_tokens(tok.encode_start("def f")) == ["\u2581def", "\u2581f"]

@@ -21,6 +21,75 @@ def test_input_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
 
 
+TOKENIZER = str(Path(__file__).resolve().parent.parent / "infill" / "weights" / "default" / "tokenizer.json")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        # a file where a folder goes: "[Errno 17] File exists" once the run made its folders, or after training
+        (["asarm", "--corpus", "{corpus}", "--tokenizer", TOKENIZER, "--run-dir", "{file}", "--steps", "9"], "a file"),
+        (["asarm", "--corpus", "{corpus}", "--tokenizer", TOKENIZER, "--out", "{file}", "--steps", "9"], "a file"),
+        (["corpus", "--out", "{file}"], "is a file"),
+        (["export", "--run-dir", "{empty}", "--tokenizer", TOKENIZER, "--out", "{file}"], "is a file"),
+        (["tokenizer", "--corpus", "{corpus}", "--out", "{empty}"], "is a directory"),  # after training it
+        (["pack", "--corpus", "{corpus}", "--tokenizer", TOKENIZER, "--out", "{empty}"], "is a directory"),
+        # a folder that is no corpus: "[Errno 2] No such file or directory: '.../heldout.jsonl'"
+        (["asarm", "--corpus", "{empty}", "--tokenizer", TOKENIZER, "--steps", "1"], "is not a corpus folder"),
+        (["tokenizer", "--corpus", "{empty}"], "is not a corpus folder: it has no train.jsonl"),
+        (["heldout-nll", "--model", str(Path(TOKENIZER).parent), "--corpus", "{empty}"], "is not a corpus folder"),
+        (["tokenizer", "--corpus", "{garbage}"], "train.jsonl:1: not a corpus record"),  # was exit 123
+        (["eval", "heldout-exact", "--corpus", "{empty}", "-q"], "holds no held-out files"),  # "no non-blank lines"
+        (["eval", "heldout-exact", "--files", "{binary}", "-q"], "skipped: not readable UTF-8 text: "),  # no why
+        (
+            ["block-diffusion", "--data", "{binary}", "--out", "{empty}/o", "--steps", "1"],
+            "1 file(s) skipped, not UTF-8 text",
+        ),  # trained
+    ],
+)
+def test_a_path_of_the_wrong_kind_is_one_clear_line(args: list[str], needle: str, tmp_path: Path) -> None:
+    """A training or evaluation command given a file for a folder, a folder for a file, or a folder that is no
+    corpus: one line that says so, exit 2, before any work; the file given stays as it was."""
+    (tmp_path / "a-file").write_text("keep me")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / "train.jsonl").write_text("not json\n")
+    where = {k: str(tmp_path / v) for k, v in [("file", "a-file"), ("empty", "empty"), ("corpus", "corpus")]}
+    where["garbage"] = str(tmp_path / "garbage")
+    where["binary"] = str(tmp_path / "binary.py")
+    (tmp_path / "binary.py").write_bytes(b"\xff\xfe\x00 not text\n")
+    argv = [a.format(**where) for a in args]
+    argv = argv if argv[0] == "eval" else ["train", *argv]
+    result = CliRunner().invoke(main, argv, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    (line,) = [x for x in result.stderr.splitlines() if x.strip()]
+    assert line.startswith(("error: ", "infill: error: ")) and needle in line, line
+    assert "Errno" not in line
+    assert (tmp_path / "a-file").read_text() == "keep me"
+
+
+def test_training_text_skips_files_that_are_not_utf8(tmp_path: Path) -> None:
+    """A binary file among the sources was read with U+FFFD for its bytes and trained on, as `infill train
+    corpus` never does; it is skipped now, and the other files are read."""
+    from infill.training.blockdiff import load_texts
+
+    (tmp_path / "a.py").write_text("def f(x):\n    return x\n")
+    (tmp_path / "b.py").write_bytes(b"\xff\xfe\x00 not text\n")
+    assert load_texts([tmp_path]) == ["def f(x):\n    return x\n"]
+
+
+def test_a_folder_that_is_no_model_says_why_in_plain_words(tmp_path: Path) -> None:
+    """`infill train heldout-nll --model EMPTY_FOLDER` said `cannot read .../config.json: [Errno 2] No such file or
+    directory: '.../config.json'`: the path twice and the errno. A model error (exit 123, docs/code-models.md)."""
+    (tmp_path / "corpus").mkdir()
+    args = ["train", "heldout-nll", "--model", str(tmp_path), "--corpus", str(tmp_path / "corpus")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 123, result.output
+    (line,) = result.stderr.splitlines()
+    assert line == f"infill: error: cannot read {tmp_path / 'config.json'}: No such file or directory", line
+
+
 def test_unexpected_exception_is_one_line_and_exit_123(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import infill.training.blockdiff as bd
 

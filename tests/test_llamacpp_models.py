@@ -83,6 +83,42 @@ def test_a_span_inside_a_word_is_healed_as_the_folder_heals_it(ggufs: dict[str, 
     assert [e["text"] for e in json.loads(from_folder[1])["edits"]] == [edit["text"]]
 
 
+def test_a_sentencepiece_suffix_has_no_space_before_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Code Llama's vocabulary is sentencepiece's: llama.cpp puts a space ("▁") before the first word of every text
+    it tokenizes. The suffix after <SUF> got one too, a space the file does not have and Code Llama never saw there
+    (it was trained on `<PRE> {prefix} <SUF>{suffix} <MID>`). Now only the prefix, which starts the prompt, has it,
+    and every other text round-trips exactly."""
+    from fixtures_bd import tiny_causal_lm
+    from fixtures_llamacpp import sentencepiece_vocabulary
+
+    from infill.models.autoregressive import CausalFim
+
+    space = "\u2581"
+    pieces = [space, space * 2, space * 4, *"deftrunx():", "de", "def", space + "def", space + "f", space + "x"]
+    pieces += ["return", space + "return", space + "total"]
+    vocab = sentencepiece_vocabulary(pieces)
+    path = network_gguf(tmp_path / "spm.gguf", tiny_causal_lm("llama", seed=1, vocab=len(vocab.tokens)), vocab)
+    loaded = api.load_model(ModelSpec(name=str(path)))
+    tok = loaded.tokenizer
+    assert loaded.info["fim"] == "codellama"
+    for text in ["\n    return x\n", "def f(x):", " x", "x", "\n", "  "]:
+        assert tok.decode(tok.encode(text)) == text, text
+    assert [vocab.tokens[t] for t in tok.encode_start("def f")] == [space + "def", space + "f"]  # type: ignore[attr-defined]
+
+    prompts: list[tuple[str, str]] = []
+    real = CausalFim.prompt
+
+    def spy(self: CausalFim, prefix: list[int], suffix: list[int]) -> list[int]:
+        prompts.append((tok.decode(list(prefix)), tok.decode(list(suffix))))
+        return real(self, prefix, suffix)
+
+    monkeypatch.setattr(CausalFim, "prompt", spy)
+    code, _, stderr = fill(tmp_path, str(path), "--allow-syntax-errors", "--no-retrieve", "--diff")
+    assert code in (0, 1), stderr
+    first, _, third = SOURCE.split("\n", 2)  # --span 2 replaces the second line's text, not its line break
+    assert prompts and set(prompts) == {(" " + first + "\n", "\n" + third)}
+
+
 def ollama_store(root: Path, blob_source: Path, name: tuple[str, str, str, str]) -> str:
     """An Ollama store under `root` holding `blob_source` as the model `name` (registry, namespace, model, tag),
     laid out as `ollama pull` leaves it; returns the blob's digest."""
@@ -137,6 +173,59 @@ def test_a_truncated_ollama_blob_is_listed_as_unsupported(
     assert r.exit_code == 0, r.output
     kinds = {e["name"]: e["kind"] for e in json.loads(r.stdout)}
     assert kinds["cut:latest"] == "unsupported (truncated GGUF file)" and kinds["whole:latest"] == "ar"
+
+
+def hf_gguf_repo(hub: Path, repo_id: str, files: dict[str, bytes], revision: str = "0" * 40) -> Path:
+    """An HF hub cache repo at `hub` laid out as `hf download` leaves a -GGUF repo: the files as blobs, linked from
+    snapshots/<revision>/ (subfolders too), and refs/main; returns the snapshot."""
+    repo = hub / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / revision
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    for name, data in files.items():
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        link = snapshot / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(Path(*[".."] * (len(Path(name).parts) + 1), "blobs", blob.name))
+    return snapshot
+
+
+def test_gguf_files_in_the_hf_cache_are_listed_by_a_name_that_fills(
+    ggufs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `hf download Org/Name-GGUF` leaves has no config.json: `infill models` listed nothing of it. Each GGUF
+    file is listed now (the later files of a split model are not: llama.cpp loads them from the first), named by
+    its path in the snapshot, which --model takes."""
+    qwen = ggufs["qwen"].read_bytes()
+    snapshot = hf_gguf_repo(
+        tmp_path / "home" / "hub",
+        "Org/Tiny-Coder-GGUF",
+        {
+            "tiny-coder-q8_0.gguf": qwen,
+            "f32/tiny-coder-f32-00001-of-00002.gguf": qwen,
+            "f32/tiny-coder-f32-00002-of-00002.gguf": b"GGUF" + bytes(40),
+            "README.md": b"# tiny",
+        },
+    )
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "no-ollama"))
+    r = CliRunner().invoke(main, ["models", "--json"])
+    assert r.exit_code == 0, r.output
+    listed = {e["name"]: e for e in json.loads(r.stdout) if "Tiny-Coder" in e["provenance"]}
+    first_split = str(snapshot / "f32" / "tiny-coder-f32-00001-of-00002.gguf")
+    assert sorted(listed) == [first_split, str(snapshot / "tiny-coder-q8_0.gguf")]
+    entry = listed[str(snapshot / "tiny-coder-q8_0.gguf")]
+    assert entry["kind"] == "ar" and entry["size_bytes"] == len(qwen)
+    assert entry["parameters"] == api.load_model(ModelSpec(str(ggufs["qwen"]))).info["parameters"]
+    assert entry["provenance"] == "HF cache Org/Tiny-Coder-GGUF@main, qwen2 GGUF"
+    table = CliRunner().invoke(main, ["models"]).stdout
+    assert str(snapshot / "tiny-coder-q8_0.gguf") in table
+    args = ["--diff", "--allow-syntax-errors"]
+    by_listed_name = fill(tmp_path, entry["name"], *args)
+    assert by_listed_name[0] == 1 and by_listed_name[1] == fill(tmp_path, str(ggufs["qwen"]), *args)[1]
 
 
 def test_calibration_is_per_model_and_a_model_without_one_says_so(ggufs: dict[str, Path], tmp_path: Path) -> None:

@@ -473,6 +473,9 @@ def test_a_client_only_variable_does_not_restart_the_daemon(runtime_dir: Path) -
         ("INFILL_ENGINE", "fast"),  # was a model error (exit 123), and only once a model loaded
         ("INFILL_REMOTE_TIMEOUT", "soon"),  # was ignored by every command that uses no model server
         ("INFILL_ALLOW_HTTP", "maybe"),  # was read as no, without a word
+        ("INFILL_DIST_TIMEOUT", "soon"),  # these three were read where they are used, or never: ignored here
+        ("INFILL_CACHE_DIR", "cache"),  # relative: another folder in every directory, and the daemon runs in /
+        ("INFILL_DATA_DIR", "data"),
     ],
 )
 def test_junk_in_an_environment_variable_is_a_usage_error(name: str, value: str, tmp_path: Path) -> None:

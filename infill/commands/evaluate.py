@@ -130,20 +130,7 @@ def _check_output(path: Path) -> None:
     check_writable(str(path))
 
 
-class _EvalGroup(click.Group):
-    """Turns InfillError into its one-line message and exit code (cli.main leaves that to each command)."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        from infill.errors import InfillError
-
-        try:
-            return super().invoke(ctx)
-        except InfillError as exc:
-            click.echo(f"infill eval: {exc}", err=True)
-            ctx.exit(exc.exit_code)
-
-
-@click.group(name="eval", cls=_EvalGroup)
+@click.group(name="eval")  # errors: one line from infill.cli, as every command's
 def evaluate() -> None:
     """Measure a model: HumanEval single-line infilling pass@1, held-out exact match."""
 

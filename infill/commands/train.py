@@ -70,6 +70,7 @@ def train() -> None:
 @train.command("corpus")
 @path_option(
     "--out",
+    file_okay=False,
     default=DEFAULT_CORPUS,
     help="Corpus folder to write (train.jsonl, heldout.jsonl, heldout/, manifest.json).",
 )
@@ -104,7 +105,7 @@ def corpus_cmd(out: Path, site: tuple[Path, ...], heldout_permille: int, near_du
 
 @train.command("tokenizer")
 @path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
-@click.option("--out", type=NonEmptyPath(path_type=Path), default=Path("runs/tokenizer.json"))
+@click.option("--out", type=NonEmptyPath(path_type=Path, dir_okay=False), default=Path("runs/tokenizer.json"))
 @click.option("--vocab-size", type=IntRange(512, 65535), default=8192)
 @value_option("--sample-bytes-per-package", POSITIVE, 600_000, "Training text per package (files in hash order).")
 def tokenizer_cmd(corpus: Path, out: Path, vocab_size: int, sample_bytes_per_package: int) -> None:
@@ -122,7 +123,7 @@ def tokenizer_cmd(corpus: Path, out: Path, vocab_size: int, sample_bytes_per_pac
 @train.command("pack")
 @path_option("--corpus", exists=True, file_okay=False, default=DEFAULT_CORPUS)
 @path_option("--tokenizer", "tokenizer_json", exists=True, dir_okay=False, required=True)
-@click.option("--out", type=NonEmptyPath(path_type=Path), required=True, help="The .npz file to write.")
+@click.option("--out", type=NonEmptyPath(path_type=Path, dir_okay=False), required=True, help="The .npz file to write.")
 @click.option("--max-mb", type=FiniteFloatRange(1), default=60.0, help="Size cap of the file.")
 @click.option("--max-package-mb", type=FiniteFloatRange(0.01), default=6.0)
 def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_package_mb: float) -> None:
@@ -152,9 +153,10 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
     required=True,
     help="tokenizer.json from `infill train tokenizer`.",
 )
-@path_option("--run-dir", default=DEFAULT_RUN, help="Checkpoints (last.pt) go here.")
+@path_option("--run-dir", file_okay=False, default=DEFAULT_RUN, help="Checkpoints (last.pt) go here.")
 @path_option(
     "--out",
+    file_okay=False,
     default=None,
     help="Export the final model folder here (config.json, model.safetensors, tokenizer.json).",
 )
@@ -259,7 +261,7 @@ def asarm(
 @path_option("--run-dir", exists=True, file_okay=False, default=DEFAULT_RUN)
 @path_option("--tokenizer", "tokenizer_json", exists=True, dir_okay=False, required=True)
 @path_option("--corpus", exists=True, default=DEFAULT_CORPUS)
-@click.option("--out", type=NonEmptyPath(path_type=Path), required=True)
+@click.option("--out", type=NonEmptyPath(path_type=Path, file_okay=False), required=True)
 @click.option("--bf16", is_flag=True, help="Store the weights in bf16 (half the size; loaded back as fp32).")
 @value_option(
     "--shard-mb",

@@ -7,6 +7,7 @@ Sizes come from the files on disk; parameter counts from the safetensors headers
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -121,7 +122,8 @@ def packaged_models(weights_dir: Path | None = None) -> list[ModelEntry]:
 
 
 def cached_models(cache: Path | None = None) -> list[ModelEntry]:
-    """Every snapshot in the HF hub cache with a config.json; one entry per revision name (refs/*)."""
+    """Every snapshot in the HF hub cache with a config.json, one entry per revision name (refs/*), and every GGUF
+    file in a snapshot (a -GGUF repo has no config.json), named by its path, which is what --model takes."""
     cache = cache or hf_cache_dir()
     out: list[ModelEntry] = []
     if not cache.is_dir():
@@ -141,30 +143,56 @@ def cached_models(cache: Path | None = None) -> list[ModelEntry]:
             entry = describe(snap, repo_id, f"HF cache {repo_id}@{rev}", revision=rev)  # "main" too, not "-"
             if entry is not None:
                 out.append(entry)
+            for file in gguf_files(snap):
+                out.append(gguf_entry(str(file), file, f"HF cache {repo_id}@{rev}"))
     return out
+
+
+# the second and later files of a split GGUF (`name-00002-of-00003.gguf`): llama.cpp loads them from the first
+_LATER_SPLIT = re.compile(r"-(?!0*1-)\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
+
+
+def gguf_files(snapshot: Path) -> list[Path]:
+    """The GGUF files of an HF cache snapshot, in subfolders too (a repo may keep each quantization in its own),
+    without the later files of a split model."""
+    try:
+        found = sorted(snapshot.rglob("*.gguf")) if snapshot.is_dir() else []
+    except OSError:
+        return []
+    return [f for f in found if not _LATER_SPLIT.search(f.name) and f.is_file()]
+
+
+def gguf_entry(name: str, file: Path, provenance: str) -> ModelEntry:
+    """The listing's entry for the GGUF file `file`: kind "ar" (it runs on llama.cpp as a left-to-right model), or
+    why it is not one; parameters from its header, read without its vocabulary."""
+    from infill.errors import ModelError
+    from infill.models import gguf
+
+    kind, params, what = "ar", None, "GGUF"
+    try:
+        header = gguf.read_header(file, vocabulary=False)
+    except ModelError:
+        kind = "unsupported (not a readable GGUF file)"
+    else:
+        params, what = header.parameters, f"{header.architecture} GGUF"
+        try:
+            gguf.check_loadable(header, None)
+        except ModelError:  # an interrupted download: a fill would refuse it
+            kind = "unsupported (truncated GGUF file)"
+        if header.metadata.get("general.type") == "mmproj" or header.architecture == "clip":
+            kind = "unsupported (a vision projector, not a language model)"  # the mmproj-*.gguf of a -GGUF repo
+    try:
+        size = file.stat().st_size
+    except OSError:
+        size = 0
+    return ModelEntry(name, kind, size, params, f"{provenance}, {what}", str(file))
 
 
 def ollama_models(root: Path | None = None) -> list[ModelEntry]:
-    """Every model in Ollama's store (infill.models.ollama), kind "ar" (a GGUF file runs on llama.cpp as a
-    left-to-right model); parameters from the GGUF header, read without its vocabulary."""
-    from infill.errors import ModelError
-    from infill.models import gguf, ollama
+    """Every model in Ollama's store (infill.models.ollama), as `gguf_entry` describes its blob."""
+    from infill.models import ollama
 
-    out = []
-    for model in ollama.installed(root):
-        kind, params, what = "ar", None, "GGUF"
-        try:
-            header = gguf.read_header(model.blob, vocabulary=False)
-        except ModelError:
-            kind = "unsupported (not a readable GGUF file)"
-        else:
-            params, what = header.parameters, f"{header.architecture} GGUF"
-            try:
-                gguf.check_loadable(header, None)
-            except ModelError:  # an interrupted `ollama pull`: a fill would refuse it
-                kind = "unsupported (truncated GGUF file)"
-        out.append(ModelEntry(model.name, kind, model.size, params, f"Ollama, {what}", str(model.blob)))
-    return out
+    return [gguf_entry(m.name, m.blob, "Ollama") for m in ollama.installed(root)]
 
 
 def human_size(n: int) -> str:

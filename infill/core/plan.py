@@ -135,7 +135,11 @@ def plan_regions(
         first, last = group[0][0].span, group[-1][0].span
         pre_start, pre_end = _tail(data, 0, first.start_byte, window)
         suf_start, suf_end = _head(data, last.end_byte, len(data), window)
-        prefix_ids = tok.encode(model_prefix(model_text(data, pre_start, pre_end), group[0][0].heal))
+        # the text that starts the prompt: a sentencepiece vocabulary puts its space before it, as in training
+        # (Code Llama's `<PRE> {prefix}`: GGUFTokenizer.encode_start); every other text is tokenized as text that
+        # follows other text
+        encode_start = getattr(tok, "encode_start", tok.encode)
+        prefix_ids = encode_start(model_prefix(model_text(data, pre_start, pre_end), group[0][0].heal))
         suffix_ids = tok.encode(model_text(data, suf_start, suf_end))
         inner = sum(p.budget for p, _ in group) + sum(len(b) for _, b in group[1:])
         free = max(0, max_length - int(has_bos) - inner)

@@ -37,7 +37,13 @@ def corpus_heldout_files(corpus_dir: Path) -> list[Path]:
 
     if not corpus_dir.is_dir():
         raise InputError(f"corpus folder not found: {corpus_dir}")
-    return list(heldout_files(corpus_dir))
+    found = list(heldout_files(corpus_dir))
+    if not found:
+        raise InputError(
+            f"{corpus_dir} holds no held-out files (heldout/*.py): it is not a corpus folder, or its held-out "
+            f"split is empty (build one with `infill train corpus --out {corpus_dir}`)"
+        )
+    return found
 
 
 def python_files(files: Sequence[Path], dirs: Sequence[Path]) -> list[Path]:
@@ -62,10 +68,12 @@ def sample_line_tasks(paths: Sequence[Path], limit: int, seed: int = 0) -> list[
     texts: list[list[str]] = []
     names: list[str] = []
     candidates: list[tuple[int, int]] = []
+    skipped: list[str] = []
     for path in sorted(paths, key=str):
         try:
             text = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
+            skipped.append(str(path))
             continue
         lines = split_lines(text)
         file_index = len(texts)
@@ -73,7 +81,11 @@ def sample_line_tasks(paths: Sequence[Path], limit: int, seed: int = 0) -> list[
         names.append(str(path))
         candidates.extend((file_index, i) for i, line in enumerate(lines) if line.strip())
     if not candidates:
-        raise InputError("no non-blank lines found in the held-out files")
+        why = ""
+        if skipped:  # every file that held text was unreadable or not UTF-8: say which, not only "no lines"
+            shown = ", ".join(skipped[:3]) + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+            why = f" ({len(skipped)} of {len(paths)} skipped: not readable UTF-8 text: {shown})"
+        raise InputError(f"no non-blank lines found in the held-out files{why}")
     picks = sorted(random.Random(seed).sample(candidates, min(limit, len(candidates))))
     return [LineTask(f"{names[f]}:{i + 1}", names[f], i + 1, line_slot(texts[f], i)) for f, i in picks]
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from infill.errors import ModelError, one_line
+from infill.models.tokenizer import without_space_prefix
 
 END_TOKEN_CANDIDATES = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "</s>")
 _CONFIG_DROP = ("auto_map", "architectures", "model_type", "infill", "transformers_version")
@@ -41,7 +42,9 @@ def read_json(path: Path) -> dict[str, Any]:
         raise ModelError(f"cannot read {path}: not a regular file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:  # its reason, without "[Errno 2] ..." repeating the path
+        raise ModelError(f"cannot read {path}: {exc.strerror or one_line(str(exc))}") from exc
+    except ValueError as exc:
         raise ModelError(f"cannot read {path}: {one_line(str(exc))}") from exc
     except RecursionError:
         raise ModelError(f"cannot read {path}: nested too deeply") from None
@@ -93,7 +96,21 @@ class HFTokenizer:
         self.hf = tok
 
     def encode(self, text: str) -> list[int]:
+        """`text` as tokens where it follows other text: without the space a sentencepiece tokenizer (Llama's,
+        Code Llama's) puts before the first word of every text (infill.models.tokenizer.without_space_prefix)."""
+        if self._adds_space:
+            found = without_space_prefix(self.encode_start, self.token_bytes, text)
+            if found is not None:
+                return found
+        return self.encode_start(text)
+
+    def encode_start(self, text: str) -> list[int]:
+        """`text` as the tokenizer encodes it on its own: at the start of a prompt (the FIM prefix)."""
         return list(self.hf.encode(text, add_special_tokens=False, split_special_tokens=True, verbose=False))
+
+    @functools.cached_property
+    def _adds_space(self) -> bool:
+        return without_space_prefix(self.encode_start, self.token_bytes, "") is not None
 
     def decode(self, ids: list[int]) -> str:
         return str(self.hf.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))

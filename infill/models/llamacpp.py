@@ -39,7 +39,7 @@ from infill.config import ModelSpec
 from infill.environment import data_dir
 from infill.errors import InputError, ModelError
 from infill.models.gguf import TOKEN_CONTROL, GGUFHeader
-from infill.models.tokenizer import pretoken_start
+from infill.models.tokenizer import pretoken_start, without_space_prefix
 
 if TYPE_CHECKING:
     import torch
@@ -340,6 +340,23 @@ class GGUFTokenizer:
         self._splits = PRE_TOKENIZERS.get(str(pre), ()) if model == "gpt2" else ()
 
     def encode(self, text: str) -> list[int]:
+        """`text` as tokens where it follows other text (the suffix after <SUF>, the text between two spans):
+        decode(encode(text)) == text. llama.cpp puts a space before the first word of any text it tokenizes when
+        the vocabulary says so (tokenizer.ggml.add_space_prefix, sentencepiece's dummy prefix: Code Llama's),
+        which a suffix never had in training; `encode_start` keeps it, for the text that starts a prompt."""
+        if self._adds_space:
+            found = without_space_prefix(self.encode_start, self.piece, text)
+            if found is not None:
+                return found
+        return self.encode_start(text)
+
+    @functools.cached_property
+    def _adds_space(self) -> bool:
+        return without_space_prefix(self.encode_start, self.piece, "") is not None
+
+    def encode_start(self, text: str) -> list[int]:
+        """`text` as llama.cpp tokenizes it on its own: at the start of a prompt (the FIM prefix after <PRE>), where
+        a sentencepiece vocabulary puts its space before the first word, as the model was trained."""
         data = text.encode("utf-8")
         if not data:
             return []

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infill.environment import cache_dir
 from infill.errors import ModelError
 
 if TYPE_CHECKING:
@@ -72,14 +73,6 @@ def require() -> None:
         raise ModelError(
             f"the ONNX Runtime engine needs {', '.join(missing)}: {install_hint('onnx')} (or --engine torch)"
         )
-
-
-def cache_dir() -> Path:
-    """Where exported graphs are kept: $INFILL_CACHE_DIR, else $XDG_CACHE_HOME/infill, else ~/.cache/infill."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "infill"
 
 
 def fingerprint(net: TwoStreamXLNet) -> str:

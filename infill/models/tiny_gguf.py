@@ -46,6 +46,9 @@ class Vocabulary:
     bos: int | None = None
     adds_bos: bool = False
     pre: str = "default"  # the pre-tokenizer llama.cpp applies (its name for the regex)
+    model: str = "gpt2"  # "llama": a sentencepiece vocabulary (scores instead of merges, <0xNN> byte tokens)
+    scores: list[float] | None = None  # a sentencepiece vocabulary's piece scores (higher merges first)
+    unk: int | None = None
 
 
 def gguf_from_folder(folder: str | Path, path: str | Path, *, qtype: str = "f32", name: str | None = None) -> Path:
@@ -102,11 +105,16 @@ def write_gguf(
     else:
         writer.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps") or 1e-6))
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if qtype == "q8_0" else gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(vocab.pre if vocab.pre != "default" else pre)
+    writer.add_tokenizer_model(vocab.model)
     writer.add_token_list(vocab.tokens)
     writer.add_token_types(vocab.types)
-    writer.add_token_merges(vocab.merges)
+    if vocab.model == "gpt2":
+        writer.add_tokenizer_pre(vocab.pre if vocab.pre != "default" else pre)
+        writer.add_token_merges(vocab.merges)
+    if vocab.scores is not None:
+        writer.add_token_scores(vocab.scores)
+    if vocab.unk is not None:
+        writer.add_unk_token_id(vocab.unk)
     if vocab.eos is not None:
         writer.add_eos_token_id(vocab.eos)
     if vocab.bos is not None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -150,6 +150,38 @@ def pretoken_start(tok: Any, text: str) -> int | None:
         return None
     pieces = pre.pre_tokenize_str(text)
     return int(pieces[-1][1][0]) if pieces else None
+
+
+# A text that no piece of a sentencepiece vocabulary joins to what follows it (Llama's vocabulary writes a line
+# break only as the byte token <0x0A>): what `without_space_prefix` tokenizes before a text
+_SEPARATOR = "\n"
+
+
+def without_space_prefix(
+    encode: Callable[[str], list[int]], token_bytes: Callable[[int], bytes], text: str
+) -> list[int] | None:
+    """The tokens of `text` where it follows other text, for a tokenizer `encode` that, as sentencepiece does
+    (Llama and Code Llama vocabularies), puts a space ("▁") before the first word of every text it encodes; None
+    when `encode` adds no such space (its own tokens of `text` are the answer then).
+
+    Code Llama was trained on `<PRE> {prefix} <SUF>{suffix} <MID>`: the space before the prefix, none before the
+    suffix or the middle (Meta's encode_infilling; llama-cpp-python and transformers strip it the same way). The
+    text is tokenized after _SEPARATOR, whose tokens are dropped; if the split does not fall between them (a
+    vocabulary that joins a line break to the text after it), a lone space token in front is dropped instead."""
+    data = text.encode("utf-8")
+    head = encode(_SEPARATOR)
+    if b"".join(token_bytes(t) for t in head) != b" " + _SEPARATOR.encode():
+        return None
+    if not data:
+        return []
+    marked = encode(_SEPARATOR + text)
+    rest = marked[len(head) :]
+    if marked[: len(head)] == head and b"".join(token_bytes(t) for t in rest) == data:
+        return rest
+    plain = encode(text)
+    if plain and token_bytes(plain[0]) == b" " and b"".join(token_bytes(t) for t in plain[1:]) == data:
+        return plain[1:]
+    return plain
 
 
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")

@@ -77,10 +77,20 @@ class TrainConfig:
 def load_texts(paths: Sequence[str | Path], glob: str = "*.py", max_package_bytes: int = 6_000_000) -> list[str]:
     """Texts from files, from directories (files matching `glob`, recursively, sorted), and from corpus
     directories holding a train.jsonl (the AS-ARM corpus layout: only its TRAIN split is read, at most
-    `max_package_bytes` per package, as the AS-ARM's training reads it)."""
+    `max_package_bytes` per package, as the AS-ARM's training reads it). Files that are not UTF-8 text are skipped,
+    as `infill train corpus` skips them; InputError when they were all there was."""
+    from infill.errors import InputError
     from infill.training.corpus import balanced_records
 
     texts: list[str] = []
+    skipped: list[Path] = []
+
+    def read(file: Path) -> None:
+        try:
+            texts.append(file.read_bytes().decode("utf-8"))
+        except (OSError, UnicodeDecodeError):  # a binary or Latin-1 file: training on U+FFFD teaches nothing
+            skipped.append(file)
+
     for raw in paths:
         path = Path(raw)
         if path.is_dir() and (path / "train.jsonl").exists():
@@ -88,10 +98,16 @@ def load_texts(paths: Sequence[str | Path], glob: str = "*.py", max_package_byte
         elif path.is_dir():
             for file in sorted(path.rglob(glob)):
                 if file.is_file():
-                    texts.append(file.read_text(encoding="utf-8", errors="replace"))
+                    read(file)
         elif path.is_file():
-            texts.append(path.read_text(encoding="utf-8", errors="replace"))
-    return [t for t in texts if t.strip()]
+            read(path)
+    usable = [t for t in texts if t.strip()]
+    if skipped and not usable:
+        raise InputError(
+            f"no training text in {', '.join(str(p) for p in paths)}: {len(skipped)} file(s) skipped, not UTF-8 "
+            f"text (the first: {skipped[0]})"
+        )
+    return usable
 
 
 def load_init(folder: Path) -> tuple[Any, Any, ModelShape, dict[str, Any]]:

@@ -410,10 +410,28 @@ def build_corpus(
 
 
 def read_split(corpus_dir: Path, split: str) -> Iterator[dict[str, str]]:
-    """Records of `split` ('train' or 'heldout') in file order."""
-    with open(corpus_dir / f"{split}.jsonl", encoding="utf-8") as f:
-        for line in f:
-            yield json.loads(line)
+    """Records of `split` ('train' or 'heldout') in file order. InputError (exit 2, one line) for a folder that is
+    not a corpus (no such file: an empty folder, a folder of source files) and for a file that is not one a corpus
+    holds (a line that is not a record)."""
+    path = Path(corpus_dir) / f"{split}.jsonl"
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed by the `with` below, once its errors are told apart
+    except FileNotFoundError:
+        raise InputError(
+            f"{corpus_dir} is not a corpus folder: it has no {split}.jsonl (build one with "
+            f"`infill train corpus --out {corpus_dir}`)"
+        ) from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with f:
+        for number, line in enumerate(f, 1):
+            try:
+                record = json.loads(line)  # bytes: UTF-8 (a corpus's encoding), else a ValueError
+            except ValueError:  # JSONDecodeError, UnicodeDecodeError
+                record = None
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise InputError(f"{path}:{number}: not a corpus record (a JSON object with its text)")
+            yield record
 
 
 def heldout_files(corpus_dir: Path) -> list[Path]:

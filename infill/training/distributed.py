@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-TIMEOUT_ENV = "INFILL_DIST_TIMEOUT"
-DEFAULT_TIMEOUT_S = 600.0  # longer than rank 0's held-out evaluation and checkpoint, while the others wait
+TIMEOUT_ENV = "INFILL_DIST_TIMEOUT"  # default 600 s (infill.environment): longer than rank 0's held-out
+# evaluation and checkpoint, while the others wait
 
 
 class DistributedError(InfillError):
@@ -202,17 +202,12 @@ def _loss_module(module: torch.nn.Module, loss: Callable[..., Any]) -> torch.nn.
 
 
 def timeout_seconds(environ: Mapping[str, str] | None = None) -> float:
-    """How long a process waits for the others in one collective before the run fails ($INFILL_DIST_TIMEOUT)."""
-    raw = (os.environ if environ is None else environ).get(TIMEOUT_ENV, "")
-    if not raw:
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise InputError(f"{TIMEOUT_ENV}={raw!r}: give the timeout in seconds, a positive number")
-    return value
+    """How long a process waits for the others in one collective before the run fails ($INFILL_DIST_TIMEOUT;
+    InputError for a value that is not a positive number of seconds)."""
+    from infill import environment
+
+    value = environment.read(TIMEOUT_ENV, environ)
+    return float(environment.BY_NAME[TIMEOUT_ENV].default if value is None else value)
 
 
 _TRANSPORT = (
