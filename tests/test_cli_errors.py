@@ -175,7 +175,7 @@ def test_the_float_options_are_found() -> None:
         ("infill train asarm", "--lr"),
         ("infill train block-diffusion", "--fim-rate"),
         ("infill train ptp", "--teacher-share"),
-        ("infill train ssmd", "--time-limit"),
+        ("infill train ssmd", "--minutes"),
         ("infill fill", "--temperature"),
     ]:
         assert expected in found, expected
