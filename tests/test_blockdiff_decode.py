@@ -15,7 +15,7 @@ from infill.errors import DecodeError, ModelError
 from infill.models.blockdiff import BlockDiffModel, load_folder
 from infill.models.registry import LoadedModel
 from infill.models.tiny import tiny_blockdiff_checkpoint as tiny_checkpoint
-from tests.fixtures_bd import END, MASK, V, tiny_backend
+from tests.fixtures_bd import END, MASK, V, memoize_forwards, tiny_backend
 from tests.fixtures_stats import mixture_power, pooled_p_value
 
 torch.set_num_threads(1)
@@ -192,6 +192,24 @@ def verifier_reference(bk: BlockDiffModel, prompt: torch.Tensor, n: int, block: 
     return ids[len(prompt) :]
 
 
+def test_memoized_forwards_decode_as_fresh_ones() -> None:
+    """The enumeration test's memoized backend (fixtures_bd.memoize_forwards) draws what the plain one draws, pass
+    for pass: the same fills and the same forward counts from the same generator, for S2D2 (prefill, drafts,
+    verifies, commits) and for confidence decoding, replays included (the second round)."""
+    plain, memo = tiny_backend("qwen3", end=False), memoize_forwards(tiny_backend("qwen3", end=False))
+    base = dict(block_size=4, temperature=1.0, top_k=3)
+    configs = [DecodeConfig(decoder="s2d2", routing="always", **base), DecodeConfig(decoder="confidence", **base)]  # type: ignore[arg-type]
+    for cfg in configs:
+        runs = []
+        for bk in (plain, memo, memo):
+            g = torch.Generator().manual_seed(5)
+            runs.append([generate(bk, PROMPT[:6], 6, cfg, g) for _ in range(8)])
+        for fresh, *replayed in zip(*runs, strict=True):
+            for again in replayed:
+                assert torch.equal(fresh[0], again[0])
+                assert (fresh[1].nfe, fresh[1].extra["forwards"]) == (again[1].nfe, again[1].extra["forwards"])
+
+
 def test_s2d2_sampling_follows_the_verifiers_joint_by_enumeration() -> None:
     """S2D2 verifying every step samples the block-size-1 verifier's joint exactly (top-k 3 keeps the support
     small enough to enumerate: 3^3 fillings); static two-tokens-per-step confidence decoding, which samples
@@ -202,7 +220,7 @@ def test_s2d2_sampling_follows_the_verifiers_joint_by_enumeration() -> None:
 
     from infill.decoding.sampling import probs
 
-    bk = tiny_backend("qwen3", end=False)
+    bk = memoize_forwards(tiny_backend("qwen3", end=False))  # thousands of decodes, a few hundred passes
     prompt, n, block, samples = PROMPT[:4], 3, 4, 1000
     joint: dict[tuple[int, ...], float] = {}
 

@@ -94,7 +94,7 @@ def _carry_two_heldout_files(tmp_path: Path) -> tuple[Path, str, list[str]]:
 @pytest.mark.slow
 def test_smoke_rehearsal_end_to_end(tmp_path: Path) -> None:
     """Both jobs side by side (`--job both`): the AS-ARM continues the shipped model at the batch the probe
-        measured best, and the block-diffusion model trains beside it; the trainers stop after the smoke plan's 20
+        measured best, and the block-diffusion model trains beside it; the trainers stop after the smoke plan's 6
         steps (about a minute in all on an idle 2-core machine); the 3-minute deadline is only there so a loaded
         machine still trains a step before it. The corpus leaves out the packages of the held-out split and every
     version of its files, and trains on the carried training file of the package it left out."""

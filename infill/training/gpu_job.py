@@ -107,8 +107,11 @@ def run_trainers(commands: dict[str, list[str]], logs: Path, deadline: float, re
         say(f"start {name}: {' '.join(cmd[1:])}")
         with open(logs / f"{name}.log", "w") as log:
             procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    while any(p.poll() is None for p in procs.values()) and time.time() < deadline:
-        time.sleep(2)
+    for p in procs.values():  # until every trainer ended, or the deadline
+        try:
+            p.wait(max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            break
     for name, p in procs.items():
         if p.poll() is None:
             report.failures.append(f"{name} still running at the deadline: stopped")

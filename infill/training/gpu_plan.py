@@ -97,7 +97,7 @@ class Plan:
             bd_warmup=5,
             shape=Shape(2, 64, 2, 128),
             reserve_s=25.0,
-            steps=20,  # a rehearsal of the stages, not of the deadline: each trainer stops after 20 steps
+            steps=6,  # a rehearsal of the stages, not of the deadline: each trainer stops after 6 steps
         )
 
     @property
