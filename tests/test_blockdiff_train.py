@@ -214,7 +214,7 @@ def test_training_from_a_pack_in_bf16_shards(tmp_path: Path) -> None:
 
     def one_line_error(extra: list[str]) -> str:
         result = CliRunner().invoke(main, ["train", "block-diffusion", *extra])
-        errors = [line for line in result.stderr.splitlines() if line.startswith("infill: error:")]
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
         assert result.exit_code == 2 and len(errors) == 1 and "Traceback" not in result.output, result.output
         return errors[0]
 

@@ -56,7 +56,7 @@ def test_refuses_what_it_cannot_use(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["eval", "calibrate", str(bad)])
     assert r.exit_code == 2 and "not an infill eval report" in r.stderr and r.stderr.count("\n") == 1
     # the same form as every other command's error (infill.commands.shell.error_report), not `infill eval: ...`
-    assert r.stderr.startswith("infill: error: "), r.stderr
+    assert r.stderr.startswith("error: "), r.stderr
 
 
 def test_test_share_keeps_whole_files_out_of_the_fit(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ def test_input_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["train", "block-diffusion", "--data", str(empty), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert lines == [f"infill: error: no training text found in {empty} (pattern *.py)"]
+    assert lines == [f"error: no training text found in {empty} (pattern *.py)"]
     assert not (tmp_path / "o").exists()
 
 
@@ -64,7 +64,7 @@ def test_a_path_of_the_wrong_kind_is_one_clear_line(args: list[str], needle: str
     result = CliRunner().invoke(main, argv, catch_exceptions=False)
     assert result.exit_code == 2, result.output
     (line,) = [x for x in result.stderr.splitlines() if x.strip()]
-    assert line.startswith(("error: ", "infill: error: ")) and needle in line, line
+    assert line.startswith("error: ") and needle in line, line
     assert "Errno" not in line
     assert (tmp_path / "a-file").read_text() == "keep me"
 
@@ -87,7 +87,7 @@ def test_a_folder_that_is_no_model_says_why_in_plain_words(tmp_path: Path) -> No
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 123, result.output
     (line,) = result.stderr.splitlines()
-    assert line == f"infill: error: cannot read {tmp_path / 'config.json'}: No such file or directory", line
+    assert line == f"error: cannot read {tmp_path / 'config.json'}: No such file or directory", line
 
 
 def test_unexpected_exception_is_one_line_and_exit_123(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,7 +101,7 @@ def test_unexpected_exception_is_one_line_and_exit_123(tmp_path: Path, monkeypat
     args = ["train", "block-diffusion", "--data", str(tmp_path), "--out", str(tmp_path / "o")]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 123
-    assert result.stderr.strip() == "infill: internal error: RuntimeError: kaput (INFILL_DEBUG=1 shows where)"
+    assert result.stderr.strip() == "error: internal error: RuntimeError: kaput (INFILL_DEBUG=1 shows where)"
     assert "Traceback" not in result.stderr
 
 
@@ -121,9 +121,9 @@ def test_debug_env_shows_the_exception(tmp_path: Path, monkeypatch: pytest.Monke
 @pytest.mark.parametrize(
     ("error", "code", "line"),
     [
-        (RuntimeError("kaput\n  at layer 3\n"), 123, "infill: internal error: RuntimeError: kaput (INFILL_DEBUG=1"),
-        (ValueError("\nshape mismatch: [2, 3]\nvs [3, 2]"), 123, "infill: internal error: ValueError: shape mismatch"),
-        (OSError("disk full\nwhile writing"), 2, "infill: error: disk full"),
+        (RuntimeError("kaput\n  at layer 3\n"), 123, "error: internal error: RuntimeError: kaput (INFILL_DEBUG=1"),
+        (ValueError("\nshape mismatch: [2, 3]\nvs [3, 2]"), 123, "error: internal error: ValueError: shape mismatch"),
+        (OSError("disk full\nwhile writing"), 2, "error: disk full"),
     ],
 )
 def test_multi_line_messages_are_cut_to_one_line(

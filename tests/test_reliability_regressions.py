@@ -250,7 +250,7 @@ def test_item03_an_unreadable_context_file_is_an_input_error(tmp_path: Path, mon
         context.chmod(0o644)
     assert r.exit_code == 2 and r.stdout == ""
     (line,) = r.stderr.splitlines()
-    assert line.startswith("infill: error: ") and "cannot read --context file" in line
+    assert line.startswith("error: ") and "cannot read --context file" in line
     assert p.read_text() == SIMPLE
 
 
@@ -269,7 +269,7 @@ def test_item03_filter_mode_echoes_input_on_an_unexpected_error(monkeypatch: pyt
     assert (r.exit_code, r.stdout_bytes, r.stderr) == (123, FILTER_SOURCE.encode(), "")
     rv = CliRunner().invoke(main, [*args, "-v"], FILTER_SOURCE.encode())
     assert rv.exit_code == 123 and rv.stdout_bytes == FILTER_SOURCE.encode()
-    assert rv.stderr.splitlines() == ["infill: internal error: RuntimeError: a bug (INFILL_DEBUG=1 shows where)"]
+    assert rv.stderr.splitlines() == ["error: internal error: RuntimeError: a bug (INFILL_DEBUG=1 shows where)"]
     rd = CliRunner().invoke(main, [*args, "--diff"], FILTER_SOURCE.encode())
     assert rd.exit_code == 123 and rd.stdout == ""  # not the filter: no echo, the group's one line
 

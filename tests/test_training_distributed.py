@@ -249,7 +249,7 @@ def test_a_lost_process_ends_the_run_with_one_clear_error(asarm_data: list[str],
     if how == "killed":  # torchrun names the lost process (rank 0's own line may be cut short by its SIGTERM)
         assert "Signal 9 (SIGKILL) received by PID" in output, output
     else:
-        lines = [x for x in output.splitlines() if x.startswith("infill: error: rank 0 of 2:")]
+        lines = [x for x in output.splitlines() if x.startswith("error: rank 0 of 2:")]
         assert lines, output
         assert "did not answer within 5 s" in lines[0] and "resume" in lines[0], output
 

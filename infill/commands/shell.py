@@ -37,10 +37,10 @@ def error_report(exc: Exception) -> tuple[str, int]:
     from infill.errors import ExitCode, InfillError, one_line
 
     if isinstance(exc, InfillError):
-        return f"infill: error: {one_line(str(exc))}", exc.exit_code
+        return f"error: {one_line(str(exc))}", exc.exit_code
     if isinstance(exc, OSError):
-        return f"infill: error: {one_line(str(exc))}", ExitCode.USAGE
-    line = f"infill: internal error: {type(exc).__name__}: {one_line(str(exc))} (INFILL_DEBUG=1 shows where)"
+        return f"error: {one_line(str(exc))}", ExitCode.USAGE
+    line = f"error: internal error: {type(exc).__name__}: {one_line(str(exc))} (INFILL_DEBUG=1 shows where)"
     return line, ExitCode.INTERNAL
 
 
