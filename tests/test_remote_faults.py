@@ -383,3 +383,28 @@ def test_a_prompt_over_the_servers_context_gets_a_hint_and_max_context_fits_it(t
         held(r.stdout, r.stderr)
         assert r.exit_code == 0 and path.read_text() != source, r.stderr
         assert len(prompts[-1]) <= 1000
+
+
+def test_llama_servers_log_probabilities_score_the_fill(tmp_path: Path) -> None:
+    """llama.cpp's llama-server answers /v1/completions with `logprobs: {"content": [{"token", "logprob", ...}]}`
+    (the shape of OpenAI's chat API), not `tokens` and `token_logprobs`: its fills scored 0 (certain), so
+    candidates were not ranked and --min-confidence passed anything."""
+    pieces = [("    ", -0.25), ("x", -0.5), (" =", -1.0), (" 1", -2.0)]
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/v1/completions"):
+            content = [
+                {"id": i, "token": t, "bytes": list(t.encode()), "logprob": v, "top_logprobs": []}
+                for i, (t, v) in enumerate(pieces)
+            ]
+            text = "".join(t for t, _ in pieces)
+            handler.send(200, {"choices": [{"text": text, "index": 0, "logprobs": {"content": content}}]})
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(answer):
+        code, stdout, stderr = fill(tmp_path, server.url + "#qwen-fake", "--format", "json")
+        assert code == 0, stderr
+        result = json.loads(stdout)
+        assert result["edits"][0]["text"] == "    x = 1"
+        assert result["edits"][0]["score"] == pytest.approx(-3.75)
