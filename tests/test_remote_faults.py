@@ -408,3 +408,19 @@ def test_llama_servers_log_probabilities_score_the_fill(tmp_path: Path) -> None:
         result = json.loads(stdout)
         assert result["edits"][0]["text"] == "    x = 1"
         assert result["edits"][0]["score"] == pytest.approx(-3.75)
+
+
+def test_a_redirect_is_named_not_followed(tmp_path: Path) -> None:
+    """A proxy sending http:// to https:// (301) was "answered malformed JSON"; now the line names the redirect and
+    where it points. It is not followed: the file's text goes only where --model says."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        handler.send_response(301)
+        handler.send_header("Location", f"https://gpu-box.example{path}")
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    for server in serve(answer):
+        line = fails(tmp_path, server.url + "#qwen-fake")
+        assert "HTTP 301, a redirect to https://gpu-box.example/v1/models" in line, line
+        assert len(server.seen) == 1

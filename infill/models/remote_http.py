@@ -202,7 +202,7 @@ class Client:
         for attempt in range(RETRIES + 1):
             started = time.perf_counter()
             try:
-                status, answer, retry_after = self._once(method, path, data, headers)
+                status, answer, retry_after, location = self._once(method, path, data, headers)
             finally:
                 self.waited += time.perf_counter() - started
                 self.requests += 1
@@ -219,6 +219,11 @@ class Client:
             )
         if status in (429, 503):
             raise RemoteError(f"model server {where} is busy (HTTP {status}) after {RETRIES + 1} tries")
+        if 300 <= status < 400:  # not followed: the file's text goes only where --model says (https, this host)
+            to = f" to {self.scrub(location)[:200]}" if location else ""
+            raise RemoteError(
+                f"model server {where} answered HTTP {status}, a redirect{to}; give the address it names in --model"
+            )
         if status >= 400:
             reason = self._reason(answer)
             hint = ""
@@ -272,8 +277,8 @@ class Client:
 
     def _once(
         self, method: str, path: str, data: bytes | None, headers: dict[str, str]
-    ) -> tuple[int, bytes, float | None]:
-        """(status, body, Retry-After seconds or None) of one request; RemoteError when there is no answer. A kept
+    ) -> tuple[int, bytes, float | None, str | None]:
+        """(status, body, Retry-After seconds or None, Location or None) of one request; RemoteError when there is no answer. A kept
         connection the server closed meanwhile is opened again once."""
         where = self.target.base
         full = self.target.root + path
@@ -291,7 +296,7 @@ class Client:
                 retry = _retry_after(response.getheader("Retry-After"))
                 if response.getheader("Connection", "").lower() == "close":
                     self._drop()
-                return response.status, body, retry
+                return response.status, body, retry, response.getheader("Location")
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
                 self._drop()
                 if fresh:
