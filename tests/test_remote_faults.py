@@ -424,3 +424,30 @@ def test_a_redirect_is_named_not_followed(tmp_path: Path) -> None:
         line = fails(tmp_path, server.url + "#qwen-fake")
         assert "HTTP 301, a redirect to https://gpu-box.example/v1/models" in line, line
         assert len(server.seen) == 1
+
+
+def test_a_kept_model_sends_the_key_file_as_it_is_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that keeps the model loaded (the daemon, `infill lsp`) read the key once: a rotated key file's old
+    key went on being sent (401 until a restart), and a relative --api-key-file named the first project's file
+    for every project. The model is kept here as there: the cache is not cleared between the fills."""
+    monkeypatch.delenv("INFILL_API_KEY")
+    one, two = tmp_path / "one", tmp_path / "two"
+    for folder, key in ((one, "sk-one"), (two, "sk-two")):
+        folder.mkdir()
+        (folder / "key").write_text(key + "\n")
+        (folder / "m.py").write_text(SOURCE)
+    for server in serve(healthy):
+        api.clear_model_cache()
+
+        def sent(folder: Path, server: FakeServer = server) -> set[str]:
+            monkeypatch.chdir(folder)
+            server.seen.clear()
+            argv = ["fill", "m.py", "--span", "2", "--model", server.url + "#qwen-fake", "--api-key-file", "key"]
+            r = CliRunner().invoke(main, argv)
+            assert r.exit_code == 0, r.stderr
+            return {s[2].get("Authorization", "") for s in server.seen}
+
+        assert sent(one) == {"Bearer sk-one"}
+        assert sent(two) == {"Bearer sk-two"}
+        (one / "key").write_text("sk-rotated\n")
+        assert sent(one) == {"Bearer sk-rotated"}

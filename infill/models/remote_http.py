@@ -22,6 +22,7 @@ import os
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -146,11 +147,16 @@ def read_timeout() -> float:
 
 class Client:
     """JSON over HTTP to one server: a kept-alive connection per thread, timeouts, the bounded retry, and errors
-    that never hold the key. `waited` counts the seconds spent on requests (the server's share of a fill)."""
+    that never hold the key. `waited` counts the seconds spent on requests (the server's share of a fill).
 
-    def __init__(self, target: Target, key: str | None, timeout: float) -> None:
+    `key` is asked for the API key at each request (`api_key` of the model's spec): a long-lived server (the
+    daemon, `infill lsp`) keeps this client, and must send a rotated key file's new key, and for a relative
+    --api-key-file the file of the directory the request runs in, as a new process would."""
+
+    def __init__(self, target: Target, key: Callable[[], str | None], timeout: float) -> None:
         self.target = target
         self._key = key
+        self._keys_sent: set[str] = set()
         self.timeout = timeout
         self._local = threading.local()
         self._context = ssl.create_default_context() if target.https else None  # verifies certificate and host
@@ -159,7 +165,9 @@ class Client:
 
     def scrub(self, text: str) -> str:
         """`text` without the API key in it."""
-        return text.replace(self._key, "***") if self._key else text
+        for key in sorted(self._keys_sent, key=len, reverse=True):
+            text = text.replace(key, "***")
+        return text
 
     def _connection(self) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
@@ -196,8 +204,10 @@ class Client:
         headers = {"Accept": "application/json", "User-Agent": "infill"}
         if data is not None:
             headers["Content-Type"] = "application/json"
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
+        key = self._key()
+        if key:
+            self._keys_sent.add(key)
+            headers["Authorization"] = f"Bearer {key}"
         where = self.target.base
         for attempt in range(RETRIES + 1):
             started = time.perf_counter()
@@ -278,8 +288,8 @@ class Client:
     def _once(
         self, method: str, path: str, data: bytes | None, headers: dict[str, str]
     ) -> tuple[int, bytes, float | None, str | None]:
-        """(status, body, Retry-After seconds or None, Location or None) of one request; RemoteError when there is no answer. A kept
-        connection the server closed meanwhile is opened again once."""
+        """(status, body, Retry-After seconds or None, Location or None) of one request; RemoteError when there is
+        no answer. A kept connection the server closed meanwhile is opened again once."""
         where = self.target.base
         full = self.target.root + path
         for fresh in (False, True):

@@ -59,7 +59,7 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
     if spec.revision is not None or spec.mask_token is not None:
         flag = "--revision" if spec.revision is not None else "--mask-token"
         raise InputError(f"{flag} applies to model folders; {target.base} is a model server")
-    client = Client(target, api_key(spec), read_timeout())
+    client = Client(target, lambda: api_key(spec), read_timeout())
     listed = _models(client)
     model = target.model
     if model is None:
