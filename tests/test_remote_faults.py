@@ -121,12 +121,12 @@ def test_busy_then_answering_is_retried_after_retry_after(tmp_path: Path) -> Non
 def test_always_busy_gives_up(tmp_path: Path) -> None:
     def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
         if path.endswith("/completions"):
-            handler.send(503, {"error": "busy"}, {"Retry-After": "0"})
+            handler.send(503, {"error": {"code": 503, "message": "Loading model"}}, {"Retry-After": "0"})
         else:
             healthy(handler, path, body)
 
-    for server in serve(answer):
-        assert "is busy (HTTP 503) after 4 tries" in fails(tmp_path, server.url + "#qwen-fake")
+    for server in serve(answer):  # llama-server while it loads its model: the line says why it is busy
+        assert "is busy (HTTP 503: Loading model) after 4 tries" in fails(tmp_path, server.url + "#qwen-fake")
         assert sum(s[1].endswith("/completions") for s in server.seen) == 4
 
 

@@ -228,7 +228,10 @@ class Client:
                 "--api-key-file"
             )
         if status in (429, 503):
-            raise RemoteError(f"model server {where} is busy (HTTP {status}) after {RETRIES + 1} tries")
+            # llama-server answers 503 "Loading model" while it starts: say so, the user then knows to wait
+            raise RemoteError(
+                f"model server {where} is busy (HTTP {status}{self._reason(answer)}) after {RETRIES + 1} tries"
+            )
         if 300 <= status < 400:  # not followed: the file's text goes only where --model says (https, this host)
             to = f" to {self.scrub(location)[:200]}" if location else ""
             raise RemoteError(
