@@ -468,3 +468,20 @@ def test_a_wrong_base_url_is_named_as_one(tmp_path: Path) -> None:
     for server in serve(healthy):
         code, _, stderr = fill(tmp_path, server.url + "#m")
         assert code == ExitCode.USAGE and "add ;fim=FAMILY" in stderr and "base URL" not in stderr, stderr
+
+
+def test_an_empty_key_file_name_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--api-key-file "$UNSET"` sent no key at all, and the server's 401 then said to give --api-key-file. The flag
+    and the server's parameter refuse an empty name, as every other path flag does."""
+    from infill.server.dispatch import Dispatcher
+
+    monkeypatch.delenv("INFILL_API_KEY")
+    for server in serve(healthy):
+        code, _, stderr = fill(tmp_path, server.url + "#qwen-fake", "--api-key-file", "")
+        assert code == ExitCode.USAGE and "'--api-key-file': is empty" in stderr, stderr
+        assert not server.seen and (tmp_path / "m.py").read_text() == SOURCE
+        params = {"text": SOURCE, "span": "2", "model": server.url + "#qwen-fake", "api_key_file": ""}
+        line = json.dumps({"id": 1, "method": "fill", "params": params}).encode()
+        error = json.loads(Dispatcher().handle_line(line))["error"]
+        assert error["code"] == "input_error" and error["message"] == '"api_key_file" is empty (an unset variable?)'
+        assert not server.seen
