@@ -141,7 +141,7 @@ def test_a_refused_key_and_an_error_quoting_it(tmp_path: Path) -> None:
             healthy(handler, path, body)
 
     for server in serve(answer):
-        assert "refused the request (HTTP 401)" in fails(tmp_path, server.url + "#qwen-fake")
+        assert "refused the API key of $INFILL_API_KEY (HTTP 401)" in fails(tmp_path, server.url + "#qwen-fake")
 
     def quoting(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
         if path.endswith("/completions"):
@@ -485,3 +485,24 @@ def test_an_empty_key_file_name_is_a_usage_error(tmp_path: Path, monkeypatch: py
         error = json.loads(Dispatcher().handle_line(line))["error"]
         assert error["code"] == "input_error" and error["message"] == '"api_key_file" is empty (an unset variable?)'
         assert not server.seen
+
+
+def test_a_refused_key_names_where_it_came_from_and_the_flag_beats_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 401 told the user to set the key even when one was sent, and never which one; docs/server.md promises the
+    line says where the key comes from. And $INFILL_API_KEY (an old key left in a shell) silently won over an
+    --api-key-file given on the command line; a flag given beats the environment, as in other tools."""
+    (tmp_path / "key").write_text("sk-from-the-file\n")
+
+    def refusing(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        handler.send(401, {"error": {"message": "Invalid API Key"}})
+
+    for server in serve(refusing):
+        line = fails(tmp_path, server.url + "#qwen-fake", "--api-key-file", str(tmp_path / "key"))
+        assert f"refused the API key of --api-key-file {tmp_path / 'key'} (HTTP 401)" in line
+        assert server.seen[-1][2].get("Authorization") == "Bearer sk-from-the-file"
+        monkeypatch.delenv("INFILL_API_KEY")
+        line = fails(tmp_path, server.url + "#qwen-fake")
+        assert "(HTTP 401): it wants an API key: set $INFILL_API_KEY or use --api-key-file" in line
+        assert "Authorization" not in server.seen[-1][2]

@@ -118,14 +118,26 @@ def loopback(host: str) -> bool:
         return False
 
 
-def api_key(spec: ModelSpec) -> str | None:
-    """The API key: $INFILL_API_KEY, else the first line of the file --api-key-file or $INFILL_API_KEY_FILE names;
-    None when there is none. InputError (without the key) for a file that cannot be read."""
-    if os.environ.get(KEY_ENV):
-        return os.environ[KEY_ENV].strip()
-    path = spec.api_key_file or os.environ.get(KEY_FILE_ENV)
-    if not path:
-        return None
+@dataclass(frozen=True)
+class ApiKey:
+    value: str
+    source: str  # where it came from, for the line of a server that refuses it (never the key itself)
+
+
+def api_key(spec: ModelSpec) -> ApiKey | None:
+    """The API key: the first line of the file --api-key-file names, else $INFILL_API_KEY, else the first line of
+    the file $INFILL_API_KEY_FILE names (a flag given beats the environment, as everywhere); None when there is
+    none. InputError (without the key) for a file that cannot be read."""
+    if spec.api_key_file:
+        return ApiKey(_key_file(spec.api_key_file), f"--api-key-file {spec.api_key_file}")
+    if os.environ.get(KEY_ENV, "").strip():
+        return ApiKey(os.environ[KEY_ENV].strip(), f"${KEY_ENV}")
+    path = os.environ.get(KEY_FILE_ENV)
+    return ApiKey(_key_file(path), f"${KEY_FILE_ENV} ({path})") if path else None
+
+
+def _key_file(path: str) -> str:
+    """The first line of the key file `path`; InputError (without the key) for one that cannot be read."""
     try:
         text = Path(path).expanduser().read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -153,7 +165,7 @@ class Client:
     daemon, `infill lsp`) keeps this client, and must send a rotated key file's new key, and for a relative
     --api-key-file the file of the directory the request runs in, as a new process would."""
 
-    def __init__(self, target: Target, key: Callable[[], str | None], timeout: float) -> None:
+    def __init__(self, target: Target, key: Callable[[], ApiKey | None], timeout: float) -> None:
         self.target = target
         self._key = key
         self._keys_sent: set[str] = set()
@@ -205,9 +217,9 @@ class Client:
         if data is not None:
             headers["Content-Type"] = "application/json"
         key = self._key()
-        if key:
-            self._keys_sent.add(key)
-            headers["Authorization"] = f"Bearer {key}"
+        if key is not None:
+            self._keys_sent.add(key.value)
+            headers["Authorization"] = f"Bearer {key.value}"
         where = self.target.base
         for attempt in range(RETRIES + 1):
             started = time.perf_counter()
@@ -223,10 +235,12 @@ class Client:
         if (status in (404, 405) and absent_ok) or (status in (400, 422, 500) and refused_ok):
             return None
         if status in (401, 403):
-            raise RemoteError(
-                f"model server {where} refused the request (HTTP {status}): set the API key in ${KEY_ENV} or "
-                "--api-key-file"
-            )
+            if key is None:
+                raise RemoteError(
+                    f"model server {where} refused the request (HTTP {status}): it wants an API key: set ${KEY_ENV} "
+                    "or use --api-key-file"
+                )
+            raise RemoteError(f"model server {where} refused the API key of {key.source} (HTTP {status})")
         if status in (429, 503):
             # llama-server answers 503 "Loading model" while it starts: say so, the user then knows to wait
             raise RemoteError(
