@@ -456,7 +456,8 @@ def test_a_kept_model_sends_the_key_file_as_it_is_now(tmp_path: Path, monkeypatc
 def test_a_wrong_base_url_is_named_as_one(tmp_path: Path) -> None:
     """An address that is no OpenAI-compatible API (a wrong path, another program on the port) answers 404 to
     everything: the error asked for ;fim=FAMILY, which then failed anew. It now says the models list is not there
-    either; a server that lists its models does not get that hint."""
+    either, and a completion's bare 404 (an endpoint pasted as the base URL) asks the same; a server that lists its
+    models does not get that hint."""
 
     def nothing(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
         handler.send(404, b"404 page not found")
@@ -465,6 +466,8 @@ def test_a_wrong_base_url_is_named_as_one(tmp_path: Path) -> None:
         code, _, stderr = fill(tmp_path, server.url.replace("/v1", "/api/v1") + "#m")
         assert code == ExitCode.USAGE and len(stderr.splitlines()) == 1, stderr
         assert "/api/v1/models is not found: is that the API's base URL?" in stderr
+        line = fails(tmp_path, server.url + "/completions#m;fim=qwen")  # an endpoint pasted: the completion's 404
+        assert "answered HTTP 404; is http://127.0.0.1" in line and "/v1/completions the API's base URL?" in line
     for server in serve(healthy):
         code, _, stderr = fill(tmp_path, server.url + "#m")
         assert code == ExitCode.USAGE and "add ;fim=FAMILY" in stderr and "base URL" not in stderr, stderr

@@ -256,6 +256,8 @@ class Client:
             hint = ""
             if status == 400 and "context" in reason.lower():  # llama-server: "exceeds the available context size"
                 hint = " (--max-context N sends at most N tokens of the file and fill)"
+            elif status == 404 and reason.lower() in ("", ": not found"):  # no such path (vLLM names a wrong model)
+                hint = f"; is {where} the API's base URL?"
             raise RemoteError(f"model server {where} answered HTTP {status}{reason}{hint}")
         try:
             decoded = json.loads(answer.decode("utf-8"))
