@@ -509,3 +509,32 @@ def test_a_refused_key_names_where_it_came_from_and_the_flag_beats_the_environme
         line = fails(tmp_path, server.url + "#qwen-fake")
         assert "(HTTP 401): it wants an API key: set $INFILL_API_KEY or use --api-key-file" in line
         assert "Authorization" not in server.seen[-1][2]
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "hint"),
+    [
+        (18, "self-signed certificate", True),
+        (20, "unable to get local issuer certificate", True),
+        (62, "Hostname mismatch, certificate is not valid for 'gpu-box'.", False),
+    ],
+)
+def test_an_untrusted_certificate_says_why_and_how_to_trust_a_teams_own_authority(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, message: str, hint: bool
+) -> None:
+    """A server with a certificate of the team's own authority failed as "TLS failed (CERTIFICATE_VERIFY_FAILED)",
+    which says neither what is wrong nor that SSL_CERT_FILE trusts that authority. A hostname mismatch gets no
+    such hint (trusting more would not help). The handshake's failure is OpenSSL's, raised where it connects."""
+    import http.client
+    import ssl
+
+    def refuse(self: http.client.HTTPSConnection) -> None:
+        error = ssl.SSLCertVerificationError(1, f"[SSL: CERTIFICATE_VERIFY_FAILED] {message}")
+        error.verify_code, error.verify_message = code, message
+        error.library, error.reason = "SSL", "CERTIFICATE_VERIFY_FAILED"  # as the ssl module sets them
+        raise error
+
+    monkeypatch.setattr(http.client.HTTPSConnection, "connect", refuse)
+    line = fails(tmp_path, "https://gpu-box.example:8000/v1#m")
+    assert f"https://gpu-box.example:8000/v1: its certificate is not trusted ({message})" in line
+    assert ("set SSL_CERT_FILE to its PEM file" in line) == hint

@@ -46,6 +46,9 @@ READ_TIMEOUT = 60.0  # seconds to wait for an answer (a long fill on a busy serv
 RETRIES = 3  # further tries after a 429 or 503
 MAX_WAIT = 30.0  # the longest Retry-After honoured
 SCHEMES = ("http://", "https://")
+# OpenSSL's verify codes for a certificate whose issuer the store does not hold: unable to get the issuer, self-signed
+# (leaf or in the chain), unable to get the local issuer
+UNKNOWN_ISSUER = frozenset({2, 18, 19, 20})
 
 
 def is_remote(name: str) -> bool:
@@ -333,6 +336,13 @@ class Client:
             except TimeoutError:
                 self._drop()
                 raise RemoteError(f"model server {where} did not answer within {self.timeout:g} s") from None
+            except ssl.SSLCertVerificationError as exc:
+                self._drop()
+                own = exc.verify_code in UNKNOWN_ISSUER  # a team's own certificate authority, most often
+                hint = "; for a certificate authority of your own, set SSL_CERT_FILE to its PEM file" if own else ""
+                raise RemoteError(
+                    f"model server {where}: its certificate is not trusted ({exc.verify_message}){hint}"
+                ) from None
             except ssl.SSLError as exc:
                 self._drop()
                 raise RemoteError(f"model server {where}: TLS failed ({self.scrub(exc.reason or str(exc))})") from None
