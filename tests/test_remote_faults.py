@@ -538,3 +538,13 @@ def test_an_untrusted_certificate_says_why_and_how_to_trust_a_teams_own_authorit
     line = fails(tmp_path, "https://gpu-box.example:8000/v1#m")
     assert f"https://gpu-box.example:8000/v1: its certificate is not trusted ({message})" in line
     assert ("set SSL_CERT_FILE to its PEM file" in line) == hint
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "[::ffff:127.0.0.1]"])
+def test_addresses_that_reach_this_machine_need_no_http_opt_in(tmp_path: Path, host: str) -> None:
+    """llama-server started with --host 0.0.0.0 (as docs/server.md runs it) prints http://0.0.0.0:8080; that
+    address, and an IPv4-mapped loopback one, reach this machine, and were refused as "plain http to another
+    machine"."""
+    for server in serve(healthy):
+        code, _, stderr = fill(tmp_path, server.url.replace("127.0.0.1", host) + "#qwen-fake")
+        assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), stderr

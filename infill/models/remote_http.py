@@ -112,13 +112,17 @@ def parse(name: str) -> Target:
 
 
 def loopback(host: str) -> bool:
-    """Whether `host` is this machine (localhost, 127.0.0.0/8, ::1)."""
+    """Whether `host` is this machine (localhost, 127.0.0.0/8, ::1, and 0.0.0.0 and ::, which a connection reaches as
+    this machine: the address llama-server prints when it listens with --host 0.0.0.0), also IPv4-mapped."""
     if host.lower() in ("localhost", "localhost.localdomain"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback or address.is_unspecified
 
 
 @dataclass(frozen=True)
