@@ -89,7 +89,7 @@ def test_a_slow_server_times_out(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("where", ["/v1/models", "/v1/completions"])
-@pytest.mark.parametrize("garbage", [b"<html>oops</html>", b'{"choices": "no"}', b"[1, 2]"])
+@pytest.mark.parametrize("garbage", [b"<html>oops</html>", b'{"choices": "no"}', b"[1, 2]", b"[" * 100_000])
 def test_garbage_answers(tmp_path: Path, where: str, garbage: bytes) -> None:
     def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
         if path.endswith(where):
@@ -548,3 +548,18 @@ def test_addresses_that_reach_this_machine_need_no_http_opt_in(tmp_path: Path, h
     for server in serve(healthy):
         code, _, stderr = fill(tmp_path, server.url.replace("127.0.0.1", host) + "#qwen-fake")
         assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), stderr
+
+
+def test_an_error_nested_too_deeply_is_the_servers_error(tmp_path: Path) -> None:
+    """An error answer nested past Python's recursion limit was "internal error: RecursionError" (the JSON server's
+    internal_error, after which the daemon's client redoes the work); it is the server's HTTP error. The answers
+    themselves: test_garbage_answers."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/v1/completions"):
+            handler.send(500, b'{"error": ' + b"[" * 100_000)
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(answer):
+        assert fails(tmp_path, server.url + "#qwen-fake").endswith("answered HTTP 500")

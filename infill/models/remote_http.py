@@ -268,7 +268,7 @@ class Client:
             raise RemoteError(f"model server {where} answered HTTP {status}{reason}{hint}")
         try:
             decoded = json.loads(answer.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested too deeply
             raise RemoteError(f"model server {where} answered malformed JSON to {path}") from None
         if not isinstance(decoded, dict):
             raise RemoteError(f"model server {where} answered malformed JSON to {path} (not an object)")
@@ -278,7 +278,7 @@ class Client:
         """The server's own error message, short and on one line (without the key), or ''."""
         try:
             decoded = json.loads(answer.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):
             return ""
         message = decoded.get("error", decoded.get("detail")) if isinstance(decoded, dict) else None
         if isinstance(message, dict):
