@@ -563,3 +563,24 @@ def test_an_error_nested_too_deeply_is_the_servers_error(tmp_path: Path) -> None
 
     for server in serve(answer):
         assert fails(tmp_path, server.url + "#qwen-fake").endswith("answered HTTP 500")
+
+
+def test_an_answer_cut_off_is_a_closed_connection(tmp_path: Path) -> None:
+    """A server that dies in the middle of its answer (an out-of-memory kill) sent fewer bytes than its
+    Content-Length: that was "answered malformed JSON"."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if not path.endswith("/v1/completions"):
+            healthy(handler, path, body)
+            return
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", "1000")
+        handler.end_headers()
+        handler.wfile.write(b'{"choices": [{"text": "')
+        handler.wfile.flush()
+        handler.close_connection = True
+        handler.connection.shutdown(2)
+
+    for server in serve(answer):
+        assert "closed the connection in the middle of its answer" in fails(tmp_path, server.url + "#qwen-fake")

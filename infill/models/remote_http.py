@@ -301,6 +301,11 @@ class Client:
                 conn.sock.settimeout(left)
             part = response.read1(CHUNK_BYTES)
             if not part:
+                if response.length:  # bytes its Content-Length announced never came (read1 does not say)
+                    self._drop()
+                    raise RemoteError(
+                        f"model server {self.target.base} closed the connection in the middle of its answer"
+                    )
                 response.close()  # as read() does at the end: the kept connection takes the next request
                 return b"".join(parts)
             size += len(part)
