@@ -338,6 +338,16 @@ def test_a_context_length_too_small_to_fill_with_is_a_model_error(tmp_path: Path
             assert code == 0 and (tmp_path / "m.py").read_text() != SOURCE, stderr
 
 
+@pytest.mark.parametrize("engine", ["onnx", "torch", "onnx-int8"])
+def test_an_engine_of_this_machine_is_refused_for_a_model_server(tmp_path: Path, engine: str) -> None:
+    """`--engine onnx` with a model server was ignored without a word (a GGUF file refuses it); auto-int8, the
+    language server's default, is auto for a model server (the language server test above fills with it)."""
+    for server in serve(healthy):
+        code, _, stderr = fill(tmp_path, server.url + "#qwen-fake", "--engine", engine)
+        assert code == ExitCode.USAGE and f"--engine {engine} runs models on this machine" in stderr, stderr
+        assert not server.seen and (tmp_path / "m.py").read_text() == SOURCE
+
+
 @pytest.mark.parametrize(
     ("url", "says"),
     [

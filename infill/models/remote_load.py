@@ -59,6 +59,8 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
     if spec.revision is not None or spec.mask_token is not None:
         flag = "--revision" if spec.revision is not None else "--mask-token"
         raise InputError(f"{flag} applies to model folders; {target.base} is a model server")
+    if spec.engine != "auto":  # the language server's auto-int8 arrives as auto (infill.core.kinds._as_run_by)
+        raise InputError(f"--engine {spec.engine} runs models on this machine; {target.base} is a model server")
     client = Client(target, lambda: api_key(spec), read_timeout())
     found = _models(client)
     listed = found or []
