@@ -274,6 +274,7 @@ OPTIONS: tuple[Option, ...] = (
         "api_key_file",
         ("--api-key-file",),
         "Model servers: read the API key from this file (or set INFILL_API_KEY; never on the command line).",
+        TEXT,  # not empty: `--api-key-file "$UNSET"` sent no key, and the server's 401 said to give this flag
         metavar="PATH",
         show_default=False,
     ),

@@ -89,7 +89,7 @@ def test_a_slow_server_times_out(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("where", ["/v1/models", "/v1/completions"])
-@pytest.mark.parametrize("garbage", [b"<html>oops</html>", b'{"choices": "no"}', b"[1, 2]"])
+@pytest.mark.parametrize("garbage", [b"<html>oops</html>", b'{"choices": "no"}', b"[1, 2]", b"[" * 100_000])
 def test_garbage_answers(tmp_path: Path, where: str, garbage: bytes) -> None:
     def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
         if path.endswith(where):
@@ -121,12 +121,12 @@ def test_busy_then_answering_is_retried_after_retry_after(tmp_path: Path) -> Non
 def test_always_busy_gives_up(tmp_path: Path) -> None:
     def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
         if path.endswith("/completions"):
-            handler.send(503, {"error": "busy"}, {"Retry-After": "0"})
+            handler.send(503, {"error": {"code": 503, "message": "Loading model"}}, {"Retry-After": "0"})
         else:
             healthy(handler, path, body)
 
-    for server in serve(answer):
-        assert "is busy (HTTP 503) after 4 tries" in fails(tmp_path, server.url + "#qwen-fake")
+    for server in serve(answer):  # llama-server while it loads its model: the line says why it is busy
+        assert "is busy (HTTP 503: Loading model) after 4 tries" in fails(tmp_path, server.url + "#qwen-fake")
         assert sum(s[1].endswith("/completions") for s in server.seen) == 4
 
 
@@ -141,7 +141,7 @@ def test_a_refused_key_and_an_error_quoting_it(tmp_path: Path) -> None:
             healthy(handler, path, body)
 
     for server in serve(answer):
-        assert "refused the request (HTTP 401)" in fails(tmp_path, server.url + "#qwen-fake")
+        assert "refused the API key of $INFILL_API_KEY (HTTP 401)" in fails(tmp_path, server.url + "#qwen-fake")
 
     def quoting(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
         if path.endswith("/completions"):
@@ -338,6 +338,16 @@ def test_a_context_length_too_small_to_fill_with_is_a_model_error(tmp_path: Path
             assert code == 0 and (tmp_path / "m.py").read_text() != SOURCE, stderr
 
 
+@pytest.mark.parametrize("engine", ["onnx", "torch", "onnx-int8"])
+def test_an_engine_of_this_machine_is_refused_for_a_model_server(tmp_path: Path, engine: str) -> None:
+    """`--engine onnx` with a model server was ignored without a word (a GGUF file refuses it); auto-int8, the
+    language server's default, is auto for a model server (the language server test above fills with it)."""
+    for server in serve(healthy):
+        code, _, stderr = fill(tmp_path, server.url + "#qwen-fake", "--engine", engine)
+        assert code == ExitCode.USAGE and f"--engine {engine} runs models on this machine" in stderr, stderr
+        assert not server.seen and (tmp_path / "m.py").read_text() == SOURCE
+
+
 @pytest.mark.parametrize(
     ("url", "says"),
     [
@@ -383,3 +393,204 @@ def test_a_prompt_over_the_servers_context_gets_a_hint_and_max_context_fits_it(t
         held(r.stdout, r.stderr)
         assert r.exit_code == 0 and path.read_text() != source, r.stderr
         assert len(prompts[-1]) <= 1000
+
+
+def test_llama_servers_log_probabilities_score_the_fill(tmp_path: Path) -> None:
+    """llama.cpp's llama-server answers /v1/completions with `logprobs: {"content": [{"token", "logprob", ...}]}`
+    (the shape of OpenAI's chat API), not `tokens` and `token_logprobs`: its fills scored 0 (certain), so
+    candidates were not ranked and --min-confidence passed anything."""
+    pieces = [("    ", -0.25), ("x", -0.5), (" =", -1.0), (" 1", -2.0)]
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/v1/completions"):
+            content = [
+                {"id": i, "token": t, "bytes": list(t.encode()), "logprob": v, "top_logprobs": []}
+                for i, (t, v) in enumerate(pieces)
+            ]
+            text = "".join(t for t, _ in pieces)
+            handler.send(200, {"choices": [{"text": text, "index": 0, "logprobs": {"content": content}}]})
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(answer):
+        code, stdout, stderr = fill(tmp_path, server.url + "#qwen-fake", "--format", "json")
+        assert code == 0, stderr
+        result = json.loads(stdout)
+        assert result["edits"][0]["text"] == "    x = 1"
+        assert result["edits"][0]["score"] == pytest.approx(-3.75)
+
+
+def test_a_redirect_is_named_not_followed(tmp_path: Path) -> None:
+    """A proxy sending http:// to https:// (301) was "answered malformed JSON"; now the line names the redirect and
+    where it points. It is not followed: the file's text goes only where --model says."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        handler.send_response(301)
+        handler.send_header("Location", f"https://gpu-box.example{path}")
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    for server in serve(answer):
+        line = fails(tmp_path, server.url + "#qwen-fake")
+        assert "HTTP 301, a redirect to https://gpu-box.example/v1/models" in line, line
+        assert len(server.seen) == 1
+
+
+def test_a_kept_model_sends_the_key_file_as_it_is_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that keeps the model loaded (the daemon, `infill lsp`) read the key once: a rotated key file's old
+    key went on being sent (401 until a restart), and a relative --api-key-file named the first project's file
+    for every project. The model is kept here as there: the cache is not cleared between the fills."""
+    monkeypatch.delenv("INFILL_API_KEY")
+    one, two = tmp_path / "one", tmp_path / "two"
+    for folder, key in ((one, "sk-one"), (two, "sk-two")):
+        folder.mkdir()
+        (folder / "key").write_text(key + "\n")
+        (folder / "m.py").write_text(SOURCE)
+    for server in serve(healthy):
+        api.clear_model_cache()
+
+        def sent(folder: Path, server: FakeServer = server) -> set[str]:
+            monkeypatch.chdir(folder)
+            server.seen.clear()
+            argv = ["fill", "m.py", "--span", "2", "--model", server.url + "#qwen-fake", "--api-key-file", "key"]
+            r = CliRunner().invoke(main, argv)
+            assert r.exit_code == 0, r.stderr
+            return {s[2].get("Authorization", "") for s in server.seen}
+
+        assert sent(one) == {"Bearer sk-one"}
+        assert sent(two) == {"Bearer sk-two"}
+        (one / "key").write_text("sk-rotated\n")
+        assert sent(one) == {"Bearer sk-rotated"}
+
+
+def test_a_wrong_base_url_is_named_as_one(tmp_path: Path) -> None:
+    """An address that is no OpenAI-compatible API (a wrong path, another program on the port) answers 404 to
+    everything: the error asked for ;fim=FAMILY, which then failed anew. It now says the models list is not there
+    either, and a completion's bare 404 (an endpoint pasted as the base URL) asks the same; a server that lists its
+    models does not get that hint."""
+
+    def nothing(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        handler.send(404, b"404 page not found")
+
+    for server in serve(nothing):
+        code, _, stderr = fill(tmp_path, server.url.replace("/v1", "/api/v1") + "#m")
+        assert code == ExitCode.USAGE and len(stderr.splitlines()) == 1, stderr
+        assert "/api/v1/models is not found: is that the API's base URL?" in stderr
+        line = fails(tmp_path, server.url + "/completions#m;fim=qwen")  # an endpoint pasted: the completion's 404
+        assert "answered HTTP 404; is http://127.0.0.1" in line and "/v1/completions the API's base URL?" in line
+    for server in serve(healthy):
+        code, _, stderr = fill(tmp_path, server.url + "#m")
+        assert code == ExitCode.USAGE and "add ;fim=FAMILY" in stderr and "base URL" not in stderr, stderr
+
+
+def test_an_empty_key_file_name_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--api-key-file "$UNSET"` sent no key at all, and the server's 401 then said to give --api-key-file. The flag
+    and the server's parameter refuse an empty name, as every other path flag does."""
+    from infill.server.dispatch import Dispatcher
+
+    monkeypatch.delenv("INFILL_API_KEY")
+    for server in serve(healthy):
+        code, _, stderr = fill(tmp_path, server.url + "#qwen-fake", "--api-key-file", "")
+        assert code == ExitCode.USAGE and "'--api-key-file': is empty" in stderr, stderr
+        assert not server.seen and (tmp_path / "m.py").read_text() == SOURCE
+        params = {"text": SOURCE, "span": "2", "model": server.url + "#qwen-fake", "api_key_file": ""}
+        line = json.dumps({"id": 1, "method": "fill", "params": params}).encode()
+        error = json.loads(Dispatcher().handle_line(line))["error"]
+        assert error["code"] == "input_error" and error["message"] == '"api_key_file" is empty (an unset variable?)'
+        assert not server.seen
+
+
+def test_a_refused_key_names_where_it_came_from_and_the_flag_beats_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 401 told the user to set the key even when one was sent, and never which one; docs/server.md promises the
+    line says where the key comes from. And $INFILL_API_KEY (an old key left in a shell) silently won over an
+    --api-key-file given on the command line; a flag given beats the environment, as in other tools."""
+    (tmp_path / "key").write_text("sk-from-the-file\n")
+
+    def refusing(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        handler.send(401, {"error": {"message": "Invalid API Key"}})
+
+    for server in serve(refusing):
+        line = fails(tmp_path, server.url + "#qwen-fake", "--api-key-file", str(tmp_path / "key"))
+        assert f"refused the API key of --api-key-file {tmp_path / 'key'} (HTTP 401)" in line
+        assert server.seen[-1][2].get("Authorization") == "Bearer sk-from-the-file"
+        monkeypatch.delenv("INFILL_API_KEY")
+        line = fails(tmp_path, server.url + "#qwen-fake")
+        assert "(HTTP 401): it wants an API key: set $INFILL_API_KEY or use --api-key-file" in line
+        assert "Authorization" not in server.seen[-1][2]
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "hint"),
+    [
+        (18, "self-signed certificate", True),
+        (20, "unable to get local issuer certificate", True),
+        (62, "Hostname mismatch, certificate is not valid for 'gpu-box'.", False),
+    ],
+)
+def test_an_untrusted_certificate_says_why_and_how_to_trust_a_teams_own_authority(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, message: str, hint: bool
+) -> None:
+    """A server with a certificate of the team's own authority failed as "TLS failed (CERTIFICATE_VERIFY_FAILED)",
+    which says neither what is wrong nor that SSL_CERT_FILE trusts that authority. A hostname mismatch gets no
+    such hint (trusting more would not help). The handshake's failure is OpenSSL's, raised where it connects."""
+    import http.client
+    import ssl
+
+    def refuse(self: http.client.HTTPSConnection) -> None:
+        error = ssl.SSLCertVerificationError(1, f"[SSL: CERTIFICATE_VERIFY_FAILED] {message}")
+        error.verify_code, error.verify_message = code, message
+        error.library, error.reason = "SSL", "CERTIFICATE_VERIFY_FAILED"  # as the ssl module sets them
+        raise error
+
+    monkeypatch.setattr(http.client.HTTPSConnection, "connect", refuse)
+    line = fails(tmp_path, "https://gpu-box.example:8000/v1#m")
+    assert f"https://gpu-box.example:8000/v1: its certificate is not trusted ({message})" in line
+    assert ("set SSL_CERT_FILE to its PEM file" in line) == hint
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "[::ffff:127.0.0.1]"])
+def test_addresses_that_reach_this_machine_need_no_http_opt_in(tmp_path: Path, host: str) -> None:
+    """llama-server started with --host 0.0.0.0 (as docs/server.md runs it) prints http://0.0.0.0:8080; that
+    address, and an IPv4-mapped loopback one, reach this machine, and were refused as "plain http to another
+    machine"."""
+    for server in serve(healthy):
+        code, _, stderr = fill(tmp_path, server.url.replace("127.0.0.1", host) + "#qwen-fake")
+        assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), stderr
+
+
+def test_an_error_nested_too_deeply_is_the_servers_error(tmp_path: Path) -> None:
+    """An error answer nested past Python's recursion limit was "internal error: RecursionError" (the JSON server's
+    internal_error, after which the daemon's client redoes the work); it is the server's HTTP error. The answers
+    themselves: test_garbage_answers."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/v1/completions"):
+            handler.send(500, b'{"error": ' + b"[" * 100_000)
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(answer):
+        assert fails(tmp_path, server.url + "#qwen-fake").endswith("answered HTTP 500")
+
+
+def test_an_answer_cut_off_is_a_closed_connection(tmp_path: Path) -> None:
+    """A server that dies in the middle of its answer (an out-of-memory kill) sent fewer bytes than its
+    Content-Length: that was "answered malformed JSON"."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if not path.endswith("/v1/completions"):
+            healthy(handler, path, body)
+            return
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", "1000")
+        handler.end_headers()
+        handler.wfile.write(b'{"choices": [{"text": "')
+        handler.wfile.flush()
+        handler.close_connection = True
+        handler.connection.shutdown(2)
+
+    for server in serve(answer):
+        assert "closed the connection in the middle of its answer" in fails(tmp_path, server.url + "#qwen-fake")

@@ -284,7 +284,11 @@ def _kept_logprobs(logprobs: Any, length: int) -> list[float]:
     string's token that starts after them is not kept); [] when the server sent none."""
     if not isinstance(logprobs, dict):
         return []
-    tokens, values = logprobs.get("tokens"), logprobs.get("token_logprobs")
+    tokens, values = logprobs.get("tokens"), logprobs.get("token_logprobs")  # OpenAI's completions (vLLM, ...)
+    content = logprobs.get("content")
+    if tokens is None and isinstance(content, list):  # llama-server: one {"token", "logprob", ...} per token
+        entries = [e if isinstance(e, dict) else {} for e in content]
+        tokens, values = [e.get("token") for e in entries], [e.get("logprob") for e in entries]
     if not isinstance(tokens, list) or not isinstance(values, list):
         return []
     out, at = [], 0

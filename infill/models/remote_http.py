@@ -22,6 +22,7 @@ import os
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,9 @@ READ_TIMEOUT = 60.0  # seconds to wait for an answer (a long fill on a busy serv
 RETRIES = 3  # further tries after a 429 or 503
 MAX_WAIT = 30.0  # the longest Retry-After honoured
 SCHEMES = ("http://", "https://")
+# OpenSSL's verify codes for a certificate whose issuer the store does not hold: unable to get the issuer, self-signed
+# (leaf or in the chain), unable to get the local issuer
+UNKNOWN_ISSUER = frozenset({2, 18, 19, 20})
 
 
 def is_remote(name: str) -> bool:
@@ -108,23 +112,39 @@ def parse(name: str) -> Target:
 
 
 def loopback(host: str) -> bool:
-    """Whether `host` is this machine (localhost, 127.0.0.0/8, ::1)."""
+    """Whether `host` is this machine (localhost, 127.0.0.0/8, ::1, and 0.0.0.0 and ::, which a connection reaches as
+    this machine: the address llama-server prints when it listens with --host 0.0.0.0), also IPv4-mapped."""
     if host.lower() in ("localhost", "localhost.localdomain"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback or address.is_unspecified
 
 
-def api_key(spec: ModelSpec) -> str | None:
-    """The API key: $INFILL_API_KEY, else the first line of the file --api-key-file or $INFILL_API_KEY_FILE names;
-    None when there is none. InputError (without the key) for a file that cannot be read."""
-    if os.environ.get(KEY_ENV):
-        return os.environ[KEY_ENV].strip()
-    path = spec.api_key_file or os.environ.get(KEY_FILE_ENV)
-    if not path:
-        return None
+@dataclass(frozen=True)
+class ApiKey:
+    value: str
+    source: str  # where it came from, for the line of a server that refuses it (never the key itself)
+
+
+def api_key(spec: ModelSpec) -> ApiKey | None:
+    """The API key: the first line of the file --api-key-file names, else $INFILL_API_KEY, else the first line of
+    the file $INFILL_API_KEY_FILE names (a flag given beats the environment, as everywhere); None when there is
+    none. InputError (without the key) for a file that cannot be read."""
+    if spec.api_key_file:
+        return ApiKey(_key_file(spec.api_key_file), f"--api-key-file {spec.api_key_file}")
+    if os.environ.get(KEY_ENV, "").strip():
+        return ApiKey(os.environ[KEY_ENV].strip(), f"${KEY_ENV}")
+    path = os.environ.get(KEY_FILE_ENV)
+    return ApiKey(_key_file(path), f"${KEY_FILE_ENV} ({path})") if path else None
+
+
+def _key_file(path: str) -> str:
+    """The first line of the key file `path`; InputError (without the key) for one that cannot be read."""
     try:
         text = Path(path).expanduser().read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -146,11 +166,16 @@ def read_timeout() -> float:
 
 class Client:
     """JSON over HTTP to one server: a kept-alive connection per thread, timeouts, the bounded retry, and errors
-    that never hold the key. `waited` counts the seconds spent on requests (the server's share of a fill)."""
+    that never hold the key. `waited` counts the seconds spent on requests (the server's share of a fill).
 
-    def __init__(self, target: Target, key: str | None, timeout: float) -> None:
+    `key` is asked for the API key at each request (`api_key` of the model's spec): a long-lived server (the
+    daemon, `infill lsp`) keeps this client, and must send a rotated key file's new key, and for a relative
+    --api-key-file the file of the directory the request runs in, as a new process would."""
+
+    def __init__(self, target: Target, key: Callable[[], ApiKey | None], timeout: float) -> None:
         self.target = target
         self._key = key
+        self._keys_sent: set[str] = set()
         self.timeout = timeout
         self._local = threading.local()
         self._context = ssl.create_default_context() if target.https else None  # verifies certificate and host
@@ -159,7 +184,9 @@ class Client:
 
     def scrub(self, text: str) -> str:
         """`text` without the API key in it."""
-        return text.replace(self._key, "***") if self._key else text
+        for key in sorted(self._keys_sent, key=len, reverse=True):
+            text = text.replace(key, "***")
+        return text
 
     def _connection(self) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
@@ -196,13 +223,15 @@ class Client:
         headers = {"Accept": "application/json", "User-Agent": "infill"}
         if data is not None:
             headers["Content-Type"] = "application/json"
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
+        key = self._key()
+        if key is not None:
+            self._keys_sent.add(key.value)
+            headers["Authorization"] = f"Bearer {key.value}"
         where = self.target.base
         for attempt in range(RETRIES + 1):
             started = time.perf_counter()
             try:
-                status, answer, retry_after = self._once(method, path, data, headers)
+                status, answer, retry_after, location = self._once(method, path, data, headers)
             finally:
                 self.waited += time.perf_counter() - started
                 self.requests += 1
@@ -213,21 +242,33 @@ class Client:
         if (status in (404, 405) and absent_ok) or (status in (400, 422, 500) and refused_ok):
             return None
         if status in (401, 403):
-            raise RemoteError(
-                f"model server {where} refused the request (HTTP {status}): set the API key in ${KEY_ENV} or "
-                "--api-key-file"
-            )
+            if key is None:
+                raise RemoteError(
+                    f"model server {where} refused the request (HTTP {status}): it wants an API key: set ${KEY_ENV} "
+                    "or use --api-key-file"
+                )
+            raise RemoteError(f"model server {where} refused the API key of {key.source} (HTTP {status})")
         if status in (429, 503):
-            raise RemoteError(f"model server {where} is busy (HTTP {status}) after {RETRIES + 1} tries")
+            # llama-server answers 503 "Loading model" while it starts: say so, the user then knows to wait
+            raise RemoteError(
+                f"model server {where} is busy (HTTP {status}{self._reason(answer)}) after {RETRIES + 1} tries"
+            )
+        if 300 <= status < 400:  # not followed: the file's text goes only where --model says (https, this host)
+            to = f" to {self.scrub(location)[:200]}" if location else ""
+            raise RemoteError(
+                f"model server {where} answered HTTP {status}, a redirect{to}; give the address it names in --model"
+            )
         if status >= 400:
             reason = self._reason(answer)
             hint = ""
             if status == 400 and "context" in reason.lower():  # llama-server: "exceeds the available context size"
                 hint = " (--max-context N sends at most N tokens of the file and fill)"
+            elif status == 404 and reason.lower() in ("", ": not found"):  # no such path (vLLM names a wrong model)
+                hint = f"; is {where} the API's base URL?"
             raise RemoteError(f"model server {where} answered HTTP {status}{reason}{hint}")
         try:
             decoded = json.loads(answer.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested too deeply
             raise RemoteError(f"model server {where} answered malformed JSON to {path}") from None
         if not isinstance(decoded, dict):
             raise RemoteError(f"model server {where} answered malformed JSON to {path} (not an object)")
@@ -237,7 +278,7 @@ class Client:
         """The server's own error message, short and on one line (without the key), or ''."""
         try:
             decoded = json.loads(answer.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):
             return ""
         message = decoded.get("error", decoded.get("detail")) if isinstance(decoded, dict) else None
         if isinstance(message, dict):
@@ -260,6 +301,11 @@ class Client:
                 conn.sock.settimeout(left)
             part = response.read1(CHUNK_BYTES)
             if not part:
+                if response.length:  # bytes its Content-Length announced never came (read1 does not say)
+                    self._drop()
+                    raise RemoteError(
+                        f"model server {self.target.base} closed the connection in the middle of its answer"
+                    )
                 response.close()  # as read() does at the end: the kept connection takes the next request
                 return b"".join(parts)
             size += len(part)
@@ -272,9 +318,9 @@ class Client:
 
     def _once(
         self, method: str, path: str, data: bytes | None, headers: dict[str, str]
-    ) -> tuple[int, bytes, float | None]:
-        """(status, body, Retry-After seconds or None) of one request; RemoteError when there is no answer. A kept
-        connection the server closed meanwhile is opened again once."""
+    ) -> tuple[int, bytes, float | None, str | None]:
+        """(status, body, Retry-After seconds or None, Location or None) of one request; RemoteError when there is
+        no answer. A kept connection the server closed meanwhile is opened again once."""
         where = self.target.base
         full = self.target.root + path
         for fresh in (False, True):
@@ -291,7 +337,7 @@ class Client:
                 retry = _retry_after(response.getheader("Retry-After"))
                 if response.getheader("Connection", "").lower() == "close":
                     self._drop()
-                return response.status, body, retry
+                return response.status, body, retry, response.getheader("Location")
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
                 self._drop()
                 if fresh:
@@ -299,6 +345,13 @@ class Client:
             except TimeoutError:
                 self._drop()
                 raise RemoteError(f"model server {where} did not answer within {self.timeout:g} s") from None
+            except ssl.SSLCertVerificationError as exc:
+                self._drop()
+                own = exc.verify_code in UNKNOWN_ISSUER  # a team's own certificate authority, most often
+                hint = "; for a certificate authority of your own, set SSL_CERT_FILE to its PEM file" if own else ""
+                raise RemoteError(
+                    f"model server {where}: its certificate is not trusted ({exc.verify_message}){hint}"
+                ) from None
             except ssl.SSLError as exc:
                 self._drop()
                 raise RemoteError(f"model server {where}: TLS failed ({self.scrub(exc.reason or str(exc))})") from None

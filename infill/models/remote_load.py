@@ -17,11 +17,11 @@ if TYPE_CHECKING:
     from infill.models.registry import LoadedModel
 
 
-def _models(client: Client) -> list[dict[str, Any]]:
-    """The models the server lists ([] where it has no /v1/models); RemoteError for an answer without its list."""
+def _models(client: Client) -> list[dict[str, Any]] | None:
+    """The models the server lists (None where it has no /v1/models); RemoteError for an answer without its list."""
     answer = client.get("/v1/models", absent_ok=True)
     if answer is None:
-        return []
+        return None
     data = answer.get("data")
     if not isinstance(data, list):
         raise RemoteError(f"model server {client.target.base} answered malformed JSON to /v1/models (no data)")
@@ -59,14 +59,20 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
     if spec.revision is not None or spec.mask_token is not None:
         flag = "--revision" if spec.revision is not None else "--mask-token"
         raise InputError(f"{flag} applies to model folders; {target.base} is a model server")
-    client = Client(target, api_key(spec), read_timeout())
-    listed = _models(client)
+    if spec.engine != "auto":  # the language server's auto-int8 arrives as auto (infill.core.kinds._as_run_by)
+        raise InputError(f"--engine {spec.engine} runs models on this machine; {target.base} is a model server")
+    client = Client(target, lambda: api_key(spec), read_timeout())
+    found = _models(client)
+    listed = found or []
+    # every server this works with lists its models: one that has no /v1/models is likely another path or program
+    unlisted = "" if found is not None else f"; {target.base}/models is not found: is that the API's base URL?"
     model = target.model
     if model is None:
         names = [str(m.get("id")) for m in listed if m.get("id")]
         if len(names) != 1:
             raise InputError(
                 f"--model {target.base}: name the model after # ({', '.join(names) or 'the server lists none'})"
+                + unlisted
             )
         model = names[0]
     lengths = [m.get(k) for m in listed if m.get("id") == model for k in ("max_model_len", "n_ctx")]
@@ -79,7 +85,7 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
         )
     server_tok = ServerTokenizer.probe(client, model)
     tokenizer: ServerTokenizer | TextPieces = server_tok if server_tok is not None else TextPieces()
-    family, spelled, banned = _family(target, model, server_tok)
+    family, spelled, banned = _family(target, model, server_tok, unlisted)
     lead = len(server_tok.lead) if server_tok is not None else 0
     remote = RemoteFim(
         client,
@@ -107,10 +113,11 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
 
 
 def _family(
-    target: Target, model: str, tok: ServerTokenizer | None
+    target: Target, model: str, tok: ServerTokenizer | None, hint: str = ""
 ) -> tuple[FimFamily, tuple[str, str, str], dict[str, float]]:
     """The FIM family (given, else the one whose tokens the server's tokenizer knows, else the one the model's
-    name says), its tokens as the server spells them, and the logit_bias that keeps them out of fills."""
+    name says), its tokens as the server spells them, and the logit_bias that keeps them out of fills. `hint`
+    ends the error's line where there is none."""
     from infill.errors import ModelError
 
     given = family_named(target.family) if target.family else None
@@ -133,5 +140,6 @@ def _family(
         raise InputError(
             f"--model {target.base}#{model}: cannot tell the model's fill-in-the-middle family (its server has no "
             "tokenizer endpoint, or does not know the tokens); add ;fim=FAMILY (qwen, starcoder, codellama, deepseek)"
+            + hint
         )
     return family, (family.prefix[-1], family.suffix[-1], family.middle[-1]), {}
