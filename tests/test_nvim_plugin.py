@@ -123,3 +123,45 @@ def test_ghost_text_typeahead_and_accept(nvim: Any, tmp_path: Path) -> None:
     nvim.input("<Tab>")
     assert _wait(lambda: line() == wide + " " + shown), line()
     nvim.input("<Esc>")
+
+
+# --- the plugin's keys, without a server: a suggestion put on screen as the plugin keeps it ------------------------
+
+
+@pytest.fixture
+def plugin(nvim: Any) -> Any:
+    """The plugin set up for no filetype (no server starts), a buffer with two lines, insert mode at the end of
+    the first."""
+    nvim.exec_lua("require('infill').setup({filetypes = {}})")
+    nvim.current.buffer[:] = ["name = ", "other = 2"]
+    nvim.command("call cursor(1, 1)")
+    nvim.input("A")
+    assert _wait(lambda: nvim.api.get_mode()["mode"] == "i", 5)
+    return nvim
+
+
+def _show(nvim: Any, text: str) -> None:
+    """A suggestion of `text` at the cursor, as the plugin records the one it shows."""
+    nvim.exec_lua(
+        "local pos = vim.api.nvim_win_get_cursor(0) local buf = vim.api.nvim_get_current_buf() "
+        "require('infill').state.suggestion = {buf = buf, row = pos[1] - 1, col = pos[2], text = ..., "
+        "tick = vim.api.nvim_buf_get_changedtick(buf)}",
+        text,
+    )
+
+
+def test_accepting_a_word_never_splits_a_character(plugin: Any) -> None:
+    _show(plugin, "東京 + 1")
+    plugin.input("<M-Right>")
+    assert _wait(lambda: plugin.current.buffer[0] != "name = ", 5)
+    assert plugin.current.buffer[0] == "name = 東京"  # the whole word, not its first byte
+    assert plugin.exec_lua("return require('infill').suggestion()") == " + 1"
+
+
+def test_a_suggestion_left_behind_by_the_cursor_is_not_inserted_there(plugin: Any) -> None:
+    _show(plugin, "(bar)")
+    plugin.input("<Down>")  # the cursor moves without typing: the suggestion belonged to the other place
+    assert _wait(lambda: plugin.exec_lua("return require('infill').suggestion()") is None, 5)
+    plugin.input("<Tab>")  # a plain <Tab> now
+    assert _wait(lambda: plugin.current.buffer[1] != "other = 2", 5)
+    assert plugin.current.buffer[:] == ["name = ", "other =\t 2"]  # at the cursor, column 8

@@ -17,7 +17,7 @@ M.config = {
   root_markers = { ".git", "pyproject.toml", "package.json", "go.mod", "Cargo.toml" },
 }
 
--- what is on screen: {buf, row (0-based), col (byte), text (still to insert), lines}
+-- what is on screen: {buf, row (0-based), col (byte), text (still to insert), tick (the buffer's changedtick)}
 M.state = { suggestion = nil, pending = nil, client_id = nil, requests = 0, timer = nil }
 
 local function has_inline_virt_text()
@@ -69,7 +69,7 @@ local function render(buf, row, col, text)
     opts.virt_lines = extra
   end
   vim.api.nvim_buf_set_extmark(buf, ns, row, math.min(col, #line), opts)
-  M.state.suggestion = { buf = buf, row = row, col = col, text = text }
+  M.state.suggestion = { buf = buf, row = row, col = col, text = text, tick = vim.api.nvim_buf_get_changedtick(buf) }
 end
 
 local function cursor()
@@ -199,9 +199,36 @@ local function insert(text)
   vim.api.nvim_win_set_cursor(0, { last_row + 1, last_col })
 end
 
+-- The suggestion on screen, if it is still where the cursor is (it belongs to that place only).
+local function here()
+  local s = M.state.suggestion
+  if not s then
+    return nil
+  end
+  local buf, row, col = cursor()
+  if s.buf ~= buf or s.row ~= row or s.col ~= col or not vim.api.nvim_buf_is_valid(buf) then
+    M.clear()
+    return nil
+  end
+  return s
+end
+
+-- The cursor moved: a suggestion left behind (arrow keys, a mouse click) is taken away, as the answer to a
+-- request for the old place is. A move that comes with a change (a key typed: Neovim runs CursorMovedI before
+-- TextChangedI) is left to on_change, which keeps the suggestion when the key typed what it says.
+function M.on_move()
+  local s = M.state.suggestion
+  if s and vim.api.nvim_buf_is_valid(s.buf) and vim.api.nvim_buf_get_changedtick(s.buf) ~= s.tick then
+    return
+  end
+  if s and not here() then
+    cancel_pending()
+  end
+end
+
 -- Accept the whole suggestion; false when there is none (the key then does what it did before).
 function M.accept()
-  local s = M.state.suggestion
+  local s = here()
   if not s then
     return false
   end
@@ -210,13 +237,17 @@ function M.accept()
   return true
 end
 
--- Accept up to the end of the next word (leading spaces included).
+-- Accept up to the end of the next word (leading spaces included). Bytes of multi-byte characters count as
+-- word bytes (Lua's %w is ASCII only): a word never ends inside a character.
 function M.accept_word()
-  local s = M.state.suggestion
+  local s = here()
   if not s then
     return false
   end
-  local word = s.text:match("^%s*[%w_]+") or s.text:match("^%s*[^%w_%s]") or s.text:match("^%s+") or s.text
+  local word = s.text:match("^%s*[%w_\128-\255]+")
+    or s.text:match("^%s*[^%w_%s\128-\255]")
+    or s.text:match("^%s+")
+    or s.text
   local rest = s.text:sub(#word + 1)
   M.clear()
   insert(word)
@@ -278,6 +309,7 @@ function M.setup(opts)
     end,
   })
   vim.api.nvim_create_autocmd({ "TextChangedI", "TextChangedP" }, { group = group, callback = M.on_change })
+  vim.api.nvim_create_autocmd("CursorMovedI", { group = group, callback = M.on_move })
   vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave" }, {
     group = group,
     callback = function()
