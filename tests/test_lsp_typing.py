@@ -297,3 +297,31 @@ def test_a_request_while_its_prefetch_runs_waits_for_it_instead_of_filling_again
         for number in range(1, 400):
             release(gate, number)
         assert client.result("test/idle") == "idle"
+
+
+def test_a_request_that_waited_for_a_prefetch_is_not_filled_after_the_document_changed(
+    client: LspClient, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    client.result("test/gate", {"path": str(gate)})
+    client.configure({"model": GATED_MODEL, "fill": {"decoder": "sequential"}})
+    try:
+        client.inline(URI, 0, 0)  # loads the model (a blank position: no fill)
+        client.change(URI, 2, [insert(2, 4, "x")])
+        wait_until(lambda: started(gate) == 1, "the prefetch's first pass")
+        request = client.start("textDocument/inlineCompletion", inline_params(URI, 2, 5))  # waits for it
+        client.result("test/document", {"uri": URI})  # the request has been read
+        calls = len(fills(client))
+        client.change(URI, 3, [{"range": span_range((0, 0), (0, 0)), "text": "import os\n"}])  # a line above
+        for number in range(1, 400):
+            release(gate, number)
+        # line 2, character 5 was a place of version 2; in version 3 it is inside `def mean(values):`
+        assert client.wait(request)["result"] is None
+        assert client.result("test/idle") == "idle"
+        stale = len("def mean(values):\n    total = 0\n    x")  # line 2, character 5 of version 2
+        assert stale not in [call["start"] for call in fills(client)[calls:]]  # no fill there in version 3
+    finally:
+        for number in range(1, 400):
+            release(gate, number)
+        assert client.result("test/idle") == "idle"
