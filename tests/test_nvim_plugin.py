@@ -165,3 +165,11 @@ def test_a_suggestion_left_behind_by_the_cursor_is_not_inserted_there(plugin: An
     plugin.input("<Tab>")  # a plain <Tab> now
     assert _wait(lambda: plugin.current.buffer[1] != "other = 2", 5)
     assert plugin.current.buffer[:] == ["name = ", "other =\t 2"]  # at the cursor, column 8
+
+
+def test_a_suggestion_with_crlf_breaks_inserts_lines_without_carriage_returns(plugin: Any) -> None:
+    # the server writes the document's own line breaks: "\r\n" in a file Neovim reads with fileformat=dos
+    _show(plugin, "1\r\nvalue = 2")
+    plugin.input("<Tab>")
+    assert _wait(lambda: plugin.current.buffer[0] != "name = ", 5)
+    assert plugin.current.buffer[:] == ["name = 1", "value = 2", "other = 2"]

@@ -44,6 +44,12 @@ local function cancel_pending()
   end
 end
 
+-- The lines of a suggestion. In a file with CRLF line breaks the server writes "\r\n" between them (the
+-- document's own breaks, as Neovim sends its text); a buffer's lines hold neither.
+local function split_lines(text)
+  return vim.split(text, "\r?\n")
+end
+
 -- Show `text` (what would be inserted at the cursor) as virtual text.
 local function render(buf, row, col, text)
   vim.api.nvim_buf_clear_namespace(buf, ns, 0, -1)
@@ -51,7 +57,7 @@ local function render(buf, row, col, text)
     M.state.suggestion = nil
     return
   end
-  local lines = vim.split(text, "\n", { plain = true })
+  local lines = split_lines(text)
   local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
   local opts = { virt_text = { { lines[1], "Comment" } }, hl_mode = "combine" }
   if has_inline_virt_text() then
@@ -192,7 +198,7 @@ end
 
 local function insert(text)
   local buf, row, col = cursor()
-  local lines = vim.split(text, "\n", { plain = true })
+  local lines = split_lines(text)
   vim.api.nvim_buf_set_text(buf, row, col, row, col, lines)
   local last_row = row + #lines - 1
   local last_col = (#lines == 1 and col or 0) + #lines[#lines]
