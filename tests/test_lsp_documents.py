@@ -110,3 +110,30 @@ def test_language_from_the_file_name_else_the_language_id() -> None:
     assert language_of(Document("file:///a/b.rs", "plaintext", 1, "")) == "rust"
     assert language_of(Document("untitled:Untitled-1", "typescriptreact", 1, "")) == "tsx"
     assert language_of(Document("untitled:Untitled-2", "markdown", 1, "")) is None
+
+
+def test_a_position_on_a_long_line_is_found_without_a_step_per_character(monkeypatch: pytest.MonkeyPatch) -> None:
+    import infill.lsp.documents as documents
+
+    line = "x = [" + ", ".join("é😀中" for _ in range(20_000)) + "]"
+    lines = Lines(f"import os\n{line}\ny = 1\n")
+    counted: list[str] = []
+    real = documents.units
+    monkeypatch.setattr(documents, "units", lambda text, encoding: counted.append(text) or real(text, encoding))
+    for encoding in ENCODINGS:
+        assert lines.offset(1, units(line, encoding), encoding) == len("import os\n") + len(line)
+    # a keystroke at the end of a long line (minified code, a data table) used to cost one step per character
+    assert len(counted) <= 3, len(counted)
+    monkeypatch.undo()
+    with pytest.raises(PositionError, match="inside a character"):  # half of the last 😀, as before
+        lines.offset(1, units(line, "utf-16") - 3, "utf-16")
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_lone_surrogates_count_as_they_were_sent(encoding: Encoding) -> None:
+    # a high and a low surrogate sent apart are two characters of the text, not one pair
+    text = "a\ud83d\ude00b\n"
+    lines = Lines(text)
+    for offset in range(len(text)):
+        line, character = lines.position(offset, encoding)
+        assert lines.offset(line, character, encoding) == offset
