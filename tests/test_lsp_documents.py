@@ -3,6 +3,8 @@ completion targets and settings of infill.lsp.fills: no server, no model."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -137,3 +139,35 @@ def test_lone_surrogates_count_as_they_were_sent(encoding: Encoding) -> None:
     for offset in range(len(text)):
         line, character = lines.position(offset, encoding)
         assert lines.offset(line, character, encoding) == offset
+
+
+@given(
+    st.text(alphabet=st.sampled_from(list("ab\r\n😀")), max_size=30),
+    st.text(alphabet=st.sampled_from(list("ab\r\n😀")), max_size=6),
+    st.data(),
+)
+def test_an_edit_keeps_the_line_starts_a_full_scan_finds(text: str, inserted: str, data: st.DataObject) -> None:
+    a = data.draw(st.integers(0, len(text)))
+    b = data.draw(st.integers(a, len(text)))
+    new = text[:a] + inserted + text[b:]
+    assert Lines(text).edited(a, b, inserted, new).starts == Lines(new).starts
+
+
+def test_a_change_in_a_long_file_scans_only_the_lines_it_touches(monkeypatch: pytest.MonkeyPatch) -> None:
+    import infill.lsp.documents as documents
+
+    document = Document("file:///a.py", "python", 1, "".join(f"line_{n} = {n}\r\n" for n in range(10_000)))
+    document.lines  # noqa: B018 - the index of the opened text
+    scanned: list[tuple[int, int]] = []
+    pattern = documents._LINE_BREAK
+
+    class Counting:
+        def finditer(self, text: str, pos: int = 0, endpos: int = 2**62) -> Any:
+            scanned.append((pos, min(endpos, len(text))))
+            return pattern.finditer(text, pos, endpos)
+
+    monkeypatch.setattr(documents, "_LINE_BREAK", Counting())
+    document.change(2, "new = 1\r\n", (5000, 0), (5000, 0), "utf-16")  # a line typed in the middle
+    assert document.offset(5001, 0, "utf-16") == document.text.index("line_5000 ")
+    assert document.offset(10_001, 0, "utf-16") == len(document.text)
+    assert sum(end - start for start, end in scanned) < 100  # a few lines, not 170,000 characters

@@ -50,10 +50,23 @@ class Lines:
     """Where each line of a text starts (string offsets)."""
 
     text: str
-    starts: list[int] = field(init=False)
+    starts: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.starts = [0] + [m.end() for m in _LINE_BREAK.finditer(self.text)]
+        if not self.starts:
+            self.starts = [0] + [m.end() for m in _LINE_BREAK.finditer(self.text)]
+
+    def edited(self, a: int, b: int, inserted: str, text: str) -> Lines:
+        """The lines of `text`, this text with [a, b) replaced by `inserted`: only the lines the edit touches are
+        scanned again (a keystroke in a 10,000-line file does not scan the whole file), the starts after them
+        are moved. The scan begins a line before the edit (an inserted "\n" after a "\r" joins a CRLF) and ends
+        at a line start past it, whose line break lies wholly in the unchanged text."""
+        delta = len(inserted) - (b - a)
+        first = bisect.bisect_right(self.starts, max(a - 1, 0)) - 1
+        after = bisect.bisect_right(self.starts, b + 1)  # the first start whose line break is after b
+        stop = self.starts[after] + delta if after < len(self.starts) else len(text)
+        scanned = [m.end() for m in _LINE_BREAK.finditer(text, self.starts[first], stop)]  # `stop` included
+        return Lines(text, self.starts[: first + 1] + scanned + [s + delta for s in self.starts[after + 1 :]])
 
     @property
     def count(self) -> int:
@@ -146,7 +159,9 @@ class Document:
         except PositionError as exc:
             self.broken = f"a change could not be applied ({exc})"
             raise
+        lines = self.lines
         self.text, self.version = self.text[:a] + text + self.text[b:], version
+        self._lines = lines.edited(a, b, text, self.text)
 
     def byte_offset(self, offset: int) -> int:
         """The UTF-8 byte offset of a string offset (what infill's spans and edits use)."""
