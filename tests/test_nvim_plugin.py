@@ -173,3 +173,63 @@ def test_a_suggestion_with_crlf_breaks_inserts_lines_without_carriage_returns(pl
     plugin.input("<Tab>")
     assert _wait(lambda: plugin.current.buffer[0] != "name = ", 5)
     assert plugin.current.buffer[:] == ["name = 1", "value = 2", "other = 2"]
+
+
+STUB_CLIENT = """
+local M = require('infill')
+M.state.client_id = 1
+_G.sent, _G.answers = 0, {}
+local client = {
+  id = 1,
+  offset_encoding = "utf-8",
+  request = function(method, params, handler)
+    _G.sent = _G.sent + 1
+    table.insert(_G.answers, function() handler(nil, {items = {{insertText = "ghost"}}}) end)
+    return true, _G.sent
+  end,
+  cancel_request = function() end,
+}
+vim.lsp.get_client_by_id = function() return client end
+vim.lsp.buf_is_attached = function() return true end
+"""
+
+
+@pytest.fixture
+def stubbed(nvim: Any) -> Any:
+    """The plugin with a stand-in client that answers each request when the test says (_G.answers[n]())."""
+    nvim.exec_lua("require('infill').setup({filetypes = {}, debounce_ms = 20})")
+    nvim.exec_lua(STUB_CLIENT)
+    nvim.current.buffer[:] = ["x = 1"]
+    nvim.command("call cursor(1, 1)")
+    nvim.input("A")
+    assert _wait(lambda: nvim.api.get_mode()["mode"] == "i", 5)
+    return nvim
+
+
+SUGGESTION = "return require('infill').suggestion()"
+
+
+def test_an_answer_that_comes_after_dismiss_is_not_shown(stubbed: Any) -> None:
+    stubbed.input(" ")
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") == 1, 5)
+    stubbed.input("<C-]>")  # dismissed while the request is on its way
+    time.sleep(0.1)
+    stubbed.exec_lua("_G.answers[1]()")
+    time.sleep(0.1)
+    assert stubbed.exec_lua(SUGGESTION) is None
+    stubbed.input("y")  # a new pause, answered: shown (the stand-in works)
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") == 2, 5)
+    stubbed.exec_lua("_G.answers[2]()")
+    assert _wait(lambda: stubbed.exec_lua(SUGGESTION) == "ghost", 5)
+
+
+def test_no_ghost_text_in_normal_mode_after_esc_before_the_pause_ends(stubbed: Any) -> None:
+    stubbed.input("<CR><Esc>")  # a key, then <Esc> within the pause; the cursor stays at column 0
+    assert _wait(lambda: stubbed.api.get_mode()["mode"] == "n", 5)
+    time.sleep(0.2)  # the pause (20 ms) is long over
+    for answer in range(1, stubbed.exec_lua("return _G.sent") + 1):
+        stubbed.exec_lua(f"_G.answers[{answer}]()")
+    time.sleep(0.1)
+    assert stubbed.exec_lua(SUGGESTION) is None
+    namespace = "vim.api.nvim_create_namespace('infill')"
+    assert stubbed.exec_lua(f"return #vim.api.nvim_buf_get_extmarks(0, {namespace}, 0, -1, {{}})") == 0

@@ -44,6 +44,19 @@ local function cancel_pending()
   end
 end
 
+-- Nothing more for the place the cursor is at: no suggestion, no request on its way or waiting for the pause.
+local function stop()
+  if M.state.timer then
+    M.state.timer:stop()
+  end
+  cancel_pending()
+  M.clear()
+end
+
+local function insert_mode()
+  return vim.api.nvim_get_mode().mode:sub(1, 1) == "i"
+end
+
 -- The lines of a suggestion. In a file with CRLF line breaks the server writes "\r\n" between them (the
 -- document's own breaks, as Neovim sends its text); a buffer's lines hold neither.
 local function split_lines(text)
@@ -145,8 +158,8 @@ end
 function M.request()
   local client = M.state.client_id and vim.lsp.get_client_by_id(M.state.client_id)
   local buf, row, col = cursor()
-  if not client or not vim.lsp.buf_is_attached(buf, client.id) then
-    return
+  if not client or not vim.lsp.buf_is_attached(buf, client.id) or not insert_mode() then
+    return -- a pause timer that fired after <Esc>: no ghost text in normal mode
   end
   cancel_pending()
   local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
@@ -157,12 +170,20 @@ function M.request()
   }
   local tick = vim.api.nvim_buf_get_changedtick(buf)
   M.state.requests = M.state.requests + 1
-  local ok, id = client.request("textDocument/inlineCompletion", params, function(err, result)
+  local ok, id
+  ok, id = client.request("textDocument/inlineCompletion", params, function(err, result)
+    local pending = M.state.pending
+    if not pending or pending.id ~= id then
+      return -- cancelled (dismissed, insert mode left, a newer request) but answered before the cancel arrived
+    end
     M.state.pending = nil
     M.state.last = { err = err, result = result } -- the last answer, for :lua print(vim.inspect(...))
     local b, r, c = cursor()
     if err or not result or b ~= buf or r ~= row or c ~= col or vim.api.nvim_buf_get_changedtick(buf) ~= tick then
       return -- an error, or the buffer moved on: the next pause asks again
+    end
+    if not insert_mode() then
+      return
     end
     local items = result.items or result
     local text = items[1] and item_text(client, buf, row, col, items[1])
@@ -318,16 +339,13 @@ function M.setup(opts)
   vim.api.nvim_create_autocmd("CursorMovedI", { group = group, callback = M.on_move })
   vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave" }, {
     group = group,
-    callback = function()
-      cancel_pending()
-      M.clear()
-    end,
+    callback = stop,
   })
   map(M.config.keys.accept, M.accept)
   map(M.config.keys.accept_word, M.accept_word)
   map(M.config.keys.dismiss, function()
     local had = M.state.suggestion ~= nil
-    M.clear()
+    stop() -- a request on its way is dismissed too: its answer would show what was just dismissed
     return had
   end)
 end
