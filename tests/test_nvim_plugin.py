@@ -233,3 +233,29 @@ def test_no_ghost_text_in_normal_mode_after_esc_before_the_pause_ends(stubbed: A
     assert stubbed.exec_lua(SUGGESTION) is None
     namespace = "vim.api.nvim_create_namespace('infill')"
     assert stubbed.exec_lua(f"return #vim.api.nvim_buf_get_extmarks(0, {namespace}, 0, -1, {{}})") == 0
+
+
+@pytest.mark.slow
+def test_a_second_unnamed_buffer_does_not_take_the_first_ones_place_on_the_server(nvim: Any) -> None:
+    # Neovim's LSP client names every unnamed buffer "file://": a second one opened on the server replaced the
+    # first one's text there (its suggestions then came from the other buffer's text)
+    nvim.exec_lua(
+        "require('infill').setup({cmd = ..., settings = {threshold = 0}})", [sys.executable, "-m", "infill", "lsp"]
+    )
+    nvim.command("filetype on")
+    attached = "return vim.lsp.buf_is_attached(..., require('infill').state.client_id or -1)"
+
+    def new_buffer(name: str) -> int:
+        buf = nvim.api.create_buf(True, False)
+        nvim.api.set_current_buf(buf)
+        if name:
+            nvim.command(f"file {name}")
+        nvim.command("set filetype=python")
+        return buf.number  # type: ignore[no-any-return]
+
+    first = new_buffer("")
+    assert _wait(lambda: nvim.exec_lua(attached, first))
+    second, named = new_buffer(""), new_buffer("named.py")
+    assert _wait(lambda: nvim.exec_lua(attached, named))  # a named buffer is attached as before
+    assert not nvim.exec_lua(attached, second)
+    assert nvim.exec_lua(attached, first)

@@ -320,9 +320,23 @@ function M.attach(buf)
       offset_encoding = "utf-8",
     })
   end
-  if M.state.client_id then
+  if M.state.client_id and not M.shares_uri(buf) then
     vim.lsp.buf_attach_client(buf, M.state.client_id)
   end
+end
+
+-- Whether another buffer the server has open has this buffer's URI: every unnamed buffer is "file://" to
+-- Neovim's LSP client, so a second one would replace the first one's text on the server (whose suggestions
+-- would then come from the other buffer, and whose changes would land in the wrong text). The first unnamed
+-- buffer keeps its suggestions; a second gets none until it has a name.
+function M.shares_uri(buf)
+  local uri = vim.uri_from_bufnr(buf)
+  for _, other in ipairs(vim.api.nvim_list_bufs()) do -- (the client's own list is empty until it is initialized)
+    if other ~= buf and vim.lsp.buf_is_attached(other, M.state.client_id) and vim.uri_from_bufnr(other) == uri then
+      return true
+    end
+  end
+  return false
 end
 
 function M.setup(opts)
