@@ -259,3 +259,17 @@ def test_a_second_unnamed_buffer_does_not_take_the_first_ones_place_on_the_serve
     assert _wait(lambda: nvim.exec_lua(attached, named))  # a named buffer is attached as before
     assert not nvim.exec_lua(attached, second)
     assert nvim.exec_lua(attached, first)
+
+
+def test_a_multi_line_suggestion_is_accepted_line_by_line(plugin: Any) -> None:
+    _show(plugin, "compute(\n    first,\n)")
+    plugin.input("<M-Down>")
+    assert _wait(lambda: plugin.current.buffer[0] != "name = ", 5)
+    assert plugin.current.buffer[:] == ["name = compute(", "other = 2"]
+    assert plugin.exec_lua("return require('infill').suggestion()") == "\n    first,\n)"
+    plugin.input("<M-Down>")  # at the end of a line: its break and the next line
+    assert _wait(lambda: len(plugin.current.buffer) == 3, 5)
+    assert plugin.current.buffer[:] == ["name = compute(", "    first,", "other = 2"]
+    plugin.input("<Tab>")
+    assert _wait(lambda: len(plugin.current.buffer) == 4, 5)
+    assert plugin.current.buffer[:] == ["name = compute(", "    first,", ")", "other = 2"]

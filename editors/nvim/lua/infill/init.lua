@@ -2,8 +2,8 @@
 --
 -- Starts the language server for the configured filetypes, asks it for an inline completion
 -- (textDocument/inlineCompletion) when you pause typing in insert mode, and shows the answer as virtual text
--- at the cursor (extmarks). <Tab> accepts it, <M-Right> accepts one word, <C-]> dismisses it; typing what the
--- suggestion says keeps the rest of it without a new request (typeahead).
+-- at the cursor (extmarks). <Tab> accepts it, <M-Right> accepts one word, <M-Down> one line, <C-]> dismisses
+-- it; typing what the suggestion says keeps the rest of it without a new request (typeahead).
 local M = {}
 
 local ns = vim.api.nvim_create_namespace("infill")
@@ -13,7 +13,7 @@ M.config = {
   filetypes = { "python", "javascript", "typescript", "go", "rust", "java", "c", "cpp", "lua", "sh" },
   settings = {}, -- sent as initializationOptions (docs/editors.md lists them: model, threshold, ...)
   debounce_ms = 75, -- pause before a request
-  keys = { accept = "<Tab>", accept_word = "<M-Right>", dismiss = "<C-]>" },
+  keys = { accept = "<Tab>", accept_word = "<M-Right>", accept_line = "<M-Down>", dismiss = "<C-]>" },
   root_markers = { ".git", "pyproject.toml", "package.json", "go.mod", "Cargo.toml" },
 }
 
@@ -264,23 +264,34 @@ function M.accept()
   return true
 end
 
--- Accept up to the end of the next word (leading spaces included). Bytes of multi-byte characters count as
--- word bytes (Lua's %w is ASCII only): a word never ends inside a character.
-function M.accept_word()
+-- Accept the part of the suggestion `take(text)` says; the rest stays shown.
+local function accept_part(take)
   local s = here()
   if not s then
     return false
   end
-  local word = s.text:match("^%s*[%w_\128-\255]+")
-    or s.text:match("^%s*[^%w_%s\128-\255]")
-    or s.text:match("^%s+")
-    or s.text
-  local rest = s.text:sub(#word + 1)
+  local part = take(s.text)
+  local rest = s.text:sub(#part + 1)
   M.clear()
-  insert(word)
+  insert(part)
   local buf, row, col = cursor()
   render(buf, row, col, rest)
   return true
+end
+
+-- Accept up to the end of the next word (leading spaces included). Bytes of multi-byte characters count as
+-- word bytes (Lua's %w is ASCII only): a word never ends inside a character.
+function M.accept_word()
+  return accept_part(function(text)
+    return text:match("^%s*[%w_\128-\255]+") or text:match("^%s*[^%w_%s\128-\255]") or text:match("^%s+") or text
+  end)
+end
+
+-- Accept up to the end of the suggestion's current line; at its end, the line break and the next line.
+function M.accept_line()
+  return accept_part(function(text)
+    return text:match("^[^\r\n]+") or text:match("^\r?\n[^\r\n]*") or text
+  end)
 end
 
 function M.suggestion()
@@ -357,6 +368,7 @@ function M.setup(opts)
   })
   map(M.config.keys.accept, M.accept)
   map(M.config.keys.accept_word, M.accept_word)
+  map(M.config.keys.accept_line, M.accept_line)
   map(M.config.keys.dismiss, function()
     local had = M.state.suggestion ~= nil
     stop() -- a request on its way is dismissed too: its answer would show what was just dismissed
