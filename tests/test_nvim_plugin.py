@@ -184,7 +184,8 @@ local client = {
   offset_encoding = "utf-8",
   request = function(method, params, handler)
     _G.sent = _G.sent + 1
-    table.insert(_G.answers, function() handler(nil, {items = {{insertText = "ghost"}}}) end)
+    local item = _G.reply or {insertText = "ghost"}
+    table.insert(_G.answers, function() handler(nil, {items = {item}}) end)
     return true, _G.sent
   end,
   cancel_request = function() end,
@@ -273,3 +274,27 @@ def test_a_multi_line_suggestion_is_accepted_line_by_line(plugin: Any) -> None:
     plugin.input("<Tab>")
     assert _wait(lambda: len(plugin.current.buffer) == 4, 5)
     assert plugin.current.buffer[:] == ["name = compute(", "    first,", ")", "other = 2"]
+
+
+def test_a_whole_line_that_dedents_is_shown_and_replaces_the_indentation(stubbed: Any) -> None:
+    # on a blank line the server writes the whole line, indentation included, in place of the blank line: a
+    # line less indented than the editor's automatic indentation was not shown at all
+    stubbed.input("<Esc>")
+    stubbed.current.buffer[:] = ["def f(x):", "    if x:", "        return 1", "        "]
+    stubbed.exec_lua(
+        "_G.reply = {insertText = '    return 0', "
+        "range = {start = {line = 3, character = 0}, ['end'] = {line = 3, character = 8}}}"
+    )
+    stubbed.command("call cursor(4, 1)")
+    stubbed.input("A <BS>")  # a change, then the pause: a request at the end of the blank line
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") >= 1, 5)
+    stubbed.exec_lua("_G.answers[#_G.answers]()")
+    assert _wait(lambda: stubbed.exec_lua(SUGGESTION) == "    return 0", 5)
+    stubbed.input("<M-Right>")  # one word: it replaces the indentation too
+    assert _wait(lambda: stubbed.current.buffer[3] != "        ", 5)
+    assert stubbed.current.buffer[3] == "    return"
+    assert stubbed.exec_lua(SUGGESTION) == " 0"
+    stubbed.input("<Tab>")
+    assert _wait(lambda: stubbed.current.buffer[3] != "    return", 5)
+    assert stubbed.current.buffer[:] == ["def f(x):", "    if x:", "        return 1", "    return 0"]
+    assert tuple(stubbed.current.window.cursor) == (4, len("    return 0"))

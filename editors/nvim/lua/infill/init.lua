@@ -17,7 +17,9 @@ M.config = {
   root_markers = { ".git", "pyproject.toml", "package.json", "go.mod", "Cargo.toml" },
 }
 
--- what is on screen: {buf, row (0-based), col (byte), text (still to insert), tick (the buffer's changedtick)}
+-- what is on screen: {buf, row (0-based), col (byte: the cursor), text, tick (the buffer's changedtick), from, to}:
+-- accepting it puts `text` in place of the line's bytes [from, to), which is the cursor (an insertion) except for
+-- a whole line written over the indentation of a blank line (a line that dedents: from < col)
 M.state = { suggestion = nil, pending = nil, client_id = nil, requests = 0, timer = nil }
 
 local function has_inline_virt_text()
@@ -63,8 +65,10 @@ local function split_lines(text)
   return vim.split(text, "\r?\n")
 end
 
--- Show `text` (what would be inserted at the cursor) as virtual text.
-local function render(buf, row, col, text)
+-- Show `text` (what would replace bytes [from, to) of the line, by default an insertion at the cursor) as
+-- virtual text.
+local function render(buf, row, col, text, from, to)
+  from, to = from or col, to or col
   vim.api.nvim_buf_clear_namespace(buf, ns, 0, -1)
   if text == "" then
     M.state.suggestion = nil
@@ -73,7 +77,9 @@ local function render(buf, row, col, text)
   local lines = split_lines(text)
   local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
   local opts = { virt_text = { { lines[1], "Comment" } }, hl_mode = "combine" }
-  if has_inline_virt_text() then
+  if from < col then
+    opts.virt_text_pos = "overlay" -- over the blank line's indentation, which it replaces
+  elseif has_inline_virt_text() then
     opts.virt_text_pos = "inline"
   elseif col >= #line then
     opts.virt_text_pos = "overlay"
@@ -87,8 +93,9 @@ local function render(buf, row, col, text)
     end
     opts.virt_lines = extra
   end
-  vim.api.nvim_buf_set_extmark(buf, ns, row, math.min(col, #line), opts)
-  M.state.suggestion = { buf = buf, row = row, col = col, text = text, tick = vim.api.nvim_buf_get_changedtick(buf) }
+  vim.api.nvim_buf_set_extmark(buf, ns, row, math.min(from, #line), opts)
+  local tick = vim.api.nvim_buf_get_changedtick(buf)
+  M.state.suggestion = { buf = buf, row = row, col = col, text = text, tick = tick, from = from, to = to }
 end
 
 local function cursor()
@@ -132,8 +139,11 @@ local function byte_col(client, line, character)
   return ok and byte or #line
 end
 
--- The first item of an answer as the text to insert at the cursor (its range may start before the cursor,
--- e.g. at the start of a word the server healed: the part already typed is dropped).
+-- The first item of an answer as (text, from, to): the text to put in place of the line's bytes [from, to).
+-- Its range may start before the cursor: at the start of a blank line (a whole line, indentation included) or of
+-- a word the server healed. When the text begins with what is there, that part is dropped and the rest is an
+-- insertion at the cursor; a whole line with other indentation (a line that dedents) replaces the blank
+-- line's; anything else is not shown.
 local function item_text(client, buf, row, col, item)
   local text = item.insertText
   if type(text) == "table" then
@@ -147,12 +157,17 @@ local function item_text(client, buf, row, col, item)
     local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
     local start = byte_col(client, line, range.start.character)
     local typed = line:sub(start + 1, col)
-    if text:sub(1, #typed) ~= typed then
-      return nil
+    if text:sub(1, #typed) == typed then
+      return text:sub(#typed + 1), col, col
     end
-    text = text:sub(#typed + 1)
+    local stop = range["end"].line == row and byte_col(client, line, range["end"].character) or col
+    stop = math.max(stop, col)
+    if start < col and line:sub(start + 1, stop):match("^%s*$") then
+      return text, start, stop
+    end
+    return nil
   end
-  return text
+  return text, col, col
 end
 
 function M.request()
@@ -186,9 +201,12 @@ function M.request()
       return
     end
     local items = result.items or result
-    local text = items[1] and item_text(client, buf, row, col, items[1])
+    local text, from, to
+    if items[1] then
+      text, from, to = item_text(client, buf, row, col, items[1])
+    end
     if text then
-      render(buf, row, col, text)
+      render(buf, row, col, text, from, to)
     end
   end, buf)
   if ok then
@@ -201,7 +219,7 @@ end
 function M.on_change()
   local s = M.state.suggestion
   local buf, row, col = cursor()
-  if s and s.buf == buf and s.row == row and col >= s.col then
+  if s and s.buf == buf and s.row == row and col >= s.col and (s.from or s.col) == s.col then
     local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
     local typed = line:sub(s.col + 1, col)
     if s.text:sub(1, #typed) == typed and #typed < #s.text then
@@ -217,12 +235,15 @@ function M.on_change()
   M.state.timer:start(M.config.debounce_ms, 0, vim.schedule_wrap(M.request))
 end
 
-local function insert(text)
+-- Put `text` in place of the cursor line's bytes [from, to) (by default: insert it at the cursor); the cursor
+-- goes to its end.
+local function insert(text, from, to)
   local buf, row, col = cursor()
+  from, to = from or col, to or col
   local lines = split_lines(text)
-  vim.api.nvim_buf_set_text(buf, row, col, row, col, lines)
+  vim.api.nvim_buf_set_text(buf, row, from, row, to, lines)
   local last_row = row + #lines - 1
-  local last_col = (#lines == 1 and col or 0) + #lines[#lines]
+  local last_col = (#lines == 1 and from or 0) + #lines[#lines]
   vim.api.nvim_win_set_cursor(0, { last_row + 1, last_col })
 end
 
@@ -260,7 +281,7 @@ function M.accept()
     return false
   end
   M.clear()
-  insert(s.text)
+  insert(s.text, s.from, s.to)
   return true
 end
 
@@ -273,7 +294,7 @@ local function accept_part(take)
   local part = take(s.text)
   local rest = s.text:sub(#part + 1)
   M.clear()
-  insert(part)
+  insert(part, s.from, s.to)
   local buf, row, col = cursor()
   render(buf, row, col, rest)
   return true
