@@ -107,7 +107,10 @@ def main() -> None:
                     f"p50 {1000 * statistics.median(values):6.0f} ms  p95 {1000 * percentile(values, 0.95):6.0f} ms"
                     f"  with an item: {count}/{len(values)}"
                 )
-        client.configure({"model": args.model})
+        # without prefetch: the change before each request would start the same fill on its own, which a
+        # $/cancelRequest leaves running (its answer stays useful), so the worker would be free only when
+        # that fill ends, not when the cancelled one stops
+        client.configure({"model": args.model, "prefetch": False})
         delays = [float(d) for d in args.cancel_after.split(",")]
         stops: dict[float, list[float]] = {d: [] for d in delays}
         for run, delay in ((r, d) for r in range(args.cancels) for d in delays):

@@ -3,6 +3,8 @@ completion targets and settings of infill.lsp.fills: no server, no model."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -110,3 +112,62 @@ def test_language_from_the_file_name_else_the_language_id() -> None:
     assert language_of(Document("file:///a/b.rs", "plaintext", 1, "")) == "rust"
     assert language_of(Document("untitled:Untitled-1", "typescriptreact", 1, "")) == "tsx"
     assert language_of(Document("untitled:Untitled-2", "markdown", 1, "")) is None
+
+
+def test_a_position_on_a_long_line_is_found_without_a_step_per_character(monkeypatch: pytest.MonkeyPatch) -> None:
+    import infill.lsp.documents as documents
+
+    line = "x = [" + ", ".join("é😀中" for _ in range(20_000)) + "]"
+    lines = Lines(f"import os\n{line}\ny = 1\n")
+    counted: list[str] = []
+    real = documents.units
+    monkeypatch.setattr(documents, "units", lambda text, encoding: counted.append(text) or real(text, encoding))
+    for encoding in ENCODINGS:
+        assert lines.offset(1, units(line, encoding), encoding) == len("import os\n") + len(line)
+    # a keystroke at the end of a long line (minified code, a data table) used to cost one step per character
+    assert len(counted) <= 3, len(counted)
+    monkeypatch.undo()
+    with pytest.raises(PositionError, match="inside a character"):  # half of the last 😀, as before
+        lines.offset(1, units(line, "utf-16") - 3, "utf-16")
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_lone_surrogates_count_as_they_were_sent(encoding: Encoding) -> None:
+    # a high and a low surrogate sent apart are two characters of the text, not one pair
+    text = "a\ud83d\ude00b\n"
+    lines = Lines(text)
+    for offset in range(len(text)):
+        line, character = lines.position(offset, encoding)
+        assert lines.offset(line, character, encoding) == offset
+
+
+@given(
+    st.text(alphabet=st.sampled_from(list("ab\r\n😀")), max_size=30),
+    st.text(alphabet=st.sampled_from(list("ab\r\n😀")), max_size=6),
+    st.data(),
+)
+def test_an_edit_keeps_the_line_starts_a_full_scan_finds(text: str, inserted: str, data: st.DataObject) -> None:
+    a = data.draw(st.integers(0, len(text)))
+    b = data.draw(st.integers(a, len(text)))
+    new = text[:a] + inserted + text[b:]
+    assert Lines(text).edited(a, b, inserted, new).starts == Lines(new).starts
+
+
+def test_a_change_in_a_long_file_scans_only_the_lines_it_touches(monkeypatch: pytest.MonkeyPatch) -> None:
+    import infill.lsp.documents as documents
+
+    document = Document("file:///a.py", "python", 1, "".join(f"line_{n} = {n}\r\n" for n in range(10_000)))
+    document.lines  # noqa: B018 - the index of the opened text
+    scanned: list[tuple[int, int]] = []
+    pattern = documents._LINE_BREAK
+
+    class Counting:
+        def finditer(self, text: str, pos: int = 0, endpos: int = 2**62) -> Any:
+            scanned.append((pos, min(endpos, len(text))))
+            return pattern.finditer(text, pos, endpos)
+
+    monkeypatch.setattr(documents, "_LINE_BREAK", Counting())
+    document.change(2, "new = 1\r\n", (5000, 0), (5000, 0), "utf-16")  # a line typed in the middle
+    assert document.offset(5001, 0, "utf-16") == document.text.index("line_5000 ")
+    assert document.offset(10_001, 0, "utf-16") == len(document.text)
+    assert sum(end - start for start, end in scanned) < 100  # a few lines, not 170,000 characters

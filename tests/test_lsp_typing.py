@@ -275,25 +275,47 @@ def test_a_paste_or_a_change_of_several_lines_is_not_prefetched(client: LspClien
     assert len(fills(client)) == calls
 
 
-def test_a_request_while_its_prefetch_runs_waits_for_it_instead_of_filling_again(
-    client: LspClient, tmp_path: Path
-) -> None:
+@pytest.fixture
+def typed_x(client: LspClient, tmp_path: Path) -> Iterator[Path]:
+    """The gated model; `x` typed on the blank line, and its prefetch in its first pass (held at the gate)."""
     gate = tmp_path / "gate"
     gate.mkdir()
     client.result("test/gate", {"path": str(gate)})
     client.configure({"model": GATED_MODEL, "fill": {"decoder": "sequential"}})
     try:
         client.inline(URI, 0, 0)  # loads the model (a blank position: no fill)
-        calls = len(fills(client))
         client.change(URI, 2, [insert(2, 4, "x")])
         wait_until(lambda: started(gate) == 1, "the prefetch's first pass")
-        request = client.start("textDocument/inlineCompletion", inline_params(URI, 2, 5))
-        for number in range(1, 200):
-            release(gate, number)
-        (item,) = client.wait(request)["result"]["items"]
-        assert item["insertText"].startswith("x = 1234")  # the gated model's line, after the x typed
-        assert len(fills(client)) == calls + 1  # one fill answered both (a fill of its own would make it two)
+        yield gate
     finally:
         for number in range(1, 400):
             release(gate, number)
         assert client.result("test/idle") == "idle"
+
+
+def test_a_request_while_its_prefetch_runs_waits_for_it_instead_of_filling_again(
+    client: LspClient, typed_x: Path
+) -> None:
+    calls = len(fills(client)) - 1  # the prefetch's fill has begun
+    request = client.start("textDocument/inlineCompletion", inline_params(URI, 2, 5))
+    for number in range(1, 200):
+        release(typed_x, number)
+    (item,) = client.wait(request)["result"]["items"]
+    assert item["insertText"].startswith("x = 1234")  # the gated model's line, after the x typed
+    assert len(fills(client)) == calls + 1  # one fill answered both (a fill of its own would make it two)
+
+
+def test_a_request_that_waited_for_a_prefetch_is_not_filled_after_the_document_changed(
+    client: LspClient, typed_x: Path
+) -> None:
+    request = client.start("textDocument/inlineCompletion", inline_params(URI, 2, 5))  # waits for the prefetch
+    client.result("test/document", {"uri": URI})  # the request has been read
+    calls = len(fills(client))
+    client.change(URI, 3, [{"range": span_range((0, 0), (0, 0)), "text": "import os\n"}])  # a line above
+    for number in range(1, 400):
+        release(typed_x, number)
+    # line 2, character 5 was a place of version 2; in version 3 it is inside `def mean(values):`
+    assert client.wait(request)["result"] is None
+    assert client.result("test/idle") == "idle"
+    stale = len("def mean(values):\n    total = 0\n    x")  # line 2, character 5 of version 2
+    assert stale not in [call["start"] for call in fills(client)[calls:]]  # no fill there in version 3

@@ -123,3 +123,178 @@ def test_ghost_text_typeahead_and_accept(nvim: Any, tmp_path: Path) -> None:
     nvim.input("<Tab>")
     assert _wait(lambda: line() == wide + " " + shown), line()
     nvim.input("<Esc>")
+
+
+# --- the plugin's keys, without a server: a suggestion put on screen as the plugin keeps it ------------------------
+
+
+@pytest.fixture
+def plugin(nvim: Any) -> Any:
+    """The plugin set up for no filetype (no server starts), a buffer with two lines, insert mode at the end of
+    the first."""
+    nvim.exec_lua("require('infill').setup({filetypes = {}})")
+    nvim.current.buffer[:] = ["name = ", "other = 2"]
+    nvim.command("call cursor(1, 1)")
+    nvim.input("A")
+    assert _wait(lambda: nvim.api.get_mode()["mode"] == "i", 5)
+    return nvim
+
+
+def _show(nvim: Any, text: str) -> None:
+    """A suggestion of `text` at the cursor, as the plugin records the one it shows."""
+    nvim.exec_lua(
+        "local pos = vim.api.nvim_win_get_cursor(0) local buf = vim.api.nvim_get_current_buf() "
+        "require('infill').state.suggestion = {buf = buf, row = pos[1] - 1, col = pos[2], text = ..., "
+        "tick = vim.api.nvim_buf_get_changedtick(buf)}",
+        text,
+    )
+
+
+def test_accepting_a_word_never_splits_a_character(plugin: Any) -> None:
+    _show(plugin, "東京 + 1")
+    plugin.input("<M-Right>")
+    assert _wait(lambda: plugin.current.buffer[0] != "name = ", 5)
+    assert plugin.current.buffer[0] == "name = 東京"  # the whole word, not its first byte
+    assert plugin.exec_lua("return require('infill').suggestion()") == " + 1"
+
+
+def test_a_suggestion_left_behind_by_the_cursor_is_not_inserted_there(plugin: Any) -> None:
+    _show(plugin, "(bar)")
+    plugin.input("<Down>")  # the cursor moves without typing: the suggestion belonged to the other place
+    assert _wait(lambda: plugin.exec_lua("return require('infill').suggestion()") is None, 5)
+    plugin.input("<Tab>")  # a plain <Tab> now
+    assert _wait(lambda: plugin.current.buffer[1] != "other = 2", 5)
+    assert plugin.current.buffer[:] == ["name = ", "other =\t 2"]  # at the cursor, column 8
+
+
+def test_a_suggestion_with_crlf_breaks_inserts_lines_without_carriage_returns(plugin: Any) -> None:
+    # the server writes the document's own line breaks: "\r\n" in a file Neovim reads with fileformat=dos
+    _show(plugin, "1\r\nvalue = 2")
+    plugin.input("<Tab>")
+    assert _wait(lambda: plugin.current.buffer[0] != "name = ", 5)
+    assert plugin.current.buffer[:] == ["name = 1", "value = 2", "other = 2"]
+
+
+STUB_CLIENT = """
+local M = require('infill')
+M.state.client_id = 1
+_G.sent, _G.answers = 0, {}
+local client = {
+  id = 1,
+  offset_encoding = "utf-8",
+  request = function(method, params, handler)
+    _G.sent = _G.sent + 1
+    local item = _G.reply or {insertText = "ghost"}
+    table.insert(_G.answers, function() handler(nil, {items = {item}}) end)
+    return true, _G.sent
+  end,
+  cancel_request = function() end,
+}
+vim.lsp.get_client_by_id = function() return client end
+vim.lsp.buf_is_attached = function() return true end
+"""
+
+
+@pytest.fixture
+def stubbed(nvim: Any) -> Any:
+    """The plugin with a stand-in client that answers each request when the test says (_G.answers[n]())."""
+    nvim.exec_lua("require('infill').setup({filetypes = {}, debounce_ms = 20})")
+    nvim.exec_lua(STUB_CLIENT)
+    nvim.current.buffer[:] = ["x = 1"]
+    nvim.command("call cursor(1, 1)")
+    nvim.input("A")
+    assert _wait(lambda: nvim.api.get_mode()["mode"] == "i", 5)
+    return nvim
+
+
+SUGGESTION = "return require('infill').suggestion()"
+
+
+def test_an_answer_that_comes_after_dismiss_is_not_shown(stubbed: Any) -> None:
+    stubbed.input(" ")
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") == 1, 5)
+    stubbed.input("<C-]>")  # dismissed while the request is on its way
+    time.sleep(0.1)
+    stubbed.exec_lua("_G.answers[1]()")
+    time.sleep(0.1)
+    assert stubbed.exec_lua(SUGGESTION) is None
+    stubbed.input("y")  # a new pause, answered: shown (the stand-in works)
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") == 2, 5)
+    stubbed.exec_lua("_G.answers[2]()")
+    assert _wait(lambda: stubbed.exec_lua(SUGGESTION) == "ghost", 5)
+
+
+def test_no_ghost_text_in_normal_mode_after_esc_before_the_pause_ends(stubbed: Any) -> None:
+    stubbed.input("<CR><Esc>")  # a key, then <Esc> within the pause; the cursor stays at column 0
+    assert _wait(lambda: stubbed.api.get_mode()["mode"] == "n", 5)
+    time.sleep(0.2)  # the pause (20 ms) is long over
+    for answer in range(1, stubbed.exec_lua("return _G.sent") + 1):
+        stubbed.exec_lua(f"_G.answers[{answer}]()")
+    time.sleep(0.1)
+    assert stubbed.exec_lua(SUGGESTION) is None
+    namespace = "vim.api.nvim_create_namespace('infill')"
+    assert stubbed.exec_lua(f"return #vim.api.nvim_buf_get_extmarks(0, {namespace}, 0, -1, {{}})") == 0
+
+
+@pytest.mark.slow
+def test_a_second_unnamed_buffer_does_not_take_the_first_ones_place_on_the_server(nvim: Any) -> None:
+    # Neovim's LSP client names every unnamed buffer "file://": a second one opened on the server replaced the
+    # first one's text there (its suggestions then came from the other buffer's text)
+    nvim.exec_lua(
+        "require('infill').setup({cmd = ..., settings = {threshold = 0}})", [sys.executable, "-m", "infill", "lsp"]
+    )
+    nvim.command("filetype on")
+    attached = "return vim.lsp.buf_is_attached(..., require('infill').state.client_id or -1)"
+
+    def new_buffer(name: str) -> int:
+        buf = nvim.api.create_buf(True, False)
+        nvim.api.set_current_buf(buf)
+        if name:
+            nvim.command(f"file {name}")
+        nvim.command("set filetype=python")
+        return buf.number  # type: ignore[no-any-return]
+
+    first = new_buffer("")
+    assert _wait(lambda: nvim.exec_lua(attached, first))
+    second, named = new_buffer(""), new_buffer("named.py")
+    assert _wait(lambda: nvim.exec_lua(attached, named))  # a named buffer is attached as before
+    assert not nvim.exec_lua(attached, second)
+    assert nvim.exec_lua(attached, first)
+
+
+def test_a_multi_line_suggestion_is_accepted_line_by_line(plugin: Any) -> None:
+    _show(plugin, "compute(\n    first,\n)")
+    plugin.input("<M-Down>")
+    assert _wait(lambda: plugin.current.buffer[0] != "name = ", 5)
+    assert plugin.current.buffer[:] == ["name = compute(", "other = 2"]
+    assert plugin.exec_lua("return require('infill').suggestion()") == "\n    first,\n)"
+    plugin.input("<M-Down>")  # at the end of a line: its break and the next line
+    assert _wait(lambda: len(plugin.current.buffer) == 3, 5)
+    assert plugin.current.buffer[:] == ["name = compute(", "    first,", "other = 2"]
+    plugin.input("<Tab>")
+    assert _wait(lambda: len(plugin.current.buffer) == 4, 5)
+    assert plugin.current.buffer[:] == ["name = compute(", "    first,", ")", "other = 2"]
+
+
+def test_a_whole_line_that_dedents_is_shown_and_replaces_the_indentation(stubbed: Any) -> None:
+    # on a blank line the server writes the whole line, indentation included, in place of the blank line: a
+    # line less indented than the editor's automatic indentation was not shown at all
+    stubbed.input("<Esc>")
+    stubbed.current.buffer[:] = ["def f(x):", "    if x:", "        return 1", "        "]
+    stubbed.exec_lua(
+        "_G.reply = {insertText = '    return 0', "
+        "range = {start = {line = 3, character = 0}, ['end'] = {line = 3, character = 8}}}"
+    )
+    stubbed.command("call cursor(4, 1)")
+    stubbed.input("A <BS>")  # a change, then the pause: a request at the end of the blank line
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") >= 1, 5)
+    stubbed.exec_lua("_G.answers[#_G.answers]()")
+    assert _wait(lambda: stubbed.exec_lua(SUGGESTION) == "    return 0", 5)
+    stubbed.input("<M-Right>")  # one word: it replaces the indentation too
+    assert _wait(lambda: stubbed.current.buffer[3] != "        ", 5)
+    assert stubbed.current.buffer[3] == "    return"
+    assert stubbed.exec_lua(SUGGESTION) == " 0"
+    stubbed.input("<Tab>")
+    assert _wait(lambda: stubbed.current.buffer[3] != "    return", 5)
+    assert stubbed.current.buffer[:] == ["def f(x):", "    if x:", "        return 1", "    return 0"]
+    assert tuple(stubbed.current.window.cursor) == (4, len("    return 0"))

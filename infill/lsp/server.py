@@ -387,8 +387,11 @@ class InfillServer(LanguageServer):
         typeahead = self.typeahead.setdefault(uri, Typeahead())
         if selected is None:  # the rest of a suggestion shown before, when what was typed since begins it
             known = typeahead.answer(document.text, offset)
+            version = document.version
             if known is None and key is None and await self.prefetch_done(document, offset):
                 known = typeahead.answer(document.text, offset)  # the prefetch's answer
+            if self.documents.get(uri) is not document or document.version != version:
+                return None  # changed while it waited: `position` (so `offset`) is a place of the older text
             if known is not None:
                 return (document, known) if known else None
         snapshot = Document(document.uri, document.language_id, document.version, document.text)

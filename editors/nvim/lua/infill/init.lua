@@ -2,8 +2,8 @@
 --
 -- Starts the language server for the configured filetypes, asks it for an inline completion
 -- (textDocument/inlineCompletion) when you pause typing in insert mode, and shows the answer as virtual text
--- at the cursor (extmarks). <Tab> accepts it, <M-Right> accepts one word, <C-]> dismisses it; typing what the
--- suggestion says keeps the rest of it without a new request (typeahead).
+-- at the cursor (extmarks). <Tab> accepts it, <M-Right> accepts one word, <M-Down> one line, <C-]> dismisses
+-- it; typing what the suggestion says keeps the rest of it without a new request (typeahead).
 local M = {}
 
 local ns = vim.api.nvim_create_namespace("infill")
@@ -13,11 +13,13 @@ M.config = {
   filetypes = { "python", "javascript", "typescript", "go", "rust", "java", "c", "cpp", "lua", "sh" },
   settings = {}, -- sent as initializationOptions (docs/editors.md lists them: model, threshold, ...)
   debounce_ms = 75, -- pause before a request
-  keys = { accept = "<Tab>", accept_word = "<M-Right>", dismiss = "<C-]>" },
+  keys = { accept = "<Tab>", accept_word = "<M-Right>", accept_line = "<M-Down>", dismiss = "<C-]>" },
   root_markers = { ".git", "pyproject.toml", "package.json", "go.mod", "Cargo.toml" },
 }
 
--- what is on screen: {buf, row (0-based), col (byte), text (still to insert), lines}
+-- what is on screen: {buf, row (0-based), col (byte: the cursor), text, tick (the buffer's changedtick), from, to}:
+-- accepting it puts `text` in place of the line's bytes [from, to), which is the cursor (an insertion) except for
+-- a whole line written over the indentation of a blank line (a line that dedents: from < col)
 M.state = { suggestion = nil, pending = nil, client_id = nil, requests = 0, timer = nil }
 
 local function has_inline_virt_text()
@@ -44,17 +46,40 @@ local function cancel_pending()
   end
 end
 
--- Show `text` (what would be inserted at the cursor) as virtual text.
-local function render(buf, row, col, text)
+-- Nothing more for the place the cursor is at: no suggestion, no request on its way or waiting for the pause.
+local function stop()
+  if M.state.timer then
+    M.state.timer:stop()
+  end
+  cancel_pending()
+  M.clear()
+end
+
+local function insert_mode()
+  return vim.api.nvim_get_mode().mode:sub(1, 1) == "i"
+end
+
+-- The lines of a suggestion. In a file with CRLF line breaks the server writes "\r\n" between them (the
+-- document's own breaks, as Neovim sends its text); a buffer's lines hold neither.
+local function split_lines(text)
+  return vim.split(text, "\r?\n")
+end
+
+-- Show `text` (what would replace bytes [from, to) of the line, by default an insertion at the cursor) as
+-- virtual text.
+local function render(buf, row, col, text, from, to)
+  from, to = from or col, to or col
   vim.api.nvim_buf_clear_namespace(buf, ns, 0, -1)
   if text == "" then
     M.state.suggestion = nil
     return
   end
-  local lines = vim.split(text, "\n", { plain = true })
+  local lines = split_lines(text)
   local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
   local opts = { virt_text = { { lines[1], "Comment" } }, hl_mode = "combine" }
-  if has_inline_virt_text() then
+  if from < col then
+    opts.virt_text_pos = "overlay" -- over the blank line's indentation, which it replaces
+  elseif has_inline_virt_text() then
     opts.virt_text_pos = "inline"
   elseif col >= #line then
     opts.virt_text_pos = "overlay"
@@ -68,8 +93,9 @@ local function render(buf, row, col, text)
     end
     opts.virt_lines = extra
   end
-  vim.api.nvim_buf_set_extmark(buf, ns, row, math.min(col, #line), opts)
-  M.state.suggestion = { buf = buf, row = row, col = col, text = text }
+  vim.api.nvim_buf_set_extmark(buf, ns, row, math.min(from, #line), opts)
+  local tick = vim.api.nvim_buf_get_changedtick(buf)
+  M.state.suggestion = { buf = buf, row = row, col = col, text = text, tick = tick, from = from, to = to }
 end
 
 local function cursor()
@@ -113,8 +139,11 @@ local function byte_col(client, line, character)
   return ok and byte or #line
 end
 
--- The first item of an answer as the text to insert at the cursor (its range may start before the cursor,
--- e.g. at the start of a word the server healed: the part already typed is dropped).
+-- The first item of an answer as (text, from, to): the text to put in place of the line's bytes [from, to).
+-- Its range may start before the cursor: at the start of a blank line (a whole line, indentation included) or of
+-- a word the server healed. When the text begins with what is there, that part is dropped and the rest is an
+-- insertion at the cursor; a whole line with other indentation (a line that dedents) replaces the blank
+-- line's; anything else is not shown.
 local function item_text(client, buf, row, col, item)
   local text = item.insertText
   if type(text) == "table" then
@@ -128,19 +157,24 @@ local function item_text(client, buf, row, col, item)
     local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
     local start = byte_col(client, line, range.start.character)
     local typed = line:sub(start + 1, col)
-    if text:sub(1, #typed) ~= typed then
-      return nil
+    if text:sub(1, #typed) == typed then
+      return text:sub(#typed + 1), col, col
     end
-    text = text:sub(#typed + 1)
+    local stop = range["end"].line == row and byte_col(client, line, range["end"].character) or col
+    stop = math.max(stop, col)
+    if start < col and line:sub(start + 1, stop):match("^%s*$") then
+      return text, start, stop
+    end
+    return nil
   end
-  return text
+  return text, col, col
 end
 
 function M.request()
   local client = M.state.client_id and vim.lsp.get_client_by_id(M.state.client_id)
   local buf, row, col = cursor()
-  if not client or not vim.lsp.buf_is_attached(buf, client.id) then
-    return
+  if not client or not vim.lsp.buf_is_attached(buf, client.id) or not insert_mode() then
+    return -- a pause timer that fired after <Esc>: no ghost text in normal mode
   end
   cancel_pending()
   local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
@@ -151,17 +185,28 @@ function M.request()
   }
   local tick = vim.api.nvim_buf_get_changedtick(buf)
   M.state.requests = M.state.requests + 1
-  local ok, id = client.request("textDocument/inlineCompletion", params, function(err, result)
+  local ok, id
+  ok, id = client.request("textDocument/inlineCompletion", params, function(err, result)
+    local pending = M.state.pending
+    if not pending or pending.id ~= id then
+      return -- cancelled (dismissed, insert mode left, a newer request) but answered before the cancel arrived
+    end
     M.state.pending = nil
     M.state.last = { err = err, result = result } -- the last answer, for :lua print(vim.inspect(...))
     local b, r, c = cursor()
     if err or not result or b ~= buf or r ~= row or c ~= col or vim.api.nvim_buf_get_changedtick(buf) ~= tick then
       return -- an error, or the buffer moved on: the next pause asks again
     end
+    if not insert_mode() then
+      return
+    end
     local items = result.items or result
-    local text = items[1] and item_text(client, buf, row, col, items[1])
+    local text, from, to
+    if items[1] then
+      text, from, to = item_text(client, buf, row, col, items[1])
+    end
     if text then
-      render(buf, row, col, text)
+      render(buf, row, col, text, from, to)
     end
   end, buf)
   if ok then
@@ -174,7 +219,7 @@ end
 function M.on_change()
   local s = M.state.suggestion
   local buf, row, col = cursor()
-  if s and s.buf == buf and s.row == row and col >= s.col then
+  if s and s.buf == buf and s.row == row and col >= s.col and (s.from or s.col) == s.col then
     local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
     local typed = line:sub(s.col + 1, col)
     if s.text:sub(1, #typed) == typed and #typed < #s.text then
@@ -190,39 +235,84 @@ function M.on_change()
   M.state.timer:start(M.config.debounce_ms, 0, vim.schedule_wrap(M.request))
 end
 
-local function insert(text)
+-- Put `text` in place of the cursor line's bytes [from, to) (by default: insert it at the cursor); the cursor
+-- goes to its end.
+local function insert(text, from, to)
   local buf, row, col = cursor()
-  local lines = vim.split(text, "\n", { plain = true })
-  vim.api.nvim_buf_set_text(buf, row, col, row, col, lines)
+  from, to = from or col, to or col
+  local lines = split_lines(text)
+  vim.api.nvim_buf_set_text(buf, row, from, row, to, lines)
   local last_row = row + #lines - 1
-  local last_col = (#lines == 1 and col or 0) + #lines[#lines]
+  local last_col = (#lines == 1 and from or 0) + #lines[#lines]
   vim.api.nvim_win_set_cursor(0, { last_row + 1, last_col })
+end
+
+-- The suggestion on screen, if it is still where the cursor is (it belongs to that place only).
+local function here()
+  local s = M.state.suggestion
+  if not s then
+    return nil
+  end
+  local buf, row, col = cursor()
+  if s.buf ~= buf or s.row ~= row or s.col ~= col or not vim.api.nvim_buf_is_valid(buf) then
+    M.clear()
+    return nil
+  end
+  return s
+end
+
+-- The cursor moved: a suggestion left behind (arrow keys, a mouse click) is taken away, as the answer to a
+-- request for the old place is. A move that comes with a change (a key typed: Neovim runs CursorMovedI before
+-- TextChangedI) is left to on_change, which keeps the suggestion when the key typed what it says.
+function M.on_move()
+  local s = M.state.suggestion
+  if s and vim.api.nvim_buf_is_valid(s.buf) and vim.api.nvim_buf_get_changedtick(s.buf) ~= s.tick then
+    return
+  end
+  if s and not here() then
+    cancel_pending()
+  end
 end
 
 -- Accept the whole suggestion; false when there is none (the key then does what it did before).
 function M.accept()
-  local s = M.state.suggestion
+  local s = here()
   if not s then
     return false
   end
   M.clear()
-  insert(s.text)
+  insert(s.text, s.from, s.to)
   return true
 end
 
--- Accept up to the end of the next word (leading spaces included).
-function M.accept_word()
-  local s = M.state.suggestion
+-- Accept the part of the suggestion `take(text)` says; the rest stays shown.
+local function accept_part(take)
+  local s = here()
   if not s then
     return false
   end
-  local word = s.text:match("^%s*[%w_]+") or s.text:match("^%s*[^%w_%s]") or s.text:match("^%s+") or s.text
-  local rest = s.text:sub(#word + 1)
+  local part = take(s.text)
+  local rest = s.text:sub(#part + 1)
   M.clear()
-  insert(word)
+  insert(part, s.from, s.to)
   local buf, row, col = cursor()
   render(buf, row, col, rest)
   return true
+end
+
+-- Accept up to the end of the next word (leading spaces included). Bytes of multi-byte characters count as
+-- word bytes (Lua's %w is ASCII only): a word never ends inside a character.
+function M.accept_word()
+  return accept_part(function(text)
+    return text:match("^%s*[%w_\128-\255]+") or text:match("^%s*[^%w_%s\128-\255]") or text:match("^%s+") or text
+  end)
+end
+
+-- Accept up to the end of the suggestion's current line; at its end, the line break and the next line.
+function M.accept_line()
+  return accept_part(function(text)
+    return text:match("^[^\r\n]+") or text:match("^\r?\n[^\r\n]*") or text
+  end)
 end
 
 function M.suggestion()
@@ -262,9 +352,23 @@ function M.attach(buf)
       offset_encoding = "utf-8",
     })
   end
-  if M.state.client_id then
+  if M.state.client_id and not M.shares_uri(buf) then
     vim.lsp.buf_attach_client(buf, M.state.client_id)
   end
+end
+
+-- Whether another buffer the server has open has this buffer's URI: every unnamed buffer is "file://" to
+-- Neovim's LSP client, so a second one would replace the first one's text on the server (whose suggestions
+-- would then come from the other buffer, and whose changes would land in the wrong text). The first unnamed
+-- buffer keeps its suggestions; a second gets none until it has a name.
+function M.shares_uri(buf)
+  local uri = vim.uri_from_bufnr(buf)
+  for _, other in ipairs(vim.api.nvim_list_bufs()) do -- (the client's own list is empty until it is initialized)
+    if other ~= buf and vim.lsp.buf_is_attached(other, M.state.client_id) and vim.uri_from_bufnr(other) == uri then
+      return true
+    end
+  end
+  return false
 end
 
 function M.setup(opts)
@@ -278,18 +382,17 @@ function M.setup(opts)
     end,
   })
   vim.api.nvim_create_autocmd({ "TextChangedI", "TextChangedP" }, { group = group, callback = M.on_change })
+  vim.api.nvim_create_autocmd("CursorMovedI", { group = group, callback = M.on_move })
   vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave" }, {
     group = group,
-    callback = function()
-      cancel_pending()
-      M.clear()
-    end,
+    callback = stop,
   })
   map(M.config.keys.accept, M.accept)
   map(M.config.keys.accept_word, M.accept_word)
+  map(M.config.keys.accept_line, M.accept_line)
   map(M.config.keys.dismiss, function()
     local had = M.state.suggestion ~= nil
-    M.clear()
+    stop() -- a request on its way is dismissed too: its answer would show what was just dismissed
     return had
   end)
 end
