@@ -647,16 +647,15 @@ def resolve_gpu_box(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket, "create_connection", connect)
 
 
-@pytest.mark.parametrize("variable", ["HTTPS_PROXY", "https_proxy"])
 def test_https_goes_through_the_proxys_tunnel_verified_against_the_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, proxied: Callable[[str, str], None], variable: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, proxied: Callable[[str, str], None]
 ) -> None:
     """The fill reaches the server through a CONNECT tunnel: the proxy's credentials only in the CONNECT, the API
     key only inside the tunnel's TLS, the certificate checked for the server's name (not the proxy's)."""
     monkeypatch.setenv("SSL_CERT_FILE", str(TLS / "ca.pem"))
     for server in running(TlsFakeServer(healthy)):
         for proxy in running(FakeProxy(server.server_address)):
-            proxied(variable, with_credentials(proxy))
+            proxied("HTTPS_PROXY", with_credentials(proxy))
             code, out, err = fill(tmp_path, "https://gpu-box.test:8443/v1#qwen-fake")
             assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
             no_secret(out, err)
