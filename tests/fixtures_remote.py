@@ -8,9 +8,14 @@ where a missing extra fails them instead."""
 
 from __future__ import annotations
 
+import contextlib
+import http
+import http.client
 import json
 import os
 import socket
+import socketserver
+import ssl
 import subprocess
 import sys
 import threading
@@ -20,7 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -126,8 +132,8 @@ class FakeHandler(BaseHTTPRequestHandler):
 class FakeServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, answer: Answer) -> None:
-        super().__init__(("127.0.0.1", 0), FakeHandler)
+    def __init__(self, answer: Answer, handler: type[FakeHandler] = FakeHandler) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
         self.answer = answer
         self.seen: list[tuple[str, str, dict[str, str], Any]] = []
 
@@ -161,7 +167,14 @@ def healthy(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> Non
 
 
 def fake(answer: Answer) -> Iterator[FakeServer]:
-    server = FakeServer(answer)
+    yield from running(FakeServer(answer))
+
+
+Server = TypeVar("Server", bound=socketserver.BaseServer)
+
+
+def running(server: Server) -> Iterator[Server]:
+    """`server` serving in a thread until the generator is closed."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -169,3 +182,110 @@ def fake(answer: Answer) -> Iterator[FakeServer]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+TLS = Path(__file__).parent / "tls"  # ca.pem: a test authority; server.pem: its certificate for gpu-box.test
+
+
+class KeptHandler(FakeHandler):
+    protocol_version = "HTTP/1.1"  # keeps the connection for the next request (FakeHandler's HTTP/1.0 closes it)
+
+
+class TlsFakeServer(FakeServer):
+    """`FakeServer` over TLS with the test certificate for gpu-box.test (trusted where SSL_CERT_FILE is ca.pem),
+    keeping connections open."""
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__(answer, KeptHandler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(TLS / "server.pem")
+        self.socket = context.wrap_socket(self.socket, server_side=True)
+
+
+class ProxyHandler(socketserver.StreamRequestHandler):
+    server: FakeProxy
+
+    def handle(self) -> None:
+        while True:
+            line = self.rfile.readline(65536).decode("latin-1")
+            if not line.strip():
+                return
+            method, target, _ = line.split(" ", 2)
+            headers: dict[str, str] = {}
+            while (header := self.rfile.readline(65536)) not in (b"\r\n", b"\n", b""):
+                name, _, value = header.decode("latin-1").partition(":")
+                headers[name.strip()] = value.strip()
+            self.server.seen.append((method, target, headers))
+            length = int(headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            if self.server.refuse:
+                status = http.HTTPStatus(self.server.refuse)
+                self.wfile.write(
+                    f"HTTP/1.1 {status.value} {status.phrase}\r\nProxy-Authenticate: Basic realm=corp\r\n"
+                    "Content-Length: 0\r\n\r\n".encode()
+                )
+                self.wfile.flush()
+                if method == "CONNECT":
+                    return
+            elif method == "CONNECT":
+                self._tunnel()
+                return
+            else:
+                self._forward(method, target, headers, body)
+
+    def _tunnel(self) -> None:
+        upstream = socket.create_connection(self.server.upstream)
+        self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        self.wfile.flush()
+
+        def pump(source: socket.socket, to: socket.socket, record: bytearray | None) -> None:
+            try:
+                while data := source.recv(65536):
+                    if record is not None:
+                        record.extend(data)
+                    to.sendall(data)
+            except OSError:
+                pass
+            finally:
+                with contextlib.suppress(OSError):
+                    to.shutdown(socket.SHUT_WR)
+
+        back = threading.Thread(target=pump, args=(upstream, self.connection, None), daemon=True)
+        back.start()
+        pump(self.connection, upstream, self.server.tunnelled)
+        back.join()
+        upstream.close()
+
+    def _forward(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> None:
+        split = urlsplit(target)
+        kept = {k: v for k, v in headers.items() if not k.lower().startswith("proxy-") and k.lower() != "connection"}
+        conn = http.client.HTTPConnection(*self.server.upstream, timeout=5)
+        conn.request(method, split.path + (f"?{split.query}" if split.query else ""), body=body, headers=kept)
+        response = conn.getresponse()
+        data = response.read()
+        conn.close()
+        self.wfile.write(f"HTTP/1.1 {response.status} {response.reason}\r\n".encode())
+        for name, value in response.getheaders():
+            if name.lower() not in ("content-length", "transfer-encoding", "connection"):
+                self.wfile.write(f"{name}: {value}\r\n".encode("latin-1"))
+        self.wfile.write(f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        self.wfile.flush()
+
+
+class FakeProxy(socketserver.ThreadingTCPServer):
+    """An HTTP proxy on 127.0.0.1 that sends every host to `upstream` (so any name reaches the fake server): CONNECT
+    tunnels, plain requests (an absolute URL) forwarded; `refuse` answers that status to each instead. `seen`:
+    (method, target, headers) of each request it got; `tunnelled`: the bytes clients sent into its tunnels."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: tuple[str, int], refuse: int | None = None) -> None:
+        super().__init__(("127.0.0.1", 0), ProxyHandler)
+        self.upstream = upstream
+        self.refuse = refuse
+        self.seen: list[tuple[str, str, dict[str, str]]] = []
+        self.tunnelled = bytearray()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"

@@ -5,15 +5,28 @@ with an error and keeps serving. The servers here are standard-library fakes (te
 
 from __future__ import annotations
 
+import base64
 import json
+import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from fixtures_remote import FakeHandler, FakeServer, completion, fake, free_port, healthy
+from fixtures_remote import (
+    TLS,
+    FakeHandler,
+    FakeProxy,
+    FakeServer,
+    TlsFakeServer,
+    completion,
+    fake,
+    free_port,
+    healthy,
+    running,
+)
 
 from infill import api
 from infill.cli import main
@@ -594,3 +607,169 @@ def test_an_answer_cut_off_is_a_closed_connection(tmp_path: Path) -> None:
 
     for server in serve(answer):
         assert "closed the connection in the middle of its answer" in fails(tmp_path, server.url + "#qwen-fake")
+
+
+# A proxy of the environment ($HTTPS_PROXY / $HTTP_PROXY / $NO_PROXY): FakeProxy sends every host to the fake
+# server, which answers for gpu-box.test (TlsFakeServer: with the test authority's certificate for that name).
+PROXY_SECRET = "s3cret-pw"
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY", "REQUEST_METHOD")
+
+
+@pytest.fixture
+def proxied(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], None]:
+    """Clears the proxy variables of the machine running the tests; sets one (as `NAME`, `name` both tested)."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    return lambda name, value: monkeypatch.setenv(name, value)
+
+
+def with_credentials(proxy: FakeProxy) -> str:
+    return proxy.url.replace("http://", f"http://alice:{PROXY_SECRET}@")
+
+
+def basic() -> str:
+    return "Basic " + base64.b64encode(f"alice:{PROXY_SECRET}".encode()).decode()
+
+
+def no_secret(*outputs: str) -> None:
+    assert not [o for o in outputs if PROXY_SECRET in o or basic()[6:] in o]
+
+
+def resolve_gpu_box(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpu-box.test is this machine for a connection the client opens itself (one that bypasses the proxy)."""
+    create = socket.create_connection
+
+    def connect(address: tuple[str, int], *args: Any, **kwargs: Any) -> socket.socket:
+        host, port = address
+        return create(("127.0.0.1" if host == "gpu-box.test" else host, port), *args, **kwargs)
+
+    monkeypatch.setattr(socket, "create_connection", connect)
+
+
+def test_https_goes_through_the_proxys_tunnel_verified_against_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, proxied: Callable[[str, str], None]
+) -> None:
+    """The fill reaches the server through a CONNECT tunnel: the proxy's credentials only in the CONNECT, the API
+    key only inside the tunnel's TLS, the certificate checked for the server's name (not the proxy's)."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(TLS / "ca.pem"))
+    for server in running(TlsFakeServer(healthy)):
+        for proxy in running(FakeProxy(server.server_address)):
+            proxied("HTTPS_PROXY", with_credentials(proxy))
+            code, out, err = fill(tmp_path, "https://gpu-box.test:8443/v1#qwen-fake")
+            assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
+            no_secret(out, err)
+            assert proxy.seen and all(s[:2] == ("CONNECT", "gpu-box.test:8443") for s in proxy.seen), proxy.seen
+            assert all(s[2].get("Proxy-Authorization") == basic() for s in proxy.seen)
+            assert len(proxy.seen) < len(server.seen)  # the tunnel is kept for the next request
+            assert all(s[2].get("Authorization") == f"Bearer {KEY}" for s in server.seen)
+            assert not [s for s in server.seen if "Proxy-Authorization" in s[2]]
+            assert KEY.encode() not in proxy.tunnelled and b"qwen-fake" not in proxy.tunnelled  # encrypted
+            line = fails(tmp_path, "https://other-box.test:8443/v1#qwen-fake")  # the certificate is gpu-box's
+            assert "other-box.test:8443/v1: its certificate is not trusted (Hostname mismatch" in line, line
+
+
+def test_plain_http_is_sent_to_the_proxy_and_still_needs_the_opt_in(
+    tmp_path: Path, proxied: Callable[[str, str], None]
+) -> None:
+    for server in serve(healthy):
+        for proxy in running(FakeProxy(server.server_address)):
+            proxied("HTTP_PROXY", with_credentials(proxy))
+            code, out, err = fill(tmp_path, "http://gpu-box.test:8000/v1#qwen-fake")
+            assert code == ExitCode.USAGE and "--allow-http" in err and not proxy.seen
+            code, out, err = fill(tmp_path, "http://gpu-box.test:8000/v1#qwen-fake", "--allow-http")
+            assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
+            no_secret(out, err)
+            assert proxy.seen and all(s[1].startswith("http://gpu-box.test:8000/") for s in proxy.seen)
+            assert all(s[2].get("Proxy-Authorization") == basic() for s in proxy.seen)
+            assert all(s[2].get("Authorization") == f"Bearer {KEY}" for s in server.seen)
+            assert not [s for s in server.seen if "Proxy-Authorization" in s[2]]
+
+
+@pytest.mark.parametrize("variable", ["NO_PROXY", "no_proxy"])
+@pytest.mark.parametrize("bypass", ["gpu-box.test", ".test", "test", "*", "other.example, gpu-box.test"])
+def test_no_proxy_bypasses_the_proxy(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    proxied: Callable[[str, str], None],
+    variable: str,
+    bypass: str,
+) -> None:
+    resolve_gpu_box(monkeypatch)
+    for server in serve(healthy):
+        for proxy in running(FakeProxy(server.server_address)):
+            proxied("HTTP_PROXY", proxy.url)
+            proxied(variable, bypass)
+            port = server.server_address[1]
+            code, _, err = fill(tmp_path, f"http://gpu-box.test:{port}/v1#qwen-fake", "--allow-http")
+            assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
+            assert not proxy.seen and server.seen
+
+
+def test_an_address_of_this_machine_never_goes_through_the_proxy(
+    tmp_path: Path, proxied: Callable[[str, str], None]
+) -> None:
+    """A server on this machine is reached directly, as Go's clients do (curl and urllib would send the text, in
+    clear for http, to the proxy unless $NO_PROXY names localhost)."""
+    for server in serve(healthy):
+        for proxy in running(FakeProxy(server.server_address)):
+            proxied("HTTP_PROXY", proxy.url)
+            code, _, err = fill(tmp_path, server.url + "#qwen-fake")
+            assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
+            assert not proxy.seen and server.seen
+
+
+@pytest.mark.parametrize(("status", "says"), [(407, "it refused the credentials of the proxy's URL"), (403, "")])
+def test_a_proxy_that_refuses_is_one_line_naming_it(
+    tmp_path: Path, proxied: Callable[[str, str], None], status: int, says: str
+) -> None:
+    for server in serve(healthy):
+        for proxy in running(FakeProxy(server.server_address, refuse=status)):
+            proxied("HTTPS_PROXY", with_credentials(proxy))
+            proxied("HTTP_PROXY", with_credentials(proxy))
+            line = fails(tmp_path, "https://gpu-box.test:8443/v1#qwen-fake")
+            no_secret(line)
+            assert f"proxy {proxy.url} refused the tunnel to gpu-box.test:8443 (HTTP {status} " in line, line
+            assert says in line
+            if status == 407:  # a plain-http request the proxy answers 407
+                line = fails(tmp_path, "http://gpu-box.test:8000/v1#qwen-fake", "--allow-http")
+                no_secret(line)
+                assert f"proxy {proxy.url} refused the request to http://gpu-box.test:8000/v1 (HTTP 407)" in line
+            assert not server.seen
+
+
+def test_a_proxy_without_credentials_asked_for_them_says_where_they_go(
+    tmp_path: Path, proxied: Callable[[str, str], None]
+) -> None:
+    for proxy in running(FakeProxy(("127.0.0.1", free_port()), refuse=407)):
+        proxied("HTTPS_PROXY", proxy.url.removeprefix("http://"))  # host:port, as curl and urllib take it
+        line = fails(tmp_path, "https://gpu-box.test:8443/v1#qwen-fake")
+        assert line.endswith("it wants credentials: http://USER:PASSWORD@HOST:PORT as the proxy's URL"), line
+
+
+def test_a_proxy_that_is_down_is_one_line_naming_it(tmp_path: Path, proxied: Callable[[str, str], None]) -> None:
+    port = free_port()
+    proxied("HTTPS_PROXY", f"http://alice:{PROXY_SECRET}@127.0.0.1:{port}")
+    line = fails(tmp_path, "https://gpu-box.test:8443/v1#qwen-fake")
+    no_secret(line)
+    assert f"proxy http://127.0.0.1:{port} is not reachable (" in line, line
+
+
+@pytest.mark.parametrize("value", [f"socks5://alice:{PROXY_SECRET}@127.0.0.1:1080", "http://127.0.0.1:99999"])
+def test_a_proxy_url_that_cannot_be_used_is_a_usage_error(
+    tmp_path: Path, proxied: Callable[[str, str], None], value: str
+) -> None:
+    proxied("https_proxy", value)
+    code, out, err = fill(tmp_path, "https://gpu-box.test:8443/v1#qwen-fake")
+    no_secret(out, err)
+    assert code == ExitCode.USAGE and err.startswith("error: $https_proxy: ") and len(err.splitlines()) == 1, err
+    assert (tmp_path / "m.py").read_text() == SOURCE
+
+
+def test_a_daemon_started_under_another_proxy_is_not_trusted() -> None:
+    """The daemon reads the proxy of its own environment: a client under another one must restart it."""
+    from infill.server import dispatch
+
+    plain = dispatch.identity({})
+    for name in ("HTTPS_PROXY", "http_proxy", "NO_PROXY"):
+        assert dispatch.identity({name: "proxy.example:3128"}) != plain, name

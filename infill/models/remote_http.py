@@ -10,11 +10,17 @@ Faults: connect and read timeouts ($INFILL_REMOTE_TIMEOUT seconds, default 60, f
 RETRIES retries on 429 and 503 after the server's Retry-After (at most MAX_WAIT seconds), and RemoteError (exit
 123, one line) for a server that is down, too slow, or answers something that is not the JSON asked for.
 
+A proxy: the one the environment names as curl and urllib pick it ($HTTPS_PROXY / $HTTP_PROXY and their lowercase
+forms, $NO_PROXY bypassing it; `proxy_for`). https goes through an HTTP CONNECT tunnel (TLS verified against the
+server's name, the API key inside the tunnel), plain http is sent to the proxy; an address of this machine never
+goes through one. The proxy's credentials (in its URL) go only in Proxy-Authorization and are never printed.
+
 Standard library only (http.client).
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import ipaddress
 import json
@@ -26,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from infill.config import ModelSpec
 from infill.errors import InputError, RemoteError
@@ -67,6 +73,11 @@ class Target:
     host: str
     port: int
     path: str  # the base URL's path, without a trailing slash (e.g. /v1)
+
+    @property
+    def origin(self) -> str:
+        """The scheme and netloc of the base URL (what a request through a plain-http proxy names)."""
+        return self.base[: len(self.base) - len(self.path)]
 
     @property
     def root(self) -> str:
@@ -126,6 +137,60 @@ def loopback(host: str) -> bool:
 
 
 @dataclass(frozen=True)
+class Proxy:
+    """An HTTP proxy of the environment."""
+
+    host: str
+    port: int
+    auth: str | None  # the Proxy-Authorization header's value, from the URL's credentials (never printed)
+
+    @property
+    def name(self) -> str:
+        """The proxy's address for a message: without its credentials."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Proxy-Authorization": self.auth} if self.auth else {}
+
+
+def proxy_for(target: Target) -> Proxy | None:
+    """The proxy the environment names for `target`, as curl and urllib pick it: $https_proxy for an https server,
+    $http_proxy for a plain-http one (either case, the lowercase one first), none where $no_proxy names the host,
+    a domain above it or `*`; and none for an address of this machine (the text would leave it, and through a
+    plain-http one unencrypted). InputError for a proxy URL that cannot be used (the message holds no
+    credentials)."""
+    import urllib.request  # not at import: a fill without a server does not need it
+
+    if loopback(target.host):
+        return None
+    scheme = "https" if target.https else "http"
+    value = urllib.request.getproxies().get(scheme)
+    if not value or urllib.request.proxy_bypass(target.host):
+        return None
+    variable = f"${scheme}_proxy" if f"{scheme}_proxy" in os.environ else f"${scheme.upper()}_PROXY"
+    text = value.strip() if "://" in value else f"http://{value.strip()}"  # curl's and urllib's "host:port"
+    try:
+        split = urlsplit(text)
+        port = split.port or 80
+    except ValueError:
+        raise InputError(f"{variable}: not a valid proxy URL") from None
+    if split.scheme.lower() != "http":
+        raise InputError(
+            f"{variable}: a {split.scheme}:// proxy is not supported; give the proxy as http://HOST:PORT "
+            "(https goes through it in a CONNECT tunnel)"
+        )
+    if not split.hostname:
+        raise InputError(f"{variable}: no host in the proxy URL")
+    auth = None
+    if split.username is not None:
+        pair = f"{unquote(split.username)}:{unquote(split.password or '')}"
+        auth = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+    return Proxy(split.hostname, port, auth)
+
+
+@dataclass(frozen=True)
 class ApiKey:
     value: str
     source: str  # where it came from, for the line of a server that refuses it (never the key itself)
@@ -179,6 +244,7 @@ class Client:
         self.timeout = timeout
         self._local = threading.local()
         self._context = ssl.create_default_context() if target.https else None  # verifies certificate and host
+        self.proxy = proxy_for(target)
         self.waited = 0.0
         self.requests = 0
 
@@ -191,13 +257,48 @@ class Client:
     def _connection(self) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            t = self.target
+            t, proxy = self.target, self.proxy
+            host, port = (proxy.host, proxy.port) if proxy is not None else (t.host, t.port)
             if t.https:
-                conn = http.client.HTTPSConnection(t.host, t.port, timeout=CONNECT_TIMEOUT, context=self._context)
+                # through a proxy: TLS inside the CONNECT tunnel, verified against the server's own name
+                conn = http.client.HTTPSConnection(host, port, timeout=CONNECT_TIMEOUT, context=self._context)
+                if proxy is not None:
+                    conn.set_tunnel(t.host, t.port, headers=proxy.headers)
             else:
-                conn = http.client.HTTPConnection(t.host, t.port, timeout=CONNECT_TIMEOUT)
+                conn = http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT)
             self._local.conn = conn
         return conn
+
+    def _open(self, conn: http.client.HTTPConnection) -> None:
+        """Connect `conn`; through a proxy, a proxy that is down or refuses the tunnel is a RemoteError naming it
+        (a TLS failure past the tunnel is the server's)."""
+        if self.proxy is None:
+            conn.connect()
+            return
+        try:
+            conn.connect()
+        except ssl.SSLError:
+            raise
+        except OSError as exc:
+            self._drop()
+            raise self._proxy_error(str(exc), getattr(exc, "strerror", None) or type(exc).__name__) from None
+
+    def _proxy_error(self, text: str, reason: str) -> RemoteError:
+        assert self.proxy is not None
+        name, t = self.proxy.name, self.target
+        refused = "Tunnel connection failed: "  # http.client's OSError for a CONNECT answered other than 200
+        if not text.startswith(refused):
+            return RemoteError(f"proxy {name} is not reachable ({self.scrub(reason)}); $NO_PROXY=HOST bypasses it")
+        status = " ".join(text[len(refused) :].split())[:100]
+        return RemoteError(f"proxy {name} refused the tunnel to {t.host}:{t.port} (HTTP {status}){self._hint(status)}")
+
+    def _hint(self, status: str) -> str:
+        """For a proxy's 407: where its credentials go."""
+        if not status.startswith("407"):
+            return ""
+        if self.proxy is not None and self.proxy.auth:
+            return ": it refused the credentials of the proxy's URL"
+        return ": it wants credentials: http://USER:PASSWORD@HOST:PORT as the proxy's URL"
 
     def _drop(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -227,6 +328,8 @@ class Client:
         if key is not None:
             self._keys_sent.add(key.value)
             headers["Authorization"] = f"Bearer {key.value}"
+        if self.proxy is not None and not self.target.https:  # sent to the proxy (for https: in the CONNECT)
+            headers.update(self.proxy.headers)
         where = self.target.base
         for attempt in range(RETRIES + 1):
             started = time.perf_counter()
@@ -239,6 +342,8 @@ class Client:
                 time.sleep(min(retry_after if retry_after is not None else 0.5 * 2**attempt, MAX_WAIT))
                 continue
             break
+        if status == 407 and self.proxy is not None:  # a plain-http request the proxy refused
+            raise RemoteError(f"proxy {self.proxy.name} refused the request to {where} (HTTP 407){self._hint('407')}")
         if (status in (404, 405) and absent_ok) or (status in (400, 422, 500) and refused_ok):
             return None
         if status in (401, 403):
@@ -323,12 +428,14 @@ class Client:
         no answer. A kept connection the server closed meanwhile is opened again once."""
         where = self.target.base
         full = self.target.root + path
+        if self.proxy is not None and not self.target.https:  # a plain-http proxy takes the whole URL
+            full = self.target.origin + full
         for fresh in (False, True):
             conn = self._connection()
             try:
                 conn.timeout = CONNECT_TIMEOUT
                 if conn.sock is None:
-                    conn.connect()
+                    self._open(conn)
                 deadline = time.monotonic() + self.timeout
                 conn.sock.settimeout(self.timeout)
                 conn.request(method, full, body=data, headers=headers)

@@ -186,6 +186,8 @@ _ENV_PREFIXES = (
     "PYTHONHASHSEED",
 )
 _ENV_IGNORED_PARTS = ("VERBOSITY", "PROGRESS_BARS", "ADVISORY_WARNINGS", "TOKEN")  # logging noise, secrets
+# the proxy a model server is reached through (infill.models.remote_http.proxy_for), in either case
+_ENV_PROXY = frozenset({"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"})
 
 
 def _relevant(key: str) -> bool:
@@ -195,6 +197,8 @@ def _relevant(key: str) -> bool:
 
     if key.startswith("INFILL_"):
         return environment.restarts_daemon(key)
+    if key.upper() in _ENV_PROXY:
+        return True
     return key.startswith(_ENV_PREFIXES) and not any(p in key for p in _ENV_IGNORED_PARTS)
 
 
