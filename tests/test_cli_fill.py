@@ -93,7 +93,7 @@ def test_json_format(tmp_path: Path, model: str) -> None:
     r = run([str(p), "--span", "3:3", "--model", model, "--format", "json"])
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert set(doc) == {"file", "edits", "stats", "confidence"}
+    assert set(doc) == {"file", "edits", "stats", "confidence", "warnings"}
     assert doc["confidence"] is None  # a model without a calibration file
     assert doc["file"] == str(p)
     (edit,) = doc["edits"]

@@ -773,3 +773,113 @@ def test_a_daemon_started_under_another_proxy_is_not_trusted() -> None:
     plain = dispatch.identity({})
     for name in ("HTTPS_PROXY", "http_proxy", "NO_PROXY"):
         assert dispatch.identity({name: "proxy.example:3128"}) != plain, name
+
+
+def without_logprobs(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+    """A server that ignores `logprobs` (older Ollama, some gateways): its completions carry text only."""
+    if path.endswith("/v1/completions"):
+        handler.send(200, {"choices": [{"text": "    x = 1", "finish_reason": "stop"}]})
+    else:
+        healthy(handler, path, body)
+
+
+def test_a_server_without_log_probabilities_fills_unscored(tmp_path: Path) -> None:
+    """The fill is made, but neither looks certain nor gets a confidence: score and confidence null, one
+    warning (on stderr and in the JSON document) however many candidates, and the stats line says so."""
+    from infill.core.ranking import UNSCORED
+
+    for server in serve(without_logprobs):
+        url = server.url + "#qwen-fake"
+        code, out, err = fill(tmp_path, url, "--format", "json", "--stats", "-n", "3", "--temperature", "0.8")
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["edits"][0]["text"] == "    x = 1"
+        assert doc["confidence"] is None and doc["edits"][0]["score"] is None
+        assert doc["warnings"] == [UNSCORED]
+        assert err.count(UNSCORED) == 1
+        assert "score=- confidence=-" in err and "unscored: no log-probabilities" in err
+
+
+def test_min_confidence_refuses_a_fill_without_log_probabilities(tmp_path: Path) -> None:
+    """--min-confidence cannot be answered: exit 2 (as for a model without a calibration), one line that says
+    why, nothing written."""
+    for server in serve(without_logprobs):
+        code, _, err = fill(tmp_path, server.url + "#qwen-fake", "--min-confidence", "0.5")
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == ExitCode.USAGE and (tmp_path / "m.py").read_text() == SOURCE
+    assert len(lines) == 1 and "returned no log-probabilities" in lines[0], err
+
+
+def test_a_scored_server_is_unchanged(tmp_path: Path) -> None:
+    """The negative control: a server that returns log-probabilities scores its fill, warns nothing, and
+    --min-confidence fails for the lack of a calibration only."""
+    for server in serve(healthy):
+        code, out, err = fill(tmp_path, server.url + "#qwen-fake", "--format", "json", "--stats")
+        refused, _, why = fill(tmp_path, server.url + "#qwen-fake", "--min-confidence", "0.5")
+    doc = json.loads(out)
+    assert code == 0 and doc["warnings"] == [] and doc["edits"][0]["score"] == pytest.approx(-0.5 * 9)
+    assert "warning" not in err and "score=-4.500" in err
+    assert refused == ExitCode.USAGE and "no calibrated confidence" in why
+
+
+def test_unscored_samples_are_kept_in_sample_order(tmp_path: Path) -> None:
+    """A server that scores some completions and not others: an unscored one (score 0, "certain") is not
+    preferred to the scored first sample; the first valid sample is kept."""
+    answers = iter(range(100))
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/v1/completions") and not (body or {}).get("echo"):
+            number = next(answers)
+            if number == 0:
+                handler.send(200, completion("    first = 1", [-3.0] * 3))
+            else:
+                handler.send(200, {"choices": [{"text": f"    later_{number} = 1", "finish_reason": "stop"}]})
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(answer):
+        code, out, err = fill(tmp_path, server.url + "#qwen-fake", "--format", "json", "-n", "3", "--temperature", "1")
+    doc = json.loads(out)
+    assert code == 0 and doc["edits"][0]["text"] == "    first = 1", err
+    assert doc["confidence"] is None and len(doc["warnings"]) == 1
+
+
+def test_the_json_server_reports_an_unscored_fill(tmp_path: Path) -> None:
+    from infill.core.ranking import UNSCORED
+    from infill.server.dispatch import Dispatcher
+
+    for server in serve(without_logprobs):
+        params = {"text": SOURCE, "filename": "m.py", "span": "2", "model": server.url + "#qwen-fake"}
+        api.clear_model_cache()
+        reply = json.loads(Dispatcher().handle_line(json.dumps({"id": 1, "method": "fill", "params": params}).encode()))
+    assert "error" not in reply, reply
+    assert reply["confidence"] is None and reply["warnings"] == [UNSCORED]
+    assert reply["edits"][0]["text"] == "    x = 1"
+
+
+def test_the_language_server_says_once_that_fills_are_unscored(tmp_path: Path) -> None:
+    """Shown as for a model without a calibration (whatever the threshold), and told once in a window message."""
+    pytest.importorskip("pygls")
+    from fixtures_lsp import LspClient
+
+    uri = "file:///project/m.py"
+    client = LspClient()
+    try:
+        for server in serve(without_logprobs):
+            client.initialize({"model": server.url + "#qwen-fake", "threshold": 0.9})
+            client.open(uri, "def mean(xs):\n    total = sum(xs)\n    \n    return total / len(xs)\n")
+            first = client.inline(uri, 2, 4)
+            client.change(uri, 2, [{"text": "def mean(xs):\n    total = sum(xs)\n    \n    return total\n"}])
+            second = client.inline(uri, 2, 4)
+            for response in (first, second):
+                (item,) = response["result"]["items"]
+                assert item["insertText"].strip() == "x = 1" and item["confidence"] is None
+            told = [
+                n
+                for n in client.notifications
+                if n["method"] == "window/showMessage" and "no log-probabilities" in n["params"]["message"]
+            ]
+            assert len(told) == 1, client.notifications
+    finally:
+        assert client.close() == 0
+        held(client.stderr())

@@ -34,6 +34,9 @@ class Fill:
     score: float
     tokens: int
     worst: float = 0.0  # the lowest log-probability of a scored token (the fill's weakest point)
+    # False: text the model gave no log-probabilities for (a model server that ignores `logprobs`); its score
+    # of 0 is then no likelihood, and the fill is neither ranked by it nor given a confidence (infill.core.ranking)
+    scored: bool = True
 
 
 @dataclass

@@ -24,11 +24,12 @@ class Edit:
     score: float  # log-likelihood of the fill's tokens under the model (natural log, summed)
     tokens: int  # number of tokens in the fill (score / tokens = mean token log-probability)
     worst: float = 0.0  # the lowest log-probability of one of its tokens (0 when not scored)
+    scored: bool = True  # False: the model gave no log-probabilities for its text (infill.core.backends.Fill)
 
     def to_json(self) -> dict[str, Any]:
-        """The edit as `infill fill --format json` and the server print it."""
+        """The edit as `infill fill --format json` and the server print it (score null when unscored)."""
         keys = ("start_line", "end_line", "start_byte", "end_byte", "text", "score")
-        return {key: getattr(self, key) for key in keys}
+        return {key: getattr(self, key) if key != "score" or self.scored else None for key in keys}
 
     def lines(self) -> str:
         """The edit's lines as a person reads them: "7" or "7-9"."""
@@ -77,6 +78,8 @@ def candidate_edits(
         span = plan.span
         start_line = index.line_of(span.start_byte) if data else 1
         end_line = index.line_of(max(span.start_byte, span.end_byte - 1)) if data else 1
-        edit = Edit(span.start_byte, span.end_byte, start_line, end_line, text, fill.score, fill.tokens, fill.worst)
+        edit = Edit(
+            span.start_byte, span.end_byte, start_line, end_line, text, fill.score, fill.tokens, fill.worst, fill.scored
+        )
         edits.append(edit)
     return edits

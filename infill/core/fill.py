@@ -76,12 +76,14 @@ _STATS = ("decoder", "model", "nfe", "tokens", "seconds", "substituted")
 
 
 def result_json(result: FillResult, file: str | None) -> dict[str, Any]:
-    """The `--format json` document: the file, its edits (Edit.to_json) and the decoding stats."""
+    """The `--format json` document: the file, its edits (Edit.to_json), the decoding stats, the calibrated
+    confidence and the fill's warnings (each also a `warning:` line on stderr; the JSON server has no stderr)."""
     return {
         "file": file,
         "edits": [e.to_json() for e in result.edits],
         "stats": {k: result.stats.get(k) for k in _STATS},
         "confidence": result.confidence,
+        "warnings": list(result.warnings),
     }
 
 
@@ -94,6 +96,7 @@ def error_json(file: str | None, code: str, message: str, exit_code: int) -> dic
         "edits": [],
         "stats": dict.fromkeys(_STATS),
         "confidence": None,
+        "warnings": [],
         "error": {"code": code, "message": message, "exit_code": exit_code},
     }
 
@@ -135,7 +138,7 @@ def _stats_line(stats: dict[str, Any]) -> str:
         f"seconds={secs:.3f}",
         f"tokens/s={tokens / secs:.1f}" if secs else "tokens/s=-",
         f"samples={stats.get('samples', 1)}",
-        f"score={stats.get('score', 0.0):.3f}",
+        f"score={stats.get('score', 0.0):.3f}" if stats.get("score", 0.0) is not None else "score=-",
         f"confidence={stats['confidence']:.2f}" if stats.get("confidence") is not None else "confidence=-",
     ]
     if stats.get("accepted_histogram"):
@@ -361,7 +364,8 @@ def _run(
         for note in result.notes:
             say(f"note: {display}: {note}")
         for e in result.edits:
-            say(f"{display}:{e.start_line}-{e.end_line}: filled {e.tokens} tokens (log-likelihood {e.score:.2f})")
+            how = f"log-likelihood {e.score:.2f}" if e.scored else "unscored: no log-probabilities"
+            say(f"{display}:{e.start_line}-{e.end_line}: filled {e.tokens} tokens ({how})")
     if req.stats:
         say(_stats_line(result.stats))
     changed = result.text != text

@@ -78,6 +78,7 @@ from infill.core.kinds import select, substitution
 from infill.core.plan import MIN_CONTEXT, WINDOW_BYTES_PER_TOKEN, Region, plan_regions, token_budget, truncation_notes
 from infill.core.ranking import (
     MONITOR_REFUSED,
+    UNSCORED,
     WRITES_AND_PASSES,
     Choice,
     calibration_place,
@@ -86,6 +87,7 @@ from infill.core.ranking import (
     fill_features,
     no_valid_fill,
     rank,
+    unscored,
 )
 from infill.decoding.stats import histogram
 from infill.errors import InputError
@@ -200,13 +202,15 @@ def fill_text(
     Returns:
         A FillResult: `text` the patched text; `edits` one Edit per span in text order (byte and line ranges of
         the original text, the replacement, its log-likelihood); `stats` (decoder, model, nfe, tokens, seconds,
-        samples, score, confidence, accepted_histogram, ...); `warnings`; `notes` (for -v); `confidence` (the
-        calibrated probability that the fill is right, None without a calibration).
+        samples, score, confidence, scored, accepted_histogram, ...); `warnings`; `notes` (for -v); `confidence`
+        (the calibrated probability that the fill is right, None without a calibration or where the model gave
+        no log-probabilities: stats "scored" False, score None, and one warning).
 
     Raises:
         InputError (exit 2): spans outside `text`, inside a UTF-8 character or overlapping; a setting out of
             range; an unknown monitor rule; a decoder the model's kind does not run; min_confidence for a model
-            without a calibration. ModelError: the model cannot be loaded.
+            without a calibration, or for a fill the model gave no log-probabilities for. ModelError: the model
+            cannot be loaded.
         NoValidFillError (exit 3): no candidate passes the checks (unless options.allow_syntax_errors).
         LowConfidenceError (exit 4): the best fill's confidence is below options.min_confidence.
     """
@@ -419,15 +423,19 @@ def write(job: Job, pool: Pool, choice: Choice, retrieved: int, rescued: int) ->
         beam_margin=min((s[0] - s[1] for s in beam_scores if len(s) > 1), default=10.0),
     )
     stats["features"] = features
-    confidence = stats["confidence"] = confidence_of(job.loaded, job.decode, features)
-    if confidence is None:
+    scored = stats["scored"] = not any(unscored(c) for c in [*valid, *pool.invalid, *pool.unchecked])
+    if not scored:  # its score and its rivals' are no likelihoods: neither is a confidence from them
+        stats["score"] = None
+        warnings.append(UNSCORED)
+    confidence = stats["confidence"] = confidence_of(job.loaded, job.decode, features) if scored else None
+    if confidence is None and scored:
         folder, name = calibration_place(job.loaded)
         where = f" (infill eval calibrate --out {folder / name})" if folder is not None else ""
         label = decode_label(job.decode)
         job.notes.append(f"no calibrated confidence: {job.loaded.name!r} has no calibration for {label}{where}")
     if options.min_confidence > 0:
         threshold = options.min_confidence
-        check_confidence(job.loaded, job.decode, job.spans, choice.edits, confidence, threshold, stats)
+        check_confidence(job.loaded, job.decode, job.spans, choice.edits, confidence, threshold, stats, scored)
     return FillResult(choice.text, choice.edits, stats, warnings, job.notes, confidence)
 
 

@@ -34,12 +34,28 @@ class Choice:
 def rank(pool: Pool) -> Choice:
     """A fill that writes something and passes everything, else one the monitor refuses (it is a ranking signal,
     not a reason to write nothing), else an empty fill, else (with --allow-syntax-errors) a rejected one; the most
-    likely of its tier."""
+    likely of its tier. A tier that holds an unscored candidate (`unscored`) has no likelihood order: its first
+    candidate is kept, in sample order (the first sample, the greedy one at temperature 0), before any retrieved
+    line, whose score could not be compared with it."""
     valid, flagged = pool.valid, pool.flagged
     tiers = [[c for c in valid if writes(c[1])], [c for c in flagged if writes(c[1])], valid, flagged, pool.invalid]
     tier = next(i for i, t in enumerate(tiers) if t)
-    score, edits, text = max(tiers[tier], key=lambda c: c[0])
+    chosen = tiers[tier][0] if any(unscored(c) for c in tiers[tier]) else max(tiers[tier], key=lambda c: c[0])
+    score, edits, text = chosen
     return Choice(score, edits, text, tier)
+
+
+def unscored(candidate: Candidate) -> bool:
+    """Whether the model gave no log-probabilities for some of the candidate's text (infill.core.backends.Fill):
+    its score of 0 is no likelihood."""
+    return not all(e.scored for e in candidate[1])
+
+
+# the warning of a fill with an unscored candidate (once per fill, not per candidate)
+UNSCORED = (
+    "the model server returned no log-probabilities (it ignores `logprobs`): fills are neither ranked by "
+    "likelihood (the first valid sample is kept) nor given a confidence"
+)
 
 
 def fill_features(
@@ -107,10 +123,14 @@ def check_confidence(
     confidence: float | None,
     threshold: float,
     stats: dict[str, Any],
+    scored: bool = True,
 ) -> None:
-    """--min-confidence: InputError when the model has no calibration to answer with, LowConfidenceError (exit
-    4, nothing written) when the best fill is below the threshold."""
-
+    """--min-confidence: InputError when the model has no calibration to answer with or gave no log-probabilities
+    (`scored` False), LowConfidenceError (exit 4, nothing written) when the best fill is below the threshold."""
+    if not scored:
+        raise InputError(
+            f"--min-confidence: model {loaded.name!r} returned no log-probabilities, so no fill has a confidence"
+        )
     if confidence is None:
         raise InputError(
             f"--min-confidence: model {loaded.name!r} ships no calibrated confidence for {decode_label(decode)}"

@@ -12,7 +12,8 @@ Completion at the cursor (inline completion and textDocument/completion alike):
   word or after a partial token is token-healed (infill.core.plan.heal_text);
 - in the indentation of a line that has text after the cursor: nothing (there is no line to complete).
 A fill whose calibrated confidence is below the threshold is not shown. A model without a calibration gives no
-confidence (None), and then every fill is shown.
+confidence (None), and then every fill is shown; so does a model server that returns no log-probabilities (the
+server says so once: UNSCORED).
 """
 
 from __future__ import annotations
@@ -328,7 +329,7 @@ def editor_confidence(settings: Settings, stats: Mapping[str, Any], request: Map
     from infill.core.calibration import calibration_of
 
     features = stats.get("features")
-    if not isinstance(features, Mapping):
+    if not isinstance(features, Mapping) or stats.get("scored") is False:  # no log-probabilities: no confidence
         return None
     loaded = load_model(settings.model)  # cached: the model that just filled
     calibrator = calibration_of(loaded.info.get("path"), EDITOR_CALIBRATION)

@@ -417,6 +417,11 @@ class InfillServer(LanguageServer):
             return None  # superseded, or the document changed: the client asks again
         except InfillError as exc:
             raise RequestFailed(str(exc)) from None
+        if filled is not None and filled.stats.get("scored") is False:  # shown as without a calibration, said once
+            from infill.core.ranking import UNSCORED
+
+            why = f"{UNSCORED}; completions are shown whatever the threshold"
+            self.tell(f"unscored:{settings.model.name}", why)
         filled = fills.shown(filled, snapshot, settings)
         if self.documents.get(uri) is not document or document.version != snapshot.version:
             return None  # never a suggestion for an older version of the document

@@ -193,6 +193,12 @@ class Completion:
     logprobs: list[float]
     finish: str
 
+    @property
+    def scored(self) -> bool:
+        """Whether the server gave log-probabilities for the text: a server that ignores `logprobs` (older Ollama,
+        some gateways) gives none, and the text is then unscored, not certain (infill.core.backends.Fill)."""
+        return bool(self.logprobs) or not self.text
+
 
 @dataclass
 class RemoteFim:

@@ -29,8 +29,9 @@ class Remote:
 
     def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
         """One sample of the region's one span from the server (greedy at temperature 0), scored by the
-        log-probabilities of the tokens that wrote its text. A one-line span stops at the line break; a sample
-        whose first line came back blank is asked again without that stop (the same sample: a stop only cuts)."""
+        log-probabilities of the tokens that wrote its text (unscored where the server gives none). A one-line
+        span stops at the line break; a sample whose first line came back blank is asked again without that stop
+        (the same sample: a stop only cuts)."""
         import torch
 
         (plan,) = region.spans
@@ -49,7 +50,7 @@ class Remote:
         run.totals.nfe += 1
         run.totals.tokens += len(got.logprobs)
         score = float(sum(got.logprobs))
-        return [Fill(got.text, score, len(got.logprobs), min(got.logprobs, default=0.0))]
+        return [Fill(got.text, score, len(got.logprobs), min(got.logprobs, default=0.0), scored=got.scored)]
 
     def ranked_lines(self, regions: list[Region], run: Run, options: FillOptions) -> list[Fill]:
         """Lines from the user's code, each scored by the server in one request (`echo` with `logprobs`: the
