@@ -199,8 +199,8 @@ class LlamaEngine:
         return torch.from_numpy(parts[0] if len(parts) == 1 else _concat(parts))
 
     def _pass(self, seqs: list[list[int]], k: int) -> Any:
-        """One llama_decode for `seqs` (at most SLOTS); on a full cache, every slot is dropped and the sequences
-        are evaluated one after another (each from the cells of the one before)."""
+        """One pass for `seqs` (at most SLOTS; a llama_decode per chunk of CHUNK tokens); on a full cache, every
+        slot is dropped and the sequences are evaluated one after another (each from the cells of the one before)."""
         plan = self._plan(seqs, k)
         code, logits = self._decode(seqs, plan, k)
         if code == 0:
