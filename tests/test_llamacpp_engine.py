@@ -16,6 +16,7 @@ from __future__ import annotations
 import _thread
 import random
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,10 @@ from test_decoding_exactness import exact_joint, pooled_p_value
 
 from infill.config import DecodeConfig
 from infill.decoding import decode
+from infill.models import llamacpp
 from infill.models.autoregressive import CausalFim
+from infill.models.llamacpp import LlamaEngine
+from infill.progress import Cancelled
 
 torch.set_num_threads(1)
 
@@ -235,3 +239,100 @@ def test_ctrl_c_during_a_prompts_pass_stops_llama_cpp_and_leaves_the_cache_sound
     monkeypatch.setattr(engine.lib, "llama_decode", real)
     assert torch.equal(engine.rows([seq], 2), fresh)
     assert engine.rows([seq[:10]], 1).shape == (1, 1, VOCAB)  # a short pass (no worker, no callback) after it
+
+
+@pytest.fixture
+def chunked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LlamaEngine:
+    """An engine whose passes go to llama.cpp in chunks of 32 tokens (a prompt of 100: 32, 32, 32, 4)."""
+    monkeypatch.setattr(llamacpp, "CHUNK", 32)
+    return engine_of(network_gguf(tmp_path / "q.gguf", tiny_causal_lm("qwen2", seed=3, vocab=VOCAB)))
+
+
+def wait_for_abort(engine: LlamaEngine) -> None:
+    deadline = time.monotonic() + 30
+    while not engine._abort.is_set() and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+@pytest.mark.parametrize("when", ["during a chunk", "between chunks", "ctrl-c during a chunk"])
+def test_an_interrupted_prompt_keeps_the_chunks_it_finished(
+    chunked: LlamaEngine, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """A prompt's pass goes in chunks; interrupt_passes (a superseded fill in the language server) stops it with
+    Cancelled (Ctrl-C with KeyboardInterrupt) in the chunk it is in, whose cells are removed, while those of the
+    chunks done stay: the next pass over the prompt (and over the prompt and one more token) evaluates only the
+    rest, and its logits are those of a pass from an empty cache."""
+    engine = chunked
+    seq = [random.Random(0).randrange(5) for _ in range(100)]
+    fresh = engine.rows([seq, seq + [1]], 1)
+    engine.forget()
+    real, calls, armed = engine.lib.llama_decode, [], [True]
+
+    def decode(ctx: Any, batch: Any) -> int:
+        calls.append(int(batch.n_tokens))
+        stop = 2 if when == "between chunks" else 3
+        if armed[0] and len(calls) == stop:
+            armed[0] = False
+            if when.startswith("ctrl-c"):
+                _thread.interrupt_main()  # Ctrl-C, while llama.cpp computes
+            else:
+                llamacpp.interrupt_passes()  # as the server's thread does for a superseded fill
+            wait_for_abort(engine)
+        return int(real(ctx, batch))
+
+    if when == "between chunks":  # chunk 2 runs without the abort callback: it ends, and chunk 3 never starts
+        monkeypatch.setattr(llamacpp, "LONG_PASS", 64)
+    monkeypatch.setattr(engine.lib, "llama_decode", decode)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, whatever ran before
+    try:
+        with pytest.raises(KeyboardInterrupt if when.startswith("ctrl-c") else Cancelled):
+            engine.rows([seq], 1)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert calls == ([32, 32] if when == "between chunks" else [32, 32, 32])
+    done = 32 * (len(calls) - (0 if when == "between chunks" else 1))
+    assert [h for h in engine._held if h] == [seq[:done]]
+    for slot in range(engine.slots):  # the cells are exactly the chunks done (llama.cpp's own record)
+        assert engine.lib.llama_memory_seq_pos_max(engine._memory, slot) == len(engine._held[slot]) - 1
+    calls.clear()
+    got = engine.rows([seq, seq + [1]], 1)
+    assert sum(calls) == (100 - done) + (101 - done)
+    assert torch.allclose(got, fresh, atol=1e-5), (got - fresh).abs().max()
+
+
+def test_the_language_server_interrupts_a_gguf_models_prompt_pass(
+    chunked: LlamaEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A superseded fill's Job.interrupt (infill.lsp.server) reaches llama.cpp: the pass running on the worker
+    thread stops with Cancelled instead of running to its end."""
+    pytest.importorskip("pygls")
+    from infill.lsp.server import Job
+
+    engine = chunked
+    real, calls = engine.lib.llama_decode, []
+
+    def decode(ctx: Any, batch: Any) -> int:
+        calls.append(int(batch.n_tokens))
+        wait_for_abort(engine)  # a long chunk: it runs until it is interrupted (30 s at most)
+        return int(real(ctx, batch))
+
+    monkeypatch.setattr(engine.lib, "llama_decode", decode)
+    job, failed = Job("file:///m.py", completion=True), []
+
+    def fill() -> None:
+        try:
+            engine.rows([[random.Random(0).randrange(5) for _ in range(100)]], 1)
+        except BaseException as exc:  # noqa: BLE001 - what the pass raised is the test's subject
+            failed.append(exc)
+
+    job.start()
+    worker = threading.Thread(target=fill)
+    worker.start()
+    while not calls and worker.is_alive():
+        time.sleep(0.001)
+    job.cancel("superseded by a newer request")
+    job.interrupt()
+    worker.join(60)
+    job.stop()
+    assert not worker.is_alive() and calls == [32] and len(failed) == 1 and isinstance(failed[0], Cancelled)
+    assert not any(engine._held)

@@ -98,8 +98,9 @@ class Job:
             self.why = why
 
     def interrupt(self) -> None:
-        """Stop the forward pass it is in, if it runs (infill.models.onnx.interrupt_passes), so that the next
-        request does not wait for a long pass (a prompt's, hundreds of milliseconds) to end."""
+        """Stop the forward pass it is in, if it runs (interrupt_passes), so that the next request does not wait
+        for a long pass (a prompt's: hundreds of milliseconds on ONNX Runtime, seconds for a GGUF code model) to
+        end."""
         with _RUNNING:
             if self.running:
                 interrupt_passes()
@@ -114,10 +115,12 @@ class Job:
 
 
 def interrupt_passes() -> None:
-    """Interrupt the forward pass in flight, where the engine can (ONNX Runtime's; one imported already)."""
-    onnx = sys.modules.get("infill.models.onnx")
-    if onnx is not None:
-        onnx.interrupt_passes()
+    """Interrupt the forward pass in flight, where the engine can (ONNX Runtime's, llama.cpp's; those imported
+    already)."""
+    for name in ("infill.models.onnx", "infill.models.llamacpp"):
+        engines = sys.modules.get(name)
+        if engines is not None:
+            engines.interrupt_passes()
 
 
 class InfillServer(LanguageServer):

@@ -13,6 +13,10 @@ How passes use llama.cpp's low-level API (one context, one unified KV cache shar
 - several sequences go in one batch (beam search's hypotheses): each takes its parent's slot, or a free slot that
   shares the parent's cells (llama_memory_seq_cp: in a unified cache, a copy adds a sequence id to cells, it moves
   no data), and the batch asks for logits only at the rows it reads (llama_batch.logits).
+- a pass goes to llama_decode in chunks of CHUNK tokens (a prompt in several), each chunk's cells kept as the
+  slot's as soon as it is done; a long chunk runs with llama.cpp's abort callback set, so that Ctrl-C or a
+  server's interrupt_passes (a superseded fill) stops it within a graph node: the unfinished chunk's cells are
+  removed and the finished ones stay, so the next pass over the same prefix evaluates only the rest.
 - llama.cpp's log goes to a buffer, not to stderr; its last error line is what a failed load reports.
 
 Before llama.cpp sees a file, infill.models.gguf reads its header: a file that is not GGUF, is cut short, or claims
@@ -30,6 +34,7 @@ import ctypes
 import functools
 import importlib.util
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -48,10 +53,10 @@ if TYPE_CHECKING:
 
 SLOTS = 16  # sequences one context holds: the widest beam search (a rescue, 4 x the default width) fits
 HEADROOM = 2048  # KV cells beyond the longest sequence, for the tails of the other slots
-UBATCH = 512  # tokens llama.cpp computes at once (a longer prompt goes in several)
+CHUNK = 128  # tokens per llama_decode (a longer pass goes in several): an interrupted prompt keeps the chunks done
 TOKEN_UNUSED = 5  # tokenizer.ggml.token_type of padding rows ([PAD<i>])
 F32 = 0  # ggml_type of f32 (a file of f32 weights: its KV cache too)
-LONG_PASS = 16  # a pass over this many tokens (a prompt) runs where Ctrl-C can stop it (LlamaEngine._interruptible)
+LONG_PASS = 16  # a chunk of this many tokens (a prompt's) runs where it can be stopped (LlamaEngine._interruptible)
 
 
 def available() -> bool:
@@ -129,8 +134,7 @@ class LlamaEngine:
         exact = all(t.ggml_type == F32 for t in header.tensors if len(t.shape) > 1)
         ctx = llama_cpp.llama_context_default_params()
         ctx.n_ctx = window + HEADROOM
-        ctx.n_batch = ctx.n_ctx  # a whole prompt in one llama_decode
-        ctx.n_ubatch = min(UBATCH, ctx.n_ctx)
+        ctx.n_batch = ctx.n_ubatch = min(CHUNK, ctx.n_ctx)  # one chunk per llama_decode, computed at once
         ctx.n_seq_max = self.slots
         ctx.n_threads = ctx.n_threads_batch = threads
         ctx.kv_unified = True  # one cache for every slot: copying a slot shares its cells
@@ -144,14 +148,18 @@ class LlamaEngine:
             raise ModelError(f"{path}: {_Log.last_error() or 'llama.cpp could not create a context for it'}")
         self._ctx = context
         self._memory = llama_cpp.llama_get_memory(context)
-        self._batch = llama_cpp.llama_batch_init(ctx.n_ctx, 0, self.slots)
+        self._batch = llama_cpp.llama_batch_init(ctx.n_batch, 0, self.slots)
+        self._chunk = int(ctx.n_batch)
         self._held: list[list[int]] = [[] for _ in range(self.slots)]  # the tokens each slot's cells hold
         self._lock = threading.Lock()  # one pass at a time (a daemon's threads share the model)
-        abort = self._abort = threading.Event()
+        abort = self._abort = threading.Event()  # set: the pass in flight stops (interrupt, Ctrl-C)
+        self._flight = threading.Lock()  # guards _passing against interrupt()
+        self._passing = False  # a pass is in flight (an interrupt then stops it)
         self._abort_callback = llama_cpp.ggml_abort_callback(lambda data: abort.is_set())  # kept alive with self
         self._no_abort = llama_cpp.ggml_abort_callback()  # NULL: no callback (a short pass calls none)
         self.threads = threads
         self._parameters = header.parameters
+        _ENGINES.add(self)
 
     def close(self) -> None:
         lib = self.lib
@@ -191,12 +199,12 @@ class LlamaEngine:
         return torch.from_numpy(parts[0] if len(parts) == 1 else _concat(parts))
 
     def _pass(self, seqs: list[list[int]], k: int) -> Any:
-        """One llama_decode for `seqs` (at most SLOTS); on a full cache, every slot is dropped and the sequences
-        are evaluated one after another (each from the cells of the one before)."""
+        """One pass for `seqs` (at most SLOTS; a llama_decode per chunk of CHUNK tokens); on a full cache, every
+        slot is dropped and the sequences are evaluated one after another (each from the cells of the one before)."""
         plan = self._plan(seqs, k)
-        code = self._decode(seqs, plan, k)
+        code, logits = self._decode(seqs, plan, k)
         if code == 0:
-            return self._read(seqs, plan, k)
+            return logits
         if code != 1:  # 1: no room in the cache for the batch; anything else is llama.cpp failing
             raise ModelError(f"{self.path}: llama.cpp failed a pass (llama_decode returned {code})")
         self._clear()
@@ -241,34 +249,84 @@ class LlamaEngine:
             held[slot] = seqs[b][: best[b][1]]
         return plan
 
-    def _decode(self, seqs: list[list[int]], plan: list[tuple[int, int]], k: int) -> int:
-        batch, at = self._batch, 0
-        for s, (slot, start) in zip(seqs, plan, strict=True):
-            for pos in range(start, len(s)):
-                batch.token[at] = s[pos]
-                batch.pos[at] = pos
-                batch.n_seq_id[at] = 1
-                batch.seq_id[at][0] = slot
-                batch.logits[at] = pos >= len(s) - k  # logits only where they are read
-                at += 1
-        batch.n_tokens = at
-        code = self._interruptible(batch) if at >= LONG_PASS else int(self.lib.llama_decode(self._ctx, batch))
-        if code == 0:
-            for s, (slot, _) in zip(seqs, plan, strict=True):
-                self._held[slot] = s
+    def interrupt(self) -> None:
+        """Stop the pass in flight, if one is (from any thread): it raises infill.progress.Cancelled, keeping the
+        cells of the chunks it finished (interrupt_passes)."""
+        with self._flight:
+            if self._passing:
+                self._abort.set()
+
+    def _decode(self, seqs: list[list[int]], plan: list[tuple[int, int]], k: int) -> tuple[int, Any]:
+        """(0, the logits rows (B, k, V) float32), or (llama_decode's failure code, None): the new tokens go in
+        chunks of CHUNK rows, and each slot holds its sequence up to the last row of the chunks done. An interrupt
+        (or Ctrl-C) stops the pass: the unfinished chunk's cells are removed and it raises Cancelled (or goes on)."""
+        import numpy as np
+
+        from infill.progress import Cancelled
+
+        rows = [
+            (b, pos) for b, (s, (_, start)) in enumerate(zip(seqs, plan, strict=True)) for pos in range(start, len(s))
+        ]
+        out = np.empty((len(seqs), k, self.vocab_size), dtype=np.float32)
+        with self._flight:
+            self._abort.clear()
+            self._passing = True
+        try:
+            for at in range(0, len(rows), self._chunk):
+                if self._abort.is_set():  # interrupted between two chunks
+                    raise Cancelled("the forward pass was interrupted")
+                chunk = rows[at : at + self._chunk]
+                code = self._decode_chunk(seqs, plan, k, chunk)
+                if code == 2:  # aborted by the callback: interrupt()
+                    raise Cancelled("the forward pass was interrupted")
+                if code != 0:
+                    return code, None
+                ends: dict[int, int] = {}
+                for i, (b, pos) in enumerate(chunk):
+                    ends[b] = pos
+                    row = pos - (len(seqs[b]) - k)
+                    if row >= 0:
+                        logits = self.lib.llama_get_logits_ith(self._ctx, i)
+                        out[b, row] = np.ctypeslib.as_array(logits, shape=(self.vocab_size,))
+                for b, pos in ends.items():
+                    self._held[plan[b][0]] = seqs[b][: pos + 1]
+        finally:
+            with self._flight:
+                self._passing = False
+        return 0, out
+
+    def _decode_chunk(self, seqs: list[list[int]], plan: list[tuple[int, int]], k: int, chunk: list[Any]) -> int:
+        """llama_decode of one chunk's rows ((sequence, position) pairs); an aborted or interrupted one leaves no
+        cells (each slot's past its held tokens are removed), and its exception goes on."""
+        batch = self._batch
+        for at, (b, pos) in enumerate(chunk):
+            batch.token[at] = seqs[b][pos]
+            batch.pos[at] = pos
+            batch.n_seq_id[at] = 1
+            batch.seq_id[at][0] = plan[b][0]
+            batch.logits[at] = pos >= len(seqs[b]) - k  # logits only where they are read
+        batch.n_tokens = len(chunk)
+        code = 2  # what an exception out of the pass leaves: cells to remove
+        try:
+            code = (
+                self._interruptible(batch) if len(chunk) >= LONG_PASS else int(self.lib.llama_decode(self._ctx, batch))
+            )
+        finally:
+            if code == 2:
+                for slot in {plan[b][0] for b, _ in chunk}:
+                    self.lib.llama_memory_seq_rm(self._memory, slot, len(self._held[slot]), -1)
         return code
 
     def _interruptible(self, batch: Any) -> int:
-        """llama_decode of a long batch (a prompt: a minute for a large file on a small CPU) on a worker thread, so
-        that this thread stays where a signal lands: Ctrl-C or SIGTERM raised here (KeyboardInterrupt, Terminated)
-        stops llama.cpp's computation at its next node (its abort callback), and, once the worker has returned, the
-        cache is cleared (an aborted pass leaves part of its cells) and the exception goes on."""
+        """llama_decode of a long batch (a prompt's chunk) on a worker thread with llama.cpp's abort callback set,
+        so that this thread stays where a signal lands: Ctrl-C or SIGTERM raised here (KeyboardInterrupt,
+        Terminated) stops llama.cpp's computation at its next node, as interrupt() does (it returns 2: aborted);
+        the exception goes on once the worker has returned."""
         lib, done = self.lib, [-1]
 
         def run() -> None:
             done[0] = int(lib.llama_decode(self._ctx, batch))
 
-        self._abort.clear()
         lib.llama_set_abort_callback(self._ctx, self._abort_callback, None)
         worker = threading.Thread(target=run, name="llama_decode", daemon=True)
         try:
@@ -279,24 +337,23 @@ class LlamaEngine:
             self._abort.set()
             if worker.ident is not None:  # started (an interrupt may land inside start())
                 worker.join()
-            self._clear()
             raise
         finally:
             lib.llama_set_abort_callback(self._ctx, self._no_abort, None)
         return done[0]
 
-    def _read(self, seqs: list[list[int]], plan: list[tuple[int, int]], k: int) -> Any:
-        """The logits rows of the pass just decoded: (B, k, V) float32."""
-        import numpy as np
 
-        out = np.empty((len(seqs), k, self.vocab_size), dtype=np.float32)
-        at = 0
-        for b, (s, (_, start)) in enumerate(zip(seqs, plan, strict=True)):
-            at += len(s) - start
-            for j in range(k):
-                row = self.lib.llama_get_logits_ith(self._ctx, at - k + j)
-                out[b, j] = np.ctypeslib.as_array(row, shape=(self.vocab_size,))
-        return out
+_ENGINES: weakref.WeakSet[LlamaEngine] = weakref.WeakSet()
+
+
+def interrupt_passes() -> None:
+    """Stop the pass every llama.cpp engine of the process is running, from any thread: it raises
+    infill.progress.Cancelled, and the chunks it finished stay in the cache (a left-to-right model's next prompt
+    shares most of its prefix). A server calls this when the fill that runs is no longer wanted, so that a new
+    request does not wait for a long prompt pass to end (infill.models.onnx.interrupt_passes does the same for
+    ONNX Runtime)."""
+    for engine in list(_ENGINES):
+        engine.interrupt()
 
 
 def _concat(parts: list[Any]) -> Any:
