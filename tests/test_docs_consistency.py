@@ -171,3 +171,30 @@ def test_the_server_sample_has_the_servers_shapes() -> None:
 def test_shape_keeps_keys(value: Any) -> None:
     assert shape(value) == shape(json.loads(json.dumps(value)))
     assert shape({"a": 1}) != shape({"a": 1, "b": None})
+
+
+def all_commands() -> list[tuple[str, click.Command]]:
+    """Every command and subcommand of `infill`, with its name."""
+    found: list[tuple[str, click.Command]] = []
+    pending: list[tuple[str, click.Command]] = [("infill", main)]
+    while pending:
+        name, command = pending.pop()
+        found.append((name, command))
+        if isinstance(command, click.Group):
+            ctx = click.Context(command)
+            for sub in command.list_commands(ctx):
+                pending.append((f"{name} {sub}", command.get_command(ctx, sub)))  # type: ignore[arg-type]
+    return found
+
+
+def test_the_help_names_pages_that_exist_and_no_readme_section() -> None:
+    """A help text points to a docs page that exists; the README is short and has no Neovim or VS Code set-up."""
+    from click.testing import CliRunner
+
+    pointers = []
+    for name, _ in all_commands():
+        text = CliRunner().invoke(main, [*name.split()[1:], "--help"]).output
+        pointers += [(name, page) for page in re.findall(r"docs/[\w-]+\.md", text)]
+        assert "see the README" not in text, name
+    assert ("infill serve", "docs/server.md") in pointers
+    assert all((ROOT / page).exists() for _, page in pointers), pointers
