@@ -224,13 +224,13 @@ def _model(cfg: TrainConfig, ckpt: dict[str, Any] | None, init_from: Path | None
 def _check_init_shape(cfg: TrainConfig, init_from: Path) -> None:
     """An --init folder of another shape than the flags give is an input error naming the flags to give (its
     weights would not load into the model the flags build)."""
-    import json
+    from infill.training.gpu_plan import folder_shape
 
     try:
-        config = json.loads((init_from / "config.json").read_text(encoding="utf-8"))
-        theirs = {k: int(config[k]) for k in ("n_layer", "d_model", "n_head", "d_inner")}
+        shape = folder_shape(init_from)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{init_from}: not an AS-ARM model folder with a readable config.json ({exc})") from exc
+    theirs = {"n_layer": shape.layers, "d_model": shape.d_model, "n_head": shape.heads, "d_inner": shape.d_inner}
     ours = asdict(cfg.shape)
     differ = [f"{_FLAGS[k]} {v} (asked {ours[k]})" for k, v in theirs.items() if ours[k] != v]
     if differ:
