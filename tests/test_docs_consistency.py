@@ -96,6 +96,27 @@ def test_every_flag_the_docs_show_is_an_option_of_its_command() -> None:
     assert not unknown, unknown
 
 
+def test_every_choice_the_docs_give_a_flag_is_one_of_its_choices() -> None:
+    """`--decoder s2d2`, `--engine onnx`, `--style numpy`: a value shown for a flag with fixed choices is one of them
+    (placeholders are skipped: capitals such as RULE, and contributing.md's `mydecoder` / `mydraft`)."""
+    wrong = []
+    checked = 0
+    for where, path, rest, command in shown_commands():
+        choices = {
+            opt: param.type.choices
+            for param in command.params
+            if isinstance(param.type, click.Choice)
+            for opt in param.opts
+        }
+        for flag, value in zip(rest, rest[1:], strict=False):
+            if flag in choices and not value.startswith(("-", "my")) and not value.isupper():
+                checked += 1
+                if value not in choices[flag]:
+                    wrong.append(f"{where}: {' '.join(path)} {flag} {value}")
+    assert checked >= 20
+    assert not wrong, wrong
+
+
 def slug(heading: str) -> str:
     """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
     text = re.sub(r"[^\w\- ]", "", heading.replace("`", "").strip().lower())
