@@ -265,6 +265,21 @@ def test_init_from_exported_weights(tiny_corpus, tmp_path: Path) -> None:
         assert torch.equal(tensor, again.state_dict()[name]), name
 
 
+def test_init_from_a_folder_of_another_shape_names_the_flags(tiny_corpus, tmp_path: Path) -> None:
+    """`--init infill/weights/default` with the default shape flags was an internal error from load_state_dict;
+    it is an input error (exit 2) naming the flags the folder's shape needs."""
+    import time
+
+    corpus, tok_path = tiny_corpus
+    train(corpus, tok_path, tmp_path / "a", _tiny_cfg(steps=1, eval_sequences=0), resume=False)
+    model, cfg, _ = load_checkpoint_model(tmp_path / "a")
+    export_model(model, tok_path, tmp_path / "m", cfg.seq_len, {})
+    wider = replace(SHAPE, d_inner=SHAPE.d_inner * 2)  # the same tensors, other sizes: load_state_dict's error
+    cfg0 = _tiny_cfg(until=time.time() - 1, eval_sequences=0, shape=wider)
+    with pytest.raises(InputError, match=rf"--d-inner {SHAPE.d_inner} \(asked {SHAPE.d_inner * 2}\)"):
+        train(corpus, tok_path, tmp_path / "b", cfg0, resume=False, init_from=tmp_path / "m")
+
+
 def test_pad_counts_cover_inference_budgets(tiny_tokenizer) -> None:  # noqa: F811
     """infill's length policy masks len(replaced) + max(8, len/4) tokens, or 32 at an insertion point."""
     sampler = _sampler(tiny_tokenizer)

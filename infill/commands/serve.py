@@ -26,7 +26,7 @@ running. With --socket, inputs over --max-input-bytes are refused (too_large), s
 Models stay loaded, keyed by model and device.
 
 \b
---stdio          for an editor plugin that owns the process (see the README for Neovim and VS Code)
+--stdio          for an editor plugin that owns the process (Neovim and VS Code: docs/server.md)
 --socket PATH    a Unix socket daemon (mode 0600); `infill fill --daemon auto` starts one per user by itself
 """
 

@@ -213,11 +213,28 @@ def _model(cfg: TrainConfig, ckpt: dict[str, Any] | None, init_from: Path | None
     elif init_from is not None:
         from infill.models.weight_files import read_weights
 
+        _check_init_shape(cfg, init_from)
         try:  # model.safetensors or the bf16 shards a GPU run exports
             model.load_file_state(read_weights(init_from))
         except ValueError as exc:
             raise InputError(f"{init_from}: {exc}") from exc
     return model
+
+
+def _check_init_shape(cfg: TrainConfig, init_from: Path) -> None:
+    """An --init folder of another shape than the flags give is an input error naming the flags to give (its
+    weights would not load into the model the flags build)."""
+    from infill.training.gpu_plan import folder_shape
+
+    try:
+        shape = folder_shape(init_from)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{init_from}: not an AS-ARM model folder with a readable config.json ({exc})") from exc
+    theirs = {"n_layer": shape.layers, "d_model": shape.d_model, "n_head": shape.heads, "d_inner": shape.d_inner}
+    ours = asdict(cfg.shape)
+    differ = [f"{_FLAGS[k]} {v} (asked {ours[k]})" for k, v in theirs.items() if ours[k] != v]
+    if differ:
+        raise InputError(f"--init {init_from} has another shape: {', '.join(differ)}; give its shape's flags")
 
 
 @dataclass

@@ -1,0 +1,221 @@
+"""What the docs show exists: every `infill ...` flag they use is an option of that command, every relative link
+and #anchor resolves, and the server protocol sample has the shape the server answers with."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+from infill.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "infill" / "weights").glob("*/README.md")),
+]
+
+
+def logical_lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, text) with shell continuations (a trailing backslash) joined into one line."""
+    raw = path.read_text(encoding="utf-8").splitlines()
+    out: list[tuple[int, str]] = []
+    i = 0
+    while i < len(raw):
+        start, line = i + 1, raw[i]
+        while line.rstrip().endswith("\\") and i + 1 < len(raw):
+            i += 1
+            line = line.rstrip()[:-1] + " " + raw[i].strip()
+        out.append((start, line))
+        i += 1
+    return out
+
+
+def resolve(words: list[str]) -> tuple[click.Command, list[str], list[str]]:
+    """The (sub)command `infill WORDS` names, its path and the words after it."""
+    ctx = click.Context(main)
+    command: click.Command = main
+    path = ["infill"]
+    rest = list(words)
+    while isinstance(command, click.Group) and rest:
+        if rest[0].startswith("-"):  # a group option, such as --threads N
+            rest.pop(0)
+            continue
+        sub = command.get_command(ctx, rest[0])
+        if sub is None:
+            break
+        command, path = sub, [*path, rest.pop(0)]
+    return command, path, rest
+
+
+def option_names(command: click.Command) -> set[str]:
+    names = {"--help", "-h"}
+    for param in command.params:
+        names.update(param.opts)
+        names.update(param.secondary_opts)
+    return names
+
+
+def shown_commands() -> list[tuple[str, list[str], list[str], click.Command]]:
+    """(where, command path, its words, the command) of each `infill SUBCOMMAND ...` in the docs, code and prose.
+    Words after a `$(` or `#` belong to another command or a comment and are cut off."""
+    found = []
+    for doc in DOCS:
+        for number, line in logical_lines(doc):
+            for m in re.finditer(r"(?:^|[\s`(|;&])infill\s+([a-z][^`|;&#)]*)", line):
+                text = m.group(1).split("$(")[0]
+                try:
+                    words = shlex.split(text)
+                except ValueError:
+                    words = text.split()
+                command, path, rest = resolve(words)
+                if len(path) > 1:
+                    found.append((f"{doc.relative_to(ROOT)}:{number}", path, rest, command))
+    return found
+
+
+def test_the_docs_show_commands() -> None:
+    paths = {" ".join(path) for _, path, _, _ in shown_commands()}
+    assert {"infill fill", "infill docstrings", "infill train asarm", "infill eval heldout-exact"} <= paths
+
+
+def test_every_flag_the_docs_show_is_an_option_of_its_command() -> None:
+    unknown = []
+    for where, path, rest, command in shown_commands():
+        known = option_names(command) | option_names(main)
+        for word in rest:
+            flag = word.split("=")[0]
+            if flag.startswith("-") and flag != "-" and not re.fullmatch(r"-\d.*", flag) and flag not in known:
+                unknown.append(f"{where}: {' '.join(path)} {flag}")
+    assert not unknown, unknown
+
+
+def test_every_choice_the_docs_give_a_flag_is_one_of_its_choices() -> None:
+    """`--decoder s2d2`, `--engine onnx`, `--style numpy`: a value shown for a flag with fixed choices is one of them
+    (placeholders are skipped: capitals such as RULE, and contributing.md's `mydecoder` / `mydraft`)."""
+    wrong = []
+    checked = 0
+    for where, path, rest, command in shown_commands():
+        choices = {
+            opt: param.type.choices
+            for param in command.params
+            if isinstance(param.type, click.Choice)
+            for opt in param.opts
+        }
+        for flag, value in zip(rest, rest[1:], strict=False):
+            if flag in choices and not value.startswith(("-", "my")) and not value.isupper():
+                checked += 1
+                if value not in choices[flag]:
+                    wrong.append(f"{where}: {' '.join(path)} {flag} {value}")
+    assert checked >= 20
+    assert not wrong, wrong
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.replace("`", "").strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    in_code = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        elif not in_code and (m := re.match(r"#+\s+(.*)", line)):
+            s = slug(m.group(1))
+            seen[s] = seen.get(s, -1) + 1
+            found.add(s if seen[s] == 0 else f"{s}-{seen[s]}")
+    return found
+
+
+def test_slug_is_githubs() -> None:
+    assert slug("Protocol (`infill serve --stdio`, `infill serve --socket PATH`)") == (
+        "protocol-infill-serve---stdio-infill-serve---socket-path"
+    )
+
+
+def test_every_relative_link_and_anchor_resolves() -> None:
+    broken = []
+    for doc in [*DOCS, *sorted((ROOT / "editors").glob("**/*.md"))]:
+        text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            linked = (doc.parent / file).resolve() if file else doc
+            if not linked.exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+                broken.append(f"{doc.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, broken
+
+
+def shape(value: Any) -> Any:
+    """The keys of a JSON value, recursively; leaves become their JSON type (null stays apart from a number)."""
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shape(v) for v in value[:1]]
+    if value is None or isinstance(value, bool):
+        return value
+    return type(value).__name__.replace("int", "float")
+
+
+def test_the_server_sample_has_the_servers_shapes() -> None:
+    """docs/server.md: "the shapes are exact"; an error is exactly what the server answers."""
+    from infill.server.dispatch import Dispatcher
+
+    text = (ROOT / "docs" / "server.md").read_text(encoding="utf-8")
+    sample = text[text.index("## Protocol") :].split("```text\n")[1].split("```")[0].splitlines()
+    requests = [line[3:] for line in sample if line.startswith("-> ")]
+    shown = [json.loads(line[3:]) for line in sample if line.startswith("<- ")]
+    assert len(requests) == len(shown) == 2
+    server = Dispatcher()
+    for request, expected in zip(requests, shown, strict=True):
+        answer = json.loads(server.handle_line(request.encode()))
+        if "error" in expected:
+            assert answer == expected
+        else:
+            assert shape(answer) == shape(expected), (answer, expected)
+
+
+@pytest.mark.parametrize("value", [{"a": 1, "b": [{"c": None}]}, [1.5], "x"])
+def test_shape_keeps_keys(value: Any) -> None:
+    assert shape(value) == shape(json.loads(json.dumps(value)))
+    assert shape({"a": 1}) != shape({"a": 1, "b": None})
+
+
+def all_commands() -> list[tuple[str, click.Command]]:
+    """Every command and subcommand of `infill`, with its name."""
+    found: list[tuple[str, click.Command]] = []
+    pending: list[tuple[str, click.Command]] = [("infill", main)]
+    while pending:
+        name, command = pending.pop()
+        found.append((name, command))
+        if isinstance(command, click.Group):
+            ctx = click.Context(command)
+            for sub in command.list_commands(ctx):
+                pending.append((f"{name} {sub}", command.get_command(ctx, sub)))  # type: ignore[arg-type]
+    return found
+
+
+def test_the_help_names_pages_that_exist_and_no_readme_section() -> None:
+    """A help text points to a docs page that exists; the README is short and has no Neovim or VS Code set-up."""
+    from click.testing import CliRunner
+
+    pointers = []
+    for name, _ in all_commands():
+        text = CliRunner().invoke(main, [*name.split()[1:], "--help"]).output
+        pointers += [(name, page) for page in re.findall(r"docs/[\w-]+\.md", text)]
+        assert "see the README" not in text, name
+    assert ("infill serve", "docs/server.md") in pointers
+    assert all((ROOT / page).exists() for _, page in pointers), pointers
