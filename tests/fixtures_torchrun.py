@@ -38,6 +38,18 @@ def _own_keys(number: int) -> None:
     distributed_c10d.rendezvous = rendezvous  # type: ignore[assignment]
 
 
+def _flushed(number: int) -> None:
+    """Every process has written out what command NUMBER printed (a barrier on torchrun's store), so that each
+    command's output, whichever rank printed it, comes before the DONE line that ends it."""
+    import torch.distributed as dist
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+    store.set(f"command-{number}-flushed-{os.environ['RANK']}", "1")
+    store.wait([f"command-{number}-flushed-{rank}" for rank in range(int(os.environ["WORLD_SIZE"]))])
+
+
 def main(args: list[str]) -> int:
     from infill.__main__ import run
 
@@ -49,6 +61,7 @@ def main(args: list[str]) -> int:
             code = 0
         except SystemExit as exc:
             code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+        _flushed(number)
         if os.environ.get("RANK") == "0":
             print(f"{DONE} {code}", flush=True)
         first_failure = first_failure or code

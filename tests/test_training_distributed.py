@@ -169,38 +169,16 @@ def test_a_world_of_one_touches_no_process_group() -> None:
     assert not torch.distributed.is_initialized()
 
 
+def asarm_command(root: Path, tokenizer) -> list[str]:  # type: ignore[no-untyped-def]
+    """`infill train asarm` on a tiny corpus and tokenizer written under `root`."""
+    corpus = write_corpus(root / "corpus", sample_texts(30), sample_texts(40)[30:])
+    save_tokenizer(tokenizer, root / "tokenizer.json")
+    return ["train", "asarm", "--corpus", str(corpus), "--tokenizer", str(root / "tokenizer.json"), *ASARM_SHAPE]
+
+
 @pytest.fixture
 def asarm_data(tmp_path: Path, tiny_tokenizer) -> list[str]:  # type: ignore[no-untyped-def]  # noqa: F811
-    corpus = write_corpus(tmp_path / "corpus", sample_texts(30), sample_texts(40)[30:])
-    save_tokenizer(tiny_tokenizer, tmp_path / "tokenizer.json")
-    return ["train", "asarm", "--corpus", str(corpus), "--tokenizer", str(tmp_path / "tokenizer.json"), *ASARM_SHAPE]
-
-
-@pytest.mark.slow
-def test_asarm_two_processes_train_like_one_and_resume_with_one(asarm_data: list[str], tmp_path: Path) -> None:
-    """Global batch 8: two gloo processes with 4 sequences each take the steps one process with 8 takes (losses,
-    weights, optimizer and data generators to float rounding); the two-process checkpoint resumes in one process
-    as the one-process run goes on."""
-    common = [*asarm_data, "--batch-size", "8", "--warmup", "2", "--eval-sequences", "8", "--log-every", "1"]
-    common += ["--threads", "1", "--no-bf16", "--checkpoint-minutes", "1000"]
-    one, two = tmp_path / "one", tmp_path / "two"
-    alone = single([*common, "--steps", "3", "--run-dir", str(one)])
-    at_three = read_checkpoint(one / "last.pt")
-    log, writes = tmp_path / "torchrun.log", tmp_path / "rank-1-writes"
-    output = finished(torchrun([*common, "--steps", "3", "--run-dir", str(two)], log, writes=writes), log)
-    assert written_by_rank_1(writes, two) == []  # rank 0 alone writes (before the race such writes would start)
-    assert "exitcode" not in output, output
-    assert losses(output) == losses(alone) and len(losses(alone)) == 3
-    assert output.count("checkpoint step 3") == 1  # rank 0 alone logs and writes
-    assert [json.loads(line) for line in output.splitlines() if line.startswith("{")][0]["tokens_seen"] == 3 * 8 * 48
-    assert_same_tensors(without_clocks(at_three), without_clocks(read_checkpoint(two / "last.pt")))
-
-    single([*common, "--steps", "5", "--run-dir", str(one)])
-    resumed = single([*common, "--steps", "5", "--run-dir", str(two)])
-    assert "resumed at step 3" in resumed
-    a, b = read_checkpoint(one / "last.pt"), read_checkpoint(two / "last.pt")
-    assert_same_tensors(a["model"], b["model"])
-    assert a["state"]["last_eval"] == pytest.approx(b["state"]["last_eval"], rel=1e-5)
+    return asarm_command(tmp_path, tiny_tokenizer)
 
 
 def rank_pid(launcher: subprocess.Popen[bytes], rank: int) -> int:
@@ -306,37 +284,75 @@ def trainer_outputs(trainer: str, run: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def trainers_on_two_processes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, list[str], str]]:
-    """Every trainer's run under torchrun, all in ONE launch (fixtures_torchrun: the commands one after another in
-    the same two processes; a launch is most of these tests' time). For each trainer: its folder (the run is its
-    `two`), the arguments the run had besides its output folders, and the run's output."""
+def two_processes(  # type: ignore[no-untyped-def]
+    tmp_path_factory: pytest.TempPathFactory,
+    tiny_tokenizer,  # noqa: F811
+) -> dict[str, tuple[Path, list[str], str]]:
+    """Every trainer's run under torchrun (the AS-ARM's for 3 steps), all in ONE launch (fixtures_torchrun: the
+    commands one after another in the same two processes; a launch is most of these tests' time). For each
+    trainer: its folder (the run is its `two`), the arguments the run had besides its length and output folders,
+    and the run's output."""
     from tests.fixtures_torchrun import DONE, NEXT
 
     root = tmp_path_factory.mktemp("trainers")
-    commands = {}
-    for trainer in TRAINERS:
+    commands, runs = {}, []
+    for trainer in ["asarm", *TRAINERS]:
         (root / trainer).mkdir()
-        commands[trainer] = trainer_command(trainer, root / trainer)
-    args = [a for t in TRAINERS for a in (*commands[t], *trainer_outputs(t, root / t / "two"), NEXT)]
+        if trainer == "asarm":
+            commands[trainer] = [*asarm_command(root / trainer, tiny_tokenizer), *ASARM_RUN]
+            runs.append([*commands[trainer], "--steps", "3", "--run-dir", str(root / trainer / "two"), NEXT])
+        else:
+            commands[trainer] = trainer_command(trainer, root / trainer)
+            runs.append([*commands[trainer], *trainer_outputs(trainer, root / trainer / "two"), NEXT])
+    args = [arg for run in runs for arg in run]
     log, writes = root / "torchrun.log", root / "rank-1-writes"
     driver = Path(__file__).with_name("fixtures_torchrun.py")
     output = finished(torchrun(args, log, writes=writes, program=[str(driver)]), log)
     assert "exitcode" not in output, output
     parts = re.split(rf"^{DONE} (-?\d+)\n", output, flags=re.MULTILINE)  # [output, exit code] per command, the rest
-    assert parts[1::2] == ["0"] * len(TRAINERS), output
-    for trainer in TRAINERS:  # rank 0 alone writes checkpoints and the model
+    assert parts[1::2] == ["0"] * len(commands), output
+    # rank 0 alone writes logs, checkpoints and the model (before the race such writes would start)
+    for trainer in commands:
         assert written_by_rank_1(writes, root / trainer / "two") == [], trainer
-    return {t: (root / t, commands[t], section) for t, section in zip(TRAINERS, parts[0::2], strict=False)}
+    return {t: (root / t, commands[t], section) for t, section in zip(commands, parts[0::2], strict=False)}
+
+
+ASARM_RUN = ["--batch-size", "8", "--warmup", "2", "--eval-sequences", "8", "--log-every", "1", "--threads", "1"]
+ASARM_RUN += ["--no-bf16", "--checkpoint-minutes", "1000"]
+
+
+@pytest.mark.slow
+def test_asarm_two_processes_train_like_one_and_resume_with_one(
+    two_processes: dict[str, tuple[Path, list[str], str]],
+) -> None:
+    """Global batch 8: two gloo processes with 4 sequences each take the steps one process with 8 takes (losses,
+    weights, optimizer and data generators to float rounding); the two-process checkpoint resumes in one process
+    as the one-process run goes on."""
+    root, common, output = two_processes["asarm"]
+    one, two = root / "one", root / "two"
+    alone = single([*common, "--steps", "3", "--run-dir", str(one)])
+    at_three = read_checkpoint(one / "last.pt")
+    assert losses(output) == losses(alone) and len(losses(alone)) == 3
+    assert output.count("checkpoint step 3") == 1  # rank 0 alone logs and writes
+    assert [json.loads(line) for line in output.splitlines() if line.startswith("{")][0]["tokens_seen"] == 3 * 8 * 48
+    assert_same_tensors(without_clocks(at_three), without_clocks(read_checkpoint(two / "last.pt")))
+
+    single([*common, "--steps", "5", "--run-dir", str(one)])
+    resumed = single([*common, "--steps", "5", "--run-dir", str(two)])
+    assert "resumed at step 3" in resumed
+    a, b = read_checkpoint(one / "last.pt"), read_checkpoint(two / "last.pt")
+    assert_same_tensors(a["model"], b["model"])
+    assert a["state"]["last_eval"] == pytest.approx(b["state"]["last_eval"], rel=1e-5)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_every_trainer_trains_alike_on_two_processes(
-    trainer: str, trainers_on_two_processes: dict[str, tuple[Path, list[str], str]]
+    trainer: str, two_processes: dict[str, tuple[Path, list[str], str]]
 ) -> None:
     """The block-diffusion, PTP and SSMD trainers under torchrun: the same losses and checkpoints as one process
     with the same global batch (4) and seed."""
-    root, common, output = trainers_on_two_processes[trainer]
+    root, common, output = two_processes[trainer]
     alone = single([*common, *trainer_outputs(trainer, root / "one")])
     logged = [line.split("  lr ")[0] for line in output.splitlines() if line.startswith("step ") and "  lr " in line]
     assert logged == [
