@@ -4,6 +4,7 @@ on a tiny model: the same logits (int8: close ones), the same fills, and the exp
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,39 @@ def reference(folder: Path) -> XLNetAnySubset:
     return XLNetAnySubset(model.net, mask_id=model.mask_id, device="cpu", cache=False)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def graphs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This module's cache directory (INFILL_CACHE_DIR while its tests run): it starts without the tiny model's
+    graph, which `made_elsewhere` makes once for every test here that needs one."""
+    with pytest.MonkeyPatch.context() as patch:
+        cache = tmp_path_factory.mktemp("engines-cache")
+        patch.setenv(onnx.CACHE_ENV, str(cache))
+        yield cache
+
+
 @pytest.fixture(scope="module")
-def engines(reference: XLNetAnySubset) -> dict[str, XLNetAnySubset]:
+def made_elsewhere(folder: Path, reference: XLNetAnySubset) -> tuple[XLNetAnySubset, list[Any]]:
+    """The module's one export, as a long-lived process makes it (onnx.Background): an `auto` model whose graph
+    is missing starts making it in another process and runs on the eager engine meanwhile. Returns that model
+    once the other process has made the graph (not yet adopted) and its logits of a walk on the eager engine."""
+    assert not onnx.graph_ready(reference.net, int8=False)  # the module's fresh cache: the graph is missing
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("INFILL_ENGINE", raising=False)
+        patch.setattr(onnx.Background, "enabled", True)
+        model = XLNetAnySubset(
+            reference.net, mask_id=reference.mask_id, device="cpu", engine="auto", folder=str(folder)
+        )
+    assert model.engine == "torch" and model._making is not None
+    eager = walk(model, reference, seed=3)
+    assert model._making[0].wait(timeout=600) == 0 and onnx.graph_ready(reference.net, int8=False)
+    return model, eager
+
+
+@pytest.fixture(scope="module")
+def engines(reference: XLNetAnySubset, request: pytest.FixtureRequest) -> dict[str, XLNetAnySubset]:
     out = {"torch": XLNetAnySubset(reference.net, mask_id=reference.mask_id, device="cpu", engine="torch")}
     if onnx.available():
+        request.getfixturevalue("made_elsewhere")  # the graph the ONNX engines load (int8: quantized from it)
         for name in ("onnx", "onnx-int8"):
             out[name] = XLNetAnySubset(reference.net, mask_id=reference.mask_id, device="cpu", engine=name)
     return out
@@ -256,7 +286,11 @@ def fill(*args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_fill_with_engine_through_the_cli(folder: Path, tmp_path: Path, engine: str) -> None:
+def test_fill_with_engine_through_the_cli(
+    folder: Path, tmp_path: Path, engine: str, request: pytest.FixtureRequest
+) -> None:
+    if engine != "torch":
+        request.getfixturevalue("made_elsewhere")  # the module's one export (the CLI loads its graph)
     p = tmp_path / "m.py"
     p.write_text(SOURCE)
     common = ["--span", "4:4", "--model", str(folder), "--tokens", "6", "--format", "json", "--allow-syntax-errors"]
@@ -314,31 +348,31 @@ def test_unsigned_int8_weights_only_where_the_signed_kernel_saturates(
 @needs_onnx
 @pytest.mark.slow
 def test_a_long_lived_process_fills_in_pytorch_while_the_graph_is_made_elsewhere(
-    folder: Path, reference: XLNetAnySubset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    folder: Path,
+    reference: XLNetAnySubset,
+    made_elsewhere: tuple[XLNetAnySubset, list[Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`infill lsp` and the servers (onnx.Background): a missing graph is made by another process, the fills run
-    on the eager engine meanwhile (the first answer does not wait ~30 s for the export), and the next fill after
-    the graph is ready runs on ONNX Runtime, with the same logits. Without Background the graph is made in place
-    (the negative control: a one-off `infill fill`)."""
-    monkeypatch.setenv("INFILL_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("INFILL_ENGINE", raising=False)
-    exported: list[Path] = []
+    on the eager engine meanwhile (the first answer does not wait ~30 s for the export; `made_elsewhere`), and the
+    next fill after the graph is ready runs on ONNX Runtime, with the same logits. Without Background the graph is
+    made in place (the negative control: a one-off `infill fill`)."""
+    with monkeypatch.context() as patch:
+        patch.setenv(onnx.CACHE_ENV, str(tmp_path / "cache"))  # a cache without the graph
+        patch.delenv("INFILL_ENGINE", raising=False)
+        exported: list[Path] = []
 
-    def export_here(net: Any, path: Path) -> None:  # stands for the export, which fails here
-        exported.append(path)
-        raise RuntimeError("exported in this process")
+        def export_here(net: Any, path: Path) -> None:  # stands for the export, which fails here
+            exported.append(path)
+            raise RuntimeError("exported in this process")
 
-    real_export = onnx.export
-    monkeypatch.setattr(onnx, "export", export_here)
-    in_place = XLNetAnySubset(reference.net, mask_id=reference.mask_id, device="cpu", engine="auto", folder=str(folder))
-    assert exported and in_place.engine == "torch" and in_place._making is None  # made here (auto's fallback)
-    monkeypatch.setattr(onnx, "export", real_export)
-    monkeypatch.setattr(onnx.Background, "enabled", True)
-    model = XLNetAnySubset(reference.net, mask_id=reference.mask_id, device="cpu", engine="auto", folder=str(folder))
-    assert model.engine == "torch" and model._making is not None
-    eager = walk(model, reference, seed=3)
-    process = model._making[0]
-    assert process.wait(timeout=600) == 0 and onnx.graph_ready(reference.net, int8=False)
+        patch.setattr(onnx, "export", export_here)
+        in_place = XLNetAnySubset(
+            reference.net, mask_id=reference.mask_id, device="cpu", engine="auto", folder=str(folder)
+        )
+        assert exported and in_place.engine == "torch" and in_place._making is None  # made here (auto's fallback)
+    model, eager = made_elsewhere
     model.adopt_made_engine()
     assert model.engine == "onnx" and model._making is None
     for (got, want), (was, _) in zip(walk(model, reference, seed=3), eager, strict=True):

@@ -44,14 +44,34 @@ def files_of(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
+def in_this_process(folder: Path, *args: str) -> tuple[int, str]:
+    """`infill ARGS` in `folder` through the CLI in this process: (exit code, stdout and stderr as they came; the
+    same text and order as `infill` in a process of its own gives, one process start with torch fewer)."""
+    from click.testing import CliRunner
+
+    from infill import api
+    from infill.cli import main
+
+    api.clear_model_cache()  # the model is loaded as a fresh process loads it
+    was = Path.cwd()
+    os.chdir(folder)
+    try:
+        result = CliRunner().invoke(main, list(args))
+    finally:
+        os.chdir(was)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, result.output
+
+
 def serial_and_parallel(tmp_path: Path, make: dict[str, str], *args: str) -> tuple[tuple[int, str], tuple[int, str]]:
-    """The same command on two copies of the files, without and with --jobs 2."""
+    """The same command on two copies of the files, without --jobs (in this process) and with --jobs 2 (a process
+    of its own, as a user runs it, with its worker processes)."""
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir()
     for name, text in make.items():
         (one / name).write_text(text)
     shutil.copytree(one, two)
-    serial = infill(one, *args)
+    serial = in_this_process(one, *args)
     parallel = infill(two, *args, "--jobs", "2")
     assert files_of(one) == files_of(two)
     return serial, parallel

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -55,11 +56,15 @@ if os.environ.get("RANK") == "1" and os.environ.get("INFILL_TEST_WRITES"):
 
 
 def torchrun(
-    args: Sequence[str], log: Path, env: dict[str, str] | None = None, writes: Path | None = None
+    args: Sequence[str],
+    log: Path,
+    env: dict[str, str] | None = None,
+    writes: Path | None = None,
+    program: Sequence[str] = ("-m", "infill"),
 ) -> subprocess.Popen[bytes]:
-    """`torchrun --standalone --nproc-per-node 2 -m infill ARGS`, one thread per process, output in `log`; with
-    `writes`, rank 1 records there every path it writes (RECORD_WRITES)."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "infill"]
+    """`torchrun --standalone --nproc-per-node 2 -m infill ARGS` (or another `program`), one thread per process,
+    output in `log`; with `writes`, rank 1 records there every path it writes (RECORD_WRITES)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *program]
     environ = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     if writes is not None:
         hook = writes.parent / "record-writes"
@@ -164,38 +169,16 @@ def test_a_world_of_one_touches_no_process_group() -> None:
     assert not torch.distributed.is_initialized()
 
 
+def asarm_command(root: Path, tokenizer) -> list[str]:  # type: ignore[no-untyped-def]
+    """`infill train asarm` on a tiny corpus and tokenizer written under `root`."""
+    corpus = write_corpus(root / "corpus", sample_texts(30), sample_texts(40)[30:])
+    save_tokenizer(tokenizer, root / "tokenizer.json")
+    return ["train", "asarm", "--corpus", str(corpus), "--tokenizer", str(root / "tokenizer.json"), *ASARM_SHAPE]
+
+
 @pytest.fixture
 def asarm_data(tmp_path: Path, tiny_tokenizer) -> list[str]:  # type: ignore[no-untyped-def]  # noqa: F811
-    corpus = write_corpus(tmp_path / "corpus", sample_texts(30), sample_texts(40)[30:])
-    save_tokenizer(tiny_tokenizer, tmp_path / "tokenizer.json")
-    return ["train", "asarm", "--corpus", str(corpus), "--tokenizer", str(tmp_path / "tokenizer.json"), *ASARM_SHAPE]
-
-
-@pytest.mark.slow
-def test_asarm_two_processes_train_like_one_and_resume_with_one(asarm_data: list[str], tmp_path: Path) -> None:
-    """Global batch 8: two gloo processes with 4 sequences each take the steps one process with 8 takes (losses,
-    weights, optimizer and data generators to float rounding); the two-process checkpoint resumes in one process
-    as the one-process run goes on."""
-    common = [*asarm_data, "--batch-size", "8", "--warmup", "2", "--eval-sequences", "8", "--log-every", "1"]
-    common += ["--threads", "1", "--no-bf16", "--checkpoint-minutes", "1000"]
-    one, two = tmp_path / "one", tmp_path / "two"
-    alone = single([*common, "--steps", "3", "--run-dir", str(one)])
-    at_three = read_checkpoint(one / "last.pt")
-    log, writes = tmp_path / "torchrun.log", tmp_path / "rank-1-writes"
-    output = finished(torchrun([*common, "--steps", "3", "--run-dir", str(two)], log, writes=writes), log)
-    assert written_by_rank_1(writes, two) == []  # rank 0 alone writes (before the race such writes would start)
-    assert "exitcode" not in output, output
-    assert losses(output) == losses(alone) and len(losses(alone)) == 3
-    assert output.count("checkpoint step 3") == 1  # rank 0 alone logs and writes
-    assert [json.loads(line) for line in output.splitlines() if line.startswith("{")][0]["tokens_seen"] == 3 * 8 * 48
-    assert_same_tensors(without_clocks(at_three), without_clocks(read_checkpoint(two / "last.pt")))
-
-    single([*common, "--steps", "5", "--run-dir", str(one)])
-    resumed = single([*common, "--steps", "5", "--run-dir", str(two)])
-    assert "resumed at step 3" in resumed
-    a, b = read_checkpoint(one / "last.pt"), read_checkpoint(two / "last.pt")
-    assert_same_tensors(a["model"], b["model"])
-    assert a["state"]["last_eval"] == pytest.approx(b["state"]["last_eval"], rel=1e-5)
+    return asarm_command(tmp_path, tiny_tokenizer)
 
 
 def rank_pid(launcher: subprocess.Popen[bytes], rank: int) -> int:
@@ -266,46 +249,116 @@ def test_lost_peer_errors_become_one_line() -> None:
     assert "\n" not in str(error) and "Hints" not in str(error)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("trainer", ["block-diffusion", "ptp", "ssmd"])
-def test_every_trainer_trains_alike_on_two_processes(trainer: str, tmp_path: Path) -> None:
-    """The block-diffusion, PTP and SSMD trainers under torchrun: the same losses and checkpoints as one process
-    with the same global batch (4) and seed."""
-    folder, corpus = tiny_block_model_and_corpus(tmp_path, "tinybd")
+TRAINERS = ["block-diffusion", "ptp", "ssmd"]
+
+
+TRAINER_CHECKPOINTS = {"block-diffusion": "last.pt", "ptp": "ptp_checkpoint.pt", "ssmd": "checkpoint.pt"}
+
+
+def trainer_command(trainer: str, root: Path) -> list[str]:
+    """`infill train TRAINER` on tiny inputs made under `root`: the arguments both runs share, without their
+    output folders (`trainer_outputs`)."""
+    folder, corpus = tiny_block_model_and_corpus(root, "tinybd")
     if trainer == "block-diffusion":
-        data = tmp_path / "src"
+        data = root / "src"
         data.mkdir()
         for i, text in enumerate(BLOCK_TEXTS):
             (data / f"{i}.py").write_text(text)
         args = ["--data", str(data), "--tokenizer", str(folder / "tokenizer.json"), "--seq-len", "32"]
         args += ["--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--block-sizes", "1,4"]
         args += ["--no-bf16"]  # fp32, as the AS-ARM runs above: bf16 rounds the split batches apart
-        checkpoint = "last.pt"
     elif trainer == "ptp":
         args = ["--teacher", str(folder), "--corpus", str(corpus), "--slots", "2", "--splits", "2", "--rank", "4"]
         args += ["--eval-every", "100", "--save-every", "100"]
-        checkpoint = "ptp_checkpoint.pt"
     else:
         args = ["--model", str(folder), "--data", str(corpus), "--seq-len", "32", "--block-sizes", "4,8"]
         args += ["--heads", "2", "--intermediate", "32", "--max-block", "8", "--eval-every", "100"]
         args += ["--eval-examples", "4"]
-        checkpoint = "checkpoint.pt"
-    common = ["train", trainer, *args, "--steps", "3", "--batch-size", "4", "--log-every", "1", "--threads", "1"]
+    return ["train", trainer, *args, "--steps", "3", "--batch-size", "4", "--log-every", "1", "--threads", "1"]
 
-    def run_dir(name: str) -> list[str]:
-        if trainer == "block-diffusion":
-            return ["--out", str(tmp_path / name / "model"), "--run-dir", str(tmp_path / name)]
-        return ["--out", str(tmp_path / name)]
 
-    alone = single([*common, *run_dir("one")])
-    log, writes = tmp_path / "torchrun.log", tmp_path / "rank-1-writes"
-    output = finished(torchrun([*common, *run_dir("two")], log, writes=writes), log)
-    assert written_by_rank_1(writes, tmp_path / "two") == []  # rank 0 alone writes checkpoints and the model
+def trainer_outputs(trainer: str, run: Path) -> list[str]:
+    if trainer == "block-diffusion":
+        return ["--out", str(run / "model"), "--run-dir", str(run)]
+    return ["--out", str(run)]
+
+
+@pytest.fixture(scope="module")
+def two_processes(  # type: ignore[no-untyped-def]
+    tmp_path_factory: pytest.TempPathFactory,
+    tiny_tokenizer,  # noqa: F811
+) -> dict[str, tuple[Path, list[str], str]]:
+    """Every trainer's run under torchrun (the AS-ARM's for 3 steps), all in ONE launch (fixtures_torchrun: the
+    commands one after another in the same two processes; a launch is most of these tests' time). For each
+    trainer: its folder (the run is its `two`), the arguments the run had besides its length and output folders,
+    and the run's output."""
+    from tests.fixtures_torchrun import DONE, NEXT
+
+    root = tmp_path_factory.mktemp("trainers")
+    commands, runs = {}, []
+    for trainer in ["asarm", *TRAINERS]:
+        (root / trainer).mkdir()
+        if trainer == "asarm":
+            commands[trainer] = [*asarm_command(root / trainer, tiny_tokenizer), *ASARM_RUN]
+            runs.append([*commands[trainer], "--steps", "3", "--run-dir", str(root / trainer / "two"), NEXT])
+        else:
+            commands[trainer] = trainer_command(trainer, root / trainer)
+            runs.append([*commands[trainer], *trainer_outputs(trainer, root / trainer / "two"), NEXT])
+    args = [arg for run in runs for arg in run]
+    log, writes = root / "torchrun.log", root / "rank-1-writes"
+    driver = Path(__file__).with_name("fixtures_torchrun.py")
+    output = finished(torchrun(args, log, writes=writes, program=[str(driver)]), log)
     assert "exitcode" not in output, output
+    parts = re.split(rf"^{DONE} (-?\d+)\n", output, flags=re.MULTILINE)  # [output, exit code] per command, the rest
+    assert parts[1::2] == ["0"] * len(commands), output
+    # rank 0 alone writes logs, checkpoints and the model (before the race such writes would start)
+    for trainer in commands:
+        assert written_by_rank_1(writes, root / trainer / "two") == [], trainer
+    return {t: (root / t, commands[t], section) for t, section in zip(commands, parts[0::2], strict=False)}
+
+
+ASARM_RUN = ["--batch-size", "8", "--warmup", "2", "--eval-sequences", "8", "--log-every", "1", "--threads", "1"]
+ASARM_RUN += ["--no-bf16", "--checkpoint-minutes", "1000"]
+
+
+@pytest.mark.slow
+def test_asarm_two_processes_train_like_one_and_resume_with_one(
+    two_processes: dict[str, tuple[Path, list[str], str]],
+) -> None:
+    """Global batch 8: two gloo processes with 4 sequences each take the steps one process with 8 takes (losses,
+    weights, optimizer and data generators to float rounding); the two-process checkpoint resumes in one process
+    as the one-process run goes on."""
+    root, common, output = two_processes["asarm"]
+    one, two = root / "one", root / "two"
+    alone = single([*common, "--steps", "3", "--run-dir", str(one)])
+    at_three = read_checkpoint(one / "last.pt")
+    assert losses(output) == losses(alone) and len(losses(alone)) == 3
+    assert output.count("checkpoint step 3") == 1  # rank 0 alone logs and writes
+    assert [json.loads(line) for line in output.splitlines() if line.startswith("{")][0]["tokens_seen"] == 3 * 8 * 48
+    assert_same_tensors(without_clocks(at_three), without_clocks(read_checkpoint(two / "last.pt")))
+
+    single([*common, "--steps", "5", "--run-dir", str(one)])
+    resumed = single([*common, "--steps", "5", "--run-dir", str(two)])
+    assert "resumed at step 3" in resumed
+    a, b = read_checkpoint(one / "last.pt"), read_checkpoint(two / "last.pt")
+    assert_same_tensors(a["model"], b["model"])
+    assert a["state"]["last_eval"] == pytest.approx(b["state"]["last_eval"], rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_every_trainer_trains_alike_on_two_processes(
+    trainer: str, two_processes: dict[str, tuple[Path, list[str], str]]
+) -> None:
+    """The block-diffusion, PTP and SSMD trainers under torchrun: the same losses and checkpoints as one process
+    with the same global batch (4) and seed."""
+    root, common, output = two_processes[trainer]
+    alone = single([*common, *trainer_outputs(trainer, root / "one")])
     logged = [line.split("  lr ")[0] for line in output.splitlines() if line.startswith("step ") and "  lr " in line]
     assert logged == [
         line.split("  lr ")[0] for line in alone.splitlines() if line.startswith("step ") and "  lr " in line
     ]
     assert len(logged) == 3, logged  # the losses to 3 decimals; the checkpoints below hold them to float rounding
-    a, b = (read_checkpoint(tmp_path / name / checkpoint) for name in ("one", "two"))
+    checkpoint = TRAINER_CHECKPOINTS[trainer]
+    a, b = (read_checkpoint(root / name / checkpoint) for name in ("one", "two"))
     assert_same_tensors(without_clocks(a), without_clocks(b))
