@@ -280,6 +280,33 @@ def test_init_from_a_folder_of_another_shape_names_the_flags(tiny_corpus, tmp_pa
         train(corpus, tok_path, tmp_path / "b", cfg0, resume=False, init_from=tmp_path / "m")
 
 
+def test_the_init_command_trains_the_folders_shape_when_no_shape_flag_is_given(tiny_corpus, tmp_path: Path) -> None:
+    """`infill train asarm --init FOLDER` without shape flags trains in the folder's shape (the docs' example with
+    the shipped model needed four flags to say what the folder already says); a flag given still wins, and one that
+    disagrees is the error above."""
+    from click.testing import CliRunner
+
+    from infill.cli import main
+
+    corpus, tok_path = tiny_corpus
+    wider = replace(SHAPE, d_inner=SHAPE.d_inner * 2)
+    train(corpus, tok_path, tmp_path / "a", _tiny_cfg(steps=1, eval_sequences=0, shape=wider), resume=False)
+    model, cfg, _ = load_checkpoint_model(tmp_path / "a")
+    export_model(model, tok_path, tmp_path / "m", cfg.seq_len, {})
+    common = ["train", "asarm", "--corpus", str(corpus), "--tokenizer", str(tok_path), "--init", str(tmp_path / "m")]
+    common += ["--until", "2000-01-01T00:00:00+00:00", "--seq-len", str(cfg.seq_len), "--eval-sequences", "0"]
+    r = CliRunner().invoke(main, [*common, "--run-dir", str(tmp_path / "b"), "--no-resume"])
+    assert r.exit_code == 0, r.output
+    _, trained, _ = load_checkpoint_model(tmp_path / "b")
+    assert (trained.shape.n_layer, trained.shape.d_model, trained.shape.d_inner) == (
+        wider.n_layer,
+        wider.d_model,
+        wider.d_inner,
+    )
+    r = CliRunner().invoke(main, [*common, "--run-dir", str(tmp_path / "c"), "--d-inner", str(SHAPE.d_inner)])
+    assert r.exit_code == 2 and f"--d-inner {wider.d_inner} (asked {SHAPE.d_inner})" in r.output, r.output
+
+
 def test_pad_counts_cover_inference_budgets(tiny_tokenizer) -> None:  # noqa: F811
     """infill's length policy masks len(replaced) + max(8, len/4) tokens, or 32 at an insertion point."""
     sampler = _sampler(tiny_tokenizer)

@@ -176,13 +176,13 @@ def pack_cmd(corpus: Path, tokenizer_json: Path, out: Path, max_mb: float, max_p
     "init_from",
     type=NonEmptyPath(path_type=Path, exists=True, file_okay=False),
     default=None,
-    help="Start a fresh run from the weights of an exported model folder (e.g. infill/weights/default); "
-    "give the same --layers/--d-model/--heads/--d-inner.",
+    help="Start a fresh run from the weights of an exported model folder (e.g. infill/weights/default), in its "
+    "shape (--layers/--d-model/--heads/--d-inner default to the folder's).",
 )
-@click.option("--layers", type=IntRange(1), default=6)
-@click.option("--d-model", type=IntRange(8), default=256)
-@click.option("--heads", type=IntRange(1), default=4)
-@click.option("--d-inner", type=IntRange(8), default=1024)
+@click.option("--layers", type=IntRange(1), default=None, help="[default: 6, or the --init folder's]")
+@click.option("--d-model", type=IntRange(8), default=None, help="[default: 256, or the --init folder's]")
+@click.option("--heads", type=IntRange(1), default=None, help="[default: 4, or the --init folder's]")
+@click.option("--d-inner", type=IntRange(8), default=None, help="[default: 1024, or the --init folder's]")
 @click.option("--seq-len", type=IntRange(16), default=256)
 @batch_size_option(16, "Sequences")
 @lr_option()
@@ -211,9 +211,12 @@ def asarm(
 ) -> None:
     """Train an any-subset autoregressive XLNet with the joint loss (Eq. 7); resumable; runs under torchrun."""
     from infill.hardware import fast_bf16
-    from infill.training.asarm import ModelShape, TrainConfig
+    from infill.training.asarm import ModelShape, TrainConfig, init_shape
     from infill.training.asarm import train as run_training
 
+    base = init_shape(init_from) if init_from is not None else ModelShape()  # the shape flags' defaults
+    given = {"layers": base.n_layer, "d_model": base.d_model, "heads": base.n_head, "d_inner": base.d_inner}
+    flags |= {name: value if flags[name] is None else flags[name] for name, value in given.items()}
     if flags["d_model"] % flags["heads"]:
         raise InputError(f"--d-model {flags['d_model']} is not divisible by --heads {flags['heads']}")
     if not (flags["steps"] or flags["minutes"] or flags["until"]):

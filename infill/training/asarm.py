@@ -221,20 +221,28 @@ def _model(cfg: TrainConfig, ckpt: dict[str, Any] | None, init_from: Path | None
     return model
 
 
-def _check_init_shape(cfg: TrainConfig, init_from: Path) -> None:
-    """An --init folder of another shape than the flags give is an input error naming the flags to give (its
-    weights would not load into the model the flags build)."""
+def init_shape(init_from: Path) -> ModelShape:
+    """The shape of the exported model folder an --init names; InputError (one line) when it has none."""
     from infill.training.gpu_plan import folder_shape
 
     try:
         shape = folder_shape(init_from)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{init_from}: not an AS-ARM model folder with a readable config.json ({exc})") from exc
-    theirs = {"n_layer": shape.layers, "d_model": shape.d_model, "n_head": shape.heads, "d_inner": shape.d_inner}
+    return ModelShape(d_model=shape.d_model, n_layer=shape.layers, n_head=shape.heads, d_inner=shape.d_inner)
+
+
+def _check_init_shape(cfg: TrainConfig, init_from: Path) -> None:
+    """An --init folder of another shape than the flags give is an input error naming the flags to give (its
+    weights would not load into the model the flags build)."""
+    shape = init_shape(init_from)
+    theirs = {k: getattr(shape, k) for k in ("n_layer", "d_model", "n_head", "d_inner")}
     ours = asdict(cfg.shape)
     differ = [f"{_FLAGS[k]} {v} (asked {ours[k]})" for k, v in theirs.items() if ours[k] != v]
     if differ:
-        raise InputError(f"--init {init_from} has another shape: {', '.join(differ)}; give its shape's flags")
+        raise InputError(
+            f"--init {init_from} has another shape: {', '.join(differ)}; leave out the shape flags to train its shape"
+        )
 
 
 @dataclass
