@@ -48,6 +48,8 @@ class Variable:
 VARIABLES: tuple[Variable, ...] = (
     Variable("INFILL_THREADS", THREADS, "CPU threads for decoding (as --threads)", client_only=False, default=1),
     Variable("INFILL_SERVER_PLUGINS", None, "module:function,... called with a server's dispatcher", False),
+    Variable("INFILL_LSP_PLUGINS", None, "module:function,... called with `infill lsp`'s server", client_only=True),
+    Variable("INFILL_KINDS", None, "modules, each with a model KIND, registered beside the built-in kinds", False),
     Variable("INFILL_NO_DAEMON", click.BOOL, "never use the per-user daemon", client_only=True),
     Variable(
         "INFILL_RUNTIME_DIR",

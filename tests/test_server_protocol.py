@@ -380,12 +380,14 @@ def test_identity_follows_result_changing_environment_only() -> None:
         {**base, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"},
         {**base, "INFILL_NO_DAEMON": "1", "INFILL_RUNTIME_DIR": "/x", "INFILL_DAEMON_IDLE_TIMEOUT": "5"},
         {**base, "HF_TOKEN": "secret"},
+        {**base, "INFILL_LSP_PLUGINS": "x:y"},  # read by `infill lsp` only, which never uses the daemon
     ]
     different = [
         {**base, "CUDA_VISIBLE_DEVICES": "1"},
         {**base, "OMP_NUM_THREADS": "1"},
         {**base, "HF_HOME": "/elsewhere"},
         {**base, "INFILL_SERVER_PLUGINS": "x:y"},
+        {**base, "INFILL_KINDS": "my_kind"},  # the daemon loads models of these kinds
     ]
     assert all(identity(env) == identity(base) for env in same)
     assert all(identity(env)["env"] != identity(base)["env"] for env in different)

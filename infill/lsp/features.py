@@ -11,6 +11,7 @@ from typing import Any
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
 
+from infill import environment
 from infill.config import ModelSpec
 from infill.errors import InfillError
 from infill.lsp import fills
@@ -198,7 +199,7 @@ def serve(max_input_bytes: int, tcp_port: int | None = None) -> None:
     logging.getLogger("pygls").setLevel(logging.CRITICAL)  # every error a client sees is in its response
     os.environ["INFILL_NO_DAEMON"] = "1"  # fills run here, never through the per-user daemon
     server = build(max_input_bytes)
-    plugins = os.environ.get("INFILL_LSP_PLUGINS")
+    plugins = environment.read("INFILL_LSP_PLUGINS")
     if plugins:
         load_plugins(server, plugins)
     from infill.lsp import framing

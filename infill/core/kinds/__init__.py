@@ -12,7 +12,6 @@ asked for. docs/contributing.md ("A model kind") walks through adding one.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,9 @@ def _read_plugins() -> None:
     import importlib
     from importlib.metadata import entry_points
 
-    for name in filter(None, (part.strip() for part in os.environ.get(PLUGINS_ENV, "").split(","))):
+    from infill import environment
+
+    for name in filter(None, (part.strip() for part in (environment.read(PLUGINS_ENV) or "").split(","))):
         try:
             kind = importlib.import_module(name).KIND
         except (ImportError, AttributeError) as exc:
