@@ -298,3 +298,36 @@ def test_a_whole_line_that_dedents_is_shown_and_replaces_the_indentation(stubbed
     assert _wait(lambda: stubbed.current.buffer[3] != "    return", 5)
     assert stubbed.current.buffer[:] == ["def f(x):", "    if x:", "        return 1", "    return 0"]
     assert tuple(stubbed.current.window.cursor) == (4, len("    return 0"))
+
+
+EXTMARK = "return vim.api.nvim_buf_get_extmarks(0, vim.api.nvim_create_namespace('infill'), 0, -1, {details = true})"
+
+
+@pytest.mark.parametrize(("column", "typed"), [(0, ""), (0, "  "), (4, "")])
+def test_a_whole_line_accepted_inside_a_blank_lines_indentation_replaces_it(
+    stubbed: Any, column: int, typed: str
+) -> None:
+    # the cursor at the start (or inside) of a blank line's indentation: the server writes the whole line over
+    # the indentation; the blanks after the cursor were left behind the accepted line (trailing whitespace), and
+    # Neovim 0.7 showed the suggestion after them, at the end of the line (the indentation twice, on screen)
+    stubbed.input("<Esc>")
+    stubbed.current.buffer[:] = ["def f(x):", "    if x:", "        ", "    return 0"]
+    stubbed.exec_lua(
+        "_G.reply = {insertText = '        return 1', "
+        "range = {start = {line = 2, character = 0}, ['end'] = {line = 2, character = 8}}}"
+    )
+    stubbed.command(f"call cursor(3, {column + 1})")
+    stubbed.input("ix<BS>")  # a change, then the pause: a request with the cursor inside the indentation
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") >= 1, 5)
+    stubbed.exec_lua("_G.answers[#_G.answers]()")
+    shown = "        return 1"[column:]
+    assert _wait(lambda: stubbed.exec_lua(SUGGESTION) == shown, 5)
+    ((_, row, col, details),) = stubbed.exec_lua(EXTMARK)  # on screen: over the blanks it replaces
+    assert (row, col, details["virt_text_pos"], details["virt_text"][0][0]) == (2, column, "overlay", shown)
+    if typed:
+        stubbed.input(typed)  # typing what it says keeps the rest, still in place of the blanks
+        assert _wait(lambda: stubbed.exec_lua(SUGGESTION) == shown[len(typed) :], 5)
+    stubbed.input("<Tab>")
+    assert _wait(lambda: stubbed.current.buffer[2] != "        " + typed, 5)
+    assert stubbed.current.buffer[:] == ["def f(x):", "    if x:", "        return 1", "    return 0"]
+    assert tuple(stubbed.current.window.cursor) == (3, len("        return 1"))

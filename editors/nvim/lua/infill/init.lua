@@ -19,7 +19,8 @@ M.config = {
 
 -- what is on screen: {buf, row (0-based), col (byte: the cursor), text, tick (the buffer's changedtick), from, to}:
 -- accepting it puts `text` in place of the line's bytes [from, to), which is the cursor (an insertion) except for
--- a whole line written over the indentation of a blank line (a line that dedents: from < col)
+-- a whole line written over the indentation of a blank line (a line that dedents: from < col; the cursor inside
+-- that indentation: to > col)
 M.state = { suggestion = nil, pending = nil, client_id = nil, requests = 0, timer = nil }
 
 local function has_inline_virt_text()
@@ -77,7 +78,7 @@ local function render(buf, row, col, text, from, to)
   local lines = split_lines(text)
   local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
   local opts = { virt_text = { { lines[1], "Comment" } }, hl_mode = "combine" }
-  if from < col then
+  if from < col or to > col then
     opts.virt_text_pos = "overlay" -- over the blank line's indentation, which it replaces
   elseif has_inline_virt_text() then
     opts.virt_text_pos = "inline"
@@ -156,12 +157,15 @@ local function item_text(client, buf, row, col, item)
   if range and range.start.line == row then
     local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
     local start = byte_col(client, line, range.start.character)
-    local typed = line:sub(start + 1, col)
-    if text:sub(1, #typed) == typed then
-      return text:sub(#typed + 1), col, col
-    end
     local stop = range["end"].line == row and byte_col(client, line, range["end"].character) or col
     stop = math.max(stop, col)
+    local typed = line:sub(start + 1, col)
+    if text:sub(1, #typed) == typed then
+      -- blanks after the cursor that the answer writes over (the cursor inside a blank line's indentation) go
+      -- with it: left in place they would trail the accepted line
+      local over = start <= col and line:sub(col + 1, stop):match("^%s*$") and stop or col
+      return text:sub(#typed + 1), col, over
+    end
     if start < col and line:sub(start + 1, stop):match("^%s*$") then
       return text, start, stop
     end
@@ -223,7 +227,7 @@ function M.on_change()
     local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
     local typed = line:sub(s.col + 1, col)
     if s.text:sub(1, #typed) == typed and #typed < #s.text then
-      render(buf, row, col, s.text:sub(#typed + 1))
+      render(buf, row, col, s.text:sub(#typed + 1), col, col + (s.to or s.col) - s.col) -- the blanks it replaces moved
       return
     end
   end
