@@ -331,3 +331,49 @@ def test_a_whole_line_accepted_inside_a_blank_lines_indentation_replaces_it(
     assert _wait(lambda: stubbed.current.buffer[2] != "        " + typed, 5)
     assert stubbed.current.buffer[:] == ["def f(x):", "    if x:", "        return 1", "    return 0"]
     assert tuple(stubbed.current.window.cursor) == (3, len("        return 1"))
+
+
+def _answer_all(nvim: Any) -> None:
+    for answer in range(1, nvim.exec_lua("return _G.sent") + 1):
+        nvim.exec_lua(f"_G.answers[{answer}]()")
+
+
+def test_no_ghost_text_while_the_completion_menu_is_open(stubbed: Any) -> None:
+    # as Copilot hides its suggestion during completion: the menu's keys (<Tab> among them) are the menu's, and
+    # a suggestion accepted under it was glued to the menu's item with the menu still open
+    stubbed.input("<Esc>")
+    stubbed.current.buffer[:] = ["counter = 1", "country = 2", ""]
+    stubbed.command("set completeopt=menu")
+    stubbed.command("call cursor(3, 1)")
+    stubbed.input("icou")
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") >= 1, 5)
+    _answer_all(stubbed)
+    assert _wait(lambda: stubbed.exec_lua(SUGGESTION) == "ghost", 5)  # shown before the menu (the stand-in works)
+    stubbed.input("<C-n>")  # the menu opens on "counter"
+    assert _wait(lambda: stubbed.call("pumvisible") == 1, 5)
+    assert _wait(lambda: stubbed.exec_lua(SUGGESTION) is None, 5)
+    time.sleep(0.1)  # the pause (20 ms) is long over
+    _answer_all(stubbed)  # any request answered: still nothing shown under the menu
+    assert stubbed.exec_lua(SUGGESTION) is None
+    assert stubbed.exec_lua(EXTMARK) == []
+    stubbed.input("<Tab>")  # what <Tab> does without the plugin
+    assert _wait(lambda: stubbed.current.buffer[2] != "counter", 5)
+    assert stubbed.current.buffer[2] == "counter\t"
+
+
+def test_no_ghost_text_with_paste_set(stubbed: Any) -> None:
+    # 'paste' turns insert-mode mappings off: a suggestion could never be accepted, and it covered pasted text
+    stubbed.input("<Esc>")
+    stubbed.command("set paste")
+    stubbed.command("call cursor(1, 1)")
+    stubbed.input("A y")
+    time.sleep(0.1)  # the pause (20 ms) is long over
+    _answer_all(stubbed)
+    assert stubbed.exec_lua(SUGGESTION) is None
+    assert stubbed.exec_lua(EXTMARK) == []
+    stubbed.input("<Esc>")
+    stubbed.command("set nopaste")
+    stubbed.input("A z")  # without 'paste': asked and shown (the stand-in works)
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") >= 1, 5)
+    _answer_all(stubbed)
+    assert _wait(lambda: stubbed.exec_lua(SUGGESTION) == "ghost", 5)

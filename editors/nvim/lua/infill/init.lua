@@ -60,6 +60,13 @@ local function insert_mode()
   return vim.api.nvim_get_mode().mode:sub(1, 1) == "i"
 end
 
+-- Whether ghost text is out of place now: the completion menu is open (its keys, <Tab> among them, belong to
+-- the menu; as Copilot hides its suggestion during completion), or 'paste' is set (mappings are off, so no
+-- suggestion could be accepted, and pasted text is no place to suggest).
+local function hidden()
+  return vim.fn.pumvisible() == 1 or vim.o.paste
+end
+
 -- The lines of a suggestion. In a file with CRLF line breaks the server writes "\r\n" between them (the
 -- document's own breaks, as Neovim sends its text); a buffer's lines hold neither.
 local function split_lines(text)
@@ -177,7 +184,7 @@ end
 function M.request()
   local client = M.state.client_id and vim.lsp.get_client_by_id(M.state.client_id)
   local buf, row, col = cursor()
-  if not client or not vim.lsp.buf_is_attached(buf, client.id) or not insert_mode() then
+  if not client or not vim.lsp.buf_is_attached(buf, client.id) or not insert_mode() or hidden() then
     return -- a pause timer that fired after <Esc>: no ghost text in normal mode
   end
   cancel_pending()
@@ -201,7 +208,7 @@ function M.request()
     if err or not result or b ~= buf or r ~= row or c ~= col or vim.api.nvim_buf_get_changedtick(buf) ~= tick then
       return -- an error, or the buffer moved on: the next pause asks again
     end
-    if not insert_mode() then
+    if not insert_mode() or hidden() then
       return
     end
     local items = result.items or result
@@ -221,6 +228,10 @@ end
 -- After a keystroke: keep the suggestion if what was typed is what it says (typeahead), else ask again after
 -- a pause.
 function M.on_change()
+  if hidden() then
+    stop()
+    return
+  end
   local s = M.state.suggestion
   local buf, row, col = cursor()
   if s and s.buf == buf and s.row == row and col >= s.col and (s.from or s.col) == s.col then
@@ -258,7 +269,7 @@ local function here()
     return nil
   end
   local buf, row, col = cursor()
-  if s.buf ~= buf or s.row ~= row or s.col ~= col or not vim.api.nvim_buf_is_valid(buf) then
+  if s.buf ~= buf or s.row ~= row or s.col ~= col or not vim.api.nvim_buf_is_valid(buf) or hidden() then
     M.clear()
     return nil
   end
@@ -387,7 +398,7 @@ function M.setup(opts)
   })
   vim.api.nvim_create_autocmd({ "TextChangedI", "TextChangedP" }, { group = group, callback = M.on_change })
   vim.api.nvim_create_autocmd("CursorMovedI", { group = group, callback = M.on_move })
-  vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave" }, {
+  vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave", "CompleteChanged" }, {
     group = group,
     callback = stop,
   })
