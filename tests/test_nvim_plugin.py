@@ -377,3 +377,44 @@ def test_no_ghost_text_with_paste_set(stubbed: Any) -> None:
     assert _wait(lambda: stubbed.exec_lua("return _G.sent") >= 1, 5)
     _answer_all(stubbed)
     assert _wait(lambda: stubbed.exec_lua(SUGGESTION) == "ghost", 5)
+
+
+@pytest.mark.slow
+def test_a_server_that_dies_is_told_once_and_typing_goes_on(nvim: Any, tmp_path: Path) -> None:
+    # the server killed mid-session: one line of the plugin's says so and how to get it back (Neovim's own says
+    # only "Client 1 quit"), no error follows any key, <Tab> is a plain <Tab>, and :edit starts it again
+    import signal
+
+    source = tmp_path / "calc.py"
+    source.write_text("def f(values):\n    total = 0\n    return total\n")
+    tests = str(Path(__file__).resolve().parent)
+    cmd = ["env", f"PYTHONPATH={ROOT}{os.pathsep}{tests}", "INFILL_LSP_PLUGINS=fixtures_lsp:install"]
+    nvim.exec_lua(
+        "require('infill').setup({cmd = ..., settings = {model = 'scripted-lsp', threshold = 0}, debounce_ms = 10})",
+        [*cmd, sys.executable, "-m", "infill", "lsp"],
+    )
+    nvim.command("filetype on")
+    nvim.command(f"edit {source}")
+    attached = (
+        "local c = vim.lsp.get_client_by_id(require('infill').state.client_id or -1) return c ~= nil and c.initialized"
+    )
+    assert _wait(lambda: nvim.exec_lua(attached)), "the language server did not start"
+    pid = nvim.exec_lua("return vim.lsp.get_client_by_id(require('infill').state.client_id).rpc.pid")
+    nvim.command("call cursor(2, 1)")
+    nvim.input("A")
+    os.kill(pid, signal.SIGKILL)
+    assert _wait(lambda: not nvim.exec_lua(attached), 30)
+    for key in ["<CR>", *"x = 1", "<CR>", *"y = 2"]:
+        nvim.input(key)
+        time.sleep(0.03)  # a key, then a pause longer than the plugin's: each one a request, were there a server
+    nvim.input("<Tab>")
+    assert _wait(lambda: nvim.current.buffer[3] == "    y = 2\t", 5), nvim.current.buffer[:]
+    assert nvim.current.buffer[:] == ["def f(values):", "    total = 0", "    x = 1", "    y = 2\t", "    return total"]
+    assert nvim.api.get_mode()["mode"] == "i"
+    messages = nvim.api.exec("messages", True)
+    assert messages.count("infill: the language server stopped (signal 9)") == 1, messages
+    assert "E5108" not in messages and "Error" not in messages and nvim.api.get_vvar("errmsg") == "", messages
+    nvim.input("<Esc>")
+    nvim.command("write")
+    nvim.command("edit")  # the way back the message gives
+    assert _wait(lambda: nvim.exec_lua(attached)), "the language server did not start again"

@@ -365,6 +365,17 @@ function M.attach(buf)
         general = { positionEncodings = { "utf-8", "utf-16" } },
       }),
       offset_encoding = "utf-8",
+      -- a server that dies (killed, crashed) is told once, with the way back; typing goes on without it
+      on_exit = function(code, signal)
+        if code ~= 0 or signal ~= 0 then
+          vim.schedule(function()
+            stop()
+            local why = signal ~= 0 and ("signal " .. signal) or ("exit code " .. code)
+            vim.notify("infill: the language server stopped (" .. why .. "); :edit a file to start it again",
+              vim.log.levels.WARN)
+          end)
+        end
+      end,
     })
   end
   if M.state.client_id and not M.shares_uri(buf) then
