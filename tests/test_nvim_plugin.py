@@ -418,3 +418,26 @@ def test_a_server_that_dies_is_told_once_and_typing_goes_on(nvim: Any, tmp_path:
     nvim.command("write")
     nvim.command("edit")  # the way back the message gives
     assert _wait(lambda: nvim.exec_lua(attached)), "the language server did not start again"
+
+
+def test_an_accepted_suggestion_is_part_of_the_insert_for_undo_and_repeat(plugin: Any) -> None:
+    # as with Copilot: the accepted text is typed into the insert, so `.` repeats it (it repeated only what was
+    # typed around it) and one `u` takes the insert away, accepted text included
+    plugin.input("<Esc>")
+    plugin.current.buffer[:] = ["a", "b", "c"]
+    plugin.command("call cursor(1, 1)")
+    plugin.input("A = ")
+    assert _wait(lambda: plugin.current.buffer[0] == "a = ", 5)
+    _show(plugin, "f(1)")
+    plugin.input("<Tab>")
+    assert _wait(lambda: plugin.current.buffer[0] == "a = f(1)", 5)
+    plugin.input(" + 2<Esc>")
+    assert _wait(lambda: plugin.api.get_mode()["mode"] == "n", 5)
+    plugin.input("j.")
+    assert _wait(lambda: plugin.current.buffer[1] != "b", 5)
+    assert plugin.current.buffer[:] == ["a = f(1) + 2", "b = f(1) + 2", "c"]
+    plugin.input("u")
+    assert _wait(lambda: plugin.current.buffer[1] == "b", 5)
+    plugin.input("u")
+    assert _wait(lambda: plugin.current.buffer[0] == "a", 5)
+    assert plugin.current.buffer[:] == ["a", "b", "c"]

@@ -232,6 +232,13 @@ function M.on_change()
     stop()
     return
   end
+  local rest = M.state.rest
+  M.state.rest = nil
+  local buf0, row0, col0 = cursor()
+  if rest and rest.buf == buf0 and rest.row == row0 and rest.col == col0 then
+    render(buf0, row0, col0, rest.text) -- the part of a suggestion not accepted, where the accepted part ends
+    return
+  end
   local s = M.state.suggestion
   local buf, row, col = cursor()
   if s and s.buf == buf and s.row == row and col >= s.col and (s.from or s.col) == s.col then
@@ -251,15 +258,37 @@ function M.on_change()
 end
 
 -- Put `text` in place of the cursor line's bytes [from, to) (by default: insert it at the cursor); the cursor
--- goes to its end.
-local function insert(text, from, to)
+-- goes to its end, where `rest` (the part not accepted) is then shown. The bytes it replaces (blanks) go first.
+-- Text of one line goes in through the expression register as Copilot's does (<C-R><C-R>: literally, once the
+-- mapping has returned), so that it is part of the insert being typed: `.` repeats it. Text of several lines
+-- is put in place directly (that register would indent its lines again, or put a line above).
+local function insert(text, from, to, rest)
   local buf, row, col = cursor()
   from, to = from or col, to or col
   local lines = split_lines(text)
-  vim.api.nvim_buf_set_text(buf, row, from, row, to, lines)
-  local last_row = row + #lines - 1
-  local last_col = (#lines == 1 and from or 0) + #lines[#lines]
-  vim.api.nvim_win_set_cursor(0, { last_row + 1, last_col })
+  if #lines > 1 or text == "" then
+    vim.api.nvim_buf_set_text(buf, row, from, row, to, lines)
+    local last_row = row + #lines - 1
+    local last_col = (#lines == 1 and from or 0) + #lines[#lines]
+    vim.api.nvim_win_set_cursor(0, { last_row + 1, last_col })
+    if rest and rest ~= "" then
+      render(buf, last_row, last_col, rest)
+    end
+    return
+  end
+  if from ~= col or to ~= col then
+    vim.api.nvim_buf_set_text(buf, row, from, row, to, { "" })
+    vim.api.nvim_win_set_cursor(0, { row + 1, from })
+  end
+  M.state.inserted = text
+  M.state.rest = rest and rest ~= "" and { buf = buf, row = row, col = from + #text, text = rest } or nil
+  local keys = "<C-R><C-R>=v:lua.require'infill'.inserted()<CR>"
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "n", false)
+end
+
+-- The text the last accept put in (the expression register's; `.` asks for it again).
+function M.inserted()
+  return M.state.inserted or ""
 end
 
 -- The suggestion on screen, if it is still where the cursor is (it belongs to that place only).
@@ -309,9 +338,7 @@ local function accept_part(take)
   local part = take(s.text)
   local rest = s.text:sub(#part + 1)
   M.clear()
-  insert(part, s.from, s.to)
-  local buf, row, col = cursor()
-  render(buf, row, col, rest)
+  insert(part, s.from, s.to, rest)
   return true
 end
 
