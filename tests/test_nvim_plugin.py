@@ -441,3 +441,10 @@ def test_an_accepted_suggestion_is_part_of_the_insert_for_undo_and_repeat(plugin
     plugin.input("u")
     assert _wait(lambda: plugin.current.buffer[0] == "a", 5)
     assert plugin.current.buffer[:] == ["a", "b", "c"]
+
+
+def test_keys_typed_right_after_an_accept_go_after_the_accepted_text(plugin: Any) -> None:
+    # a fast typist's next keys are already waiting when <Tab> is handled: they come after what it accepts
+    _show(plugin, "f(1)")
+    plugin.input("<Tab> + 2")
+    assert _wait(lambda: plugin.current.buffer[0] == "name = f(1) + 2", 5), plugin.current.buffer[0]

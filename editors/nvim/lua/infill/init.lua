@@ -283,7 +283,8 @@ local function insert(text, from, to, rest)
   M.state.inserted = text
   M.state.rest = rest and rest ~= "" and { buf = buf, row = row, col = from + #text, text = rest } or nil
   local keys = "<C-R><C-R>=v:lua.require'infill'.inserted()<CR>"
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "n", false)
+  -- first in the typeahead (keys typed after the accept go after it), not remapped
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "ni", false)
 end
 
 -- The text the last accept put in (the expression register's; `.` asks for it again).
@@ -367,7 +368,7 @@ local function map(lhs, fn, fallback)
   end
   vim.keymap.set("i", lhs, function()
     if not fn() then
-      vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(fallback or lhs, true, false, true), "n", false)
+      vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(fallback or lhs, true, false, true), "ni", false)
     end
   end, { silent = true, desc = "infill" })
 end
