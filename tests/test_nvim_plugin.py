@@ -448,3 +448,10 @@ def test_keys_typed_right_after_an_accept_go_after_the_accepted_text(plugin: Any
     _show(plugin, "f(1)")
     plugin.input("<Tab> + 2")
     assert _wait(lambda: plugin.current.buffer[0] == "name = f(1) + 2", 5), plugin.current.buffer[0]
+
+
+def test_keys_typed_right_after_a_plain_tab_go_after_it(plugin: Any) -> None:
+    # no suggestion: <Tab> is a plain <Tab>, in its place among the keys typed (it came after those typed next)
+    plugin.input("<Tab>x")
+    assert _wait(lambda: plugin.current.buffer[0] != "name = ", 5)
+    assert _wait(lambda: plugin.current.buffer[0] == "name = \tx", 5), plugin.current.buffer[0]

@@ -232,15 +232,14 @@ function M.on_change()
     stop()
     return
   end
+  local buf, row, col = cursor()
   local rest = M.state.rest
   M.state.rest = nil
-  local buf0, row0, col0 = cursor()
-  if rest and rest.buf == buf0 and rest.row == row0 and rest.col == col0 then
-    render(buf0, row0, col0, rest.text) -- the part of a suggestion not accepted, where the accepted part ends
+  if rest and rest.buf == buf and rest.row == row and rest.col == col then
+    render(buf, row, col, rest.text) -- the part of a suggestion not accepted, where the accepted part ends
     return
   end
   local s = M.state.suggestion
-  local buf, row, col = cursor()
   if s and s.buf == buf and s.row == row and col >= s.col and (s.from or s.col) == s.col then
     local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
     local typed = line:sub(s.col + 1, col)
