@@ -24,6 +24,8 @@ from infill.models import registry
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
 GATED_MODEL = "gated-lsp"
+LOADING_MODEL = "loading-lsp"  # its load waits for the test (as long as LOAD_WAIT)
+LOAD_WAIT = 20.0
 TIMEOUT = 120.0  # generous: the machine running the tests may be loaded
 
 
@@ -257,6 +259,8 @@ def install(server: Any) -> None:
     - the SCRIPTED models (a known fill; the "confidence" ones give every fill that calibrated confidence, as
       the model-quality work's calibration will), counting their loads;
     - GATED_MODEL, whose passes wait for the test (a fill of 40 tokens, one pass each with decoder sequential);
+    - LOADING_MODEL, whose load writes `load-started` in $INFILL_TEST_GATE, waits up to LOAD_WAIT seconds for
+      the test to write `load-go` there, then writes `load-finished`;
     - test/document -> {"text", "version", "broken"} of an open document, as the server has it;
     - test/idle, answered once the worker has finished what it was given before;
     - test/gate {"path"}: the folder the gated model's passes wait in; test/loads: loads per model;
@@ -276,8 +280,18 @@ def install(server: Any) -> None:
         model = GatedModel([[("x = 1234567890123456789012345678901234567", 1.0)]])
         return registry.LoadedModel(GATED_MODEL, "asarm", model, ByteTokenizer(), {"fake": True})
 
+    def loading(spec: ModelSpec) -> registry.LoadedModel:
+        gate = Path(os.environ["INFILL_TEST_GATE"])
+        (gate / "load-started").write_text("")
+        deadline = time.monotonic() + LOAD_WAIT
+        while not (gate / "load-go").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (gate / "load-finished").write_text("")
+        return scripted(ModelSpec(name="scripted-lsp"))
+
     for name in SCRIPTED:
         registry.register(name, scripted)
+    registry.register(LOADING_MODEL, loading)
     registry.register(GATED_MODEL, gated)
 
     @server.feature("test/document")

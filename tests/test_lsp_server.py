@@ -449,6 +449,35 @@ def test_exit_without_shutdown_exits_1_and_after_it_0() -> None:
     # the shared server's fixture checks the other way round: shutdown, exit, 0
 
 
+@pytest.mark.parametrize("how", ["shutdown and exit", "exit", "end of input"])
+def test_an_editor_closing_during_the_model_load_ends_the_server_without_waiting_for_it(
+    tmp_path: Path, how: str
+) -> None:
+    """The editor quits while the model still loads (seconds for a real one): the server ends then, with the exit
+    code the session earned, and the load is left unfinished. The interpreter's exit joined the worker thread,
+    so the process lived on until the load was over."""
+    from fixtures_lsp import LOADING_MODEL, lsp_env
+
+    client = LspClient(env=lsp_env(INFILL_TEST_GATE=str(tmp_path)))
+    try:
+        client.initialize({"model": LOADING_MODEL})
+        wait_until(lambda: (tmp_path / "load-started").exists(), "the load to start")
+        if how == "shutdown and exit":
+            client.request("shutdown")
+        if how != "end of input":
+            client.notify("exit")
+        assert client.process.stdin is not None
+        client.process.stdin.close()
+        code = client.process.wait()
+        finished = (tmp_path / "load-finished").exists()
+    finally:
+        (tmp_path / "load-go").write_text("")
+        client.close()
+    assert not finished, "the server waited for the load"
+    assert code == (0 if how == "shutdown and exit" else 1), client.stderr()
+    assert "Traceback" not in client.stderr()
+
+
 def test_sigterm_ends_the_server_while_the_client_keeps_its_end_open() -> None:
     """A process manager's SIGTERM, with the editor still connected: the server exits at once with 143 and one
     line. The read of stdin blocked in a thread the interpreter joined at exit, so the server ran on until the

@@ -298,3 +298,160 @@ def test_a_whole_line_that_dedents_is_shown_and_replaces_the_indentation(stubbed
     assert _wait(lambda: stubbed.current.buffer[3] != "    return", 5)
     assert stubbed.current.buffer[:] == ["def f(x):", "    if x:", "        return 1", "    return 0"]
     assert tuple(stubbed.current.window.cursor) == (4, len("    return 0"))
+
+
+EXTMARK = "return vim.api.nvim_buf_get_extmarks(0, vim.api.nvim_create_namespace('infill'), 0, -1, {details = true})"
+
+
+@pytest.mark.parametrize(("column", "typed"), [(0, ""), (0, "  "), (4, "")])
+def test_a_whole_line_accepted_inside_a_blank_lines_indentation_replaces_it(
+    stubbed: Any, column: int, typed: str
+) -> None:
+    # the cursor at the start (or inside) of a blank line's indentation: the server writes the whole line over
+    # the indentation; the blanks after the cursor were left behind the accepted line (trailing whitespace), and
+    # Neovim 0.7 showed the suggestion after them, at the end of the line (the indentation twice, on screen)
+    stubbed.input("<Esc>")
+    stubbed.current.buffer[:] = ["def f(x):", "    if x:", "        ", "    return 0"]
+    stubbed.exec_lua(
+        "_G.reply = {insertText = '        return 1', "
+        "range = {start = {line = 2, character = 0}, ['end'] = {line = 2, character = 8}}}"
+    )
+    stubbed.command(f"call cursor(3, {column + 1})")
+    stubbed.input("ix<BS>")  # a change, then the pause: a request with the cursor inside the indentation
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") >= 1, 5)
+    stubbed.exec_lua("_G.answers[#_G.answers]()")
+    shown = "        return 1"[column:]
+    assert _wait(lambda: stubbed.exec_lua(SUGGESTION) == shown, 5)
+    ((_, row, col, details),) = stubbed.exec_lua(EXTMARK)  # on screen: over the blanks it replaces
+    assert (row, col, details["virt_text_pos"], details["virt_text"][0][0]) == (2, column, "overlay", shown)
+    if typed:
+        stubbed.input(typed)  # typing what it says keeps the rest, still in place of the blanks
+        assert _wait(lambda: stubbed.exec_lua(SUGGESTION) == shown[len(typed) :], 5)
+    stubbed.input("<Tab>")
+    assert _wait(lambda: stubbed.current.buffer[2] != "        " + typed, 5)
+    assert stubbed.current.buffer[:] == ["def f(x):", "    if x:", "        return 1", "    return 0"]
+    assert tuple(stubbed.current.window.cursor) == (3, len("        return 1"))
+
+
+def _answer_all(nvim: Any) -> None:
+    for answer in range(1, nvim.exec_lua("return _G.sent") + 1):
+        nvim.exec_lua(f"_G.answers[{answer}]()")
+
+
+def test_no_ghost_text_while_the_completion_menu_is_open(stubbed: Any) -> None:
+    # as Copilot hides its suggestion during completion: the menu's keys (<Tab> among them) are the menu's, and
+    # a suggestion accepted under it was glued to the menu's item with the menu still open
+    stubbed.input("<Esc>")
+    stubbed.current.buffer[:] = ["counter = 1", "country = 2", ""]
+    stubbed.command("set completeopt=menu")
+    stubbed.command("call cursor(3, 1)")
+    stubbed.input("icou")
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") >= 1, 5)
+    _answer_all(stubbed)
+    assert _wait(lambda: stubbed.exec_lua(SUGGESTION) == "ghost", 5)  # shown before the menu (the stand-in works)
+    stubbed.input("<C-n>")  # the menu opens on "counter"
+    assert _wait(lambda: stubbed.call("pumvisible") == 1, 5)
+    assert _wait(lambda: stubbed.exec_lua(SUGGESTION) is None, 5)
+    time.sleep(0.1)  # the pause (20 ms) is long over
+    _answer_all(stubbed)  # any request answered: still nothing shown under the menu
+    assert stubbed.exec_lua(SUGGESTION) is None
+    assert stubbed.exec_lua(EXTMARK) == []
+    stubbed.input("<Tab>")  # what <Tab> does without the plugin
+    assert _wait(lambda: stubbed.current.buffer[2] != "counter", 5)
+    assert stubbed.current.buffer[2] == "counter\t"
+
+
+def test_no_ghost_text_with_paste_set(stubbed: Any) -> None:
+    # 'paste' turns insert-mode mappings off: a suggestion could never be accepted, and it covered pasted text
+    stubbed.input("<Esc>")
+    stubbed.command("set paste")
+    stubbed.command("call cursor(1, 1)")
+    stubbed.input("A y")
+    time.sleep(0.1)  # the pause (20 ms) is long over
+    _answer_all(stubbed)
+    assert stubbed.exec_lua(SUGGESTION) is None
+    assert stubbed.exec_lua(EXTMARK) == []
+    stubbed.input("<Esc>")
+    stubbed.command("set nopaste")
+    stubbed.input("A z")  # without 'paste': asked and shown (the stand-in works)
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") >= 1, 5)
+    _answer_all(stubbed)
+    assert _wait(lambda: stubbed.exec_lua(SUGGESTION) == "ghost", 5)
+
+
+@pytest.mark.slow
+def test_a_server_that_dies_is_told_once_and_typing_goes_on(nvim: Any, tmp_path: Path) -> None:
+    # the server killed mid-session: one line of the plugin's says so and how to get it back (Neovim's own says
+    # only "Client 1 quit"), no error follows any key, <Tab> is a plain <Tab>, and :edit starts it again
+    import signal
+
+    source = tmp_path / "calc.py"
+    source.write_text("def f(values):\n    total = 0\n    return total\n")
+    tests = str(Path(__file__).resolve().parent)
+    cmd = ["env", f"PYTHONPATH={ROOT}{os.pathsep}{tests}", "INFILL_LSP_PLUGINS=fixtures_lsp:install"]
+    nvim.exec_lua(
+        "require('infill').setup({cmd = ..., settings = {model = 'scripted-lsp', threshold = 0}, debounce_ms = 10})",
+        [*cmd, sys.executable, "-m", "infill", "lsp"],
+    )
+    nvim.command("filetype on")
+    nvim.command(f"edit {source}")
+    attached = (
+        "local c = vim.lsp.get_client_by_id(require('infill').state.client_id or -1) return c ~= nil and c.initialized"
+    )
+    assert _wait(lambda: nvim.exec_lua(attached)), "the language server did not start"
+    pid = nvim.exec_lua("return vim.lsp.get_client_by_id(require('infill').state.client_id).rpc.pid")
+    nvim.command("call cursor(2, 1)")
+    nvim.input("A")
+    os.kill(pid, signal.SIGKILL)
+    assert _wait(lambda: not nvim.exec_lua(attached), 30)
+    for key in ["<CR>", *"x = 1", "<CR>", *"y = 2"]:
+        nvim.input(key)
+        time.sleep(0.03)  # a key, then a pause longer than the plugin's: each one a request, were there a server
+    nvim.input("<Tab>")
+    assert _wait(lambda: nvim.current.buffer[3] == "    y = 2\t", 5), nvim.current.buffer[:]
+    assert nvim.current.buffer[:] == ["def f(values):", "    total = 0", "    x = 1", "    y = 2\t", "    return total"]
+    assert nvim.api.get_mode()["mode"] == "i"
+    messages = nvim.api.exec("messages", True)
+    assert messages.count("infill: the language server stopped (signal 9)") == 1, messages
+    assert "E5108" not in messages and "Error" not in messages and nvim.api.get_vvar("errmsg") == "", messages
+    nvim.input("<Esc>")
+    nvim.command("write")
+    nvim.command("edit")  # the way back the message gives
+    assert _wait(lambda: nvim.exec_lua(attached)), "the language server did not start again"
+
+
+def test_an_accepted_suggestion_is_part_of_the_insert_for_undo_and_repeat(plugin: Any) -> None:
+    # as with Copilot: the accepted text is typed into the insert, so `.` repeats it (it repeated only what was
+    # typed around it) and one `u` takes the insert away, accepted text included
+    plugin.input("<Esc>")
+    plugin.current.buffer[:] = ["a", "b", "c"]
+    plugin.command("call cursor(1, 1)")
+    plugin.input("A = ")
+    assert _wait(lambda: plugin.current.buffer[0] == "a = ", 5)
+    _show(plugin, "f(1)")
+    plugin.input("<Tab>")
+    assert _wait(lambda: plugin.current.buffer[0] == "a = f(1)", 5)
+    plugin.input(" + 2<Esc>")
+    assert _wait(lambda: plugin.api.get_mode()["mode"] == "n", 5)
+    plugin.input("j.")
+    assert _wait(lambda: plugin.current.buffer[1] != "b", 5)
+    assert plugin.current.buffer[:] == ["a = f(1) + 2", "b = f(1) + 2", "c"]
+    plugin.input("u")
+    assert _wait(lambda: plugin.current.buffer[1] == "b", 5)
+    plugin.input("u")
+    assert _wait(lambda: plugin.current.buffer[0] == "a", 5)
+    assert plugin.current.buffer[:] == ["a", "b", "c"]
+
+
+def test_keys_typed_right_after_an_accept_go_after_the_accepted_text(plugin: Any) -> None:
+    # a fast typist's next keys are already waiting when <Tab> is handled: they come after what it accepts
+    _show(plugin, "f(1)")
+    plugin.input("<Tab> + 2")
+    assert _wait(lambda: plugin.current.buffer[0] == "name = f(1) + 2", 5), plugin.current.buffer[0]
+
+
+def test_keys_typed_right_after_a_plain_tab_go_after_it(plugin: Any) -> None:
+    # no suggestion: <Tab> is a plain <Tab>, in its place among the keys typed (it came after those typed next)
+    plugin.input("<Tab>x")
+    assert _wait(lambda: plugin.current.buffer[0] != "name = ", 5)
+    assert _wait(lambda: plugin.current.buffer[0] == "name = \tx", 5), plugin.current.buffer[0]

@@ -202,13 +202,27 @@ def serve(max_input_bytes: int, tcp_port: int | None = None) -> None:
     plugins = environment.read("INFILL_LSP_PLUGINS")
     if plugins:
         load_plugins(server, plugins)
-    from infill.lsp import framing
-
-    if tcp_port is not None:
-        framing.serve_tcp(server, "127.0.0.1", tcp_port)
-        return
     import sys
 
-    with protocol_stdout() as writer:
-        framing.serve_stdio(server, sys.stdin.buffer, writer)
+    from infill.commands.shell import signal_report
+    from infill.errors import ExitCode, Terminated
+    from infill.lsp import framing
+
+    try:
+        if tcp_port is not None:
+            framing.serve_tcp(server, "127.0.0.1", tcp_port)
+        else:
+            with protocol_stdout() as writer:
+                framing.serve_stdio(server, sys.stdin.buffer, writer)
+    except (KeyboardInterrupt, Terminated) as exc:
+        line, code = signal_report(exc)
+        server.leave(code, line)
+        raise
+    except BrokenPipeError:
+        server.leave(ExitCode.BROKEN_PIPE)
+        raise
+    if tcp_port is not None:
+        server.leave(0)
+        return
+    server.leave(server.exit_code)
     sys.exit(server.exit_code)

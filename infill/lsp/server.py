@@ -26,11 +26,13 @@ its prompt pass is kept when the next fill's prompt is the same (typing on insid
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -69,6 +71,7 @@ _RUNNING = threading.Lock()  # guards Job.running: a job is interrupted only whi
 
 
 PREFETCH_MOST = 120  # characters a change may insert and still be typing, not a paste
+LEAVE_SECONDS = 1.0  # how long an ending server waits for the worker's cancelled fill to stop
 
 
 @dataclass
@@ -145,6 +148,7 @@ class InfillServer(LanguageServer):
         self.prefetched: dict[str, Prefetched] = {}  # by document: the last completion started on a change
         self.running: Job | None = None  # the job on the worker thread
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="infill-fill")
+        self.submitted: set[Future[Any]] = set()  # the worker's work not yet done (running or queued)
         self.told: set[str] = set()  # the documents (and languages) whose problem was told
         self.exit_code = 1  # until a shutdown request and the exit notification
         self.initialized = False
@@ -329,7 +333,7 @@ class InfillServer(LanguageServer):
                 job.stop()
 
         try:
-            return await asyncio.wrap_future(self.worker.submit(task))
+            return await asyncio.wrap_future(self.submit(task))
         except asyncio.CancelledError:
             job.cancel("cancelled by the client")
             raise
@@ -352,7 +356,40 @@ class InfillServer(LanguageServer):
                 message = f"cannot load model {spec.name!r}: {exc}"
                 loop.call_soon_threadsafe(self.tell, None, message, lsp.MessageType.Error)
 
-        self.worker.submit(load)
+        self.submit(load)
+
+    def submit(self, work: Callable[[], T]) -> Future[T]:
+        """Give `work` to the worker thread, counted in `submitted` until it is done."""
+        future = self.worker.submit(work)
+        self.submitted.add(future)
+        future.add_done_callback(self.submitted.discard)
+        return future
+
+    def leave(self, code: int, line: str | None = None) -> None:
+        """The session is over (exit, the end of the input, a signal): every fill is cancelled and the work
+        queued for the worker dropped. Work that cannot be cut short, a model load above all, does not hold
+        the process, as the interpreter's exit would (it joins the worker thread): after LEAVE_SECONDS the
+        process ends at once with `code` (and `line` on stderr), as an editor that closes expects of its
+        language servers (a fill that stops at its next forward pass is waited for)."""
+        for job in list(self.jobs.values()):
+            job.cancel("the server is exiting")
+        running = self.running  # a fill (a load is no job: nothing stops it, so nothing waits for it)
+        if running is not None:
+            running.cancel("the server is exiting")
+            running.interrupt()
+        self.worker.shutdown(wait=False, cancel_futures=True)
+        _, busy = concurrent.futures.wait(list(self.submitted), LEAVE_SECONDS if running is not None else 0)
+        if not busy:
+            return
+        logger.warning("exiting without waiting for the work in progress (a model load) to end")
+        if line is not None:
+            print(line, file=sys.stderr)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
 
     def configure(self, given: object, load: bool = True) -> None:
         """Settings from the client, merged into those in force key by key (fills.merge): a key it does not send

@@ -19,7 +19,8 @@ M.config = {
 
 -- what is on screen: {buf, row (0-based), col (byte: the cursor), text, tick (the buffer's changedtick), from, to}:
 -- accepting it puts `text` in place of the line's bytes [from, to), which is the cursor (an insertion) except for
--- a whole line written over the indentation of a blank line (a line that dedents: from < col)
+-- a whole line written over the indentation of a blank line (a line that dedents: from < col; the cursor inside
+-- that indentation: to > col)
 M.state = { suggestion = nil, pending = nil, client_id = nil, requests = 0, timer = nil }
 
 local function has_inline_virt_text()
@@ -59,6 +60,13 @@ local function insert_mode()
   return vim.api.nvim_get_mode().mode:sub(1, 1) == "i"
 end
 
+-- Whether ghost text is out of place now: the completion menu is open (its keys, <Tab> among them, belong to
+-- the menu; as Copilot hides its suggestion during completion), or 'paste' is set (mappings are off, so no
+-- suggestion could be accepted, and pasted text is no place to suggest).
+local function hidden()
+  return vim.fn.pumvisible() == 1 or vim.o.paste
+end
+
 -- The lines of a suggestion. In a file with CRLF line breaks the server writes "\r\n" between them (the
 -- document's own breaks, as Neovim sends its text); a buffer's lines hold neither.
 local function split_lines(text)
@@ -77,7 +85,7 @@ local function render(buf, row, col, text, from, to)
   local lines = split_lines(text)
   local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
   local opts = { virt_text = { { lines[1], "Comment" } }, hl_mode = "combine" }
-  if from < col then
+  if from < col or to > col then
     opts.virt_text_pos = "overlay" -- over the blank line's indentation, which it replaces
   elseif has_inline_virt_text() then
     opts.virt_text_pos = "inline"
@@ -156,12 +164,15 @@ local function item_text(client, buf, row, col, item)
   if range and range.start.line == row then
     local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
     local start = byte_col(client, line, range.start.character)
-    local typed = line:sub(start + 1, col)
-    if text:sub(1, #typed) == typed then
-      return text:sub(#typed + 1), col, col
-    end
     local stop = range["end"].line == row and byte_col(client, line, range["end"].character) or col
     stop = math.max(stop, col)
+    local typed = line:sub(start + 1, col)
+    if text:sub(1, #typed) == typed then
+      -- blanks after the cursor that the answer writes over (the cursor inside a blank line's indentation) go
+      -- with it: left in place they would trail the accepted line
+      local over = start <= col and line:sub(col + 1, stop):match("^%s*$") and stop or col
+      return text:sub(#typed + 1), col, over
+    end
     if start < col and line:sub(start + 1, stop):match("^%s*$") then
       return text, start, stop
     end
@@ -173,7 +184,7 @@ end
 function M.request()
   local client = M.state.client_id and vim.lsp.get_client_by_id(M.state.client_id)
   local buf, row, col = cursor()
-  if not client or not vim.lsp.buf_is_attached(buf, client.id) or not insert_mode() then
+  if not client or not vim.lsp.buf_is_attached(buf, client.id) or not insert_mode() or hidden() then
     return -- a pause timer that fired after <Esc>: no ghost text in normal mode
   end
   cancel_pending()
@@ -197,7 +208,7 @@ function M.request()
     if err or not result or b ~= buf or r ~= row or c ~= col or vim.api.nvim_buf_get_changedtick(buf) ~= tick then
       return -- an error, or the buffer moved on: the next pause asks again
     end
-    if not insert_mode() then
+    if not insert_mode() or hidden() then
       return
     end
     local items = result.items or result
@@ -217,13 +228,23 @@ end
 -- After a keystroke: keep the suggestion if what was typed is what it says (typeahead), else ask again after
 -- a pause.
 function M.on_change()
-  local s = M.state.suggestion
+  if hidden() then
+    stop()
+    return
+  end
   local buf, row, col = cursor()
+  local rest = M.state.rest
+  M.state.rest = nil
+  if rest and rest.buf == buf and rest.row == row and rest.col == col then
+    render(buf, row, col, rest.text) -- the part of a suggestion not accepted, where the accepted part ends
+    return
+  end
+  local s = M.state.suggestion
   if s and s.buf == buf and s.row == row and col >= s.col and (s.from or s.col) == s.col then
     local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
     local typed = line:sub(s.col + 1, col)
     if s.text:sub(1, #typed) == typed and #typed < #s.text then
-      render(buf, row, col, s.text:sub(#typed + 1))
+      render(buf, row, col, s.text:sub(#typed + 1), col, col + (s.to or s.col) - s.col) -- the blanks it replaces moved
       return
     end
   end
@@ -236,15 +257,38 @@ function M.on_change()
 end
 
 -- Put `text` in place of the cursor line's bytes [from, to) (by default: insert it at the cursor); the cursor
--- goes to its end.
-local function insert(text, from, to)
+-- goes to its end, where `rest` (the part not accepted) is then shown. The bytes it replaces (blanks) go first.
+-- Text of one line goes in through the expression register as Copilot's does (<C-R><C-R>: literally, once the
+-- mapping has returned), so that it is part of the insert being typed: `.` repeats it. Text of several lines
+-- is put in place directly (that register would indent its lines again, or put a line above).
+local function insert(text, from, to, rest)
   local buf, row, col = cursor()
   from, to = from or col, to or col
   local lines = split_lines(text)
-  vim.api.nvim_buf_set_text(buf, row, from, row, to, lines)
-  local last_row = row + #lines - 1
-  local last_col = (#lines == 1 and from or 0) + #lines[#lines]
-  vim.api.nvim_win_set_cursor(0, { last_row + 1, last_col })
+  if #lines > 1 or text == "" then
+    vim.api.nvim_buf_set_text(buf, row, from, row, to, lines)
+    local last_row = row + #lines - 1
+    local last_col = (#lines == 1 and from or 0) + #lines[#lines]
+    vim.api.nvim_win_set_cursor(0, { last_row + 1, last_col })
+    if rest and rest ~= "" then
+      render(buf, last_row, last_col, rest)
+    end
+    return
+  end
+  if from ~= col or to ~= col then
+    vim.api.nvim_buf_set_text(buf, row, from, row, to, { "" })
+    vim.api.nvim_win_set_cursor(0, { row + 1, from })
+  end
+  M.state.inserted = text
+  M.state.rest = rest and rest ~= "" and { buf = buf, row = row, col = from + #text, text = rest } or nil
+  local keys = "<C-R><C-R>=v:lua.require'infill'.inserted()<CR>"
+  -- first in the typeahead (keys typed after the accept go after it), not remapped
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "ni", false)
+end
+
+-- The text the last accept put in (the expression register's; `.` asks for it again).
+function M.inserted()
+  return M.state.inserted or ""
 end
 
 -- The suggestion on screen, if it is still where the cursor is (it belongs to that place only).
@@ -254,7 +298,7 @@ local function here()
     return nil
   end
   local buf, row, col = cursor()
-  if s.buf ~= buf or s.row ~= row or s.col ~= col or not vim.api.nvim_buf_is_valid(buf) then
+  if s.buf ~= buf or s.row ~= row or s.col ~= col or not vim.api.nvim_buf_is_valid(buf) or hidden() then
     M.clear()
     return nil
   end
@@ -294,9 +338,7 @@ local function accept_part(take)
   local part = take(s.text)
   local rest = s.text:sub(#part + 1)
   M.clear()
-  insert(part, s.from, s.to)
-  local buf, row, col = cursor()
-  render(buf, row, col, rest)
+  insert(part, s.from, s.to, rest)
   return true
 end
 
@@ -325,7 +367,7 @@ local function map(lhs, fn, fallback)
   end
   vim.keymap.set("i", lhs, function()
     if not fn() then
-      vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(fallback or lhs, true, false, true), "n", false)
+      vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(fallback or lhs, true, false, true), "ni", false)
     end
   end, { silent = true, desc = "infill" })
 end
@@ -350,6 +392,17 @@ function M.attach(buf)
         general = { positionEncodings = { "utf-8", "utf-16" } },
       }),
       offset_encoding = "utf-8",
+      -- a server that dies (killed, crashed) is told once, with the way back; typing goes on without it
+      on_exit = function(code, signal)
+        if code ~= 0 or signal ~= 0 then
+          vim.schedule(function()
+            stop()
+            local why = signal ~= 0 and ("signal " .. signal) or ("exit code " .. code)
+            vim.notify("infill: the language server stopped (" .. why .. "); :edit a file to start it again",
+              vim.log.levels.WARN)
+          end)
+        end
+      end,
     })
   end
   if M.state.client_id and not M.shares_uri(buf) then
@@ -383,7 +436,7 @@ function M.setup(opts)
   })
   vim.api.nvim_create_autocmd({ "TextChangedI", "TextChangedP" }, { group = group, callback = M.on_change })
   vim.api.nvim_create_autocmd("CursorMovedI", { group = group, callback = M.on_move })
-  vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave" }, {
+  vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave", "CompleteChanged" }, {
     group = group,
     callback = stop,
   })
