@@ -40,6 +40,13 @@ def _props_context(client: Client) -> int | None:
     return n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 else None
 
 
+def _dialect(listed: list[dict[str, Any]], model: str) -> str:
+    """How the server reads the sampling fields (infill.models.remote.DIALECTS): vLLM lists its models as owned by
+    "vllm"; every other server takes llama.cpp's fields or ignores them."""
+    owners = [m.get("owned_by") for m in listed if m.get("id") == model]
+    return "vllm" if "vllm" in owners else "llama.cpp"
+
+
 MIN_CONTEXT = 64  # tokens: a server saying less (n_ctx 1, say) serves no fill; budgets below it went negative
 
 
@@ -83,7 +90,8 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
             f"model server {target.base} says {model}'s context is {max_length} tokens; a fill needs at least "
             f"{MIN_CONTEXT}"
         )
-    server_tok = ServerTokenizer.probe(client, model)
+    dialect = _dialect(listed, model)
+    server_tok = ServerTokenizer.probe(client, model, vllm=dialect == "vllm")
     tokenizer: ServerTokenizer | TextPieces = server_tok if server_tok is not None else TextPieces()
     family, spelled, banned = _family(target, model, server_tok, unlisted)
     lead = len(server_tok.lead) if server_tok is not None else 0
@@ -96,6 +104,7 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
         family.ends,
         banned,
         max_length=min(max_length, WINDOW) - 3 - lead,
+        dialect=dialect,
     )
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{target.host}-{target.port}-{model}")
     info = {

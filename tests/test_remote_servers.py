@@ -1,0 +1,148 @@
+"""The remote engine against the servers' own ways (standard-library fakes, tests/fixtures_remote.py): what an old
+vLLM refuses in a request, a model replaced on its server under the same name while a process keeps it loaded, and
+servers and proxies reached at an IPv6 address."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from fixtures_remote import FakeHandler, FakeServer, completion, healthy, running
+
+from infill import api
+from infill.cli import main
+
+SOURCE = "def mean(xs):\n    total = sum(xs)\n    return total / len(xs)\n"
+
+# the fields of OpenAI's completions request, and the sampling ones vLLM adds (its names)
+OPENAI_FIELDS = {
+    "model",
+    "prompt",
+    "best_of",
+    "echo",
+    "frequency_penalty",
+    "logit_bias",
+    "logprobs",
+    "max_tokens",
+    "n",
+    "presence_penalty",
+    "seed",
+    "stop",
+    "stream",
+    "suffix",
+    "temperature",
+    "top_p",
+    "user",
+}
+VLLM_FIELDS = OPENAI_FIELDS | {"top_k", "min_p", "repetition_penalty", "use_beam_search", "length_penalty"}
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFILL_REMOTE_TIMEOUT", "2")
+    monkeypatch.delenv("INFILL_API_KEY", raising=False)
+
+
+def fill(tmp_path: Path, url: str, *args: str) -> tuple[int, str]:
+    path = tmp_path / "m.py"
+    path.write_text(SOURCE)
+    api.clear_model_cache()
+    r = CliRunner().invoke(main, ["fill", str(path), "--span", "2", "--model", url, *args])
+    return r.exit_code, r.stderr
+
+
+def tokens(text: str, special: tuple[str, ...]) -> list[int]:
+    """A fake tokenizer: each of `special` one token (1000 + its place), any other character its code point."""
+    out: list[int] = []
+    while text:
+        hit = next((i for i, s in enumerate(special) if text.startswith(s)), None)
+        out.append(ord(text[0]) if hit is None else 1000 + hit)
+        text = text[1:] if hit is None else text[len(special[hit]) :]
+    return out
+
+
+STARCODER = ("<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<file_sep>")
+
+
+def strict(
+    allowed: set[str], owner: str, name: str = "qwen-fake", special: tuple[str, ...] = ()
+) -> Callable[[FakeHandler, str, dict[str, Any] | None], None]:
+    """A server that lists its model `name` as owned by `owner` and, as vLLM before 0.6.5 and some gateways,
+    refuses a request with a field it does not know (400); as vLLM before 0.9, it refuses `top_k: 0` (its off is
+    -1). With `special`, it has vLLM's /tokenize (those tokens one each)."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/v1/models"):
+            handler.send(200, {"data": [{"id": name, "object": "model", "owned_by": owner}]})
+        elif path == "/tokenize" and special:
+            extra = sorted(set(body or {}) - {"model", "prompt", "add_special_tokens"})
+            if extra:
+                handler.send(400, {"message": f"{extra}: Extra inputs are not permitted", "code": 400})
+            else:
+                handler.send(200, {"tokens": tokens((body or {})["prompt"], special), "count": 1})
+        elif path.endswith("/v1/completions"):
+            extra = sorted(set(body or {}) - allowed)
+            if extra:
+                handler.send(400, {"message": f"{extra}: Extra inputs are not permitted", "code": 400})
+            elif (body or {}).get("top_k") == 0:
+                handler.send(400, {"message": "top_k must be -1 (disable), or at least 1, got 0.", "code": 400})
+            else:
+                handler.send(200, completion("    x = 1"))
+        else:
+            handler.send(404, {"error": "not found"})
+
+    return answer
+
+
+@pytest.mark.parametrize("temperature", ["0", "0.8"])
+def test_an_old_vllm_takes_the_request(tmp_path: Path, temperature: str) -> None:
+    """vLLM 0.5 to 0.8 refused the fill (HTTP 400: `repeat_penalty` is llama.cpp's name, `top_k: 0` not its off):
+    it is sent its own fields, once, and only those that change the sample."""
+    for server in running(FakeServer(strict(VLLM_FIELDS, "vllm"))):
+        code, err = fill(tmp_path, server.url + "#qwen-fake", "--temperature", temperature, "--decoder", "sequential")
+        assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
+        bodies = [s[3] for s in server.seen if s[1].endswith("/completions")]
+        assert bodies and all(b["repetition_penalty"] == 1.0 for b in bodies)
+        greedy = [b for b in bodies if b["temperature"] == 0]
+        assert not [b for b in greedy if {"top_k", "top_p", "min_p"} & set(b)], bodies  # none changes a greedy one
+        sampled = [b for b in bodies if b["temperature"] > 0]
+        assert all(b["top_k"] == -1 and b["min_p"] == 0.0 for b in sampled), bodies
+        assert greedy if temperature == "0" else sampled, bodies
+
+
+def test_an_old_vllms_tokenizer_finds_the_family(tmp_path: Path) -> None:
+    """vLLM before 0.6.5 refused the tokenize request (llama.cpp's `content` with vLLM's `prompt`), so a model whose
+    name says no family could not be used: vLLM is asked in its own fields, and its tokenizer finds it."""
+    for server in running(FakeServer(strict(VLLM_FIELDS, "vllm", "team-model", STARCODER))):
+        code, err = fill(tmp_path, server.url + "#team-model")
+        assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
+        (body, *_) = [s[3] for s in server.seen if s[1].endswith("/completions")]
+        assert body["prompt"].startswith("<fim_prefix>def mean") and body["logit_bias"] == {
+            "1000": -100.0,
+            "1001": -100.0,
+            "1002": -100.0,
+        }
+
+
+def test_a_server_that_takes_only_openais_fields_is_asked_again_with_them(tmp_path: Path) -> None:
+    """A gateway that refuses every field beyond OpenAI's: the sample is asked again with OpenAI's fields only,
+    and the model keeps to them (one refused request, not one per sample)."""
+    for server in running(FakeServer(strict(OPENAI_FIELDS, "gateway"))):
+        code, err = fill(tmp_path, server.url + "#qwen-fake", "--temperature", "0.8", "-n", "3")
+        assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
+        bodies = [s[3] for s in server.seen if s[1].endswith("/completions") and not s[3].get("echo")]
+        refused = [b for b in bodies if set(b) - OPENAI_FIELDS]
+        assert len(refused) == 1 and len(bodies) >= 4, bodies
+
+
+def test_llama_cpps_defaults_are_still_turned_off(tmp_path: Path) -> None:
+    """llama-server and llama-cpp-python: top-k 40, min-p 0.05 and a repeat penalty are their defaults; a sample
+    turns them off in their own names."""
+    for server in running(FakeServer(healthy)):
+        code, err = fill(tmp_path, server.url + "#qwen-fake", "--temperature", "0.8", "--top-k", "5")
+        assert code == 0, err
+        (body, *_) = [s[3] for s in server.seen if s[1].endswith("/completions")]
+        assert (body["top_k"], body["min_p"], body["repeat_penalty"], body["temperature"]) == (5, 0.0, 1.0, 0.8)
