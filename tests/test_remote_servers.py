@@ -146,3 +146,75 @@ def test_llama_cpps_defaults_are_still_turned_off(tmp_path: Path) -> None:
         assert code == 0, err
         (body, *_) = [s[3] for s in server.seen if s[1].endswith("/completions")]
         assert (body["top_k"], body["min_p"], body["repeat_penalty"], body["temperature"]) == (5, 0.0, 1.0, 0.8)
+
+
+QWEN = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>")
+
+
+class Restartable:
+    """A llama-cpp-python-like server (its /v1/models entry says nothing of the model; llama.cpp's /tokenize)
+    whose model under "team-model" is `special`'s; `fail` answers the next completions with a 500 (a restart)."""
+
+    def __init__(self, special: tuple[str, ...]) -> None:
+        self.special = special
+        self.fail = 0
+        self.clock = 0
+
+    def __call__(self, handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        self.clock += 1
+        if path.endswith("/v1/models"):  # `created` changes at each answer, as vLLM's and llama-server's
+            handler.send(200, {"data": [{"id": "team-model", "owned_by": "me", "created": self.clock}]})
+        elif path == "/tokenize":
+            handler.send(200, {"tokens": tokens((body or {})["content"], self.special)})
+        elif path.endswith("/v1/completions") and self.fail:
+            self.fail -= 1
+            handler.send(500, {"error": {"message": "Loading model"}})
+        elif path.endswith("/v1/completions"):
+            handler.send(200, completion("    x = 1"))
+        else:
+            handler.send(404, {"error": "not found"})
+
+
+def kept_fill(tmp_path: Path, server: FakeServer) -> tuple[int, str]:
+    """A fill in this process without forgetting the models it holds (as the daemon and `infill lsp` keep them)."""
+    path = tmp_path / "m.py"
+    path.write_text(SOURCE)
+    r = CliRunner().invoke(main, ["fill", str(path), "--span", "2", "--model", server.url + "#team-model"])
+    return r.exit_code, r.stderr
+
+
+def last_prompt(server: FakeServer) -> str:
+    return str([s[3] for s in server.seen if s[1].endswith("/completions")][-1]["prompt"])
+
+
+def test_a_model_replaced_on_its_server_is_loaded_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server restarted with another model under the same name: a process that keeps the model (the daemon,
+    `infill lsp`) sent the old model's FIM tokens, as text, until it restarted. It asks again (here at once:
+    REVALIDATE 0) and loads the new one; an unchanged model is kept (its `created` changing is not a change)."""
+    from infill.models import remote
+
+    monkeypatch.setattr(remote, "REVALIDATE", 0.0)
+    answer = Restartable(QWEN)
+    for server in running(FakeServer(answer)):
+        api.clear_model_cache()
+        assert kept_fill(tmp_path, server)[0] == 0 and last_prompt(server).startswith("<|fim_prefix|>")
+        first = api.load_model(api.ModelSpec(server.url + "#team-model"))
+        assert kept_fill(tmp_path, server)[0] == 0
+        assert api.load_model(api.ModelSpec(server.url + "#team-model")) is first
+        answer.special = STARCODER
+        code, err = kept_fill(tmp_path, server)
+        assert code == 0 and last_prompt(server).startswith("<fim_prefix>def mean"), err
+        assert api.load_model(api.ModelSpec(server.url + "#team-model")).info["fim"] == "starcoder"
+
+
+def test_a_failed_request_has_the_model_checked_at_once(tmp_path: Path) -> None:
+    """Within REVALIDATE seconds, a request that failed (the server was restarting) has the next fill check the
+    model first."""
+    answer = Restartable(QWEN)
+    for server in running(FakeServer(answer)):
+        api.clear_model_cache()
+        assert kept_fill(tmp_path, server)[0] == 0 and last_prompt(server).startswith("<|fim_prefix|>")
+        answer.fail, answer.special = 1, STARCODER
+        assert kept_fill(tmp_path, server)[0] != 0
+        code, err = kept_fill(tmp_path, server)
+        assert code == 0 and last_prompt(server).startswith("<fim_prefix>def mean"), err

@@ -26,13 +26,15 @@ from __future__ import annotations
 import math
 import re
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from infill.errors import RemoteError
 from infill.models.fim import FimFamily, fim_text
-from infill.models.remote_http import Client, Target
+from infill.models.remote_http import REFUSED, Client, Target
 
 if TYPE_CHECKING:
     pass
@@ -41,6 +43,7 @@ WINDOW = 4096  # tokens of prompt and fill, where the server does not say its mo
 CACHE = 512  # texts whose tokens the tokenizer keeps
 MAX_TOKEN_CHARS = 256  # longer than any token of a code model's vocabulary: more text means max_tokens was ignored
 LOGPROB_ROUNDING = 1e-4  # a log-probability this far above 0 is a server's rounding, taken as 0
+REVALIDATE = 10.0  # seconds a kept model trusts that its server still serves the model it loaded (`replaced`)
 
 
 class ServerTokenizer:
@@ -234,6 +237,26 @@ class RemoteFim:
     scores_prompts: bool | None = None  # whether `echo` returns the prompt's log-probabilities (None: not known)
     dialect: str = "llama.cpp"  # how the server reads the sampling fields (DIALECTS)
     nfe: int = 0  # completion requests
+    identity: tuple[Any, ...] = ()  # what the server said of the model when it was loaded (`replaced`)
+    identify: Callable[[], tuple[Any, ...]] | None = None  # asks the server for it again
+    checked: float = field(default_factory=time.monotonic)
+
+    def replaced(self) -> bool:
+        """Whether the server now serves another model under this name (restarted with other weights: other FIM
+        tokens, another window), so that what was loaded from it is stale. Asked of the server at most every
+        REVALIDATE seconds, and at once after a request to it failed or found its kept connection closed (what a
+        restart looks like); a server that does not answer now is not taken as replaced (the fill says why)."""
+        if self.identify is None:
+            return False
+        if not self.client.suspect and time.monotonic() - self.checked < REVALIDATE:
+            return False
+        try:
+            now = self.identify()
+        except RemoteError:
+            return False
+        self.client.suspect = False
+        self.checked = time.monotonic()
+        return now != self.identity
 
     def prompt(self, prefix: str, suffix: str) -> str:
         return fim_text(self.spelled, prefix, suffix)
@@ -271,7 +294,7 @@ class RemoteFim:
         path = "/v1/completions"
         if self.dialect != "openai":
             body = self._body(prompt, max_tokens, logprobs=1, stop=stop, **sampling.fields(self.dialect))
-            answer = self.client.post(path, body, refused_ok=True)
+            answer = self.client.post(path, body, refused_ok=(400, 422))  # not a 500: a server's own fault
             if answer is not None:
                 return answer
         body = self._body(prompt, max_tokens, logprobs=1, stop=stop, **sampling.fields("openai"))
@@ -287,7 +310,7 @@ class RemoteFim:
         greedy = Sampling(0.0, 0, 1.0, None).fields(self.dialect)
         body = self._body(prompt + tail, 1, echo=True, logprobs=1, **greedy)
         self.nfe += 1
-        answer = self.client.post("/v1/completions", body, refused_ok=True)
+        answer = self.client.post("/v1/completions", body, refused_ok=REFUSED)
         if answer is None:  # the server does not take `echo`
             self.scores_prompts = False
             return None

@@ -28,7 +28,7 @@ import os
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,6 +50,9 @@ MAX_ANSWER_BYTES = 64 * 2**20  # an answer's body: a fill's JSON is kilobytes; a
 CHUNK_BYTES = 64 * 1024
 READ_TIMEOUT = 60.0  # seconds to wait for an answer (a long fill on a busy server)
 RETRIES = 3  # further tries after a 429 or 503
+# how servers refuse a request with a field they do not take (a validation error: 400, FastAPI's 422; llama-server
+# answers `echo` with a 500)
+REFUSED = frozenset({400, 422, 500})
 MAX_WAIT = 30.0  # the longest Retry-After honoured
 SCHEMES = ("http://", "https://")
 # OpenSSL's verify codes for a certificate whose issuer the store does not hold: unable to get the issuer, self-signed
@@ -247,6 +250,9 @@ class Client:
         self.proxy = proxy_for(target)
         self.waited = 0.0
         self.requests = 0
+        # a request failed, or a kept connection was found closed, since the model was last checked: the server
+        # may have restarted with another model (infill.models.remote.RemoteFim.replaced)
+        self.suspect = False
 
     def scrub(self, text: str) -> str:
         """`text` without the API key in it."""
@@ -307,18 +313,30 @@ class Client:
             self._local.conn = None
 
     def post(
-        self, path: str, body: dict[str, Any], *, absent_ok: bool = False, refused_ok: bool = False
+        self, path: str, body: dict[str, Any], *, absent_ok: bool = False, refused_ok: Collection[int] = ()
     ) -> dict[str, Any] | None:
         """The JSON object the server answers to POST `path` (relative to the server's root); None for a 404 or
-        405 when `absent_ok` (an endpoint this server does not have), and for a 400, 422 or 500 when `refused_ok`
-        (a field it does not take: llama.cpp's llama-server refuses `echo`)."""
+        405 when `absent_ok` (an endpoint this server does not have), and for a status in `refused_ok` (REFUSED: a
+        field it does not take; llama.cpp's llama-server refuses `echo`)."""
         return self._request("POST", path, body, absent_ok, refused_ok)
 
     def get(self, path: str, *, absent_ok: bool = False) -> dict[str, Any] | None:
         return self._request("GET", path, None, absent_ok)
 
     def _request(
-        self, method: str, path: str, body: dict[str, Any] | None, absent_ok: bool, refused_ok: bool = False
+        self, method: str, path: str, body: dict[str, Any] | None, absent_ok: bool, refused_ok: Collection[int] = ()
+    ) -> dict[str, Any] | None:
+        try:
+            answer = self._answer(method, path, body, absent_ok, refused_ok)
+        except RemoteError:
+            self.suspect = True
+            raise
+        if answer is None and refused_ok:
+            self.suspect = True
+        return answer
+
+    def _answer(
+        self, method: str, path: str, body: dict[str, Any] | None, absent_ok: bool, refused_ok: Collection[int]
     ) -> dict[str, Any] | None:
         data = json.dumps(body).encode("utf-8") if body is not None else None
         headers = {"Accept": "application/json", "User-Agent": "infill"}
@@ -344,7 +362,7 @@ class Client:
             break
         if status == 407 and self.proxy is not None:  # a plain-http request the proxy refused
             raise RemoteError(f"proxy {self.proxy.name} refused the request to {where} (HTTP 407){self._hint('407')}")
-        if (status in (404, 405) and absent_ok) or (status in (400, 422, 500) and refused_ok):
+        if (status in (404, 405) and absent_ok) or status in refused_ok:
             return None
         if status in (401, 403):
             if key is None:
@@ -447,6 +465,7 @@ class Client:
                 return response.status, body, retry, response.getheader("Location")
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
                 self._drop()
+                self.suspect = True
                 if fresh:
                     raise RemoteError(f"model server {where} closed the connection ({type(exc).__name__})") from None
             except TimeoutError:

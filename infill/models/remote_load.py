@@ -47,6 +47,23 @@ def _dialect(listed: list[dict[str, Any]], model: str) -> str:
     return "vllm" if "vllm" in owners else "llama.cpp"
 
 
+# fields of a /v1/models entry that change between two answers of one server (vLLM's and llama-server's
+# `created` is the time of the request; vLLM's permission has a fresh id each time)
+VOLATILE = frozenset({"created", "permission", "permissions", "status"})
+
+
+def _identity(client: Client, model: str, tok: ServerTokenizer | None, spelled: tuple[str, ...]) -> tuple[Any, ...]:
+    """What says which model the server serves under `model` (infill.models.remote.RemoteFim.replaced): its
+    /v1/models entry less what changes at each answer (vLLM's path and max_model_len, llama-server's meta: vocabulary,
+    parameters, size), and the ids the server's tokenizer gives the family's FIM tokens (llama-cpp-python's entry
+    says nothing of the model; other weights tokenize them differently). Two requests, made at most every
+    REVALIDATE seconds."""
+    entry = next((m for m in _models(client) or [] if m.get("id") == model), None)
+    kept = sorted((k, repr(v)) for k, v in (entry or {}).items() if k not in VOLATILE)
+    ids = tuple(tok._raw_encode("".join(spelled))) if tok is not None else ()
+    return (entry is not None, tuple(kept), ids)
+
+
 MIN_CONTEXT = 64  # tokens: a server saying less (n_ctx 1, say) serves no fill; budgets below it went negative
 
 
@@ -106,6 +123,8 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
         max_length=min(max_length, WINDOW) - 3 - lead,
         dialect=dialect,
     )
+    remote.identify = lambda: _identity(client, model, server_tok, spelled)
+    remote.identity = remote.identify()
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{target.host}-{target.port}-{model}")
     info = {
         "source": f"model server {target.base}",
