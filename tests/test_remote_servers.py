@@ -4,13 +4,24 @@ servers and proxies reached at an IPv6 address."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from fixtures_remote import FakeHandler, FakeServer, completion, healthy, running
+from fixtures_remote import (
+    TLS,
+    FakeHandler,
+    FakeProxy,
+    FakeServer,
+    TlsFakeServer,
+    completion,
+    healthy,
+    ipv6_loopback,
+    running,
+)
 
 from infill import api
 from infill.cli import main
@@ -218,3 +229,83 @@ def test_a_failed_request_has_the_model_checked_at_once(tmp_path: Path) -> None:
         assert kept_fill(tmp_path, server)[0] != 0
         code, err = kept_fill(tmp_path, server)
         assert code == 0 and last_prompt(server).startswith("<fim_prefix>def mean"), err
+
+
+needs_ipv6 = pytest.mark.skipif(not ipv6_loopback(), reason="this machine has no IPv6 loopback (::1)")
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY", "REQUEST_METHOD")
+
+
+@pytest.fixture
+def proxied(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], None]:
+    """Clears the proxy variables of the machine running the tests; sets one."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    return lambda name, value: monkeypatch.setenv(name, value)
+
+
+@needs_ipv6
+def test_a_server_at_an_ipv6_address(tmp_path: Path, proxied: Callable[[str, str], None]) -> None:
+    """http://[::1]:PORT is this machine (no opt-in for plain http), reached directly even with a proxy set."""
+    for server in running(FakeServer(healthy, host="::1")):
+        for proxy in running(FakeProxy(server.server_address, host="::1")):
+            proxied("HTTP_PROXY", proxy.url)
+            assert server.url.startswith("http://[::1]:")
+            code, err = fill(tmp_path, server.url + "#qwen-fake")
+            assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
+            assert server.seen and not proxy.seen
+
+
+@needs_ipv6
+def test_plain_http_to_an_ipv6_server_through_an_ipv6_proxy(
+    tmp_path: Path, proxied: Callable[[str, str], None]
+) -> None:
+    """The proxy at [::1] is sent the whole URL, the server's IPv6 address in brackets."""
+    for server in running(FakeServer(healthy)):
+        for proxy in running(FakeProxy(server.server_address, host="::1")):
+            proxied("HTTP_PROXY", proxy.url)
+            code, err = fill(tmp_path, "http://[2001:db8::7]:8000/v1#qwen-fake", "--allow-http")
+            assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
+            assert proxy.seen and all(s[1].startswith("http://[2001:db8::7]:8000/") for s in proxy.seen)
+            assert all(s[2]["Host"] == "[2001:db8::7]:8000" for s in proxy.seen), proxy.seen
+
+
+def test_the_tunnel_to_an_ipv6_server_names_it_in_brackets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, proxied: Callable[[str, str], None]
+) -> None:
+    """Python before 3.13 wrote `CONNECT 2001:db8::7:8443`, which a proxy cannot split into host and port (this
+    one answers 400, as squid does): the tunnel is asked for [2001:db8::7]:8443, and TLS inside it is checked
+    against the address (the test certificate is gpu-box.test's, so it is refused for that, past the proxy)."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(TLS / "ca.pem"))
+    for server in running(TlsFakeServer(healthy)):
+        for proxy in running(FakeProxy(server.server_address)):
+            proxied("HTTPS_PROXY", proxy.url)
+            code, err = fill(tmp_path, "https://[2001:db8::7]:8443/v1#qwen-fake")
+            assert [s[:2] for s in proxy.seen] == [("CONNECT", "[2001:db8::7]:8443")], proxy.seen
+            assert code != 0 and "its certificate is not trusted (IP address mismatch" in err, err
+
+
+def to_server(server: FakeServer) -> Callable[..., socket.socket]:
+    """socket.create_connection with 2001:db8::7 reaching `server`."""
+    create = socket.create_connection
+
+    def connect(address: tuple[str, int], *args: Any, **kwargs: Any) -> socket.socket:
+        return create(server.server_address[:2] if address[0] == "2001:db8::7" else address, *args, **kwargs)
+
+    return connect
+
+
+@pytest.mark.parametrize("bypass", ["2001:db8::7", "[2001:db8::7]", "2001:db8:0:0::7", "2001:db8::/32"])
+def test_no_proxy_names_an_ipv6_server(tmp_path: Path, proxied: Callable[[str, str], None], bypass: str) -> None:
+    """$NO_PROXY names an IPv6 server bare, in brackets, in another spelling or by its network (as curl takes
+    them): the server is reached directly. (Reaching 2001:db8::7 is this machine here: the connection is sent to
+    the fake server.)"""
+    for server in running(FakeServer(healthy)):
+        for proxy in running(FakeProxy(server.server_address)):
+            proxied("HTTP_PROXY", proxy.url)
+            proxied("NO_PROXY", f"other.example,{bypass}")
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(socket, "create_connection", to_server(server))
+                code, err = fill(tmp_path, "http://[2001:db8::7]:8000/v1#qwen-fake", "--allow-http")
+            assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
+            assert not proxy.seen and server.seen

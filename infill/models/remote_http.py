@@ -169,8 +169,9 @@ def proxy_for(target: Target) -> Proxy | None:
     if loopback(target.host):
         return None
     scheme = "https" if target.https else "http"
-    value = urllib.request.getproxies().get(scheme)
-    if not value or urllib.request.proxy_bypass(target.host):
+    proxies = urllib.request.getproxies()
+    value = proxies.get(scheme)
+    if not value or urllib.request.proxy_bypass(target.host) or _bypassed(target.host, proxies.get("no", "")):
         return None
     variable = f"${scheme}_proxy" if f"{scheme}_proxy" in os.environ else f"${scheme.upper()}_PROXY"
     text = value.strip() if "://" in value else f"http://{value.strip()}"  # curl's and urllib's "host:port"
@@ -191,6 +192,40 @@ def proxy_for(target: Target) -> Proxy | None:
         pair = f"{unquote(split.username)}:{unquote(split.password or '')}"
         auth = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
     return Proxy(split.hostname, port, auth)
+
+
+def _bypassed(host: str, no_proxy: str) -> bool:
+    """Whether $NO_PROXY names the IP address `host` as curl reads it and urllib does not: an IPv6 address in
+    brackets or in another spelling (2001:db8::7, [2001:db8::7], 2001:db8:0:0::7), or a network (10.0.0.0/8,
+    2001:db8::/32)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    for entry in no_proxy.split(","):
+        try:
+            if address in ipaddress.ip_network(entry.strip().strip("[]"), strict=False):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+class _TunnelledConnection(http.client.HTTPSConnection):
+    """An HTTPSConnection through a proxy's CONNECT tunnel that names an IPv6 server in brackets
+    (`CONNECT [2001:db8::7]:443`, the authority form): Python before 3.13 writes it bare (2001:db8::7:443), which
+    a proxy cannot split into host and port."""
+
+    def _tunnel(self) -> None:
+        host: str | None = getattr(self, "_tunnel_host", None)
+        if host is None or ":" not in host or host.startswith("[") or hasattr(self, "_wrap_ipv6"):  # 3.13 does it
+            super()._tunnel()  # type: ignore[misc]
+            return
+        self._tunnel_host = f"[{host}]"
+        try:
+            super()._tunnel()  # type: ignore[misc]
+        finally:
+            self._tunnel_host = host  # the name TLS is checked against, and the Host header's
 
 
 @dataclass(frozen=True)
@@ -267,7 +302,7 @@ class Client:
             host, port = (proxy.host, proxy.port) if proxy is not None else (t.host, t.port)
             if t.https:
                 # through a proxy: TLS inside the CONNECT tunnel, verified against the server's own name
-                conn = http.client.HTTPSConnection(host, port, timeout=CONNECT_TIMEOUT, context=self._context)
+                conn = _TunnelledConnection(host, port, timeout=CONNECT_TIMEOUT, context=self._context)
                 if proxy is not None:
                     conn.set_tunnel(t.host, t.port, headers=proxy.headers)
             else:
