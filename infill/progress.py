@@ -47,6 +47,16 @@ def cancel_check(cancelled: Callable[[], bool], why: str = "the client went away
     return on_progress
 
 
+def interrupt_passes() -> None:
+    """Interrupt the work in flight where the engine can, from any thread (it raises Cancelled): ONNX Runtime's and
+    llama.cpp's forward pass, a model server's answer awaited (those engines imported already). A server calls this
+    when the fill that runs is no longer wanted (superseded, or its client gone)."""
+    for name in ("infill.models.onnx", "infill.models.llamacpp", "infill.models.remote_http"):
+        engines = sys.modules.get(name)
+        if engines is not None:
+            engines.interrupt_passes()
+
+
 def quiet_libraries() -> None:
     """No progress bars or log chatter from transformers / huggingface_hub / tokenizers, ever."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

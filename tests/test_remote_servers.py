@@ -309,3 +309,42 @@ def test_no_proxy_names_an_ipv6_server(tmp_path: Path, proxied: Callable[[str, s
                 code, err = fill(tmp_path, "http://[2001:db8::7]:8000/v1#qwen-fake", "--allow-http")
             assert code == 0 and "x = 1" in (tmp_path / "m.py").read_text(), err
             assert not proxy.seen and server.seen
+
+
+def test_interrupt_passes_cuts_a_request_in_flight() -> None:
+    """A superseded fill in `infill lsp` (infill.progress.interrupt_passes) waited for the model server's answer
+    before the next could start: the request in flight raises Cancelled, and the client's next request is served."""
+    import threading
+
+    from infill.models.remote_http import Client, parse
+    from infill.progress import Cancelled, interrupt_passes
+
+    arrived, release = threading.Event(), threading.Event()
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/completions") and not arrived.is_set():
+            arrived.set()
+            release.wait(30)
+        healthy(handler, path, body)
+
+    for server in running(FakeServer(answer)):
+        client = Client(parse(server.url + "#qwen-fake"), lambda: None, 30.0)
+        outcome: list[BaseException | None] = []
+
+        def first(client: Client, outcome: list[BaseException | None]) -> None:
+            try:
+                client.post("/v1/completions", {"prompt": "a"})
+                outcome.append(None)
+            except BaseException as exc:  # noqa: BLE001 - what the request raised is the test's subject
+                outcome.append(exc)
+
+        thread = threading.Thread(target=first, args=(client, outcome))
+        thread.start()
+        assert arrived.wait(30)
+        interrupt_passes()
+        thread.join(20)
+        assert not release.is_set() and len(outcome) == 1 and isinstance(outcome[0], Cancelled), outcome
+        release.set()
+        assert (client.post("/v1/completions", {"prompt": "a"}) or {})["choices"][0]["text"] == "    x = 1"
+        interrupt_passes()  # nothing in flight: nothing happens
+        assert client.get("/v1/models") is not None

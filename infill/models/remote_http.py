@@ -21,13 +21,16 @@ Standard library only (http.client).
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import ipaddress
 import json
 import os
+import socket
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +40,7 @@ from urllib.parse import unquote, urlsplit
 from infill.config import ModelSpec
 from infill.errors import InputError, RemoteError
 from infill.models.fim import family_named
+from infill.progress import Cancelled
 
 if TYPE_CHECKING:
     pass
@@ -288,6 +292,24 @@ class Client:
         # a request failed, or a kept connection was found closed, since the model was last checked: the server
         # may have restarted with another model (infill.models.remote.RemoteFim.replaced)
         self.suspect = False
+        self._flights: dict[int, http.client.HTTPConnection] = {}  # the request in flight of each thread
+        self._cut: set[int] = set()  # threads whose request `interrupt` cut
+        self._flight_lock = threading.Lock()
+        _CLIENTS.add(self)
+
+    def interrupt(self) -> None:
+        """Cut every request of this client in flight, from any thread: each raises Cancelled (its connection is
+        closed; the next request opens another)."""
+        with self._flight_lock:
+            for ident, conn in self._flights.items():
+                self._cut.add(ident)
+                if conn.sock is not None:  # the plain socket's shutdown: TLS state is left to the reading thread
+                    with contextlib.suppress(OSError):
+                        socket.socket.shutdown(conn.sock, socket.SHUT_RDWR)
+
+    def _was_cut(self) -> bool:
+        with self._flight_lock:
+            return threading.get_ident() in self._cut
 
     def scrub(self, text: str) -> str:
         """`text` without the API key in it."""
@@ -478,17 +500,38 @@ class Client:
         self, method: str, path: str, data: bytes | None, headers: dict[str, str]
     ) -> tuple[int, bytes, float | None, str | None]:
         """(status, body, Retry-After seconds or None, Location or None) of one request; RemoteError when there is
-        no answer. A kept connection the server closed meanwhile is opened again once."""
+        no answer; Cancelled when `interrupt` cut it."""
+        ident = threading.get_ident()
+        try:
+            return self._exchange(method, path, data, headers)
+        except RemoteError:
+            if self._was_cut():
+                self._drop()
+                raise Cancelled("the request to the model server was interrupted") from None
+            raise
+        finally:
+            with self._flight_lock:
+                self._flights.pop(ident, None)
+                self._cut.discard(ident)
+
+    def _exchange(
+        self, method: str, path: str, data: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, bytes, float | None, str | None]:
+        """`_once`'s request. A kept connection the server closed meanwhile is opened again once."""
         where = self.target.base
         full = self.target.root + path
         if self.proxy is not None and not self.target.https:  # a plain-http proxy takes the whole URL
             full = self.target.origin + full
         for fresh in (False, True):
             conn = self._connection()
+            with self._flight_lock:
+                self._flights[threading.get_ident()] = conn
             try:
                 conn.timeout = CONNECT_TIMEOUT
                 if conn.sock is None:
                     self._open(conn)
+                if self._was_cut():  # cut while it connected
+                    raise RemoteError(f"model server {where}: the request was interrupted")
                 deadline = time.monotonic() + self.timeout
                 conn.sock.settimeout(self.timeout)
                 conn.request(method, full, body=data, headers=headers)
@@ -501,7 +544,7 @@ class Client:
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
                 self._drop()
                 self.suspect = True
-                if fresh:
+                if fresh or self._was_cut():
                     raise RemoteError(f"model server {where} closed the connection ({type(exc).__name__})") from None
             except TimeoutError:
                 self._drop()
@@ -521,6 +564,18 @@ class Client:
                 reason = getattr(exc, "strerror", None) or type(exc).__name__
                 raise RemoteError(f"model server {where} is not reachable ({self.scrub(str(reason))})") from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+_CLIENTS: weakref.WeakSet[Client] = weakref.WeakSet()  # every client of the process (`interrupt_passes`)
+
+
+def interrupt_passes() -> None:
+    """Cut the request every model-server client of the process has in flight, from any thread: it raises
+    infill.progress.Cancelled. A server calls this when the fill that runs is no longer wanted, so that a new
+    request does not wait for the model server's answer to a superseded one (as infill.models.llamacpp's does for
+    a pass)."""
+    for client in list(_CLIENTS):
+        client.interrupt()
 
 
 def _retry_after(value: str | None) -> float | None:
