@@ -322,3 +322,15 @@ class FakeProxy(socketserver.ThreadingTCPServer):
     @property
     def url(self) -> str:
         return f"http://{netloc(self.server_address[0], self.server_address[1])}"
+
+
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY", "REQUEST_METHOD")
+
+
+@pytest.fixture
+def proxied(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], None]:
+    """Clears the proxy variables of the machine running the tests; sets one (as `NAME`, `name` both tested)."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    return lambda name, value: monkeypatch.setenv(name, value)

@@ -20,12 +20,14 @@ from fixtures_remote import (
     completion,
     healthy,
     ipv6_loopback,
+    proxied,
     running,
 )
 
 from infill import api
 from infill.cli import main
 
+_ = proxied  # a fixture
 SOURCE = "def mean(xs):\n    total = sum(xs)\n    return total / len(xs)\n"
 
 # the fields of OpenAI's completions request, and the sampling ones vLLM adds (its names)
@@ -232,16 +234,6 @@ def test_a_failed_request_has_the_model_checked_at_once(tmp_path: Path) -> None:
 
 
 needs_ipv6 = pytest.mark.skipif(not ipv6_loopback(), reason="this machine has no IPv6 loopback (::1)")
-PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY", "REQUEST_METHOD")
-
-
-@pytest.fixture
-def proxied(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], None]:
-    """Clears the proxy variables of the machine running the tests; sets one."""
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
-    return lambda name, value: monkeypatch.setenv(name, value)
 
 
 @needs_ipv6
