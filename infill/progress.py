@@ -57,6 +57,29 @@ def interrupt_passes() -> None:
             engines.interrupt_passes()
 
 
+@contextmanager
+def interrupted_when(gone: Callable[[], bool], every: float = 0.1) -> Iterator[None]:
+    """While the block runs, interrupt_passes() once `gone()` holds (looked at every `every` seconds): a server's
+    request whose client went away stops what it waits on, which the cancel check between passes cannot reach."""
+    import threading
+
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(every):
+            if gone():
+                interrupt_passes()
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()  # it interrupts nothing of the next request
+
+
 def quiet_libraries() -> None:
     """No progress bars or log chatter from transformers / huggingface_hub / tokenizers, ever."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

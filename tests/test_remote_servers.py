@@ -340,3 +340,46 @@ def test_interrupt_passes_cuts_a_request_in_flight() -> None:
         assert (client.post("/v1/completions", {"prompt": "a"}) or {})["choices"][0]["text"] == "    x = 1"
         interrupt_passes()  # nothing in flight: nothing happens
         assert client.get("/v1/models") is not None
+
+
+def test_serve_stdio_stops_a_request_whose_answer_no_one_reads(tmp_path: Path) -> None:
+    """`infill serve --stdio` whose client closed the pipe it reads (an editor that quit) went on waiting for a
+    model server's answer (up to INFILL_REMOTE_TIMEOUT) before the write that ends it: the request is cut and the
+    server exits 141 (stdout closed early) while the model server still holds the request."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    arrived, release = threading.Event(), threading.Event()
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/completions"):
+            arrived.set()
+            release.wait(60)
+        healthy(handler, path, body)
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "INFILL_REMOTE_TIMEOUT": "60", "OMP_NUM_THREADS": "1"}
+    for server in running(FakeServer(answer)):
+        params = {"text": "def mean(xs):\n    <FILL>\n", "marker": "<FILL>", "model": server.url + "#qwen-fake"}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "infill", "serve", "--stdio"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.write(json.dumps({"id": 1, "method": "fill", "params": params}).encode() + b"\n")
+            process.stdin.flush()
+            assert arrived.wait(60), "the fill never reached the model server"
+            process.stdout.close()  # the client quits
+            assert process.wait(30) == 141 and not release.is_set()
+        finally:
+            release.set()
+            if process.poll() is None:
+                process.kill()
+            process.wait()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import socket
 import stat
@@ -23,13 +22,12 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from infill.progress import Cancelled, interrupt_passes
+from infill.progress import Cancelled, interrupted_when
 from infill.server import lifecycle
 from infill.server.dispatch import Dispatcher
-from infill.server.stdio import read_lines
+from infill.server.stdio import hung_up, read_lines
 
 DRAIN_SECONDS = 10.0  # how long a stopping server waits for the request it cancelled
-WATCH_SECONDS = 0.1  # how often a running request's client is looked at (`SocketServer._watch`)
 
 
 class SocketInUse(Exception):
@@ -166,27 +164,15 @@ class SocketServer:
                     return self.dispatcher.too_large()
                 context = self.dispatcher.context
                 context.cancelled = lambda: self._stopping() or _peer_closed(conn)
-                done = threading.Event()
-                watcher = threading.Thread(target=self._watch, args=(conn, done), daemon=True)
-                watcher.start()
                 try:
-                    return self.dispatcher.handle_line(line)
+                    with interrupted_when(lambda: self.stop.is_set() or _peer_closed(conn)):
+                        return self.dispatcher.handle_line(line)
                 finally:
-                    done.set()
-                    watcher.join()  # it interrupts nothing of the next request
                     context.cancelled = lambda: False
         finally:
             with self._state:
                 self._busy -= 1
                 self._last_activity = time.monotonic()
-
-    def _watch(self, conn: socket.socket, done: threading.Event) -> None:
-        """While a request runs: once its client is gone or the server stops, interrupt what the fill waits on (a
-        model server's answer, a long forward pass), which the cancel check between passes cannot reach."""
-        while not done.wait(WATCH_SECONDS):
-            if self.stop.is_set() or _peer_closed(conn):
-                interrupt_passes()
-                return
 
     def _stopping(self) -> bool:
         """False, or (the server is stopping) raises Cancelled, which the client gets as its answer."""
@@ -208,12 +194,7 @@ def _peer_closed(conn: socket.socket) -> bool:
     poll may not say, the end of the client's stream counts as its leaving, so that a gone client's run never
     writes on."""
     if sys.platform.startswith("linux"):
-        poller = select.poll()
-        poller.register(conn, select.POLLHUP | select.POLLERR)
-        try:
-            return any(events & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, events in poller.poll(0))
-        except OSError:
-            return True
+        return hung_up(conn)
     try:
         return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
     except BlockingIOError:
