@@ -383,3 +383,29 @@ def test_serve_stdio_stops_a_request_whose_answer_no_one_reads(tmp_path: Path) -
             if process.poll() is None:
                 process.kill()
             process.wait()
+
+
+def test_llama_server_restarted_with_another_context_is_loaded_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama-server says its context only in /props: restarted with the same model and a smaller -c, a kept model
+    planned fills for the old window (each refused as over the context) until the process restarted."""
+    from infill.models import remote
+
+    monkeypatch.setattr(remote, "REVALIDATE", 0.0)
+    answer = Restartable(QWEN)
+    n_ctx = {"value": 2048}
+
+    def with_props(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path == "/props":
+            handler.send(200, {"default_generation_settings": {"n_ctx": n_ctx["value"]}})
+        else:
+            answer(handler, path, body)
+
+    for server in running(FakeServer(with_props)):
+        api.clear_model_cache()
+        spec = api.ModelSpec(server.url + "#team-model")
+        wide = api.load_model(spec).info["max_length"]
+        assert api.load_model(spec).info["max_length"] == wide
+        n_ctx["value"] = 256
+        assert api.load_model(spec).info["max_length"] < 256 < wide
