@@ -47,6 +47,39 @@ def cancel_check(cancelled: Callable[[], bool], why: str = "the client went away
     return on_progress
 
 
+def interrupt_passes() -> None:
+    """Interrupt the work in flight where the engine can, from any thread (it raises Cancelled): ONNX Runtime's and
+    llama.cpp's forward pass, a model server's answer awaited (those engines imported already). A server calls this
+    when the fill that runs is no longer wanted (superseded, or its client gone)."""
+    for name in ("infill.models.onnx", "infill.models.llamacpp", "infill.models.remote_http"):
+        engines = sys.modules.get(name)
+        if engines is not None:
+            engines.interrupt_passes()
+
+
+@contextmanager
+def interrupted_when(gone: Callable[[], bool], every: float = 0.1) -> Iterator[None]:
+    """While the block runs, interrupt_passes() once `gone()` holds (looked at every `every` seconds): a server's
+    request whose client went away stops what it waits on, which the cancel check between passes cannot reach."""
+    import threading
+
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(every):
+            if gone():
+                interrupt_passes()
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()  # it interrupts nothing of the next request
+
+
 def quiet_libraries() -> None:
     """No progress bars or log chatter from transformers / huggingface_hub / tokenizers, ever."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

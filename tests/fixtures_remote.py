@@ -129,17 +129,35 @@ class FakeHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+def ipv6_loopback() -> bool:
+    """Whether this machine can listen on ::1 (a container without IPv6 cannot)."""
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def netloc(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class FakeServer(ThreadingHTTPServer):
+    """`answer` serving on `host` (127.0.0.1, or ::1), one thread per request; `seen`: (method, path, headers,
+    body) of each request."""
+
     daemon_threads = True
 
-    def __init__(self, answer: Answer, handler: type[FakeHandler] = FakeHandler) -> None:
-        super().__init__(("127.0.0.1", 0), handler)
+    def __init__(self, answer: Answer, handler: type[FakeHandler] = FakeHandler, host: str = "127.0.0.1") -> None:
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        super().__init__((host, 0), handler)
         self.answer = answer
         self.seen: list[tuple[str, str, dict[str, str], Any]] = []
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+        return f"http://{netloc(self.server_address[0], self.server_address[1])}/v1"
 
 
 def completion(text: str, logprobs: list[float] | None = None) -> dict[str, Any]:
@@ -218,6 +236,10 @@ class ProxyHandler(socketserver.StreamRequestHandler):
             self.server.seen.append((method, target, headers))
             length = int(headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
+            if method == "CONNECT" and not authority(target):  # as a proxy that cannot tell the host from the port
+                self.wfile.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                self.wfile.flush()
+                return
             if self.server.refuse:
                 status = http.HTTPStatus(self.server.refuse)
                 self.wfile.write(
@@ -272,20 +294,43 @@ class ProxyHandler(socketserver.StreamRequestHandler):
         self.wfile.flush()
 
 
+def authority(target: str) -> bool:
+    """Whether a CONNECT's target is HOST:PORT with an IPv6 host in brackets (RFC 9110's authority form)."""
+    try:
+        split = urlsplit(f"//{target}")
+        return split.hostname is not None and split.port is not None
+    except ValueError:  # 2001:db8::1:443: a port that is not one
+        return False
+
+
 class FakeProxy(socketserver.ThreadingTCPServer):
-    """An HTTP proxy on 127.0.0.1 that sends every host to `upstream` (so any name reaches the fake server): CONNECT
-    tunnels, plain requests (an absolute URL) forwarded; `refuse` answers that status to each instead. `seen`:
-    (method, target, headers) of each request it got; `tunnelled`: the bytes clients sent into its tunnels."""
+    """An HTTP proxy on `host` that sends every host to `upstream` (so any name reaches the fake server): CONNECT
+    tunnels (a target not in authority form is a 400), plain requests (an absolute URL) forwarded; `refuse`
+    answers that status to each instead. `seen`: (method, target, headers) of each request it got; `tunnelled`:
+    the bytes clients sent into its tunnels."""
 
     daemon_threads = True
 
-    def __init__(self, upstream: tuple[str, int], refuse: int | None = None) -> None:
-        super().__init__(("127.0.0.1", 0), ProxyHandler)
-        self.upstream = upstream
+    def __init__(self, upstream: tuple[Any, ...], refuse: int | None = None, host: str = "127.0.0.1") -> None:
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        super().__init__((host, 0), ProxyHandler)
+        self.upstream = (upstream[0], upstream[1])
         self.refuse = refuse
         self.seen: list[tuple[str, str, dict[str, str]]] = []
         self.tunnelled = bytearray()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        return f"http://{netloc(self.server_address[0], self.server_address[1])}"
+
+
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY", "REQUEST_METHOD")
+
+
+@pytest.fixture
+def proxied(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], None]:
+    """Clears the proxy variables of the machine running the tests; sets one (as `NAME`, `name` both tested)."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    return lambda name, value: monkeypatch.setenv(name, value)

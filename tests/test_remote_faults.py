@@ -25,6 +25,7 @@ from fixtures_remote import (
     fake,
     free_port,
     healthy,
+    proxied,
     running,
 )
 
@@ -32,6 +33,7 @@ from infill import api
 from infill.cli import main
 from infill.errors import ExitCode
 
+_ = proxied  # a fixture
 SOURCE = "def mean(xs):\n    total = sum(xs)\n    return total / len(xs)\n"
 KEY = "sk-test-7f3a9c2e51d84b60"
 OUTPUTS: list[str] = []  # every stdout and stderr of this process's fills in this module (kept: see the last test)
@@ -612,16 +614,6 @@ def test_an_answer_cut_off_is_a_closed_connection(tmp_path: Path) -> None:
 # A proxy of the environment ($HTTPS_PROXY / $HTTP_PROXY / $NO_PROXY): FakeProxy sends every host to the fake
 # server, which answers for gpu-box.test (TlsFakeServer: with the test authority's certificate for that name).
 PROXY_SECRET = "s3cret-pw"
-PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY", "REQUEST_METHOD")
-
-
-@pytest.fixture
-def proxied(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], None]:
-    """Clears the proxy variables of the machine running the tests; sets one (as `NAME`, `name` both tested)."""
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
-    return lambda name, value: monkeypatch.setenv(name, value)
 
 
 def with_credentials(proxy: FakeProxy) -> str:

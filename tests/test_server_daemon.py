@@ -451,3 +451,43 @@ def test_an_unusable_runtime_folder_is_a_usage_error_and_status_says_why(tmp_pat
     missing = tmp_path / "missing"  # not made yet: nothing is wrong, and status makes nothing
     result = CliRunner().invoke(main, ["daemon", "status"], env={"INFILL_RUNTIME_DIR": str(missing)})
     assert result.exit_code == 1 and result.stdout == "no daemon running\n" and not missing.exists()
+
+
+def test_a_gone_clients_wait_on_a_model_server_is_cut(runtime_dir: Path) -> None:
+    """A fill on a model server whose client went away waited for the server's answer (up to
+    INFILL_REMOTE_TIMEOUT) while every other request of the daemon queued behind it: the request in flight is cut
+    once the client is gone, and the next fill is answered while the server still holds the first."""
+    from tests.fixtures_remote import FakeServer, healthy, running
+
+    arrived, release = threading.Event(), threading.Event()
+
+    def answer(handler: Any, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/completions") and not arrived.is_set():
+            arrived.set()
+            release.wait(60)  # the first fill's sample: answered only at the end of the test
+        healthy(handler, path, body)
+
+    env = plugin_env(runtime_dir, INFILL_REMOTE_TIMEOUT="60", INFILL_SERVER_PLUGINS="")  # the real fill
+    process = serve_socket_process(runtime_dir, env)
+    path = daemon_dir(runtime_dir) / "daemon.sock"
+    try:
+        for server in running(FakeServer(answer)):
+            params = {"text": "def mean(xs):\n    <FILL>\n", "marker": "<FILL>", "model": server.url + "#qwen-fake"}
+            line = json.dumps({"id": 1, "method": "fill", "params": params}).encode() + b"\n"
+            gone = lifecycle.connect(path, timeout=30)
+            assert gone is not None
+            gone.sendall(line)
+            assert arrived.wait(60), "the first fill never reached the model server"
+            gone.close()  # the client goes away while the daemon waits on the model server
+            sock = lifecycle.connect(path, timeout=30)
+            assert sock is not None
+            sock.settimeout(30)  # half the model server's timeout: waiting out the first fill's request fails
+            sock.sendall(line.replace(b'"id": 1', b'"id": 2'))
+            reply = json.loads(sock.makefile("rb").readline())
+            sock.close()
+            assert reply["id"] == 2 and reply["edits"][0]["text"] == "    x = 1" and not release.is_set(), reply
+            release.set()
+    finally:
+        release.set()
+        process.terminate()
+        process.wait(30)

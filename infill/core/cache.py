@@ -4,7 +4,9 @@ models through SHARED (infill.api.load_model; the server's ServerContext.models)
 An entry is keyed by the whole ModelSpec (name, device, bf16, revision, mask token) and stays valid while
 - its folder's files are unchanged on disk (a daemon never serves stale weights after `infill train` writes a
   new checkpoint to the same place: every entry is dropped then), and
-- for a registered name, the same factory is still registered under it (tests and plugins re-register names).
+- for a registered name, the same factory is still registered under it (tests and plugins re-register names),
+- for a model on a server, the server still serves the same model under its name (a server restarted with other
+  weights: infill.models.remote.RemoteFim.replaced, asked at most every few seconds).
 
 Importing this module does not import torch.
 """
@@ -58,7 +60,7 @@ class ModelCache:
         entry = self._entries.get(spec)
         factory = registry.factory_of(spec.name)
         if entry is not None:
-            if entry.factory is not factory:  # re-registered (or unregistered): this entry only is stale
+            if entry.factory is not factory or _replaced(entry.model):  # this entry only is stale
                 del self._entries[spec]
             elif fingerprint(entry.model) == entry.fingerprint:
                 return entry.model
@@ -92,6 +94,15 @@ class ModelCache:
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+def _replaced(model: LoadedModel) -> bool:
+    """Whether a model on a server was replaced there under the same name (infill.models.remote.RemoteFim)."""
+    if model.kind != "remote":
+        return False
+    from infill.models.remote import RemoteFim
+
+    return isinstance(model.model, RemoteFim) and model.model.replaced()
 
 
 def fingerprint(model: LoadedModel) -> Fingerprint:

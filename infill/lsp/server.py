@@ -53,6 +53,7 @@ from infill.lsp.context import ContextRing
 from infill.lsp.documents import ENCODINGS, Document, Encoding, PositionError, lone_surrogate
 from infill.lsp.protocol import InfillProtocol
 from infill.lsp.typeahead import Typeahead
+from infill.progress import interrupt_passes
 from infill.server.handlers import RequestCancelled, cancel_check
 
 T = TypeVar("T")
@@ -115,15 +116,6 @@ class Job:
     def stop(self) -> None:
         with _RUNNING:
             self.running = False
-
-
-def interrupt_passes() -> None:
-    """Interrupt the forward pass in flight, where the engine can (ONNX Runtime's, llama.cpp's; those imported
-    already)."""
-    for name in ("infill.models.onnx", "infill.models.llamacpp"):
-        engines = sys.modules.get(name)
-        if engines is not None:
-            engines.interrupt_passes()
 
 
 class InfillServer(LanguageServer):

@@ -26,13 +26,15 @@ from __future__ import annotations
 import math
 import re
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from infill.errors import RemoteError
 from infill.models.fim import FimFamily, fim_text
-from infill.models.remote_http import Client, Target
+from infill.models.remote_http import REFUSED, Client, Target
 
 if TYPE_CHECKING:
     pass
@@ -41,12 +43,14 @@ WINDOW = 4096  # tokens of prompt and fill, where the server does not say its mo
 CACHE = 512  # texts whose tokens the tokenizer keeps
 MAX_TOKEN_CHARS = 256  # longer than any token of a code model's vocabulary: more text means max_tokens was ignored
 LOGPROB_ROUNDING = 1e-4  # a log-probability this far above 0 is a server's rounding, taken as 0
+REVALIDATE = 10.0  # seconds a kept model trusts that its server still serves the model it loaded (`replaced`)
 
 
 class ServerTokenizer:
     """The Tokenizer protocol (infill.models.base) through the server's tokenize and detokenize endpoints, in one
-    of three dialects (`probe`). Text the tool encoded decodes without a request (the texts are kept, CACHE of
-    them); a slice of it (a prefix cut to the window) is detokenized by the server."""
+    of three dialects (`probe`: vLLM's, llama.cpp's and vLLM's together, llama-cpp-python's). Text the tool
+    encoded decodes without a request (the texts are kept, CACHE of them); a slice of it (a prefix cut to the
+    window) is detokenized by the server."""
 
     def __init__(self, client: Client, dialect: str, model: str | None) -> None:
         self.client, self.dialect, self.model = client, dialect, model
@@ -56,9 +60,10 @@ class ServerTokenizer:
         self.lead = self._raw_encode("")  # what the endpoint puts before any text (a BOS): not part of a text
 
     @classmethod
-    def probe(cls, client: Client, model: str | None) -> ServerTokenizer | None:
-        """The server's tokenizer, or None when it has no endpoint for one."""
-        for dialect in ("tokenize", "extras"):
+    def probe(cls, client: Client, model: str | None, vllm: bool = False) -> ServerTokenizer | None:
+        """The server's tokenizer, or None when it has no endpoint for one. `vllm`: the server is vLLM, which
+        before 0.6.5 refuses a field it does not know (llama.cpp's `content`), so it is sent only its own."""
+        for dialect in ("vllm", "tokenize", "extras") if vllm else ("tokenize", "extras"):
             try:
                 tok = cls(client, dialect, model)
                 tok.encode("a")
@@ -73,7 +78,9 @@ class ServerTokenizer:
         if self.dialect == "extras":  # llama-cpp-python
             answer = self.client.post("/extras/tokenize", {"input": text, "model": self.model}, absent_ok=True)
         else:  # llama.cpp's server (content) and vLLM (prompt) share the path
-            body = {"content": text, "prompt": text, "add_special": False, "add_special_tokens": False}
+            body = {"prompt": text, "add_special_tokens": False}
+            if self.dialect == "tokenize":
+                body.update({"content": text, "add_special": False})
             if self.model:
                 body["model"] = self.model
             answer = self.client.post("/tokenize", body, absent_ok=True)
@@ -161,24 +168,39 @@ class TextPieces:
         return "".join(self._pieces[int(i)] for i in ids)
 
 
+# How a server reads the sampling fields (`Sampling.fields`): "vllm" (vLLM, which lists its models as owned_by
+# "vllm"), "llama.cpp" (llama-server, llama-cpp-python, Ollama and the rest) and "openai" (only the OpenAI API's
+# own fields, for a server or gateway that refused the others)
+DIALECTS = ("vllm", "llama.cpp", "openai")
+
+
 @dataclass(frozen=True)
 class Sampling:
-    """How the server samples one completion: the tool's settings, and the server's own distribution otherwise
-    (top_k 0, min_p 0 and repeat penalty 1 turn llama.cpp's defaults off; servers ignore what they lack)."""
+    """How the server samples one completion: the tool's settings, and the server's own distribution otherwise.
+
+    Only fields that change the sample are sent, each in the server's own dialect (`fields`): a greedy request
+    (temperature 0) sends no truncation (the most likely token survives every one of them), and the server's
+    defaults that would change the distribution are turned off where it has them (llama.cpp's top-k 40, min-p
+    0.05 and llama-cpp-python's repeat penalty 1.1; vLLM's defaults from the model's generation_config.json).
+    vLLM before 0.9 refuses `top_k: 0` (its "off" is -1, which later versions still take) and before 0.6.5 any
+    field it does not know (llama.cpp's `repeat_penalty`)."""
 
     temperature: float
     top_k: int  # 0 = off
     top_p: float
     seed: int | None  # None at temperature 0
 
-    def fields(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,  # 0: off (llama.cpp, vLLM)
-            "min_p": 0.0,
-            "repeat_penalty": 1.0,
-        }
+    def fields(self, dialect: str = "llama.cpp") -> dict[str, Any]:
+        out: dict[str, Any] = {"temperature": self.temperature}
+        if self.temperature > 0:
+            out["top_p"] = self.top_p
+            if dialect != "openai":
+                out["top_k"] = self.top_k if self.top_k > 0 else -1 if dialect == "vllm" else 0
+                out["min_p"] = 0.0
+        if dialect == "vllm":
+            out["repetition_penalty"] = 1.0
+        elif dialect == "llama.cpp":
+            out["repeat_penalty"] = 1.0
         if self.seed is not None:
             out["seed"] = self.seed
         return out
@@ -213,7 +235,28 @@ class RemoteFim:
     banned: dict[str, float] = field(default_factory=dict)  # logit_bias: the FIM tokens are never written
     max_length: int = WINDOW
     scores_prompts: bool | None = None  # whether `echo` returns the prompt's log-probabilities (None: not known)
+    dialect: str = "llama.cpp"  # how the server reads the sampling fields (DIALECTS)
     nfe: int = 0  # completion requests
+    identity: tuple[Any, ...] = ()  # what the server said of the model when it was loaded (`replaced`)
+    identify: Callable[[], tuple[Any, ...]] | None = None  # asks the server for it again
+    checked: float = field(default_factory=time.monotonic)
+
+    def replaced(self) -> bool:
+        """Whether the server now serves another model under this name (restarted with other weights: other FIM
+        tokens, another window), so that what was loaded from it is stale. Asked of the server at most every
+        REVALIDATE seconds, and at once after a request to it failed or found its kept connection closed (what a
+        restart looks like); a server that does not answer now is not taken as replaced (the fill says why)."""
+        if self.identify is None:
+            return False
+        if not self.client.suspect and time.monotonic() - self.checked < REVALIDATE:
+            return False
+        try:
+            now = self.identify()
+        except RemoteError:
+            return False
+        self.client.suspect = False
+        self.checked = time.monotonic()
+        return now != self.identity
 
     def prompt(self, prefix: str, suffix: str) -> str:
         return fim_text(self.spelled, prefix, suffix)
@@ -228,9 +271,8 @@ class RemoteFim:
 
     def complete(self, prompt: str, max_tokens: int, sampling: Sampling, stop: list[str]) -> Completion:
         """One sample of the middle after `prompt`, with the log-probabilities of its tokens."""
-        body = self._body(prompt, max_tokens, logprobs=1, stop=stop[:4] if stop else None, **sampling.fields())
         self.nfe += 1
-        choice = self._choice(self.client.post("/v1/completions", body))
+        choice = self._choice(self._sample(prompt, max_tokens, sampling, stop[:4] if stop else None))
         text = choice.get("text")
         if not isinstance(text, str):
             raise self._malformed("a choice without text")
@@ -245,14 +287,30 @@ class RemoteFim:
             raise self._malformed(str(exc)) from None
         return Completion(text, kept, str(choice.get("finish_reason")))
 
+    def _sample(self, prompt: str, max_tokens: int, sampling: Sampling, stop: list[str] | None) -> dict[str, Any]:
+        """The answer to one completion request. A server that refuses the request with fields beyond the OpenAI
+        API's (a gateway or an old vLLM that takes no field it does not know) is asked again with only those; when
+        that is answered, the model keeps to them."""
+        path = "/v1/completions"
+        if self.dialect != "openai":
+            body = self._body(prompt, max_tokens, logprobs=1, stop=stop, **sampling.fields(self.dialect))
+            answer = self.client.post(path, body, refused_ok=(400, 422))  # not a 500: a server's own fault
+            if answer is not None:
+                return answer
+        body = self._body(prompt, max_tokens, logprobs=1, stop=stop, **sampling.fields("openai"))
+        answer = self.client.post(path, body)
+        self.dialect = "openai"
+        return answer or {}
+
     def score_tail(self, prompt: str, tail: str, tail_tokens: int) -> list[float] | None:
         """The log-probabilities of the last `tail_tokens` tokens of prompt + tail (the tail's, counted in context)
         from one request with `echo`; None when the server does not return the prompt's (Ollama)."""
         if self.scores_prompts is False:
             return None
-        body = self._body(prompt + tail, 1, echo=True, logprobs=1, **Sampling(0.0, 0, 1.0, None).fields())
+        greedy = Sampling(0.0, 0, 1.0, None).fields(self.dialect)
+        body = self._body(prompt + tail, 1, echo=True, logprobs=1, **greedy)
         self.nfe += 1
-        answer = self.client.post("/v1/completions", body, refused_ok=True)
+        answer = self.client.post("/v1/completions", body, refused_ok=REFUSED)
         if answer is None:  # the server does not take `echo`
             self.scores_prompts = False
             return None

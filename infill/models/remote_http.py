@@ -21,14 +21,17 @@ Standard library only (http.client).
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import ipaddress
 import json
 import os
+import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +40,7 @@ from urllib.parse import unquote, urlsplit
 from infill.config import ModelSpec
 from infill.errors import InputError, RemoteError
 from infill.models.fim import family_named
+from infill.progress import Cancelled
 
 if TYPE_CHECKING:
     pass
@@ -50,6 +54,9 @@ MAX_ANSWER_BYTES = 64 * 2**20  # an answer's body: a fill's JSON is kilobytes; a
 CHUNK_BYTES = 64 * 1024
 READ_TIMEOUT = 60.0  # seconds to wait for an answer (a long fill on a busy server)
 RETRIES = 3  # further tries after a 429 or 503
+# how servers refuse a request with a field they do not take (a validation error: 400, FastAPI's 422; llama-server
+# answers `echo` with a 500)
+REFUSED = frozenset({400, 422, 500})
 MAX_WAIT = 30.0  # the longest Retry-After honoured
 SCHEMES = ("http://", "https://")
 # OpenSSL's verify codes for a certificate whose issuer the store does not hold: unable to get the issuer, self-signed
@@ -166,8 +173,9 @@ def proxy_for(target: Target) -> Proxy | None:
     if loopback(target.host):
         return None
     scheme = "https" if target.https else "http"
-    value = urllib.request.getproxies().get(scheme)
-    if not value or urllib.request.proxy_bypass(target.host):
+    proxies = urllib.request.getproxies()
+    value = proxies.get(scheme)
+    if not value or urllib.request.proxy_bypass(target.host) or _bypassed(target.host, proxies.get("no", "")):
         return None
     variable = f"${scheme}_proxy" if f"{scheme}_proxy" in os.environ else f"${scheme.upper()}_PROXY"
     text = value.strip() if "://" in value else f"http://{value.strip()}"  # curl's and urllib's "host:port"
@@ -188,6 +196,40 @@ def proxy_for(target: Target) -> Proxy | None:
         pair = f"{unquote(split.username)}:{unquote(split.password or '')}"
         auth = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
     return Proxy(split.hostname, port, auth)
+
+
+def _bypassed(host: str, no_proxy: str) -> bool:
+    """Whether $NO_PROXY names the IP address `host` as curl reads it and urllib does not: an IPv6 address in
+    brackets or in another spelling (2001:db8::7, [2001:db8::7], 2001:db8:0:0::7), or a network (10.0.0.0/8,
+    2001:db8::/32)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    for entry in no_proxy.split(","):
+        try:
+            if address in ipaddress.ip_network(entry.strip().strip("[]"), strict=False):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+class _TunnelledConnection(http.client.HTTPSConnection):
+    """An HTTPSConnection through a proxy's CONNECT tunnel that names an IPv6 server in brackets
+    (`CONNECT [2001:db8::7]:443`, the authority form): Python before 3.13 writes it bare (2001:db8::7:443), which
+    a proxy cannot split into host and port."""
+
+    def _tunnel(self) -> None:
+        host: str | None = getattr(self, "_tunnel_host", None)
+        if host is None or ":" not in host or host.startswith("[") or hasattr(self, "_wrap_ipv6"):  # 3.13 does it
+            super()._tunnel()  # type: ignore[misc]
+            return
+        self._tunnel_host = f"[{host}]"
+        try:
+            super()._tunnel()  # type: ignore[misc]
+        finally:
+            self._tunnel_host = host  # the name TLS is checked against, and the Host header's
 
 
 @dataclass(frozen=True)
@@ -247,6 +289,27 @@ class Client:
         self.proxy = proxy_for(target)
         self.waited = 0.0
         self.requests = 0
+        # a request failed, or a kept connection was found closed, since the model was last checked: the server
+        # may have restarted with another model (infill.models.remote.RemoteFim.replaced)
+        self.suspect = False
+        self._flights: dict[int, http.client.HTTPConnection] = {}  # the request in flight of each thread
+        self._cut: set[int] = set()  # threads whose request `interrupt` cut
+        self._flight_lock = threading.Lock()
+        _CLIENTS.add(self)
+
+    def interrupt(self) -> None:
+        """Cut every request of this client in flight, from any thread: each raises Cancelled (its connection is
+        closed; the next request opens another)."""
+        with self._flight_lock:
+            for ident, conn in self._flights.items():
+                self._cut.add(ident)
+                if conn.sock is not None:  # the plain socket's shutdown: TLS state is left to the reading thread
+                    with contextlib.suppress(OSError):
+                        socket.socket.shutdown(conn.sock, socket.SHUT_RDWR)
+
+    def _was_cut(self) -> bool:
+        with self._flight_lock:
+            return threading.get_ident() in self._cut
 
     def scrub(self, text: str) -> str:
         """`text` without the API key in it."""
@@ -261,7 +324,7 @@ class Client:
             host, port = (proxy.host, proxy.port) if proxy is not None else (t.host, t.port)
             if t.https:
                 # through a proxy: TLS inside the CONNECT tunnel, verified against the server's own name
-                conn = http.client.HTTPSConnection(host, port, timeout=CONNECT_TIMEOUT, context=self._context)
+                conn = _TunnelledConnection(host, port, timeout=CONNECT_TIMEOUT, context=self._context)
                 if proxy is not None:
                     conn.set_tunnel(t.host, t.port, headers=proxy.headers)
             else:
@@ -307,18 +370,30 @@ class Client:
             self._local.conn = None
 
     def post(
-        self, path: str, body: dict[str, Any], *, absent_ok: bool = False, refused_ok: bool = False
+        self, path: str, body: dict[str, Any], *, absent_ok: bool = False, refused_ok: Collection[int] = ()
     ) -> dict[str, Any] | None:
         """The JSON object the server answers to POST `path` (relative to the server's root); None for a 404 or
-        405 when `absent_ok` (an endpoint this server does not have), and for a 400, 422 or 500 when `refused_ok`
-        (a field it does not take: llama.cpp's llama-server refuses `echo`)."""
+        405 when `absent_ok` (an endpoint this server does not have), and for a status in `refused_ok` (REFUSED: a
+        field it does not take; llama.cpp's llama-server refuses `echo`)."""
         return self._request("POST", path, body, absent_ok, refused_ok)
 
     def get(self, path: str, *, absent_ok: bool = False) -> dict[str, Any] | None:
         return self._request("GET", path, None, absent_ok)
 
     def _request(
-        self, method: str, path: str, body: dict[str, Any] | None, absent_ok: bool, refused_ok: bool = False
+        self, method: str, path: str, body: dict[str, Any] | None, absent_ok: bool, refused_ok: Collection[int] = ()
+    ) -> dict[str, Any] | None:
+        try:
+            answer = self._answer(method, path, body, absent_ok, refused_ok)
+        except RemoteError:
+            self.suspect = True
+            raise
+        if answer is None and refused_ok:
+            self.suspect = True
+        return answer
+
+    def _answer(
+        self, method: str, path: str, body: dict[str, Any] | None, absent_ok: bool, refused_ok: Collection[int]
     ) -> dict[str, Any] | None:
         data = json.dumps(body).encode("utf-8") if body is not None else None
         headers = {"Accept": "application/json", "User-Agent": "infill"}
@@ -344,7 +419,7 @@ class Client:
             break
         if status == 407 and self.proxy is not None:  # a plain-http request the proxy refused
             raise RemoteError(f"proxy {self.proxy.name} refused the request to {where} (HTTP 407){self._hint('407')}")
-        if (status in (404, 405) and absent_ok) or (status in (400, 422, 500) and refused_ok):
+        if (status in (404, 405) and absent_ok) or status in refused_ok:
             return None
         if status in (401, 403):
             if key is None:
@@ -425,17 +500,38 @@ class Client:
         self, method: str, path: str, data: bytes | None, headers: dict[str, str]
     ) -> tuple[int, bytes, float | None, str | None]:
         """(status, body, Retry-After seconds or None, Location or None) of one request; RemoteError when there is
-        no answer. A kept connection the server closed meanwhile is opened again once."""
+        no answer; Cancelled when `interrupt` cut it."""
+        ident = threading.get_ident()
+        try:
+            return self._exchange(method, path, data, headers)
+        except RemoteError:
+            if self._was_cut():
+                self._drop()
+                raise Cancelled("the request to the model server was interrupted") from None
+            raise
+        finally:
+            with self._flight_lock:
+                self._flights.pop(ident, None)
+                self._cut.discard(ident)
+
+    def _exchange(
+        self, method: str, path: str, data: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, bytes, float | None, str | None]:
+        """`_once`'s request. A kept connection the server closed meanwhile is opened again once."""
         where = self.target.base
         full = self.target.root + path
         if self.proxy is not None and not self.target.https:  # a plain-http proxy takes the whole URL
             full = self.target.origin + full
         for fresh in (False, True):
             conn = self._connection()
+            with self._flight_lock:
+                self._flights[threading.get_ident()] = conn
             try:
                 conn.timeout = CONNECT_TIMEOUT
                 if conn.sock is None:
                     self._open(conn)
+                if self._was_cut():  # cut while it connected
+                    raise RemoteError(f"model server {where}: the request was interrupted")
                 deadline = time.monotonic() + self.timeout
                 conn.sock.settimeout(self.timeout)
                 conn.request(method, full, body=data, headers=headers)
@@ -447,7 +543,8 @@ class Client:
                 return response.status, body, retry, response.getheader("Location")
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
                 self._drop()
-                if fresh:
+                self.suspect = True
+                if fresh or self._was_cut():
                     raise RemoteError(f"model server {where} closed the connection ({type(exc).__name__})") from None
             except TimeoutError:
                 self._drop()
@@ -467,6 +564,18 @@ class Client:
                 reason = getattr(exc, "strerror", None) or type(exc).__name__
                 raise RemoteError(f"model server {where} is not reachable ({self.scrub(str(reason))})") from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+_CLIENTS: weakref.WeakSet[Client] = weakref.WeakSet()  # every client of the process (`interrupt_passes`)
+
+
+def interrupt_passes() -> None:
+    """Cut the request every model-server client of the process has in flight, from any thread: it raises
+    infill.progress.Cancelled. A server calls this when the fill that runs is no longer wanted, so that a new
+    request does not wait for the model server's answer to a superseded one (as infill.models.llamacpp's does for
+    a pass)."""
+    for client in list(_CLIENTS):
+        client.interrupt()
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -40,6 +40,33 @@ def _props_context(client: Client) -> int | None:
     return n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 else None
 
 
+def _dialect(listed: list[dict[str, Any]], model: str) -> str:
+    """How the server reads the sampling fields (infill.models.remote.DIALECTS): vLLM lists its models as owned by
+    "vllm"; every other server takes llama.cpp's fields or ignores them."""
+    owners = [m.get("owned_by") for m in listed if m.get("id") == model]
+    return "vllm" if "vllm" in owners else "llama.cpp"
+
+
+# fields of a /v1/models entry that change between two answers of one server (vLLM's and llama-server's
+# `created` is the time of the request; vLLM's permission has a fresh id each time)
+VOLATILE = frozenset({"created", "permission", "permissions", "status"})
+
+
+def _identity(
+    client: Client, model: str, tok: ServerTokenizer | None, spelled: tuple[str, ...], props: bool
+) -> tuple[Any, ...]:
+    """What says which model the server serves under `model` (infill.models.remote.RemoteFim.replaced): its
+    /v1/models entry less what changes at each answer (vLLM's path and max_model_len, llama-server's meta: vocabulary,
+    parameters, size), the ids the server's tokenizer gives the family's FIM tokens (llama-cpp-python's entry
+    says nothing of the model; other weights tokenize them differently) and, where the window came from
+    llama-server's /props (`props`), the context it serves with (a restart with another -c). Two or three
+    requests, made at most every REVALIDATE seconds."""
+    entry = next((m for m in _models(client) or [] if m.get("id") == model), None)
+    kept = sorted((k, repr(v)) for k, v in (entry or {}).items() if k not in VOLATILE)
+    ids = tuple(tok._raw_encode("".join(spelled))) if tok is not None else ()
+    return (entry is not None, tuple(kept), ids, _props_context(client) if props else None)
+
+
 MIN_CONTEXT = 64  # tokens: a server saying less (n_ctx 1, say) serves no fill; budgets below it went negative
 
 
@@ -77,13 +104,15 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
         model = names[0]
     lengths = [m.get(k) for m in listed if m.get("id") == model for k in ("max_model_len", "n_ctx")]
     told = [n for n in lengths if isinstance(n, int) and not isinstance(n, bool) and n > 0]
-    max_length = told[0] if told else _props_context(client) or WINDOW
+    served = None if told else _props_context(client)
+    max_length = told[0] if told else served or WINDOW
     if max_length < MIN_CONTEXT:
         raise RemoteError(
             f"model server {target.base} says {model}'s context is {max_length} tokens; a fill needs at least "
             f"{MIN_CONTEXT}"
         )
-    server_tok = ServerTokenizer.probe(client, model)
+    dialect = _dialect(listed, model)
+    server_tok = ServerTokenizer.probe(client, model, vllm=dialect == "vllm")
     tokenizer: ServerTokenizer | TextPieces = server_tok if server_tok is not None else TextPieces()
     family, spelled, banned = _family(target, model, server_tok, unlisted)
     lead = len(server_tok.lead) if server_tok is not None else 0
@@ -96,7 +125,10 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
         family.ends,
         banned,
         max_length=min(max_length, WINDOW) - 3 - lead,
+        dialect=dialect,
     )
+    remote.identify = lambda: _identity(client, model, server_tok, spelled, props=served is not None)
+    remote.identity = remote.identify()
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{target.host}-{target.port}-{model}")
     info = {
         "source": f"model server {target.base}",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import socket
 import stat
@@ -23,10 +22,10 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from infill.progress import Cancelled
+from infill.progress import Cancelled, interrupted_when
 from infill.server import lifecycle
 from infill.server.dispatch import Dispatcher
-from infill.server.stdio import read_lines
+from infill.server.stdio import hung_up, read_lines
 
 DRAIN_SECONDS = 10.0  # how long a stopping server waits for the request it cancelled
 
@@ -166,7 +165,8 @@ class SocketServer:
                 context = self.dispatcher.context
                 context.cancelled = lambda: self._stopping() or _peer_closed(conn)
                 try:
-                    return self.dispatcher.handle_line(line)
+                    with interrupted_when(lambda: self.stop.is_set() or _peer_closed(conn)):
+                        return self.dispatcher.handle_line(line)
                 finally:
                     context.cancelled = lambda: False
         finally:
@@ -194,12 +194,7 @@ def _peer_closed(conn: socket.socket) -> bool:
     poll may not say, the end of the client's stream counts as its leaving, so that a gone client's run never
     writes on."""
     if sys.platform.startswith("linux"):
-        poller = select.poll()
-        poller.register(conn, select.POLLHUP | select.POLLERR)
-        try:
-            return any(events & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, events in poller.poll(0))
-        except OSError:
-            return True
+        return hung_up(conn)
     try:
         return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
     except BlockingIOError:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import select
+import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
+from infill.progress import interrupted_when
 from infill.server.dispatch import Dispatcher
 
 _DISCARD_CHUNK = 1 << 16
@@ -31,14 +34,48 @@ def read_lines(stream: BinaryIO, limit: int) -> Iterator[bytes | None]:
 
 
 def serve_stream(dispatcher: Dispatcher, reader: BinaryIO, writer: BinaryIO) -> None:
-    """Serve requests from `reader` until EOF or `shutdown`; responses go to `writer`, each flushed."""
+    """Serve requests from `reader` until EOF or `shutdown`; responses go to `writer`, each flushed. A request
+    whose answer can no longer be read (the reader of `writer`, a pipe or socket, closed it) is cancelled, and
+    the write that follows ends the server (exit 141)."""
+    gone = _reader_gone(writer)
     for line in read_lines(reader, dispatcher.max_request_bytes):
-        out = dispatcher.too_large() if line is None else dispatcher.handle_line(line)
+        if line is None:
+            out = dispatcher.too_large()
+        else:
+            dispatcher.context.cancelled = gone
+            try:
+                with interrupted_when(gone):
+                    out = dispatcher.handle_line(line)
+            finally:
+                dispatcher.context.cancelled = lambda: False
         if out:
             writer.write(out)
             writer.flush()
         if dispatcher.stop_requested:
             return
+
+
+def _reader_gone(writer: BinaryIO) -> Callable[[], bool]:
+    """Whether the reader of `writer` went away: poll's POLLERR on a pipe or socket whose other end is closed;
+    never, for a stream that is not a file descriptor or where poll is missing."""
+    try:
+        fd = writer.fileno()
+    except (AttributeError, OSError, ValueError):
+        return lambda: False
+    if not hasattr(select, "poll"):
+        return lambda: False
+
+    return lambda: hung_up(fd)
+
+
+def hung_up(target: int | socket.socket) -> bool:
+    """Whether poll says that the other end of `target` (a file descriptor or a socket) is closed."""
+    poller = select.poll()
+    poller.register(target, select.POLLHUP | select.POLLERR)
+    try:
+        return any(events & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, events in poller.poll(0))
+    except OSError:
+        return True
 
 
 def protocol_stdout() -> BinaryIO:
