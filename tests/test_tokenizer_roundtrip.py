@@ -14,6 +14,10 @@ from infill.models.tokenizer import ByteBPETokenizer, SentencePieceTokenizer, lo
 CODE = "def f(x):\n\tif x:\r\n        return  x  \n    y = 'é😀'  # <mask> <pad>\n\n\n"
 PIECES = [" ", "  ", "\t", "\n", "\r\n", "\r", "a", "bc", "(", ":", "é", "😀", "\u00a0", "<mask>"]
 WHITESPACE_HEAVY = st.lists(st.sampled_from(PIECES), max_size=30).map("".join)
+# st.text()'s own default alphabet (every character UTF-8 can encode: all but the surrogates), named by category:
+# the default, characters(codec="utf-8"), has hypothesis encode all 1.1M code points to build its table (~2.3 s of
+# CPU in each process of a fresh clone, where .hypothesis/ holds no cached copy)
+ANY_CHARACTER = st.characters(blacklist_categories=("Cs",))
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +26,7 @@ def bpe() -> ByteBPETokenizer:
 
 
 @settings(max_examples=200, derandomize=True, deadline=None)
-@given(text=st.text(max_size=60) | WHITESPACE_HEAVY)
+@given(text=st.text(ANY_CHARACTER, max_size=60) | WHITESPACE_HEAVY)
 def test_byte_bpe_round_trip(bpe: ByteBPETokenizer, text: str) -> None:
     ids = bpe.encode(text)
     assert bpe.decode(ids) == text
