@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -303,13 +303,15 @@ class SyntaxCheck:
         for start, end in self.chunks(edits):
             original = self.data[start:end]
             inside = [e for e in edits if start <= e.start_byte and e.end_byte <= end]
-            if (start, end) not in self._chunks:
-                spans = [s for s in self.spans if start <= s.start_byte and s.end_byte <= end]
-                self._chunks[start, end] = self._best(original, spans, start)
+
+            def chunk_best(start: int = start, end: int = end, original: bytes = original) -> _Verdict:
+                if (start, end) not in self._chunks:
+                    spans = [s for s in self.spans if start <= s.start_byte and s.end_byte <= end]
+                    self._chunks[start, end] = self._best(original, spans, start)
+                return self._chunks[start, end]
+
             candidate = _apply_shifted(original, inside, start)
-            reason = self._worse(self._chunks[start, end], candidate) or self._runs_over(
-                original, candidate, inside, start
-            )
+            reason = self._worse(chunk_best, candidate) or self._runs_over(original, candidate, inside, start)
             if reason is not None:
                 return reason
         return None
@@ -330,10 +332,24 @@ class SyntaxCheck:
             shift += size - (end - start)
         return None
 
-    def _worse(self, best: _Verdict, new: bytes) -> str | None:
-        if best.compiles and self._error_line(new) is not None:
+    def _worse(self, best: _Verdict | Callable[[], _Verdict], new: bytes) -> str | None:
+        """Why `new` is worse than `best`, or None. `best` may be a function that works it out: it is called
+        only when the candidate is not clean (a chunk's best costs a compile and a parse of the original chunk,
+        seconds for a statement megabytes long, and nothing is worse than a candidate that compiles with no
+        tree-sitter error)."""
+        bar = best if isinstance(best, _Verdict) else None
+
+        def verdict() -> _Verdict:
+            nonlocal bar
+            if bar is None:
+                assert not isinstance(best, _Verdict)
+                bar = best()
+            return bar
+
+        if self.language == "python" and self._error_line(new) is not None and verdict().compiles:
             return "does not compile"
-        if syntax_errors(self.language, new, self._tree(new)) > best.errors:
+        errors = syntax_errors(self.language, new, self._tree(new))
+        if errors and errors > verdict().errors:
             return "adds syntax errors"
         return None
 
