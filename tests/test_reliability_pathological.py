@@ -39,3 +39,67 @@ def test_a_clean_fill_in_a_large_input_compiles_its_chunk_once(monkeypatch: pyte
     compiled.clear()
     assert check.rejection(data[:at] + b"    'c' 3," + data[end:], [bad]) == "does not compile"
     assert len(compiled) == 2  # the candidate's chunk, then the chunk as it stood (which compiles)
+
+
+LARGE = (
+    b"import os\n\nTABLE = {\n    'a': 1,\n    'b': [2,\n          3],\n    'c': 4,\n}\n\n\n"
+    b"def g():\n    return TABLE\n"
+)
+CANDIDATES = [
+    "    'x': 9,",
+    "    'x': 'é',\n    'y': 8,",
+    "    'x' 9,",
+    "    'x': '''",
+    "    'x': 1}\nfoo(",
+    "",
+    "    # note",
+    "    'x': [1,\n          2],",
+]
+
+
+def test_a_clean_fill_in_a_large_input_is_not_parsed_from_scratch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each candidate's chunk was parsed from scratch (over a second per candidate for a statement megabytes
+    long); it is parsed from the original's parse, which the chunks already need, with the edits applied."""
+    from infill import languages
+    from infill.core import checks
+    from infill.spans import Span
+
+    monkeypatch.setattr(checks, "LOCAL_CHECK_BYTES", 16)
+    parsed: list[int] = []
+    real = languages.parse
+
+    def counting(name: str, source: bytes) -> Any:
+        parsed.append(len(source))
+        return real(name, source)
+
+    monkeypatch.setattr(languages, "parse", counting)
+    at = LARGE.index(b"    'c': 4,")
+    end = at + len(b"    'c': 4,")
+    check = checks.SyntaxCheck("python", LARGE, [Span(at, end)])
+    parsed.clear()
+    assert check.rejection(LARGE[:at] + b"    'x': 9," + LARGE[end:], [_edit(at, end, "    'x': 9,")]) is None
+    assert parsed == [len(LARGE)]  # the original, once, for its statements
+
+
+@pytest.mark.parametrize("text", CANDIDATES)
+def test_a_chunk_parsed_from_the_original_is_judged_as_a_fresh_parse(
+    monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """The incremental parse of a candidate's chunk gives the verdict, and the tree, of a parse from scratch."""
+    from infill import languages
+    from infill.core import checks
+    from infill.spans import Span
+
+    monkeypatch.setattr(checks, "LOCAL_CHECK_BYTES", 16)
+    at = LARGE.index(b"    'b': [2,")
+    end = LARGE.index(b"    'c': 4,")
+    patched = LARGE[:at] + text.encode() + LARGE[end:]
+    edits = [_edit(at, end, text)]
+    check = checks.SyntaxCheck("python", LARGE, [Span(at, end)])
+    verdict = check.rejection(patched, edits)
+    fresh = checks.SyntaxCheck("python", LARGE, [Span(at, end)])
+    monkeypatch.setattr(fresh, "_reparse", lambda *args: None)
+    assert verdict == fresh.rejection(patched, edits)
+    assert check._parsed is not None
+    kept, tree = check._parsed
+    assert str(tree.root_node) == str(languages.parse("python", kept).root_node)

@@ -164,6 +164,7 @@ class SyntaxCheck:
         self.compiling: bytes | None = None  # the input with some text in the spans that compiles (Python)
         self._neutral: tuple[bytes, int] | None | Literal[False] = False  # neutral(), False until asked
         self._starts: list[int] | None = None  # _statement_starts(), None until asked
+        self._whole: Any = None  # the original's parse (large inputs): candidates' chunks are parsed from it
         self._statements: list[tuple[int, int]] = []  # every top-level statement in column 1: (start, end)
         if not self.local:
             self.best = self._best(data, self.spans, 0)
@@ -307,10 +308,12 @@ class SyntaxCheck:
             def chunk_best(start: int = start, end: int = end, original: bytes = original) -> _Verdict:
                 if (start, end) not in self._chunks:
                     spans = [s for s in self.spans if start <= s.start_byte and s.end_byte <= end]
+                    self._reparse(original, start, end, ())
                     self._chunks[start, end] = self._best(original, spans, start)
                 return self._chunks[start, end]
 
             candidate = _apply_shifted(original, inside, start)
+            self._reparse(candidate, start, end, inside)
             reason = self._worse(chunk_best, candidate) or self._runs_over(original, candidate, inside, start)
             if reason is not None:
                 return reason
@@ -359,7 +362,8 @@ class SyntaxCheck:
         if self._starts is None:
             from infill.languages import parse
 
-            root = parse(self.language, self.data).root_node
+            self._whole = parse(self.language, self.data)
+            root = self._whole.root_node
             self._statements = [(c.start_byte, c.end_byte) for c in root.children if c.start_point[1] == 0]
             self._starts = [start for start, _ in self._statements if start > 0]
         return self._starts
@@ -388,6 +392,32 @@ class SyntaxCheck:
         if self._parsed is None or self._parsed[0] != source:
             self._parsed = (source, parse(self.language, source))
         return self._parsed[1]
+
+    def _reparse(self, candidate: bytes, start: int, end: int, edits: Sequence[Any]) -> None:
+        """Parse `candidate` (chunk [start, end) of the original with `edits`) incrementally, from the original's
+        parse with the text outside the chunk cut and the edits applied, and keep it for _tree: a chunk that is
+        one statement megabytes long is not parsed from scratch per candidate. A tree with an error is parsed
+        again from scratch, so the error count a candidate is judged by is a fresh parse's."""
+        import tree_sitter
+
+        from infill.languages import grammar
+
+        if self._whole is None:
+            return
+        tree = self._whole.copy()
+        size = len(self.data)
+        tree.edit(end, size, end, _point(self.data, end), _point(self.data, size), _point(self.data, end))
+        tree.edit(0, start, 0, (0, 0), _point(self.data, start), (0, 0))
+        chunk = self.data[start:end]
+        for e in sorted(edits, key=lambda e: (e.start_byte, e.end_byte), reverse=True):
+            at, stop, text = e.start_byte - start, e.end_byte - start, e.text.encode("utf-8")
+            first = _point(chunk, at)
+            lines = text.count(b"\n")
+            after = (first[0] + lines, len(text) - text.rfind(b"\n") - 1 if lines else first[1] + len(text))
+            tree.edit(at, stop, at + len(text), first, _point(chunk, stop), after)
+        parsed = tree_sitter.Parser(grammar(self.language)).parse(candidate, tree)
+        if not parsed.root_node.has_error:
+            self._parsed = (candidate, parsed)
 
     def chunks(self, edits: Sequence[Any]) -> list[tuple[int, int]]:
         """Merged [start, end) byte ranges of the original around the edits, on statement boundaries: the
@@ -428,6 +458,11 @@ def _token_runs_over(language: str, source: bytes, start: int, end: int, tree: A
     root = (tree if tree is not None else parse(language, source)).root_node
     node = root.descendant_for_byte_range(after, after + 1)
     return node is not None and start <= node.start_byte <= end and node.start_byte < after
+
+
+def _point(data: bytes, at: int) -> tuple[int, int]:
+    """Tree-sitter's (row, byte column) of byte offset `at` in `data`."""
+    return data.count(b"\n", 0, at), at - (data.rfind(b"\n", 0, at) + 1)
 
 
 def _apply_shifted(chunk: bytes, edits: Sequence[Any], offset: int) -> bytes:
