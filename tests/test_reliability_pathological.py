@@ -103,3 +103,62 @@ def test_a_chunk_parsed_from_the_original_is_judged_as_a_fresh_parse(
     assert check._parsed is not None
     kept, tree = check._parsed
     assert str(tree.root_node) == str(languages.parse("python", kept).root_node)
+
+
+LATIN1 = "# -*- coding: latin-1 -*-\nNAME = 'café'\n\n\ndef f(x):\n    return 0\n".encode("latin-1")
+DECLARED = b"# -*- coding: latin-1 -*-\n\n\ndef f(x):\n    return 0\n"  # the same cookie, ASCII text
+
+
+def _fill(*args: str, fills: list[str], stdin: bytes | None = None) -> Any:
+    from click.testing import CliRunner
+    from fixtures_cli import fake_model
+
+    from infill.cli import main
+
+    with fake_model(fills, name="fake-pathological"):
+        return CliRunner().invoke(main, ["fill", *args, "--model", "fake-pathological"], input=stdin)
+
+
+def test_a_file_in_another_encoding_is_refused_naming_it(tmp_path: Any) -> None:
+    """A latin-1 file with its coding cookie was refused as "not UTF-8 (invalid byte at offset 37)", which does
+    not say the file is fine and declares its encoding; the line names the encoding and how to convert it."""
+    p = tmp_path / "a.py"
+    p.write_bytes(LATIN1)
+    r = _fill(str(p), "--span", "6", fills=["    return x"])
+    assert r.exit_code == 2, r.output
+    (line,) = r.stderr.splitlines()
+    assert "line 1 declares latin-1" in line and "iconv -f latin-1 -t utf-8" in line, line
+    assert p.read_bytes() == LATIN1
+
+
+@pytest.mark.parametrize("extra", [(), ("--no-syntax-check",)])
+def test_a_fill_is_never_written_as_utf8_into_a_file_declared_latin1(tmp_path: Any, extra: tuple[str, ...]) -> None:
+    """An ASCII file with a latin-1 coding cookie reads as UTF-8, and a fill of `'é'` was written in UTF-8: the
+    file still compiled, with `'Ã©'` in it. A fill that is not ASCII is refused there, as a fill that splits a
+    UTF-8 character is (with --no-syntax-check too)."""
+    p = tmp_path / "a.py"
+    p.write_bytes(DECLARED)
+    r = _fill(str(p), "--span", "5", *extra, fills=["    return 'é'"])
+    assert r.exit_code == 3, r.output
+    assert "declares latin-1" in r.stderr, r.stderr
+    assert p.read_bytes() == DECLARED
+    r = _fill(str(p), "--span", "5", *extra, fills=["    return 'e'"])
+    assert r.exit_code == 0, r.output
+    assert p.read_bytes() == DECLARED.replace(b"return 0", b"return 'e'")
+    r = _fill("-", "--stdin-filename", "a.py", "--span", "5", fills=["    return 'é'"], stdin=DECLARED)
+    assert r.exit_code == 3 and r.stdout_bytes == DECLARED
+
+
+def test_docstrings_are_never_written_as_utf8_into_a_file_declared_latin1(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+    from fixtures_doc import FakeFiller, default_text
+
+    from infill.commands.docstrings import docstrings
+
+    p = tmp_path / "a.py"
+    p.write_bytes(DECLARED)
+    filler = FakeFiller(text_for=lambda key, name: default_text(key, name).replace("input", "café"))
+    r = CliRunner().invoke(docstrings, ["--min-probability", "0", str(p)], obj={"slot_filler": filler})
+    assert r.exit_code == 3, r.output
+    assert "declares latin-1" in r.stderr, r.stderr
+    assert p.read_bytes() == DECLARED
