@@ -162,3 +162,20 @@ def test_docstrings_are_never_written_as_utf8_into_a_file_declared_latin1(tmp_pa
     assert r.exit_code == 3, r.output
     assert "declares latin-1" in r.stderr, r.stderr
     assert p.read_bytes() == DECLARED
+
+
+def test_docstrings_for_a_file_nested_too_deep_for_cpythons_parser(tmp_path: Any) -> None:
+    """`X = ` and 7,000 `-` signs: CPython's parser runs out of memory (MemoryError), which `infill docstrings`
+    reported as an internal error (exit 123). The file is read as one CPython cannot parse: its docstrings come
+    from tree-sitter's view, as for a file with a syntax error tree-sitter can read."""
+    from click.testing import CliRunner
+    from fixtures_doc import FakeFiller
+
+    from infill.commands.docstrings import docstrings
+
+    p = tmp_path / "a.py"
+    source = "X = " + "-" * 7_000 + "1\n\n\ndef area(w, h):\n    return w * h\n"
+    p.write_text(source)
+    r = CliRunner().invoke(docstrings, ["--diff", str(p)], obj={"slot_filler": FakeFiller()})
+    assert r.exit_code == 1, r.output  # --diff: changes needed
+    assert '    """' in r.stdout and p.read_text() == source
