@@ -179,3 +179,29 @@ def test_docstrings_for_a_file_nested_too_deep_for_cpythons_parser(tmp_path: Any
     r = CliRunner().invoke(docstrings, ["--diff", str(p)], obj={"slot_filler": FakeFiller()})
     assert r.exit_code == 1, r.output  # --diff: changes needed
     assert '    """' in r.stdout and p.read_text() == source
+
+
+def test_a_file_nested_too_deep_for_the_compiler_tries_no_fillers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file CPython cannot compile for its depth (a chain of 200,000 `+`: RecursionError; 7,000 `-`:
+    MemoryError) has an error with no line, which counted as near the span: each of about 50 fillers compiled
+    the file again and failed the same way, a minute per fill of a line below a long expression."""
+    from infill.core import checks
+    from infill.spans import Span
+
+    compiled: list[int] = []
+    real = checks.python_error_line
+
+    def counting(source: bytes) -> int | None:
+        compiled.append(len(source))
+        return real(source)
+
+    monkeypatch.setattr(checks, "python_error_line", counting)
+    data = ("X = " + "-" * 7_000 + "1\n\n\ndef area(w, h):\n    total = w * h\n    return total\n").encode()
+    assert checks.python_error_line(data) == 0
+    compiled.clear()
+    at = data.index(b"    total")
+    end = data.index(b"\n", at)
+    check = checks.SyntaxCheck("python", data, [Span(at, end)])
+    assert len(compiled) == 1 and not check.python
+    patched = data[:at] + b"    total = w" + data[end:]
+    assert check.rejection(patched, [_edit(at, end, "    total = w")]) is None

@@ -238,12 +238,14 @@ class SyntaxCheck:
     def _near(self, source: bytes, original: bytes, spans: Sequence[Any], offset: int) -> bool:
         """Whether CPython's first error in `source` is near a span (Python): an error far from every span is
         one no text in them can mend, so the fillers are not tried (on a large broken file they would cost
-        dozens of whole-file compiles for nothing)."""
+        dozens of whole-file compiles for nothing). So is an error without a line: a limit of the compiler
+        (nesting too deep for it: RecursionError, MemoryError), which each filler hit again, at up to a second
+        per compile of a long expression (a minute per fill)."""
         if self.language != "python" or not spans:
             return True
         where = self._error_line(source)
         if not where:
-            return True
+            return False
         lines = [original.count(b"\n", 0, s.start_byte - offset) + 1 for s in spans]
         return any(abs(where - line) <= _NEAR_LINES for line in lines)
 
