@@ -205,3 +205,18 @@ def test_a_file_nested_too_deep_for_the_compiler_tries_no_fillers(monkeypatch: p
     assert len(compiled) == 1 and not check.python
     patched = data[:at] + b"    total = w" + data[end:]
     assert check.rejection(patched, [_edit(at, end, "    total = w")]) is None
+
+
+def test_a_selector_finds_a_function_after_a_lone_cr(tmp_path: Any) -> None:
+    """Tree-sitter's grammars read a lone CR as a space, so everything after a classic Mac line ending was one
+    line of errors: `--function name` was "not found (the file does not parse from line 3)" in a file CPython
+    compiles. A lone CR is read as the line break it is; every byte offset is the same."""
+    data = b"def area(w, h):\r\n    total = w * h\n    return total\r\rdef name(x):\r    return str(x)\r"
+    p = tmp_path / "a.py"
+    p.write_bytes(data)
+    r = _fill(str(p), "--function", "name", fills=["    return repr(x)"])
+    assert r.exit_code == 0, r.output
+    new = p.read_bytes()
+    head = data.index(b"def name(x):\r") + len(b"def name(x):\r")
+    assert new[:head] == data[:head] and new.endswith(b"return repr(x)\r"), new
+    compile(new, "a.py", "exec", dont_inherit=True)

@@ -404,8 +404,8 @@ class SyntaxCheck:
 
         from infill.languages import grammar
 
-        if self._whole is None:
-            return
+        if self._whole is None or b"\r" in candidate:
+            return  # (languages.parse reads a lone CR as a LF: its rows are not those counted here)
         tree = self._whole.copy()
         size = len(self.data)
         tree.edit(end, size, end, _point(self.data, end), _point(self.data, size), _point(self.data, end))
