@@ -220,3 +220,51 @@ def test_a_selector_finds_a_function_after_a_lone_cr(tmp_path: Any) -> None:
     head = data.index(b"def name(x):\r") + len(b"def name(x):\r")
     assert new[:head] == data[:head] and new.endswith(b"return repr(x)\r"), new
     compile(new, "a.py", "exec", dont_inherit=True)
+
+
+def test_a_small_chunk_of_a_large_input_is_parsed_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Editing the whole input's tree costs about what parsing the input does (a second per edit for 20 MB): a
+    fill in one function among thousands took seconds more when its chunk was parsed from that tree. Only a
+    chunk that is most of the input is; a small one is parsed on its own."""
+    from infill import languages
+    from infill.core import checks
+    from infill.spans import Span
+
+    monkeypatch.setattr(checks, "LOCAL_CHECK_BYTES", 16)
+    parsed: list[int] = []
+    real = languages.parse
+
+    def counting(name: str, source: bytes) -> Any:
+        parsed.append(len(source))
+        return real(name, source)
+
+    monkeypatch.setattr(languages, "parse", counting)
+    data = b"".join(b"def f%d(x):\n    return x + %d\n\n\n" % (i, i) for i in range(20))
+    at = data.index(b"    return x + 7")
+    end = data.index(b"\n", at)
+    check = checks.SyntaxCheck("python", data, [Span(at, end)])
+    parsed.clear()
+    patched = data[:at] + b"    return x" + data[end:]
+    assert check.rejection(patched, [_edit(at, end, "    return x")]) is None
+    chunk = data.index(b"\n\n\ndef f8") + 3 - data.index(b"def f7")
+    assert parsed == [len(data), chunk - (end - at) + len(b"    return x")]
+
+
+def test_one_fill_indexes_the_lines_of_its_input_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """The spans and the plan of a fill each indexed the input's lines (a second each for 20 MB)."""
+    from infill import spans
+
+    built: list[int] = []
+    real = spans.LineIndex.__init__
+
+    def counting(self: Any, data: bytes) -> None:
+        built.append(len(data))
+        real(self, data)
+
+    monkeypatch.setattr(spans.LineIndex, "__init__", counting)
+    p = tmp_path / "a.py"
+    source = b"def f(x):\n    return 0\n\n\ndef g(y):\n    return y\n"
+    p.write_bytes(source)
+    r = _fill(str(p), "--span", "2", fills=["    return x + 1"])
+    assert r.exit_code == 0, r.output
+    assert built.count(len(source)) == 1, built

@@ -404,8 +404,11 @@ class SyntaxCheck:
 
         from infill.languages import grammar
 
-        if self._whole is None or b"\r" in candidate:
-            return  # (languages.parse reads a lone CR as a LF: its rows are not those counted here)
+        if self._whole is None or b"\r" in candidate or 2 * (end - start) < len(self.data):
+            # (languages.parse reads a lone CR as a LF: its rows are not those counted here.) Editing the whole
+            # input's tree costs about what parsing it does (a second for 20 MB): it pays only for a chunk that
+            # is most of the input, not for a function among thousands
+            return
         tree = self._whole.copy()
         size = len(self.data)
         tree.edit(end, size, end, _point(self.data, end), _point(self.data, size), _point(self.data, end))
