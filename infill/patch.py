@@ -236,11 +236,11 @@ def _opcodes(a: list[str], b: list[str]) -> list[Opcode]:
     are matched by difflib, exactly where they are few. On the whole of a long file difflib's autojunk keeps
     recurring lines (blank ones, `return y`) from anchoring a match, and one changed line came out as a hunk that
     removed and re-added its neighbours."""
-    same = 0
-    while same < min(len(a), len(b)) and a[same] == b[same]:
+    same, shorter = 0, min(len(a), len(b))
+    while same < shorter and a[same] == b[same]:
         same += 1
     tail = 0
-    while tail < min(len(a), len(b)) - same and a[-1 - tail] == b[-1 - tail]:
+    while tail < shorter - same and a[-1 - tail] == b[-1 - tail]:
         tail += 1
     mid_a, mid_b = a[same : len(a) - tail], b[same : len(b) - tail]
     exact = max(len(mid_a), len(mid_b)) <= _EXACT
