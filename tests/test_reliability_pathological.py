@@ -57,14 +57,10 @@ CANDIDATES = [
 ]
 
 
-def test_a_clean_fill_in_a_large_input_is_not_parsed_from_scratch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each candidate's chunk was parsed from scratch (over a second per candidate for a statement megabytes
-    long); it is parsed from the original's parse, which the chunks already need, with the edits applied."""
+def _count_parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The length of every source infill.languages.parse parses from now on."""
     from infill import languages
-    from infill.core import checks
-    from infill.spans import Span
 
-    monkeypatch.setattr(checks, "LOCAL_CHECK_BYTES", 16)
     parsed: list[int] = []
     real = languages.parse
 
@@ -73,6 +69,17 @@ def test_a_clean_fill_in_a_large_input_is_not_parsed_from_scratch(monkeypatch: p
         return real(name, source)
 
     monkeypatch.setattr(languages, "parse", counting)
+    return parsed
+
+
+def test_a_clean_fill_in_a_large_input_is_not_parsed_from_scratch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each candidate's chunk was parsed from scratch (over a second per candidate for a statement megabytes
+    long); it is parsed from the original's parse, which the chunks already need, with the edits applied."""
+    from infill.core import checks
+    from infill.spans import Span
+
+    monkeypatch.setattr(checks, "LOCAL_CHECK_BYTES", 16)
+    parsed = _count_parses(monkeypatch)
     at = LARGE.index(b"    'c': 4,")
     end = at + len(b"    'c': 4,")
     check = checks.SyntaxCheck("python", LARGE, [Span(at, end)])
@@ -226,19 +233,11 @@ def test_a_small_chunk_of_a_large_input_is_parsed_on_its_own(monkeypatch: pytest
     """Editing the whole input's tree costs about what parsing the input does (a second per edit for 20 MB): a
     fill in one function among thousands took seconds more when its chunk was parsed from that tree. Only a
     chunk that is most of the input is; a small one is parsed on its own."""
-    from infill import languages
     from infill.core import checks
     from infill.spans import Span
 
     monkeypatch.setattr(checks, "LOCAL_CHECK_BYTES", 16)
-    parsed: list[int] = []
-    real = languages.parse
-
-    def counting(name: str, source: bytes) -> Any:
-        parsed.append(len(source))
-        return real(name, source)
-
-    monkeypatch.setattr(languages, "parse", counting)
+    parsed = _count_parses(monkeypatch)
     data = b"".join(b"def f%d(x):\n    return x + %d\n\n\n" % (i, i) for i in range(20))
     at = data.index(b"    return x + 7")
     end = data.index(b"\n", at)
