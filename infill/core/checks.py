@@ -165,6 +165,8 @@ class SyntaxCheck:
         self._neutral: tuple[bytes, int] | None | Literal[False] = False  # neutral(), False until asked
         self._starts: list[int] | None = None  # _statement_starts(), None until asked
         self._whole: Any = None  # the original's parse (large inputs): candidates' chunks are parsed from it
+        # the chunk _tree may parse next, as _reparse takes it: a candidate that does not compile is never parsed
+        self._pending: tuple[bytes, int, int, Sequence[Any]] | None = None
         self._statements: list[tuple[int, int]] = []  # every top-level statement in column 1: (start, end)
         if not self.local:
             self.best = self._best(data, self.spans, 0)
@@ -310,12 +312,12 @@ class SyntaxCheck:
             def chunk_best(start: int = start, end: int = end, original: bytes = original) -> _Verdict:
                 if (start, end) not in self._chunks:
                     spans = [s for s in self.spans if start <= s.start_byte and s.end_byte <= end]
-                    self._reparse(original, start, end, ())
+                    self._pending = (original, start, end, ())
                     self._chunks[start, end] = self._best(original, spans, start)
                 return self._chunks[start, end]
 
             candidate = _apply_shifted(original, inside, start)
-            self._reparse(candidate, start, end, inside)
+            self._pending = (candidate, start, end, inside)
             reason = self._worse(chunk_best, candidate) or self._runs_over(original, candidate, inside, start)
             if reason is not None:
                 return reason
@@ -392,7 +394,10 @@ class SyntaxCheck:
         from infill.languages import parse
 
         if self._parsed is None or self._parsed[0] != source:
-            self._parsed = (source, parse(self.language, source))
+            if self._pending is not None and self._pending[0] == source:
+                self._reparse(*self._pending)  # a chunk of a large input: from the input's parse, when it pays
+            if self._parsed is None or self._parsed[0] != source:
+                self._parsed = (source, parse(self.language, source))
         return self._parsed[1]
 
     def _reparse(self, candidate: bytes, start: int, end: int, edits: Sequence[Any]) -> None:
