@@ -125,10 +125,12 @@ _LAST_INDEX: list[LineIndex] = []  # the last LineIndex built by line_index
 def line_index(data: bytes) -> LineIndex:
     """LineIndex(data), the last one again when `data` holds the same bytes: one fill needs it for its spans, then
     for its plan (a second each for 20 MB)."""
-    if _LAST_INDEX and (_LAST_INDEX[0].data is data or _LAST_INDEX[0].data == data):
-        return _LAST_INDEX[0]
-    _LAST_INDEX[:] = [LineIndex(data)]
-    return _LAST_INDEX[0]
+    last = _LAST_INDEX[0] if _LAST_INDEX else None  # read once: another thread (the language server) may replace it
+    if last is not None and (last.data is data or last.data == data):
+        return last
+    index = LineIndex(data)
+    _LAST_INDEX[:] = [index]
+    return index
 
 
 # ASCII digits only (\d also matches '٣' and '３'); more than 18 digits is past any input and past what int() reads
