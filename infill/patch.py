@@ -6,13 +6,15 @@ Invariant (checked on every patch, `check_outside_unchanged`): bytes outside the
 
 from __future__ import annotations
 
+import codecs
 import difflib
 import errno
 import hashlib
 import os
+import re
 import stat
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -60,15 +62,57 @@ class Snapshot:
 
 def decode_utf8(data: bytes, path: str) -> str:
     """UTF-8 text of an input, or InputError for binary (a NUL byte anywhere: no source file holds one, and one
-    past the first 8 KiB is no less binary) and non-UTF-8 data."""
+    past the first 8 KiB is no less binary) and non-UTF-8 data (naming the encoding a coding cookie declares)."""
     if b"\x00" in data:
         raise InputError("binary file (contains NUL bytes); only UTF-8 text can be filled", path=path)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
+        declared = declared_encoding(data)
+        if declared is not None:
+            raise InputError(
+                f"not UTF-8: line {declared[1]} declares {declared[0]} (a coding cookie); only UTF-8 text can be "
+                f"filled (convert it first, e.g. iconv -f {declared[0]} -t utf-8)",
+                path=path,
+            ) from None
         raise InputError(
             f"not UTF-8 (invalid byte at offset {exc.start}); only UTF-8 text can be filled", path=path
         ) from None
+
+
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+
+
+def declared_encoding(data: bytes) -> tuple[str, int] | None:
+    """The encoding other than UTF-8 that a coding cookie (PEP 263: a comment on line 1, or on line 2 after a
+    comment or blank line 1) declares, and its line; None without one, or when it declares UTF-8. Python reads the
+    file in that encoding (so does an editor that honours `-*- coding: ... -*-`)."""
+    head = data[:8192].removeprefix(b"\xef\xbb\xbf").splitlines()[:2]
+    for number, line in enumerate(head, 1):
+        match = _COOKIE.match(line)
+        if match is not None:
+            name = match.group(1).decode("ascii", "replace")
+            try:
+                utf8 = codecs.lookup(name).name == "utf-8"
+            except LookupError:
+                utf8 = False  # an unknown encoding: Python refuses the file
+            return None if utf8 else (name, number)
+        if line.strip() and not line.lstrip().startswith(b"#"):
+            return None  # only a comment or blank first line lets the second declare it
+    return None
+
+
+def foreign_text(data: bytes, added: Iterable[str]) -> str | None:
+    """Why text `added` to the input `data` cannot be written, or None: `data` declares another encoding than
+    UTF-8 (declared_encoding) and some of the text is not ASCII. Its UTF-8 bytes would be read back in that
+    encoding as other characters (`é` as `Ã©` in a latin-1 file)."""
+    text = [t for t in added if not t.isascii()]
+    if not text:
+        return None
+    declared = declared_encoding(data)
+    if declared is None:
+        return None
+    return f"writes text that is not ASCII into a file whose line {declared[1]} declares {declared[0]}"
 
 
 def _reading(path: str, what: str, call: Callable[[], T]) -> T:
@@ -192,11 +236,11 @@ def _opcodes(a: list[str], b: list[str]) -> list[Opcode]:
     are matched by difflib, exactly where they are few. On the whole of a long file difflib's autojunk keeps
     recurring lines (blank ones, `return y`) from anchoring a match, and one changed line came out as a hunk that
     removed and re-added its neighbours."""
-    same = 0
-    while same < min(len(a), len(b)) and a[same] == b[same]:
+    same, shorter = 0, min(len(a), len(b))
+    while same < shorter and a[same] == b[same]:
         same += 1
     tail = 0
-    while tail < min(len(a), len(b)) - same and a[-1 - tail] == b[-1 - tail]:
+    while tail < shorter - same and a[-1 - tail] == b[-1 - tail]:
         tail += 1
     mid_a, mid_b = a[same : len(a) - tail], b[same : len(b) - tail]
     exact = max(len(mid_a), len(mid_b)) <= _EXACT

@@ -119,6 +119,20 @@ class LineIndex:
         return start + len(text[: column - 1].encode("utf-8"))
 
 
+_LAST_INDEX: list[LineIndex] = []  # the last LineIndex built by line_index
+
+
+def line_index(data: bytes) -> LineIndex:
+    """LineIndex(data), the last one again when `data` holds the same bytes: one fill needs it for its spans, then
+    for its plan (a second each for 20 MB)."""
+    last = _LAST_INDEX[0] if _LAST_INDEX else None  # read once: another thread (the language server) may replace it
+    if last is not None and (last.data is data or last.data == data):
+        return last
+    index = LineIndex(data)
+    _LAST_INDEX[:] = [index]
+    return index
+
+
 # ASCII digits only (\d also matches '٣' and '３'); more than 18 digits is past any input and past what int() reads
 _LINE_RANGE = re.compile(r"\s*([0-9]+)\s*(?::\s*([0-9]+))?\s*")
 _CHAR_RANGE = re.compile(r"\s*([0-9]+):([0-9]+)\s*-\s*([0-9]+):([0-9]+)\s*")
@@ -382,7 +396,7 @@ def resolve(
     """All spans selected in `data`, sorted; InputError for out-of-range/reversed/overlapping/missing ones."""
     if not selections:
         raise InputError("nothing selected: give --span, --marker, --function, --class or --node")
-    index = LineIndex(data)
+    index = line_index(data)
     spans: list[Span] = []
     for sel in selections:
         if sel.kind == "span":

@@ -36,11 +36,17 @@ class Checks:
         return candidate_edits(self.data, regions, fills, self.newline, self.index)
 
     def rejection(self, patched: bytes, edits: list[Edit]) -> str | None:
-        """Why a candidate is rejected, or None: it splits a UTF-8 character (U+FFFD), or it is worse than the best
-        the spans' surroundings allow (infill.core.checks.SyntaxCheck: Python that some text in the spans makes
+        """Why a candidate is rejected, or None: it splits a UTF-8 character (U+FFFD), it writes text that is not
+        ASCII into a file whose coding cookie declares another encoding (patch.foreign_text), or it is worse than
+        the best the spans' surroundings allow (infill.core.checks.SyntaxCheck: Python that some text in the spans makes
         compile must compile; no more tree-sitter ERROR / MISSING nodes than that text leaves)."""
+        from infill.patch import foreign_text
+
         if any("\ufffd" in e.text for e in edits) and "\ufffd" not in self.text:
             return "the fill ends inside a UTF-8 character (an incomplete byte sequence)"
+        foreign = foreign_text(self.data, (e.text for e in edits))
+        if foreign is not None:
+            return foreign
         return self.syntax.rejection(patched, edits) if self.syntax is not None else None
 
     def region_accepts(self, region: Region, fills: list[Fill]) -> bool:

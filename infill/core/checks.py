@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -164,6 +164,9 @@ class SyntaxCheck:
         self.compiling: bytes | None = None  # the input with some text in the spans that compiles (Python)
         self._neutral: tuple[bytes, int] | None | Literal[False] = False  # neutral(), False until asked
         self._starts: list[int] | None = None  # _statement_starts(), None until asked
+        self._whole: Any = None  # the original's parse (large inputs): candidates' chunks are parsed from it
+        # the chunk _tree may parse next, as _reparse takes it: a candidate that does not compile is never parsed
+        self._pending: tuple[bytes, int, int, Sequence[Any]] | None = None
         self._statements: list[tuple[int, int]] = []  # every top-level statement in column 1: (start, end)
         if not self.local:
             self.best = self._best(data, self.spans, 0)
@@ -237,12 +240,14 @@ class SyntaxCheck:
     def _near(self, source: bytes, original: bytes, spans: Sequence[Any], offset: int) -> bool:
         """Whether CPython's first error in `source` is near a span (Python): an error far from every span is
         one no text in them can mend, so the fillers are not tried (on a large broken file they would cost
-        dozens of whole-file compiles for nothing)."""
+        dozens of whole-file compiles for nothing). So is an error without a line: a limit of the compiler
+        (nesting too deep for it: RecursionError, MemoryError), which each filler hit again, at up to a second
+        per compile of a long expression (a minute per fill)."""
         if self.language != "python" or not spans:
             return True
         where = self._error_line(source)
         if not where:
-            return True
+            return False
         lines = [original.count(b"\n", 0, s.start_byte - offset) + 1 for s in spans]
         return any(abs(where - line) <= _NEAR_LINES for line in lines)
 
@@ -303,13 +308,17 @@ class SyntaxCheck:
         for start, end in self.chunks(edits):
             original = self.data[start:end]
             inside = [e for e in edits if start <= e.start_byte and e.end_byte <= end]
-            if (start, end) not in self._chunks:
-                spans = [s for s in self.spans if start <= s.start_byte and s.end_byte <= end]
-                self._chunks[start, end] = self._best(original, spans, start)
+
+            def chunk_best(start: int = start, end: int = end, original: bytes = original) -> _Verdict:
+                if (start, end) not in self._chunks:
+                    spans = [s for s in self.spans if start <= s.start_byte and s.end_byte <= end]
+                    self._pending = (original, start, end, ())
+                    self._chunks[start, end] = self._best(original, spans, start)
+                return self._chunks[start, end]
+
             candidate = _apply_shifted(original, inside, start)
-            reason = self._worse(self._chunks[start, end], candidate) or self._runs_over(
-                original, candidate, inside, start
-            )
+            self._pending = (candidate, start, end, inside)
+            reason = self._worse(chunk_best, candidate) or self._runs_over(original, candidate, inside, start)
             if reason is not None:
                 return reason
         return None
@@ -330,10 +339,24 @@ class SyntaxCheck:
             shift += size - (end - start)
         return None
 
-    def _worse(self, best: _Verdict, new: bytes) -> str | None:
-        if best.compiles and self._error_line(new) is not None:
+    def _worse(self, best: _Verdict | Callable[[], _Verdict], new: bytes) -> str | None:
+        """Why `new` is worse than `best`, or None. `best` may be a function that works it out: it is called
+        only when the candidate is not clean (a chunk's best costs a compile and a parse of the original chunk,
+        seconds for a statement megabytes long, and nothing is worse than a candidate that compiles with no
+        tree-sitter error)."""
+        bar = best if isinstance(best, _Verdict) else None
+
+        def verdict() -> _Verdict:
+            nonlocal bar
+            if bar is None:
+                assert not isinstance(best, _Verdict)
+                bar = best()
+            return bar
+
+        if self.language == "python" and self._error_line(new) is not None and verdict().compiles:
             return "does not compile"
-        if syntax_errors(self.language, new, self._tree(new)) > best.errors:
+        errors = syntax_errors(self.language, new, self._tree(new))
+        if errors and errors > verdict().errors:
             return "adds syntax errors"
         return None
 
@@ -343,7 +366,8 @@ class SyntaxCheck:
         if self._starts is None:
             from infill.languages import parse
 
-            root = parse(self.language, self.data).root_node
+            self._whole = parse(self.language, self.data)
+            root = self._whole.root_node
             self._statements = [(c.start_byte, c.end_byte) for c in root.children if c.start_point[1] == 0]
             self._starts = [start for start, _ in self._statements if start > 0]
         return self._starts
@@ -370,8 +394,40 @@ class SyntaxCheck:
         from infill.languages import parse
 
         if self._parsed is None or self._parsed[0] != source:
-            self._parsed = (source, parse(self.language, source))
+            if self._pending is not None and self._pending[0] == source:
+                self._reparse(*self._pending)  # a chunk of a large input: from the input's parse, when it pays
+            if self._parsed is None or self._parsed[0] != source:
+                self._parsed = (source, parse(self.language, source))
         return self._parsed[1]
+
+    def _reparse(self, candidate: bytes, start: int, end: int, edits: Sequence[Any]) -> None:
+        """Parse `candidate` (chunk [start, end) of the original with `edits`) incrementally, from the original's
+        parse with the text outside the chunk cut and the edits applied, and keep it for _tree: a chunk that is
+        one statement megabytes long is not parsed from scratch per candidate. A tree with an error is parsed
+        again from scratch, so the error count a candidate is judged by is a fresh parse's."""
+        import tree_sitter
+
+        from infill.languages import grammar
+
+        if self._whole is None or b"\r" in candidate or 2 * (end - start) < len(self.data):
+            # (languages.parse reads a lone CR as a LF: its rows are not those counted here.) Editing the whole
+            # input's tree costs about what parsing it does (a second for 20 MB): it pays only for a chunk that
+            # is most of the input, not for a function among thousands
+            return
+        tree = self._whole.copy()
+        size = len(self.data)
+        tree.edit(end, size, end, _point(self.data, end), _point(self.data, size), _point(self.data, end))
+        tree.edit(0, start, 0, (0, 0), _point(self.data, start), (0, 0))
+        chunk = self.data[start:end]
+        for e in sorted(edits, key=lambda e: (e.start_byte, e.end_byte), reverse=True):
+            at, stop, text = e.start_byte - start, e.end_byte - start, e.text.encode("utf-8")
+            first = _point(chunk, at)
+            lines = text.count(b"\n")
+            after = (first[0] + lines, len(text) - text.rfind(b"\n") - 1 if lines else first[1] + len(text))
+            tree.edit(at, stop, at + len(text), first, _point(chunk, stop), after)
+        parsed = tree_sitter.Parser(grammar(self.language)).parse(candidate, tree)
+        if not parsed.root_node.has_error:
+            self._parsed = (candidate, parsed)
 
     def chunks(self, edits: Sequence[Any]) -> list[tuple[int, int]]:
         """Merged [start, end) byte ranges of the original around the edits, on statement boundaries: the
@@ -412,6 +468,11 @@ def _token_runs_over(language: str, source: bytes, start: int, end: int, tree: A
     root = (tree if tree is not None else parse(language, source)).root_node
     node = root.descendant_for_byte_range(after, after + 1)
     return node is not None and start <= node.start_byte <= end and node.start_byte < after
+
+
+def _point(data: bytes, at: int) -> tuple[int, int]:
+    """Tree-sitter's (row, byte column) of byte offset `at` in `data`."""
+    return data.count(b"\n", 0, at), at - (data.rfind(b"\n", 0, at) + 1)
 
 
 def _apply_shifted(chunk: bytes, edits: Sequence[Any], offset: int) -> bytes:

@@ -93,7 +93,7 @@ from infill.decoding.stats import histogram
 from infill.errors import InputError
 from infill.models.fim import PREFIX_SHARE, split_context
 from infill.models.registry import LoadedModel
-from infill.spans import LineIndex, Span, check_spans
+from infill.spans import Span, check_spans, line_index
 
 if TYPE_CHECKING:
     from infill.core.checks import SyntaxCheck
@@ -270,7 +270,7 @@ def plan(
     warnings: list[str] = []
     if not ordered:
         return FillResult(text, [], stats, warnings, notes)
-    index = LineIndex(data)
+    index = line_index(data)
     window = backend.window(loaded)
     if options.max_context is not None and options.max_context < window.max_length:
         window = replace(window, max_length=options.max_context)

@@ -182,8 +182,9 @@ def python_facts(tree: ast.Module | None, skeleton: Skeleton, line: int, owner: 
 
 
 def parse_python(source: str) -> ast.Module | None:
-    """The file's `ast`, or None when CPython cannot parse it (tree-sitter is more lenient)."""
+    """The file's `ast`, or None when CPython cannot parse it (tree-sitter is more lenient), nesting too deep for
+    its parser (`-` 100,000 times: MemoryError; a long chain of operators: RecursionError) included."""
     try:
         return ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None

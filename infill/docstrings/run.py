@@ -203,6 +203,9 @@ def fill_file(
         result = process_source(patch.decode_utf8(data, str(path)), str(path), cfg, filler, update=req.update)
         if result.changed and breaks_syntax(languages.detect(str(path)), data, result.text.encode("utf-8")):
             raise NoValidFillError("the new docstrings would break the file's syntax; nothing was written")
+        foreign = patch.foreign_text(data, [result.text]) if result.changed and data.isascii() else None
+        if foreign is not None:
+            raise NoValidFillError(f"the new docstrings {foreign}; nothing was written")
         if filler is not None and result.changed and not req.diff:
             if cancelled is not None and cancelled():
                 raise Cancelled("the client went away; nothing more is written")
