@@ -18,9 +18,8 @@ from infill.commands.shell import (
     exit_on_click_error,
     load_command,
     quiet_broken_pipe,
-    signal_report,
 )
-from infill.errors import Terminated
+from infill.errors import Terminated, signal_report
 
 # command name -> "module:attribute"; modules are imported only when the command is used or listed in detail
 COMMANDS: dict[str, str] = {

@@ -138,6 +138,14 @@ class Terminated(BaseException):
     `except Exception` may swallow it."""
 
 
+def signal_report(exc: BaseException) -> tuple[str, int]:
+    """The one quiet stderr line and the exit code of a command stopped by Ctrl-C (KeyboardInterrupt) or SIGTERM
+    (Terminated): 130 and 143, what a shell reports for a tool those signals stop (not Click's "Aborted!", 1)."""
+    if isinstance(exc, Terminated):
+        return "infill: terminated", ExitCode.TERMINATED
+    return "infill: interrupted", ExitCode.INTERRUPTED
+
+
 INTERNAL_ERROR = "internal_error"  # the code of an exception that is no InfillError: a bug
 
 

@@ -32,7 +32,7 @@ from infill.commands.fill_output import (
     write_out,
 )
 from infill.commands.interrupts import held, release
-from infill.commands.shell import error_line, error_report, signal_report
+from infill.commands.shell import error_line, error_report
 from infill.core.fill import (
     FillRequest,
     error_json,
@@ -43,7 +43,7 @@ from infill.core.fill import (
     result_json,
     run_fill,
 )
-from infill.errors import ExitCode, InfillError, InputError, LowConfidenceError, Terminated
+from infill.errors import ExitCode, InfillError, InputError, LowConfidenceError, Terminated, signal_report
 from infill.options import click_options, from_flags
 from infill.server.options import daemon_options, fill_command
 from infill.spans import DEFAULT_TOKENS, Selection

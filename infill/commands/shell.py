@@ -1,6 +1,6 @@
 """What the `infill` group (infill.cli) and its commands share: an error as one stderr line with its documented
-exit code (infill.errors.ExitCode), what a shell reports for a command stopped by a signal, and commands
-imported on first use. Click only: no torch.
+exit code (infill.errors.ExitCode; what a shell reports for a command stopped by a signal is
+infill.errors.signal_report), and commands imported on first use. Click only: no torch.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import NoReturn
 
 import click
 
-from infill.errors import ExitCode, Terminated
+from infill.errors import ExitCode
 
 
 def error_line(exc: click.ClickException) -> str:
@@ -53,14 +53,6 @@ def quiet_broken_pipe() -> NoReturn:
     except (OSError, ValueError, AttributeError):
         pass
     sys.exit(ExitCode.BROKEN_PIPE)
-
-
-def signal_report(exc: BaseException) -> tuple[str, int]:
-    """The one quiet stderr line and the exit code of a command stopped by Ctrl-C (KeyboardInterrupt) or SIGTERM
-    (Terminated): 130 and 143, what a shell reports for a tool those signals stop (not Click's "Aborted!", 1)."""
-    if isinstance(exc, Terminated):
-        return "infill: terminated", ExitCode.TERMINATED
-    return "infill: interrupted", ExitCode.INTERRUPTED
 
 
 def load_command(target: str) -> click.Command | None:

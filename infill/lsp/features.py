@@ -204,8 +204,7 @@ def serve(max_input_bytes: int, tcp_port: int | None = None) -> None:
         load_plugins(server, plugins)
     import sys
 
-    from infill.commands.shell import signal_report
-    from infill.errors import ExitCode, Terminated
+    from infill.errors import ExitCode, Terminated, signal_report
     from infill.lsp import framing
 
     try:
