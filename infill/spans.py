@@ -275,8 +275,36 @@ def _require_language(sel: Selection, language: str | None, filename: str | None
     return language
 
 
+# a C++ operator's name, kept whole by _without_template_arguments: operator<, operator<<=, operator(), operator==
+_OPERATOR = re.compile(r"operator\b\s*(?:<=>|<<=|>>=|<<|>>|<=|>=|<|>|[^\s<>:.]*)")
+
+
+def _without_template_arguments(name: str) -> str:
+    """`Box<std::pair<K, V>>::get` -> `Box::get`: a C++ (or Rust) name's template arguments, which neither
+    `--function Box::get` nor the list of names shown when a name is not found should need."""
+    out: list[str] = []
+    depth = 0
+    at = 0
+    while at < len(name):
+        word_start = at == 0 or not (name[at - 1].isalnum() or name[at - 1] == "_")
+        operator = _OPERATOR.match(name, at) if depth == 0 and word_start else None
+        if operator is not None:
+            out.append(operator.group())
+            at = operator.end()
+            continue
+        char = name[at]
+        if char == "<":
+            depth += 1
+        elif char == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(char)
+        at += 1
+    return "".join(out)
+
+
 def _name_parts(name: str) -> list[str]:
-    return [p for p in re.split(r"\.|::", name) if p]
+    return [p for p in re.split(r"\.|::", _without_template_arguments(name)) if p]
 
 
 def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[Span]:
@@ -310,7 +338,7 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
         if full[-len(wanted) :] == wanted and len(full) >= len(wanted):
             found.append((node, body))
     if not found:
-        names = sorted({name for _, name, _ in defs})
+        names = sorted({_without_template_arguments(name) for _, name, _ in defs})
         plural = "classes" if kind == "class" else "functions"
         listing = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "") if names else f"the file has no {plural}"
         if tree.root_node.has_error:  # a definition inside or after a syntax error may not be recognised
