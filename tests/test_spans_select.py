@@ -386,3 +386,26 @@ def test_names_listed_when_not_found_drop_template_arguments() -> None:
     data = b"template <typename T>\nT Box<T>::get() const {\n  return w;\n}\n"
     with pytest.raises(InputError, match=r"'Box::gte' not found \(Box::get\)$"):
         resolve(data, [Selection("function", "Box::gte")], "cpp", "a.cpp")
+
+
+CPP_HEADER = b"namespace geo {\nclass Shape {\npublic:\n    int name() const {\n        return 1;\n    }\n};\n}\n"
+
+
+def test_a_cpp_header_is_read_as_cpp() -> None:
+    """A `.h` file is C unless C++'s grammar reads it with fewer errors (a class, a namespace)."""
+    assert languages.detect("a.h") == "c"
+    assert languages.detect("a.h", b"struct p { int x; };\nint f(void);\n") == "c"
+    assert languages.detect("a.h", b"int f(void) {\n") == "c"  # broken in both: still C
+    assert languages.detect("shapes.h", CPP_HEADER) == "cpp"
+    assert languages.detect("a.c", CPP_HEADER) == "c"  # only a header is ambiguous
+
+
+def test_the_command_line_fills_a_method_of_a_cpp_header(tmp_path: Path) -> None:
+    path = tmp_path / "shapes.h"
+    path.write_bytes(CPP_HEADER)
+    with fake_model(["return 2;"], name="fake-header"):
+        result = CliRunner().invoke(
+            main, ["fill", str(path), "--function", "geo::Shape::name", "--model", "fake-header"]
+        )
+    assert result.exit_code == 0, result.output
+    assert path.read_bytes() == CPP_HEADER.replace(b"return 1;", b"return 2;")
