@@ -338,9 +338,13 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
         if full[-len(wanted) :] == wanted and len(full) >= len(wanted):
             found.append((node, body))
     if not found:
-        names = sorted({_without_template_arguments(name) for _, name, _ in defs})
+        names = _closest_first(wanted[-1], sorted({_without_template_arguments(name) for _, name, _ in defs}))
         plural = "classes" if kind == "class" else "functions"
-        listing = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "") if names else f"the file has no {plural}"
+        listing = (
+            ", ".join(names[:_LISTED]) + (", ..." if len(names) > _LISTED else "")
+            if names
+            else f"the file has no {plural}"
+        )
         if tree.root_node.has_error:  # a definition inside or after a syntax error may not be recognised
             from infill.languages import first_error_line
 
@@ -356,6 +360,24 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
         for node, body in found
     ]
     return _outermost(spans)
+
+
+_LISTED = 12  # names a "not found" message lists
+
+
+def _closest_first(wanted: str, names: list[str]) -> list[str]:
+    """`names` as a "not found" message lists them: all of them, in order, when they fit; else the ones that
+    look like `wanted` (by their last part: `push` finds `Stack.push`) first, so a typo's fix is shown."""
+    if len(names) <= _LISTED:
+        return names
+    import difflib
+
+    def likeness(name: str) -> float:
+        parts = _name_parts(name) or [name]
+        return difflib.SequenceMatcher(None, wanted.lower(), parts[-1].lower()).ratio()
+
+    close = sorted((n for n in names if likeness(n) >= 0.6), key=lambda n: -likeness(n))
+    return close + [n for n in names if n not in close]
 
 
 def indent_at(data: bytes, definition: Any, language: str) -> int:

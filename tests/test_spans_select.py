@@ -409,3 +409,12 @@ def test_the_command_line_fills_a_method_of_a_cpp_header(tmp_path: Path) -> None
         )
     assert result.exit_code == 0, result.output
     assert path.read_bytes() == CPP_HEADER.replace(b"return 1;", b"return 2;")
+
+
+def test_a_name_not_found_among_many_lists_the_close_ones_first() -> None:
+    """Past 12 names the list is cut; the names that look like the one asked for come first, so a typo's fix
+    (`parse_hedaer` for `Reader.parse_header`) is shown rather than the first 12 in alphabetical order."""
+    funcs = "".join(f"function a{i:02d}() {{\n  return {i};\n}}\n" for i in range(20))
+    data = (funcs + "class Reader {\n  parse_header() {\n    return 1;\n  }\n}\n").encode()
+    with pytest.raises(InputError, match=r"'parse_hedaer' not found \(parse_header, a00, a01, .*, \.\.\.\)$"):
+        resolve(data, [Selection("function", "parse_hedaer")], "javascript", "a.js")
