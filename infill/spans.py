@@ -303,6 +303,20 @@ def _without_template_arguments(name: str) -> str:
     return "".join(out)
 
 
+def _definition_name(data: bytes, node: Any) -> str:
+    """The text of a definition's name node; a C++ conversion operator (`operator bool() const`, `S::operator
+    int() const`) is named without its parameters and qualifiers: `operator bool`, `S::operator int`."""
+    inner = node
+    while inner.type == "qualified_identifier" and inner.child_by_field_name("name") is not None:
+        inner = inner.child_by_field_name("name")
+    target = inner.child_by_field_name("type") if inner.type == "operator_cast" else None
+    end = inner.start_byte if target is not None else node.end_byte
+    name = data[node.start_byte : end].decode("utf-8", "replace")
+    if target is not None:
+        name += "operator " + data[target.start_byte : target.end_byte].decode("utf-8", "replace")
+    return name
+
+
 def _name_parts(name: str) -> list[str]:
     return [p for p in re.split(r"\.|::", _without_template_arguments(name)) if p]
 
@@ -316,7 +330,7 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
         for prefix in ("function", "class"):
             if prefix in caps and f"{prefix}.name" in caps and f"{prefix}.body" in caps:
                 node, name_node, body = caps[prefix][0], caps[f"{prefix}.name"][0], caps[f"{prefix}.body"][0]
-                name = data[name_node.start_byte : name_node.end_byte].decode("utf-8", "replace")
+                name = _definition_name(data, name_node)
                 for scope in caps.get(f"{prefix}.scope", [])[:1]:  # a Go method's receiver type: Stack.Push
                     name = data[scope.start_byte : scope.end_byte].decode("utf-8", "replace") + "." + name
                 if prefix == "class":

@@ -371,6 +371,22 @@ REAL_DEFINITIONS = [
         [b"  return k;"],
     ),
     ("a.cc", b"int (*A::get(int k))(int) {\n  return f;\n}\n", "function", "A::get", [b"  return f;"]),
+    # C++ operators: an assignment returning a reference, a conversion operator in and out of its class
+    (
+        "a.cc",
+        b"struct S {\n  S& operator=(const S& o) {\n    return *this;\n  }\n};\n",
+        "function",
+        "S.operator=",
+        [b"    return *this;"],
+    ),
+    (
+        "a.cc",
+        b"struct S {\n  explicit operator bool() const {\n    return ok;\n  }\n};\n",
+        "function",
+        "S.operator bool",
+        [b"    return ok;"],
+    ),
+    ("a.cc", b"S::operator int() const {\n  return 1;\n}\n", "function", "S::operator int", [b"  return 1;"]),
 ]
 
 

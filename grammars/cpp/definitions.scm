@@ -10,13 +10,19 @@
 (function_definition
   declarator: (pointer_declarator
     declarator: (function_declarator
-      declarator: [(identifier) (field_identifier) (qualified_identifier)] @function.name))
+      declarator: [(identifier) (field_identifier) (qualified_identifier) (operator_name)] @function.name))
   body: (compound_statement) @function.body) @function
 
+; `S& operator=(const S& o)`, `T& A::get()`
 (function_definition
   declarator: (reference_declarator
     (function_declarator
-      declarator: [(identifier) (field_identifier) (qualified_identifier)] @function.name))
+      declarator: [(identifier) (field_identifier) (qualified_identifier) (operator_name)] @function.name))
+  body: (compound_statement) @function.body) @function
+
+; a conversion operator, `operator bool() const` (named `operator bool`), and `S::operator int() const`
+(function_definition
+  declarator: [(operator_cast) (qualified_identifier)] @function.name
   body: (compound_statement) @function.body) @function
 
 ; `char **f()`, `std::string **A::f()` and a function returning a function pointer, `int (*f(int kind))(int)`
