@@ -351,6 +351,13 @@ REAL_DEFINITIONS = [
     ("a.js", b"class A {\n  #p() {\n    return 1;\n  }\n}\n", "function", "A.#p", [b"    return 1;"]),
     ("a.mjs", b"const o = {\n  f: () => {\n    return 1;\n  },\n};\n", "function", "f", [b"    return 1;"]),
     ("a.tsx", b"class A {\n  private h = (e: E): void => {\n    go(e);\n  };\n}\n", "function", "A.h", [b"    go(e);"]),
+    (
+        "a.ts",
+        b"namespace A.B {\n  export function f() {\n    return 1;\n  }\n}\n",
+        "function",
+        "A.B.f",
+        [b"    return 1;"],
+    ),
     # C: a function returning a pointer to pointer or a function pointer; a typedef'd anonymous struct
     ("a.c", b"char **f(void) {\n  return 0;\n}\n", "function", "f", [b"  return 0;"]),
     ("a.c", b"static int (*get(int k))(int) {\n  return twice;\n}\n", "function", "get", [b"  return twice;"]),

@@ -36,6 +36,11 @@
   name: (type_identifier) @class.name
   body: (class_body) @class.body) @class
 
+; a namespace is a scope, as a C++ one is: `--function NS.f`
+(internal_module
+  name: [(identifier) (nested_identifier)] @class.name
+  body: (statement_block) @class.body) @class
+
 (interface_declaration
   name: (type_identifier) @class.name
   body: (interface_body) @class.body) @class
