@@ -64,12 +64,30 @@ _BY_EXTENSION = {ext: info.name for info in LANGUAGES.values() for ext in info.e
 _CPP_UPPER = {".C": "cpp", ".H": "cpp"}  # as GCC reads them: capital C and H are C++, not C
 
 
-def detect(filename: str | None) -> str | None:
-    """Language name for a file name, or None for plain text (unknown or missing extension)."""
+def detect(filename: str | None, data: bytes | None = None) -> str | None:
+    """Language name for a file name, or None for plain text (unknown or missing extension).
+
+    A `.h` file is C, unless its text (`data`, when given) is C++: C's grammar finds syntax errors in it that
+    C++'s does not (a class, a namespace, a template), as GitHub's linguist and ctags also read headers."""
     if not filename:
         return None
     suffix = PurePath(filename).suffix
-    return _CPP_UPPER.get(suffix) or _BY_EXTENSION.get(suffix.lower())
+    found = _CPP_UPPER.get(suffix) or _BY_EXTENSION.get(suffix.lower())
+    if found == "c" and suffix.lower() == ".h" and data is not None and _is_cpp_header(data):
+        return "cpp"
+    return found
+
+
+def _is_cpp_header(data: bytes) -> bool:
+    """Whether C++'s grammar parses `data` with fewer errors than C's (False when either grammar is missing:
+    the header stays C, and a missing C grammar is reported as such)."""
+    from infill.core.checks import syntax_errors
+
+    try:
+        as_c = syntax_errors("c", data)
+        return as_c > 0 and syntax_errors("cpp", data) < as_c
+    except InputError:
+        return False
 
 
 def known_extensions() -> str:

@@ -289,8 +289,50 @@ def _require_language(sel: Selection, language: str | None, filename: str | None
     return language
 
 
+# a C++ operator's name, kept whole by _without_template_arguments: operator<, operator<<=, operator(), operator==
+_OPERATOR = re.compile(r"operator\b\s*(?:<=>|<<=|>>=|<<|>>|<=|>=|<|>|[^\s<>:.]*)")
+
+
+def _without_template_arguments(name: str) -> str:
+    """`Box<std::pair<K, V>>::get` -> `Box::get`: a C++ (or Rust) name's template arguments, which neither
+    `--function Box::get` nor the list of names shown when a name is not found should need."""
+    out: list[str] = []
+    depth = 0
+    at = 0
+    while at < len(name):
+        word_start = at == 0 or not (name[at - 1].isalnum() or name[at - 1] == "_")
+        operator = _OPERATOR.match(name, at) if depth == 0 and word_start else None
+        if operator is not None:
+            out.append(operator.group())
+            at = operator.end()
+            continue
+        char = name[at]
+        if char == "<":
+            depth += 1
+        elif char == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(char)
+        at += 1
+    return "".join(out)
+
+
+def _definition_name(data: bytes, node: Any) -> str:
+    """The text of a definition's name node; a C++ conversion operator (`operator bool() const`, `S::operator
+    int() const`) is named without its parameters and qualifiers: `operator bool`, `S::operator int`."""
+    inner = node
+    while inner.type == "qualified_identifier" and inner.child_by_field_name("name") is not None:
+        inner = inner.child_by_field_name("name")
+    target = inner.child_by_field_name("type") if inner.type == "operator_cast" else None
+    end = inner.start_byte if target is not None else node.end_byte
+    name = data[node.start_byte : end].decode("utf-8", "replace")
+    if target is not None:
+        name += "operator " + data[target.start_byte : target.end_byte].decode("utf-8", "replace")
+    return name
+
+
 def _name_parts(name: str) -> list[str]:
-    return [p for p in re.split(r"\.|::", name) if p]
+    return [p for p in re.split(r"\.|::", _without_template_arguments(name)) if p]
 
 
 def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[Span]:
@@ -302,7 +344,7 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
         for prefix in ("function", "class"):
             if prefix in caps and f"{prefix}.name" in caps and f"{prefix}.body" in caps:
                 node, name_node, body = caps[prefix][0], caps[f"{prefix}.name"][0], caps[f"{prefix}.body"][0]
-                name = data[name_node.start_byte : name_node.end_byte].decode("utf-8", "replace")
+                name = _definition_name(data, name_node)
                 for scope in caps.get(f"{prefix}.scope", [])[:1]:  # a Go method's receiver type: Stack.Push
                     name = data[scope.start_byte : scope.end_byte].decode("utf-8", "replace") + "." + name
                 if prefix == "class":
@@ -324,9 +366,13 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
         if full[-len(wanted) :] == wanted and len(full) >= len(wanted):
             found.append((node, body))
     if not found:
-        names = sorted({name for _, name, _ in defs})
+        names = _closest_first(wanted[-1], sorted({_without_template_arguments(name) for _, name, _ in defs}))
         plural = "classes" if kind == "class" else "functions"
-        listing = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "") if names else f"the file has no {plural}"
+        listing = (
+            ", ".join(names[:_LISTED]) + (", ..." if len(names) > _LISTED else "")
+            if names
+            else f"the file has no {plural}"
+        )
         if tree.root_node.has_error:  # a definition inside or after a syntax error may not be recognised
             from infill.languages import first_error_line
 
@@ -342,6 +388,24 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
         for node, body in found
     ]
     return _outermost(spans)
+
+
+_LISTED = 12  # names a "not found" message lists
+
+
+def _closest_first(wanted: str, names: list[str]) -> list[str]:
+    """`names` as a "not found" message lists them: all of them, in order, when they fit; else the ones that
+    look like `wanted` (by their last part: `push` finds `Stack.push`) first, so a typo's fix is shown."""
+    if len(names) <= _LISTED:
+        return names
+    import difflib
+
+    def likeness(name: str) -> float:
+        parts = _name_parts(name) or [name]
+        return difflib.SequenceMatcher(None, wanted.lower(), parts[-1].lower()).ratio()
+
+    close = sorted((n for n in names if likeness(n) >= 0.6), key=lambda n: -likeness(n))
+    return close + [n for n in names if n not in close]
 
 
 def indent_at(data: bytes, definition: Any, language: str) -> int:

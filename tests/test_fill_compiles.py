@@ -120,6 +120,29 @@ def test_other_languages_hold_fills_to_what_a_filler_allows() -> None:
     assert "  if (x) {\n" in r.text and checks.syntax_errors("javascript", r.text.encode()) == 0
 
 
+@pytest.mark.parametrize("language", ["javascript", "typescript", "tsx"])
+def test_a_method_written_into_an_arrow_body_is_a_syntax_error(language: str) -> None:
+    """tree-sitter reads `() => { render() {} }` as an arrow returning an object, without an ERROR node; no
+    JavaScript engine does (a `{` after `=>` opens a block). Such a body counts as an error, a label does not."""
+
+    def source(body: str) -> bytes:
+        return f"const Hello = (props) => {{\n{body}\n}};\n".encode()
+
+    for bad in ("  render() {\n    return 1;\n  }", "  ...props", '  "a": 1', "  a: 1, b: 2"):
+        assert checks.syntax_errors(language, source(bad)) == 1, bad
+    for good in ("  return 1;", "  a: 1", "  a, b", "", "  return { render() {} };"):
+        assert checks.syntax_errors(language, source(good)) == 0, good
+    with fake_model([[("render() {\n}", 0.7), ("return 1;", 0.3)]], name="fake-arrow"):
+        r = api.fill_text(
+            source("  return 0;").decode(),
+            resolve(source("  return 0;"), [Selection("function", "Hello")], language, "a"),
+            language=language,
+            model=ModelSpec("fake-arrow"),
+            options=FillOptions(max_resample=20),
+        )
+    assert r.text == source("  return 1;").decode()
+
+
 def test_no_fill_at_all_is_an_error_not_a_broken_file() -> None:
     with fake_model([[("s = s + 1", 0.5), ("print(s)", 0.5)]], name="fake-compile"):
         with pytest.raises(NoValidFillError, match="does not compile"):

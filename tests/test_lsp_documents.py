@@ -114,6 +114,12 @@ def test_language_from_the_file_name_else_the_language_id() -> None:
     assert language_of(Document("untitled:Untitled-2", "markdown", 1, "")) is None
 
 
+def test_a_header_the_editor_calls_cpp_is_cpp() -> None:
+    """Vim and Neovim may set filetype cpp on a `.h` file; its syntax is then checked with C++'s grammar."""
+    assert language_of(Document("file:///a/b.h", "cpp", 1, "class A {};\n")) == "cpp"
+    assert language_of(Document("file:///a/b.h", "c", 1, "")) == "c"
+
+
 def test_a_position_on_a_long_line_is_found_without_a_step_per_character(monkeypatch: pytest.MonkeyPatch) -> None:
     import infill.lsp.documents as documents
 

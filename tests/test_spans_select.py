@@ -303,3 +303,141 @@ def test_line_column_spans_match_python_slicing(lines: list[str], data: st.DataO
     starts = [sum(len(x) + 1 for x in lines[:i]) for i in range(len(lines))]
     expected = text[starts[a - 1] + c - 1 : starts[b - 1] + d - 1]
     assert text.encode()[span.start_byte : span.end_byte].decode() == expected
+
+
+# Definitions the grammars parse but the queries once missed, as real code writes them: each (file name, source,
+# selector kind, name, the body or bodies it selects)
+REAL_DEFINITIONS = [
+    # a Rust impl of a generic type, of a path, and a function in a module
+    (
+        "a.rs",
+        b"struct S<T> { v: T }\nimpl<T> S<T> {\n    fn new() -> i32 {\n        1\n    }\n}\n",
+        "function",
+        "S.new",
+        [b"        1"],
+    ),
+    ("a.rs", b"impl a::S {\n    fn f() {\n        g();\n    }\n}\n", "function", "S::f", [b"        g();"]),
+    (
+        "a.rs",
+        b"impl<T: Ord> fmt::Debug for a::S<T> {\n    fn fmt() {\n        g();\n    }\n}\n",
+        "function",
+        "S.fmt",
+        [b"        g();"],
+    ),
+    (
+        "a.rs",
+        b"mod util {\n    pub fn helper() -> i32 {\n        1\n    }\n}\n",
+        "function",
+        "util::helper",
+        [b"        1"],
+    ),
+    # a Java record and its compact constructor
+    (
+        "P.java",
+        b"record P(int x) {\n    P {\n        check(x);\n    }\n    int sum() {\n        return x;\n    }\n}\n",
+        "function",
+        "P.sum",
+        [b"        return x;"],
+    ),
+    ("P.java", b"record P(int x) {\n    P {\n        check(x);\n    }\n}\n", "function", "P.P", [b"        check(x);"]),
+    # a function held by a class field (React's handlers) or by an object's property
+    (
+        "a.js",
+        b"class A {\n  h = (e) => {\n    go(e);\n  };\n  #p() {\n    return 1;\n  }\n}\n",
+        "function",
+        "A.h",
+        [b"    go(e);"],
+    ),
+    ("a.js", b"class A {\n  #p() {\n    return 1;\n  }\n}\n", "function", "A.#p", [b"    return 1;"]),
+    ("a.mjs", b"const o = {\n  f: () => {\n    return 1;\n  },\n};\n", "function", "f", [b"    return 1;"]),
+    ("a.tsx", b"class A {\n  private h = (e: E): void => {\n    go(e);\n  };\n}\n", "function", "A.h", [b"    go(e);"]),
+    (
+        "a.ts",
+        b"namespace A.B {\n  export function f() {\n    return 1;\n  }\n}\n",
+        "function",
+        "A.B.f",
+        [b"    return 1;"],
+    ),
+    # C: a function returning a pointer to pointer or a function pointer; a typedef'd anonymous struct
+    ("a.c", b"char **f(void) {\n  return 0;\n}\n", "function", "f", [b"  return 0;"]),
+    ("a.c", b"static int (*get(int k))(int) {\n  return twice;\n}\n", "function", "get", [b"  return twice;"]),
+    ("a.h", b"typedef struct {\n  int w;\n} size2;\n", "class", "size2", [b"  int w;"]),
+    # C++: an out-of-class member of a class template, named without its template arguments
+    (
+        "a.hpp",
+        b"template <typename T>\nT Box<T>::get() const {\n  return w;\n}\n",
+        "function",
+        "Box::get",
+        [b"  return w;"],
+    ),
+    (
+        "a.cc",
+        b"template <class K>\nbool M<std::pair<K, int>>::operator<(const M& o) const {\n  return k;\n}\n",
+        "function",
+        "M.operator<",
+        [b"  return k;"],
+    ),
+    ("a.cc", b"int (*A::get(int k))(int) {\n  return f;\n}\n", "function", "A::get", [b"  return f;"]),
+    # C++ operators: an assignment returning a reference, a conversion operator in and out of its class
+    (
+        "a.cc",
+        b"struct S {\n  S& operator=(const S& o) {\n    return *this;\n  }\n};\n",
+        "function",
+        "S.operator=",
+        [b"    return *this;"],
+    ),
+    (
+        "a.cc",
+        b"struct S {\n  explicit operator bool() const {\n    return ok;\n  }\n};\n",
+        "function",
+        "S.operator bool",
+        [b"    return ok;"],
+    ),
+    ("a.cc", b"S::operator int() const {\n  return 1;\n}\n", "function", "S::operator int", [b"  return 1;"]),
+]
+
+
+@pytest.mark.parametrize(("name", "data", "kind", "value", "bodies"), REAL_DEFINITIONS)
+def test_real_definitions_are_found(name: str, data: bytes, kind: str, value: str, bodies: list[bytes]) -> None:
+    lang = languages.detect(name)
+    assert lang is not None and not languages.parse(lang, data).root_node.has_error
+    assert text_of(data, resolve(data, [Selection(kind, value)], lang, name)) == bodies  # type: ignore[arg-type]
+
+
+def test_names_listed_when_not_found_drop_template_arguments() -> None:
+    """The names offered are names `--function` accepts: `Box::get`, not `Box<T>::get`."""
+    data = b"template <typename T>\nT Box<T>::get() const {\n  return w;\n}\n"
+    with pytest.raises(InputError, match=r"'Box::gte' not found \(Box::get\)$"):
+        resolve(data, [Selection("function", "Box::gte")], "cpp", "a.cpp")
+
+
+CPP_HEADER = b"namespace geo {\nclass Shape {\npublic:\n    int name() const {\n        return 1;\n    }\n};\n}\n"
+
+
+def test_a_cpp_header_is_read_as_cpp() -> None:
+    """A `.h` file is C unless C++'s grammar reads it with fewer errors (a class, a namespace)."""
+    assert languages.detect("a.h") == "c"
+    assert languages.detect("a.h", b"struct p { int x; };\nint f(void);\n") == "c"
+    assert languages.detect("a.h", b"int f(void) {\n") == "c"  # broken in both: still C
+    assert languages.detect("shapes.h", CPP_HEADER) == "cpp"
+    assert languages.detect("a.c", CPP_HEADER) == "c"  # only a header is ambiguous
+
+
+def test_the_command_line_fills_a_method_of_a_cpp_header(tmp_path: Path) -> None:
+    path = tmp_path / "shapes.h"
+    path.write_bytes(CPP_HEADER)
+    with fake_model(["return 2;"], name="fake-header"):
+        result = CliRunner().invoke(
+            main, ["fill", str(path), "--function", "geo::Shape::name", "--model", "fake-header"]
+        )
+    assert result.exit_code == 0, result.output
+    assert path.read_bytes() == CPP_HEADER.replace(b"return 1;", b"return 2;")
+
+
+def test_a_name_not_found_among_many_lists_the_close_ones_first() -> None:
+    """Past 12 names the list is cut; the names that look like the one asked for come first, so a typo's fix
+    (`parse_hedaer` for `Reader.parse_header`) is shown rather than the first 12 in alphabetical order."""
+    funcs = "".join(f"function a{i:02d}() {{\n  return {i};\n}}\n" for i in range(20))
+    data = (funcs + "class Reader {\n  parse_header() {\n    return 1;\n  }\n}\n").encode()
+    with pytest.raises(InputError, match=r"'parse_hedaer' not found \(parse_header, a00, a01, .*, \.\.\.\)$"):
+        resolve(data, [Selection("function", "parse_hedaer")], "javascript", "a.js")

@@ -12,6 +12,14 @@
   name: (identifier) @class.name
   body: (class_body) @class.body) @class
 
+(record_declaration
+  name: (identifier) @class.name
+  body: (class_body) @class.body) @class
+
+(compact_constructor_declaration
+  name: (identifier) @function.name
+  body: (block) @function.body) @function
+
 (interface_declaration
   name: (identifier) @class.name
   body: (interface_body) @class.body) @class

@@ -9,11 +9,22 @@
   body: (statement_block) @function.body) @function
 
 (method_definition
-  name: (property_identifier) @function.name
+  name: [(property_identifier) (private_property_identifier)] @function.name
   body: (statement_block) @function.body) @function
 
 (variable_declarator
   name: (identifier) @function.name
+  value: [(arrow_function body: (statement_block) @function.body)
+          (function_expression body: (statement_block) @function.body)]) @function
+
+; a class field or an object property holding a function: `handler = (e) => { ... }`, `{ f: function () { ... } }`
+(field_definition
+  property: [(property_identifier) (private_property_identifier)] @function.name
+  value: [(arrow_function body: (statement_block) @function.body)
+          (function_expression body: (statement_block) @function.body)]) @function
+
+(pair
+  key: (property_identifier) @function.name
   value: [(arrow_function body: (statement_block) @function.body)
           (function_expression body: (statement_block) @function.body)]) @function
 

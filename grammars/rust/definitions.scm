@@ -1,4 +1,5 @@
-; Definitions for `infill fill --function/--class/--node` (Rust). A "class" is a struct, enum, trait or impl.
+; Definitions for `infill fill --function/--class/--node` (Rust). A "class" is a struct, enum, trait, impl or mod
+; (`--function Stack.new` is a method of `impl<T> Stack<T>`, `--function util::helper` a function of `mod util`).
 
 (function_item
   name: (identifier) @function.name
@@ -17,7 +18,14 @@
   body: (declaration_list) @class.body) @class
 
 (impl_item
-  type: (type_identifier) @class.name
+  type: [(type_identifier) @class.name
+         (scoped_type_identifier name: (type_identifier) @class.name)
+         (generic_type type: (type_identifier) @class.name)
+         (generic_type type: (scoped_type_identifier name: (type_identifier) @class.name))]
+  body: (declaration_list) @class.body) @class
+
+(mod_item
+  name: (identifier) @class.name
   body: (declaration_list) @class.body) @class
 
 [(line_comment) (block_comment)] @comment

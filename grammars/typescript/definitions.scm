@@ -9,11 +9,22 @@
   body: (statement_block) @function.body) @function
 
 (method_definition
-  name: (property_identifier) @function.name
+  name: [(property_identifier) (private_property_identifier)] @function.name
   body: (statement_block) @function.body) @function
 
 (variable_declarator
   name: (identifier) @function.name
+  value: [(arrow_function body: (statement_block) @function.body)
+          (function_expression body: (statement_block) @function.body)]) @function
+
+; a class field or an object property holding a function: `handler = (e) => { ... }`, `{ f: function () { ... } }`
+(public_field_definition
+  name: [(property_identifier) (private_property_identifier)] @function.name
+  value: [(arrow_function body: (statement_block) @function.body)
+          (function_expression body: (statement_block) @function.body)]) @function
+
+(pair
+  key: (property_identifier) @function.name
   value: [(arrow_function body: (statement_block) @function.body)
           (function_expression body: (statement_block) @function.body)]) @function
 
@@ -24,6 +35,11 @@
 (abstract_class_declaration
   name: (type_identifier) @class.name
   body: (class_body) @class.body) @class
+
+; a namespace is a scope, as a C++ one is: `--function NS.f`
+(internal_module
+  name: [(identifier) (nested_identifier)] @class.name
+  body: (statement_block) @class.body) @class
 
 (interface_declaration
   name: (type_identifier) @class.name

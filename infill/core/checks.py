@@ -12,6 +12,7 @@ import hashlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Literal
 
 from infill.textops import indent_of, open_levels, target_indent, to_model
@@ -40,10 +41,41 @@ def python_error_line(source: bytes) -> int | None:
 
 
 def syntax_errors(language: str, source: bytes, tree: Any = None) -> int:
-    """Number of tree-sitter ERROR and MISSING nodes in `source` (`tree`: its parse, when the caller has it)."""
+    """Number of tree-sitter ERROR and MISSING nodes in `source` (`tree`: its parse, when the caller has it), plus
+    the errors a grammar hides (_hidden_errors)."""
     from infill.languages import parse
 
-    return _error_nodes((tree if tree is not None else parse(language, source)).root_node)
+    root = (tree if tree is not None else parse(language, source)).root_node
+    return _error_nodes(root) + _hidden_errors(language, source, root)
+
+
+_BRACE_ARROWS = ("javascript", "typescript", "tsx")
+
+
+@cache
+def _object_arrow_bodies(language: str) -> Any:
+    import tree_sitter
+
+    from infill.languages import grammar
+
+    return tree_sitter.Query(grammar(language), "(arrow_function body: (object) @body)")
+
+
+def _hidden_errors(language: str, source: bytes, root: Any) -> int:
+    """Syntax errors the grammar parses without an ERROR node. In JavaScript and TypeScript, a `{` after `=>`
+    always opens a block, yet tree-sitter reads `() => { render() {} }` as an arrow returning an object (no
+    engine does): such a body counts as an error unless it also reads as a block (`() => { a: 1 }`, a label)."""
+    if language not in _BRACE_ARROWS:
+        return 0
+    import tree_sitter
+
+    from infill.languages import parse
+
+    count = 0
+    for node in tree_sitter.QueryCursor(_object_arrow_bodies(language)).captures(root).get("body", []):
+        if parse(language, b"function _() " + source[node.start_byte : node.end_byte]).root_node.has_error:
+            count += 1
+    return count
 
 
 def _error_nodes(root: Any) -> int:

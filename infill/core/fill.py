@@ -275,7 +275,7 @@ def _prepare(req: FillRequest, tree_sitter: bool = True) -> _Input:
         patch.check_writable(_resolve(req, req.file), IN_PLACE_HINT)
     elif req.output and req.output != "-":
         patch.check_writable(_resolve(req, req.output))
-    language = languages.detect(name)
+    language = languages.detect(name, data)
     selected: list[Any] = []
     if tree_sitter or all(s.kind in ("span", "marker") for s in req.selections):
         try:

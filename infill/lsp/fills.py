@@ -161,8 +161,11 @@ def _with(settings: Mapping[str, Any], name: str | tuple[str, str], value: objec
 
 def language_of(document: Document) -> str | None:
     """infill's language for a document: from its file name, else from its LSP language identifier; None for
-    text infill does not parse (filled as plain text, without a syntax check)."""
+    text infill does not parse (filled as plain text, without a syntax check). A `.h` file the editor calls C++
+    is C++."""
     found = languages.detect(document.uri.rsplit("/", 1)[-1])
+    if found == "c" and document.language_id == "cpp":
+        return "cpp"
     if found is not None:
         return found
     name = _LANGUAGE_IDS.get(document.language_id, document.language_id)
