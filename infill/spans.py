@@ -339,7 +339,7 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
     kind = sel.kind  # "function" or "class"
     tree, matches = _captures(data, language)
     defs = []  # (node, name, body)
-    classes = []  # (start, end, name)
+    scopes = []  # (start, end, name) of every class and function: what a qualified name (A.f, outer.inner) names
     for _, caps in matches:
         for prefix in ("function", "class"):
             if prefix in caps and f"{prefix}.name" in caps and f"{prefix}.body" in caps:
@@ -347,8 +347,7 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
                 name = _definition_name(data, name_node)
                 for scope in caps.get(f"{prefix}.scope", [])[:1]:  # a Go method's receiver type: Stack.Push
                     name = data[scope.start_byte : scope.end_byte].decode("utf-8", "replace") + "." + name
-                if prefix == "class":
-                    classes.append((node.start_byte, node.end_byte, name))
+                scopes.append((node.start_byte, node.end_byte, name))
                 if prefix == kind:
                     defs.append((node, name, body))
     wanted = _name_parts(sel.value)
@@ -359,7 +358,7 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
         parts = _name_parts(name)  # C++ qualified names (A::f) bring their own scope
         outer = [
             c[2]
-            for c in sorted(classes)
+            for c in sorted(set(scopes), key=lambda c: (c[0], -c[1]))
             if c[0] <= node.start_byte and node.end_byte <= c[1] and (c[0], c[1]) != (node.start_byte, node.end_byte)
         ]
         full = [p for o in outer for p in _name_parts(o)] + parts

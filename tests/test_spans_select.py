@@ -225,6 +225,35 @@ def test_a_qualified_name_needs_the_whole_qualifier_to_match() -> None:
             resolve(data, [Selection("function", missing)], "python", "a.py")
 
 
+# A function nested in a function, named by its enclosing functions as Python's __qualname__ names it (without
+# "<locals>"): each file's nested function is "outer.inner"; its body
+NESTED = {
+    "a.py": (b"def outer(x):\n    def inner(y):\n        return y\n\n    return inner(x)\n", b"        return y"),
+    "a.js": (
+        b"function outer(x) {\n  function inner(y) {\n    return y;\n  }\n  return inner(x);\n}\n",
+        b"    return y;",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NESTED))
+def test_a_nested_function_is_named_by_its_enclosing_functions(name: str) -> None:
+    data, body = NESTED[name]
+    lang = languages.detect(name)
+    for found in ("inner", "outer.inner"):
+        assert text_of(data, resolve(data, [Selection("function", found)], lang, name)) == [body], found
+    with pytest.raises(InputError, match="not found"):
+        resolve(data, [Selection("function", "other.inner")], lang, name)
+
+
+def test_a_method_s_nested_function_is_named_through_the_method() -> None:
+    """A.f.g, as Python's __qualname__ (A.f.<locals>.g); A.g names a method g of A, which this file lacks."""
+    data = b"class A:\n    def f(self):\n        def g():\n            return 1\n\n        return g()\n"
+    assert text_of(data, resolve(data, [Selection("function", "A.f.g")], "python", "a.py")) == [b"            return 1"]
+    with pytest.raises(InputError, match="not found"):
+        resolve(data, [Selection("function", "A.g")], "python", "a.py")
+
+
 def test_the_command_line_fills_only_the_qualified_method(tmp_path: Path) -> None:
     """`infill fill --function B.f` as a user runs it changes B's f and nothing else."""
     source = SAME_NAMES["a.py"][0].decode()
