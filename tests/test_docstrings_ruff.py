@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import subprocess
 import sys
@@ -94,3 +95,33 @@ def test_output_passes_pydocstyle_and_formatters(tmp_path: Path, style: str, tex
             cwd=tmp_path, capture_output=True, text=True,
         )  # fmt: skip
         assert black.returncode == 0, black.stdout
+
+
+# PEP 8, ruff format and black: two blank lines between a module docstring and a top-level def or class (black
+# alone wants one before a decorator there; ruff and PEP 8 win), one before anything else.
+@pytest.mark.parametrize(
+    "first",
+    ["def f(x):\n    return x\n", "async def f(x):\n    return x\n", "class A:\n    x = 1\n",
+     "@property\ndef f(x):\n    return x\n", "import os\n\nX = os.sep\n", "# a comment\ndef f(x):\n    return x\n"],
+    ids=["def", "async-def", "class", "decorated", "import", "comment-then-def"],
+)  # fmt: skip
+def test_a_new_module_docstring_is_spaced_as_the_formatters_space_it(tmp_path: Path, first: str) -> None:
+    (tmp_path / "before.py").write_text(first)
+    assert ruff("format", "--isolated", "--check", "before.py", cwd=tmp_path).returncode == 0  # precondition
+    result = process_source(first, "mod.py", DocstringConfig(), FakeFiller())
+    assert ast.get_docstring(ast.parse(result.text)) is not None, result.text  # the module docstring was written
+    (tmp_path / "mod.py").write_text(result.text)
+    formatted = ruff("format", "--isolated", "--diff", "mod.py", cwd=tmp_path)
+    assert formatted.returncode == 0, formatted.stdout
+    if importlib.util.find_spec("black") is not None and not first.startswith("@"):
+        black = subprocess.run(
+            [sys.executable, "-m", "black", "--check", "--diff", "-q", "mod.py"],
+            cwd=tmp_path, capture_output=True, text=True,
+        )  # fmt: skip
+        assert black.returncode == 0, black.stdout
+
+
+def test_a_stubs_new_module_docstring_has_one_blank_line_as_the_formatters_want(tmp_path: Path) -> None:
+    stub = "def f(x: int) -> int: ...\n\nclass A:\n    x: int\n"
+    result = process_source(stub, "mod.pyi", DocstringConfig(), FakeFiller())
+    assert result.text.startswith('"""Mod module."""\n\ndef f(x: int) -> int:'), result.text
