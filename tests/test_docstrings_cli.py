@@ -138,6 +138,28 @@ def test_pyproject_configuration_and_flags(tmp_path: Path) -> None:
     assert [line.rsplit(" ", 1)[-1] for line in out.splitlines()] == []
 
 
+def test_each_file_gets_its_own_projects_settings_whatever_the_order(tmp_path: Path) -> None:
+    # a pre-commit run in a monorepo: files of two projects in one command line, in any order
+    root_config = '[tool.infill.docstrings]\nignore-regex = ["^test_"]\nignore-module = true\n'
+    (tmp_path / "pyproject.toml").write_text(root_config)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "pyproject.toml").write_text('[tool.infill.docstrings]\nstyle = "numpy"\n')
+    top, sub = tmp_path / "top.py", tmp_path / "pkg" / "sub.py"
+    for path in (top, sub):
+        path.write_text("def test_a(x):\n    return x\n")
+    for order in ((top, sub), (sub, top)):
+        code, out, _ = invoke("--check", *map(str, order))
+        assert code == 1 and sorted(out.splitlines()) == [f"{sub}:1: sub", f"{sub}:1: test_a"], order
+    assert invoke(str(sub), str(top))[0] == 0
+    assert top.read_text() == "def test_a(x):\n    return x\n"  # skipped by its own project's rules
+    assert "    Parameters\n    ----------\n    x\n" in sub.read_text()  # numpy: its project's style
+    (tmp_path / "pkg" / "pyproject.toml").write_text('[tool.infill]\nmodel = "other"\n')
+    sub.write_text("def g(x):\n    return x\n")
+    code, _, err = invoke(str(top), str(sub))  # one model fills a run: said, not ignored
+    assert code == 2 and f"{sub}: its pyproject.toml sets model 'other'" in err
+    assert sub.read_text() == "def g(x):\n    return x\n"
+
+
 def test_min_confidence_reports_and_leaves_missing(tmp_path: Path) -> None:
     root = project(tmp_path)
     mod = root / "pkg" / "mod.py"

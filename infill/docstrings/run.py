@@ -188,6 +188,27 @@ def plan(req: DocstringsRequest) -> tuple[DocstringConfig, list[Path]]:
     return cfg, collect_files(paths)
 
 
+RUN_WIDE = ("model", "seed", "temperature")  # settings of the one model that fills every file of a run
+
+
+def file_config(path: Path, req: DocstringsRequest, run_cfg: DocstringConfig) -> DocstringConfig:
+    """The settings of one file: from the nearest pyproject.toml at or above it (the flags win), whichever file
+    the run started from; `--config` names one for all. A file whose project asks for another model, seed or
+    temperature than the run's is an input error (one model fills a run); `--check` loads none."""
+    if req.config_path:
+        return run_cfg
+    cfg = build_config(find_pyproject(path), req.overrides)
+    if not req.check:
+        for name in RUN_WIDE:
+            ours, run = getattr(cfg, name), getattr(run_cfg, name)
+            if ours != run:
+                raise InputError(
+                    f"its pyproject.toml sets {name} {ours!r}, another file of this run {run!r}: fill the two"
+                    " projects in separate runs"
+                )
+    return cfg
+
+
 def fill_file(
     path: Path,
     req: DocstringsRequest,
@@ -199,6 +220,7 @@ def fill_file(
     InputError / NoValidFillError that skips it. What a serial run and a `--jobs` worker do with each file.
     Raises Cancelled instead of writing once `cancelled()` holds (a daemon's client went away)."""
     try:
+        cfg = file_config(path, req, cfg)
         data, snapshot = patch.read_source(str(path))
         result = process_source(patch.decode_utf8(data, str(path)), str(path), cfg, filler, update=req.update)
         if result.changed and breaks_syntax(languages.detect(str(path)), data, result.text.encode("utf-8")):
