@@ -160,6 +160,22 @@ def test_each_file_gets_its_own_projects_settings_whatever_the_order(tmp_path: P
     assert sub.read_text() == "def g(x):\n    return x\n"
 
 
+def test_a_folder_skips_virtual_environments_whatever_their_name_and_build_output(tmp_path: Path) -> None:
+    code_of = "def f(x):\n    return x\n"
+    installed = tmp_path / "env" / "lib" / "python3.11" / "site-packages" / "foo" / "x.py"
+    ours = tmp_path / "src" / "a.py"
+    others = [installed, tmp_path / "_build" / "g.py", tmp_path / "__pypackages__" / "3.11" / "lib" / "p.py"]
+    for path in (ours, *others):
+        path.parent.mkdir(parents=True)
+        path.write_text(code_of)
+    (tmp_path / "env" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    code, out, _ = invoke("--check", str(tmp_path))
+    assert code == 1 and out.splitlines() == [f"{ours}:1: a", f"{ours}:1: f"]
+    assert invoke(str(tmp_path))[0] == 0
+    assert ours.read_text() != code_of and all(path.read_text() == code_of for path in others)
+    assert invoke("--check", str(installed))[0] == 1  # a file named on the command line is still filled
+
+
 def test_min_confidence_reports_and_leaves_missing(tmp_path: Path) -> None:
     root = project(tmp_path)
     mod = root / "pkg" / "mod.py"

@@ -100,18 +100,32 @@ class Outcome:
 
 
 SUFFIXES = tuple(ext for name in ("python", *COMMENT_LANGUAGES) for ext in languages.LANGUAGES[name].extensions)
-SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "node_modules", "build", "dist"}
+SKIP_DIRS = {
+    ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "node_modules", "build", "dist",
+    "_build", "buck-out", "__pypackages__", "site-packages",
+}  # fmt: skip
+
+
+def _walked(root: str, name: str) -> bool:
+    """Whether a folder found under a named one is filled: not hidden, not one of SKIP_DIRS (black's and ruff's
+    default excludes), not a virtual environment whatever its name (`env/` holding a pyvenv.cfg): installed
+    packages are someone else's code."""
+    return (
+        name not in SKIP_DIRS
+        and not name.startswith(".")
+        and not os.path.isfile(os.path.join(root, name, "pyvenv.cfg"))
+    )
 
 
 def collect_files(paths: Iterable[str]) -> list[Path]:
-    """Files named on the command line, and the supported files under named folders (hidden ones skipped); each
+    """Files named on the command line, and the supported files under named folders (see `_walked`); each
     file once, where it is first found (so no two `--jobs` workers write one file)."""
     out: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             for root, dirs, files in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+                dirs[:] = sorted(d for d in dirs if _walked(root, d))
                 out += [Path(root) / f for f in sorted(files) if f.endswith(SUFFIXES)]
         elif path.is_file():
             if not path.name.endswith(SUFFIXES):
