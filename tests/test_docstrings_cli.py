@@ -189,6 +189,8 @@ def test_usage_and_input_errors_exit_2(tmp_path: Path) -> None:
     root = project(tmp_path)
     assert invoke("--check", str(root / "nope.py"))[0] == 2
     assert invoke("--check", "--update", str(root))[0] == 2
+    code, out, err = invoke("--check", "--diff", str(root))  # the --diff was ignored without a word
+    assert (code, out) == (2, "") and "--check and --diff cannot be combined" in err
     assert invoke("--style", "plain", str(root))[0] == 2
     (root / "bad.py").write_text("def f(:\n")
     code, _, err = invoke("--check", str(root / "bad.py"), str(root / "pkg" / "mod.py"))

@@ -196,6 +196,8 @@ def plan(req: DocstringsRequest) -> tuple[DocstringConfig, list[Path]]:
     """The settings and the files of a run (no model): InputError for a bad combination, setting or path."""
     if req.check and req.update:
         raise InputError("--check and --update cannot be combined")
+    if req.check and req.diff:  # --diff was ignored: --check lists what is missing and never loads the model
+        raise InputError("--check and --diff cannot be combined (--check lists what is missing; --diff shows the fill)")
     paths = req.paths
     pyproject = Path(req.config_path) if req.config_path else find_pyproject(Path(paths[0]) if paths else Path.cwd())
     cfg = build_config(pyproject, req.overrides)
