@@ -125,3 +125,33 @@ def test_a_stubs_new_module_docstring_has_one_blank_line_as_the_formatters_want(
     stub = "def f(x: int) -> int: ...\n\nclass A:\n    x: int\n"
     result = process_source(stub, "mod.pyi", DocstringConfig(), FakeFiller())
     assert result.text.startswith('"""Mod module."""\n\ndef f(x: int) -> int:'), result.text
+
+
+# black and ruff format put a blank line between a function's docstring and a nested def or class that opens its
+# body (or the comment above one); pydocstyle's D202 allows exactly that blank line.
+@pytest.mark.parametrize(
+    "body",
+    ["    def inner():\n        return 1\n\n    return inner\n",
+     "    @staticmethod\n    def inner():\n        return 1\n\n    return inner\n",
+     "    class Inner:\n        pass\n\n    return Inner\n",
+     "    # the helper\n    def inner():\n        return 1\n\n    return inner\n",
+     "    # a comment\n    value = 1\n    return value\n"],
+    ids=["def", "decorated", "class", "comment-then-def", "statement"],
+)  # fmt: skip
+def test_a_docstring_above_a_nested_definition_is_spaced_as_the_formatters_space_it(tmp_path: Path, body: str) -> None:
+    source = f'"""Module."""\n\n\ndef outer():\n{body}'
+    (tmp_path / "before.py").write_text(source)
+    assert ruff("format", "--isolated", "--check", "before.py", cwd=tmp_path).returncode == 0  # precondition
+    result = process_source(source, "mod.py", DocstringConfig(), FakeFiller())
+    assert ast.get_docstring(ast.parse(result.text).body[1]) is not None, result.text  # type: ignore[arg-type]
+    (tmp_path / "mod.py").write_text(result.text)
+    formatted = ruff("format", "--isolated", "--diff", "mod.py", cwd=tmp_path)
+    assert formatted.returncode == 0, formatted.stdout
+    lint = ruff("check", "--isolated", "--select", "D202", "--output-format", "concise", "mod.py", cwd=tmp_path)
+    assert lint.returncode == 0, lint.stdout
+    if importlib.util.find_spec("black") is not None:
+        black = subprocess.run(
+            [sys.executable, "-m", "black", "--check", "--diff", "-q", "mod.py"],
+            cwd=tmp_path, capture_output=True, text=True,
+        )  # fmt: skip
+        assert black.returncode == 0, black.stdout

@@ -45,7 +45,7 @@ def _indent_unit(source: str) -> str:
     return "    "
 
 
-TOP_LEVEL_DEFINITIONS = frozenset({"function_definition", "class_definition", "decorated_definition"})
+DEFINITIONS = frozenset({"function_definition", "class_definition", "decorated_definition"})
 
 
 @dataclass(frozen=True)
@@ -66,12 +66,16 @@ def insertion_for(d: Definition, source: bytes, newline: str, unit: str, stub: b
         start = source.rfind(b"\n", 0, first.start_byte) + 1
         # black and ruff format put two blank lines between the docstring and a top-level def or class (PEP 8),
         # one before anything else and in a stub (.pyi)
-        blank_lines = 2 if first.type in TOP_LEVEL_DEFINITIONS and not stub else 1
+        blank_lines = 2 if first.type in DEFINITIONS and not stub else 1
         return Insertion(start, start, "", newline * (1 + blank_lines), "")
     node = d.node
     body = node.child_by_field_name("body")
     colon = colon_byte(node)
-    blank_after = newline if d.kind == "class" else ""  # black / ruff format want a blank line after a class docstring
+    first = next((c for c in body.named_children if c.type != "comment"), None)
+    # black / ruff format want a blank line after a class docstring, and after a function's before a nested
+    # def or class (or the comment above one)
+    opens_definition = first is not None and first.type in DEFINITIONS
+    blank_after = newline if d.kind == "class" or opens_definition else ""
     line_end = source.find(b"\n", colon)
     rest = source[colon + 1 : line_end].strip() if line_end != -1 else b""
     continued = rest.endswith(b"\\") and not rest.startswith(b"#")  # `def f(x): \` + the body on the next line
