@@ -72,6 +72,14 @@ def ruff(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ruff", *args], cwd=cwd, capture_output=True, text=True)
 
 
+def assert_black_keeps(cwd: Path) -> None:
+    """black leaves cwd/mod.py as it is (where black is installed)."""
+    if importlib.util.find_spec("black") is not None:
+        command = [sys.executable, "-m", "black", "--check", "--diff", "-q", "mod.py"]
+        black = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+        assert black.returncode == 0, black.stdout
+
+
 @pytest.mark.parametrize("text_for", [default_text, messy_text, long_text], ids=["plain", "messy", "long"])
 @pytest.mark.parametrize("style", ["google", "numpy", "sphinx"])
 def test_output_passes_pydocstyle_and_formatters(tmp_path: Path, style: str, text_for: object) -> None:
@@ -89,12 +97,7 @@ def test_output_passes_pydocstyle_and_formatters(tmp_path: Path, style: str, tex
     assert lint.returncode == 0, lint.stdout + "\n" + result.text
     formatted = ruff("format", "--isolated", "--diff", "mod.py", cwd=tmp_path)
     assert formatted.returncode == 0, formatted.stdout
-    if importlib.util.find_spec("black") is not None:
-        black = subprocess.run(
-            [sys.executable, "-m", "black", "--check", "--diff", "-q", "mod.py"],
-            cwd=tmp_path, capture_output=True, text=True,
-        )  # fmt: skip
-        assert black.returncode == 0, black.stdout
+    assert_black_keeps(tmp_path)
 
 
 # PEP 8, ruff format and black: two blank lines between a module docstring and a top-level def or class (black
@@ -113,12 +116,8 @@ def test_a_new_module_docstring_is_spaced_as_the_formatters_space_it(tmp_path: P
     (tmp_path / "mod.py").write_text(result.text)
     formatted = ruff("format", "--isolated", "--diff", "mod.py", cwd=tmp_path)
     assert formatted.returncode == 0, formatted.stdout
-    if importlib.util.find_spec("black") is not None and not first.startswith("@"):
-        black = subprocess.run(
-            [sys.executable, "-m", "black", "--check", "--diff", "-q", "mod.py"],
-            cwd=tmp_path, capture_output=True, text=True,
-        )  # fmt: skip
-        assert black.returncode == 0, black.stdout
+    if not first.startswith("@"):
+        assert_black_keeps(tmp_path)
 
 
 def test_a_stubs_new_module_docstring_has_one_blank_line_as_the_formatters_want(tmp_path: Path) -> None:
@@ -149,9 +148,4 @@ def test_a_docstring_above_a_nested_definition_is_spaced_as_the_formatters_space
     assert formatted.returncode == 0, formatted.stdout
     lint = ruff("check", "--isolated", "--select", "D202", "--output-format", "concise", "mod.py", cwd=tmp_path)
     assert lint.returncode == 0, lint.stdout
-    if importlib.util.find_spec("black") is not None:
-        black = subprocess.run(
-            [sys.executable, "-m", "black", "--check", "--diff", "-q", "mod.py"],
-            cwd=tmp_path, capture_output=True, text=True,
-        )  # fmt: skip
-        assert black.returncode == 0, black.stdout
+    assert_black_keeps(tmp_path)
