@@ -138,6 +138,44 @@ def test_pyproject_configuration_and_flags(tmp_path: Path) -> None:
     assert [line.rsplit(" ", 1)[-1] for line in out.splitlines()] == []
 
 
+def test_each_file_gets_its_own_projects_settings_whatever_the_order(tmp_path: Path) -> None:
+    # a pre-commit run in a monorepo: files of two projects in one command line, in any order
+    root_config = '[tool.infill.docstrings]\nignore-regex = ["^test_"]\nignore-module = true\n'
+    (tmp_path / "pyproject.toml").write_text(root_config)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "pyproject.toml").write_text('[tool.infill.docstrings]\nstyle = "numpy"\n')
+    top, sub = tmp_path / "top.py", tmp_path / "pkg" / "sub.py"
+    for path in (top, sub):
+        path.write_text("def test_a(x):\n    return x\n")
+    for order in ((top, sub), (sub, top)):
+        code, out, _ = invoke("--check", *map(str, order))
+        assert code == 1 and sorted(out.splitlines()) == [f"{sub}:1: sub", f"{sub}:1: test_a"], order
+    assert invoke(str(sub), str(top))[0] == 0
+    assert top.read_text() == "def test_a(x):\n    return x\n"  # skipped by its own project's rules
+    assert "    Parameters\n    ----------\n    x\n" in sub.read_text()  # numpy: its project's style
+    (tmp_path / "pkg" / "pyproject.toml").write_text('[tool.infill]\nmodel = "other"\n')
+    sub.write_text("def g(x):\n    return x\n")
+    code, _, err = invoke(str(top), str(sub))  # one model fills a run: said, not ignored
+    assert code == 2 and f"{sub}: its pyproject.toml sets model 'other'" in err
+    assert sub.read_text() == "def g(x):\n    return x\n"
+
+
+def test_a_folder_skips_virtual_environments_whatever_their_name_and_build_output(tmp_path: Path) -> None:
+    code_of = "def f(x):\n    return x\n"
+    installed = tmp_path / "env" / "lib" / "python3.11" / "site-packages" / "foo" / "x.py"
+    ours = tmp_path / "src" / "a.py"
+    others = [installed, tmp_path / "_build" / "g.py", tmp_path / "__pypackages__" / "3.11" / "lib" / "p.py"]
+    for path in (ours, *others):
+        path.parent.mkdir(parents=True)
+        path.write_text(code_of)
+    (tmp_path / "env" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    code, out, _ = invoke("--check", str(tmp_path))
+    assert code == 1 and out.splitlines() == [f"{ours}:1: a", f"{ours}:1: f"]
+    assert invoke(str(tmp_path))[0] == 0
+    assert ours.read_text() != code_of and all(path.read_text() == code_of for path in others)
+    assert invoke("--check", str(installed))[0] == 1  # a file named on the command line is still filled
+
+
 def test_min_confidence_reports_and_leaves_missing(tmp_path: Path) -> None:
     root = project(tmp_path)
     mod = root / "pkg" / "mod.py"
@@ -151,6 +189,8 @@ def test_usage_and_input_errors_exit_2(tmp_path: Path) -> None:
     root = project(tmp_path)
     assert invoke("--check", str(root / "nope.py"))[0] == 2
     assert invoke("--check", "--update", str(root))[0] == 2
+    code, out, err = invoke("--check", "--diff", str(root))  # the --diff was ignored without a word
+    assert (code, out) == (2, "") and "--check and --diff cannot be combined" in err
     assert invoke("--style", "plain", str(root))[0] == 2
     (root / "bad.py").write_text("def f(:\n")
     code, _, err = invoke("--check", str(root / "bad.py"), str(root / "pkg" / "mod.py"))

@@ -183,3 +183,21 @@ def test_call_and_new_are_public_methods_like_pydocstyle() -> None:
     source = b"class A:\n    def __new__(cls):\n        pass\n\n    def __call__(self):\n        pass\n"
     defs = find_definitions(source, "a.py", DocstringConfig(ignore_module=True))
     assert [d.qualname for d in defs if d.missing] == ["A", "A.__new__", "A.__call__"]
+
+
+@pytest.mark.parametrize(
+    ("literal", "is_docstring"),
+    [('b"bytes"', False), ('Rb"raw bytes"', False), ('f"no placeholder"', False), ('F"a" "b"', False),
+     ('"a" f"{1}"', False), ('r"raw"', True), ('u"unicode"', True), ("'''triple'''", True), ('"a" "b"', True)],
+)  # fmt: skip
+def test_only_a_str_literal_is_a_docstring_as_python_says(literal: str, is_docstring: bool) -> None:
+    import ast
+
+    source = f"def f():\n    {literal}\n    return 1\n"
+    assert (ast.get_docstring(ast.parse(source).body[0]) is not None) == is_docstring  # type: ignore[arg-type]
+    f = by_name_of(source)["f"]
+    assert (f.docstring is not None) == is_docstring and f.missing != is_docstring
+
+
+def by_name_of(source: str) -> dict[str, Any]:
+    return {d.qualname: d for d in find_definitions(source.encode(), "m.py", DocstringConfig())}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import subprocess
 import sys
@@ -71,6 +72,14 @@ def ruff(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ruff", *args], cwd=cwd, capture_output=True, text=True)
 
 
+def assert_black_keeps(cwd: Path) -> None:
+    """black leaves cwd/mod.py as it is (where black is installed)."""
+    if importlib.util.find_spec("black") is not None:
+        command = [sys.executable, "-m", "black", "--check", "--diff", "-q", "mod.py"]
+        black = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+        assert black.returncode == 0, black.stdout
+
+
 @pytest.mark.parametrize("text_for", [default_text, messy_text, long_text], ids=["plain", "messy", "long"])
 @pytest.mark.parametrize("style", ["google", "numpy", "sphinx"])
 def test_output_passes_pydocstyle_and_formatters(tmp_path: Path, style: str, text_for: object) -> None:
@@ -88,9 +97,55 @@ def test_output_passes_pydocstyle_and_formatters(tmp_path: Path, style: str, tex
     assert lint.returncode == 0, lint.stdout + "\n" + result.text
     formatted = ruff("format", "--isolated", "--diff", "mod.py", cwd=tmp_path)
     assert formatted.returncode == 0, formatted.stdout
-    if importlib.util.find_spec("black") is not None:
-        black = subprocess.run(
-            [sys.executable, "-m", "black", "--check", "--diff", "-q", "mod.py"],
-            cwd=tmp_path, capture_output=True, text=True,
-        )  # fmt: skip
-        assert black.returncode == 0, black.stdout
+    assert_black_keeps(tmp_path)
+
+
+# PEP 8, ruff format and black: two blank lines between a module docstring and a top-level def or class (black
+# alone wants one before a decorator there; ruff and PEP 8 win), one before anything else.
+@pytest.mark.parametrize(
+    "first",
+    ["def f(x):\n    return x\n", "async def f(x):\n    return x\n", "class A:\n    x = 1\n",
+     "@property\ndef f(x):\n    return x\n", "import os\n\nX = os.sep\n", "# a comment\ndef f(x):\n    return x\n"],
+    ids=["def", "async-def", "class", "decorated", "import", "comment-then-def"],
+)  # fmt: skip
+def test_a_new_module_docstring_is_spaced_as_the_formatters_space_it(tmp_path: Path, first: str) -> None:
+    (tmp_path / "before.py").write_text(first)
+    assert ruff("format", "--isolated", "--check", "before.py", cwd=tmp_path).returncode == 0  # precondition
+    result = process_source(first, "mod.py", DocstringConfig(), FakeFiller())
+    assert ast.get_docstring(ast.parse(result.text)) is not None, result.text  # the module docstring was written
+    (tmp_path / "mod.py").write_text(result.text)
+    formatted = ruff("format", "--isolated", "--diff", "mod.py", cwd=tmp_path)
+    assert formatted.returncode == 0, formatted.stdout
+    if not first.startswith("@"):
+        assert_black_keeps(tmp_path)
+
+
+def test_a_stubs_new_module_docstring_has_one_blank_line_as_the_formatters_want(tmp_path: Path) -> None:
+    stub = "def f(x: int) -> int: ...\n\nclass A:\n    x: int\n"
+    result = process_source(stub, "mod.pyi", DocstringConfig(), FakeFiller())
+    assert result.text.startswith('"""Mod module."""\n\ndef f(x: int) -> int:'), result.text
+
+
+# black and ruff format put a blank line between a function's docstring and a nested def or class that opens its
+# body (or the comment above one); pydocstyle's D202 allows exactly that blank line.
+@pytest.mark.parametrize(
+    "body",
+    ["    def inner():\n        return 1\n\n    return inner\n",
+     "    @staticmethod\n    def inner():\n        return 1\n\n    return inner\n",
+     "    class Inner:\n        pass\n\n    return Inner\n",
+     "    # the helper\n    def inner():\n        return 1\n\n    return inner\n",
+     "    # a comment\n    value = 1\n    return value\n"],
+    ids=["def", "decorated", "class", "comment-then-def", "statement"],
+)  # fmt: skip
+def test_a_docstring_above_a_nested_definition_is_spaced_as_the_formatters_space_it(tmp_path: Path, body: str) -> None:
+    source = f'"""Module."""\n\n\ndef outer():\n{body}'
+    (tmp_path / "before.py").write_text(source)
+    assert ruff("format", "--isolated", "--check", "before.py", cwd=tmp_path).returncode == 0  # precondition
+    result = process_source(source, "mod.py", DocstringConfig(), FakeFiller())
+    assert ast.get_docstring(ast.parse(result.text).body[1]) is not None, result.text  # type: ignore[arg-type]
+    (tmp_path / "mod.py").write_text(result.text)
+    formatted = ruff("format", "--isolated", "--diff", "mod.py", cwd=tmp_path)
+    assert formatted.returncode == 0, formatted.stdout
+    lint = ruff("check", "--isolated", "--select", "D202", "--output-format", "concise", "mod.py", cwd=tmp_path)
+    assert lint.returncode == 0, lint.stdout
+    assert_black_keeps(tmp_path)

@@ -94,7 +94,7 @@ def _bool_flag(name: str, help_text: str) -> Any:
     "config_path",
     type=NonEmptyPath(dir_okay=False),
     default=None,
-    help="pyproject.toml to read [tool.infill] from [default: the nearest one].",
+    help="pyproject.toml to read [tool.infill] from, for every file [default: the nearest one to each file].",
 )
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", help="Report format.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors (and the diff with --diff).")

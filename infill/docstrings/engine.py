@@ -45,6 +45,9 @@ def _indent_unit(source: str) -> str:
     return "    "
 
 
+DEFINITIONS = frozenset({"function_definition", "class_definition", "decorated_definition"})
+
+
 @dataclass(frozen=True)
 class Insertion:
     """Where a new docstring goes: replace bytes [start, end) with before + docstring + after."""
@@ -56,16 +59,23 @@ class Insertion:
     indent: str  # indentation of the docstring's body lines
 
 
-def insertion_for(d: Definition, source: bytes, newline: str, unit: str) -> Insertion:
+def insertion_for(d: Definition, source: bytes, newline: str, unit: str, stub: bool = False) -> Insertion:
     if d.kind == "module":
         root = d.node
         first = next(c for c in root.named_children if c.type != "comment")
         start = source.rfind(b"\n", 0, first.start_byte) + 1
-        return Insertion(start, start, "", newline * 2, "")
+        # black and ruff format put two blank lines between the docstring and a top-level def or class (PEP 8),
+        # one before anything else and in a stub (.pyi)
+        blank_lines = 2 if first.type in DEFINITIONS and not stub else 1
+        return Insertion(start, start, "", newline * (1 + blank_lines), "")
     node = d.node
     body = node.child_by_field_name("body")
     colon = colon_byte(node)
-    blank_after = newline if d.kind == "class" else ""  # black / ruff format want a blank line after a class docstring
+    first = next((c for c in body.named_children if c.type != "comment"), None)
+    # black / ruff format want a blank line after a class docstring, and after a function's before a nested
+    # def or class (or the comment above one)
+    opens_definition = first is not None and first.type in DEFINITIONS
+    blank_after = newline if d.kind == "class" or opens_definition else ""
     line_end = source.find(b"\n", colon)
     rest = source[colon + 1 : line_end].strip() if line_end != -1 else b""
     continued = rest.endswith(b"\\") and not rest.startswith(b"#")  # `def f(x): \` + the body on the next line
@@ -240,7 +250,7 @@ def process_source(
             outcomes.append(Outcome(d.qualname, d.kind, d.line, "missing"))
             continue
         skeleton, known = skeleton_and_facts(d, cfg, by_node, tree)
-        ins = insertion_for(d, source, newline, unit)
+        ins = insertion_for(d, source, newline, unit, stub=path.endswith(".pyi"))
         docstring, outcome = fill_definition(source, d, skeleton, ins, style, cfg, filler, known)
         outcomes.append(outcome)
         if docstring is not None:

@@ -157,6 +157,18 @@ def module_name(path: str) -> str:
     return re.sub('[\udc80-\udcff\\\\"]', "", name)
 
 
+def _is_text_literal(node: Any) -> bool:
+    """Whether a string (or concatenated string) is a docstring to Python: a plain or raw str, not bytes
+    (`b"..."`) and not an f-string (`f"..."`, with or without placeholders), as ast.get_docstring and ruff say."""
+    parts = node.named_children if node.type == "concatenated_string" else [node]
+    for part in parts:
+        start = next((c for c in part.children if c.type == "string_start"), None)
+        prefix = (start.text if start is not None else b"").rstrip(b"'\"").lower()
+        if b"b" in prefix or b"f" in prefix or b"t" in prefix:  # t: a template string (Python 3.14)
+            return False
+    return True
+
+
 def find_definitions(source: bytes, path: str, cfg: DocstringConfig) -> list[Definition]:
     """Every module, class and function of a Python file, in order, with docstring and skip reason."""
     tree = parse("python", source)
@@ -167,8 +179,8 @@ def find_definitions(source: bytes, path: str, cfg: DocstringConfig) -> list[Def
     found = captures("python", "docstrings.scm", tree.root_node)
     docstrings: dict[int, tuple[int, int]] = {}  # id of the module/block node -> docstring byte range
     for node in found.get("docstring", []):
-        if node.type == "string" and any(c.type == "interpolation" for c in node.named_children):
-            continue  # an f-string is not a docstring
+        if not _is_text_literal(node):
+            continue
         owner = node.parent.parent  # string -> expression_statement -> module / block
         docstrings[owner.id] = (node.start_byte, node.end_byte)
 

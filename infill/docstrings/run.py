@@ -100,18 +100,32 @@ class Outcome:
 
 
 SUFFIXES = tuple(ext for name in ("python", *COMMENT_LANGUAGES) for ext in languages.LANGUAGES[name].extensions)
-SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "node_modules", "build", "dist"}
+SKIP_DIRS = {
+    ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "node_modules", "build", "dist",
+    "_build", "buck-out", "__pypackages__", "site-packages",
+}  # fmt: skip
+
+
+def _walked(root: str, name: str) -> bool:
+    """Whether a folder found under a named one is filled: not hidden, not one of SKIP_DIRS (black's and ruff's
+    default excludes), not a virtual environment whatever its name (`env/` holding a pyvenv.cfg): installed
+    packages are someone else's code."""
+    return (
+        name not in SKIP_DIRS
+        and not name.startswith(".")
+        and not os.path.isfile(os.path.join(root, name, "pyvenv.cfg"))
+    )
 
 
 def collect_files(paths: Iterable[str]) -> list[Path]:
-    """Files named on the command line, and the supported files under named folders (hidden ones skipped); each
+    """Files named on the command line, and the supported files under named folders (see `_walked`); each
     file once, where it is first found (so no two `--jobs` workers write one file)."""
     out: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             for root, dirs, files in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+                dirs[:] = sorted(d for d in dirs if _walked(root, d))
                 out += [Path(root) / f for f in sorted(files) if f.endswith(SUFFIXES)]
         elif path.is_file():
             if not path.name.endswith(SUFFIXES):
@@ -182,10 +196,33 @@ def plan(req: DocstringsRequest) -> tuple[DocstringConfig, list[Path]]:
     """The settings and the files of a run (no model): InputError for a bad combination, setting or path."""
     if req.check and req.update:
         raise InputError("--check and --update cannot be combined")
+    if req.check and req.diff:  # --diff was ignored: --check lists what is missing and never loads the model
+        raise InputError("--check and --diff cannot be combined (--check lists what is missing; --diff shows the fill)")
     paths = req.paths
     pyproject = Path(req.config_path) if req.config_path else find_pyproject(Path(paths[0]) if paths else Path.cwd())
     cfg = build_config(pyproject, req.overrides)
     return cfg, collect_files(paths)
+
+
+RUN_WIDE = ("model", "seed", "temperature")  # settings of the one model that fills every file of a run
+
+
+def file_config(path: Path, req: DocstringsRequest, run_cfg: DocstringConfig) -> DocstringConfig:
+    """The settings of one file: from the nearest pyproject.toml at or above it (the flags win), whichever file
+    the run started from; `--config` names one for all. A file whose project asks for another model, seed or
+    temperature than the run's is an input error (one model fills a run); `--check` loads none."""
+    if req.config_path:
+        return run_cfg
+    cfg = build_config(find_pyproject(path), req.overrides)
+    if not req.check:
+        for name in RUN_WIDE:
+            ours, run = getattr(cfg, name), getattr(run_cfg, name)
+            if ours != run:
+                raise InputError(
+                    f"its pyproject.toml sets {name} {ours!r}, another file of this run {run!r}: fill the two"
+                    " projects in separate runs"
+                )
+    return cfg
 
 
 def fill_file(
@@ -199,6 +236,7 @@ def fill_file(
     InputError / NoValidFillError that skips it. What a serial run and a `--jobs` worker do with each file.
     Raises Cancelled instead of writing once `cancelled()` holds (a daemon's client went away)."""
     try:
+        cfg = file_config(path, req, cfg)
         data, snapshot = patch.read_source(str(path))
         result = process_source(patch.decode_utf8(data, str(path)), str(path), cfg, filler, update=req.update)
         if result.changed and breaks_syntax(languages.detect(str(path)), data, result.text.encode("utf-8")):

@@ -26,6 +26,7 @@ from typing import Any
 from infill import options, patch
 from infill.core import fill as core_fill
 from infill.docstrings import run as docstrings_run
+from infill.docstrings.config import find_pyproject
 from infill.errors import InfillError, InputError, NoValidFillError
 from infill.models import registry
 from infill.progress import Cancelled as RequestCancelled  # noqa: F401 - the name infill.lsp catches
@@ -199,7 +200,7 @@ def docstrings(params: dict[str, Any], context: ServerContext) -> dict[str, Any]
             target = Path(scratch) / filename.name
             patch.atomic_write(str(target), _typed("text", text, str).encode("utf-8"))  # the one writer
             if config is None:  # the buffer's project settings, as if it were filled where it lives
-                found = _pyproject_above(filename if filename.is_absolute() else Path.cwd() / filename)
+                found = find_pyproject(filename if filename.is_absolute() else Path.cwd() / filename)
                 config = None if found is None else str(found)
             paths = (str(target),)
         else:
@@ -232,14 +233,6 @@ def docstrings_command(params: dict[str, Any], context: ServerContext) -> dict[s
             code = exc.exit_code
     stdout, stderr = output.texts()
     return {"exit_code": code, "stdout": stdout, "stderr": stderr}
-
-
-def _pyproject_above(file: Path) -> Path | None:
-    for folder in file.resolve().parents:
-        candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 METHODS: dict[str, Callable[[dict[str, Any], ServerContext], dict[str, Any]]] = {
