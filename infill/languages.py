@@ -81,11 +81,9 @@ def detect(filename: str | None, data: bytes | None = None) -> str | None:
 def _is_cpp_header(data: bytes) -> bool:
     """Whether C++'s grammar parses `data` with fewer errors than C's (False when either grammar is missing:
     the header stays C, and a missing C grammar is reported as such)."""
-    from infill.core.checks import syntax_errors
-
     try:
-        as_c = syntax_errors("c", data)
-        return as_c > 0 and syntax_errors("cpp", data) < as_c
+        as_c = error_nodes(parse("c", data).root_node)
+        return as_c > 0 and error_nodes(parse("cpp", data).root_node) < as_c
     except InputError:
         return False
 
@@ -130,6 +128,28 @@ def parse(name: str, source: bytes) -> tree_sitter.Tree:
     if b"\r" in source:
         source = _LONE_CR.sub(b"\n", source)
     return tree_sitter.Parser(grammar(name)).parse(source)
+
+
+def error_nodes(root: Any) -> int:
+    """ERROR and MISSING nodes under `root`; subtrees without an error (has_error False) are skipped whole."""
+    if not root.has_error:
+        return 0
+    count = 0
+    cursor = root.walk()
+    visited_children = False
+    while True:
+        node = cursor.node
+        if not visited_children:
+            if node is not None and (node.type == "ERROR" or node.is_missing):
+                count += 1
+            if node is not None and node.has_error and cursor.goto_first_child():
+                continue
+        if cursor.goto_next_sibling():
+            visited_children = False
+        elif cursor.goto_parent():
+            visited_children = True
+        else:
+            return count
 
 
 def first_error_line(node: Any) -> int:

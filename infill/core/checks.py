@@ -43,10 +43,10 @@ def python_error_line(source: bytes) -> int | None:
 def syntax_errors(language: str, source: bytes, tree: Any = None) -> int:
     """Number of tree-sitter ERROR and MISSING nodes in `source` (`tree`: its parse, when the caller has it), plus
     the errors a grammar hides (_hidden_errors)."""
-    from infill.languages import parse
+    from infill.languages import error_nodes, parse
 
     root = (tree if tree is not None else parse(language, source)).root_node
-    return _error_nodes(root) + _hidden_errors(language, source, root)
+    return error_nodes(root) + _hidden_errors(language, source, root)
 
 
 _BRACE_ARROWS = ("javascript", "typescript", "tsx")
@@ -76,28 +76,6 @@ def _hidden_errors(language: str, source: bytes, root: Any) -> int:
         if parse(language, b"function _() " + source[node.start_byte : node.end_byte]).root_node.has_error:
             count += 1
     return count
-
-
-def _error_nodes(root: Any) -> int:
-    """ERROR and MISSING nodes under `root`; subtrees without an error (has_error False) are skipped whole."""
-    if not root.has_error:
-        return 0
-    count = 0
-    cursor = root.walk()
-    visited_children = False
-    while True:
-        node = cursor.node
-        if not visited_children:
-            if node is not None and (node.type == "ERROR" or node.is_missing):
-                count += 1
-            if node is not None and node.has_error and cursor.goto_first_child():
-                continue
-        if cursor.goto_next_sibling():
-            visited_children = False
-        elif cursor.goto_parent():
-            visited_children = True
-        else:
-            return count
 
 
 # Inputs above this size are checked around the edits only (see SyntaxCheck): a whole-file parse per candidate
