@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -26,7 +27,7 @@ from infill.decoding import decode
 from infill.decoding.lookup import lookup
 from infill.decoding.sampling import probs, sample
 from infill.errors import DecodeError
-from infill.models.autoregressive import CausalFim
+from infill.models.autoregressive import CausalFim, shared_prefix
 from infill.models.base import FillProblem
 from infill.models.fim import FimTokens
 
@@ -257,3 +258,40 @@ def test_calls_outside_left_to_right_are_decode_errors() -> None:
         model.draft(ids, torch.tensor([1, 2]), 0, torch.tensor([1, 2]))
     with pytest.raises(DecodeError, match="in order"):
         model.verify(ids, torch.tensor([1, 2]), 0, torch.tensor([2]))
+
+
+class CountedTokens(list[int]):
+    """A token list that counts the tokens read one at a time (a Python comparison each)."""
+
+    reads = 0
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, int):
+            CountedTokens.reads += 1
+        return super().__getitem__(index)
+
+
+def test_shared_prefix_is_the_common_prefix_without_a_python_step_per_token() -> None:
+    """The cache's plan compares a prompt of thousands of tokens with each slot's at every keystroke: the common
+    prefix is found by comparing slices, not token by token in Python (which took a sixth of an editor fill's time
+    on a small GGUF model), and is the same length as the plain scan's, for lists, tuples and limits."""
+    rng = random.Random(5)
+
+    def plain(a: list[int], b: list[int], limit: int) -> int:
+        n = 0
+        while n < min(len(a), len(b), limit) and a[n] == b[n]:
+            n += 1
+        return n
+
+    for _ in range(500):
+        a = [rng.randrange(3) for _ in range(rng.randrange(0, 40))]
+        b = a[: rng.randrange(0, len(a) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(0, 10))]
+        limit = rng.randrange(-1, 45)
+        assert shared_prefix(a, b, limit) == plain(a, b, limit)
+        assert shared_prefix(tuple(a), b, limit) == plain(a, b, limit)
+    prompt = [rng.randrange(1000) for _ in range(4000)]
+    typed = CountedTokens(prompt[:3000] + [1001] + prompt[3000:])
+    CountedTokens.reads = 0
+    assert shared_prefix(CountedTokens(prompt), typed, 4000) == 3000
+    assert shared_prefix(prompt, CountedTokens(prompt), 3999) == 3999
+    assert CountedTokens.reads == 0

@@ -263,3 +263,38 @@ def test_a_sentencepiece_tokenizer_puts_no_space_before_a_suffix(tmp_path: Path)
         assert b"".join(tok.token_bytes(t) for t in tok.encode(text)) == text.encode(), text
     assert tok.hf.convert_ids_to_tokens(tok.encode("def f")) == ["def", "\u2581f"]
     assert tok.hf.convert_ids_to_tokens(tok.encode_start("def f")) == ["\u2581def", "\u2581f"]
+
+
+def test_a_cut_prefix_keeps_its_start_while_the_user_types() -> None:
+    """A prompt longer than the window loses the start of its prefix. For a left-to-right model (whose cache keeps
+    a prompt up to its first changed token) the cut starts at a multiple of a step of tokens, so that typing at the
+    end of the prefix keeps its first tokens: the cut moves once per step typed, not at every keystroke (which
+    made llama.cpp evaluate the whole prompt again for every key in a long file). The AS-ARM kind, whose prompt
+    is bidirectional, keeps cutting as late as the room allows."""
+    from fixtures_cli import ByteTokenizer
+
+    from infill.config import FillOptions
+    from infill.core.kinds.ar import STEADY_CUT, Autoregressive
+    from infill.core.plan import Window, plan_regions
+    from infill.models.registry import LoadedModel
+    from infill.spans import LineIndex, Span
+
+    body = "".join(f"value_{i} = compute({i}, {i + 1})\n" for i in range(400))
+    starts: dict[int, list[int]] = {0: [], 64: []}
+    for typed in range(300):
+        text = body + "total = " + "x" * typed
+        data = (text + "\nprint(total)\n").encode()
+        cursor = len(text.encode())
+        for step in starts:
+            window = Window(1024, has_bos=False, has_pad=True, groups_spans=False, steady_cut=step)
+            span = Span(cursor, cursor, one_line=True)
+            (region,) = plan_regions(data, [span], ByteTokenizer(), window, FillOptions(), [], LineIndex(data))
+            kept = bytes(region.prefix_ids).decode()
+            assert text.endswith(kept) and region.truncated
+            starts[step].append(len(text) - len(kept))
+    assert len(set(starts[0])) == 300  # as late as the room allows: a new first token at every key
+    assert len(set(starts[64])) <= 300 // 64 + 1  # a multiple of 64: it moves every 64 keys
+    assert max(b - a for a, b in zip(starts[0], starts[64], strict=True)) < 64  # at most a step less context
+    network = type("Causal", (), {"max_length": 4096, "bos_id": None, "pad_id": 0})()
+    loaded = LoadedModel("m", "ar", network, ByteTokenizer(), {})
+    assert Autoregressive().window(loaded).steady_cut == STEADY_CUT

@@ -336,3 +336,27 @@ def test_the_language_server_interrupts_a_gguf_models_prompt_pass(
     job.stop()
     assert not worker.is_alive() and calls == [32] and len(failed) == 1 and isinstance(failed[0], Cancelled)
     assert not any(engine._held)
+
+
+def test_a_prompt_that_fits_alone_is_evaluated_when_other_slots_fill_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache holds the window and some headroom for the other slots' tails. When other slots hold other
+    prompts (another document's, an older fill's beams after an edit near the top of a long file), a new prompt
+    that fits alone finds no room: their cells are freed and it is evaluated (it was an error, "N tokens do not
+    fit in llama.cpp's context", for a prompt shorter than the model's window), and its logits are a fresh
+    pass's."""
+    monkeypatch.setattr(llamacpp, "HEADROOM", 64)
+    path = network_gguf(tmp_path / "q.gguf", tiny_causal_lm("qwen2", seed=3, vocab=VOCAB))
+    from infill.models.gguf import read_header
+
+    header = read_header(path)
+    engine, fresh = (LlamaEngine(path, header, threads=1, window=256) for _ in range(2))
+    cells = int(engine.lib.llama_n_ctx(engine._ctx))
+    rng = random.Random(1)
+    prompts = [[rng.randrange(5) for _ in range(250)] for _ in range(cells // 250 + 2)]
+    for prompt in prompts:  # each one alone fits; together they are more than the cache holds
+        got = engine.rows([prompt], 1)
+        fresh.forget()
+        assert torch.allclose(got, fresh.rows([prompt], 1), atol=1e-5)
+    assert prompts[-1] in engine._held

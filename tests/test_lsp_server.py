@@ -819,3 +819,31 @@ def test_every_request_gets_an_answer(client: LspClient, body: bytes, answer_id:
     answer = client.wait(answer_id)
     assert answer["error"]["code"] == code, answer
     assert client.inline(URI, 2, 4)["result"] is not None  # and the server goes on
+
+
+def test_the_model_flag_is_the_model_until_the_settings_name_another() -> None:
+    """`infill lsp --model NAME` (what an editor's command line can say, a GGUF file for instance) fills while the
+    client's settings name no model; `model` or `fill.model` replaces it, and null goes back to it."""
+    client = LspClient(args=("--model", "scripted-rest"))  # fills "len(values)\n    print(total)"
+    try:
+        client.initialize({"threshold": 0})
+        client.open(URI, "def mean(values):\n    n = \n    return n\n")
+
+        def shown() -> str:
+            return str(client.inline(URI, 1, 8)["result"]["items"][0]["insertText"])
+
+        assert shown() == "len(values)"
+        client.configure({"model": "scripted-word"})  # fills "al / len(values)"
+        assert shown() == "al / len(values)"
+        client.configure({"model": None})
+        assert shown() == "len(values)"
+        client.configure({"fill": {"model": "scripted-word"}})
+        assert shown() == "al / len(values)"
+    finally:
+        assert client.close() == 0, client.stderr()
+
+
+def test_a_model_flag_that_names_nothing_is_a_usage_error() -> None:
+    client = LspClient(args=("--model", ""))
+    assert client.close(shutdown=False) == 2
+    assert "--model" in client.stderr() and len(client.stderr().strip().splitlines()) == 1, client.stderr()

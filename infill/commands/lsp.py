@@ -35,7 +35,13 @@ Editor set-up: docs/editors.md.
     protocol.DEFAULT_MAX_INPUT_BYTES,
     "Documents larger than this get no fills (0 = no limit).",
 )
-def lsp(use_stdio: bool, tcp_port: int | None, max_input_bytes: int) -> None:
+@click.option(
+    "--model",
+    metavar="NAME",
+    help="The model while the client's settings name none (the `model` setting's default): a packaged name, a "
+    "folder, a GGUF file, an Ollama name, a cached repo id or URL#MODEL.",
+)
+def lsp(use_stdio: bool, tcp_port: int | None, max_input_bytes: int, model: str | None) -> None:
     if use_stdio and tcp_port is not None:
         raise click.UsageError("give --stdio or --tcp PORT, not both")
     try:
@@ -45,8 +51,15 @@ def lsp(use_stdio: bool, tcp_port: int | None, max_input_bytes: int) -> None:
         from infill.extras import install_hint
 
         raise click.ClickException(f"infill lsp needs the lsp extra: {install_hint('lsp')}") from None
+    from infill.errors import InputError
     from infill.lsp.features import serve
+    from infill.lsp.fills import Settings
     from infill.models import onnx
 
     onnx.Background.enabled = True  # the first suggestion does not wait for the ONNX export
-    serve(max_input_bytes, tcp_port)
+    if model is not None:
+        try:
+            Settings.parse({"model": model})
+        except InputError as exc:
+            raise click.BadParameter(str(exc), param_hint="--model") from None
+    serve(max_input_bytes, tcp_port, model)

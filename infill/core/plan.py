@@ -73,6 +73,10 @@ class Window:
     has_pad: bool  # an end-of-fill pad ends fills early (so a replaced text's budget gets slack)
     groups_spans: bool  # neighbouring spans may share one sequence
     heals: bool = True  # token healing (heal_text) applies: the prompt ends where the tokenizer would split
+    # a prefix cut to the room starts at a multiple of this many of its tokens (0: as late as the room allows), so
+    # that typing at its end keeps its first tokens: a left-to-right model's cache keeps a prompt up to its first
+    # change, and a cut that moved with every token typed changed the first token at every keystroke
+    steady_cut: int = 0
 
 
 def plan_regions(
@@ -144,6 +148,9 @@ def plan_regions(
         inner = sum(p.budget for p, _ in group) + sum(len(b) for _, b in group[1:])
         free = max(0, max_length - int(has_bos) - inner)
         keep_pre, keep_suf = split_context(free, len(prefix_ids), len(suffix_ids))
+        if limits.steady_cut and keep_pre < len(prefix_ids):
+            step = max(1, min(limits.steady_cut, keep_pre // 4))
+            keep_pre = len(prefix_ids) - -(-(len(prefix_ids) - keep_pre) // step) * step
         kept_pre = prefix_ids[len(prefix_ids) - keep_pre :] if keep_pre else []
         kept_suf = suffix_ids[:keep_suf]
         cut_pre = keep_pre < len(prefix_ids) or pre_start > 0

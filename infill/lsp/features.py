@@ -19,9 +19,9 @@ from infill.lsp.documents import Document
 from infill.lsp.server import ADD_DOCSTRINGS, FILL_SELECTION, InfillServer, RequestFailed, document_name
 
 
-def build(max_input_bytes: int) -> InfillServer:
-    """The language server with its features registered."""
-    server = InfillServer(max_input_bytes)
+def build(max_input_bytes: int, model: str | None = None) -> InfillServer:
+    """The language server with its features registered; `model`: `infill lsp --model`."""
+    server = InfillServer(max_input_bytes, model)
     server.feature(lsp.INITIALIZE)(initialize)
     server.feature(lsp.INITIALIZED)(initialized)
     server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)(did_change_configuration)
@@ -188,7 +188,7 @@ def _chars(data: bytes, byte_offset: int) -> int:
     return len(data[:byte_offset].decode("utf-8"))
 
 
-def serve(max_input_bytes: int, tcp_port: int | None = None) -> None:
+def serve(max_input_bytes: int, tcp_port: int | None = None, model: str | None = None) -> None:
     """Run the server on stdin/stdout (responses on a private copy of stdout), or on 127.0.0.1:`tcp_port`."""
     import os
 
@@ -198,7 +198,7 @@ def serve(max_input_bytes: int, tcp_port: int | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="infill lsp: %(levelname)s: %(message)s")
     logging.getLogger("pygls").setLevel(logging.CRITICAL)  # every error a client sees is in its response
     os.environ["INFILL_NO_DAEMON"] = "1"  # fills run here, never through the per-user daemon
-    server = build(max_input_bytes)
+    server = build(max_input_bytes, model)
     plugins = environment.read("INFILL_LSP_PLUGINS")
     if plugins:
         load_plugins(server, plugins)

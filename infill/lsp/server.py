@@ -123,7 +123,7 @@ class InfillServer(LanguageServer):
 
     protocol: InfillProtocol
 
-    def __init__(self, max_input_bytes: int) -> None:
+    def __init__(self, max_input_bytes: int, model: str | None = None) -> None:
         super().__init__(
             "infill",
             infill.__version__,
@@ -132,7 +132,8 @@ class InfillServer(LanguageServer):
         )
         self.max_input_bytes = max_input_bytes  # documents above this size get no fills (0: no limit)
         self.documents: dict[str, Document] = {}
-        self.settings = fills.Settings()
+        self.default_model = model  # `infill lsp --model`: the model while the client's settings name none
+        self.settings = fills.Settings.parse(self.with_default({}))
         self.sent_settings: dict[str, Any] = {}  # what the client's settings say, merged key by key
         self.typeahead: dict[str, Typeahead] = {}  # by document
         self.ring = ContextRing()  # chunks of the open and recently changed documents
@@ -383,6 +384,14 @@ class InfillServer(LanguageServer):
                 pass
         os._exit(code)
 
+    def with_default(self, sent: dict[str, Any]) -> dict[str, Any]:
+        """The client's settings with `--model` as the model where they name none (neither `model` nor
+        `fill.model`; null sets the model back to it)."""
+        fill = sent.get("fill")
+        if self.default_model is None or "model" in sent or (isinstance(fill, dict) and "model" in fill):
+            return sent
+        return {**sent, "model": self.default_model}
+
     def configure(self, given: object, load: bool = True) -> None:
         """Settings from the client, merged into those in force key by key (fills.merge): a key it does not send
         keeps its value; a key or value that is refused keeps the old one, and the user is told which and why
@@ -393,7 +402,7 @@ class InfillServer(LanguageServer):
             logger.warning("settings: %s", problem)
         if problems:
             self.tell(None, f"settings not applied: {'; '.join(problems)}", lsp.MessageType.Error)
-        settings = fills.Settings.parse(sent)  # merge kept only what parses
+        settings = fills.Settings.parse(self.with_default(sent))  # merge kept only what parses
         self.sent_settings = sent
         reload = settings.model != self.settings.model
         if settings != self.settings:  # suggestions of other settings are not these settings' answers

@@ -161,11 +161,20 @@ class TorchEngine:
 
 
 def shared_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
-    """The length of the common prefix of `a` and `b`, at most `limit`."""
-    n, limit = 0, min(len(a), len(b), limit)
-    while n < limit and a[n] == b[n]:
-        n += 1
-    return n
+    """The length of the common prefix of `a` and `b`, at most `limit`. Slices are compared (in C), halving the
+    unsettled part each time: a pass's cache plan compares a prompt of thousands of tokens with every slot's,
+    at every keystroke, which one Python comparison per token made a sizeable part of a fill's time."""
+    limit = max(0, min(len(a), len(b), limit))
+    if type(a) is not type(b):  # a list never equals a tuple
+        a, b = list(a[:limit]), list(b[:limit])
+    same, unsure = 0, limit  # a[:same] == b[:same]; the first difference, if any, is before `unsure`
+    while same < unsure:
+        half = (same + unsure + 1) // 2
+        if a[same:half] == b[same:half]:
+            same = half
+        else:
+            unsure = half - 1
+    return same
 
 
 class CausalFim:

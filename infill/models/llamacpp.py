@@ -207,6 +207,13 @@ class LlamaEngine:
             return logits
         if code != 1:  # 1: no room in the cache for the batch; anything else is llama.cpp failing
             raise ModelError(f"{self.path}: llama.cpp failed a pass (llama_decode returned {code})")
+        mine = {slot for slot, _ in plan}
+        others = [j for j in range(self.slots) if j not in mine and self._held[j]]
+        if others:  # the room is held by other slots (another document's prompt, an older fill's beams): free it
+            for j in others:
+                self.lib.llama_memory_seq_rm(self._memory, j, -1, -1)
+                self._held[j] = []
+            return self._pass(seqs, k)  # the chunks done and the shared prefixes are kept
         self._clear()
         if len(seqs) == 1:
             raise ModelError(f"{self.path}: {len(seqs[0])} tokens do not fit in llama.cpp's context")
