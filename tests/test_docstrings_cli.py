@@ -345,3 +345,79 @@ def test_a_definition_whose_body_follows_a_backslash_gets_its_docstring(tmp_path
     text = path.read_text()
     compile(text, "cont.py", "exec")
     assert text.count('"""') == 6 and "def f(x):\n" in text and "\\" not in text
+
+
+GIT_FREE_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}  # no user's core.excludesFile
+
+
+def _git_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, git: bool = True) -> dict[str, Path]:
+    """A project whose .gitignore files (root and nested, with a negation) ignore generated code and output."""
+    for key, value in GIT_FREE_ENV.items():
+        monkeypatch.setenv(key, value)
+    code_of = "def f(x):\n    return x\n"
+    files = {
+        name: tmp_path / name
+        for name in ("src/a.py", "gen/g.py", "src/m_pb2.py", "src/keep_pb2.py", "src/sub/x.py", "src/sub/y.py")
+    }
+    for path in files.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(code_of)
+    (tmp_path / ".gitignore").write_text("gen/\n*_pb2.py\n!keep_pb2.py\n")
+    (tmp_path / "src" / "sub" / ".gitignore").write_text("x.py\n")
+    if git:
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    return files
+
+
+def _checked(*args: str) -> set[str]:
+    code, out, _ = invoke("--check", *args)
+    assert code == 1, out
+    return {line.split(":")[0] for line in out.splitlines()}
+
+
+def test_a_folder_skips_what_git_ignores_but_a_named_file_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = _git_project(tmp_path, monkeypatch)
+    kept = {str(files[n]) for n in ("src/a.py", "src/keep_pb2.py", "src/sub/y.py")}
+    assert _checked(str(tmp_path)) == kept  # root and nested .gitignore, and the `!` negation
+    assert _checked(str(tmp_path / "src")) == kept  # the rules hold from a subfolder too
+    assert _checked(str(files["gen/g.py"]), str(files["src/sub/x.py"])) == {
+        str(files["gen/g.py"]),
+        str(files["src/sub/x.py"]),
+    }  # named files are read, as ruff and black read them
+    assert _checked(str(tmp_path / "gen")) == {str(files["gen/g.py"])}  # and so is a folder named on purpose
+    before = {p: p.read_text() for p in files.values()}
+    assert invoke(str(tmp_path))[0] == 0
+    assert {p for p, text in before.items() if p.read_text() != text} == {Path(p) for p in kept}
+
+
+def test_tracked_files_and_info_exclude_are_ignored_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = _git_project(tmp_path, monkeypatch)
+    (tmp_path / ".git" / "info").mkdir(exist_ok=True)
+    (tmp_path / ".git" / "info" / "exclude").write_text("src/a.py\n")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "-f", "src/m_pb2.py"], check=True)
+    assert _checked(str(tmp_path)) == {str(files["src/keep_pb2.py"]), str(files["src/sub/y.py"])}
+
+
+def test_respect_gitignore_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = _git_project(tmp_path, monkeypatch)
+    everything = {str(p) for p in files.values() if p.parent.name != "gen"} | {str(files["gen/g.py"])}
+    assert _checked("--no-respect-gitignore", str(tmp_path)) == everything
+    (tmp_path / "pyproject.toml").write_text("[tool.infill.docstrings]\nrespect-gitignore = false\n")
+    assert _checked(str(tmp_path)) == everything
+    assert len(_checked("--respect-gitignore", str(tmp_path))) == 3  # the flag wins over the file
+
+
+def test_gitignore_outside_a_git_work_tree_or_without_git_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ruff: a .gitignore means nothing outside a repository; and a missing git never fails the walk."""
+    files = _git_project(tmp_path, monkeypatch, git=False)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # no repository above tmp_path either
+    everything = {str(p) for p in files.values()}
+    assert _checked(str(tmp_path)) == everything
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert len(_checked(str(tmp_path))) == 3
+    monkeypatch.setenv("PATH", str(tmp_path / "no-such-bin"))
+    assert _checked(str(tmp_path)) == everything

@@ -88,6 +88,13 @@ def _bool_flag(name: str, help_text: str) -> Any:
     default=None,
     help="Wrap descriptions at this width [default: 88].",
 )
+@click.option(
+    "--respect-gitignore/--no-respect-gitignore",
+    "respect_gitignore",
+    default=None,
+    help="In folders, skip the files and folders git ignores (.gitignore, .git/info/exclude, core.excludesFile) "
+    "[default: respect]; a file named on the command line is always read.",
+)
 @click_options(("seed",), help={"seed": "Sampling seed [default: 0]; fixed so local and CI runs agree."}, unset=True)
 @click.option(
     "--config",

@@ -19,6 +19,7 @@ pyproject.toml:
     ignore-module = false
     ignore-regex = ["^test_"]      # names (or dotted qualnames) to skip
     line-length = 88               # where descriptions wrap
+    respect-gitignore = true       # walking a folder, skip what git ignores there (as ruff does)
 
 Keys may use dashes or underscores.
 """
@@ -64,6 +65,7 @@ class DocstringConfig:
     temperature: float = 0.0  # 0 = greedy: the most likely text, the same on every machine
     summary_tokens: int = 20  # token budget of the summary slot (a pad ends a slot early)
     description_tokens: int = 12  # token budget of each parameter / returns / raises description
+    respect_gitignore: bool = True  # walking a named folder, skip what git ignores there (infill.gitignore)
 
     def __post_init__(self) -> None:
         if not self.model:

@@ -26,6 +26,7 @@ from infill.docstrings.engine import process_source
 from infill.docstrings.fill import SlotFiller
 from infill.docstrings.outcome import FileResult
 from infill.errors import ExitCode, InfillError, InputError, NoValidFillError, a_kind
+from infill.gitignore import NOTHING, git_ignored
 from infill.progress import Cancelled, cancel_check
 
 Echo = Callable[[str, bool], None]  # (text with its line break, to stderr?)
@@ -117,16 +118,27 @@ def _walked(root: str, name: str) -> bool:
     )
 
 
-def collect_files(paths: Iterable[str]) -> list[Path]:
-    """Files named on the command line, and the supported files under named folders (see `_walked`); each
-    file once, where it is first found (so no two `--jobs` workers write one file)."""
+def collect_files(paths: Iterable[str], respect_gitignore: Callable[[Path], bool] | bool = True) -> list[Path]:
+    """Files named on the command line, and the supported files under named folders (see `_walked`), less what
+    git ignores there when `respect_gitignore` (a bool, or a test of each named folder: its configuration's
+    `respect-gitignore`); each file once, where it is first found (so no two `--jobs` workers write one file).
+    A file named on the command line is read whatever git ignores, as ruff and black do."""
     out: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
+            respects = respect_gitignore(path) if callable(respect_gitignore) else respect_gitignore
+            ignored = git_ignored(path) if respects else NOTHING
             for root, dirs, files in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if _walked(root, d))
-                out += [Path(root) / f for f in sorted(files) if f.endswith(SUFFIXES)]
+                here = os.path.relpath(root, path)
+                dirs[:] = sorted(
+                    d for d in dirs if _walked(root, d) and not ignored.folder(os.path.normpath(os.path.join(here, d)))
+                )
+                out += [
+                    Path(root) / f
+                    for f in sorted(files)
+                    if f.endswith(SUFFIXES) and not ignored.file(os.path.normpath(os.path.join(here, f)))
+                ]
         elif path.is_file():
             if not path.name.endswith(SUFFIXES):
                 raise InputError(f"unsupported file type (supported: {', '.join(SUFFIXES)})", path=raw)
@@ -201,7 +213,15 @@ def plan(req: DocstringsRequest) -> tuple[DocstringConfig, list[Path]]:
     paths = req.paths
     pyproject = Path(req.config_path) if req.config_path else find_pyproject(Path(paths[0]) if paths else Path.cwd())
     cfg = build_config(pyproject, req.overrides)
-    return cfg, collect_files(paths)
+
+    def respects(folder: Path) -> bool:  # each named folder's own configuration, as each file's (file_config)
+        return (
+            cfg.respect_gitignore
+            if req.config_path
+            else build_config(find_pyproject(folder), req.overrides).respect_gitignore
+        )
+
+    return cfg, collect_files(paths, respects)
 
 
 RUN_WIDE = ("model", "seed", "temperature")  # settings of the one model that fills every file of a run

@@ -1,0 +1,67 @@
+"""What git ignores under a folder, asked of git itself: one `git ls-files` call per walked folder.
+
+Git applies every source of ignore rules exactly (nested .gitignore files, `!` negation, .git/info/exclude,
+core.excludesFile); no pattern is parsed here. Outside a git work tree, or where git is not installed or fails,
+nothing is ignored: ruff does the same (a .gitignore outside a repository is not read), and a walk never fails
+for want of git. Like black and ruff, which match the patterns whether or not a file is tracked, a tracked file
+that matches an ignore rule counts as ignored.
+
+This module imports neither torch nor Click.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+GIT_TIMEOUT_S = 120.0  # a wedged git (a network file system, a lock) must not hang a walk forever
+# set by git hooks and pre-commit for the repository they run in; relative values would point elsewhere from the
+# walked folder, so git finds the repository of the folder itself
+_GIT_LOCATION_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX")
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """Paths git ignores under one folder, relative to it with `/` separators (folders without the final `/`)."""
+
+    files: frozenset[str] = frozenset()
+    folders: frozenset[str] = frozenset()
+
+    def folder(self, relative: str) -> bool:
+        """Whether a folder (relative to the walked one) is ignored as a whole: not walked at all."""
+        return relative.replace(os.sep, "/") in self.folders
+
+    def file(self, relative: str) -> bool:
+        """Whether a file (relative to the walked one) is ignored (its folder is checked by the walk)."""
+        return relative.replace(os.sep, "/") in self.files
+
+
+NOTHING = Ignored()
+
+
+def git_ignored(folder: Path) -> Ignored:
+    """What git ignores under `folder` (untracked files and whole folders, and tracked files matching a rule).
+
+    NOTHING outside a git work tree, without git, and when git fails; nothing below `folder` when it is itself
+    ignored as a whole: a folder named on purpose is walked, as a file named on purpose is read."""
+    command = ["git", "-C", str(folder), "ls-files", "--cached", "--others", "--ignored", "--exclude-standard"]
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_LOCATION_VARS}
+    try:
+        proc = subprocess.run(
+            [*command, "--directory", "-z"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=env,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):  # no git on PATH, not runnable, timed out
+        return NOTHING
+    if proc.returncode != 0:  # not a work tree (128), a repository git refuses (dubious ownership), ...
+        return NOTHING
+    # a folder ignored as a whole is listed as "./", which names no walked path: named on purpose, it is walked
+    entries = [os.fsdecode(e) for e in proc.stdout.split(b"\0") if e]
+    folders = frozenset(e.rstrip("/") for e in entries if e.endswith("/"))
+    return Ignored(frozenset(e for e in entries if not e.endswith("/")), folders)
