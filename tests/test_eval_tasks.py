@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -156,3 +158,24 @@ def test_heldout_exact_scoring(tmp_path: Path) -> None:
 def test_slot_terminator() -> None:
     lines = split_lines("a\r\nb\nc")
     assert [line_slot(lines, i).terminator for i in range(3)] == ["\r\n", "\n", ""]
+
+
+def test_heldout_folders_skip_virtual_environments_and_what_git_ignores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--dir` is walked as `infill docstrings` walks a folder: installed packages and generated code are not the
+    project's held-out code."""
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)  # no user's core.excludesFile
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    ours = _write(tmp_path, "a.py", 6)
+    for folder in ("env/lib/site-packages/pkg", "gen", "src"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "env" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    installed = _write(tmp_path / "env" / "lib" / "site-packages" / "pkg", "p.py", 6)
+    generated = [_write(tmp_path / "gen", "g.py", 6), _write(tmp_path / "src", "m_pb2.py", 6)]
+    kept = _write(tmp_path / "src", "keep_pb2.py", 6)
+    (tmp_path / ".gitignore").write_text("gen/\n*_pb2.py\n!keep_pb2.py\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert python_files([], [tmp_path]) == sorted([ours, kept], key=str)
+    assert python_files([], [tmp_path], respect_gitignore=False) == sorted([ours, kept, *generated], key=str)
+    assert python_files([installed], [tmp_path]) == sorted([ours, kept, installed], key=str)  # named: read

@@ -358,7 +358,14 @@ def humaneval_single_line(
     "dirs",
     multiple=True,
     type=NonEmptyPath(file_okay=False, path_type=Path),
-    help="Use every *.py under this folder instead (repeatable).",
+    help="Use the *.py files under this folder instead (repeatable); hidden folders, virtual environments, "
+    "build output and what git ignores are skipped, as `infill docstrings` skips them.",
+)
+@click.option(
+    "--respect-gitignore/--no-respect-gitignore",
+    "respect_gitignore",
+    default=True,
+    help="Under --dir, skip the files and folders git ignores [default: respect].",
 )
 @click.option(
     "--files",
@@ -378,6 +385,7 @@ def heldout_exact(
     corpus: Path | None,
     dirs: tuple[Path, ...],
     files: tuple[Path, ...],
+    respect_gitignore: bool,
     context_tokens: int | None,
     **decoding: Any,
 ) -> None:
@@ -394,7 +402,7 @@ def heldout_exact(
     if corpus is None and not dirs and not files:
         raise InputError("give --corpus (the training corpus folder), --dir or --files")
     paths = heldout.corpus_heldout_files(corpus) if corpus is not None else []
-    paths += heldout.python_files(list(files), list(dirs))
+    paths += heldout.python_files(list(files), list(dirs), respect_gitignore)
     decode, options, spec = _settings(decoding)
     tasks = heldout.sample_line_tasks(paths, how.limit or 500, decode.seed)
     loaded, decode = _load(spec, how.threads, decode)

@@ -26,8 +26,8 @@ from infill.docstrings.engine import process_source
 from infill.docstrings.fill import SlotFiller
 from infill.docstrings.outcome import FileResult
 from infill.errors import ExitCode, InfillError, InputError, NoValidFillError, a_kind
-from infill.gitignore import NOTHING, git_ignored
 from infill.progress import Cancelled, cancel_check
+from infill.walk import source_files
 
 Echo = Callable[[str, bool], None]  # (text with its line break, to stderr?)
 
@@ -101,44 +101,19 @@ class Outcome:
 
 
 SUFFIXES = tuple(ext for name in ("python", *COMMENT_LANGUAGES) for ext in languages.LANGUAGES[name].extensions)
-SKIP_DIRS = {
-    ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "node_modules", "build", "dist",
-    "_build", "buck-out", "__pypackages__", "site-packages",
-}  # fmt: skip
-
-
-def _walked(root: str, name: str) -> bool:
-    """Whether a folder found under a named one is filled: not hidden, not one of SKIP_DIRS (black's and ruff's
-    default excludes), not a virtual environment whatever its name (`env/` holding a pyvenv.cfg): installed
-    packages are someone else's code."""
-    return (
-        name not in SKIP_DIRS
-        and not name.startswith(".")
-        and not os.path.isfile(os.path.join(root, name, "pyvenv.cfg"))
-    )
 
 
 def collect_files(paths: Iterable[str], respect_gitignore: Callable[[Path], bool] | bool = True) -> list[Path]:
-    """Files named on the command line, and the supported files under named folders (see `_walked`), less what
-    git ignores there when `respect_gitignore` (a bool, or a test of each named folder: its configuration's
-    `respect-gitignore`); each file once, where it is first found (so no two `--jobs` workers write one file).
-    A file named on the command line is read whatever git ignores, as ruff and black do."""
+    """Files named on the command line, and the supported files under named folders (infill.walk.source_files:
+    what git ignores there is skipped when `respect_gitignore`, a bool or a test of each named folder: its
+    configuration's `respect-gitignore`); each file once, where it is first found (so no two `--jobs` workers
+    write one file). A file named on the command line is read whatever git ignores, as ruff and black do."""
     out: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             respects = respect_gitignore(path) if callable(respect_gitignore) else respect_gitignore
-            ignored = git_ignored(path) if respects else NOTHING
-            for root, dirs, files in os.walk(path):
-                here = os.path.relpath(root, path)
-                dirs[:] = sorted(
-                    d for d in dirs if _walked(root, d) and not ignored.folder(os.path.normpath(os.path.join(here, d)))
-                )
-                out += [
-                    Path(root) / f
-                    for f in sorted(files)
-                    if f.endswith(SUFFIXES) and not ignored.file(os.path.normpath(os.path.join(here, f)))
-                ]
+            out += source_files(path, SUFFIXES, respects)
         elif path.is_file():
             if not path.name.endswith(SUFFIXES):
                 raise InputError(f"unsupported file type (supported: {', '.join(SUFFIXES)})", path=raw)

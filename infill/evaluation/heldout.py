@@ -21,6 +21,7 @@ from typing import Any
 
 from infill.errors import InputError
 from infill.evaluation.filling import Filler, Slot, fill_costs, line_slot, run_tasks, split_lines
+from infill.walk import source_files
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,10 @@ def corpus_heldout_files(corpus_dir: Path) -> list[Path]:
     return found
 
 
-def python_files(files: Sequence[Path], dirs: Sequence[Path]) -> list[Path]:
-    """The given files plus every *.py under the given folders, deduplicated, in a stable (sorted) order."""
+def python_files(files: Sequence[Path], dirs: Sequence[Path], respect_gitignore: bool = True) -> list[Path]:
+    """The given files plus the *.py files under the given folders, walked as `infill docstrings` walks them
+    (infill.walk.source_files: no hidden folders, virtual environments, build output, nor, when
+    `respect_gitignore`, what git ignores), deduplicated, in a stable (sorted) order."""
     found: set[Path] = set()
     for f in files:
         if not f.is_file():
@@ -56,7 +59,7 @@ def python_files(files: Sequence[Path], dirs: Sequence[Path]) -> list[Path]:
     for d in dirs:
         if not d.is_dir():
             raise InputError(f"not a folder: {d}")
-        found.update(p for p in d.rglob("*.py") if p.is_file())
+        found.update(p for p in source_files(d, (".py",), respect_gitignore) if p.is_file())
     return sorted(found, key=str)
 
 

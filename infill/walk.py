@@ -1,4 +1,6 @@
-"""What git ignores under a folder, asked of git itself: one `git ls-files` call per walked folder.
+"""The source files under a folder, as `infill docstrings` and `infill evaluate --dir` walk it: hidden folders,
+virtual environments and build output skipped (black's and ruff's default excludes), and what git ignores there,
+asked of git itself: one `git ls-files` call per walked folder.
 
 Git applies every source of ignore rules exactly (nested .gitignore files, `!` negation, .git/info/exclude,
 core.excludesFile); no pattern is parsed here. Outside a git work tree, or where git is not installed or fails,
@@ -16,6 +18,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+SKIP_DIRS = {
+    ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "node_modules", "build", "dist",
+    "_build", "buck-out", "__pypackages__", "site-packages",
+}  # fmt: skip
 GIT_TIMEOUT_S = 120.0  # a wedged git (a network file system, a lock) must not hang a walk forever
 # set by git hooks and pre-commit for the repository they run in; relative values would point elsewhere from the
 # walked folder, so git finds the repository of the folder itself
@@ -65,3 +71,32 @@ def git_ignored(folder: Path) -> Ignored:
     entries = [os.fsdecode(e) for e in proc.stdout.split(b"\0") if e]
     folders = frozenset(e.rstrip("/") for e in entries if e.endswith("/"))
     return Ignored(frozenset(e for e in entries if not e.endswith("/")), folders)
+
+
+def _walked(root: str, name: str) -> bool:
+    """Whether a folder found under a named one is walked: not hidden, not one of SKIP_DIRS (black's and ruff's
+    default excludes), not a virtual environment whatever its name (`env/` holding a pyvenv.cfg): installed
+    packages are someone else's code."""
+    return (
+        name not in SKIP_DIRS
+        and not name.startswith(".")
+        and not os.path.isfile(os.path.join(root, name, "pyvenv.cfg"))
+    )
+
+
+def source_files(folder: Path, suffixes: tuple[str, ...], respect_gitignore: bool = True) -> list[Path]:
+    """The files under `folder` whose names end with one of `suffixes`, in a stable (sorted, top-down) order,
+    skipping the folders of `_walked` and, when `respect_gitignore`, what git ignores (git_ignored)."""
+    ignored = git_ignored(folder) if respect_gitignore else NOTHING
+    out: list[Path] = []
+    for root, dirs, files in os.walk(folder):
+        here = os.path.relpath(root, folder)
+        dirs[:] = sorted(
+            d for d in dirs if _walked(root, d) and not ignored.folder(os.path.normpath(os.path.join(here, d)))
+        )
+        out += [
+            Path(root) / f
+            for f in sorted(files)
+            if f.endswith(suffixes) and not ignored.file(os.path.normpath(os.path.join(here, f)))
+        ]
+    return out
