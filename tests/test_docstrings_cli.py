@@ -421,3 +421,15 @@ def test_gitignore_outside_a_git_work_tree_or_without_git_is_not_read(
     assert len(_checked(str(tmp_path))) == 3
     monkeypatch.setenv("PATH", str(tmp_path / "no-such-bin"))
     assert _checked(str(tmp_path)) == everything
+
+
+def test_a_git_hook_environment_does_not_point_the_walk_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hook (or pre-commit) runs with GIT_DIR / GIT_INDEX_FILE relative to the repository's top; the walk of a
+    subfolder still asks the repository of that folder."""
+    _git_project(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_DIR", ".git")
+    monkeypatch.setenv("GIT_INDEX_FILE", ".git/index")
+    assert _checked("src") == {"src/a.py", "src/keep_pb2.py", "src/sub/y.py"}
