@@ -23,7 +23,7 @@ SKIP_DIRS = {
     "_build", "buck-out", "__pypackages__", "site-packages",
 }  # fmt: skip
 GIT_TIMEOUT_S = 120.0  # a wedged git (a network file system, a lock) must not hang a walk forever
-# set by git hooks and pre-commit for the repository they run in; relative values would point elsewhere from the
+# set by git for its hooks (and what they run) to the repository at hand; relative values would point elsewhere from the
 # walked folder, so git finds the repository of the folder itself
 _GIT_LOCATION_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX")
 
