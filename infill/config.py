@@ -293,6 +293,10 @@ class FillOptions:
     # tokens of the input the model sees at most, around the spans (None: the model's whole window); a shorter
     # window makes the first pass of a fill cheaper (the language server's default: infill.lsp.fills)
     max_context: int | None = None
+    # tokens after the span a left-to-right model reads at most (None or 0: all that fits its window): its prompt
+    # puts them after the prefix, so every change before the cursor makes it read them again (the language
+    # server's default: infill.lsp.fills)
+    max_suffix: int | None = None
     candidates: int = 1  # -n: candidates ranked by log-likelihood
     max_resample: int = 4  # extra samples when a candidate adds syntax errors
     syntax_check: bool = True

@@ -191,6 +191,16 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "options",
+        "max_suffix",
+        ("--max-suffix",),
+        "Tokens after the span a left-to-right model reads at most, cut at a line end (default: all that fits; "
+        "0: all). Its prompt puts them after the prefix, so a change before the span makes it read them again.",
+        IntRange(min=0),
+        metavar="TOKENS",
+        show_default=False,
+    ),
+    Option(
+        "options",
         "candidates",
         ("-n", "--candidates"),
         "Sample N candidates; keep the most likely.",

@@ -77,6 +77,9 @@ class Window:
     # that typing at its end keeps its first tokens: a left-to-right model's cache keeps a prompt up to its first
     # change, and a cut that moved with every token typed changed the first token at every keystroke
     steady_cut: int = 0
+    # a left-to-right model: its prompt puts the text after the span after the prefix, so it reads that text again
+    # after every change before the span; FillOptions.max_suffix bounds it (cap_suffix)
+    rereads_suffix: bool = False
 
 
 def plan_regions(
@@ -145,6 +148,8 @@ def plan_regions(
         encode_start = getattr(tok, "encode_start", tok.encode)
         prefix_ids = encode_start(model_prefix(model_text(data, pre_start, pre_end), group[0][0].heal))
         suffix_ids = tok.encode(model_text(data, suf_start, suf_end))
+        if limits.rereads_suffix and options.max_suffix:
+            suffix_ids = cap_suffix(suffix_ids, options.max_suffix, tok)
         inner = sum(p.budget for p, _ in group) + sum(len(b) for _, b in group[1:])
         free = max(0, max_length - int(has_bos) - inner)
         keep_pre, keep_suf = split_context(free, len(prefix_ids), len(suffix_ids))
@@ -160,6 +165,21 @@ def plan_regions(
             region.seen, region.block_cut = _what_was_seen(index, region, tok, cut_pre)
         out.append(region)
     return out
+
+
+def cap_suffix(ids: list[int], cap: int, tok: Tokenizer) -> list[int]:
+    """The first `cap` tokens of the text after a span (`ids`), backed up to the end of their last whole line, as
+    llama.vim sends whole lines: a function of that text alone, so typing before the span leaves it as it was (and
+    the model's cache of it, where the cache can keep it). Only the prompt is cut: the checks and the fill's end
+    cut still read the whole file. A first line longer than `cap` tokens is cut inside it; a room of blank lines
+    is kept as cut (backing up would leave the model no text at all)."""
+    if len(ids) <= cap:
+        return ids
+    text = tok.decode(ids[:cap])
+    end = text.rfind("\n")
+    if end < 0 or not text[:end].strip():
+        return ids[:cap]
+    return tok.encode(text[: end + 1])[:cap]
 
 
 def model_text(data: bytes, start: int, end: int) -> str:

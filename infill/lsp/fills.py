@@ -48,7 +48,15 @@ _LANGUAGE_IDS = {"typescriptreact": "tsx", "javascriptreact": "javascript", "pyt
 
 # What a completion gives up against `infill fill`: when every fill beam search found breaks the syntax, no
 # second search 4 times wider (seconds, for a line the user is typing); the completion is then simply not shown.
-LSP_OPTIONS = FillOptions(rescue_width=1)
+# And the text after the cursor a left-to-right model reads: at most SUFFIX_TOKENS tokens, to the end of a line
+# (infill.core.plan.cap_suffix). Its prompt puts that text after the prefix, so it reads it again at every change
+# before the cursor: about 1,000 tokens in an ordinary file, seconds per word boundary with a 0.5B model on a CPU
+# (docs/editors.md, "While you type"). llama.vim sends 64 lines after the cursor, and the llama.cpp server it
+# talks to keeps at most a quarter of its batch of them (256 tokens with the batch of 1,024 that llama.vim's
+# setup recommends), the bound that holds for any line length; `"fill": {"max_suffix": 0}` reads all that fits
+# the window, as `infill fill` does.
+SUFFIX_TOKENS = 256
+LSP_OPTIONS = FillOptions(rescue_width=1, max_suffix=SUFFIX_TOKENS)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ class Autoregressive(AnySubset):
     def window(self, loaded: LoadedModel) -> Window:
         from dataclasses import replace
 
-        return replace(super().window(loaded), steady_cut=STEADY_CUT)
+        return replace(super().window(loaded), steady_cut=STEADY_CUT, rereads_suffix=True)
 
     def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
         from infill.models.autoregressive import CausalFim
