@@ -84,19 +84,33 @@ def _walked(root: str, name: str) -> bool:
     )
 
 
+def _repository_root(path: str) -> bool:
+    """Whether a folder is the top of its own git work tree (a `.git` folder, or the `.git` file of a submodule or
+    a linked worktree): the enclosing repository's git does not look inside it."""
+    return os.path.exists(os.path.join(path, ".git"))
+
+
 def source_files(folder: Path, suffixes: tuple[str, ...], respect_gitignore: bool = True) -> list[Path]:
     """The files under `folder` whose names end with one of `suffixes`, in a stable (sorted, top-down) order,
-    skipping the folders of `_walked` and, when `respect_gitignore`, what git ignores (git_ignored)."""
-    ignored = git_ignored(folder) if respect_gitignore else NOTHING
+    skipping the folders of `_walked` and, when `respect_gitignore`, what git ignores (git_ignored). A separate
+    repository or submodule found under `folder` is walked with its own rules, as git and ruff treat it."""
+    # each walked folder -> the repository folder whose rules hold there, and those rules (relative to it)
+    rules: dict[str, tuple[str, Ignored]] = {}
     out: list[Path] = []
     for root, dirs, files in os.walk(folder):
-        here = os.path.relpath(root, folder)
+        if root == str(folder) or (respect_gitignore and _repository_root(root)):
+            rules[root] = (root, git_ignored(Path(root)) if respect_gitignore else NOTHING)
+        top, ignored = rules[root]
+        here = os.path.relpath(root, top)
         dirs[:] = sorted(
             d for d in dirs if _walked(root, d) and not ignored.folder(os.path.normpath(os.path.join(here, d)))
         )
+        for d in dirs:
+            rules[os.path.join(root, d)] = (top, ignored)
         out += [
             Path(root) / f
             for f in sorted(files)
             if f.endswith(suffixes) and not ignored.file(os.path.normpath(os.path.join(here, f)))
         ]
+        del rules[root]
     return out

@@ -433,3 +433,26 @@ def test_a_git_hook_environment_does_not_point_the_walk_elsewhere(
     monkeypatch.setenv("GIT_DIR", ".git")
     monkeypatch.setenv("GIT_INDEX_FILE", ".git/index")
     assert _checked("src") == {"src/a.py", "src/keep_pb2.py", "src/sub/y.py"}
+
+
+@pytest.mark.parametrize("outer_git", [True, False])
+def test_a_repository_inside_the_walked_folder_has_its_own_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outer_git: bool
+) -> None:
+    """A separate clone under the walked folder (a vendored repository, or projects side by side in a folder that
+    is no repository): the enclosing git does not look inside it, so its own .gitignore is asked, as ruff does."""
+    files = _git_project(tmp_path, monkeypatch, git=outer_git)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    inner = tmp_path / "vendor" / "lib"
+    for name in ("lib.py", "lib_gen.py", "out/o.py"):
+        (inner / name).parent.mkdir(parents=True, exist_ok=True)
+        (inner / name).write_text("def f(x):\n    return x\n")
+    (inner / ".gitignore").write_text("*_gen.py\nout/\n")
+    subprocess.run(["git", "init", "-q", str(inner)], check=True)
+    checked = _checked(str(tmp_path))
+    assert str(inner / "lib.py") in checked
+    assert not {str(inner / "lib_gen.py"), str(inner / "out" / "o.py")} & checked
+    assert (str(files["gen/g.py"]) in checked) is not outer_git  # the outer rules hold where they did
+    assert _checked(str(tmp_path / "vendor")) & {str(inner / "lib_gen.py"), str(inner / "lib.py")} == {
+        str(inner / "lib.py")
+    }
