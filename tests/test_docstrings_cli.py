@@ -160,6 +160,17 @@ def test_each_file_gets_its_own_projects_settings_whatever_the_order(tmp_path: P
     assert sub.read_text() == "def g(x):\n    return x\n"
 
 
+def test_a_bad_sub_project_pyproject_is_reported_once_and_skips_only_its_files(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    bad = tmp_path / "pkg" / "pyproject.toml"
+    bad.write_text("[tool.infill.docstrings]\nstyle = 3\n")
+    for name in ("top.py", "pkg/a.py", "pkg/b.py"):
+        (tmp_path / name).write_text("def f(x):\n    return x\n")
+    code, out, err = invoke("--check", str(tmp_path))
+    assert code == 2 and out.splitlines() == [f"{tmp_path / 'top.py'}:1: top", f"{tmp_path / 'top.py'}:1: f"]
+    assert err.count(f"error: {bad}: style must be a string") == 1, err
+
+
 def test_a_folder_skips_virtual_environments_whatever_their_name_and_build_output(tmp_path: Path) -> None:
     code_of = "def f(x):\n    return x\n"
     installed = tmp_path / "env" / "lib" / "python3.11" / "site-packages" / "foo" / "x.py"

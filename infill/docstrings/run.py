@@ -271,10 +271,14 @@ def process(
     results: list[FileResult] = []
     failures: list[InfillError] = []
     errors = invalid = 0
+    shown: set[str] = set()  # a sub-project's bad pyproject.toml stops each of its files with the same line
     finished = done if done is not None else (fill_file(path, req, cfg, filler, cancelled) for path in files)
     for result in finished:
         if isinstance(result, InfillError):
-            echo(f"error: {result}\n", True)
+            line = f"error: {result}\n"
+            if line not in shown:
+                echo(line, True)
+                shown.add(line)
             failures.append(result)
             if isinstance(result, NoValidFillError):
                 invalid += 1
