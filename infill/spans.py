@@ -339,9 +339,11 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
     kind = sel.kind  # "function" or "class"
     tree, matches = _captures(data, language)
     defs = []  # (node, name, body)
-    scopes = []  # (start, end, name) of every class and function: what a qualified name (A.f, outer.inner) names
+    # (start, end, name) of every class, function and named object literal: what a qualified name (A.f,
+    # outer.inner, obj.m) names
+    scopes = []
     for _, caps in matches:
-        for prefix in ("function", "class"):
+        for prefix in ("function", "class", "object"):
             if prefix in caps and f"{prefix}.name" in caps and f"{prefix}.body" in caps:
                 node, name_node, body = caps[prefix][0], caps[f"{prefix}.name"][0], caps[f"{prefix}.body"][0]
                 name = _definition_name(data, name_node)

@@ -246,6 +246,21 @@ def test_a_nested_function_is_named_by_its_enclosing_functions(name: str) -> Non
         resolve(data, [Selection("function", "other.inner")], lang, name)
 
 
+# A function held by an object literal in a variable is named through the variable, as it is called: api.get
+OBJECT_METHODS = b"const api = {\n  get(u) {\n    return 1;\n  },\n  post: (u) => {\n    return 2;\n  },\n};\n"
+
+
+@pytest.mark.parametrize("name", ["a.js", "a.ts"])
+def test_an_object_literal_s_functions_are_named_through_its_variable(name: str) -> None:
+    lang = languages.detect(name)
+    data = OBJECT_METHODS + b"function get(u) {\n  return 3;\n}\n"
+    for qualified, body in (("api.get", b"    return 1;"), ("api.post", b"    return 2;")):
+        assert text_of(data, resolve(data, [Selection("function", qualified)], lang, name)) == [body], qualified
+    assert len(resolve(data, [Selection("function", "get")], lang, name)) == 2  # the bare name: every get
+    with pytest.raises(InputError, match="not found"):
+        resolve(data, [Selection("function", "other.get")], lang, name)
+
+
 def test_a_method_s_nested_function_is_named_through_the_method() -> None:
     """A.f.g, as Python's __qualname__ (A.f.<locals>.g); A.g names a method g of A, which this file lacks."""
     data = b"class A:\n    def f(self):\n        def g():\n            return 1\n\n        return g()\n"

@@ -32,4 +32,9 @@
   name: (identifier) @class.name
   body: (class_body) @class.body) @class
 
+; an object held in a variable is a scope for its functions, named as they are called: `--function obj.m`
+(variable_declarator
+  name: (identifier) @object.name
+  value: (object) @object.body) @object
+
 (comment) @comment

@@ -45,4 +45,9 @@
   name: (type_identifier) @class.name
   body: (interface_body) @class.body) @class
 
+; an object held in a variable is a scope for its functions, named as they are called: `--function obj.m`
+(variable_declarator
+  name: (identifier) @object.name
+  value: (object) @object.body) @object
+
 (comment) @comment
