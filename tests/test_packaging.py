@@ -1,0 +1,49 @@
+"""infill as users install it: a wheel in a site-packages shared with other distributions, and what the wheel and
+the sdist carry."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fake_dist(site: Path, name: str, files: list[str], extras: dict[str, list[str]]) -> metadata.Distribution:
+    """A `.dist-info` folder in `site` as pip writes it: METADATA with the extras, RECORD listing `files`."""
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir()
+    lines = [f"Metadata-Version: 2.4\nName: {name}\nVersion: 1.0\n"]
+    for extra, requirements in extras.items():
+        lines.append(f"Provides-Extra: {extra}\n")
+        lines += [f'Requires-Dist: {r}; extra == "{extra}"\n' for r in requirements]
+    (info / "METADATA").write_text("".join(lines))
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in [*files, f"{info.name}/METADATA"]))
+    return metadata.PathDistribution(info)
+
+
+def test_a_wheels_hint_names_its_own_extras_beside_other_distributions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Installed from a wheel, `infill lsp` without pygls hinted `pip install '<infill's source folder>[lsp]'`: every
+    distribution in the same site-packages "locates" infill/__init__.py there, so the first one listed (torch, say,
+    with no `lsp` extra) was taken for infill's. Only the distribution whose RECORD lists the file is."""
+    from infill import extras
+
+    (tmp_path / "infill").mkdir()
+    (tmp_path / "infill" / "__init__.py").write_text("")
+    other = fake_dist(tmp_path, "torch", ["torch/__init__.py"], {"opt": ["numpy"]})
+    ours = fake_dist(tmp_path, "infill", ["infill/__init__.py"], {"lsp": ["pygls<3,>=2.0", "lsprotocol>=2025.0.0"]})
+    monkeypatch.setattr(metadata, "distributions", lambda: iter([other, ours]))
+    monkeypatch.setattr(extras, "infill", SimpleNamespace(__file__=str(tmp_path / "infill" / "__init__.py")))
+    monkeypatch.setattr(extras, "source_tree", lambda: None)  # a wheel: no source folder
+    extras.requirements.cache_clear()
+    try:
+        assert extras.requirements("lsp") == ("pygls<3,>=2.0", "lsprotocol>=2025.0.0")
+        assert extras.install_hint("lsp") == "pip install 'pygls<3,>=2.0' 'lsprotocol>=2025.0.0'"
+        assert extras.requirements("opt") == ()  # another distribution's extra is not infill's
+    finally:
+        extras.requirements.cache_clear()
