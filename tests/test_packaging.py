@@ -3,9 +3,11 @@ the sdist carry."""
 
 from __future__ import annotations
 
+import sys
 from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -47,3 +49,23 @@ def test_a_wheels_hint_names_its_own_extras_beside_other_distributions(
         assert extras.requirements("opt") == ()  # another distribution's extra is not infill's
     finally:
         extras.requirements.cache_clear()
+
+
+def pyproject() -> dict[str, Any]:
+    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    data: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    return data
+
+
+def test_the_license_ships_and_its_declaration_builds_past_setuptools_deadline() -> None:
+    """README says MIT, but no license text was in the repository, the sdist or the wheel (MIT asks for the notice in
+    every copy), and `license = { text = "MIT" }` is a table setuptools deprecates: every build warned that builds
+    with it stop being supported on 2027-02-18. An SPDX string and `license-files` (setuptools 77) fix both."""
+    project = pyproject()["project"]
+    assert project["license"] == "MIT"
+    assert project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert text.startswith("MIT License\n") and "The above copyright notice" in text
+    requires = pyproject()["build-system"]["requires"]
+    setuptools = [r for r in requires if r.startswith("setuptools")]
+    assert setuptools and int(setuptools[0].split(">=")[1].split(".")[0]) >= 77, requires
