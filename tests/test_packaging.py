@@ -69,3 +69,33 @@ def test_the_license_ships_and_its_declaration_builds_past_setuptools_deadline()
     requires = pyproject()["build-system"]["requires"]
     setuptools = [r for r in requires if r.startswith("setuptools")]
     assert setuptools and int(setuptools[0].split(">=")[1].split(".")[0]) >= 77, requires
+
+
+def precommit_sections() -> dict[str, str]:
+    """The README's and docs/docstrings.md's pre-commit set-up: from the `.pre-commit-config.yaml` sample to the
+    next heading."""
+    out = {}
+    for name, start in (("README.md", "As a pre-commit hook"), ("docs/docstrings.md", "## pre-commit")):
+        text = (ROOT / name).read_text(encoding="utf-8")
+        begin = text.index(start)
+        out[name] = text[begin : text.index("\n## ", begin + len(start))]
+    return out
+
+
+def test_the_precommit_set_up_says_how_the_hooks_virtualenv_gets_the_cpu_torch() -> None:
+    """pre-commit builds the hook's virtualenv itself, and a bare `torch` requirement pulls the multi-GB CUDA build:
+    docs/docstrings.md said to set PIP_CONSTRAINT, the README's set-up (the one people copy) did not."""
+    for name, section in precommit_sections().items():
+        assert "PIP_CONSTRAINT" in section and "torch==2.13.0" in section, name
+    assert "torch==2.13.0" in (ROOT / ".ci" / "constraints.txt").read_text(encoding="utf-8").splitlines()
+
+
+def test_the_precommit_samples_name_the_same_rev() -> None:
+    """docs/docstrings.md's sample said `rev: v0.1.0`, a tag the repository does not have, so copying it failed
+    (`pathspec 'v0.1.0' did not match`); the README's says `main`."""
+    import re
+
+    revs = {
+        name: re.findall(r"^\s+rev: (\S+)", section, re.MULTILINE) for name, section in precommit_sections().items()
+    }
+    assert revs["README.md"] == ["main"] and revs["docs/docstrings.md"] == ["main"], revs
