@@ -99,3 +99,26 @@ def test_the_precommit_samples_name_the_same_rev() -> None:
         name: re.findall(r"^\s+rev: (\S+)", section, re.MULTILINE) for name, section in precommit_sections().items()
     }
     assert revs["README.md"] == ["main"] and revs["docs/docstrings.md"] == ["main"], revs
+
+
+def test_the_sdist_carries_every_tracked_file(tmp_path: Path) -> None:
+    """The sdist held tests/test_*.py (setuptools' default) without conftest.py, the fixtures and the golden files,
+    and no docs, Neovim plugin, completions or pre-commit hooks: its tests could not run, and what the README names
+    was missing. MANIFEST.in now takes the whole tracked tree; setuptools' egg_info writes the sdist's file list
+    (SOURCES.txt) without building it."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (an sdist, say): no tracked files to compare")
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    setup = "from setuptools import setup; setup()"
+    subprocess.run(
+        [sys.executable, "-c", setup, "-q", "egg_info", "--egg-base", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    )
+    sources = set((tmp_path / "infill.egg-info" / "SOURCES.txt").read_text(encoding="utf-8").splitlines())
+    missing = [f for f in tracked.decode().split("\0") if f and f not in sources]
+    assert missing == [], missing
