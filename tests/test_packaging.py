@@ -122,3 +122,34 @@ def test_the_sdist_carries_every_tracked_file(tmp_path: Path) -> None:
     sources = set((tmp_path / "infill.egg-info" / "SOURCES.txt").read_text(encoding="utf-8").splitlines())
     missing = [f for f in tracked.decode().split("\0") if f and f not in sources]
     assert missing == [], missing
+
+
+def wheel_files(setuptools: dict[str, Any]) -> set[str]:
+    """The source files a wheel takes by [tool.setuptools]: each package's modules and its package-data globs
+    (only those: include-package-data is off)."""
+    assert setuptools.get("include-package-data") is False
+    dirs = setuptools.get("package-dir", {})
+    out: set[str] = set()
+    for package in setuptools["packages"]:
+        folder = ROOT / dirs.get(package, package.replace(".", "/"))
+        out |= {str(p.relative_to(ROOT)) for p in folder.glob("*.py")}
+        for pattern in setuptools.get("package-data", {}).get(package, []):
+            out |= {str(p.relative_to(ROOT)) for p in folder.glob(pattern) if p.is_file()}
+    return out
+
+
+def test_the_wheel_takes_every_tracked_file_of_the_package_and_its_queries() -> None:
+    """Every tracked file under infill/ and grammars/ (modules, model weights, tokenizers, calibrations, model
+    cards, tree-sitter queries) is a module or package data of the wheel. The data folders (grammars/<lang>,
+    weights/<name>) came in through include-package-data, with a setuptools warning for each that such a folder
+    "would be ignored" as an unlisted package; the package-data globs now say what ships, and nothing else does."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (an sdist, say): no tracked files to compare")
+    listed = subprocess.run(["git", "ls-files", "-z", "infill", "grammars"], cwd=ROOT, capture_output=True, check=True)
+    tracked = {f for f in listed.stdout.decode().split("\0") if f}
+    shipped = wheel_files(pyproject()["tool"]["setuptools"])
+    assert tracked - shipped == set(), "add these to [tool.setuptools] packages or package-data"
+    assert {"infill/weights/default/tokenizer.json", "grammars/python/definitions.scm"} <= shipped
