@@ -153,3 +153,14 @@ def test_the_wheel_takes_every_tracked_file_of_the_package_and_its_queries() -> 
     shipped = wheel_files(pyproject()["tool"]["setuptools"])
     assert tracked - shipped == set(), "add these to [tool.setuptools] packages or package-data"
     assert {"infill/weights/default/tokenizer.json", "grammars/python/definitions.scm"} <= shipped
+
+
+def test_python_310_gets_a_toml_parser() -> None:
+    """requires-python says 3.10, where the standard library has no tomllib: `infill docstrings` in any project with
+    a pyproject.toml stopped with "internal error: ModuleNotFoundError: No module named 'tomli'" (exit 123), as the
+    package read its settings with tomli there but did not depend on it."""
+    project = pyproject()["project"]
+    assert project["requires-python"] == ">=3.10"
+    assert "tomli>=1.1; python_version < '3.11'" in project["dependencies"]
+    source = (ROOT / "infill" / "docstrings" / "config.py").read_text(encoding="utf-8")
+    assert "import tomli as tomllib" in source  # what the requirement is for
