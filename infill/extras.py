@@ -43,6 +43,10 @@ def requirements(extra: str) -> tuple[str, ...]:
 
     here = Path(infill.__file__).resolve()
     for dist in metadata.distributions():
+        # locate_file only joins a path onto the distribution's folder: every distribution in this site-packages
+        # "locates" infill/__init__.py there, so only the one whose RECORD lists that file is this package's
+        if not any(str(f) == "infill/__init__.py" for f in dist.files or ()):
+            continue
         try:
             located = Path(str(dist.locate_file("infill/__init__.py"))).resolve()
         except (OSError, ValueError, TypeError):
