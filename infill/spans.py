@@ -155,6 +155,21 @@ def parse_span(value: str) -> tuple[int, int] | tuple[int, int, int, int]:
     return a, int(numbers[1]) if len(numbers) == 2 else a
 
 
+def whole_lines(data: bytes, start: int, end: int, label: str) -> Span | None:
+    """The span of a selection that runs from a line's start to a later line's start (Vim's `V`, an editor's line
+    selection, `--span 9:1-10:1`): those lines, whole, as `--span A:B` takes them, its last line break left out
+    of the span: a fill of lines carries no final line break, and the line after would be joined to it. None for
+    any other selection."""
+    breaks = (b"\n", b"\r")
+    if end <= start or data[end - 1 : end] not in breaks or data[end - 1 : end + 1] == b"\r\n":
+        return None
+    if start > 0 and data[start - 1 : start] not in breaks and data[:start] != BOM:
+        return None
+    cut = end - 2 if data[end - 2 : end] == b"\r\n" else end - 1
+    one_line = _LINE_BREAK.search(data, start, cut) is None
+    return Span(start, cut, label, DEFAULT_TOKENS["span"], one_line=one_line)
+
+
 def _span_from_lines(index: LineIndex, sel: Selection) -> Span:
     parsed = parse_span(sel.value)
     if index.count == 0:
@@ -174,7 +189,7 @@ def _span_from_lines(index: LineIndex, sel: Selection) -> Span:
     start, end = index.byte_of_column(a, c, sel.label), index.byte_of_column(b, d, sel.label)
     if end < start:
         raise InputError(f"{sel.label}: reversed range (the end is before the start)")
-    return Span(start, end, sel.label, DEFAULT_TOKENS["span"])
+    return whole_lines(index.data, start, end, sel.label) or Span(start, end, sel.label, DEFAULT_TOKENS["span"])
 
 
 def _spans_from_marker(data: bytes, sel: Selection) -> list[Span]:

@@ -288,6 +288,19 @@ def test_fill_selection_applies_the_cli_fill_with_the_document_version(client: L
     assert document_edit["edits"] == [{"range": span_range((1, 4), (1, 13)), "newText": expected}]
 
 
+def test_fill_selection_of_whole_lines_keeps_the_last_line_break(client: LspClient) -> None:
+    """A line selection reaches the start of the next line, (1,0)-(2,0): the fill replaces the line and leaves
+    its line break, as `infill fill --span 2` does; it joined the next line before."""
+    (fill,) = [a for a in code_actions(client, (1, 0), (2, 0)) if a["title"] == "Fill selection with infill"]
+    edit = run_action(client, fill)
+    start = SOURCE.index("    total = 0")
+    line = Span(start, start + len("    total = 0"), "selection", 32, one_line=True)
+    (document_edit,) = edit["documentChanges"]
+    assert document_edit["edits"] == [
+        {"range": span_range((1, 0), (1, 13)), "newText": in_process(SOURCE, line, "total += 1")}
+    ]
+
+
 def test_an_action_on_a_changed_document_is_refused(client: LspClient) -> None:
     (fill,) = [a for a in code_actions(client, (1, 4), (1, 13)) if a["title"] == "Fill selection with infill"]
     client.change(URI, 2, [{"range": span_range((0, 0), (0, 0)), "text": "# changed\n"}])

@@ -13,7 +13,16 @@ from hypothesis import strategies as st
 from infill import languages
 from infill.cli import main
 from infill.errors import InputError
-from infill.spans import LineIndex, Selection, Span, check_spans, parse_span, resolve, snap_to_lines
+from infill.spans import (
+    LineIndex,
+    Selection,
+    Span,
+    check_spans,
+    parse_span,
+    resolve,
+    snap_to_lines,
+    whole_lines,
+)
 
 
 def text_of(data: bytes, spans: list[Span]) -> list[bytes]:
@@ -49,6 +58,32 @@ def test_line_column_span_counts_characters() -> None:
     assert data[span.start_byte : span.end_byte] == b"x, y"
     (ins,) = resolve(data, [Selection("span", "1:2-1:2")])
     assert ins.start_byte == ins.end_byte == len("é".encode())
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_a_line_selection_to_the_next_line_s_start_is_those_lines_whole(newline: str) -> None:
+    """`--span 2:1-3:1` (an editor's line selection) is line 2 as `--span 2` takes it: its line break stays out of
+    the span, or the fill (which ends without one) joins the next line; the same for several lines and at the
+    end of the file. A selection that starts inside a line, or ends inside one, is taken as it is."""
+    data = newline.join(["\ufeffone", "two", "three", ""]).encode()
+    for columns, lines in (("2:1-3:1", "2"), ("1:1-3:1", "1:2"), ("1:1-2:1", "1")):
+        (span,) = resolve(data, [Selection("span", columns)])
+        (whole,) = resolve(data, [Selection("span", lines)])
+        assert (span.start_byte, span.end_byte, span.one_line) == (whole.start_byte, whole.end_byte, whole.one_line)
+    last = whole_lines(b"one\ntwo\n", 4, 8, "selection")  # an editor's selection of the last line, its break too
+    assert last is not None and (last.start_byte, last.end_byte, last.one_line) == (4, 7, True)
+    for columns, text in (("1:2-3:1", "ne" + newline + "two" + newline), ("2:2-3:1", "wo" + newline)):
+        (span,) = resolve(data, [Selection("span", columns)])
+        assert data[span.start_byte : span.end_byte] == text.encode(), columns
+
+
+def test_a_whole_line_selection_s_fill_leaves_the_next_line_alone(tmp_path: Path) -> None:
+    path = tmp_path / "a.py"
+    path.write_text("def f(x):\n    y = x + 1\n\n    return y\n")
+    with fake_model(["return x"], name="whole-lines"):
+        result = CliRunner().invoke(main, ["fill", str(path), "--span", "2:1-3:1", "--model", "whole-lines"])
+    assert result.exit_code == 0, result.output
+    assert path.read_text() == "def f(x):\n    return x\n\n    return y\n"
 
 
 def test_markers() -> None:
@@ -348,6 +383,8 @@ def test_line_column_spans_match_python_slicing(lines: list[str], data: st.DataO
     (span,) = resolve(text.encode(), [Selection("span", f"{a}:{c}-{b}:{d}")])
     starts = [sum(len(x) + 1 for x in lines[:i]) for i in range(len(lines))]
     expected = text[starts[a - 1] + c - 1 : starts[b - 1] + d - 1]
+    if c == 1 and d == 1 and b > a:  # whole lines: their last line break stays (test_a_line_selection_...)
+        expected = expected[:-1]
     assert text.encode()[span.start_byte : span.end_byte].decode() == expected
 
 

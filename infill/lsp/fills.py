@@ -26,7 +26,7 @@ from infill import languages
 from infill.config import TOOL_DECODE, DecodeConfig, FillOptions, ModelSpec
 from infill.errors import InputError, NoValidFillError
 from infill.lsp.documents import Document
-from infill.spans import DEFAULT_TOKENS, Span
+from infill.spans import DEFAULT_TOKENS, Span, whole_lines
 from infill.textops import indent_of
 
 if TYPE_CHECKING:
@@ -248,9 +248,13 @@ def _line_with_text(text: str, at: int, step: int) -> str | None:
 
 
 def selection_target(document: Document, start: int, end: int) -> Target:
-    """The span of a selection (string offsets): filled whole, like `infill fill --span`."""
-    span = Span(document.byte_offset(start), document.byte_offset(end), "selection", DEFAULT_TOKENS["span"])
-    return Target(start, end, span)
+    """The span of a selection (string offsets): filled whole, like `infill fill --span`; a selection of whole
+    lines (to the start of the next) keeps its last line break, as there (infill.spans.whole_lines)."""
+    a, b = document.byte_offset(start), document.byte_offset(end)
+    lines = whole_lines(document.text.encode("utf-8"), a, b, "selection")
+    if lines is not None:  # the line break left out is one character per byte
+        return Target(start, end - (b - lines.end_byte), lines)
+    return Target(start, end, Span(a, b, "selection", DEFAULT_TOKENS["span"]))
 
 
 def prompt_key(document: Document, target: Target, settings: Settings) -> tuple[Any, ...] | None:
