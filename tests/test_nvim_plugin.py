@@ -460,3 +460,35 @@ def test_keys_typed_right_after_a_plain_tab_go_after_it(plugin: Any) -> None:
     plugin.input("<Tab>x")
     assert _wait(lambda: plugin.current.buffer[0] != "name = ", 5)
     assert _wait(lambda: plugin.current.buffer[0] == "name = \tx", 5), plugin.current.buffer[0]
+
+
+def test_entering_insert_mode_asks_for_a_suggestion(stubbed: Any) -> None:
+    # as Copilot: `A` (or i, o, cc...) and a pause ask, whatever was done before; Neovim's TextChangedI comes on
+    # entering insert mode only when the buffer changed in normal mode since the last insert
+    stubbed.input("<Esc>")
+    assert _wait(lambda: stubbed.api.get_mode()["mode"] == "n", 5)
+    for keys in ["A", "<Esc>", "A", "<Esc>"]:  # no change in normal mode between these inserts
+        stubbed.input(keys)
+        time.sleep(0.1)  # the pause (20 ms) is long over
+    asked = stubbed.exec_lua("return _G.sent")
+    stubbed.input("A")
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") > asked, 5)
+    assert _shown_once_answered(stubbed, "ghost")
+
+
+def test_no_suggestion_while_a_macro_is_recorded_so_its_replay_does_the_same(stubbed: Any) -> None:
+    # a register records the keys typed: a suggestion taken with <Tab> while recording was replayed as a plain
+    # <Tab> (the accepted text is not among the keys), so the replay did something else than the recording
+    stubbed.input("<Esc>")
+    stubbed.current.buffer[:] = ["a = ", "b = "]
+    stubbed.command("call cursor(1, 1)")
+    stubbed.exec_lua("_G.reply = {insertText = 'f(1)'}")
+    stubbed.input("qaAx")
+    time.sleep(0.1)  # the pause (20 ms) is long over
+    _answer_all(stubbed)
+    assert stubbed.exec_lua(SUGGESTION) is None
+    stubbed.input("<Tab><Esc>q")
+    assert _wait(lambda: stubbed.current.buffer[0] == "a = x\t", 5), stubbed.current.buffer[0]
+    stubbed.input("j@a")
+    assert _wait(lambda: stubbed.current.buffer[1] != "b = ", 5)
+    assert stubbed.current.buffer[:] == ["a = x\t", "b = x\t"]

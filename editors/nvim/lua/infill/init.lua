@@ -61,10 +61,12 @@ local function insert_mode()
 end
 
 -- Whether ghost text is out of place now: the completion menu is open (its keys, <Tab> among them, belong to
--- the menu; as Copilot hides its suggestion during completion), or 'paste' is set (mappings are off, so no
--- suggestion could be accepted, and pasted text is no place to suggest).
+-- the menu; as Copilot hides its suggestion during completion), 'paste' is set (mappings are off, so no
+-- suggestion could be accepted, and pasted text is no place to suggest), or a macro is being recorded or run (a
+-- register records the keys typed, not what an accept put in: a replay would type <Tab> where the recording
+-- took a suggestion, so none is offered and the replay does what the recording did).
 local function hidden()
-  return vim.fn.pumvisible() == 1 or vim.o.paste
+  return vim.fn.pumvisible() == 1 or vim.o.paste or vim.fn.reg_recording() ~= "" or vim.fn.reg_executing() ~= ""
 end
 
 -- The lines of a suggestion. In a file with CRLF line breaks the server writes "\r\n" between them (the
@@ -435,6 +437,10 @@ function M.setup(opts)
     end,
   })
   vim.api.nvim_create_autocmd({ "TextChangedI", "TextChangedP" }, { group = group, callback = M.on_change })
+  -- entering insert mode (i, a, A, o, cc, S...) asks after the same pause, as Copilot does: Neovim's
+  -- TextChangedI comes then only when the buffer changed in normal mode since the last insert, so `A` at the end
+  -- of a line asked or not depending on what was done before
+  vim.api.nvim_create_autocmd("InsertEnter", { group = group, callback = M.on_change })
   vim.api.nvim_create_autocmd("CursorMovedI", { group = group, callback = M.on_move })
   vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave", "CompleteChanged" }, {
     group = group,
