@@ -492,3 +492,31 @@ def test_no_suggestion_while_a_macro_is_recorded_so_its_replay_does_the_same(stu
     stubbed.input("j@a")
     assert _wait(lambda: stubbed.current.buffer[1] != "b = ", 5)
     assert stubbed.current.buffer[:] == ["a = x\t", "b = x\t"]
+
+
+@pytest.mark.parametrize(
+    ("mapping", "typed"),
+    [
+        ("inoremap <Tab> <C-r>='[jump]'<CR>", "name = [jump]"),  # a plain mapping
+        ("inoremap <expr> <Tab> col('.') > 3 ? '[far]' : '[near]'", "name = [far]"),  # an expression
+        (
+            "lua vim.keymap.set('i', '<Tab>', function() vim.api.nvim_put({'[lua]'}, 'c', false, true) end)",
+            "name = [lua]",
+        ),
+        ("imap <Tab> <Plug>(jump)|inoremap <Plug>(jump) [plug]", "name = [plug]"),  # mapped again
+    ],
+)
+def test_the_users_own_tab_mapping_works_when_there_is_no_suggestion(nvim: Any, mapping: str, typed: str) -> None:
+    # the plugin's <Tab> took the place of the user's own (a snippet jump, a menu key): with no suggestion it
+    # typed a plain tab instead of doing what the user's mapping does (copilot.vim falls back to it too)
+    nvim.command(mapping)
+    nvim.exec_lua("require('infill').setup({filetypes = {}})")
+    nvim.exec_lua("require('infill').setup({filetypes = {}})")  # a second setup keeps the user's mapping
+    nvim.current.buffer[:] = ["name = "]
+    nvim.command("call cursor(1, 1)")
+    nvim.input("A<Tab>")
+    assert _wait(lambda: nvim.current.buffer[0] != "name = ", 5)
+    assert _wait(lambda: nvim.current.buffer[0] == typed, 5), nvim.current.buffer[0]
+    _show(nvim, "f(1)")  # a suggestion shown: <Tab> accepts it
+    nvim.input("<Tab>")
+    assert _wait(lambda: nvim.current.buffer[0] == typed + "f(1)", 5), nvim.current.buffer[0]

@@ -363,13 +363,63 @@ function M.suggestion()
   return M.state.suggestion and M.state.suggestion.text or nil
 end
 
-local function map(lhs, fn, fallback)
+-- Insert-mode mappings the plugin's keys took over (the user's own: a snippet jump, <C-n> for a menu...), by the
+-- key they are on. A key does what its earlier mapping did when there is no suggestion, as copilot.vim's <Tab>
+-- falls back; a setup run again finds only the plugin's own mapping and keeps the earlier one.
+local earlier = {}
+
+local function termcodes(keys)
+  return vim.api.nvim_replace_termcodes(keys, true, false, true)
+end
+
+-- The global insert-mode mapping of `key` (in termcodes) that is not the plugin's.
+local function mapping_of(key)
+  for _, m in ipairs(vim.api.nvim_get_keymap("i")) do
+    if termcodes(m.lhs) == key and m.desc ~= "infill" then
+      return m
+    end
+  end
+  return nil
+end
+
+-- Do what `key` did before the plugin mapped it: its earlier mapping's work, else the key itself. The keys go
+-- first in the typeahead (keys typed after it come after them); a mapping's keys are mapped again unless it was
+-- a noremap one or they begin with the key itself (as Vim does not map again a rhs that begins with its lhs).
+local function fallback(key)
+  local m = earlier[key]
+  local keys = key
+  if m then
+    if m.callback then
+      keys = m.callback()
+      if m.expr ~= 1 then
+        return -- a function mapping did its work
+      end
+      if m.replace_keycodes == 1 and type(keys) == "string" then
+        keys = termcodes(keys)
+      end
+    elseif m.expr == 1 then
+      local ok, value = pcall(vim.api.nvim_eval, m.rhs)
+      keys = ok and value or nil
+    else
+      keys = termcodes(m.rhs)
+    end
+    if type(keys) ~= "string" or keys == "" then
+      return
+    end
+  end
+  local remap = m and m.noremap ~= 1 and keys:sub(1, #key) ~= key
+  vim.api.nvim_feedkeys(keys, remap and "mi" or "ni", false)
+end
+
+local function map(lhs, fn)
   if not lhs or lhs == "" then
     return
   end
+  local key = termcodes(lhs)
+  earlier[key] = mapping_of(key) or earlier[key]
   vim.keymap.set("i", lhs, function()
     if not fn() then
-      vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(fallback or lhs, true, false, true), "ni", false)
+      fallback(key)
     end
   end, { silent = true, desc = "infill" })
 end
