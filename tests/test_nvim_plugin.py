@@ -198,8 +198,9 @@ vim.lsp.buf_is_attached = function() return true end
 @pytest.fixture
 def stubbed(nvim: Any) -> Any:
     """The plugin with a stand-in client that answers each request when the test says (_G.answers[n]())."""
-    nvim.exec_lua("require('infill').setup({filetypes = {}, debounce_ms = 20})")
+    nvim.exec_lua("require('infill').setup({filetypes = {'stub'}, debounce_ms = 20})")
     nvim.exec_lua(STUB_CLIENT)
+    nvim.command("noautocmd setlocal filetype=stub")  # one of the plugin's filetypes (not attached by it)
     nvim.current.buffer[:] = ["x = 1"]
     nvim.command("call cursor(1, 1)")
     nvim.input("A")
@@ -520,3 +521,20 @@ def test_the_users_own_tab_mapping_works_when_there_is_no_suggestion(nvim: Any, 
     _show(nvim, "f(1)")  # a suggestion shown: <Tab> accepts it
     nvim.input("<Tab>")
     assert _wait(lambda: nvim.current.buffer[0] == typed + "f(1)", 5), nvim.current.buffer[0]
+
+
+def test_no_request_once_the_filetype_is_one_the_plugin_is_not_set_up_for(stubbed: Any) -> None:
+    # a buffer attached as Python and then set to another filetype (:set ft=markdown) went on asking
+    stubbed.input("<Esc>")
+    stubbed.command("setlocal filetype=markdown")
+    time.sleep(0.1)
+    asked = stubbed.exec_lua("return _G.sent")
+    stubbed.input("A more words")
+    time.sleep(0.2)  # the pause (20 ms) is long over
+    _answer_all(stubbed)
+    assert stubbed.exec_lua("return _G.sent") == asked
+    assert stubbed.exec_lua(SUGGESTION) is None
+    stubbed.input("<Esc>")
+    stubbed.command("noautocmd setlocal filetype=stub")
+    stubbed.input("A and")  # its filetype back: asked and shown (the stand-in works)
+    assert _shown_once_answered(stubbed, "ghost")

@@ -189,6 +189,10 @@ function M.request()
   if not client or not vim.lsp.buf_is_attached(buf, client.id) or not insert_mode() or hidden() then
     return -- a pause timer that fired after <Esc>: no ghost text in normal mode
   end
+  if not vim.tbl_contains(M.config.filetypes, vim.bo[buf].filetype) then
+    return -- a buffer whose filetype was changed (:set ft=markdown) since it was attached: as Copilot, the
+    -- filetype now in force says
+  end
   cancel_pending()
   local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
   local params = {
