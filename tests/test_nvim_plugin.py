@@ -538,3 +538,35 @@ def test_no_request_once_the_filetype_is_one_the_plugin_is_not_set_up_for(stubbe
     stubbed.command("noautocmd setlocal filetype=stub")
     stubbed.input("A and")  # its filetype back: asked and shown (the stand-in works)
     assert _shown_once_answered(stubbed, "ghost")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32", "utf-8"])
+def test_wide_characters_before_the_cursor_in_each_position_encoding(stubbed: Any, encoding: str) -> None:
+    # é (2 bytes, 1 UTF-16 unit), 中 (3 bytes, 1 unit), 😀 (4 bytes, 2 units): the request points at the cursor and
+    # an answer that heals the word being typed (its range starts before the cursor) lands in its column
+    stubbed.input("<Esc>")
+    stubbed.exec_lua(f"vim.lsp.get_client_by_id(1).offset_encoding = '{encoding}'")
+    stubbed.exec_lua(
+        "local c = vim.lsp.get_client_by_id(1) local request = c.request "
+        "c.request = function(method, params, ...) _G.position = params.position return request(method, params, ...) end"
+    )
+    before = 's = "é中😀" + '
+    stubbed.current.buffer[:] = [before + "na"]
+
+    def units(text: str) -> int:
+        return {"utf-8": len(text.encode()), "utf-16": len(text.encode("utf-16-le")) // 2}.get(encoding, len(text))
+
+    start, cursor = units(before), units(before + "na")
+    stubbed.exec_lua(
+        "_G.reply = {insertText = 'name', range = {start = {line = 0, character = ...}, "
+        "['end'] = {line = 0, character = select(2, ...)}}}",
+        start,
+        cursor,
+    )
+    stubbed.command("call cursor(1, 1)")
+    stubbed.input("A")
+    assert _shown_once_answered(stubbed, "me")
+    assert stubbed.exec_lua("return _G.position") == {"line": 0, "character": cursor}
+    stubbed.input("<Tab>")
+    assert _wait(lambda: stubbed.current.buffer[0] == before + "name", 5), stubbed.current.buffer[0]
+    assert tuple(stubbed.current.window.cursor) == (1, len((before + "name").encode()))
