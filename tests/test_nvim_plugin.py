@@ -570,3 +570,22 @@ def test_wide_characters_before_the_cursor_in_each_position_encoding(stubbed: An
     stubbed.input("<Tab>")
     assert _wait(lambda: stubbed.current.buffer[0] == before + "name", 5), stubbed.current.buffer[0]
     assert tuple(stubbed.current.window.cursor) == (1, len((before + "name").encode()))
+
+
+def test_the_rest_of_a_word_accepted_right_before_esc_is_not_shown_later(stubbed: Any) -> None:
+    # <M-Right><Esc> typed together: the rest of the suggestion was kept for the change that shows it, which never
+    # came; entering insert mode again at that column (after a normal-mode change) showed it there, stale
+    stubbed.input("<Esc>")
+    stubbed.current.buffer[:] = ["x = "]
+    stubbed.exec_lua("_G.reply = {insertText = 'foo(bar, baz)'}")
+    stubbed.command("call cursor(1, 1)")
+    stubbed.input("A")
+    assert _shown_once_answered(stubbed, "foo(bar, baz)")
+    stubbed.input("<M-Right><Esc>")
+    assert _wait(lambda: stubbed.current.buffer[0] == "x = foo" and stubbed.api.get_mode()["mode"] == "n", 5)
+    stubbed.input("rX")  # the buffer changes in normal mode; the cursor stays on the column
+    assert _wait(lambda: stubbed.current.buffer[0] == "x = foX", 5)
+    asked = stubbed.exec_lua("return _G.sent")
+    stubbed.input("a")
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") > asked, 5)  # a new request, not the old rest
+    assert stubbed.exec_lua(SUGGESTION) is None

@@ -52,6 +52,7 @@ local function stop()
   if M.state.timer then
     M.state.timer:stop()
   end
+  M.state.rest = nil -- the rest of a part accepted just before <Esc> (no TextChangedI came to show it)
   cancel_pending()
   M.clear()
 end
