@@ -348,6 +348,14 @@ def _answer_all(nvim: Any) -> None:
         nvim.exec_lua(f"_G.answers[{answer}]()")
 
 
+def _nothing_shown_after(nvim: Any, keys: str) -> bool:
+    """Whether typing `keys` and pausing shows nothing, whatever requests went out are answered."""
+    nvim.input(keys)
+    time.sleep(0.1)  # the pause (20 ms) is long over
+    _answer_all(nvim)
+    return bool(nvim.exec_lua(SUGGESTION) is None and nvim.exec_lua(EXTMARK) == [])
+
+
 def test_no_ghost_text_while_the_completion_menu_is_open(stubbed: Any) -> None:
     # as Copilot hides its suggestion during completion: the menu's keys (<Tab> among them) are the menu's, and
     # a suggestion accepted under it was glued to the menu's item with the menu still open
@@ -374,11 +382,7 @@ def test_no_ghost_text_with_paste_set(stubbed: Any) -> None:
     stubbed.input("<Esc>")
     stubbed.command("set paste")
     stubbed.command("call cursor(1, 1)")
-    stubbed.input("A y")
-    time.sleep(0.1)  # the pause (20 ms) is long over
-    _answer_all(stubbed)
-    assert stubbed.exec_lua(SUGGESTION) is None
-    assert stubbed.exec_lua(EXTMARK) == []
+    assert _nothing_shown_after(stubbed, "A y")
     stubbed.input("<Esc>")
     stubbed.command("set nopaste")
     stubbed.input("A z")  # without 'paste': asked and shown (the stand-in works)
@@ -484,10 +488,7 @@ def test_no_suggestion_while_a_macro_is_recorded_so_its_replay_does_the_same(stu
     stubbed.current.buffer[:] = ["a = ", "b = "]
     stubbed.command("call cursor(1, 1)")
     stubbed.exec_lua("_G.reply = {insertText = 'f(1)'}")
-    stubbed.input("qaAx")
-    time.sleep(0.1)  # the pause (20 ms) is long over
-    _answer_all(stubbed)
-    assert stubbed.exec_lua(SUGGESTION) is None
+    assert _nothing_shown_after(stubbed, "qaAx")
     stubbed.input("<Tab><Esc>q")
     assert _wait(lambda: stubbed.current.buffer[0] == "a = x\t", 5), stubbed.current.buffer[0]
     stubbed.input("j@a")
@@ -529,11 +530,8 @@ def test_no_request_once_the_filetype_is_one_the_plugin_is_not_set_up_for(stubbe
     stubbed.command("setlocal filetype=markdown")
     time.sleep(0.1)
     asked = stubbed.exec_lua("return _G.sent")
-    stubbed.input("A more words")
-    time.sleep(0.2)  # the pause (20 ms) is long over
-    _answer_all(stubbed)
+    assert _nothing_shown_after(stubbed, "A more words")
     assert stubbed.exec_lua("return _G.sent") == asked
-    assert stubbed.exec_lua(SUGGESTION) is None
     stubbed.input("<Esc>")
     stubbed.command("noautocmd setlocal filetype=stub")
     stubbed.input("A and")  # its filetype back: asked and shown (the stand-in works)
@@ -548,7 +546,8 @@ def test_wide_characters_before_the_cursor_in_each_position_encoding(stubbed: An
     stubbed.exec_lua(f"vim.lsp.get_client_by_id(1).offset_encoding = '{encoding}'")
     stubbed.exec_lua(
         "local c = vim.lsp.get_client_by_id(1) local request = c.request "
-        "c.request = function(method, params, ...) _G.position = params.position return request(method, params, ...) end"
+        "c.request = function(method, params, ...) _G.position = params.position "
+        "return request(method, params, ...) end"
     )
     before = 's = "é中😀" + '
     stubbed.current.buffer[:] = [before + "na"]
