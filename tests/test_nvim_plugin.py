@@ -588,3 +588,23 @@ def test_the_rest_of_a_word_accepted_right_before_esc_is_not_shown_later(stubbed
     stubbed.input("a")
     assert _wait(lambda: stubbed.exec_lua("return _G.sent") > asked, 5)  # a new request, not the old rest
     assert stubbed.exec_lua(SUGGESTION) is None
+
+
+@pytest.mark.parametrize("fileformat", ["dos", "mac"])
+def test_a_suggestion_with_the_files_own_line_breaks_is_accepted_as_lines(stubbed: Any, fileformat: str) -> None:
+    # the server writes the document's own line breaks: "\r" alone with fileformat=mac went into the buffer as a
+    # literal ^M (and <M-Down> took the whole suggestion as one line)
+    stubbed.input("<Esc>")
+    stubbed.command(f"set fileformat={fileformat}")
+    brk = {"dos": "\r\n", "mac": "\r"}[fileformat]
+    stubbed.current.buffer[:] = ["a = ", "b"]
+    stubbed.exec_lua("_G.reply = {insertText = ...}", f"f({brk}    1,{brk})")
+    stubbed.command("call cursor(1, 1)")
+    stubbed.input("A")
+    assert _wait(lambda: _nothing_shown_after(stubbed, "") is False, 5)
+    stubbed.input("<M-Down>")
+    assert _wait(lambda: stubbed.current.buffer[0] != "a = ", 5)
+    assert stubbed.current.buffer[:] == ["a = f(", "b"]
+    stubbed.input("<Tab>")
+    assert _wait(lambda: len(stubbed.current.buffer) == 4, 5)
+    assert stubbed.current.buffer[:] == ["a = f(", "    1,", ")", "b"]

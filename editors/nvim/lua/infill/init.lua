@@ -70,10 +70,10 @@ local function hidden()
   return vim.fn.pumvisible() == 1 or vim.o.paste or vim.fn.reg_recording() ~= "" or vim.fn.reg_executing() ~= ""
 end
 
--- The lines of a suggestion. In a file with CRLF line breaks the server writes "\r\n" between them (the
--- document's own breaks, as Neovim sends its text); a buffer's lines hold neither.
+-- The lines of a suggestion. The server writes the document's own line breaks between them, as Neovim sends its
+-- text: "\r\n" with fileformat=dos, "\r" with fileformat=mac; a buffer's lines hold none.
 local function split_lines(text)
-  return vim.split(text, "\r?\n")
+  return vim.split((text:gsub("\r\n?", "\n")), "\n")
 end
 
 -- Show `text` (what would replace bytes [from, to) of the line, by default an insertion at the cursor) as
@@ -163,6 +163,7 @@ local function item_text(client, buf, row, col, item)
   if type(text) ~= "string" then
     return nil
   end
+  text = text:gsub("\r\n?", "\n") -- one kind of line break from here on (split_lines)
   local range = item.range
   if range and range.start.line == row then
     local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
