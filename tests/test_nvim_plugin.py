@@ -608,3 +608,17 @@ def test_a_suggestion_with_the_files_own_line_breaks_is_accepted_as_lines(stubbe
     stubbed.input("<Tab>")
     assert _wait(lambda: len(stubbed.current.buffer) == 4, 5)
     assert stubbed.current.buffer[:] == ["a = f(", "    1,", ")", "b"]
+
+
+def test_a_normal_command_run_while_a_suggestion_shows_does_not_accept_it(stubbed: Any) -> None:
+    # another plugin's timer runs `:normal A<Tab>` while you are in insert mode with a suggestion on screen: its
+    # <Tab> accepted the suggestion (no InsertLeave came before its `A`), where the command meant a <Tab>
+    stubbed.input("<Esc>")
+    stubbed.current.buffer[:] = ["a = "]
+    stubbed.exec_lua("_G.reply = {insertText = 'f(1)'}")
+    stubbed.command("call cursor(1, 1)")
+    stubbed.input("A")
+    assert _shown_once_answered(stubbed, "f(1)")
+    stubbed.exec_lua("vim.defer_fn(function() vim.cmd('exe \"normal 0A\\\\<Tab>\"') end, 1)")
+    assert _wait(lambda: stubbed.current.buffer[0] != "a = ", 5)
+    assert stubbed.current.buffer[:] == ["a = \t"]

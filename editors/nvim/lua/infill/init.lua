@@ -496,7 +496,15 @@ function M.setup(opts)
   -- entering insert mode (i, a, A, o, cc, S...) asks after the same pause, as Copilot does: Neovim's
   -- TextChangedI comes then only when the buffer changed in normal mode since the last insert, so `A` at the end
   -- of a line asked or not depending on what was done before
-  vim.api.nvim_create_autocmd("InsertEnter", { group = group, callback = M.on_change })
+  -- (a fresh insert: a suggestion still shown belongs to the one before, as when `:normal A<Tab>` runs from a
+  -- timer of another plugin while you are in insert mode, where no InsertLeave came first)
+  vim.api.nvim_create_autocmd("InsertEnter", {
+    group = group,
+    callback = function()
+      stop()
+      M.on_change()
+    end,
+  })
   vim.api.nvim_create_autocmd("CursorMovedI", { group = group, callback = M.on_move })
   vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave", "CompleteChanged" }, {
     group = group,
