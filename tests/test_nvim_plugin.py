@@ -348,6 +348,16 @@ def _answer_all(nvim: Any) -> None:
         nvim.exec_lua(f"_G.answers[{answer}]()")
 
 
+def _shown_at_the_end_of(nvim: Any, line: str, text: str) -> bool:
+    """Whether, the buffer being the one `line` and the stand-in answering `text`, `A` and a pause show `text`."""
+    nvim.input("<Esc>")
+    nvim.current.buffer[:] = [line]
+    nvim.exec_lua("_G.reply = {insertText = ...}", text)
+    nvim.command("call cursor(1, 1)")
+    nvim.input("A")
+    return _shown_once_answered(nvim, text)
+
+
 def _nothing_shown_after(nvim: Any, keys: str) -> bool:
     """Whether typing `keys` and pausing shows nothing, whatever requests went out are answered."""
     nvim.input(keys)
@@ -574,12 +584,7 @@ def test_wide_characters_before_the_cursor_in_each_position_encoding(stubbed: An
 def test_the_rest_of_a_word_accepted_right_before_esc_is_not_shown_later(stubbed: Any) -> None:
     # <M-Right><Esc> typed together: the rest of the suggestion was kept for the change that shows it, which never
     # came; entering insert mode again at that column (after a normal-mode change) showed it there, stale
-    stubbed.input("<Esc>")
-    stubbed.current.buffer[:] = ["x = "]
-    stubbed.exec_lua("_G.reply = {insertText = 'foo(bar, baz)'}")
-    stubbed.command("call cursor(1, 1)")
-    stubbed.input("A")
-    assert _shown_once_answered(stubbed, "foo(bar, baz)")
+    assert _shown_at_the_end_of(stubbed, "x = ", "foo(bar, baz)")
     stubbed.input("<M-Right><Esc>")
     assert _wait(lambda: stubbed.current.buffer[0] == "x = foo" and stubbed.api.get_mode()["mode"] == "n", 5)
     stubbed.input("rX")  # the buffer changes in normal mode; the cursor stays on the column
@@ -613,12 +618,7 @@ def test_a_suggestion_with_the_files_own_line_breaks_is_accepted_as_lines(stubbe
 def test_a_normal_command_run_while_a_suggestion_shows_does_not_accept_it(stubbed: Any) -> None:
     # another plugin's timer runs `:normal A<Tab>` while you are in insert mode with a suggestion on screen: its
     # <Tab> accepted the suggestion (no InsertLeave came before its `A`), where the command meant a <Tab>
-    stubbed.input("<Esc>")
-    stubbed.current.buffer[:] = ["a = "]
-    stubbed.exec_lua("_G.reply = {insertText = 'f(1)'}")
-    stubbed.command("call cursor(1, 1)")
-    stubbed.input("A")
-    assert _shown_once_answered(stubbed, "f(1)")
+    assert _shown_at_the_end_of(stubbed, "a = ", "f(1)")
     stubbed.exec_lua("vim.defer_fn(function() vim.cmd('exe \"normal 0A\\\\<Tab>\"') end, 1)")
     assert _wait(lambda: stubbed.current.buffer[0] != "a = ", 5)
     assert stubbed.current.buffer[:] == ["a = \t"]
