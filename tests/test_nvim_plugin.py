@@ -622,3 +622,19 @@ def test_a_normal_command_run_while_a_suggestion_shows_does_not_accept_it(stubbe
     stubbed.exec_lua("vim.defer_fn(function() vim.cmd('exe \"normal 0A\\\\<Tab>\"') end, 1)")
     assert _wait(lambda: stubbed.current.buffer[0] != "a = ", 5)
     assert stubbed.current.buffer[:] == ["a = \t"]
+
+
+def test_no_suggestion_in_a_buffer_that_cannot_be_changed(stubbed: Any) -> None:
+    # 'nomodifiable' set while in insert mode (<C-o>:setlocal nomodifiable, or by another plugin): a suggestion
+    # was shown and <Tab> failed with a Lua error and its stack trace
+    stubbed.input("<Esc>")
+    stubbed.current.buffer[:] = ["a = ", "b"]
+    stubbed.exec_lua("_G.reply = {insertText = 'f(\\n  1)'}")
+    stubbed.command("call cursor(1, 1)")
+    stubbed.input("A<C-o>:setlocal nomodifiable<CR>")
+    assert _wait(lambda: stubbed.api.get_mode()["mode"] == "i" and not stubbed.eval("&modifiable"), 5)
+    assert _nothing_shown_after(stubbed, "x")  # (the x itself: E21, as without the plugin)
+    stubbed.input("<Tab>")
+    time.sleep(0.1)
+    assert "E5108" not in stubbed.api.exec("messages", True)
+    assert stubbed.current.buffer[:] == ["a = ", "b"]

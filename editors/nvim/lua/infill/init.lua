@@ -65,9 +65,14 @@ end
 -- the menu; as Copilot hides its suggestion during completion), 'paste' is set (mappings are off, so no
 -- suggestion could be accepted, and pasted text is no place to suggest), or a macro is being recorded or run (a
 -- register records the keys typed, not what an accept put in: a replay would type <Tab> where the recording
--- took a suggestion, so none is offered and the replay does what the recording did).
+-- took a suggestion, so none is offered and the replay does what the recording did), or the buffer cannot be
+-- changed ('nomodifiable' set while in insert mode: an accept could only fail).
 local function hidden()
-  return vim.fn.pumvisible() == 1 or vim.o.paste or vim.fn.reg_recording() ~= "" or vim.fn.reg_executing() ~= ""
+  return vim.fn.pumvisible() == 1
+    or vim.o.paste
+    or vim.fn.reg_recording() ~= ""
+    or vim.fn.reg_executing() ~= ""
+    or not vim.bo.modifiable
 end
 
 -- The lines of a suggestion. The server writes the document's own line breaks between them, as Neovim sends its
