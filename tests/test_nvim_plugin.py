@@ -198,8 +198,9 @@ vim.lsp.buf_is_attached = function() return true end
 @pytest.fixture
 def stubbed(nvim: Any) -> Any:
     """The plugin with a stand-in client that answers each request when the test says (_G.answers[n]())."""
-    nvim.exec_lua("require('infill').setup({filetypes = {}, debounce_ms = 20})")
+    nvim.exec_lua("require('infill').setup({filetypes = {'stub'}, debounce_ms = 20})")
     nvim.exec_lua(STUB_CLIENT)
+    nvim.command("noautocmd setlocal filetype=stub")  # one of the plugin's filetypes (not attached by it)
     nvim.current.buffer[:] = ["x = 1"]
     nvim.command("call cursor(1, 1)")
     nvim.input("A")
@@ -347,6 +348,24 @@ def _answer_all(nvim: Any) -> None:
         nvim.exec_lua(f"_G.answers[{answer}]()")
 
 
+def _shown_at_the_end_of(nvim: Any, line: str, text: str) -> bool:
+    """Whether, the buffer being the one `line` and the stand-in answering `text`, `A` and a pause show `text`."""
+    nvim.input("<Esc>")
+    nvim.current.buffer[:] = [line]
+    nvim.exec_lua("_G.reply = {insertText = ...}", text)
+    nvim.command("call cursor(1, 1)")
+    nvim.input("A")
+    return _shown_once_answered(nvim, text)
+
+
+def _nothing_shown_after(nvim: Any, keys: str) -> bool:
+    """Whether typing `keys` and pausing shows nothing, whatever requests went out are answered."""
+    nvim.input(keys)
+    time.sleep(0.1)  # the pause (20 ms) is long over
+    _answer_all(nvim)
+    return bool(nvim.exec_lua(SUGGESTION) is None and nvim.exec_lua(EXTMARK) == [])
+
+
 def test_no_ghost_text_while_the_completion_menu_is_open(stubbed: Any) -> None:
     # as Copilot hides its suggestion during completion: the menu's keys (<Tab> among them) are the menu's, and
     # a suggestion accepted under it was glued to the menu's item with the menu still open
@@ -373,11 +392,7 @@ def test_no_ghost_text_with_paste_set(stubbed: Any) -> None:
     stubbed.input("<Esc>")
     stubbed.command("set paste")
     stubbed.command("call cursor(1, 1)")
-    stubbed.input("A y")
-    time.sleep(0.1)  # the pause (20 ms) is long over
-    _answer_all(stubbed)
-    assert stubbed.exec_lua(SUGGESTION) is None
-    assert stubbed.exec_lua(EXTMARK) == []
+    assert _nothing_shown_after(stubbed, "A y")
     stubbed.input("<Esc>")
     stubbed.command("set nopaste")
     stubbed.input("A z")  # without 'paste': asked and shown (the stand-in works)
@@ -460,3 +475,166 @@ def test_keys_typed_right_after_a_plain_tab_go_after_it(plugin: Any) -> None:
     plugin.input("<Tab>x")
     assert _wait(lambda: plugin.current.buffer[0] != "name = ", 5)
     assert _wait(lambda: plugin.current.buffer[0] == "name = \tx", 5), plugin.current.buffer[0]
+
+
+def test_entering_insert_mode_asks_for_a_suggestion(stubbed: Any) -> None:
+    # as Copilot: `A` (or i, o, cc...) and a pause ask, whatever was done before; Neovim's TextChangedI comes on
+    # entering insert mode only when the buffer changed in normal mode since the last insert
+    stubbed.input("<Esc>")
+    assert _wait(lambda: stubbed.api.get_mode()["mode"] == "n", 5)
+    for keys in ["A", "<Esc>", "A", "<Esc>"]:  # no change in normal mode between these inserts
+        stubbed.input(keys)
+        time.sleep(0.1)  # the pause (20 ms) is long over
+    asked = stubbed.exec_lua("return _G.sent")
+    stubbed.input("A")
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") > asked, 5)
+    assert _shown_once_answered(stubbed, "ghost")
+
+
+def test_no_suggestion_while_a_macro_is_recorded_so_its_replay_does_the_same(stubbed: Any) -> None:
+    # a register records the keys typed: a suggestion taken with <Tab> while recording was replayed as a plain
+    # <Tab> (the accepted text is not among the keys), so the replay did something else than the recording
+    stubbed.input("<Esc>")
+    stubbed.current.buffer[:] = ["a = ", "b = "]
+    stubbed.command("call cursor(1, 1)")
+    stubbed.exec_lua("_G.reply = {insertText = 'f(1)'}")
+    assert _nothing_shown_after(stubbed, "qaAx")
+    stubbed.input("<Tab><Esc>q")
+    assert _wait(lambda: stubbed.current.buffer[0] == "a = x\t", 5), stubbed.current.buffer[0]
+    stubbed.input("j@a")
+    assert _wait(lambda: stubbed.current.buffer[1] != "b = ", 5)
+    assert stubbed.current.buffer[:] == ["a = x\t", "b = x\t"]
+
+
+@pytest.mark.parametrize(
+    ("mapping", "typed"),
+    [
+        ("inoremap <Tab> <C-r>='[jump]'<CR>", "name = [jump]"),  # a plain mapping
+        ("inoremap <expr> <Tab> col('.') > 3 ? '[far]' : '[near]'", "name = [far]"),  # an expression
+        (
+            "lua vim.keymap.set('i', '<Tab>', function() vim.api.nvim_put({'[lua]'}, 'c', false, true) end)",
+            "name = [lua]",
+        ),
+        ("imap <Tab> <Plug>(jump)|inoremap <Plug>(jump) [plug]", "name = [plug]"),  # mapped again
+    ],
+)
+def test_the_users_own_tab_mapping_works_when_there_is_no_suggestion(nvim: Any, mapping: str, typed: str) -> None:
+    # the plugin's <Tab> took the place of the user's own (a snippet jump, a menu key): with no suggestion it
+    # typed a plain tab instead of doing what the user's mapping does (copilot.vim falls back to it too)
+    nvim.command(mapping)
+    nvim.exec_lua("require('infill').setup({filetypes = {}})")
+    nvim.exec_lua("require('infill').setup({filetypes = {}})")  # a second setup keeps the user's mapping
+    nvim.current.buffer[:] = ["name = "]
+    nvim.command("call cursor(1, 1)")
+    nvim.input("A<Tab>")
+    assert _wait(lambda: nvim.current.buffer[0] != "name = ", 5)
+    assert _wait(lambda: nvim.current.buffer[0] == typed, 5), nvim.current.buffer[0]
+    _show(nvim, "f(1)")  # a suggestion shown: <Tab> accepts it
+    nvim.input("<Tab>")
+    assert _wait(lambda: nvim.current.buffer[0] == typed + "f(1)", 5), nvim.current.buffer[0]
+
+
+def test_no_request_once_the_filetype_is_one_the_plugin_is_not_set_up_for(stubbed: Any) -> None:
+    # a buffer attached as Python and then set to another filetype (:set ft=markdown) went on asking
+    stubbed.input("<Esc>")
+    stubbed.command("setlocal filetype=markdown")
+    time.sleep(0.1)
+    asked = stubbed.exec_lua("return _G.sent")
+    assert _nothing_shown_after(stubbed, "A more words")
+    assert stubbed.exec_lua("return _G.sent") == asked
+    stubbed.input("<Esc>")
+    stubbed.command("noautocmd setlocal filetype=stub")
+    stubbed.input("A and")  # its filetype back: asked and shown (the stand-in works)
+    assert _shown_once_answered(stubbed, "ghost")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32", "utf-8"])
+def test_wide_characters_before_the_cursor_in_each_position_encoding(stubbed: Any, encoding: str) -> None:
+    # é (2 bytes, 1 UTF-16 unit), 中 (3 bytes, 1 unit), 😀 (4 bytes, 2 units): the request points at the cursor and
+    # an answer that heals the word being typed (its range starts before the cursor) lands in its column
+    stubbed.input("<Esc>")
+    stubbed.exec_lua(f"vim.lsp.get_client_by_id(1).offset_encoding = '{encoding}'")
+    stubbed.exec_lua(
+        "local c = vim.lsp.get_client_by_id(1) local request = c.request "
+        "c.request = function(method, params, ...) _G.position = params.position "
+        "return request(method, params, ...) end"
+    )
+    before = 's = "é中😀" + '
+    stubbed.current.buffer[:] = [before + "na"]
+
+    def units(text: str) -> int:
+        return {"utf-8": len(text.encode()), "utf-16": len(text.encode("utf-16-le")) // 2}.get(encoding, len(text))
+
+    start, cursor = units(before), units(before + "na")
+    stubbed.exec_lua(
+        "_G.reply = {insertText = 'name', range = {start = {line = 0, character = ...}, "
+        "['end'] = {line = 0, character = select(2, ...)}}}",
+        start,
+        cursor,
+    )
+    stubbed.command("call cursor(1, 1)")
+    stubbed.input("A")
+    assert _shown_once_answered(stubbed, "me")
+    assert stubbed.exec_lua("return _G.position") == {"line": 0, "character": cursor}
+    stubbed.input("<Tab>")
+    assert _wait(lambda: stubbed.current.buffer[0] == before + "name", 5), stubbed.current.buffer[0]
+    assert tuple(stubbed.current.window.cursor) == (1, len((before + "name").encode()))
+
+
+def test_the_rest_of_a_word_accepted_right_before_esc_is_not_shown_later(stubbed: Any) -> None:
+    # <M-Right><Esc> typed together: the rest of the suggestion was kept for the change that shows it, which never
+    # came; entering insert mode again at that column (after a normal-mode change) showed it there, stale
+    assert _shown_at_the_end_of(stubbed, "x = ", "foo(bar, baz)")
+    stubbed.input("<M-Right><Esc>")
+    assert _wait(lambda: stubbed.current.buffer[0] == "x = foo" and stubbed.api.get_mode()["mode"] == "n", 5)
+    stubbed.input("rX")  # the buffer changes in normal mode; the cursor stays on the column
+    assert _wait(lambda: stubbed.current.buffer[0] == "x = foX", 5)
+    asked = stubbed.exec_lua("return _G.sent")
+    stubbed.input("a")
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") > asked, 5)  # a new request, not the old rest
+    assert stubbed.exec_lua(SUGGESTION) is None
+
+
+@pytest.mark.parametrize("fileformat", ["dos", "mac"])
+def test_a_suggestion_with_the_files_own_line_breaks_is_accepted_as_lines(stubbed: Any, fileformat: str) -> None:
+    # the server writes the document's own line breaks: "\r" alone with fileformat=mac went into the buffer as a
+    # literal ^M (and <M-Down> took the whole suggestion as one line)
+    stubbed.input("<Esc>")
+    stubbed.command(f"set fileformat={fileformat}")
+    brk = {"dos": "\r\n", "mac": "\r"}[fileformat]
+    stubbed.current.buffer[:] = ["a = ", "b"]
+    stubbed.exec_lua("_G.reply = {insertText = ...}", f"f({brk}    1,{brk})")
+    stubbed.command("call cursor(1, 1)")
+    stubbed.input("A")
+    assert _wait(lambda: _nothing_shown_after(stubbed, "") is False, 5)
+    stubbed.input("<M-Down>")
+    assert _wait(lambda: stubbed.current.buffer[0] != "a = ", 5)
+    assert stubbed.current.buffer[:] == ["a = f(", "b"]
+    stubbed.input("<Tab>")
+    assert _wait(lambda: len(stubbed.current.buffer) == 4, 5)
+    assert stubbed.current.buffer[:] == ["a = f(", "    1,", ")", "b"]
+
+
+def test_a_normal_command_run_while_a_suggestion_shows_does_not_accept_it(stubbed: Any) -> None:
+    # another plugin's timer runs `:normal A<Tab>` while you are in insert mode with a suggestion on screen: its
+    # <Tab> accepted the suggestion (no InsertLeave came before its `A`), where the command meant a <Tab>
+    assert _shown_at_the_end_of(stubbed, "a = ", "f(1)")
+    stubbed.exec_lua("vim.defer_fn(function() vim.cmd('exe \"normal 0A\\\\<Tab>\"') end, 1)")
+    assert _wait(lambda: stubbed.current.buffer[0] != "a = ", 5)
+    assert stubbed.current.buffer[:] == ["a = \t"]
+
+
+def test_no_suggestion_in_a_buffer_that_cannot_be_changed(stubbed: Any) -> None:
+    # 'nomodifiable' set while in insert mode (<C-o>:setlocal nomodifiable, or by another plugin): a suggestion
+    # was shown and <Tab> failed with a Lua error and its stack trace
+    stubbed.input("<Esc>")
+    stubbed.current.buffer[:] = ["a = ", "b"]
+    stubbed.exec_lua("_G.reply = {insertText = 'f(\\n  1)'}")
+    stubbed.command("call cursor(1, 1)")
+    stubbed.input("A<C-o>:setlocal nomodifiable<CR>")
+    assert _wait(lambda: stubbed.api.get_mode()["mode"] == "i" and not stubbed.eval("&modifiable"), 5)
+    assert _nothing_shown_after(stubbed, "x")  # (the x itself: E21, as without the plugin)
+    stubbed.input("<Tab>")
+    time.sleep(0.1)
+    assert "E5108" not in stubbed.api.exec("messages", True)
+    assert stubbed.current.buffer[:] == ["a = ", "b"]

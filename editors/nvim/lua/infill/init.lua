@@ -52,6 +52,7 @@ local function stop()
   if M.state.timer then
     M.state.timer:stop()
   end
+  M.state.rest = nil -- the rest of a part accepted just before <Esc> (no TextChangedI came to show it)
   cancel_pending()
   M.clear()
 end
@@ -61,16 +62,23 @@ local function insert_mode()
 end
 
 -- Whether ghost text is out of place now: the completion menu is open (its keys, <Tab> among them, belong to
--- the menu; as Copilot hides its suggestion during completion), or 'paste' is set (mappings are off, so no
--- suggestion could be accepted, and pasted text is no place to suggest).
+-- the menu; as Copilot hides its suggestion during completion), 'paste' is set (mappings are off, so no
+-- suggestion could be accepted, and pasted text is no place to suggest), or a macro is being recorded or run (a
+-- register records the keys typed, not what an accept put in: a replay would type <Tab> where the recording
+-- took a suggestion, so none is offered and the replay does what the recording did), or the buffer cannot be
+-- changed ('nomodifiable' set while in insert mode: an accept could only fail).
 local function hidden()
-  return vim.fn.pumvisible() == 1 or vim.o.paste
+  return vim.fn.pumvisible() == 1
+    or vim.o.paste
+    or vim.fn.reg_recording() ~= ""
+    or vim.fn.reg_executing() ~= ""
+    or not vim.bo.modifiable
 end
 
--- The lines of a suggestion. In a file with CRLF line breaks the server writes "\r\n" between them (the
--- document's own breaks, as Neovim sends its text); a buffer's lines hold neither.
+-- The lines of a suggestion. The server writes the document's own line breaks between them, as Neovim sends its
+-- text: "\r\n" with fileformat=dos, "\r" with fileformat=mac; a buffer's lines hold none.
 local function split_lines(text)
-  return vim.split(text, "\r?\n")
+  return vim.split((text:gsub("\r\n?", "\n")), "\n")
 end
 
 -- Show `text` (what would replace bytes [from, to) of the line, by default an insertion at the cursor) as
@@ -160,6 +168,7 @@ local function item_text(client, buf, row, col, item)
   if type(text) ~= "string" then
     return nil
   end
+  text = text:gsub("\r\n?", "\n") -- one kind of line break from here on (split_lines)
   local range = item.range
   if range and range.start.line == row then
     local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
@@ -186,6 +195,10 @@ function M.request()
   local buf, row, col = cursor()
   if not client or not vim.lsp.buf_is_attached(buf, client.id) or not insert_mode() or hidden() then
     return -- a pause timer that fired after <Esc>: no ghost text in normal mode
+  end
+  if not vim.tbl_contains(M.config.filetypes, vim.bo[buf].filetype) then
+    return -- a buffer whose filetype was changed (:set ft=markdown) since it was attached: as Copilot, the
+    -- filetype now in force says
   end
   cancel_pending()
   local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
@@ -361,13 +374,63 @@ function M.suggestion()
   return M.state.suggestion and M.state.suggestion.text or nil
 end
 
-local function map(lhs, fn, fallback)
+-- Insert-mode mappings the plugin's keys took over (the user's own: a snippet jump, <C-n> for a menu...), by the
+-- key they are on. A key does what its earlier mapping did when there is no suggestion, as copilot.vim's <Tab>
+-- falls back; a setup run again finds only the plugin's own mapping and keeps the earlier one.
+local earlier = {}
+
+local function termcodes(keys)
+  return vim.api.nvim_replace_termcodes(keys, true, false, true)
+end
+
+-- The global insert-mode mapping of `key` (in termcodes) that is not the plugin's.
+local function mapping_of(key)
+  for _, m in ipairs(vim.api.nvim_get_keymap("i")) do
+    if termcodes(m.lhs) == key and m.desc ~= "infill" then
+      return m
+    end
+  end
+  return nil
+end
+
+-- Do what `key` did before the plugin mapped it: its earlier mapping's work, else the key itself. The keys go
+-- first in the typeahead (keys typed after it come after them); a mapping's keys are mapped again unless it was
+-- a noremap one or they begin with the key itself (as Vim does not map again a rhs that begins with its lhs).
+local function fallback(key)
+  local m = earlier[key]
+  local keys = key
+  if m then
+    if m.callback then
+      keys = m.callback()
+      if m.expr ~= 1 then
+        return -- a function mapping did its work
+      end
+      if m.replace_keycodes == 1 and type(keys) == "string" then
+        keys = termcodes(keys)
+      end
+    elseif m.expr == 1 then
+      local ok, value = pcall(vim.api.nvim_eval, m.rhs)
+      keys = ok and value or nil
+    else
+      keys = termcodes(m.rhs)
+    end
+    if type(keys) ~= "string" or keys == "" then
+      return
+    end
+  end
+  local remap = m and m.noremap ~= 1 and keys:sub(1, #key) ~= key
+  vim.api.nvim_feedkeys(keys, remap and "mi" or "ni", false)
+end
+
+local function map(lhs, fn)
   if not lhs or lhs == "" then
     return
   end
+  local key = termcodes(lhs)
+  earlier[key] = mapping_of(key) or earlier[key]
   vim.keymap.set("i", lhs, function()
     if not fn() then
-      vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(fallback or lhs, true, false, true), "ni", false)
+      fallback(key)
     end
   end, { silent = true, desc = "infill" })
 end
@@ -435,6 +498,18 @@ function M.setup(opts)
     end,
   })
   vim.api.nvim_create_autocmd({ "TextChangedI", "TextChangedP" }, { group = group, callback = M.on_change })
+  -- entering insert mode (i, a, A, o, cc, S...) asks after the same pause, as Copilot does: Neovim's
+  -- TextChangedI comes then only when the buffer changed in normal mode since the last insert, so `A` at the end
+  -- of a line asked or not depending on what was done before
+  -- (a fresh insert: a suggestion still shown belongs to the one before, as when `:normal A<Tab>` runs from a
+  -- timer of another plugin while you are in insert mode, where no InsertLeave came first)
+  vim.api.nvim_create_autocmd("InsertEnter", {
+    group = group,
+    callback = function()
+      stop()
+      M.on_change()
+    end,
+  })
   vim.api.nvim_create_autocmd("CursorMovedI", { group = group, callback = M.on_move })
   vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave", "CompleteChanged" }, {
     group = group,
