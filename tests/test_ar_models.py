@@ -274,8 +274,8 @@ def test_a_cut_prefix_keeps_its_start_while_the_user_types() -> None:
     from fixtures_cli import ByteTokenizer
 
     from infill.config import FillOptions
-    from infill.core.kinds.ar import STEADY_CUT, Autoregressive
-    from infill.core.plan import Window, plan_regions
+    from infill.core.kinds.ar import Autoregressive
+    from infill.core.plan import STEADY_CUT, Window, plan_regions
     from infill.models.registry import LoadedModel
     from infill.spans import LineIndex, Span
 

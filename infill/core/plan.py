@@ -82,6 +82,21 @@ class Window:
     rereads_suffix: bool = False
 
 
+# a prefix cut to a left-to-right model's window starts at a multiple of this many tokens (Window.steady_cut): a
+# keystroke then reuses the cached prompt up to the cursor, and the cut moves once per 256 tokens typed, at the
+# cost of up to 255 tokens of the oldest context
+STEADY_CUT = 256
+
+
+def left_to_right(window: Window) -> Window:
+    """`window` for a left-to-right FIM model, whether it runs here (llama.cpp, transformers) or on a server
+    (llama-server, vLLM, Ollama: their prompt caches keep a prompt up to its first change too): the steady prefix
+    cut, and the text after the span bounded by FillOptions.max_suffix."""
+    from dataclasses import replace
+
+    return replace(window, steady_cut=STEADY_CUT, rereads_suffix=True)
+
+
 def plan_regions(
     data: bytes,
     spans: list[Span],

@@ -1,0 +1,105 @@
+"""A model on a team's server in the editor (`infill lsp` with `--model URL#MODEL`): what the server is sent from
+key to key. A left-to-right model's server keeps a prompt in its cache up to the first change (llama-server's
+cache_prompt, vLLM's prefix caching, Ollama's), so the language server sends it what it sends a local GGUF model:
+the text after the cursor bounded (`fill.max_suffix`), and the prefix cut to the window at a steady start."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fixtures_remote import FakeServer, fake, healthy
+
+from infill.models.fim import family_named
+
+QWEN = family_named("qwen")
+assert QWEN is not None
+PRE, SUF, MID = QWEN.prefix[-1], QWEN.suffix[-1], QWEN.middle[-1]
+URI = "file:///project/long.py"
+# a file longer than the model's window before the cursor (4,096 tokens where the server does not say; a
+# server without a tokenizer endpoint is planned in words, spaces and signs: about 12 to a line here), and about
+# 2,400 after it
+BEFORE = "".join(f"value_{i} = compute({i}, {i + 1})\n" for i in range(600)) + "def area(r):\n    "
+AFTER = "\n" + "".join(f"other_{i} = compute({i}, {i + 2})\n" for i in range(200))
+TYPED = "total = r * r * math.pi "
+
+
+def keys() -> Iterator[str]:
+    """The line typed so far at each word boundary of TYPED (where an editor asks for a suggestion)."""
+    for at in range(1, len(TYPED) + 1):
+        if TYPED[at - 1] == " ":
+            yield TYPED[:at]
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    yield from fake(healthy)
+
+
+def prompts(server: FakeServer) -> list[str]:
+    return [str(s[3]["prompt"]) for s in server.seen if s[1].endswith("/v1/completions") and s[3]]
+
+
+def typed_in_the_editor(server: FakeServer) -> list[str]:
+    """The first prompt the server got at each word boundary of TYPED, typed through `infill lsp`, and last at
+    the last one again with `"fill": {"max_suffix": 0}`."""
+    pytest.importorskip("pygls")
+    from fixtures_lsp import LspClient
+
+    client = LspClient()
+    out = []
+    try:
+        client.initialize({"model": server.url + "#qwen-fake", "threshold": 0, "fill": {"retrieve": False}})
+        client.open(URI, BEFORE + AFTER)
+        line = BEFORE.count("\n")
+        typed = list(keys())
+        for version, text in enumerate([*typed, typed[-1]], start=2):
+            if version == len(typed) + 2:
+                client.configure({"fill": {"retrieve": False, "max_suffix": 0}})
+            client.change(URI, version, [{"text": BEFORE + text + AFTER}])
+            server.seen.clear()
+            response = client.inline(URI, line, 4 + len(text))
+            assert "error" not in response, response
+            out.append(prompts(server)[0])
+    finally:
+        assert client.close() == 0
+    return out
+
+
+def suffix_of(prompt: str) -> str:
+    return prompt.split(SUF, 1)[1].split(MID, 1)[0]
+
+
+def test_the_server_is_sent_the_same_bounded_suffix_and_prefix_start_at_every_key(server: FakeServer) -> None:
+    from infill.models.remote import TextPieces
+
+    *sent, uncapped = typed_in_the_editor(server)
+    assert len(sent) == len(list(keys())) > 5
+    suffixes = {suffix_of(p) for p in sent}
+    assert len(suffixes) == 1  # typing before the cursor leaves the text after it as it was
+    (suffix,) = suffixes
+    assert AFTER.startswith(suffix) and suffix.endswith("\n")  # whole lines from the cursor on
+    assert len(TextPieces().encode(suffix)) <= 256 < len(TextPieces().encode(AFTER))  # the editor's cap
+    # the prefix was cut to the window (its first line is not sent), at a start that stays while the user types,
+    # so the server's cache keeps everything up to the cursor
+    assert all(p.startswith(PRE) and not p.startswith(PRE + "value_0 ") for p in sent)
+    starts = {p.split(PRE, 1)[1][:200] for p in sent}
+    assert len(starts) == 1, starts
+    # `"fill": {"max_suffix": 0}` turns the cap off: all that fits the window (its quarter) is sent
+    assert AFTER.startswith(suffix_of(uncapped)) and len(TextPieces().encode(suffix_of(uncapped))) > 900
+
+
+def test_the_remote_kind_plans_as_a_left_to_right_model() -> None:
+    from fixtures_cli import ByteTokenizer
+
+    from infill.core.kinds.ar import Autoregressive
+    from infill.core.kinds.remote import Remote
+    from infill.core.plan import STEADY_CUT
+    from infill.models.registry import LoadedModel
+    from infill.models.remote import RemoteFim
+
+    network = type("Causal", (), {"max_length": 4096, "bos_id": None, "pad_id": 0})()
+    local = Autoregressive().window(LoadedModel("m", "ar", network, ByteTokenizer(), {}))
+    served = RemoteFim(None, None, "m", QWEN, (PRE, SUF, MID), QWEN.ends, max_length=4096)  # type: ignore[arg-type]
+    window = Remote().window(LoadedModel("u", "remote", served, ByteTokenizer(), {}))
+    assert window.steady_cut == local.steady_cut == STEADY_CUT and window.rereads_suffix and local.rereads_suffix
