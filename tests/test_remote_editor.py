@@ -6,6 +6,8 @@ the text after the cursor bounded (`fill.max_suffix`), and the prefix cut to the
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from fixtures_remote import FakeServer, fake, healthy
@@ -103,3 +105,73 @@ def test_the_remote_kind_plans_as_a_left_to_right_model() -> None:
     served = RemoteFim(None, None, "m", QWEN, (PRE, SUF, MID), QWEN.ends, max_length=4096)  # type: ignore[arg-type]
     window = Remote().window(LoadedModel("u", "remote", served, ByteTokenizer(), {}))
     assert window.steady_cut == local.steady_cut == STEADY_CUT and window.rereads_suffix and local.rereads_suffix
+
+
+# a server that does not say its model's context (llama-cpp-python's /v1/models has no n_ctx) and refuses a
+# prompt longer than it, saying how long it is, as llama-cpp-python and vLLM do (llama-server: its error's n_ctx)
+SAID = "This model's maximum context length is {n} tokens, however you requested {asked} tokens. Please reduce."
+
+
+def small_context(n: int, says: bool = True, llama_server: bool = False) -> Any:
+    from fixtures_remote import FakeHandler, completion
+
+    from infill.models.remote import TextPieces
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/v1/completions") and body is not None:
+            text = str(body["prompt"])
+            fim = sum(text.count(t) for t in (PRE, SUF, MID))  # one token each for the server
+            asked = len(TextPieces().encode(text.replace(PRE, "").replace(SUF, "").replace(MID, ""))) + fim
+            asked += int(body["max_tokens"])
+            if asked > n:
+                said = SAID.format(n=n, asked=asked) if says else "the request exceeds the available context size"
+                error: dict[str, Any] = {"code": 400, "message": said, "type": "invalid_request_error"}
+                if llama_server:
+                    error.update(message="the request exceeds the available context size", n_ctx=n)
+                handler.send(400, {"error": error})
+            else:
+                handler.send(200, completion("x = 1"))
+        else:
+            healthy(handler, path, body)
+
+    return answer
+
+
+def fill_long_file(tmp_path: Path, url: str) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from infill import api
+    from infill.cli import main
+
+    path = tmp_path / "long.py"
+    path.write_text(BEFORE + "\n" + AFTER)
+    api.clear_model_cache()
+    r = CliRunner().invoke(main, ["fill", str(path), "--span", str(BEFORE.count("\n") + 1), "--model", url])
+    return r.exit_code, r.stderr
+
+
+@pytest.mark.parametrize("llama_server", [False, True])
+def test_a_server_with_a_smaller_context_than_assumed_is_planned_for_the_context_it_says(
+    tmp_path: Path, llama_server: bool
+) -> None:
+    """A prompt planned for the assumed window (4,096 tokens) was refused at every fill ("maximum context length
+    is 512 tokens"): in the editor, every key answered an error until the user found `fill.max_context`. The
+    refusal says the context: the fill is planned again for it, and so is every later one."""
+    from infill.models.remote import TextPieces
+
+    for server in fake(small_context(512, llama_server=llama_server)):
+        code, err = fill_long_file(tmp_path, server.url + "#qwen-fake")
+        assert code == 0, err
+        sent = prompts(server)
+        sizes = [len(TextPieces().encode(p)) for p in sent]
+        assert sizes[0] > 512 and len(sizes) > 1 and max(sizes[1:]) < 512, sizes  # refused once, then fits
+        assert "x = 1" in (tmp_path / "long.py").read_text()
+
+
+def test_a_server_that_does_not_say_its_context_gets_one_request_and_a_clear_error(tmp_path: Path) -> None:
+    for server in fake(small_context(512, says=False)):
+        code, err = fill_long_file(tmp_path, server.url + "#qwen-fake")
+        assert code == 123 and len(err.splitlines()) == 1, err
+        assert "exceeds the available context size" in err and "--max-context N" in err
+        assert len(prompts(server)) == 1  # not sent again in the OpenAI API's fields: it is not a refused field
+        assert (tmp_path / "long.py").read_text() == BEFORE + "\n" + AFTER

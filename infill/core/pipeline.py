@@ -214,6 +214,26 @@ def fill_text(
         NoValidFillError (exit 3): no candidate passes the checks (unless options.allow_syntax_errors).
         LowConfidenceError (exit 4): the best fill's confidence is below options.min_confidence.
     """
+    from infill.errors import ContextExceeded
+
+    try:
+        return _fill_once(text, spans, language, model, decode, options, on_progress, monitor)
+    except ContextExceeded as exc:  # a model server with a shorter context than assumed: now planned for it
+        if not exc.adopted:
+            raise
+        return _fill_once(text, spans, language, model, decode, options, on_progress, monitor)
+
+
+def _fill_once(
+    text: str,
+    spans: Sequence[Span],
+    language: str | None,
+    model: Any,
+    decode: DecodeConfig,
+    options: FillOptions,
+    on_progress: ProgressCallback | None,
+    monitor: Monitor | None,
+) -> FillResult:
     job = plan(text, spans, language, model, decode, options, on_progress, monitor)
     if isinstance(job, FillResult):  # no spans: the text back unchanged
         return job

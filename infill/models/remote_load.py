@@ -10,7 +10,7 @@ from infill import environment
 from infill.config import ModelSpec
 from infill.errors import InputError, RemoteError
 from infill.models.fim import FimFamily, family_named, family_of_model_name, find_fim
-from infill.models.remote import WINDOW, RemoteFim, ServerTokenizer, TextPieces
+from infill.models.remote import MIN_CONTEXT, WINDOW, RemoteFim, ServerTokenizer, TextPieces
 from infill.models.remote_http import HTTP_ENV, Client, Target, api_key, loopback, parse, read_timeout
 
 if TYPE_CHECKING:
@@ -65,9 +65,6 @@ def _identity(
     kept = sorted((k, repr(v)) for k, v in (entry or {}).items() if k not in VOLATILE)
     ids = tuple(tok._raw_encode("".join(spelled))) if tok is not None else ()
     return (entry is not None, tuple(kept), ids, _props_context(client) if props else None)
-
-
-MIN_CONTEXT = 64  # tokens: a server saying less (n_ctx 1, say) serves no fill; budgets below it went negative
 
 
 def load_remote(spec: ModelSpec) -> LoadedModel:
@@ -125,6 +122,7 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
         family.ends,
         banned,
         max_length=min(max_length, WINDOW) - 3 - lead,
+        reserve=3 + lead,
         dialect=dialect,
     )
     remote.identify = lambda: _identity(client, model, server_tok, spelled, props=served is not None)
