@@ -175,3 +175,54 @@ def test_a_server_that_does_not_say_its_context_gets_one_request_and_a_clear_err
         assert "exceeds the available context size" in err and "--max-context N" in err
         assert len(prompts(server)) == 1  # not sent again in the OpenAI API's fields: it is not a refused field
         assert (tmp_path / "long.py").read_text() == BEFORE + "\n" + AFTER
+
+
+def llama_cpp_python(handler: Any, path: str, body: dict[str, Any] | None) -> None:
+    """llama-cpp-python's server as the tool sees it: its /extras/tokenize (the FIM tokens one each, any other
+    character its code point) and `echo` answered with the prompt's log-probabilities."""
+    from fixtures_remote import completion
+
+    special = (PRE, SUF, MID)
+    if path == "/extras/tokenize":
+        text, ids = str((body or {})["input"]), []
+        while text:
+            hit = next((i for i, s in enumerate(special) if text.startswith(s)), None)
+            ids.append(ord(text[0]) if hit is None else 1000 + hit)
+            text = text[1:] if hit is None else text[len(special[hit]) :]
+        handler.send(200, {"tokens": ids})
+    elif path == "/extras/detokenize":
+        ids = (body or {})["tokens"]
+        handler.send(200, {"text": "".join(special[i - 1000] if i >= 1000 else chr(i) for i in ids)})
+    elif path.endswith("/v1/completions") and body and body.get("echo"):
+        text = str(body["prompt"])
+        handler.send(200, completion(text + "x", [-0.5] * (len(text) + 1)))
+    elif path.endswith("/v1/completions"):
+        handler.send(200, completion("x = 1"))
+    elif path.endswith("/v1/models"):
+        handler.send(200, {"data": [{"id": "qwen-fake", "object": "model", "owned_by": "me"}]})
+    else:
+        handler.send(404, {"detail": "Not Found"})
+
+
+@pytest.mark.parametrize("lines", [2, 40])
+def test_llama_cpp_pythons_echo_scores_lines_only_for_short_prompts(tmp_path: Path, lines: int) -> None:
+    """llama-cpp-python's `echo` costs its one worker a vocabulary sort and a detokenization per prompt token (tens
+    of seconds for an editor's prompt, every later fill waiting): retrieved lines are ranked there only for a prompt
+    of up to 256 tokens; the control, a short file, is still ranked."""
+    from click.testing import CliRunner
+
+    from infill import api
+    from infill.cli import main
+
+    head = "".join(f"def helper_{i}(xs):\n    return sum(xs) + {i}\n\n\n" for i in range(lines))
+    source = head + "def mean(xs):\n    total = sum(xs)\n    return total / len(xs)\n"
+    (tmp_path / "m.py").write_text(source)
+    (tmp_path / "other.py").write_text("def mean(ys):\n    total = len(ys)\n")  # its line 2: a candidate
+    line = str(source.splitlines().index("    total = sum(xs)") + 1)
+    for server in fake(llama_cpp_python):
+        api.clear_model_cache()
+        args = ["fill", str(tmp_path / "m.py"), "--span", line, "--context", str(tmp_path / "other.py")]
+        r = CliRunner().invoke(main, [*args, "--model", server.url + "#qwen-fake"])
+        assert r.exit_code == 0, r.stderr
+        echoed = [s for s in server.seen if s[3] and s[3].get("echo")]
+        assert bool(echoed) == (len(source) < 256), (len(source), len(echoed))

@@ -41,6 +41,10 @@ if TYPE_CHECKING:
     pass
 
 WINDOW = 4096  # tokens of prompt and fill, where the server does not say its model's context
+# llama-cpp-python's server answers `echo` by sorting the whole vocabulary and detokenizing the prompt so far, in
+# Python, for every prompt token (0.3.36: 31-56 s for one 4,000-token prompt of a 3,000-token vocabulary, and it
+# runs one request at a time, so every later fill waits): lines are scored there only for prompts up to this long
+EXTRAS_ECHO_TOKENS = 256
 MIN_CONTEXT = 64  # tokens: a server saying less (n_ctx 1, say) serves no fill; budgets below it went negative
 CACHE = 512  # texts whose tokens the tokenizer keeps
 MAX_TOKEN_CHARS = 256  # longer than any token of a code model's vocabulary: more text means max_tokens was ignored
@@ -238,6 +242,7 @@ class RemoteFim:
     max_length: int = WINDOW
     reserve: int = 3  # tokens of the server's context that are not the fill's: the FIM tokens, the endpoint's BOS
     scores_prompts: bool | None = None  # whether `echo` returns the prompt's log-probabilities (None: not known)
+    echo_tokens: int | None = None  # the longest prompt scored with `echo` (None: any; EXTRAS_ECHO_TOKENS)
     dialect: str = "llama.cpp"  # how the server reads the sampling fields (DIALECTS)
     nfe: int = 0  # completion requests
     identity: tuple[Any, ...] = ()  # what the server said of the model when it was loaded (`replaced`)

@@ -10,7 +10,14 @@ from infill import environment
 from infill.config import ModelSpec
 from infill.errors import InputError, RemoteError
 from infill.models.fim import FimFamily, family_named, family_of_model_name, find_fim
-from infill.models.remote import MIN_CONTEXT, WINDOW, RemoteFim, ServerTokenizer, TextPieces
+from infill.models.remote import (
+    EXTRAS_ECHO_TOKENS,
+    MIN_CONTEXT,
+    WINDOW,
+    RemoteFim,
+    ServerTokenizer,
+    TextPieces,
+)
 from infill.models.remote_http import HTTP_ENV, Client, Target, api_key, loopback, parse, read_timeout
 
 if TYPE_CHECKING:
@@ -123,6 +130,7 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
         banned,
         max_length=min(max_length, WINDOW) - 3 - lead,
         reserve=3 + lead,
+        echo_tokens=EXTRAS_ECHO_TOKENS if server_tok is not None and server_tok.dialect == "extras" else None,
         dialect=dialect,
     )
     remote.identify = lambda: _identity(client, model, server_tok, spelled, props=served is not None)

@@ -66,6 +66,8 @@ class Remote:
         model, tok = run.loaded.remote, run.loaded.tokenizer
         prompt = model.prompt(tok.decode(region.prefix_ids), tok.decode(region.suffix_ids))
         before = len(tok.encode(prompt))
+        if model.echo_tokens is not None and before > model.echo_tokens:  # too slow there (EXTRAS_ECHO_TOKENS)
+            return []
         out = []
         for text in line_candidates(plan.prefix, plan.suffix, options.context):
             if text.strip() == plan.replaced.strip():
