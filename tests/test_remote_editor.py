@@ -226,3 +226,39 @@ def test_llama_cpp_pythons_echo_scores_lines_only_for_short_prompts(tmp_path: Pa
         assert r.exit_code == 0, r.stderr
         echoed = [s for s in server.seen if s[3] and s[3].get("echo")]
         assert bool(echoed) == (len(source) < 256), (len(source), len(echoed))
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-7b-chat", "llama-3-8b"])
+def test_a_model_whose_tokenizer_has_no_fim_tokens_is_refused_in_one_line(tmp_path: Path, name: str) -> None:
+    """A server whose tokenizer knows no FIM tokens serves a model that was not trained to fill in the middle:
+    its name's family (qwen2.5-7b-chat says qwen) was used, the FIM tokens sent as plain text and whatever the
+    model wrote after them filled the span. Refused at load, as llama-server's /infill refuses such a model;
+    `;fim=` still names the family where the server's tokenizer is not the model's."""
+    from click.testing import CliRunner
+    from fixtures_remote import completion
+
+    from infill import api
+    from infill.cli import main
+
+    def answer(handler: Any, path: str, body: dict[str, Any] | None) -> None:
+        if path == "/tokenize":  # llama-server's: every character its code point, no special token
+            handler.send(200, {"tokens": [ord(c) for c in str((body or {})["content"])]})
+        elif path.endswith("/v1/models"):
+            handler.send(200, {"data": [{"id": name, "object": "model", "owned_by": "me"}]})
+        elif path.endswith("/v1/completions"):
+            handler.send(200, completion("    x = 1"))
+        else:
+            handler.send(404, {"error": "not found"})
+
+    source = "def mean(xs):\n    total = sum(xs)\n    return total / len(xs)\n"
+    path = tmp_path / "m.py"
+    for server in fake(answer):
+        for model, code in ((f"{server.url}#{name}", 2), (f"{server.url}#{name};fim=qwen", 0)):
+            path.write_text(source)
+            api.clear_model_cache()
+            r = CliRunner().invoke(main, ["fill", str(path), "--span", "2", "--model", model])
+            assert r.exit_code == code, r.stderr
+            if code:
+                assert len(r.stderr.splitlines()) == 1 and "has no fill-in-the-middle tokens" in r.stderr
+                assert path.read_text() == source
+                assert not [s for s in server.seen if s[1].endswith("/completions")]

@@ -173,6 +173,15 @@ def _family(
                 for spellings, i in zip((family.prefix, family.suffix, family.middle), ids, strict=True)
             )
             return family, (spelled[0], spelled[1], spelled[2]), {str(i): -100.0 for i in ids}
+        if found is None and given is None:
+            # the model's own tokenizer has no family's tokens (a chat or base model, even of a code family whose
+            # name says one): they would reach it as plain text and it would write whatever follows that text.
+            # As llama-server's /infill refuses a model without them; `;fim=` still overrides.
+            raise InputError(
+                f"--model {target.base}#{model}: the model has no fill-in-the-middle tokens (its server's tokenizer "
+                "knows none of them), so it cannot fill a span: use a code model trained to fill in the middle, or "
+                "add ;fim=FAMILY if the server's tokenizer is not the model's"
+            )
     family = given or family_of_model_name(model)
     if family is None:
         raise InputError(
