@@ -216,33 +216,21 @@ def fill_text(
     """
     from infill.errors import ContextExceeded
 
-    try:
-        return _fill_once(text, spans, language, model, decode, options, on_progress, monitor)
-    except ContextExceeded as exc:  # a model server with a shorter context than assumed: now planned for it
-        if not exc.adopted:
-            raise
-        return _fill_once(text, spans, language, model, decode, options, on_progress, monitor)
-
-
-def _fill_once(
-    text: str,
-    spans: Sequence[Span],
-    language: str | None,
-    model: Any,
-    decode: DecodeConfig,
-    options: FillOptions,
-    on_progress: ProgressCallback | None,
-    monitor: Monitor | None,
-) -> FillResult:
-    job = plan(text, spans, language, model, decode, options, on_progress, monitor)
-    if isinstance(job, FillResult):  # no spans: the text back unchanged
-        return job
-    pool = Pool(job.checks, job.regions)
-    retrieved = sample(job, pool)
-    rescued = rescue_wider_beam(job, pool) + rescue_hotter(job, pool)
-    job.progress("done")
-    choice = rank(pool)
-    return write(job, pool, choice, retrieved, rescued)
+    for again in (False, True):
+        try:
+            job = plan(text, spans, language, model, decode, options, on_progress, monitor)
+            if isinstance(job, FillResult):  # no spans: the text back unchanged
+                return job
+            pool = Pool(job.checks, job.regions)
+            retrieved = sample(job, pool)
+            rescued = rescue_wider_beam(job, pool) + rescue_hotter(job, pool)
+            job.progress("done")
+            choice = rank(pool)
+            return write(job, pool, choice, retrieved, rescued)
+        except ContextExceeded as exc:  # a model server with a shorter context than assumed: now planned for it
+            if again or not exc.adopted:
+                raise
+    raise AssertionError("unreachable")
 
 
 def check_settings(decode: DecodeConfig, options: FillOptions) -> tuple[str, ...]:
