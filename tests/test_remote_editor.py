@@ -262,3 +262,33 @@ def test_a_model_whose_tokenizer_has_no_fim_tokens_is_refused_in_one_line(tmp_pa
                 assert len(r.stderr.splitlines()) == 1 and "has no fill-in-the-middle tokens" in r.stderr
                 assert path.read_text() == source
                 assert not [s for s in server.seen if s[1].endswith("/completions")]
+
+
+def test_a_fill_of_another_budget_at_the_cursor_keeps_the_prefixs_start() -> None:
+    """The room the prefix is cut to is the window less the fill's budget: a new line (96 tokens for a block, 32
+    for a line) moved the steady cut a step at about every second Enter, and back at the next line, two re-reads
+    of the whole prompt (measured: 3,802 and 4,062 tokens at 2 of 8 word boundaries). The budget is rounded up to
+    a unit for the cut, so both budgets cut at the same start; the room left goes to the text after the cursor."""
+    from fixtures_cli import ByteTokenizer
+
+    from infill.config import FillOptions
+    from infill.core.plan import STEADY_CUT, Window, left_to_right, plan_regions
+    from infill.spans import LineIndex, Span
+
+    window = left_to_right(Window(4096, has_bos=False, has_pad=True, groups_spans=False))
+    assert window.steady_cut == STEADY_CUT
+    moved = 0
+    for typed in range(0, 400, 23):
+        text = BEFORE + "x" * typed
+        data = (text + AFTER).encode()
+        span = Span(len(text.encode()), len(text.encode()), one_line=True)
+        starts, rooms = set(), []
+        for budget in (32, 96):
+            options = FillOptions(tokens=budget, max_suffix=256)
+            (region,) = plan_regions(data, [span], ByteTokenizer(), window, options, [], LineIndex(data))
+            assert region.truncated and text.endswith(bytes(region.prefix_ids).decode())
+            starts.add(len(text) - len(region.prefix_ids))
+            rooms.append(len(region.prefix_ids) + len(region.suffix_ids) + budget)
+        moved += len(starts) > 1
+        assert all(room <= 4096 for room in rooms)
+    assert moved == 0
