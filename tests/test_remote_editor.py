@@ -292,3 +292,18 @@ def test_a_fill_of_another_budget_at_the_cursor_keeps_the_prefixs_start() -> Non
         moved += len(starts) > 1
         assert all(room <= 4096 for room in rooms)
     assert moved == 0
+
+
+def test_the_servers_tokenizer_detokenizes_the_same_ids_once() -> None:
+    """A slice of encoded text (the prefix cut to the window, the suffix's cap) was detokenized by the server at
+    every decode: 4 round trips a fill, 2 of them the same ids again (each sample; the unchanged text after the
+    cursor at the next key). The answer is kept as the tool's own encodings are."""
+    from infill.models.remote import ServerTokenizer
+    from infill.models.remote_http import Client, parse
+
+    for server in fake(llama_cpp_python):
+        tok = ServerTokenizer(Client(parse(server.url + "#qwen-fake"), lambda: None, 30.0), "extras", "qwen-fake")
+        ids = tok.encode("def mean(xs):\n    return sum(xs)\n")
+        for _ in range(3):
+            assert tok.decode(ids[4:]) == "mean(xs):\n    return sum(xs)\n"
+        assert sum(s[1] == "/extras/detokenize" for s in server.seen) == 1

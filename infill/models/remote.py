@@ -136,6 +136,10 @@ class ServerTokenizer:
         text = (answer or {}).get("text", (answer or {}).get("content", (answer or {}).get("prompt")))
         if not isinstance(text, str):
             raise RemoteError(f"model server {self.client.target.base} answered malformed JSON to detokenize")
+        with self._lock:  # a fill decodes the same cut more than once (each sample, the next key's steady parts)
+            self._texts[key] = text
+            while len(self._texts) > CACHE:
+                self._texts.popitem(last=False)
         return text
 
     def token_id(self, text: str) -> int | None:
