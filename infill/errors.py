@@ -97,6 +97,16 @@ class RemoteError(ModelError):
     code = "remote_error"
 
 
+@dataclass
+class ContextExceeded(RemoteError):
+    """A model server refused a prompt longer than its model's context. `context`: the tokens the server said that
+    context holds (None where it did not say); `adopted`: the model now plans for that context (it had assumed a
+    longer one), so the fill may be planned again (infill.core.pipeline.fill_text does, once)."""
+
+    context: int | None = None
+    adopted: bool = False
+
+
 class DecodeError(InfillError):
     """A decoding problem is malformed (k < 2, no visible token, too long for the model)."""
 

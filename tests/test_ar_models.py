@@ -274,8 +274,8 @@ def test_a_cut_prefix_keeps_its_start_while_the_user_types() -> None:
     from fixtures_cli import ByteTokenizer
 
     from infill.config import FillOptions
-    from infill.core.kinds.ar import STEADY_CUT, Autoregressive
-    from infill.core.plan import Window, plan_regions
+    from infill.core.kinds.ar import Autoregressive
+    from infill.core.plan import STEADY_CUT, Window, plan_regions
     from infill.models.registry import LoadedModel
     from infill.spans import LineIndex, Span
 
@@ -293,8 +293,9 @@ def test_a_cut_prefix_keeps_its_start_while_the_user_types() -> None:
             assert text.endswith(kept) and region.truncated
             starts[step].append(len(text) - len(kept))
     assert len(set(starts[0])) == 300  # as late as the room allows: a new first token at every key
-    assert len(set(starts[64])) <= 300 // 64 + 1  # a multiple of 64: it moves every 64 keys
-    assert max(b - a for a, b in zip(starts[0], starts[64], strict=True)) < 64  # at most a step less context
+    assert len(set(starts[64])) <= -(-300 // 64) + 1  # a multiple of 64: it moves every 64 keys (any phase)
+    # at most a step less context, and the budget rounded up to a unit (64 here: infill.core.plan._steady_room)
+    assert max(b - a for a, b in zip(starts[0], starts[64], strict=True)) < 64 + 64
     network = type("Causal", (), {"max_length": 4096, "bos_id": None, "pad_id": 0})()
     loaded = LoadedModel("m", "ar", network, ByteTokenizer(), {})
     assert Autoregressive().window(loaded).steady_cut == STEADY_CUT

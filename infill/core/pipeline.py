@@ -214,15 +214,23 @@ def fill_text(
         NoValidFillError (exit 3): no candidate passes the checks (unless options.allow_syntax_errors).
         LowConfidenceError (exit 4): the best fill's confidence is below options.min_confidence.
     """
-    job = plan(text, spans, language, model, decode, options, on_progress, monitor)
-    if isinstance(job, FillResult):  # no spans: the text back unchanged
-        return job
-    pool = Pool(job.checks, job.regions)
-    retrieved = sample(job, pool)
-    rescued = rescue_wider_beam(job, pool) + rescue_hotter(job, pool)
-    job.progress("done")
-    choice = rank(pool)
-    return write(job, pool, choice, retrieved, rescued)
+    from infill.errors import ContextExceeded
+
+    for again in (False, True):
+        try:
+            job = plan(text, spans, language, model, decode, options, on_progress, monitor)
+            if isinstance(job, FillResult):  # no spans: the text back unchanged
+                return job
+            pool = Pool(job.checks, job.regions)
+            retrieved = sample(job, pool)
+            rescued = rescue_wider_beam(job, pool) + rescue_hotter(job, pool)
+            job.progress("done")
+            choice = rank(pool)
+            return write(job, pool, choice, retrieved, rescued)
+        except ContextExceeded as exc:  # a model server with a shorter context than assumed: now planned for it
+            if again or not exc.adopted:
+                raise
+    raise AssertionError("unreachable")
 
 
 def check_settings(decode: DecodeConfig, options: FillOptions) -> tuple[str, ...]:

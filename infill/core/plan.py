@@ -82,6 +82,21 @@ class Window:
     rereads_suffix: bool = False
 
 
+# a prefix cut to a left-to-right model's window starts at a multiple of this many tokens (Window.steady_cut): a
+# keystroke then reuses the cached prompt up to the cursor, and the cut moves once per 256 tokens typed, at the
+# cost of up to 255 tokens of the oldest context
+STEADY_CUT = 256
+
+
+def left_to_right(window: Window) -> Window:
+    """`window` for a left-to-right FIM model, whether it runs here (llama.cpp, transformers) or on a server
+    (llama-server, vLLM, Ollama: their prompt caches keep a prompt up to its first change too): the steady prefix
+    cut, and the text after the span bounded by FillOptions.max_suffix."""
+    from dataclasses import replace
+
+    return replace(window, steady_cut=STEADY_CUT, rereads_suffix=True)
+
+
 def plan_regions(
     data: bytes,
     spans: list[Span],
@@ -152,10 +167,14 @@ def plan_regions(
             suffix_ids = cap_suffix(suffix_ids, options.max_suffix, tok)
         inner = sum(p.budget for p, _ in group) + sum(len(b) for _, b in group[1:])
         free = max(0, max_length - int(has_bos) - inner)
-        keep_pre, keep_suf = split_context(free, len(prefix_ids), len(suffix_ids))
+        keep_pre, keep_suf = split_context(
+            _steady_room(free, inner, max_length, limits), len(prefix_ids), len(suffix_ids)
+        )
         if limits.steady_cut and keep_pre < len(prefix_ids):
             step = max(1, min(limits.steady_cut, keep_pre // 4))
             keep_pre = len(prefix_ids) - -(-(len(prefix_ids) - keep_pre) // step) * step
+        if limits.steady_cut:
+            keep_suf = min(len(suffix_ids), free - keep_pre)  # the room the prefix does not take
         kept_pre = prefix_ids[len(prefix_ids) - keep_pre :] if keep_pre else []
         kept_suf = suffix_ids[:keep_suf]
         cut_pre = keep_pre < len(prefix_ids) or pre_start > 0
@@ -165,6 +184,17 @@ def plan_regions(
             region.seen, region.block_cut = _what_was_seen(index, region, tok, cut_pre)
         out.append(region)
     return out
+
+
+def _steady_room(free: int, inner: int, max_length: int, limits: Window) -> int:
+    """The room a steady cut (Window.steady_cut) divides: `free` less what rounds the spans' budgets up to a
+    multiple of a unit (the step, at most 1/16 of the window), so that a fill of another budget at the same place
+    (32 tokens for a line, 96 on a new line after Enter) cuts the prefix at the same start: the room it leaves
+    goes to the text after the span, which the model reads again anyway, not a new first token for the prefix."""
+    if not limits.steady_cut:
+        return free
+    unit = max(1, min(limits.steady_cut, max_length // 16))
+    return max(0, free - (-(-inner // unit) * unit - inner))
 
 
 def cap_suffix(ids: list[int], cap: int, tok: Tokenizer) -> list[int]:

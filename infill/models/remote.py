@@ -23,16 +23,17 @@ Standard library only (http.client); importing this module imports neither torch
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from infill.errors import RemoteError
+from infill.errors import ContextExceeded, RemoteError
 from infill.models.fim import FimFamily, fim_text
 from infill.models.remote_http import REFUSED, Client, Target
 
@@ -40,6 +41,11 @@ if TYPE_CHECKING:
     pass
 
 WINDOW = 4096  # tokens of prompt and fill, where the server does not say its model's context
+# llama-cpp-python's server answers `echo` by sorting the whole vocabulary and detokenizing the prompt so far, in
+# Python, for every prompt token (0.3.36: 31-56 s for one 4,000-token prompt of a 3,000-token vocabulary, and it
+# runs one request at a time, so every later fill waits): lines are scored there only for prompts up to this long
+EXTRAS_ECHO_TOKENS = 256
+MIN_CONTEXT = 64  # tokens: a server saying less (n_ctx 1, say) serves no fill; budgets below it went negative
 CACHE = 512  # texts whose tokens the tokenizer keeps
 MAX_TOKEN_CHARS = 256  # longer than any token of a code model's vocabulary: more text means max_tokens was ignored
 LOGPROB_ROUNDING = 1e-4  # a log-probability this far above 0 is a server's rounding, taken as 0
@@ -130,6 +136,10 @@ class ServerTokenizer:
         text = (answer or {}).get("text", (answer or {}).get("content", (answer or {}).get("prompt")))
         if not isinstance(text, str):
             raise RemoteError(f"model server {self.client.target.base} answered malformed JSON to detokenize")
+        with self._lock:  # a fill decodes the same cut more than once (each sample, the next key's steady parts)
+            self._texts[key] = text
+            while len(self._texts) > CACHE:
+                self._texts.popitem(last=False)
         return text
 
     def token_id(self, text: str) -> int | None:
@@ -234,7 +244,9 @@ class RemoteFim:
     ends: tuple[str, ...]  # the family's end tokens' text (stop strings)
     banned: dict[str, float] = field(default_factory=dict)  # logit_bias: the FIM tokens are never written
     max_length: int = WINDOW
+    reserve: int = 3  # tokens of the server's context that are not the fill's: the FIM tokens, the endpoint's BOS
     scores_prompts: bool | None = None  # whether `echo` returns the prompt's log-probabilities (None: not known)
+    echo_tokens: int | None = None  # the longest prompt scored with `echo` (None: any; EXTRAS_ECHO_TOKENS)
     dialect: str = "llama.cpp"  # how the server reads the sampling fields (DIALECTS)
     nfe: int = 0  # completion requests
     identity: tuple[Any, ...] = ()  # what the server said of the model when it was loaded (`replaced`)
@@ -292,15 +304,31 @@ class RemoteFim:
         API's (a gateway or an old vLLM that takes no field it does not know) is asked again with only those; when
         that is answered, the model keeps to them."""
         path = "/v1/completions"
-        if self.dialect != "openai":
-            body = self._body(prompt, max_tokens, logprobs=1, stop=stop, **sampling.fields(self.dialect))
-            answer = self.client.post(path, body, refused_ok=(400, 422))  # not a 500: a server's own fault
-            if answer is not None:
-                return answer
-        body = self._body(prompt, max_tokens, logprobs=1, stop=stop, **sampling.fields("openai"))
-        answer = self.client.post(path, body)
+        with self._fitting():
+            if self.dialect != "openai":
+                body = self._body(prompt, max_tokens, logprobs=1, stop=stop, **sampling.fields(self.dialect))
+                answer = self.client.post(path, body, refused_ok=(400, 422))  # not a 500: a server's own fault
+                if answer is not None:
+                    return answer
+            body = self._body(prompt, max_tokens, logprobs=1, stop=stop, **sampling.fields("openai"))
+            answer = self.client.post(path, body)
         self.dialect = "openai"
         return answer or {}
+
+    @contextlib.contextmanager
+    def _fitting(self) -> Iterator[None]:
+        """A server that does not say its model's context (llama-cpp-python; vLLM behind a gateway) was assumed to
+        have WINDOW tokens, and refuses every prompt planned for more than it has: where its refusal says how many
+        it has, the model is planned for that from now on, and the refusal says the fill may be planned again
+        (ContextExceeded.adopted)."""
+        try:
+            yield
+        except ContextExceeded as exc:
+            told = exc.context
+            if told is not None and MIN_CONTEXT <= told - self.reserve < self.max_length:
+                self.max_length = told - self.reserve
+                exc.adopted = True
+            raise
 
     def score_tail(self, prompt: str, tail: str, tail_tokens: int) -> list[float] | None:
         """The log-probabilities of the last `tail_tokens` tokens of prompt + tail (the tail's, counted in context)
@@ -310,7 +338,8 @@ class RemoteFim:
         greedy = Sampling(0.0, 0, 1.0, None).fields(self.dialect)
         body = self._body(prompt + tail, 1, echo=True, logprobs=1, **greedy)
         self.nfe += 1
-        answer = self.client.post("/v1/completions", body, refused_ok=REFUSED)
+        with self._fitting():
+            answer = self.client.post("/v1/completions", body, refused_ok=REFUSED)
         if answer is None:  # the server does not take `echo`
             self.scores_prompts = False
             return None

@@ -26,6 +26,7 @@ import http.client
 import ipaddress
 import json
 import os
+import re
 import socket
 import ssl
 import threading
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from infill.config import ModelSpec
-from infill.errors import InputError, RemoteError
+from infill.errors import ContextExceeded, InputError, RemoteError
 from infill.models.fim import family_named
 from infill.progress import Cancelled
 
@@ -419,6 +420,12 @@ class Client:
             break
         if status == 407 and self.proxy is not None:  # a plain-http request the proxy refused
             raise RemoteError(f"proxy {self.proxy.name} refused the request to {where} (HTTP 407){self._hint('407')}")
+        if status == 400 and "context" in self._reason(answer).lower():
+            # a prompt longer than the model's context (llama-server: "exceeds the available context size"), not
+            # a field the server refused (refused_ok): the same request in other words would be refused too
+            hint = " (--max-context N sends at most N tokens of the file and fill)"
+            message = f"model server {where} answered HTTP {status}{self._reason(answer)}{hint}"
+            raise ContextExceeded(message, context=_context_of(answer, self._reason(answer)))
         if (status in (404, 405) and absent_ok) or status in refused_ok:
             return None
         if status in (401, 403):
@@ -441,9 +448,7 @@ class Client:
         if status >= 400:
             reason = self._reason(answer)
             hint = ""
-            if status == 400 and "context" in reason.lower():  # llama-server: "exceeds the available context size"
-                hint = " (--max-context N sends at most N tokens of the file and fill)"
-            elif status == 404 and reason.lower() in ("", ": not found"):  # no such path (vLLM names a wrong model)
+            if status == 404 and reason.lower() in ("", ": not found"):  # no such path (vLLM names a wrong model)
                 hint = f"; is {where} the API's base URL?"
             raise RemoteError(f"model server {where} answered HTTP {status}{reason}{hint}")
         try:
@@ -584,3 +589,23 @@ def _retry_after(value: str | None) -> float | None:
         return max(0.0, float(value)) if value is not None else None
     except ValueError:
         return None
+
+
+# how servers say their context in the refusal of a longer prompt: llama-cpp-python and vLLM "This model's maximum
+# context length is 512 tokens", llama-cpp-python "Requested tokens (600) exceed context window of 512"
+_CONTEXT_SAID = re.compile(r"context (?:length|window|size)(?: is| of)? (\d+)", re.IGNORECASE)
+
+
+def _context_of(answer: bytes, reason: str) -> int | None:
+    """The context a server said its model has when it refused a longer prompt: llama-server's error object has
+    it as `n_ctx`; the others say it in the message. None where it is not said."""
+    try:
+        decoded = json.loads(answer.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        decoded = None
+    error = decoded.get("error") if isinstance(decoded, dict) else None
+    n_ctx = error.get("n_ctx") if isinstance(error, dict) else None
+    if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0:
+        return n_ctx
+    found = _CONTEXT_SAID.search(reason)
+    return int(found.group(1)) if found else None

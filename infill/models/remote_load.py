@@ -10,7 +10,14 @@ from infill import environment
 from infill.config import ModelSpec
 from infill.errors import InputError, RemoteError
 from infill.models.fim import FimFamily, family_named, family_of_model_name, find_fim
-from infill.models.remote import WINDOW, RemoteFim, ServerTokenizer, TextPieces
+from infill.models.remote import (
+    EXTRAS_ECHO_TOKENS,
+    MIN_CONTEXT,
+    WINDOW,
+    RemoteFim,
+    ServerTokenizer,
+    TextPieces,
+)
 from infill.models.remote_http import HTTP_ENV, Client, Target, api_key, loopback, parse, read_timeout
 
 if TYPE_CHECKING:
@@ -65,9 +72,6 @@ def _identity(
     kept = sorted((k, repr(v)) for k, v in (entry or {}).items() if k not in VOLATILE)
     ids = tuple(tok._raw_encode("".join(spelled))) if tok is not None else ()
     return (entry is not None, tuple(kept), ids, _props_context(client) if props else None)
-
-
-MIN_CONTEXT = 64  # tokens: a server saying less (n_ctx 1, say) serves no fill; budgets below it went negative
 
 
 def load_remote(spec: ModelSpec) -> LoadedModel:
@@ -125,6 +129,8 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
         family.ends,
         banned,
         max_length=min(max_length, WINDOW) - 3 - lead,
+        reserve=3 + lead,
+        echo_tokens=EXTRAS_ECHO_TOKENS if server_tok is not None and server_tok.dialect == "extras" else None,
         dialect=dialect,
     )
     remote.identify = lambda: _identity(client, model, server_tok, spelled, props=served is not None)
@@ -167,6 +173,15 @@ def _family(
                 for spellings, i in zip((family.prefix, family.suffix, family.middle), ids, strict=True)
             )
             return family, (spelled[0], spelled[1], spelled[2]), {str(i): -100.0 for i in ids}
+        if found is None and given is None:
+            # the model's own tokenizer has no family's tokens (a chat or base model, even of a code family whose
+            # name says one): they would reach it as plain text and it would write whatever follows that text.
+            # As llama-server's /infill refuses a model without them; `;fim=` still overrides.
+            raise InputError(
+                f"--model {target.base}#{model}: the model has no fill-in-the-middle tokens (its server's tokenizer "
+                "knows none of them), so it cannot fill a span: use a code model trained to fill in the middle, or "
+                "add ;fim=FAMILY if the server's tokenizer is not the model's"
+            )
     family = given or family_of_model_name(model)
     if family is None:
         raise InputError(

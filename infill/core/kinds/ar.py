@@ -12,15 +12,10 @@ from typing import Any
 from infill.config import ModelSpec
 from infill.core.backends import Fill, Kind, Run
 from infill.core.kinds.asarm import AnySubset
-from infill.core.plan import Region, Window
+from infill.core.plan import Region, Window, left_to_right
 from infill.errors import InputError, ModelError
 from infill.models.autoregressive import AR_ARCHITECTURES
 from infill.models.registry import LoadedModel
-
-# a prefix cut to the model's window starts at a multiple of this many tokens (infill.core.plan.Window): a
-# keystroke then reuses the cached prompt up to the cursor, and the cut moves once per 256 tokens typed, at the
-# cost of up to 255 tokens of the oldest context
-STEADY_CUT = 256
 
 
 class Autoregressive(AnySubset):
@@ -31,9 +26,7 @@ class Autoregressive(AnySubset):
     groups_spans = False  # one FIM prompt has one hole
 
     def window(self, loaded: LoadedModel) -> Window:
-        from dataclasses import replace
-
-        return replace(super().window(loaded), steady_cut=STEADY_CUT, rereads_suffix=True)
+        return left_to_right(super().window(loaded))
 
     def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
         from infill.models.autoregressive import CausalFim

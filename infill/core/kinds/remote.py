@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec
 from infill.core.backends import Fill, Kind, Run, retrieves
-from infill.core.plan import Region, Window
+from infill.core.plan import Region, Window, left_to_right
 from infill.models.registry import LoadedModel
 
 
@@ -24,8 +24,11 @@ class Remote:
         return loaded, cfg
 
     def window(self, loaded: LoadedModel) -> Window:
-        # not healed: a server cannot be told that a fill must begin with given text (docs/server.md)
-        return Window(loaded.remote.max_length, has_bos=False, has_pad=True, groups_spans=False, heals=False)
+        # not healed: a server cannot be told that a fill must begin with given text (docs/server.md); left to
+        # right: the server's prompt cache (llama-server's cache_prompt, vLLM's prefix caching, Ollama's) keeps a
+        # prompt up to its first change, as llama.cpp's does here
+        window = Window(loaded.remote.max_length, has_bos=False, has_pad=True, groups_spans=False, heals=False)
+        return left_to_right(window)
 
     def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
         """One sample of the region's one span from the server (greedy at temperature 0), scored by the
@@ -63,6 +66,8 @@ class Remote:
         model, tok = run.loaded.remote, run.loaded.tokenizer
         prompt = model.prompt(tok.decode(region.prefix_ids), tok.decode(region.suffix_ids))
         before = len(tok.encode(prompt))
+        if model.echo_tokens is not None and before > model.echo_tokens:  # too slow there (EXTRAS_ECHO_TOKENS)
+            return []
         out = []
         for text in line_candidates(plan.prefix, plan.suffix, options.context):
             if text.strip() == plan.replaced.strip():
