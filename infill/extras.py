@@ -8,6 +8,11 @@ install that one. The hint names what installs this project instead:
 - installed from a wheel: the extra's own requirements, read from this installation's metadata
   (`pip install 'pygls<3,>=2.0' 'lsprotocol>=2025.0.0'`), which work whatever the distribution is called.
 
+The installer is this interpreter's: `pip install` when the `pip` found on PATH sits beside this interpreter (an
+activated virtualenv, the system Python), else `/path/to/venv/bin/python -m pip install` (a virtualenv run by path,
+pre-commit's hook environment), where a bare `pip` would install into another environment; `pipx inject infill`
+inside a pipx virtualenv, which has no `pip` of its own and keeps what `pipx inject` adds across `pipx upgrade`.
+
 Standard library only, and nothing is read until a hint is asked for.
 """
 
@@ -16,6 +21,8 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -62,14 +69,32 @@ def requirements(extra: str) -> tuple[str, ...]:
     return ()
 
 
+def installer() -> str:
+    """The command that installs packages into the environment this code runs in (module docstring)."""
+    prefix = Path(sys.prefix)
+    if (prefix / "pipx_metadata.json").is_file():
+        return f"pipx inject {shlex.quote(prefix.name)}"
+    if not sys.executable:
+        return "pip install"
+    here = Path(sys.executable).absolute().parent  # not resolved: a virtualenv's python links to the system's
+    pip = shutil.which("pip")
+    try:
+        if pip is not None and os.path.samefile(Path(pip).absolute().parent, here):
+            return "pip install"
+    except OSError:
+        pass
+    return f"{shlex.quote(sys.executable)} -m pip install"
+
+
 def install_hint(extra: str) -> str:
-    """The command that installs `extra` here: `pip install '.[extra]'` from a source tree, else its
-    requirements."""
+    """The command that installs `extra` here: `pip install '.[extra]'` from a source tree, else its requirements,
+    with this interpreter's installer (`installer`)."""
+    install = installer()
     root = source_tree()
     if root is not None:
         here = "." if Path(os.getcwd()).resolve() == root else str(root)
-        return f"pip install {shlex.quote(f'{here}[{extra}]')}"
+        return f"{install} {shlex.quote(f'{here}[{extra}]')}"
     needed = requirements(extra)
     if needed:
-        return "pip install " + " ".join(shlex.quote(r) for r in needed)
-    return f"pip install '<infill's source folder>[{extra}]'"
+        return f"{install} " + " ".join(shlex.quote(r) for r in needed)
+    return f"{install} '<infill's source folder>[{extra}]'"

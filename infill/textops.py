@@ -51,6 +51,34 @@ def indent_unit(text: str) -> str:
     return " " * (steps[0] if steps and steps[0] in (2, 3, 4, 8) else 4)
 
 
+def indent_style(text: str) -> str | None:
+    """The indentation step of `text` (indent_unit) when one of its lines is indented, else None: a file with no
+    indented line says nothing about tabs or spaces."""
+    if any(line[:1] in (" ", "\t") and line.strip() for line in text.split("\n")):
+        return indent_unit(text)
+    return None
+
+
+def in_style(indent: str, style: str | None) -> bool:
+    """Whether `indent` is written as a file with `style` (indent_style) writes it: no spaces where it indents
+    with tabs, no tab where it indents with spaces."""
+    if style is None:
+        return True
+    return " " not in indent if style == "\t" else "\t" not in indent
+
+
+def restyle(indent: str, style: str | None, step: int) -> str:
+    """`indent` written in `style` (indent_style): with tabs, a tab for each `step` spaces (the rest stays
+    spaces); with spaces, each tab one step of the style. Unchanged when it already is, or `style` is None."""
+    if in_style(indent, style):
+        return indent
+    if style == "\t":
+        width = len(indent.expandtabs(step))
+        return "\t" * (width // step) + " " * (width % step)
+    assert style is not None
+    return indent.replace("\t", style)
+
+
 def target_indent(prefix: str, replaced: str, suffix: str) -> str:
     """Indentation of the block enclosing a whole-line span.
 
@@ -103,8 +131,11 @@ def model_indent(fill: str, prefix: str, suffix: str) -> str | None:
     own = indent_of(lines[0])
     last = next((line for line in reversed(prefix.split("\n")) if line.strip()), "")
     if last.rstrip().endswith(_OPENERS) and not lines[0].lstrip().startswith(("}", ")", "]")):
-        # right after a block opener only a deeper line is valid (any depth, in Python)
+        # right after a block opener only a deeper line is valid (any depth, in Python), in the file's own
+        # indentation: a model that indents with spaces writes no level of a file indented with tabs
         if not (own.startswith(indent_of(last)) and own != indent_of(last)):
+            return None
+        if not in_style(own[len(indent_of(last)) :], indent_style(prefix + suffix)):
             return None
     elif own not in open_levels(prefix):
         return None
@@ -116,13 +147,16 @@ def model_indent(fill: str, prefix: str, suffix: str) -> str | None:
     return own
 
 
-def reindent(fill: str, indent: str) -> str:
-    """Shift `fill` so its first non-blank line has `indent`; relative indentation of later lines is kept."""
+def reindent(fill: str, indent: str, style: str | None = None) -> str:
+    """Shift `fill` so its first non-blank line has `indent`; relative indentation of later lines is kept,
+    written in `style` (indent_style: the file's tabs or spaces, when known)."""
     lines = fill.split("\n")
     first = next((line for line in lines if line.strip()), None)
     if first is None:
         return fill
     base = indent_of(first)
+    unit = indent_unit("\n".join(line[len(base) :] if line.startswith(base) else line for line in lines))
+    step = len(unit) if unit != "\t" else 4  # the fill's own step, relative to its first line
     out = []
     for line in lines:
         if not line.strip():
@@ -130,7 +164,7 @@ def reindent(fill: str, indent: str) -> str:
             continue
         own = indent_of(line)
         if own.startswith(base):
-            out.append(indent + line[len(base) :])
+            out.append(indent + restyle(own[len(base) :], style, step) + line[len(own) :])
         else:  # dedented below the first line: keep the relative dedent, clamped at column 1
             cut = max(0, len(indent) - (len(base) - len(own)))
             out.append(indent[:cut] + line[len(own) :])
@@ -246,7 +280,8 @@ def shape_fill(fill: str, prefix: str, replaced: str, suffix: str) -> str:
     # keep: the model's own indentation wins when it is a plausible level (a dedent such as `return` after a
     # loop, or `else:`), and only a fill without one is shifted to the enclosing block's level.
     own = model_indent(fill, prefix, suffix) if not replaced.strip() else None
-    fill = reindent(fill, own if own is not None else target_indent(prefix, replaced, suffix))
+    indent = own if own is not None else target_indent(prefix, replaced, suffix)
+    fill = reindent(fill, indent, indent_style(prefix + replaced + suffix))
     if not fill.strip():
         return ""
     if suffix.startswith("\n"):

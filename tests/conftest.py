@@ -9,9 +9,29 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
+from pathlib import Path
+
+import pytest
 
 os.environ["INFILL_NO_DAEMON"] = "1"
 os.environ["INFILL_ENGINE"] = "torch"
 os.environ["INFILL_CACHE_DIR"] = tempfile.mkdtemp(prefix="infill-test-cache-")
 atexit.register(shutil.rmtree, os.environ["INFILL_CACHE_DIR"], ignore_errors=True)
+
+
+@pytest.fixture
+def venv_on_path(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Install hints name this interpreter's installer (infill.extras.installer), which depends on the `pip` found
+    on PATH: this runs the test in an activated virtualenv, whose `pip` sits beside `python`, so that the hint reads
+    `pip install ...` whatever the PATH the suite runs under. Returns the virtualenv's folder."""
+    venv = tmp_path_factory.mktemp("venv")
+    (venv / "bin").mkdir()
+    for name in ("python", "pip"):
+        (venv / "bin" / name).write_text("#!/bin/sh\n")
+        (venv / "bin" / name).chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(venv / "bin" / "python"))
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    monkeypatch.setenv("PATH", str(venv / "bin"))
+    return venv

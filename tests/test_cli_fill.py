@@ -581,3 +581,24 @@ def test_a_python_body_fill_ends_where_the_body_does(tmp_path: Path, selector: l
     with fake_model([fill.format(indent="    ")], name="fake-body"):
         r = run([str(p), "--span", "2:3", "--model", "fake-body", "--no-retrieve", "--tokens", "64", "--diff"])
     assert r.exit_code == 1 and "+def extra():" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize(
+    ("source", "written", "filled"),
+    [
+        ("def g():\n\treturn 1\n\n\ndef f():\n\t\n", "    return 2", "\treturn 2"),
+        ("def g():\n    return 1\n\n\ndef f():\n    \n", "\treturn 2", "    return 2"),
+    ],
+)
+def test_a_fill_is_indented_as_the_file_is_with_tabs_or_spaces(
+    tmp_path: Path, source: str, written: str, filled: str
+) -> None:
+    """A model that indents with spaces, filling the body of a function in a file indented with tabs, kept its
+    spaces (any deeper indentation after `def f():` is valid): the file, and an editor's ghost text accepted
+    on a tab-indented line (the server fills the same way), then mixed tabs and spaces."""
+    p = tmp_path / "tabs.py"
+    p.write_text(source)
+    with fake_model([written], name="fake-tabs"):
+        r = CliRunner().invoke(main, ["fill", str(p), "--span", "6", "--model", "fake-tabs"])
+    assert r.exit_code == 0, r.output
+    assert p.read_text() == source.rsplit("\n", 2)[0] + "\n" + filled + "\n"

@@ -638,3 +638,21 @@ def test_no_suggestion_in_a_buffer_that_cannot_be_changed(stubbed: Any) -> None:
     time.sleep(0.1)
     assert "E5108" not in stubbed.api.exec("messages", True)
     assert stubbed.current.buffer[:] == ["a = ", "b"]
+
+
+def test_a_suggestion_accepted_in_replace_mode_is_inserted_not_written_over_the_text(plugin: Any) -> None:
+    # <Insert> turns insert mode into Replace mode: an accept went in as typed keys, which in Replace mode write
+    # over the text after the cursor. As copilot.vim, the suggestion shown stays and goes in as an insertion
+    plugin.input("<Esc>")
+    plugin.current.buffer[0] = "name = xyz"
+    plugin.command("call cursor(1, 8)")
+    plugin.input("i")
+    assert _wait(lambda: plugin.api.get_mode()["mode"] == "i", 5)
+    _show(plugin, "f(1)")
+    plugin.input("<Insert>")
+    assert _wait(lambda: plugin.api.get_mode()["mode"] == "R", 5)
+    plugin.input("<Tab>")
+    assert _wait(lambda: plugin.current.buffer[0] != "name = xyz", 5)
+    assert plugin.current.buffer[0] == "name = f(1)xyz"
+    plugin.input("ab")  # still Replace mode: what is typed next writes over the text as Replace mode does
+    assert _wait(lambda: plugin.current.buffer[0] == "name = f(1)abz", 5), plugin.current.buffer[0]

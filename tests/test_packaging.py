@@ -28,7 +28,7 @@ def fake_dist(site: Path, name: str, files: list[str], extras: dict[str, list[st
 
 
 def test_a_wheels_hint_names_its_own_extras_beside_other_distributions(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, venv_on_path: Path
 ) -> None:
     """Installed from a wheel, `infill lsp` without pygls hinted `pip install '<infill's source folder>[lsp]'`: every
     distribution in the same site-packages "locates" infill/__init__.py there, so the first one listed (torch, say,

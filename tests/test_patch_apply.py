@@ -223,6 +223,20 @@ def test_shape_fill_reindents_implausible_indentation() -> None:
     assert textops.shape_fill("    z = 1\n", body, "", "        w = 2\n") == "        z = 1\n"
 
 
+def test_shape_fill_indents_with_the_files_tabs_or_spaces() -> None:
+    """A model that indents with spaces kept them after `def f():` in a file indented with tabs (any deeper
+    indentation is valid Python), and lines after the first kept theirs relative to it: the file, and ghost text
+    accepted on a tab-indented line, then mixed tabs and spaces. Each is written as the file writes it."""
+    tabs, spaces = "def g():\n\treturn 1\n\n\ndef f():\n", "def g():\n    return 1\n\n\ndef f():\n"
+    assert textops.shape_fill("    return 2", tabs, "\t", "\n") == "\treturn 2"
+    assert textops.shape_fill("  if a:\n    return 2", tabs, "\t", "\n") == "\tif a:\n\t\treturn 2"
+    assert textops.shape_fill("\tif a:\n\t\treturn 2", spaces, "    ", "\n") == "    if a:\n        return 2"
+    assert textops.shape_fill("x = 1\n    y", "def g():\n\tif a:\n", "\t\tpass", "\n") == "\t\tx = 1\n\t\t\ty"
+    # a file with no indented line says nothing: the model's own indentation stays
+    assert textops.shape_fill("\treturn 2", "def f():\n", "", "\n") == "\treturn 2"
+    assert textops.shape_fill("  x\n      y", "def f():\n", "", "\n") == "  x\n      y"
+
+
 def test_perfect_fills_survive_shape_fill_on_humaneval() -> None:
     """A stand-in model that writes each HumanEval line exactly (with its indentation) must keep it after
     post-processing: re-indentation may not move correct lines (it once broke a third of them)."""

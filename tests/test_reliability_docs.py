@@ -88,7 +88,7 @@ def test_the_bad_input_count_is_the_tables() -> None:
 
 
 def test_a_missing_grammar_extra_writes_the_fill_unchecked_as_documented(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, venv_on_path: Path
 ) -> None:
     """The one exception to "a file that parsed is never written unparseable" (docs/reliability.md 2): without
     the language's grammar nothing can be checked, so the fill is written with a warning that says so."""
@@ -108,7 +108,7 @@ def test_a_missing_grammar_extra_writes_the_fill_unchecked_as_documented(
     (warning,) = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
     assert (
         warning.startswith(f"warning: {p}: syntax check skipped:") and "pip install '.[rust]'" in warning
-    )  # from the clone (infill.extras)
+    )  # from the clone, in an activated virtualenv (infill.extras)
     assert warning.replace(str(p), "lib.rs") in flat(RELIABILITY)  # the doc quotes the warning word for word
     assert "written unchecked" in flat(section(README, "## Reliability"))
 

@@ -295,6 +295,19 @@ def test_item11e_usage_errors_are_one_line(args: list[str], needle: str) -> None
     assert line.startswith("error: ") and needle in line and "--help" in line
 
 
+@pytest.mark.parametrize("command", ["fill", "docstrings"])
+def test_an_option_named_after_a_choice_points_at_the_option_that_takes_it(command: str) -> None:
+    """`infill fill --json`, as other tools spell it, guessed `--epsilon`, `--jobs` or `--span` (options spelled
+    alike): the error names `--format json`, what was meant. No hidden `--json` flag: it is still refused."""
+    r = CliRunner().invoke(main, [command, "a.py", "--json"], prog_name="infill")
+    assert r.exit_code == 2
+    assert r.stderr.splitlines() == [
+        f"error: No such option '--json'. Did you mean '--format json'? (see 'infill {command} --help')"
+    ]
+    r = CliRunner().invoke(main, [command, "a.py", "--jso"])  # no choice of any option: Click's own guess
+    assert r.exit_code == 2 and "Did you mean '--jobs'?" in r.stderr
+
+
 # --- item 5: read-only files and folders are refused even for root (mode bits, not only os.access) ------------
 
 

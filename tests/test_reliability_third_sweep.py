@@ -668,7 +668,9 @@ def test_a_missing_grammar_names_the_file(tmp_path: Path, monkeypatch: pytest.Mo
     assert line.endswith("pip install '.[javascript]'"), line  # a hint that installs this project (below)
 
 
-def test_install_hints_install_this_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_install_hints_install_this_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, venv_on_path: Path
+) -> None:
     """The hints said `pip install 'infill[lsp]'`, but `infill` on the package index is an unrelated project: from a
     clone they name the clone, installed they name the extra's own requirements."""
     from infill import extras
@@ -682,6 +684,36 @@ def test_install_hints_install_this_project(tmp_path: Path, monkeypatch: pytest.
     assert extras.install_hint("lsp") == "pip install 'pygls<3,>=2.0' 'lsprotocol>=2025.0.0'"
     r = CliRunner().invoke(main, ["lsp", "--help"])
     assert "infill[" not in r.stdout and "'.[lsp]'" in r.stdout
+
+
+def test_install_hints_name_this_interpreters_installer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, venv_on_path: Path
+) -> None:
+    """The hints said `pip install ...` whatever `pip` was on PATH: infill run from a virtualenv by path, or in
+    pre-commit's hook environment, found another environment's `pip`, and the extra went there. The hint names this
+    interpreter's pip unless the `pip` on PATH sits beside it; in a pipx virtualenv (no `pip` of its own), pipx's
+    `inject`, which `pipx upgrade` keeps."""
+    from infill import extras
+
+    monkeypatch.setattr(extras, "source_tree", lambda: None)
+    monkeypatch.setattr(extras, "requirements", lambda extra: ("pygls<3,>=2.0",))
+    assert extras.install_hint("lsp") == "pip install 'pygls<3,>=2.0'"  # an activated virtualenv: as before
+    other = tmp_path / "other bin"  # another environment's pip first on PATH (and a space to quote)
+    other.mkdir()
+    (other / "pip").write_text("#!/bin/sh\n")
+    (other / "pip").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{other}{os.pathsep}{venv_on_path / 'bin'}")
+    python = venv_on_path / "bin" / "python"
+    assert extras.install_hint("lsp") == f"{python} -m pip install 'pygls<3,>=2.0'"
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no pip on PATH at all
+    assert extras.install_hint("lsp") == f"{python} -m pip install 'pygls<3,>=2.0'"
+    monkeypatch.setattr(sys, "executable", str(other / "python"))  # quoted for the shell
+    assert extras.install_hint("lsp") == f"'{other / 'python'}' -m pip install 'pygls<3,>=2.0'"
+    (venv_on_path / "pipx_metadata.json").write_text("{}")  # pipx's virtualenv for the `infill` package
+    pipx = venv_on_path.parent / "infill"
+    venv_on_path.rename(pipx)
+    monkeypatch.setattr(sys, "prefix", str(pipx))
+    assert extras.install_hint("lsp") == "pipx inject infill 'pygls<3,>=2.0'"
 
 
 def test_an_installed_distribution_lists_its_extras() -> None:

@@ -18,10 +18,24 @@ from infill.errors import ExitCode
 def error_line(exc: click.ClickException) -> str:
     """A Click error as the one stderr line every `infill` error is: `error: MESSAGE`, with a pointer to the
     command's --help for usage errors (Click's own format is four lines: usage, hint, blank, error)."""
-    message = " ".join(exc.format_message().split())
+    meant = choice_meant(exc) if isinstance(exc, click.NoSuchOption) else None
+    message = " ".join((f"{exc.message} Did you mean '{meant}'?" if meant else exc.format_message()).split())
     if isinstance(exc, click.UsageError) and exc.ctx is not None:
         message += f" (see '{exc.ctx.command_path} --help')"
     return f"error: {message}"
+
+
+def choice_meant(exc: click.NoSuchOption) -> str | None:
+    """`--json` given to a command that takes `--format json`: the option and value meant (`--format json`), where
+    Click would guess options spelled alike (`--jobs`); None when the name is no choice of the command's options."""
+    value = exc.option_name.lstrip("-")
+    if exc.ctx is None or not value:
+        return None
+    for param in exc.ctx.command.params:
+        if isinstance(param, click.Option) and isinstance(param.type, click.Choice):
+            if value in param.type.choices:
+                return f"{max(param.opts, key=len)} {value}"
+    return None
 
 
 def exit_on_click_error(exc: click.ClickException) -> NoReturn:

@@ -272,8 +272,10 @@ end
 -- Put `text` in place of the cursor line's bytes [from, to) (by default: insert it at the cursor); the cursor
 -- goes to its end, where `rest` (the part not accepted) is then shown. The bytes it replaces (blanks) go first.
 -- Text of one line goes in through the expression register as Copilot's does (<C-R><C-R>: literally, once the
--- mapping has returned), so that it is part of the insert being typed: `.` repeats it. Text of several lines
--- is put in place directly (that register would indent its lines again, or put a line above).
+-- mapping has returned), so that it is part of the insert being typed: `.` repeats it. In Replace mode (<Insert>,
+-- R, gR) keys typed write over the text after the cursor, so it goes in with <C-R><C-O>, which inserts (as
+-- copilot.vim's accept does there). Text of several lines is put in place directly (that register would indent
+-- its lines again, or put a line above).
 local function insert(text, from, to, rest)
   local buf, row, col = cursor()
   from, to = from or col, to or col
@@ -294,7 +296,8 @@ local function insert(text, from, to, rest)
   end
   M.state.inserted = text
   M.state.rest = rest and rest ~= "" and { buf = buf, row = row, col = from + #text, text = rest } or nil
-  local keys = "<C-R><C-R>=v:lua.require'infill'.inserted()<CR>"
+  local replacing = vim.api.nvim_get_mode().mode:sub(1, 1) == "R"
+  local keys = (replacing and "<C-R><C-O>" or "<C-R><C-R>") .. "=v:lua.require'infill'.inserted()<CR>"
   -- first in the typeahead (keys typed after the accept go after it), not remapped
   vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "ni", false)
 end
