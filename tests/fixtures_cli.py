@@ -16,13 +16,15 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
 import torch
 
 from infill import api
 from infill.models.registry import LoadedModel, register, unregister
+
+if TYPE_CHECKING:  # pytest stays out of the processes that run this module (a plugin, a script): ~0.2 s each
+    import pytest
 
 PAD, MASK, BOS = 256, 257, 258
 VOCAB = 259

@@ -8,17 +8,12 @@ INFILL_SERVER_PLUGINS=fixtures_serve:install
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from infill.config import ModelSpec
 from infill.errors import InputError
@@ -168,17 +163,6 @@ def plugin_env(runtime_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def runtime_dir() -> Iterator[Path]:
-    """A private runtime directory (short: socket paths are limited); its daemon is stopped after."""
-    directory = Path(tempfile.mkdtemp(prefix="infill-t-"))
-    try:
-        yield directory
-    finally:
-        stop_daemon(directory)
-        shutil.rmtree(directory, ignore_errors=True)
-
-
 def stop_daemon(directory: Path) -> None:
     from infill.server import client
 
@@ -231,6 +215,8 @@ def wait_until(condition: Any, what: str, timeout: float = 60.0) -> None:
         if condition():
             return
         time.sleep(0.05)
+    import pytest  # here, not at the top: the daemons that load this module as their plugin do without it
+
     pytest.fail(f"timed out waiting for {what}")
 
 

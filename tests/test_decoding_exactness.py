@@ -159,9 +159,14 @@ def padded_joint(model: Memo, problem: FillProblem) -> dict[tuple[int, ...], flo
     return joint
 
 
+@pytest.fixture(scope="module")
+def padded() -> Memo:
+    """The module's model with a pad token, one for the decoders below: they share its memoized forwards."""
+    return Memo(tiny_xlnet(V_REAL + 1, n_layer=2, d_model=16, seed=7, init_scale=0.3, pad_id=PAD))
+
+
 @pytest.mark.parametrize("cfg", EXACT[:3], ids=lambda c: c.decoder if c.decoder == "sequential" else f"assd-k{c.k}")
-def test_variable_length_fills_match_the_joint(cfg: DecodeConfig) -> None:
-    padded = Memo(tiny_xlnet(V_REAL + 1, n_layer=2, d_model=16, seed=7, init_scale=0.3, pad_id=PAD))
+def test_variable_length_fills_match_the_joint(padded: Memo, cfg: DecodeConfig) -> None:
     layout = [1, None, None, None, None, 2]  # one span of 4 masked positions
     ids = torch.tensor([MASK if t is None else t for t in layout])
     masked = torch.tensor([i for i, t in enumerate(layout) if t is None])

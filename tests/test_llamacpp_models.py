@@ -21,9 +21,8 @@ from infill import api
 from infill.cli import main
 from infill.config import ModelSpec
 from infill.models.tiny_gguf import tiny_gguf
-from tests.fixtures_serve import plugin_env, runtime_dir
+from tests.fixtures_serve import plugin_env
 
-_ = runtime_dir  # a fixture
 SOURCE = "def mean(xs):\n    total = sum(xs)\n    return total / len(xs)\n"
 FAMILIES = ("qwen", "starcoder", "codellama", "deepseek")
 

@@ -18,12 +18,10 @@ import pytest
 from click.testing import CliRunner
 from fixtures_cli import fake_model
 from fixtures_doc import FakeFiller
-from fixtures_serve import runtime_dir
 
 from infill.cli import main
 from infill.commands.docstrings import docstrings
 
-_ = runtime_dir  # a fixture (a private daemon runtime folder, its daemon stopped afterwards)
 BOM = b"\xef\xbb\xbf"
 SIMPLE = "x = 1\ny = 2\n"
 

@@ -25,12 +25,11 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 from fixtures_cli import fake_model
-from fixtures_serve import plugin_env, runtime_dir, wait_until
+from fixtures_serve import plugin_env, wait_until
 
 from infill import patch
 from infill.cli import main
 
-_ = runtime_dir  # a fixture (a private daemon runtime folder, its daemon stopped afterwards)
 SOURCE = "def f(x):\n    return 0\n\n\ndef g(y):\n    return y\n"
 FILLED = SOURCE.replace("return 0", "return x + 1")
 FAKE = "fake-sweep"

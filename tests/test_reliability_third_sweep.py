@@ -22,11 +22,10 @@ import pytest
 import test_reliability_second_sweep as second_sweep
 from click.testing import CliRunner, Result
 from fixtures_cli import fake_model
-from fixtures_serve import REPO_ROOT, plugin_env, runtime_dir, stop_daemon, wait_until
+from fixtures_serve import REPO_ROOT, plugin_env, stop_daemon, wait_until
 
 from infill.cli import main
 
-_ = runtime_dir  # a fixture (a private daemon runtime folder, its daemon stopped afterwards)
 SOURCE = b"def f(x):\n    return 0\n\n\ndef g(y):\n    return y\n"
 SIGNALS = [pytest.param(signal.SIGINT, 130, id="ctrl-c"), pytest.param(signal.SIGTERM, 143, id="sigterm")]
 

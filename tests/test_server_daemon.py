@@ -26,12 +26,10 @@ from tests.fixtures_serve import (
     fake_fill,
     pid_alive,
     plugin_env,
-    runtime_dir,
     serve_socket_process,
     wait_until,
 )
 
-_ = runtime_dir  # a fixture
 PARAMS = {"text": "def f(x):\n    return x\n", "spans": [[10, 23]], "file": "f.py", "want_pid": True}
 
 

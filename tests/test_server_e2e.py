@@ -14,10 +14,7 @@ from click.testing import CliRunner
 
 from infill.cli import main
 from infill.server import client
-from tests.fixtures_serve import plugin_env, runtime_dir
-
-_ = runtime_dir  # a fixture
-
+from tests.fixtures_serve import plugin_env
 
 SOURCE = '''def mean(values):
     """Return the arithmetic mean."""
