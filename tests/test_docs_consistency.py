@@ -3,9 +3,11 @@ and #anchor resolves, and the server protocol sample has the shape the server an
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +221,130 @@ def test_the_help_names_pages_that_exist_and_no_readme_section() -> None:
         assert "see the README" not in text, name
     assert ("infill serve", "docs/server.md") in pointers
     assert all((ROOT / page).exists() for _, page in pointers), pointers
+
+
+# --- docs/architecture.md: the names a newcomer follows exist --------------------------------------------------
+
+CODE_DIRS = ("infill", "tests", "benchmarks")
+# names the doc uses that are not the project's but typing's
+TYPING_NAMES = ("TYPE_CHECKING", "Callable")
+# `A`, `B` and `C` in `path.py` (also "of", and "/" or "or" between names)
+NAMED_IN = re.compile(r"((?:`[\w.]+`(?:, | and | / | or ))*`[\w.]+`),? (?:in|of) `([\w/.]+\.py)`")
+
+
+# what a line of Python defines or sets, read as text (ast.parse of the whole project takes seconds): a function or
+# class, an assigned or annotated name or attribute, a keyword argument or parameter default, an import, a string
+DEFINES = re.compile(
+    r"\b(?:def|class)\s+(\w+)"
+    r"|^[ \t]*(?:\w+\.)*(\w+)[ \t]*(?::[^\n=]*)?=(?!=)"
+    r"|^[ \t]*(\w+)[ \t]*:[ \t]*[\w\"']"
+    r"|[(,][ \t]*(\w+)[ \t]*[:=]"
+    r"|\b(\w+)=(?!=)"
+    r"|\bimport[ \t]+(\w+)|\bas[ \t]+(\w+)"
+    r"|[\"'](\w[\w.-]*)[\"']",
+    re.M,
+)
+
+
+def defined_names(source: str) -> set[str]:
+    """What a module defines or sets (DEFINES), and the classes and functions of the source a test writes out."""
+    return {name for match in DEFINES.findall(source) for name in match if name}
+
+
+@functools.cache
+def defined_in(file: str) -> set[str]:
+    """The names a Python file of the project (relative path) defines or sets; empty for any other file."""
+    return defined_names((ROOT / file).read_text(encoding="utf-8")) if file.endswith(".py") else set()
+
+
+@functools.cache
+def code_words() -> set[str]:
+    """Every word of the project's Python code, and every dotted name it quotes (an entry-point group): what a
+    name the doc gives without its file must be."""
+    words: set[str] = set()
+    for file in project_files():
+        if file.endswith(".py") and file != "tests/test_docs_consistency.py":  # not this test's made-up names
+            source = (ROOT / file).read_text(encoding="utf-8")
+            words.update(re.findall(r"\w+", source), re.findall(r"[\"']([\w.]+)[\"']", source))
+    return words
+
+
+@functools.cache
+def project_files() -> frozenset[str]:
+    return frozenset(
+        str(p.relative_to(ROOT)) for folder in (*CODE_DIRS, "docs", ".ci") for p in (ROOT / folder).rglob("*")
+    )
+
+
+def files_named(path: str) -> list[str]:
+    """The project's files a doc means by `path`: itself, else those that end with it (`patch.py`,
+    `commands/evaluate.py`), else none. `<kind>` stands for any kind and `*` for any name."""
+    path = path.rstrip("/")
+    if path in project_files():
+        return [path]
+    pattern = re.compile(rf"(?:.*/)?{re.escape(path)}".replace("<kind>", r"\w+").replace(r"\*", r"[^/]*"))
+    return [p for p in project_files() if pattern.fullmatch(p)]
+
+
+def module_has(parts: list[str]) -> bool:
+    """Whether `infill.a.b.name` is a module of the project, or names defined in one (the longest module first)."""
+    for cut in range(len(parts), 0, -1):
+        base = "/".join(parts[:cut])
+        for file in (f"{base}.py", f"{base}/__init__.py"):
+            if (ROOT / file).is_file():
+                return all(p in defined_in(file) for p in parts[cut:])
+    return False
+
+
+def unknown_names(text: str) -> list[str]:
+    """The paths, `code names` and `name` in `file.py` claims of a doc that the code does not have."""
+    everywhere = code_words()
+    unknown = []
+    paths = r"(?<![\w/.<-])((?:infill|tests|benchmarks|docs|\.ci)/[\w/*.<>-]*\w|[\w/]*\w\.py)\b"
+    unknown += [f"no such file: {path}" for path in set(re.findall(paths, text)) if not files_named(path)]
+    for code in set(re.findall(r"`([^`\n]+)`", text)):
+        if "/" in code or re.search(r"\.(?:py|md|toml)$", code):
+            continue  # a path (above), a protocol method, an HTTP path
+        m = re.fullmatch(r"([A-Za-z_]\w*)((?:\.\w+)*)(?:\(.*\))?", code)
+        if m is None:
+            continue  # a flag, a command line, an expression
+        parts = [m.group(1), *filter(None, m.group(2).split("."))]
+        if parts[0] == "infill":  # a module and names in it, or the entry-point group infill.kinds
+            if not (code in everywhere or module_has(parts)):
+                unknown.append(f"no such module or name: {code}")
+        elif parts[0] in TYPING_NAMES:
+            if not hasattr(typing, code):
+                unknown.append(f"not in typing: {code}")
+        elif not all(p in everywhere or files_named(f"{p}.py") for p in parts):
+            unknown.append(f"defined nowhere: {code}")
+    for listed, path in NAMED_IN.findall(text):
+        files = files_named(path)
+        for name in re.findall(r"`([\w.]+)`", listed):
+            if files and not any(all(p in defined_in(f) for p in name.split(".")) for f in files):
+                unknown.append(f"not in {path}: {name}")
+    return sorted(unknown)
+
+
+def test_every_name_the_architecture_doc_gives_exists_where_it_says() -> None:
+    """docs/architecture.md is a newcomer's map: every file it names exists, every `name` is defined in the code,
+    and a `name` said to be in (or of) `file.py` is defined there."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert len(NAMED_IN.findall(text)) >= 30  # the claims are found at all
+    assert unknown_names(text) == []
+
+
+def test_a_made_up_name_in_the_architecture_doc_is_caught() -> None:
+    made_up = (
+        "`fill_text` in `infill/core/pipeline.py`, `fill_text` in `infill/core/plan.py`, `NoSuchThing`, "
+        "`Pool.no_such_method`, infill/no_such_module.py, `infill.no_such_module`, `select` in `kinds/nowhere.py`, "
+        "`infill.api.no_such_name`"
+    )
+    assert unknown_names(made_up) == [
+        "defined nowhere: NoSuchThing",
+        "defined nowhere: Pool.no_such_method",
+        "no such file: infill/no_such_module.py",
+        "no such file: kinds/nowhere.py",
+        "no such module or name: infill.api.no_such_name",
+        "no such module or name: infill.no_such_module",
+        "not in infill/core/plan.py: fill_text",
+    ]
