@@ -1,6 +1,6 @@
-"""The source files under a folder, as `infill docstrings` and `infill evaluate --dir` walk it: hidden folders,
-virtual environments and build output skipped (black's and ruff's default excludes), and what git ignores there,
-asked of git itself: one `git ls-files` call per walked folder.
+"""The source files under a folder, as `infill docstrings` and `infill eval heldout-exact --dir` walk it: hidden
+folders, virtual environments and build output skipped (black's and ruff's default excludes), and what git ignores
+there, asked of git itself: one `git ls-files` call per walked folder.
 
 Git applies every source of ignore rules exactly (nested .gitignore files, `!` negation, .git/info/exclude,
 core.excludesFile); no pattern is parsed here. Outside a git work tree, or where git is not installed or fails,
