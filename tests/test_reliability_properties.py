@@ -68,6 +68,8 @@ def cases(draw: st.DrawFn) -> Case:
     d = draw(st.integers(1 if a < b else c, len(lines[b - 1][2]) + 1))
     start = lines[a - 1][0] + len(lines[a - 1][2][: c - 1].encode("utf-8"))
     end = lines[b - 1][0] + len(lines[b - 1][2][: d - 1].encode("utf-8"))
+    if c == 1 and d == 1 and a < b:  # an editor's line selection: lines a to b-1 whole, their last break kept
+        end = lines[b - 2][1]
     return Case(bytes(data), lines, f"{a}:{c}-{b}:{d}", start, end)
 
 
