@@ -233,9 +233,8 @@ def test_an_answer_that_comes_after_dismiss_is_not_shown(stubbed: Any) -> None:
     time.sleep(0.1)
     assert stubbed.exec_lua(SUGGESTION) is None
     stubbed.input("y")  # a new pause, answered: shown (the stand-in works)
-    assert _wait(lambda: stubbed.exec_lua("return _G.sent") == 2, 5)
-    stubbed.exec_lua("_G.answers[2]()")
-    assert _wait(lambda: stubbed.exec_lua(SUGGESTION) == "ghost", 5)
+    assert _wait(lambda: stubbed.exec_lua("return _G.sent") >= 2, 5)
+    assert _shown_once_answered(stubbed, "ghost")
 
 
 def test_no_ghost_text_in_normal_mode_after_esc_before_the_pause_ends(stubbed: Any) -> None:
