@@ -185,6 +185,61 @@ def test_version_mismatch_restarts_the_daemon(runtime_dir: Path) -> None:
             old.wait()
 
 
+def test_a_changed_installation_replaces_the_daemon(runtime_dir: Path, tmp_path: Path) -> None:
+    """A `git pull` into an editable install (or the same version re-installed, or new packaged weights) keeps the
+    installation key: the daemon, which keeps the stamp of the files it started with, must still be replaced."""
+    import shutil
+
+    from tests.fixtures_serve import TESTS_DIR
+
+    shutil.copytree(REPO_ROOT / "infill", tmp_path / "infill", ignore=shutil.ignore_patterns("weights"))
+    env = plugin_env(runtime_dir, PYTHONPATH=os.pathsep.join([str(tmp_path), str(TESTS_DIR)]))
+    code = (
+        "import json, sys; from infill.server import client; "
+        "print(json.dumps([client.request('fill', json.loads(sys.argv[1]), 'on'), client.status()]))"
+    )
+
+    def fill_from_the_copy() -> tuple[int, dict[str, Any]]:
+        done = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(PARAMS)], env=env, cwd=tmp_path, capture_output=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        result, info = json.loads(done.stdout)
+        assert result is not None and info["compatible"] is True, done.stderr.decode()
+        return result["stats"]["pid"], info
+
+    old, info = fill_from_the_copy()
+    assert info["pid"] == old and info["package"] == str((tmp_path / "infill").resolve())
+    with (tmp_path / "infill" / "server" / "handlers.py").open("a") as module:
+        module.write("# a git pull\n")
+    new, _ = fill_from_the_copy()
+    assert new != old
+    wait_until(lambda: not pid_alive(old), what="the old daemon to exit")
+
+
+def test_the_code_stamp_follows_file_changes_but_not_bytecode(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "__pycache__").mkdir(parents=True)
+    (package / "weights").mkdir()
+    module, weights = package / "mod.py", package / "weights" / "model.safetensors"
+    module.write_text("x = 1\n")
+    weights.write_bytes(b"1234")
+    stamps = [lifecycle.code_stamp(package)]
+    (package / "__pycache__" / "mod.cpython.pyc").write_bytes(b"compiled")  # the daemon's own imports
+    assert lifecycle.code_stamp(package) == stamps[0]
+    module.write_text("x = 2\n")  # a git pull: same size
+    stamps.append(lifecycle.code_stamp(package))
+    replacement = tmp_path / "new.safetensors"
+    replacement.write_bytes(b"5678")
+    st = weights.stat()
+    os.utime(replacement, ns=(st.st_atime_ns, st.st_mtime_ns))  # same name, size and time: another file
+    replacement.replace(weights)
+    stamps.append(lifecycle.code_stamp(package))
+    (package / "new.py").write_text("")
+    stamps.append(lifecycle.code_stamp(package))
+    assert len(set(stamps)) == len(stamps)
+
+
 def serve_at_the_daemon_socket(runtime_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
     """`infill serve --socket` at the daemon's own socket path, run to its end."""
     socket = str(daemon_dir(runtime_dir) / "daemon.sock")

@@ -395,4 +395,5 @@ def test_identity_follows_result_changing_environment_only() -> None:
         "protocol",
         "version",
         "package",
+        "code",
     }

@@ -18,7 +18,7 @@ from typing import Any
 
 import infill
 from infill.core.cache import ModelCache
-from infill.server import protocol
+from infill.server import lifecycle, protocol
 from infill.server.context import Handler, ServerContext
 from infill.server.protocol import ProtocolError, Request
 
@@ -203,8 +203,9 @@ def _relevant(key: str) -> bool:
 
 
 def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """What a client compares before trusting a daemon: protocol, package version, which copy of the code, and
-    the environment variables that can change a result."""
+    """What a client compares before trusting a daemon: protocol, package version, which copy of the code, the
+    state of its files (lifecycle.code_stamp: an edited or re-installed copy, replaced packaged models), and the
+    environment variables that can change a result."""
     from infill import environment
 
     env = os.environ if env is None else env
@@ -217,6 +218,7 @@ def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "protocol": protocol.PROTOCOL_VERSION,
         "version": infill.__version__,
         "package": str(Path(infill.__file__).resolve().parent),
+        "code": lifecycle.code_stamp(),
         "env": digest,
     }
 
