@@ -388,6 +388,8 @@ def test_identity_follows_result_changing_environment_only() -> None:
         {**base, "HF_HOME": "/elsewhere"},
         {**base, "INFILL_SERVER_PLUGINS": "x:y"},
         {**base, "INFILL_KINDS": "my_kind"},  # the daemon loads models of these kinds
+        # where the daemon finds models (Ollama's store, the HF cache under XDG_CACHE_HOME or ~) and calibrations
+        *({**base, name: "/elsewhere"} for name in ("OLLAMA_MODELS", "HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME")),
     ]
     assert all(identity(env) == identity(base) for env in same)
     assert all(identity(env)["env"] != identity(base)["env"] for env in different)
