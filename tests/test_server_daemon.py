@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from infill.errors import InputError
-from infill.server import client, lifecycle
+from infill.server import client, lifecycle, protocol
 from infill.server.dispatch import ModelCache, ServerContext
 from tests.fixtures_serve import (
     REPO_ROOT,
@@ -470,6 +470,42 @@ def test_sigterm_during_a_real_fill_cancels_it_and_exits_cleanly(runtime_dir: Pa
         assert b"terminate called" not in stderr
         assert not socket_path.exists()
     finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+def test_a_fill_command_stopped_with_its_daemon_is_no_answer(runtime_dir: Path, tmp_path: Path) -> None:
+    """`infill daemon stop` (or a SIGTERM) during `infill fill`: the run, cancelled before its write, comes back as
+    a "cancelled" error, on which the client does the work in-process, as when the daemon is killed; it came back
+    as the command's own answer, "internal error: Cancelled", exit 123, and the user's fill failed."""
+    from infill.core.fill import FillRequest
+    from infill.spans import Selection
+
+    pause = runtime_dir / "pause"
+    env = plugin_env(runtime_dir, INFILL_SERVER_PLUGINS="fixtures_serve:install_models", INFILL_TEST_PAUSE=str(pause))
+    (tmp_path / "a.py").write_text("def add(a, b):\n    return a + b\n")
+    request = FillRequest("a.py", (Selection("span", "2"),), cwd=str(tmp_path))
+    params = {**request.to_dict(), "model": {"name": "pausable-doc", "device": "cpu"}}
+    server = serve_socket_process(runtime_dir, env)
+    socket_path = daemon_dir(runtime_dir) / "daemon.sock"
+    try:
+        pause.touch()
+        sock = lifecycle.connect(socket_path, timeout=60)
+        assert sock is not None
+        with sock:
+            sock.sendall(json.dumps({"id": 1, "method": "fill_command", "params": params}).encode() + b"\n")
+            wait_until(Path(f"{pause}.held").exists, what="the fill's first forward pass")
+            server.terminate()
+            wait_until(lambda: not socket_path.exists(), what="the server to stop listening")
+            pause.unlink()
+            answer = read_answer(sock)
+        assert answer["id"] == 1 and answer.get("error", {}).get("code") == "cancelled", answer
+        assert protocol.exception_from_error(answer["error"]) is None  # the client's cue to work in-process
+        assert (tmp_path / "a.py").read_text() == "def add(a, b):\n    return a + b\n"
+        assert server.wait(timeout=60) == 0
+    finally:
+        pause.unlink(missing_ok=True)
         if server.poll() is None:
             server.kill()
             server.wait()
