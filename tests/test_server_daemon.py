@@ -511,6 +511,31 @@ def test_a_fill_command_stopped_with_its_daemon_is_no_answer(runtime_dir: Path, 
             server.wait()
 
 
+@pytest.mark.parametrize("answered", [True, False])
+def test_a_daemon_too_busy_to_answer_shutdown_is_signalled_at_once(
+    monkeypatch: pytest.MonkeyPatch, answered: bool
+) -> None:
+    """`infill daemon stop` during a long fill: the shutdown request waits behind the fill, and its 5 s without an
+    answer say the daemon is busy, so SIGTERM (which cancels the fill) follows at once; it waited 10 s more first.
+    A daemon that answered is given its time to exit."""
+    calls: list[str] = []
+
+    def call(self: client.Connection, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if not answered:
+            raise TimeoutError("timed out")
+        return {"id": 1, "shutdown": True}
+
+    monkeypatch.setattr(client.Connection, "call", call)
+    monkeypatch.setattr(lifecycle, "wait_for_exit", lambda pid, timeout: calls.append("wait") or False)
+    monkeypatch.setattr(lifecycle, "terminate", lambda pid, timeout: calls.append("terminate") or True)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with theirs:
+        conn = client.Connection(ours)
+        conn.peer_pid = 2**22 + 1  # not ours: retire signals it (here: the fakes above)
+        client.retire(conn)
+    assert calls == (["wait", "terminate"] if answered else ["terminate"])
+
+
 @pytest.mark.parametrize("platform", ["linux", "darwin"])
 def test_a_client_is_gone_once_its_socket_is_closed(monkeypatch: pytest.MonkeyPatch, platform: str) -> None:
     """On Linux a half-closed client (it shut down its sending side) is still there; elsewhere, where poll may not
