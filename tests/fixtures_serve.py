@@ -152,6 +152,15 @@ def install(dispatcher: Dispatcher) -> None:
         dispatcher.register("ping", lambda p, c: {**real_ping(p, c), "version": fake_version})
 
 
+def install_models(dispatcher: Dispatcher) -> None:
+    """The plugin hook for daemons that run the real commands (`fill_command` as `infill fill` sends it) on the
+    fake models."""
+    from infill.server import handlers
+
+    install(dispatcher)
+    dispatcher.register("fill_command", handlers.METHODS["fill_command"])
+
+
 def plugin_env(runtime_dir: Path, **extra: str) -> dict[str, str]:
     """An environment for daemons the tests start: private runtime dir, this plugin, no CI or INFILL_NO_DAEMON."""
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "INFILL_NO_DAEMON")}

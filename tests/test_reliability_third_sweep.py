@@ -832,6 +832,7 @@ def test_a_fill_whose_client_went_away_stops_before_its_write(tmp_path: Path) ->
     request = FillRequest.from_dict(
         {"file": str(p), "selections": [{"kind": "span", "value": "2"}], "cwd": str(tmp_path), "model": {"name": FAKE}}
     )
-    out = run_fill(request, gone_at_the_write)
+    with pytest.raises(Cancelled):  # no answer (the daemon's client, if still there, works in-process)
+        run_fill(request, gone_at_the_write)
     assert events[-1] == "write" and "step" in events
-    assert out["exit_code"] == 123 and p.read_text() == TEXT
+    assert p.read_text() == TEXT

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from infill.errors import InputError
-from infill.server import client, lifecycle
+from infill.server import client, lifecycle, protocol
 from infill.server.dispatch import ModelCache, ServerContext
 from tests.fixtures_serve import (
     REPO_ROOT,
@@ -181,6 +181,61 @@ def test_version_mismatch_restarts_the_daemon(runtime_dir: Path) -> None:
         if old.poll() is None:
             old.kill()
             old.wait()
+
+
+def test_a_changed_installation_replaces_the_daemon(runtime_dir: Path, tmp_path: Path) -> None:
+    """A `git pull` into an editable install (or the same version re-installed, or new packaged weights) keeps the
+    installation key: the daemon, which keeps the stamp of the files it started with, must still be replaced."""
+    import shutil
+
+    from tests.fixtures_serve import TESTS_DIR
+
+    shutil.copytree(REPO_ROOT / "infill", tmp_path / "infill", ignore=shutil.ignore_patterns("weights"))
+    env = plugin_env(runtime_dir, PYTHONPATH=os.pathsep.join([str(tmp_path), str(TESTS_DIR)]))
+    code = (
+        "import json, sys; from infill.server import client; "
+        "print(json.dumps([client.request('fill', json.loads(sys.argv[1]), 'on'), client.status()]))"
+    )
+
+    def fill_from_the_copy() -> tuple[int, dict[str, Any]]:
+        done = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(PARAMS)], env=env, cwd=tmp_path, capture_output=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        result, info = json.loads(done.stdout)
+        assert result is not None and info["compatible"] is True, done.stderr.decode()
+        return result["stats"]["pid"], info
+
+    old, info = fill_from_the_copy()
+    assert info["pid"] == old and info["package"] == str((tmp_path / "infill").resolve())
+    with (tmp_path / "infill" / "server" / "handlers.py").open("a") as module:
+        module.write("# a git pull\n")
+    new, _ = fill_from_the_copy()
+    assert new != old
+    wait_until(lambda: not pid_alive(old), what="the old daemon to exit")
+
+
+def test_the_code_stamp_follows_file_changes_but_not_bytecode(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "__pycache__").mkdir(parents=True)
+    (package / "weights").mkdir()
+    module, weights = package / "mod.py", package / "weights" / "model.safetensors"
+    module.write_text("x = 1\n")
+    weights.write_bytes(b"1234")
+    stamps = [lifecycle.code_stamp(package)]
+    (package / "__pycache__" / "mod.cpython.pyc").write_bytes(b"compiled")  # the daemon's own imports
+    assert lifecycle.code_stamp(package) == stamps[0]
+    module.write_text("x = 2\n")  # a git pull: same size
+    stamps.append(lifecycle.code_stamp(package))
+    replacement = tmp_path / "new.safetensors"
+    replacement.write_bytes(b"5678")
+    st = weights.stat()
+    os.utime(replacement, ns=(st.st_atime_ns, st.st_mtime_ns))  # same name, size and time: another file
+    replacement.replace(weights)
+    stamps.append(lifecycle.code_stamp(package))
+    (package / "new.py").write_text("")
+    stamps.append(lifecycle.code_stamp(package))
+    assert len(set(stamps)) == len(stamps)
 
 
 def serve_at_the_daemon_socket(runtime_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
@@ -416,6 +471,67 @@ def test_sigterm_during_a_real_fill_cancels_it_and_exits_cleanly(runtime_dir: Pa
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_a_fill_command_stopped_with_its_daemon_is_no_answer(runtime_dir: Path, tmp_path: Path) -> None:
+    """`infill daemon stop` (or a SIGTERM) during `infill fill`: the run, cancelled before its write, comes back as
+    a "cancelled" error, on which the client does the work in-process, as when the daemon is killed; it came back
+    as the command's own answer, "internal error: Cancelled", exit 123, and the user's fill failed."""
+    from infill.core.fill import FillRequest
+    from infill.spans import Selection
+
+    pause = runtime_dir / "pause"
+    env = plugin_env(runtime_dir, INFILL_SERVER_PLUGINS="fixtures_serve:install_models", INFILL_TEST_PAUSE=str(pause))
+    (tmp_path / "a.py").write_text("def add(a, b):\n    return a + b\n")
+    request = FillRequest("a.py", (Selection("span", "2"),), cwd=str(tmp_path))
+    params = {**request.to_dict(), "model": {"name": "pausable-doc", "device": "cpu"}}
+    server = serve_socket_process(runtime_dir, env)
+    socket_path = daemon_dir(runtime_dir) / "daemon.sock"
+    try:
+        pause.touch()
+        sock = lifecycle.connect(socket_path, timeout=60)
+        assert sock is not None
+        with sock:
+            sock.sendall(json.dumps({"id": 1, "method": "fill_command", "params": params}).encode() + b"\n")
+            wait_until(Path(f"{pause}.held").exists, what="the fill's first forward pass")
+            server.terminate()
+            wait_until(lambda: not socket_path.exists(), what="the server to stop listening")
+            pause.unlink()
+            answer = read_answer(sock)
+        assert answer["id"] == 1 and answer.get("error", {}).get("code") == "cancelled", answer
+        assert protocol.exception_from_error(answer["error"]) is None  # the client's cue to work in-process
+        assert (tmp_path / "a.py").read_text() == "def add(a, b):\n    return a + b\n"
+        assert server.wait(timeout=60) == 0
+    finally:
+        pause.unlink(missing_ok=True)
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+@pytest.mark.parametrize("answered", [True, False])
+def test_a_daemon_too_busy_to_answer_shutdown_is_signalled_at_once(
+    monkeypatch: pytest.MonkeyPatch, answered: bool
+) -> None:
+    """`infill daemon stop` during a long fill: the shutdown request waits behind the fill, and its 5 s without an
+    answer say the daemon is busy, so SIGTERM (which cancels the fill) follows at once; it waited 10 s more first.
+    A daemon that answered is given its time to exit."""
+    calls: list[str] = []
+
+    def call(self: client.Connection, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if not answered:
+            raise TimeoutError("timed out")
+        return {"id": 1, "shutdown": True}
+
+    monkeypatch.setattr(client.Connection, "call", call)
+    monkeypatch.setattr(lifecycle, "wait_for_exit", lambda pid, timeout: calls.append("wait") or False)
+    monkeypatch.setattr(lifecycle, "terminate", lambda pid, timeout: calls.append("terminate") or True)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with theirs:
+        conn = client.Connection(ours)
+        conn.peer_pid = 2**22 + 1  # not ours: retire signals it (here: the fakes above)
+        client.retire(conn)
+    assert calls == (["wait", "terminate"] if answered else ["terminate"])
 
 
 @pytest.mark.parametrize("platform", ["linux", "darwin"])

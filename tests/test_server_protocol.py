@@ -112,6 +112,45 @@ def test_model_cache_reloads_a_folder_model_whose_files_change(tmp_path: Path) -
         registry.unregister("folder-fake")
 
 
+def test_model_cache_tells_a_replaced_file_and_a_relative_folder_of_another_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon serves every working directory: `--model ./ckpt` from two projects is two models, and a GGUF file
+    replaced under the same name (mv of a file of the same size and time) is another model."""
+    loads: list[str] = []
+    info = {"path": "ckpt"}
+
+    def factory(spec: ModelSpec) -> registry.LoadedModel:
+        loads.append(os.getcwd())
+        return registry.LoadedModel("m", "asarm", object(), None, info=dict(info))
+
+    for project in ("a", "b"):
+        (tmp_path / project / "ckpt").mkdir(parents=True)
+        (tmp_path / project / "ckpt" / "model.safetensors").write_bytes(b"v1")
+        os.utime(tmp_path / project / "ckpt" / "model.safetensors", ns=(0, 10**18))  # as `cp -p` copies
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF1")
+    registry.register("folder-fake", factory)
+    try:
+        cache = ModelCache()
+        monkeypatch.chdir(tmp_path / "a")
+        first = cache.get(ModelSpec(name="folder-fake"))
+        assert cache.get(ModelSpec(name="folder-fake")) is first
+        monkeypatch.chdir(tmp_path / "b")
+        assert cache.get(ModelSpec(name="folder-fake")) is not first
+        assert loads == [str(tmp_path / "a"), str(tmp_path / "b")]
+        info["path"] = str(gguf)
+        model = cache.get(ModelSpec(name="folder-fake", device="cuda"))
+        replacement = tmp_path / "new.gguf"
+        replacement.write_bytes(b"GGUF2")
+        st = gguf.stat()
+        os.utime(replacement, ns=(st.st_atime_ns, st.st_mtime_ns))
+        replacement.replace(gguf)
+        assert cache.get(ModelSpec(name="folder-fake", device="cuda")) is not model and len(loads) == 4
+    finally:
+        registry.unregister("folder-fake")
+
+
 def test_shutdown_answers_then_stops() -> None:
     dispatcher = make_dispatcher()
     assert not dispatcher.stop_requested
@@ -388,6 +427,8 @@ def test_identity_follows_result_changing_environment_only() -> None:
         {**base, "HF_HOME": "/elsewhere"},
         {**base, "INFILL_SERVER_PLUGINS": "x:y"},
         {**base, "INFILL_KINDS": "my_kind"},  # the daemon loads models of these kinds
+        # where the daemon finds models (Ollama's store, the HF cache under XDG_CACHE_HOME or ~) and calibrations
+        *({**base, name: "/elsewhere"} for name in ("OLLAMA_MODELS", "HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME")),
     ]
     assert all(identity(env) == identity(base) for env in same)
     assert all(identity(env)["env"] != identity(base)["env"] for env in different)
@@ -395,4 +436,5 @@ def test_identity_follows_result_changing_environment_only() -> None:
         "protocol",
         "version",
         "package",
+        "code",
     }

@@ -3,7 +3,8 @@ models through SHARED (infill.api.load_model; the server's ServerContext.models)
 
 An entry is keyed by the whole ModelSpec (name, device, bf16, revision, mask token) and stays valid while
 - its folder's files are unchanged on disk (a daemon never serves stale weights after `infill train` writes a
-  new checkpoint to the same place: every entry is dropped then), and
+  new checkpoint to the same place, nor a GGUF file replaced under the same name, nor `./ckpt` of another working
+  directory: every entry is dropped then), and
 - for a registered name, the same factory is still registered under it (tests and plugins re-register names),
 - for a model on a server, the server still serves the same model under its name (a server restarted with other
   weights: infill.models.remote.RemoteFim.replaced, asked at most every few seconds).
@@ -24,7 +25,7 @@ from infill.errors import InfillError, ModelError, one_line
 from infill.models import registry
 from infill.models.registry import LoadedModel
 
-Fingerprint = tuple[tuple[str, float, int], ...]
+Fingerprint = tuple[tuple[str, int, int, int], ...]
 
 
 def load_spec(spec: ModelSpec) -> LoadedModel:
@@ -106,11 +107,14 @@ def _replaced(model: LoadedModel) -> bool:
 
 
 def fingerprint(model: LoadedModel) -> Fingerprint:
-    """(file, mtime, size) of a folder model's files; () for models that do not come from a folder."""
+    """(absolute file path, size, mtime, inode) of a folder model's files (or of its one file, a GGUF); () for
+    models that do not come from a folder. The absolute path: a relative folder (`--model ./ckpt`) from another
+    working directory (the daemon serves them all) is another model; the inode: a file replaced by one of the same
+    name, size and time (`mv`, `cp -p`) is another file."""
     path = model.info.get("path")
     if not isinstance(path, str | os.PathLike):
         return ()
-    folder = Path(path)
+    folder = Path(os.path.abspath(path))
     files = sorted(folder.iterdir()) if folder.is_dir() else [folder]
     out = []
     for file in files:
@@ -118,7 +122,7 @@ def fingerprint(model: LoadedModel) -> Fingerprint:
             st = file.stat()
         except OSError:
             continue
-        out.append((file.name, st.st_mtime, st.st_size))
+        out.append((str(file), st.st_size, st.st_mtime_ns, st.st_ino))
     return tuple(out)
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from infill.config import DecodeConfig, FillOptions, ModelSpec
 from infill.errors import ExitCode, InfillError, InputError, NoValidFillError, error_code, one_line, printable
+from infill.progress import Cancelled
 from infill.spans import BOM, Selection
 
 if TYPE_CHECKING:
@@ -153,6 +154,8 @@ def run_fill(
 
     Never raises for input, model or internal errors: they become an exit code and one stderr line. In filter
     mode stdout is the patched text, or the unchanged input on failure; stderr stays empty unless verbose.
+    Cancelled (the work was stopped before its write: a daemon shutting down, its client gone) is raised, not
+    reported: it is no answer to the request, and a daemon's client then does the work in-process.
     """
     out: dict[str, Any] = {"exit_code": ExitCode.OK, "stdout": "", "stderr": [], "result": None}
     try:
@@ -169,6 +172,8 @@ def run_fill(
 
     try:
         _run(req, out, say, on_progress)
+    except Cancelled:
+        raise
     except Exception as exc:  # noqa: BLE001 - input, model or internal error (a bug, a backend): an exit code
         _failed(req, out, exc)
     return out

@@ -208,15 +208,20 @@ def _open(paths: Paths) -> Connection | None:
 
 
 def retire(conn: Connection, timeout: float = 10.0) -> None:
-    """Stop the daemon at the other end of `conn`: ask politely, then signal the pid its socket names."""
+    """Stop the daemon at the other end of `conn`: ask politely (a request in progress may end within the
+    5 s the answer may take), then signal the pid its socket names: at once when it did not answer (it is still
+    busy; SIGTERM cancels that request, whose client then works in-process), after `timeout` when it answered
+    but is still there."""
     pid = conn.peer_pid
+    answered = False
     try:
         conn.call("shutdown", {}, 5.0)
+        answered = True
     except (OSError, ValueError, DaemonUnavailable):
         pass
     finally:
         conn.close()
-    if pid is not None and pid != os.getpid() and not lifecycle.wait_for_exit(pid, timeout):
+    if pid is not None and pid != os.getpid() and not (answered and lifecycle.wait_for_exit(pid, timeout)):
         lifecycle.terminate(pid, 5.0)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import infill
 from infill.core.cache import ModelCache
-from infill.server import protocol
+from infill.server import lifecycle, protocol
 from infill.server.context import Handler, ServerContext
 from infill.server.protocol import ProtocolError, Request
 
@@ -188,6 +188,9 @@ _ENV_PREFIXES = (
 _ENV_IGNORED_PARTS = ("VERBOSITY", "PROGRESS_BARS", "ADVISORY_WARNINGS", "TOKEN")  # logging noise, secrets
 # the proxy a model server is reached through (infill.models.remote_http.proxy_for), in either case
 _ENV_PROXY = frozenset({"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"})
+# where models and what infill learns of them are found: Ollama's store (infill.models.ollama.store), the HF cache and
+# infill's own folders under the XDG ones (infill.core.catalog, infill.environment), ~ behind all of them
+_ENV_LOCATIONS = frozenset({"OLLAMA_MODELS", "HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME"})
 
 
 def _relevant(key: str) -> bool:
@@ -197,14 +200,15 @@ def _relevant(key: str) -> bool:
 
     if key.startswith("INFILL_"):
         return environment.restarts_daemon(key)
-    if key.upper() in _ENV_PROXY:
+    if key.upper() in _ENV_PROXY or key in _ENV_LOCATIONS:
         return True
     return key.startswith(_ENV_PREFIXES) and not any(p in key for p in _ENV_IGNORED_PARTS)
 
 
 def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """What a client compares before trusting a daemon: protocol, package version, which copy of the code, and
-    the environment variables that can change a result."""
+    """What a client compares before trusting a daemon: protocol, package version, which copy of the code, the
+    state of its files (lifecycle.code_stamp: an edited or re-installed copy, replaced packaged models), and the
+    environment variables that can change a result."""
     from infill import environment
 
     env = os.environ if env is None else env
@@ -217,6 +221,7 @@ def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "protocol": protocol.PROTOCOL_VERSION,
         "version": infill.__version__,
         "package": str(Path(infill.__file__).resolve().parent),
+        "code": lifecycle.code_stamp(),
         "env": digest,
     }
 

@@ -109,6 +109,41 @@ def installation_key() -> str:
     return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
 
+def code_stamp(root: Path | None = None) -> str:
+    """A digest of (path, size, mtime, inode) of every file of the package (its code and its packaged models),
+    `__pycache__` and hidden folders left out: it changes when a `git pull` edits an editable install, when the
+    same version is re-installed from another clone, or when a packaged model's files are replaced, which
+    installation_key does not see. A daemon keeps the stamp it started with (dispatch.identity), so a client
+    whose installation changed since replaces it. Stats only, never reads a file: a few ms for the package."""
+    import hashlib
+
+    if root is None:
+        import infill
+
+        root = Path(infill.__file__).resolve().parent
+    entries: list[str] = []
+    pending = [str(root)]
+    while pending:
+        folder = pending.pop()
+        try:
+            with os.scandir(folder) as items:
+                for item in items:
+                    if item.name.startswith(".") or item.name == "__pycache__":
+                        continue
+                    try:
+                        if item.is_dir(follow_symlinks=False):
+                            pending.append(item.path)
+                            continue
+                        st = item.stat()
+                    except OSError:
+                        continue
+                    entries.append(f"{item.path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}")
+        except OSError:
+            continue
+    entries.sort()
+    return hashlib.sha256("\n".join(entries).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
 def _owned_private_dir(path: Path, uid: int) -> bool:
     try:
         st = path.lstat()
