@@ -97,6 +97,8 @@ RELEASED = threading.Event()  # the slow server's completions answer once this i
 def slow(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
     if path.endswith("/completions"):
         RELEASED.wait(30)
+        return  # no answer: a client still waiting gets a closed connection; writing to a gone one would print a
+        # traceback into the next test's captured stderr
     healthy(handler, path, body)
 
 
