@@ -185,11 +185,18 @@ def test_transformed_sampling_follows_the_transformed_conditional(model: Memo) -
 
 
 def test_negative_controls_fail(model: Memo) -> None:
-    """The unconstrained fill, and the step-wise shortcut, fail the test the samplers pass."""
+    """The unconstrained fill, and the step-wise shortcut, fail the test the samplers pass; the shortcut's draws
+    are the distribution the power tests enumerate for it (shortcut_joint)."""
     layout = LAYOUTS["with-suffix"]
     cfg = DecodeConfig(decoder="sequential")
     assert p_value(model, problem_of(layout, None), cfg, b"ab", decoder_draw(cfg)) < 1e-6
-    assert p_value(model, problem_of(layout, b"ab"), cfg, b"ab", stepwise_draw) < 1e-6
+    problem = problem_of(layout, b"ab")
+    target = conditional(model, problem, cfg, b"ab")
+    g = torch.Generator().manual_seed(4321)
+    counts = Counter(stepwise_draw(model, problem, g) for _ in range(SAMPLES))
+    assert set(counts) <= set(target)
+    assert pooled_p_value(counts, target, SAMPLES) < 1e-6
+    assert pooled_p_value(counts, shortcut_joint(model, problem, target, cfg, PIECES), SAMPLES) > 1e-4
 
 
 @pytest.mark.parametrize("heal", HEALS)
