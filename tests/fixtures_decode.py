@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from infill.decoding.lookup import lookup
+from infill.decoding.sampling import probs, sample
 from infill.models.base import FillProblem
 from infill.models.tiny import random_xlnet, xlnet_shape
 from infill.models.xlnet import XLNetAnySubset
@@ -105,3 +107,56 @@ def repeats_problems(mask: int, count: int = 30, seed: int = 0) -> list[FillProb
         ids = torch.tensor([*text[:cut], *([mask] * 10), *text[cut:]])
         problems.append(FillProblem(ids, torch.arange(cut, cut + 10), torch.zeros(10, dtype=torch.long)))
     return problems
+
+
+# --- the negative control of prompt-lookup drafts: the looked-up tokens copied without the acceptance test ----
+def unverified_step(model: Memo, ids: torch.Tensor, visible: list[bool], masked: torch.Tensor, n: int) -> object:
+    """The negative control's next step: the tokens the lookup proposes, taken as they are (a list), or else
+    the model's distribution of the next token ((V,) probabilities)."""
+    tokens = lookup(ids.tolist(), visible, int(masked[n]), masked.shape[0] - n)
+    return tokens if tokens else probs(model.draft(ids, masked, n, masked[n : n + 1]))[0]
+
+
+def _start(problem: FillProblem) -> tuple[torch.Tensor, list[bool]]:
+    visible = [True] * problem.ids.shape[0]
+    for m in problem.masked.tolist():
+        visible[m] = False
+    return problem.ids.clone(), visible
+
+
+def _written(ids: torch.Tensor, visible: list[bool], masked: torch.Tensor, n: int, tokens: list[int]) -> int:
+    for t in tokens:
+        ids[masked[n]] = t
+        visible[int(masked[n])] = True
+        n += 1
+    return n
+
+
+def unverified_draw(model: Memo, problem: FillProblem, g: torch.Generator) -> list[int]:
+    """The negative control: copy what the lookup proposes without the acceptance test, sample the rest."""
+    (ids, visible), masked, n = _start(problem), problem.masked, 0
+    while n < masked.shape[0]:
+        step = unverified_step(model, ids, visible, masked, n)
+        n = _written(ids, visible, masked, n, step if isinstance(step, list) else [int(sample(step[None], g)[0])])
+    return ids[masked].tolist()
+
+
+def unverified_joint(model: Memo, problem: FillProblem) -> dict[tuple[int, ...], float]:
+    """The exact distribution of `unverified_draw`'s fills, every branch of its steps enumerated."""
+    joint: dict[tuple[int, ...], float] = {}
+    masked = problem.masked
+
+    def walk(ids: torch.Tensor, visible: list[bool], n: int, pr: float) -> None:
+        if n == masked.shape[0]:
+            fill = tuple(ids[masked].tolist())
+            joint[fill] = joint.get(fill, 0.0) + pr
+            return
+        step = unverified_step(model, ids, visible, masked, n)
+        branches = [(step, 1.0)] if isinstance(step, list) else [([x], float(q)) for x, q in enumerate(step) if q > 0]
+        for tokens, q in branches:
+            ids2, visible2 = ids.clone(), list(visible)
+            walk(ids2, visible2, _written(ids2, visible2, masked, n, tokens), pr * q)
+
+    walk(*_start(problem), 0, 1.0)
+    assert abs(sum(joint.values()) - 1.0) < 1e-6
+    return joint

@@ -6,7 +6,9 @@ positions, one verify pass gives q(x_i | prompt, x_{<i}) for every i. Each exact
 (1k on the layout whose joint is furthest from the product) at a fixed seed and a chi-square test compares the
 counts with the joint. The mean-field `parallel` decoder must fail the same test, which shows the test has
 power; and the draws catch, 99 times in 100, a decoder only a third of the way from the joint to the
-mean-field product (test_layouts_have_power).
+mean-field product (test_layouts_have_power). Prompt-lookup drafts are held to the same standard against their
+own negative control, the looked-up tokens copied without the acceptance test, and the product
+(test_lookup_layouts_have_power).
 
 The model is wrapped in `Memo` (memoized forwards; the model is deterministic, so a replay is what a fresh
 forward returns); the decoders run for real on every sample.
@@ -24,7 +26,7 @@ from infill.config import DecodeConfig
 from infill.decoding import decode
 from infill.decoding.sampling import probs
 from infill.models.base import FillProblem
-from tests.fixtures_decode import Memo, tiny_xlnet
+from tests.fixtures_decode import Memo, tiny_xlnet, unverified_draw, unverified_joint
 from tests.fixtures_stats import mixture_power, pooled_p_value
 
 torch.set_num_threads(1)
@@ -86,6 +88,14 @@ def chi_square_p(model: Memo, layout: str, cfg: DecodeConfig, seed: int = 1234) 
     return pooled_p_value(counts, {x: joint[x] for x in support}, samples)
 
 
+def draft_product(model: Memo, problem: FillProblem) -> dict[tuple[int, ...], float]:
+    """The mean-field product of one pass of independent drafts, over all V^M fillings."""
+    M = problem.masked.shape[0]
+    p = probs(model.draft(problem.ids, problem.masked, 0, problem.masked), 1.0)  # (M, V) independent drafts
+    fills = itertools.product(range(V_REAL), repeat=M)
+    return {x: float(torch.prod(p[torch.arange(M), torch.tensor(x)])) for x in fills}
+
+
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_layouts_have_power(model: Memo, layout: str) -> None:
     """The total variation between the independent drafts' product and the exact joint, printed and kept well
@@ -94,12 +104,10 @@ def test_layouts_have_power(model: Memo, layout: str) -> None:
     the product's otherwise fails the chi-square test with probability >= 0.99."""
     problem = problem_of(LAYOUTS[layout])
     joint = exact_joint(model, problem, DecodeConfig())
-    M = problem.masked.shape[0]
-    p = probs(model.draft(problem.ids, problem.masked, 0, problem.masked), 1.0)  # (M, V) independent drafts
-    tv = 0.5 * sum(abs(pr - float(torch.prod(p[torch.arange(M), torch.tensor(x)]))) for x, pr in joint.items())
+    product = draft_product(model, problem)
+    tv = 0.5 * sum(abs(pr - product[x]) for x, pr in joint.items())
     print(f"{layout}: total variation between draft product and joint = {tv:.3f}")
     assert tv >= 0.15
-    product = {x: float(torch.prod(p[torch.arange(M), torch.tensor(x)])) for x in joint}
     samples = LAYOUT_SAMPLES[layout]
     power = mixture_power(joint, product, samples, eps=1 / 3)
     print(f"{layout}: {samples} samples catch a decoder 1/3 of the way to the product with probability {power:.4f}")
@@ -188,6 +196,13 @@ LOOKUP_LAYOUTS: dict[str, list[int | None]] = {
     "match-before-gap": [0, 1, 2, 3, 0, 1, None, None, None],  # drafts [2, 3] from the start
     "match-mid-fill": [0, 1, 2, 3, None, None, None, None],  # a match appears once the fill starts "0 1"
 }
+# the draws each lookup layout takes: as many as its power needs (test_lookup_layouts_have_power): a decoder a third
+# of the way from the joint to the mean-field product, or to the negative control (the looked-up tokens copied
+# without the acceptance test), fails with probability >= 0.99. The product is the nearer one here (0.17 and 0.28
+# away in total variation, the control > 0.9), and it is the one that counts: a correction drawn from q instead of
+# the residual is caught on match-mid-fill from ~1.5k draws, which the control alone (power at 1k) would not demand
+LOOKUP_SAMPLES = {"match-before-gap": 5_500, "match-mid-fill": 3_500}
+CONTROL_SAMPLES = 1_000  # the negative control is > 0.9 away: it fails at p < 1e-6 long before this
 
 
 def _lookup_problem(name: str) -> FillProblem:
@@ -218,37 +233,38 @@ def test_lookup_drafts_are_exact_and_fire(model: Memo, layout: str) -> None:
         most = max([most, *stats.accepted])
         return tokens.tolist()
 
-    assert _chi_square_of(model, problem, cfg, draw, SAMPLES) > 1e-4
+    assert _chi_square_of(model, problem, cfg, draw, LOOKUP_SAMPLES[layout]) > 1e-4
     assert drafted > 100  # the lookup really proposed drafts (else this only tests sequential steps)
     assert most == 3  # two accepted drafts and the bonus token from the verify pass's extra row, in one pass
 
 
-def test_lookup_drafts_accepted_without_verification_fail(model: Memo) -> None:
-    """Negative control: copying the looked-up tokens without the acceptance test is visibly not the joint."""
-    from infill.decoding.lookup import lookup
-    from infill.decoding.sampling import sample
+@pytest.mark.parametrize("layout", sorted(LOOKUP_LAYOUTS))
+def test_lookup_layouts_have_power(model: Memo, layout: str) -> None:
+    """The layout's draws (LOOKUP_SAMPLES) catch a decoder whose fills are the joint's two times in three and
+    the independent drafts' product's, or the negative control's, otherwise with probability >= 0.99."""
+    problem = _lookup_problem(layout)
+    joint = exact_joint(model, problem, DecodeConfig(decoder="assd", draft="lookup", k=4))
+    samples = LOOKUP_SAMPLES[layout]
+    for name, control in (
+        ("the product", draft_product(model, problem)),
+        ("the control", unverified_joint(model, problem)),
+    ):
+        power = mixture_power(joint, control, samples, eps=1 / 3)
+        print(f"{layout}: {samples} samples catch a decoder 1/3 of the way to {name} with probability {power:.4f}")
+        assert power >= 0.99
 
-    cfg = DecodeConfig(decoder="assd", draft="lookup", k=4)
-    problem = _lookup_problem("match-before-gap")
 
-    def draw(p: FillProblem, g: torch.Generator) -> list[int]:
-        ids, masked = p.ids.clone(), p.masked
-        visible = [True] * ids.shape[0]
-        for m in masked.tolist():
-            visible[m] = False
-        n = 0
-        while n < masked.shape[0]:
-            copied = lookup(ids.tolist(), visible, int(masked[n]), masked.shape[0] - n)
-            if copied:  # taken as is
-                for t in copied[: masked.shape[0] - n]:
-                    ids[masked[n]] = t
-                    visible[int(masked[n])] = True
-                    n += 1
-                continue
-            q = probs(model.draft(ids, masked, n, masked[n : n + 1]), 1.0)
-            ids[masked[n]] = int(sample(q, g)[0])
-            visible[int(masked[n])] = True
-            n += 1
-        return ids[masked].tolist()
-
-    assert _chi_square_of(model, problem, cfg, draw, SAMPLES) < 1e-6
+@pytest.mark.parametrize("layout", sorted(LOOKUP_LAYOUTS))
+def test_lookup_drafts_accepted_without_verification_fail(model: Memo, layout: str) -> None:
+    """Negative control: copying the looked-up tokens without the acceptance test is visibly not the joint, and
+    its draws are the distribution test_lookup_layouts_have_power enumerates for it."""
+    problem = _lookup_problem(layout)
+    samples = CONTROL_SAMPLES
+    g = torch.Generator().manual_seed(99)
+    counts = Counter(tuple(unverified_draw(model, problem, g)) for _ in range(samples))
+    joint = exact_joint(model, problem, DecodeConfig(decoder="assd", draft="lookup", k=4))
+    assert pooled_p_value(counts, joint, samples) < 1e-6
+    control = {x: pr for x, pr in unverified_joint(model, problem).items() if pr > 0}
+    assert set(counts) <= set(control)
+    # match-before-gap copies the whole fill: one cell, nothing for a chi-square test to compare
+    assert len(control) == 1 or pooled_p_value(counts, control, samples) > 1e-4

@@ -5,7 +5,8 @@ begin with a given text. The exact conditional p(fill | prompt, the fill's text 
 (chain rule over all 5^3 fills, one oracle pass each) restricted to the fills that begin with r and renormalised.
 Every exact sampler must match it by chi-square; two samplers must fail the same test: the unconstrained fill
 (the negative control the brief names) and the tempting shortcut of renormalising over the consistent tokens at
-every step, which is not the conditional (a first token that spells only part of r is over-weighted). Greedy
+every step, which is not the conditional (a first token that spells only part of r is over-weighted); each case draws
+as many fills as catching a sampler a third of the way to the shortcut needs (test_each_case_has_power). Greedy
 decoding takes the best consistent token at every step; a wide beam finds the conditional's argmax. The same
 holds for a left-to-right FIM model (infill.models.autoregressive.CausalFim).
 """
@@ -30,17 +31,26 @@ from infill.models.autoregressive import CausalFim
 from infill.models.base import FillProblem, Healing, Pieces
 from infill.models.fim import FimTokens
 from tests.fixtures_decode import Memo, tiny_xlnet
-from tests.fixtures_stats import pooled_p_value
+from tests.fixtures_stats import mixture_power, pooled_p_value
 
 torch.set_num_threads(1)
 
 PIECES = Pieces([b"a", b"b", b"ab", b"ba", b"bab", b""])  # id 5 is <mask>: no text
-SAMPLES = 3_000  # the shortcut is >= 0.15 away in total variation: plenty to tell it apart
+SAMPLES = 3_000  # the negative controls' draws: the whole shortcut fails at p < 1e-6
 LAYOUTS: dict[str, list[int | None]] = {
     "empty-suffix": [2, 3, None, None, None],
     "with-suffix": [1, None, None, None, 0],
 }
 HEALS = (b"ab", b"aba", b"b")
+# each exactness test's case: a layout, the text the fill must begin with, the sampling transform and the draws,
+# as many as its power needs: a sampler a third of the way from the conditional to the step-wise shortcut fails
+# with probability >= 0.99 (test_each_case_has_power). "with-suffix" with "aba" is the case where the shortcut
+# is nearest (0.17 in total variation): 4k draws; the others are 0.3 away and 1.5k draws are plenty
+CASES: dict[str, tuple[str, bytes, DecodeConfig, int]] = {
+    "empty-suffix": ("empty-suffix", b"aba", DecodeConfig(), 1_500),
+    "with-suffix": ("with-suffix", b"aba", DecodeConfig(), 4_000),
+    "transformed": ("empty-suffix", b"ab", DecodeConfig(temperature=1.4, top_k=4), 1_500),
+}
 SAMPLERS = [
     DecodeConfig(decoder="sequential"),
     DecodeConfig(decoder="assd", k=3, draft="model"),
@@ -96,65 +106,97 @@ def stepwise_draw(model: object, problem: FillProblem, g: torch.Generator) -> tu
     return tuple(ids[masked].tolist())
 
 
-def p_value(model: object, problem: FillProblem, cfg: DecodeConfig, heal: bytes, draw: Draw) -> float:
+def p_value(
+    model: object, problem: FillProblem, cfg: DecodeConfig, heal: bytes, draw: Draw, samples: int = SAMPLES
+) -> float:
     target = conditional(model, problem, cfg, heal)
     g = torch.Generator().manual_seed(4321)
-    counts = Counter(draw(model, problem, g) for _ in range(SAMPLES))
+    counts = Counter(draw(model, problem, g) for _ in range(samples))
     outside = sum(c for x, c in counts.items() if x not in target)
     if outside:  # a fill that does not begin with the text: the cell the conditional gives no mass
         return 0.0
-    return pooled_p_value(counts, target, SAMPLES)
+    return pooled_p_value(counts, target, samples)
 
 
-@pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_the_shortcut_is_measurably_not_the_conditional(model: Memo, layout: str) -> None:
-    """Power: renormalising at every step over-weights a first token that spells part of the text; the total
-    variation from the conditional is printed and kept well above the chi-square test's resolution."""
-    problem = problem_of(LAYOUTS[layout], b"ab")
-    target = conditional(model, problem, DecodeConfig(), b"ab")
+def case_p_value(model: object, case: str, cfg: DecodeConfig) -> float:
+    """`cfg`'s draws for one of CASES against its conditional (`cfg` carries the case's transform)."""
+    layout, heal, _, samples = CASES[case]
+    return p_value(model, problem_of(LAYOUTS[layout], heal), cfg, heal, decoder_draw(cfg), samples)
+
+
+def shortcut_joint(
+    model: object, problem: FillProblem, target: dict[tuple[int, ...], float], cfg: DecodeConfig, pieces: Pieces
+) -> dict[tuple[int, ...], float]:
+    """The step-wise shortcut's probability of each fill of `target`, by the chain rule of its steps (with
+    `cfg`'s temperature and top-k/p)."""
+    assert problem.heal is not None
     step: dict[tuple[int, ...], float] = {}
-    for x in target:  # the shortcut's probability of each fill, by the chain rule of its steps
+    for x in target:
         ids, p, written = problem.ids.clone(), 1.0, b""
         for n, t in enumerate(x):
-            pr = probs(model.draft(ids, problem.masked, n, problem.masked[n : n + 1]))[0]
-            rest = problem.heal.rest(written) if problem.heal is not None else b""
+            logits = model.draft(ids, problem.masked, n, problem.masked[n : n + 1])  # type: ignore[attr-defined]
+            pr = probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)[0]
+            rest = problem.heal.rest(written)
             if rest:
-                pr = pr * problem.heal.mask(rest, pr.shape[0])  # type: ignore[union-attr]
+                pr = pr * problem.heal.mask(rest, pr.shape[0])
             p *= float(pr[t] / pr.sum())
             ids[problem.masked[n]] = t
-            written += PIECES.pieces[t]
+            written += pieces.pieces[t]
         step[x] = p
+    return step
+
+
+def assert_power(target: dict[tuple[int, ...], float], step: dict[tuple[int, ...], float], samples: int) -> None:
+    """The shortcut is well away from the conditional, and `samples` draws catch a sampler a third of the way
+    there with probability >= 0.99."""
     tv = 0.5 * sum(abs(target[x] - step[x]) for x in target)
-    print(f"total variation between the step-wise shortcut and the conditional: {tv:.3f}")
+    power = mixture_power(target, step, samples, eps=1 / 3)
+    print(f"shortcut at {tv:.3f} in total variation; {samples} draws catch 1/3 of the way with probability {power:.4f}")
     assert tv >= 0.15
+    assert power >= 0.99
 
 
-@pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_sequential_sampling_follows_the_conditional(model: Memo, layout: str) -> None:
-    cfg = SAMPLERS[0]
-    problem = problem_of(LAYOUTS[layout], b"aba")
-    assert p_value(model, problem, cfg, b"aba", decoder_draw(cfg)) > 1e-4
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_case_has_power(model: Memo, case: str) -> None:
+    """Power: renormalising at every step over-weights a first token that spells part of the text; the total
+    variation from the conditional is printed and kept well above the chi-square test's resolution, and the
+    case's draws catch a sampler a third of the way from the conditional to the shortcut."""
+    layout, heal, cfg, samples = CASES[case]
+    problem = problem_of(LAYOUTS[layout], heal)
+    target = conditional(model, problem, cfg, heal)
+    assert_power(target, shortcut_joint(model, problem, target, cfg, PIECES), samples)
+
+
+@pytest.mark.parametrize("case", ["empty-suffix", "with-suffix"])
+def test_sequential_sampling_follows_the_conditional(model: Memo, case: str) -> None:
+    assert case_p_value(model, case, SAMPLERS[0]) > 1e-4
 
 
 @pytest.mark.parametrize("cfg", SAMPLERS[1:], ids=lambda c: c.draft)
 def test_speculative_sampling_follows_the_conditional(model: Memo, cfg: DecodeConfig) -> None:
     """ASSD with each draft, from where healing ended; "aba" takes up to three tokens and the most restarts."""
-    problem = problem_of(LAYOUTS["with-suffix"], b"aba")
-    assert p_value(model, problem, cfg, b"aba", decoder_draw(cfg)) > 1e-4
+    assert case_p_value(model, "with-suffix", cfg) > 1e-4
 
 
 def test_transformed_sampling_follows_the_transformed_conditional(model: Memo) -> None:
-    cfg = DecodeConfig(decoder="sequential", temperature=1.4, top_k=4)
-    problem = problem_of(LAYOUTS["with-suffix"], b"ab")
-    assert p_value(model, problem, cfg, b"ab", decoder_draw(cfg)) > 1e-4
+    transform = CASES["transformed"][2]
+    cfg = DecodeConfig(decoder="sequential", temperature=transform.temperature, top_k=transform.top_k)
+    assert case_p_value(model, "transformed", cfg) > 1e-4
 
 
 def test_negative_controls_fail(model: Memo) -> None:
-    """The unconstrained fill, and the step-wise shortcut, fail the test the samplers pass."""
+    """The unconstrained fill, and the step-wise shortcut, fail the test the samplers pass; the shortcut's draws
+    are the distribution the power tests enumerate for it (shortcut_joint)."""
     layout = LAYOUTS["with-suffix"]
     cfg = DecodeConfig(decoder="sequential")
     assert p_value(model, problem_of(layout, None), cfg, b"ab", decoder_draw(cfg)) < 1e-6
-    assert p_value(model, problem_of(layout, b"ab"), cfg, b"ab", stepwise_draw) < 1e-6
+    problem = problem_of(layout, b"ab")
+    target = conditional(model, problem, cfg, b"ab")
+    g = torch.Generator().manual_seed(4321)
+    counts = Counter(stepwise_draw(model, problem, g) for _ in range(SAMPLES))
+    assert set(counts) <= set(target)
+    assert pooled_p_value(counts, target, SAMPLES) < 1e-6
+    assert pooled_p_value(counts, shortcut_joint(model, problem, target, cfg, PIECES), SAMPLES) > 1e-4
 
 
 @pytest.mark.parametrize("heal", HEALS)
@@ -198,26 +240,58 @@ def fim() -> Memo:
     return Memo(CausalFim(network, fim=FimTokens("qwen", PRE, SUF, MID), banned={END, PRE, SUF, MID}))
 
 
-def test_a_left_to_right_model_follows_the_conditional(fim: Memo) -> None:
-    cfg = SAMPLERS[2]  # lookup drafts, the sampler such a model runs
-    layout: list[int | None] = [0, 1, 2, None, None, None, 3]
-    ids = torch.tensor([AR_VOCAB if t is None else t for t in layout])
-    masked = torch.tensor([i for i, t in enumerate(layout) if t is None])
-    problem = FillProblem(ids=ids, masked=masked, heal=Healing(b"ab", AR_PIECES))
+# a fill that begins with the token "bab" (4) repeats the prompt's "4 0 1 2", so the lookup drafts fire; the shortcut
+# is far from the conditional here (the layout [0, 1, 2, _, _, _, 3] with "ab" would need 5k+ draws)
+FIM_LAYOUT: list[int | None] = [4, 0, 1, 2, None, None, None, 3]
+FIM_HEAL = b"bab"
+FIM_SAMPLES = 2_500  # a sampler a third of the way to the shortcut fails with probability >= 0.99
+
+
+def fim_problem() -> FillProblem:
+    ids = torch.tensor([AR_VOCAB if t is None else t for t in FIM_LAYOUT])
+    masked = torch.tensor([i for i, t in enumerate(FIM_LAYOUT) if t is None])
+    return FillProblem(ids=ids, masked=masked, heal=Healing(FIM_HEAL, AR_PIECES))
+
+
+def fim_conditional(fim: Memo, problem: FillProblem) -> dict[tuple[int, ...], float]:
+    """The left-to-right model's joint over the fills that begin with FIM_HEAL, renormalised."""
+    masked = problem.masked
     joint: dict[tuple[int, ...], float] = {}
     for x in ((a, b, c) for a in range(5) for b in range(5) for c in range(5)):
-        if not AR_PIECES.text(list(x)).startswith(b"ab"):
+        if not AR_PIECES.text(list(x)).startswith(FIM_HEAL):
             continue
-        filled = ids.clone()
+        filled = problem.ids.clone()
         filled[masked] = torch.tensor(x)
         q = probs(fim.verify(filled, masked, 0, masked))
         joint[x] = float(torch.prod(q[torch.arange(3), torch.tensor(x)]))
     total = sum(joint.values())
-    target = {x: p / total for x, p in joint.items()}
+    return {x: p / total for x, p in joint.items()}
+
+
+def test_a_left_to_right_model_has_power(fim: Memo) -> None:
+    problem = fim_problem()
+    target = fim_conditional(fim, problem)
+    assert_power(target, shortcut_joint(fim, problem, target, DecodeConfig(), AR_PIECES), FIM_SAMPLES)
+
+
+def test_a_left_to_right_model_follows_the_conditional(fim: Memo) -> None:
+    cfg = SAMPLERS[2]  # lookup drafts, the sampler such a model runs
+    problem = fim_problem()
+    target = fim_conditional(fim, problem)
     g = torch.Generator().manual_seed(5)
-    counts = Counter(decoder_draw(cfg)(fim, problem, g) for _ in range(SAMPLES))
+    drafted = 0
+
+    def draw() -> tuple[int, ...]:
+        nonlocal drafted
+        tokens, stats = decode(fim, problem, cfg, g)
+        assert "heal_lossy" not in stats.extra
+        drafted += stats.extra["drafted"]
+        return tuple(tokens.tolist())
+
+    counts = Counter(draw() for _ in range(FIM_SAMPLES))
     assert set(counts) <= set(target)
-    assert pooled_p_value(counts, target, SAMPLES) > 1e-4
+    assert pooled_p_value(counts, target, FIM_SAMPLES) > 1e-4
+    assert drafted > FIM_SAMPLES // 20  # the lookup proposed drafts (else this tests only sequential steps)
 
 
 # --- the planner and the pipeline, for every model kind --------------------------------------------------------
