@@ -238,6 +238,35 @@ def test_the_code_stamp_follows_file_changes_but_not_bytecode(tmp_path: Path) ->
     assert len(set(stamps)) == len(stamps)
 
 
+def test_the_code_stamp_follows_installs_beside_infill_and_its_queries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pip install -U llama-cpp-python` (or torch) in infill's environment, or a `git pull` that changes only a
+    tree-sitter query, must replace a daemon as a change of infill's own files does: installing changes the
+    site-packages folder's entries, and the queries live beside the package in a checkout."""
+    import site
+
+    from infill import languages
+
+    packages, queries = tmp_path / "site-packages", tmp_path / "grammars"
+    (queries / "python").mkdir(parents=True)
+    packages.mkdir()
+    query = queries / "python" / "definitions.scm"
+    query.write_text("(function_definition) @function\n")
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(packages)])
+    monkeypatch.setattr(site, "getusersitepackages", lambda: str(tmp_path / "no-user-site"))
+    monkeypatch.setattr(languages, "grammars_root", lambda: queries)
+    stamps = [lifecycle.code_stamp()]
+    assert lifecycle.code_stamp() == stamps[0]
+    (packages / "llama_cpp_python-0.4.dist-info").mkdir()  # an upgrade: a new dist-info folder
+    os.utime(packages, ns=(0, packages.stat().st_mtime_ns + 1_000_000))  # coarse file-system clocks
+    stamps.append(lifecycle.code_stamp())
+    query.write_text("(class_definition) @class\n")  # a git pull: a query changed
+    os.utime(query, ns=(0, query.stat().st_mtime_ns + 1_000_000))
+    stamps.append(lifecycle.code_stamp())
+    assert len(set(stamps)) == len(stamps)
+
+
 def serve_at_the_daemon_socket(runtime_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
     """`infill serve --socket` at the daemon's own socket path, run to its end."""
     socket = str(daemon_dir(runtime_dir) / "daemon.sock")

@@ -110,19 +110,34 @@ def installation_key() -> str:
 
 
 def code_stamp(root: Path | None = None) -> str:
-    """A digest of (path, size, mtime, inode) of every file of the package (its code and its packaged models),
-    `__pycache__` and hidden folders left out: it changes when a `git pull` edits an editable install, when the
-    same version is re-installed from another clone, or when a packaged model's files are replaced, which
+    """A digest of (path, size, mtime, inode) of every file of the package (its code and its packaged models) and
+    of its tree-sitter queries, `__pycache__` and hidden folders left out, and of the modification time of each
+    site-packages folder: it changes when a `git pull` edits an editable install, when the same version is
+    re-installed from another clone, when a packaged model's files are replaced, or when a package is installed,
+    upgraded or removed beside infill (llama-cpp-python, torch: a folder's entries change), which
     installation_key does not see. A daemon keeps the stamp it started with (dispatch.identity), so a client
-    whose installation changed since replaces it. Stats only, never reads a file: a few ms for the package."""
+    whose installation changed since replaces it. Stats only, never reads a file: a few ms for the package.
+    `root`: that folder alone (tests)."""
     import hashlib
 
+    entries: list[str] = []
     if root is None:
+        import site
+
         import infill
+        from infill.languages import grammars_root
 
         root = Path(infill.__file__).resolve().parent
-    entries: list[str] = []
-    pending = [str(root)]
+        queries = grammars_root()
+        roots = [root] if queries.is_relative_to(root) else [root, queries]  # a checkout keeps them beside it
+        for folder in {*site.getsitepackages(), site.getusersitepackages()}:
+            try:
+                entries.append(f"{folder}\0{os.stat(folder).st_mtime_ns}")
+            except OSError:
+                continue
+    else:
+        roots = [root]
+    pending = [str(r) for r in roots]
     while pending:
         folder = pending.pop()
         try:
