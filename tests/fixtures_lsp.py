@@ -11,7 +11,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -341,6 +342,23 @@ def started(gate: Path) -> int:
 
 def release(gate: Path, number: int) -> None:
     (gate / f"go-{number}").write_text("")
+
+
+@contextmanager
+def gated_model(client: LspClient, folder: Path, passes: int = 200) -> Iterator[Path]:
+    """The gated model (sequential decoding: one forward pass per token, each waiting for its `go-N` file) on
+    `client`'s server, its gate a new folder under `folder`. On the way out, whatever still runs is let through
+    (up to `passes` passes) and the server must be idle."""
+    gate = folder / "gate"
+    gate.mkdir()
+    client.result("test/gate", {"path": str(gate)})
+    client.configure({"model": GATED_MODEL, "fill": {"decoder": "sequential"}})
+    try:
+        yield gate
+    finally:
+        for number in range(1, passes):
+            release(gate, number)
+        assert client.result("test/idle") == "idle"
 
 
 def wait_until(condition: Callable[[], bool], what: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from fixtures_cli import fake_model
-from fixtures_lsp import GATED_MODEL, LspClient, inline_params, release, started, wait_until
+from fixtures_lsp import LspClient, gated_model, inline_params, release, started, wait_until
 
 from infill.api import fill_text
 from infill.config import TOOL_DECODE, ModelSpec
@@ -399,16 +399,8 @@ def test_settings_that_switch_docstring_actions_off_are_told_once(client: LspCli
 @pytest.fixture
 def gated(client: LspClient, tmp_path: Path) -> Iterator[Path]:
     """The gated model (sequential decoding: one forward pass per token) on the shared server; its gate."""
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    client.result("test/gate", {"path": str(gate)})
-    client.configure({"model": GATED_MODEL, "fill": {"decoder": "sequential"}})
-    try:
+    with gated_model(client, tmp_path) as gate:
         yield gate
-    finally:
-        for number in range(1, 200):
-            release(gate, number)  # let whatever still runs finish
-        assert client.result("test/idle") == "idle"
 
 
 def settle(client: LspClient) -> None:

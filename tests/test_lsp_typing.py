@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures_lsp import GATED_MODEL, LspClient, inline_params, release, started, wait_until
+from fixtures_lsp import GATED_MODEL, LspClient, gated_model, inline_params, release, started, wait_until
 
 from infill.lsp.context import CHUNK_LINES, CHUNKS, ContextRing
 from infill.lsp.documents import Document
@@ -278,19 +278,11 @@ def test_a_paste_or_a_change_of_several_lines_is_not_prefetched(client: LspClien
 @pytest.fixture
 def typed_x(client: LspClient, tmp_path: Path) -> Iterator[Path]:
     """The gated model; `x` typed on the blank line, and its prefetch in its first pass (held at the gate)."""
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    client.result("test/gate", {"path": str(gate)})
-    client.configure({"model": GATED_MODEL, "fill": {"decoder": "sequential"}})
-    try:
+    with gated_model(client, tmp_path, passes=400) as gate:
         client.inline(URI, 0, 0)  # loads the model (a blank position: no fill)
         client.change(URI, 2, [insert(2, 4, "x")])
         wait_until(lambda: started(gate) == 1, "the prefetch's first pass")
         yield gate
-    finally:
-        for number in range(1, 400):
-            release(gate, number)
-        assert client.result("test/idle") == "idle"
 
 
 def test_a_request_while_its_prefetch_runs_waits_for_it_instead_of_filling_again(
