@@ -11,13 +11,16 @@ install that one. The hint names what installs this project instead:
 The installer is this interpreter's: `pip install` when the `pip` found on PATH sits beside this interpreter (an
 activated virtualenv, the system Python), else `/path/to/venv/bin/python -m pip install` (a virtualenv run by path,
 pre-commit's hook environment), where a bare `pip` would install into another environment; `pipx inject infill`
-inside a pipx virtualenv, which has no `pip` of its own and keeps what `pipx inject` adds across `pipx upgrade`.
+inside a pipx virtualenv, which has no `pip` of its own and keeps what `pipx inject` adds across `pipx upgrade`;
+`uv pip install --python /path/to/venv/bin/python` for an environment without pip (`uv venv` makes none) where uv
+is on PATH.
 
 Standard library only, and nothing is read until a hint is asked for.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -83,6 +86,8 @@ def installer() -> str:
             return "pip install"
     except OSError:
         pass
+    if shutil.which("uv") is not None and importlib.util.find_spec("pip") is None:  # `uv venv` makes no pip
+        return f"uv pip install --python {shlex.quote(sys.executable)}"
     return f"{shlex.quote(sys.executable)} -m pip install"
 
 

@@ -708,6 +708,17 @@ def test_install_hints_name_this_interpreters_installer(
     assert extras.install_hint("lsp") == f"{python} -m pip install 'pygls<3,>=2.0'"
     monkeypatch.setattr(sys, "executable", str(other / "python"))  # quoted for the shell
     assert extras.install_hint("lsp") == f"'{other / 'python'}' -m pip install 'pygls<3,>=2.0'"
+    tools = tmp_path / "tools"  # a `uv venv` (no pip module, no pip beside python) with uv on PATH: uv's pip
+    tools.mkdir()
+    (tools / "uv").write_text("#!/bin/sh\n")
+    (tools / "uv").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tools))
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pip" else find_spec(name, *a))
+    assert extras.install_hint("lsp") == f"uv pip install --python '{other / 'python'}' 'pygls<3,>=2.0'"
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     (venv_on_path / "pipx_metadata.json").write_text("{}")  # pipx's virtualenv for the `infill` package
     pipx = venv_on_path.parent / "infill"
     venv_on_path.rename(pipx)
