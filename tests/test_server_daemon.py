@@ -267,6 +267,25 @@ def test_the_code_stamp_follows_installs_beside_infill_and_its_queries(
     assert len(set(stamps)) == len(stamps)
 
 
+@pytest.mark.parametrize(
+    ("differences", "says"),
+    [
+        (["code"], "files (code, packaged models, or packages installed beside it)"),
+        (["env"], "started under other environment variables"),
+    ],
+)
+def test_status_says_why_the_next_request_restarts_the_daemon(
+    monkeypatch: pytest.MonkeyPatch, differences: list[str], says: str
+) -> None:
+    from infill.cli import main
+
+    info = {"pid": 7, "version": "0.1.0", "protocol": protocol.PROTOCOL_VERSION, "socket": "/s", "uptime": 3.0}
+    monkeypatch.setattr(client, "status", lambda: {**info, "compatible": False, "differences": differences})
+    result = CliRunner().invoke(main, ["daemon", "status"])
+    assert result.exit_code == 0 and says in " ".join(result.output.split()), result.output
+    assert "the next request restarts it" in " ".join(result.output.split())
+
+
 def serve_at_the_daemon_socket(runtime_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
     """`infill serve --socket` at the daemon's own socket path, run to its end."""
     socket = str(daemon_dir(runtime_dir) / "daemon.sock")
