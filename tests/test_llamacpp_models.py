@@ -260,6 +260,44 @@ def test_calibration_is_per_model_and_a_model_without_one_says_so(ggufs: dict[st
     assert isinstance(confidence, float) and 0 <= confidence <= 1
 
 
+def respelled_gguf(ggufs: dict[str, Path], path: Path, spellings: dict[str, str], special: dict[str, int]) -> Path:
+    """The tiny Qwen model's weights with its special tokens respelled (`spellings`: old text -> new) and
+    `special` written as tokenizer.ggml.<key>_token_id, as the GGUF file `path`."""
+    import dataclasses
+
+    from safetensors.numpy import load_file
+
+    from infill.models.tiny_gguf import folder_vocabulary, write_gguf
+
+    folder = Path(str(ggufs["qwen"]) + ".folder")
+    cfg = json.loads((folder / "config.json").read_text())
+    vocab = folder_vocabulary(folder, cfg)
+    tokens = [spellings.get(t, t) for t in vocab.tokens]
+    vocab = dataclasses.replace(vocab, tokens=tokens, special=special)
+    return write_gguf(path, cfg, load_file(str(folder / "model.safetensors")), vocab, name=path.stem)
+
+
+@pytest.mark.parametrize("layout", ["metadata", "codegemma"])
+def test_fim_and_end_tokens_a_gguf_names_otherwise(ggufs: dict[str, Path], tmp_path: Path, layout: str) -> None:
+    """FIM tokens spelled as no family here spells them, named by the file's tokenizer.ggml.fim_*_token_id (what
+    llama.cpp reads): the model could only continue text (a fill with text after it failed with exit 2); it fills
+    with them now, and the file separator the metadata names ends the middle. CodeGemma spells its FIM tokens as
+    Qwen does and ends a file with <|file_separator|>, which did not end the middle (a control token: banned, so a
+    fill ran to its budget)."""
+    if layout == "metadata":
+        spellings = {"<|fim_prefix|>": "[P]", "<|fim_suffix|>": "[S]", "<|fim_middle|>": "[M]", "<|file_sep|>": "[F]"}
+        special = {"fim_pre": 3, "fim_suf": 5, "fim_mid": 4, "fim_sep": 7}
+    else:
+        spellings = {"<|file_sep|>": "<|file_separator|>", "<|fim_pad|>": "<pad>"}
+        special = {}
+    path = respelled_gguf(ggufs, tmp_path / f"{layout}.gguf", spellings, special)
+    loaded = api.load_model(ModelSpec(str(path)))
+    assert loaded.model.fim is not None and loaded.model.fim.ids == (3, 5, 4)
+    assert 7 in set(loaded.model._ends.tolist())
+    code, out, stderr = fill(tmp_path, str(path), "--allow-syntax-errors", "--format", "json")
+    assert code in (0, 1) and json.loads(out)["edits"], stderr
+
+
 # --- bad input ------------------------------------------------------------------------------------------------
 
 
@@ -291,6 +329,63 @@ def test_a_truncated_file(ggufs: dict[str, Path], tmp_path: Path, keep: float, n
     path.write_bytes(data[: int(len(data) * keep) if keep < 1 else int(keep)])
     code, line = fill_fails(tmp_path, str(path))
     assert code == 123 and needle in line and "truncated" in line
+
+
+@pytest.fixture(scope="module")
+def split_qwen(ggufs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The tiny Qwen model as llama.cpp's gguf-split leaves it: four parts, qs-0000i-of-00004.gguf (the `gguf`
+    package's own splitter, 8 tensors a part)."""
+    import functools
+
+    import gguf
+
+    from infill.models.tiny_gguf import gguf_from_folder
+
+    base = tmp_path_factory.mktemp("split")
+    whole = gguf.GGUFWriter
+    gguf.GGUFWriter = functools.partial(whole, split_max_tensors=8)  # type: ignore[misc]
+    try:
+        gguf_from_folder(str(ggufs["qwen"]) + ".folder", base / "qs.gguf")
+    finally:
+        gguf.GGUFWriter = whole  # type: ignore[misc]
+    parts = sorted(base.glob("qs-*.gguf"))
+    assert [p.name for p in parts] == [f"qs-0000{i}-of-00004.gguf" for i in range(1, 5)]
+    return parts
+
+
+def test_a_split_model_fills_from_its_first_part(
+    ggufs: dict[str, Path], split_qwen: list[Path], tmp_path: Path
+) -> None:
+    loaded = api.load_model(ModelSpec(str(split_qwen[0])))
+    assert loaded.info["parameters"] == api.load_model(ModelSpec(str(ggufs["qwen"]))).info["parameters"]
+    args = ["--diff", "--allow-syntax-errors"]
+    assert fill(tmp_path, str(split_qwen[0]), *args)[:2] == fill(tmp_path, str(ggufs["qwen"]), *args)[:2]
+
+
+@pytest.mark.parametrize("broken", ["missing", "cut", "later"])
+def test_a_split_model_with_a_part_missing_cut_or_named_by_a_later_part(
+    split_qwen: list[Path], tmp_path: Path, broken: str
+) -> None:
+    """A part not downloaded, a part cut short, or the second part passed: llama.cpp's own words were "failed to
+    load GGUF split from ...", "data is not within the file bounds", "illegal split file idx: 1"; now each says
+    which part and what to do."""
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for part in split_qwen:
+        if not (broken == "missing" and "00002-of" in part.name):
+            shutil.copy(part, folder / part.name)
+    if broken == "cut":
+        third = folder / split_qwen[2].name
+        third.write_bytes(third.read_bytes()[:2000])
+    model = folder / split_qwen[1 if broken == "later" else 0].name
+    code, line = fill_fails(tmp_path, str(model))
+    assert code == 123, line
+    expected = {
+        "missing": "part 2 of 4 of this split model, qs-00002-of-00004.gguf, is missing",
+        "cut": f"{folder / split_qwen[2].name}: truncated GGUF file",
+        "later": f"is part 2 of 4 of a split model: pass its first part, --model {folder / split_qwen[0].name}",
+    }[broken]
+    assert expected in line
 
 
 def huge_header(path: Path) -> None:

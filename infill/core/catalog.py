@@ -176,8 +176,8 @@ def gguf_entry(name: str, file: Path, provenance: str) -> ModelEntry:
     else:
         params, what = header.parameters, f"{header.architecture} GGUF"
         try:
-            gguf.check_loadable(header, None)
-        except ModelError:  # an interrupted download: a fill would refuse it
+            params = gguf.check_split(header, None).parameters  # a split model's: all its parts'
+        except ModelError:  # an interrupted download (a part cut short or missing): a fill would refuse it
             kind = "unsupported (truncated GGUF file)"
         if header.metadata.get("general.type") == "mmproj" or header.architecture == "clip":
             kind = "unsupported (a vision projector, not a language model)"  # the mmproj-*.gguf of a -GGUF repo

@@ -33,8 +33,15 @@ class FimFamily:
 
 
 FAMILIES: tuple[FimFamily, ...] = (
-    # Qwen2.5-Coder (and the block-diffusion models `infill train block-diffusion` writes)
-    FimFamily("qwen", ("<|fim_prefix|>",), ("<|fim_suffix|>",), ("<|fim_middle|>",), ("<|fim_pad|>", "<|file_sep|>")),
+    # Qwen2.5-Coder (and the block-diffusion models `infill train block-diffusion` writes); CodeGemma spells its
+    # FIM tokens the same and ends a file with <|file_separator|>
+    FimFamily(
+        "qwen",
+        ("<|fim_prefix|>",),
+        ("<|fim_suffix|>",),
+        ("<|fim_middle|>",),
+        ("<|fim_pad|>", "<|file_sep|>", "<|file_separator|>"),
+    ),
     # StarCoder, StarCoder2, SantaCoder
     FimFamily("starcoder", ("<fim_prefix>",), ("<fim_suffix>",), ("<fim_middle>",), ("<file_sep>",)),
     # Code Llama: sentencepiece spells them with a leading "▁"; converted tokenizers sometimes without

@@ -11,7 +11,9 @@ What is checked here, before anything is allocated:
   or one whose counts or lengths point past the end, is refused as truncated or corrupt);
 - the tensors fit in free memory (their byte sizes from the dimensions and ggml types: a header that claims
   terabytes is refused here, whatever the file's length);
-- every tensor's data lies inside the file (a file cut short, e.g. an interrupted download, is refused).
+- every tensor's data lies inside the file (a file cut short, e.g. an interrupted download, is refused);
+- a split model (`NAME-00001-of-00003.gguf`, llama.cpp's gguf-split: `split.count` and `split.no` in each part's
+  metadata) is named by its first part, and every other part is there, whole, beside it.
 
 Importing this module imports neither torch nor llama.cpp; reading the header of a 0.5B model's file (its
 151,936 tokens included) takes a fraction of a second.
@@ -19,7 +21,9 @@ Importing this module imports neither torch nor llama.cpp; reading the header of
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,12 +268,19 @@ def _parse(path: Path, buf: Any, size: int, vocabulary: bool) -> GGUFHeader:
 def check_loadable(header: GGUFHeader, free: int | None) -> None:
     """ModelError, before anything is allocated, when the tensors the header claims would not fit in `free` bytes
     of memory (None: unknown, not checked) or lie past the end of the file (a file cut short)."""
-    need = header.tensor_bytes
+    _check_memory(header.path, header.tensor_bytes, free)
+    _check_bounds(header)
+
+
+def _check_memory(path: Path, need: int, free: int | None) -> None:
     if free is not None and need > free:
         raise ModelError(
-            f"{header.path}: its tensors need {need / 2**30:.1f} GiB of memory, but {free / 2**30:.1f} GiB is free; "
+            f"{path}: its tensors need {need / 2**30:.1f} GiB of memory, but {free / 2**30:.1f} GiB is free; "
             "close other programs or use a smaller (more quantized) model"
         )
+
+
+def _check_bounds(header: GGUFHeader) -> None:
     end = header.data_start
     for t in header.tensors:
         nbytes = t.nbytes
@@ -289,3 +300,42 @@ def is_gguf(path: Path) -> bool:
             return fh.read(4) == MAGIC
     except OSError:
         return False
+
+
+# llama.cpp's names for the parts of a split model (llama_split_path): PREFIX-00001-of-00003.gguf
+_SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+
+
+def check_split(header: GGUFHeader, free: int | None) -> GGUFHeader:
+    """check_loadable over a whole model: for a split model's first part, every part (read from beside it, as
+    llama.cpp reads them) and the memory of all of them. Returns the first part's header with every part's tensors
+    (for their count and types; each part's offsets are its own). ModelError for a later part (naming the first),
+    or a part that is missing or cut short."""
+    count, number = header.metadata.get("split.count"), header.metadata.get("split.no", 0)
+    if not isinstance(count, int) or count <= 1:
+        check_loadable(header, free)
+        return header
+    path = header.path
+    named = _SPLIT_NAME.match(path.name)
+    if isinstance(number, int) and number != 0:
+        first = path.with_name(f"{named.group('prefix')}-00001-of-{count:05d}.gguf") if named else None
+        hint = f": pass its first part, --model {first}" if first else ": pass its first part"
+        raise ModelError(f"{path} is part {number + 1} of {count} of a split model{hint}")
+    if named is None:
+        raise ModelError(
+            f"{path} is the first of {count} parts of a split model, but not named NAME-00001-of-{count:05d}.gguf, "
+            "so llama.cpp cannot find its other parts: give it its original name"
+        )
+    parts = [header]
+    for n in range(2, count + 1):
+        part = path.with_name(f"{named.group('prefix')}-{n:05d}-of-{count:05d}.gguf")
+        if not part.is_file():
+            raise ModelError(
+                f"{path}: part {n} of {count} of this split model, {part.name}, is missing beside it "
+                "(an interrupted download? fetch it again)"
+            )
+        parts.append(read_header(part, vocabulary=False))
+    _check_memory(path, sum(h.tensor_bytes for h in parts), free)
+    for part_header in parts:
+        _check_bounds(part_header)
+    return dataclasses.replace(header, tensors=[t for h in parts for t in h.tensors])

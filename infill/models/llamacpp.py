@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from infill.config import ModelSpec
 from infill.environment import data_dir
 from infill.errors import InputError, ModelError
-from infill.models.gguf import TOKEN_CONTROL, GGUFHeader
+from infill.models.gguf import TOKEN_CONTROL, TOKEN_USER_DEFINED, GGUFHeader
 from infill.models.tokenizer import pretoken_start, without_space_prefix
 
 if TYPE_CHECKING:
@@ -490,9 +490,24 @@ class GGUFTokenizer:
         return [bos] if bos >= 0 else []
 
     def end_ids(self) -> set[int]:
-        """The vocabulary's own end tokens (end of text, end of turn)."""
+        """The vocabulary's own end tokens: end of text, end of turn, and every other special token llama.cpp ends
+        a generation at (its metadata's or its own list's: FIM padding, file and repo separators, such as
+        CodeGemma's <|file_separator|>)."""
         ends = {int(self.lib.llama_vocab_eos(self.vocab)), int(self.lib.llama_vocab_eot(self.vocab))}
+        special = (i for i, t in enumerate(self.types) if t in (TOKEN_CONTROL, TOKEN_USER_DEFINED))
+        ends |= {i for i in special if self.lib.llama_vocab_is_eog(self.vocab, i)}
         return {i for i in ends if i >= 0}
+
+    def fim_ids(self) -> tuple[int, int, int] | None:
+        """The FIM tokens llama.cpp finds (the file's tokenizer.ggml.fim_*_token_id, else the spellings it knows),
+        or None when it finds not all three."""
+        lib, vocab = self.lib, self.vocab
+        ids = (
+            int(lib.llama_vocab_fim_pre(vocab)),
+            int(lib.llama_vocab_fim_suf(vocab)),
+            int(lib.llama_vocab_fim_mid(vocab)),
+        )
+        return ids if min(ids) >= 0 else None
 
 
 def calibration_file(path: Path, ollama: str | None) -> Path:
@@ -511,7 +526,7 @@ def load_gguf(path: Path, provenance: str, ollama: str | None, spec: ModelSpec) 
     from infill.hardware import decode_threads, free_memory
     from infill.models import gguf
     from infill.models.autoregressive import WINDOW, CausalFim
-    from infill.models.fim import find_fim
+    from infill.models.fim import FimTokens, find_fim
     from infill.models.hf_folder import END_TOKEN_CANDIDATES
     from infill.models.registry import LoadedModel
 
@@ -519,13 +534,14 @@ def load_gguf(path: Path, provenance: str, ollama: str | None, spec: ModelSpec) 
         raise ModelError(f"--engine {spec.engine} does not run GGUF files; {spec.name} runs on llama.cpp")
     if spec.device == "cuda":
         raise ModelError(f"{spec.name}: GGUF models run on the CPU here (llama.cpp's CPU build); use --device cpu")
-    header = gguf.read_header(path)
-    gguf.check_loadable(header, free_memory("cpu"))
+    header = gguf.check_split(gguf.read_header(path), free_memory("cpu"))
     ids = {t: i for i, t in enumerate(header.tokens)}
     fim = find_fim(ids.get, f"the vocabulary of {path}")
     window = min(header.context_length or WINDOW, WINDOW)
     engine = LlamaEngine(path, header, threads=decode_threads(), window=window)
     tokenizer = GGUFTokenizer(engine, header, ids)
+    if fim is None and (named := tokenizer.fim_ids()) is not None:  # spelled otherwise: the ids llama.cpp uses
+        fim = FimTokens("gguf", *named)
     ends = tokenizer.end_ids()
     for text in (*END_TOKEN_CANDIDATES, *(fim.ends if fim is not None else ())):
         found = tokenizer.token_id(text)

@@ -49,6 +49,7 @@ class Vocabulary:
     model: str = "gpt2"  # "llama": a sentencepiece vocabulary (scores instead of merges, <0xNN> byte tokens)
     scores: list[float] | None = None  # a sentencepiece vocabulary's piece scores (higher merges first)
     unk: int | None = None
+    special: dict[str, int] | None = None  # other special ids as tokenizer.ggml.<key>_token_id (fim_pre, fim_sep ...)
 
 
 def gguf_from_folder(folder: str | Path, path: str | Path, *, qtype: str = "f32", name: str | None = None) -> Path:
@@ -120,6 +121,8 @@ def write_gguf(
     if vocab.bos is not None:
         writer.add_bos_token_id(vocab.bos)
     writer.add_add_bos_token(vocab.adds_bos)
+    for key, token in (vocab.special or {}).items():
+        writer.add_uint32(f"tokenizer.ggml.{key}_token_id", token)
 
     for hf_name, gguf_name in _tensor_names(layers, weights):
         data = np.ascontiguousarray(weights[hf_name], dtype=np.float32)
