@@ -144,6 +144,26 @@ def test_a_model_in_the_hf_cache_is_listed_and_filled_with_offline(
     assert code == 123 and "in the HF cache" in err
 
 
+def test_an_hf_name_is_looked_up_in_the_hf_cache_only(
+    folders: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--model hf:Org/Name` names a repo in the HF cache: it was read as an Ollama name (namespace "hf:Org") and
+    refused with `ollama pull hf:Org/Name`. A repo not there names the HF cache and what is near, not Ollama."""
+    from huggingface_hub import constants
+
+    cache = hf_cache(tmp_path / "hub", "Qwen/Qwen2.5-Coder-0.5B", folders["qwen"])
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
+    path = tmp_path / "notes.txt"
+    path.write_text("first line\nsecond line\n")
+    by_repo = fill(str(path), "--span", "2", "--model", "Qwen/Qwen2.5-Coder-0.5B", "--diff")
+    assert by_repo[0] in (0, 1), by_repo[2]
+    assert fill(str(path), "--span", "2", "--model", "hf:Qwen/Qwen2.5-Coder-0.5B", "--diff")[:2] == by_repo[:2]
+    code, _, err = fill(str(path), "--span", "2", "--model", "hf:Qwen/Qwen2.5-Coder-0.5")
+    assert code == 123 and f"is not in the HF cache ({cache}); near: Qwen/Qwen2.5-Coder-0.5B;" in err, err
+    assert "Ollama" not in err
+
+
 def test_infill_models_tells_diffusion_folders_from_left_to_right_ones(tmp_path: Path) -> None:
     """By config alone: a diffusion model_type, or a mask token or block size, makes a block-diffusion folder."""
     configs = {

@@ -421,6 +421,25 @@ def test_an_ollama_name_that_is_not_there(tmp_path: Path, monkeypatch: pytest.Mo
     assert code == 123 and "'qwen2.5-coder:7b' is not in Ollama's store" in line and "ollama pull" in line
 
 
+@pytest.mark.parametrize("name", ["qwen2.5-coder:7b", "qwen2.5-coder", "Qwen2.5-Coder:latest"])
+def test_a_name_not_pulled_says_where_it_looked_and_what_is_near(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Only qwen2.5-coder:1.5b is pulled: another tag, no tag (latest) or another case said only `ollama pull` (or,
+    without a tag, `hf download qwen2.5-coder`, which is no repo id); the line now names the stores it read and
+    the tag that is there."""
+    from huggingface_hub import constants
+
+    store = tmp_path / "ollama"
+    ollama_store(store, Path(__file__), ("registry.ollama.ai", "library", "qwen2.5-coder", "1.5b"))
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    code, line = fill_fails(tmp_path, name)
+    assert code == 123 and f"Ollama's store ({store})" in line and "near: qwen2.5-coder:1.5b" in line, line
+    if ":" not in name:
+        assert f"HF cache ({tmp_path / 'hub'})" in line and f"`ollama pull {name}`" in line, line
+
+
 @pytest.mark.parametrize("manifest", ['{"layers": 5}', '{"layers": "x"}', "[1]"])
 def test_a_broken_ollama_manifest_is_left_out_and_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, manifest: str

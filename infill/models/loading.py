@@ -19,6 +19,7 @@ from infill.models.registry import LoadedModel
 WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
 # published XLNet checkpoints: relative positions, no hard limit; the ASSD paper used 1024
 DEFAULT_MAX_LENGTH = 1024
+HF_PREFIX = "hf:"  # --model hf:Org/Name: a repo in the HF cache, never an Ollama name
 
 
 def default_folder() -> Path:
@@ -48,11 +49,12 @@ def resolve_folder(spec: ModelSpec) -> tuple[Path, str]:
     if path.exists():
         _check_folder(path)
         return path, f"local folder {path}"
-    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+    repo_id = name.removeprefix(HF_PREFIX)  # hf:Org/Name: the HF cache only (not Ollama's store)
+    if repo_id.startswith((".", "/", "~")) or repo_id.count("/") > 1 or not repo_id:
         raise ModelError(f"model folder {name} does not exist")
-    folder = Path(_from_hf_cache(name, spec.revision))
+    folder = Path(_from_hf_cache(repo_id, spec.revision, ollama_too=not name.startswith(HF_PREFIX)))
     _check_folder(folder)
-    return folder, f"HF cache {name}" + (f"@{spec.revision}" if spec.revision else "")
+    return folder, f"HF cache {repo_id}" + (f"@{spec.revision}" if spec.revision else "")
 
 
 def _check_folder(path: Path) -> None:
@@ -70,7 +72,9 @@ def _check_folder(path: Path) -> None:
     )
 
 
-def _from_hf_cache(repo_id: str, revision: str | None) -> str:
+def _from_hf_cache(repo_id: str, revision: str | None, *, ollama_too: bool = True) -> str:
+    """The snapshot folder of `repo_id` in the HF cache; ModelError saying where the name was looked for
+    (Ollama's store too unless `ollama_too` is False: an hf: name) and what is there under similar names."""
     try:
         from huggingface_hub import snapshot_download
     except ImportError as exc:  # pragma: no cover - transformers depends on huggingface_hub
@@ -78,11 +82,52 @@ def _from_hf_cache(repo_id: str, revision: str | None) -> str:
     try:
         return str(snapshot_download(repo_id, revision=revision, local_files_only=True))
     except Exception as exc:  # LocalEntryNotFoundError, RevisionNotFoundError, HFValidationError ...
+        from infill.models import ollama
+
         rev = f" (revision {revision})" if revision else ""
+        if not ollama_too:
+            where, fetch = f"is not in the HF cache ({hf_cache()})", f"`hf download {repo_id}`"
+        else:
+            where = f"is not a local folder, in Ollama's store ({ollama.store()}) or in the HF cache ({hf_cache()})"
+            fetch = (
+                f"`hf download {repo_id}`" if "/" in repo_id else f"`ollama pull {repo_id}` or `hf download ORG/NAME`"
+            )
         raise ModelError(
-            f"model {repo_id!r}{rev} is not a local folder, an Ollama model or in the HF cache; infill never "
-            f"downloads (fetch it once with `hf download {repo_id}` or `ollama pull`, or pass a folder or a .gguf file)"
+            f"model {repo_id!r}{rev} {where}{near_names(repo_id, ollama_too=ollama_too)}; infill never downloads: "
+            f"fetch it once with {fetch}, or pass a folder or a .gguf file"
         ) from exc
+
+
+def hf_cache() -> Path:
+    """The HF hub cache huggingface_hub reads (its own setting where it is installed, else as
+    infill.core.catalog.hf_cache_dir resolves it)."""
+    try:
+        from huggingface_hub import constants
+    except ImportError:  # pragma: no cover - transformers depends on huggingface_hub
+        from infill.core.catalog import hf_cache_dir
+
+        return hf_cache_dir()
+    return Path(constants.HF_HUB_CACHE)
+
+
+def near_names(name: str, *, ollama_too: bool = True) -> str:
+    """For a name that is nowhere: "; near: ..." naming the models Ollama's store (unless `ollama_too` is False)
+    and the HF cache hold under similar names (the other tags of the same Ollama model first), or "" when none."""
+    from difflib import get_close_matches
+
+    from infill.models import ollama
+
+    pulled = [m.name for m in ollama.installed()] if ollama_too else []
+    cache = hf_cache()
+    cached = (
+        sorted(p.name[len("models--") :].replace("--", "/") for p in cache.glob("models--*")) if cache.is_dir() else []
+    )
+    asked = ollama.parts(name.lower())
+    tags = [n for n in pulled if asked is not None and (ollama.parts(n.lower()) or ())[:3] == asked[:3]]
+    by_lower = {n.lower(): n for n in [*pulled, *cached]}
+    close = [by_lower[n] for n in get_close_matches(name.lower(), list(by_lower), n=5, cutoff=0.6)]
+    near = list(dict.fromkeys([*tags, *close]))[:5]
+    return f"; near: {', '.join(near)}" if near else ""
 
 
 def read_config(folder: Path) -> dict[str, Any]:
@@ -108,11 +153,13 @@ def resolve_gguf(spec: ModelSpec) -> tuple[Path, str, str | None] | None:
         return None
     if path.suffix.lower() == ".gguf":
         raise ModelError(f"GGUF file {name} does not exist")
+    if name.startswith(HF_PREFIX):
+        return None
     found = ollama.find(name)
     if found is not None:
         return found.blob, f"Ollama {found.name}", found.name
     if ":" in name and ollama.parts(name) is not None:  # a tag: a name as Ollama shows it
-        raise ollama.not_found(name)
+        raise ollama.not_found(name, near_names(name))
     return None
 
 

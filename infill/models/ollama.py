@@ -138,9 +138,9 @@ def installed(root: Path | None = None) -> list[OllamaModel]:
     return sorted(out, key=lambda m: m.name)
 
 
-def not_found(name: str) -> ModelError:
-    """The error for an Ollama name that the store does not hold."""
+def not_found(name: str, near: str = "") -> ModelError:
+    """The error for an Ollama name that the store does not hold (`near`: "; near: ..." naming what it holds)."""
     return ModelError(
-        f"model {name!r} is not in Ollama's store ({store()}); infill never downloads: fetch it once with "
+        f"model {name!r} is not in Ollama's store ({store()}){near}; infill never downloads: fetch it once with "
         f"`ollama pull {name}`, or pass a .gguf file or a model folder"
     )
