@@ -30,7 +30,8 @@ def models(as_json: bool, cache_dir: Path | None) -> None:
     the `llamacpp` extra). Ollama's store is $OLLAMA_MODELS, else ~/.ollama/models.
     Nothing is downloaded; any local model folder or .gguf file also works as --model PATH.
     """
-    from infill.core.catalog import cached_models, hf_cache_dir, human_size, ollama_models, packaged_models
+    from infill.core.catalog import cached_models, human_size, ollama_models, packaged_models
+    from infill.models.hf_folder import hf_cache_dir
 
     entries = packaged_models() + cached_models(cache_dir) + ollama_models()
     if as_json:

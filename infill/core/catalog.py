@@ -6,14 +6,13 @@ Sizes come from the files on disk; parameter counts from the safetensors headers
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from infill.core.kinds import folder_kind  # imports no torch
-from infill.models.hf_folder import read_json, safetensors_parameters
+from infill.models.hf_folder import hf_cache_dir, read_json, safetensors_parameters
 
 
 @dataclass(frozen=True)
@@ -28,17 +27,6 @@ class ModelEntry:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def hf_cache_dir() -> Path:
-    """The HF hub cache, resolved the way huggingface_hub does (without importing it)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "huggingface" / "hub"
 
 
 def folder_size(folder: Path) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -356,3 +357,14 @@ def quiet_transformers() -> Iterator[None]:
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
+
+
+def hf_cache_dir() -> Path:
+    """The HF hub cache, resolved the way huggingface_hub does (without importing it)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "huggingface" / "hub"

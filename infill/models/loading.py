@@ -100,11 +100,11 @@ def _from_hf_cache(repo_id: str, revision: str | None, *, ollama_too: bool = Tru
 
 def hf_cache() -> Path:
     """The HF hub cache huggingface_hub reads (its own setting where it is installed, else as
-    infill.core.catalog.hf_cache_dir resolves it)."""
+    infill.models.hf_folder.hf_cache_dir resolves it)."""
     try:
         from huggingface_hub import constants
     except ImportError:  # pragma: no cover - transformers depends on huggingface_hub
-        from infill.core.catalog import hf_cache_dir
+        from infill.models.hf_folder import hf_cache_dir
 
         return hf_cache_dir()
     return Path(constants.HF_HUB_CACHE)
