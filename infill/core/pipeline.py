@@ -39,7 +39,7 @@ runs it as six named steps, each a function of this module or the one named:
   spans of one region are never cut. What remains goes 3/4 to the prefix (its end is kept) and 1/4 to the
   suffix (its start is kept); a side that needs less gives the rest to the other. Spans too far apart to share
   one sequence are filled as separate regions, each seeing the original text around it.
-* Candidates. One seeded torch.Generator draws every sample. A candidate is one sample of every span. For code,
+* Candidates. One seeded generator draws every sample. A candidate is one sample of every span. For code,
   candidates worse than the best text the spans allow are rejected (infill.core.checks.SyntaxCheck: Python that some
   text in the spans makes compile must compile with CPython; no more tree-sitter ERROR/MISSING nodes than that text
   leaves), and so are fills with broken UTF-8 (U+FFFD); rejects are resampled (up to FillOptions.max_resample extra
