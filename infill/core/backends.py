@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from infill.config import DecodeConfig, DecoderName, DraftName, FillOptions, ModelSpec
 from infill.core.plan import Region, Window
+from infill.decoding.seeded import Seeded
 from infill.models.registry import LoadedModel
 
 if TYPE_CHECKING:
@@ -62,11 +63,16 @@ class Run:
 
     loaded: LoadedModel
     cfg: DecodeConfig
-    generator: torch.Generator
+    draws: Seeded  # the one generator; its torch.Generator is made when a decoder first draws (`generator`)
     totals: Totals = field(default_factory=Totals)
     on_progress: ProgressCallback | None = None
     # beam search: whether a region's finished fill may be returned (the caller's syntax check); see FillProblem
     accept: Callable[[Region, list[Fill]], bool] | None = None
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The torch.Generator every decoder draws from (importing torch on first use)."""
+        return self.draws.torch
 
 
 class Backend(Protocol):
@@ -113,6 +119,9 @@ class Kind:
     load_name: NameLoader | None = None  # models that are no folder: tried before the folders, in KINDS order
     model_types: tuple[str, ...] = ()  # the config.json model_types it knows (the "unsupported" message)
     engines: tuple[str, ...] = ("auto", "torch")  # the --engine values its models run on
+    # whether its fills run torch (set to the decoding threads when one loads); a model server's do not, and a fill
+    # with it imports no torch
+    runs_torch: bool = True
 
 
 def retrieves(regions: list[Region], options: FillOptions) -> bool:

@@ -39,7 +39,7 @@ runs it as six named steps, each a function of this module or the one named:
   spans of one region are never cut. What remains goes 3/4 to the prefix (its end is kept) and 1/4 to the
   suffix (its start is kept); a side that needs less gives the rest to the other. Spans too far apart to share
   one sequence are filled as separate regions, each seeing the original text around it.
-* Candidates. One seeded torch.Generator draws every sample. A candidate is one sample of every span. For code,
+* Candidates. One seeded generator draws every sample. A candidate is one sample of every span. For code,
   candidates worse than the best text the spans allow are rejected (infill.core.checks.SyntaxCheck: Python that some
   text in the spans makes compile must compile with CPython; no more tree-sitter ERROR/MISSING nodes than that text
   leaves), and so are fills with broken UTF-8 (U+FFFD); rejects are resampled (up to FillOptions.max_resample extra
@@ -89,6 +89,7 @@ from infill.core.ranking import (
     rank,
     unscored,
 )
+from infill.decoding.seeded import Seeded
 from infill.decoding.stats import histogram
 from infill.errors import InputError
 from infill.models.fim import PREFIX_SHARE, split_context
@@ -284,14 +285,11 @@ def plan(
         window = replace(window, max_length=options.max_context)
     regions = plan_regions(data, ordered, loaded.tokenizer, window, options, warnings, index)
     notes += truncation_notes(regions, window.max_length, index, warnings, options.max_context)
-    import torch
-
-    generator = torch.Generator().manual_seed(decode.seed)
     syntax = _syntax_check(language, data, ordered, options, warnings)  # the input's syntax, analysed once
     static = monitor_for(syntax, rules)  # the static monitor, for Python
     monitors = [m for m in (static, monitor) if m is not None]
     checks = Checks(text, data, index, newline_of(text), syntax, monitors)
-    run = Run(loaded, decode, generator, on_progress=on_progress, accept=checks.region_accepts)
+    run = Run(loaded, decode, Seeded(decode.seed), on_progress=on_progress, accept=checks.region_accepts)
     job = Job(
         text,
         ordered,

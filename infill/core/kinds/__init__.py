@@ -94,15 +94,21 @@ def load(spec: ModelSpec) -> LoadedModel:
     """Load the model named by `spec.name`: a registered name (infill.models.registry) first, then what a kind
     loads by name (a URL, a GGUF file, an Ollama model), then a folder (the default, a path, an HF-cache repo
     id: infill.models.loading.resolve_folder) by the kind that recognises its config.json."""
-    from infill.hardware import configure_decode_threads
+    from infill.hardware import configure_decode_threads, decode_threads
 
-    configure_decode_threads()  # every model that decodes loads here: fill, docstrings, server, eval
+    # every model that decodes loads here (fill, docstrings, server, eval): a junk INFILL_THREADS is refused before
+    # any loads, and torch runs the decoding threads before a model of a kind that runs torch loads (llama.cpp
+    # takes them itself, a model server's kind runs no torch: its fills import none)
+    threads = decode_threads()
     factory = registry.factory_of(spec.name)
     if factory is not None:
+        configure_decode_threads(threads)
         return factory(spec)
     for kind in kinds():
         loaded = kind.load_name(_as_run_by(kind, spec)) if kind.load_name is not None else None
         if loaded is not None:
+            if kind.runs_torch:
+                configure_decode_threads(threads)
             return loaded
     folder, provenance = resolve_folder(spec)
     cfg = read_config(folder)
@@ -113,6 +119,8 @@ def load(spec: ModelSpec) -> LoadedModel:
     if found is None or found.load is None:
         raise ModelError(f"{folder}: unsupported model_type {model_type!r} (known: {', '.join(known_model_types())})")
     spec = _as_run_by(found, spec)
+    if found.runs_torch:
+        configure_decode_threads(threads)
     if spec.engine not in found.engines:
         runs = " or ".join(kind.label for kind in kinds() if spec.engine in kind.engines)
         raise ModelError(f"--engine {spec.engine} runs only {runs} model; {spec.name} is a {model_type} model")

@@ -35,14 +35,12 @@ class Remote:
         log-probabilities of the tokens that wrote its text (unscored where the server gives none). A one-line
         span stops at the line break; a sample whose first line came back blank is asked again without that stop
         (the same sample: a stop only cuts)."""
-        import torch
-
         (plan,) = region.spans
         from infill.models.remote import Sampling
 
         model, tok, cfg = run.loaded.remote, run.loaded.tokenizer, run.cfg
         prompt = model.prompt(tok.decode(region.prefix_ids), tok.decode(region.suffix_ids))
-        seed = None if cfg.temperature == 0 else int(torch.randint(0, 2**31 - 1, (1,), generator=run.generator))
+        seed = None if cfg.temperature == 0 else run.draws.server_seed()
         stops = [*model.ends[:3], "\n"] if plan.span.one_line else list(model.ends[:4])
         if run.on_progress is not None:
             run.on_progress({"event": "step", "tokens": run.totals.tokens, "base": run.totals.tokens, "nfe": 0})
@@ -102,4 +100,5 @@ KIND = Kind(
     decoders=("sequential",),
     backend=Remote(),
     load_name=load_url,
+    runs_torch=False,
 )
