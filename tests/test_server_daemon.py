@@ -267,10 +267,37 @@ def test_the_code_stamp_follows_installs_beside_infill_and_its_queries(
     assert len(set(stamps)) == len(stamps)
 
 
+def test_a_plugin_module_edited_after_the_daemon_started_restarts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server plugin or model kind (INFILL_SERVER_PLUGINS, INFILL_KINDS) lives outside the package and
+    site-packages, where code_stamp does not look: the daemon lists the files it imported from outside them in
+    its ping, and a client finds the daemon stale ("code") once one of them is edited or removed."""
+    import importlib
+
+    from infill.server.dispatch import Dispatcher
+
+    plugin = tmp_path / "smalls_outside_plugin.py"
+    plugin.write_text("def register(server):\n    pass\n")
+    os.utime(plugin, (1_000_000_000, 1_000_000_000))  # written before the daemon started
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "smalls_outside_plugin", raising=False)
+    importlib.import_module("smalls_outside_plugin")
+    ping = json.loads(Dispatcher().handle_line(b'{"id": 1, "method": "ping"}\n'))
+    assert str(plugin) in ping["outside"]
+    assert not any(path.startswith(str(Path(sys.base_prefix))) for path in ping["outside"])  # not the stdlib
+    assert client.differences(ping) == []
+    os.utime(plugin)  # edited now, after the daemon started
+    assert client.differences(ping) == ["code"]
+    plugin.unlink()  # removed
+    assert client.differences(ping) == ["code"]
+    assert client.differences({**ping, "outside": "garbage"}) == []  # an older daemon's ping: no such list
+
+
 @pytest.mark.parametrize(
     ("differences", "says"),
     [
-        (["code"], "files (code, packaged models, or packages installed beside it)"),
+        (["code"], "files (code, packaged models, packages installed beside it, or plugin modules)"),
         (["env"], "started under other environment variables"),
     ],
 )

@@ -107,6 +107,8 @@ class Dispatcher:
             "pid": os.getpid(),
             "transport": context.transport,
             "uptime": round(time.time() - context.started, 3),
+            "started": context.started,
+            "outside": lifecycle.outside_modules(),  # plugins' code, which code_stamp does not cover
             "idle_timeout": context.idle_timeout,
             "models": [{"name": m["name"], "device": m["device"]} for m in context.models.loaded()],
         }

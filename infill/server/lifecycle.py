@@ -159,6 +159,44 @@ def code_stamp(root: Path | None = None) -> str:
     return hashlib.sha256("\n".join(entries).encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
+def outside_modules() -> list[str]:
+    """The source files of the modules this process imported from outside infill's package and outside the
+    interpreter's environment (the standard library, site-packages): the server plugins
+    (INFILL_SERVER_PLUGINS), the model kinds (INFILL_KINDS, an editable `infill.kinds` entry point) and what they
+    import, found on PYTHONPATH or in a source tree. code_stamp does not see them; a daemon lists them in its ping
+    (dispatch.Dispatcher) and a client replaces it when one changed after it started (edited_since)."""
+    import infill
+
+    package = Path(infill.__file__).parent
+    inside = {str(package), str(package.resolve())}
+    inside |= {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    inside |= {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    prefixes = tuple(folder.rstrip(os.sep) + os.sep for folder in inside)
+    files = set()
+    for module in sys.modules.copy().values():  # a copy: a request in another thread may import meanwhile
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and os.path.isabs(path) and not path.startswith(prefixes):
+            files.add(path)
+    return sorted(files)
+
+
+def edited_since(files: object, started: object) -> bool:
+    """Whether one of `files` (a daemon's outside_modules) is gone or was modified after `started` (the daemon's
+    start, seconds since the epoch): a module the daemon imported later, edited before that, restarts it once
+    more than needed, never less. Stats only; anything but a list of paths and a time (an older daemon) is False."""
+    if not isinstance(files, list) or not isinstance(started, int | float):
+        return False
+    for path in files:
+        if not isinstance(path, str):
+            continue
+        try:
+            if os.stat(path).st_mtime > started:
+                return True
+        except OSError:
+            return True
+    return False
+
+
 def _owned_private_dir(path: Path, uid: int) -> bool:
     try:
         st = path.lstat()
