@@ -83,7 +83,7 @@ def differences(ping: Mapping[str, Any], env: Mapping[str, str] | None = None) -
     from infill.server.dispatch import identity
 
     differ = [key for key, value in identity(env).items() if ping.get(key) != value]
-    if "code" not in differ and lifecycle.edited_since(ping.get("outside"), ping.get("started")):
+    if "code" not in differ and lifecycle.changed_outside(ping.get("outside")):
         differ.append("code")
     return differ
 
