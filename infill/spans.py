@@ -16,6 +16,7 @@ replaced whole (the span starts at column 1 and ends before the line break); in-
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -354,9 +355,9 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
     kind = sel.kind  # "function" or "class"
     tree, matches = _captures(data, language)
     defs = []  # (node, name, body)
-    # (start, end, name) of every class, function and named object literal: what a qualified name (A.f,
-    # outer.inner, obj.m) names
-    scopes = []
+    # (start, end, the names it answers to) of every class, function and named object literal: what a qualified
+    # name (A.f, outer.inner, obj.m) names
+    scopes: list[tuple[int, int, tuple[str, ...]]] = []
     for _, caps in matches:
         for prefix in ("function", "class", "object"):
             if prefix in caps and f"{prefix}.name" in caps and f"{prefix}.body" in caps:
@@ -364,7 +365,12 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
                 name = _definition_name(data, name_node)
                 for scope in caps.get(f"{prefix}.scope", [])[:1]:  # a Go method's receiver type: Stack.Push
                     name = data[scope.start_byte : scope.end_byte].decode("utf-8", "replace") + "." + name
-                scopes.append((node.start_byte, node.end_byte, name))
+                # the names a scope answers to: a Rust `impl Trait for Type` is Type, Trait or Type.Trait
+                called: tuple[str, ...] = (name,)
+                for trait in caps.get(f"{prefix}.trait", [])[:1]:
+                    trait_name = data[trait.start_byte : trait.end_byte].decode("utf-8", "replace")
+                    called = (name, trait_name, f"{name}.{_name_parts(trait_name)[-1]}")  # Square.Display
+                scopes.append((node.start_byte, node.end_byte, called))
                 if prefix == kind:
                     defs.append((node, name, body))
     wanted = _name_parts(sel.value)
@@ -378,9 +384,11 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
             for c in sorted(set(scopes), key=lambda c: (c[0], -c[1]))
             if c[0] <= node.start_byte and node.end_byte <= c[1] and (c[0], c[1]) != (node.start_byte, node.end_byte)
         ]
-        full = [p for o in outer for p in _name_parts(o)] + parts
-        if full[-len(wanted) :] == wanted and len(full) >= len(wanted):
-            found.append((node, body))
+        for chosen in itertools.product(*outer):  # one name per enclosing scope
+            full = [p for o in chosen for p in _name_parts(o)] + parts
+            if full[-len(wanted) :] == wanted and len(full) >= len(wanted):
+                found.append((node, body))
+                break
     if not found:
         names = _closest_first(wanted[-1], sorted({_without_template_arguments(name) for _, name, _ in defs}))
         plural = "classes" if kind == "class" else "functions"

@@ -4,6 +4,7 @@ on a tiny model: the same logits (int8: close ones), the same fills, and the exp
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -378,3 +379,17 @@ def test_a_long_lived_process_fills_in_pytorch_while_the_graph_is_made_elsewhere
     for (got, want), (was, _) in zip(walk(model, reference, seed=3), eager, strict=True):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(got, was, atol=1e-4, rtol=1e-4)
+
+
+def test_a_graph_made_elsewhere_is_reaped_when_its_process_ends(tmp_path: Path) -> None:
+    """A long-lived process (the daemon) may never use that model again, so nothing polls the maker: the
+    process must not stay a zombie (state Z) until the next process is spawned. The maker fails fast here (no
+    model folder); it is waited for by a thread, and poll() still gives its exit status."""
+    from infill.server.lifecycle import _process_state
+
+    process = onnx.make_elsewhere(str(tmp_path / "no-model"), False)
+    deadline = time.monotonic() + 30.0
+    while _process_state(process.pid) is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _process_state(process.pid) is None, f"process {process.pid} is {_process_state(process.pid)!r}"
+    assert process.poll() == 1

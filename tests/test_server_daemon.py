@@ -267,10 +267,39 @@ def test_the_code_stamp_follows_installs_beside_infill_and_its_queries(
     assert len(set(stamps)) == len(stamps)
 
 
+def test_a_plugin_module_edited_after_the_daemon_imported_it_restarts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server plugin or model kind (INFILL_SERVER_PLUGINS, INFILL_KINDS) lives outside the package and
+    site-packages, where code_stamp does not look: the daemon lists the files it imported from outside them in
+    its ping, and a client finds the daemon stale ("code") once one of them is edited or removed."""
+    import importlib
+
+    from infill.server.dispatch import Dispatcher
+
+    plugin = tmp_path / "smalls_outside_plugin.py"
+    plugin.write_text("def register(server):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "smalls_outside_plugin", raising=False)
+    server = Dispatcher()
+    importlib.import_module("smalls_outside_plugin")  # as load_plugins or a model kind imports it
+    ping = json.loads(server.handle_line(b'{"id": 1, "method": "ping"}\n'))
+    assert str(plugin) in ping["outside"]
+    assert not any(path.startswith(str(Path(sys.base_prefix))) for path in ping["outside"])  # not the stdlib
+    assert client.differences(ping) == []
+    st = plugin.stat()
+    os.utime(plugin, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # edited (coarse file-system clocks)
+    assert client.differences(ping) == ["code"]
+    assert json.loads(server.handle_line(b'{"id": 2, "method": "ping"}\n'))["outside"] == ping["outside"]  # as seen
+    plugin.unlink()  # removed
+    assert client.differences(ping) == ["code"]
+    assert client.differences({**ping, "outside": "garbage"}) == []  # an older daemon's ping: no such list
+
+
 @pytest.mark.parametrize(
     ("differences", "says"),
     [
-        (["code"], "files (code, packaged models, or packages installed beside it)"),
+        (["code"], "files (code, packaged models, packages installed beside it, or plugin modules)"),
         (["env"], "started under other environment variables"),
     ],
 )

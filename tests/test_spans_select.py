@@ -388,6 +388,34 @@ def test_line_column_spans_match_python_slicing(lines: list[str], data: st.DataO
     assert text.encode()[span.start_byte : span.end_byte].decode() == expected
 
 
+RUST_TRAITS = b"""trait Shape {
+    fn area(&self) -> f64;
+    fn describe(&self) -> String {
+        g()
+    }
+}
+impl Shape for Square {
+    fn area(&self) -> f64 {
+        1.0
+    }
+}
+impl<T: Copy> Shape for Circle<T> {
+    fn area(&self) -> f64 {
+        2.0
+    }
+}
+impl fmt::Display for Square {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        h()
+    }
+}
+impl<T> From<T> for Circle {
+    fn from(x: T) -> Self {
+        Circle
+    }
+}
+"""
+
 # Definitions the grammars parse but the queries once missed, as real code writes them: each (file name, source,
 # selector kind, name, the body or bodies it selects)
 REAL_DEFINITIONS = [
@@ -406,6 +434,22 @@ REAL_DEFINITIONS = [
         "function",
         "S.fmt",
         [b"        g();"],
+    ),
+    # a Rust trait's method: by the trait (each impl of it, and its default body), by the type, or by both
+    *(
+        ("a.rs", RUST_TRAITS, "function", name, bodies)
+        for name, bodies in [
+            ("Shape.area", [b"        1.0", b"        2.0"]),
+            ("Square.area", [b"        1.0"]),
+            ("Circle.Shape.area", [b"        2.0"]),
+            ("Shape.describe", [b"        g()"]),
+            ("Display.fmt", [b"        h()"]),
+            ("fmt::Display::fmt", [b"        h()"]),
+            ("Square.Display.fmt", [b"        h()"]),
+            ("Square.fmt", [b"        h()"]),
+            ("From.from", [b"        Circle"]),
+            ("Circle.from", [b"        Circle"]),
+        ]
     ),
     (
         "a.rs",

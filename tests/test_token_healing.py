@@ -13,6 +13,7 @@ holds for a left-to-right FIM model (infill.models.autoregressive.CausalFim).
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -426,3 +427,41 @@ def test_the_shipped_model_completes_the_word_being_typed(partial: str) -> None:
     assert typed is not None
     word = typed.group(0) + re.match(r"\w*", result.edits[0].text).group(0)  # type: ignore[union-attr]
     assert word in set(re.findall(r"\w+", partial[: -len(typed.group(0))]))
+
+
+def test_a_fill_whose_healing_ran_out_of_tries_imposes_it_step_by_step_in_later_draws(
+    folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A text the model hardly ever writes by itself (`qzxwv`, letters its tokenizer never saw together) costs
+    the exact rejection its MAX_TRIES tries, a model pass or more each; the later draws of the same fill
+    (resamples, a rescue's samples) would spend them again to end the same way, so they impose the text step by
+    step at once: one try, one pass per healed token. The first draw is unchanged."""
+    from infill.api import fill_text
+    from infill.config import FillOptions, ModelSpec
+    from infill.decoding import assd
+    from infill.decoding.healing import MAX_TRIES
+    from infill.errors import NoValidFillError
+    from infill.spans import Span
+
+    tries: list[int] = []
+    real = assd.heal
+
+    def heal(run: Any) -> int:
+        n = real(run)
+        tries.append(run.stats.extra["heal_tries"])
+        return n
+
+    monkeypatch.setattr(assd, "heal", heal)
+    text = "def mean(values):\n    total = sum(values)\n    return total / len(qzxwv\n    x = [\n"
+    at = text.index("qzxwv") + 5
+    options = FillOptions(retrieve=False, max_resample=3, tokens=6)  # the fills break the file: 4 draws
+    with contextlib.suppress(NoValidFillError):  # whether a draw passes does not matter here
+        fill_text(
+            text,
+            [Span(at, at, "cursor", one_line=True)],
+            model=ModelSpec(str(folders["asarm"])),
+            decode=DecodeConfig(decoder="sequential", temperature=1.0, seed=0),
+            options=options,
+        )
+    assert len(tries) >= 2 and tries[0] > MAX_TRIES, tries  # the first draw ran out of tries
+    assert tries[1:] == [1] * (len(tries) - 1), tries  # the later ones took one try each

@@ -1,5 +1,6 @@
 ; Definitions for `infill fill --function/--class/--node` (Rust). A "class" is a struct, enum, trait, impl or mod
 ; (`--function Stack.new` is a method of `impl<T> Stack<T>`, `--function util::helper` a function of `mod util`).
+; An `impl Trait for Type` block's methods are `Type.method`, `Trait.method` and `Type.Trait.method` (@class.trait).
 
 (function_item
   name: (identifier) @function.name
@@ -18,6 +19,7 @@
   body: (declaration_list) @class.body) @class
 
 (impl_item
+  trait: [(type_identifier) (scoped_type_identifier) (generic_type)]? @class.trait
   type: [(type_identifier) @class.name
          (scoped_type_identifier name: (type_identifier) @class.name)
          (generic_type type: (type_identifier) @class.name)

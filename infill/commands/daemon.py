@@ -49,8 +49,8 @@ def status(fmt: str) -> None:
             click.echo("note:    it was started under other environment variables that can change a result; the next")
             click.echo("         request restarts it")
         elif info.get("differences") == ["code"]:
-            click.echo("note:    this installation's files (code, packaged models, or packages installed beside it)")
-            click.echo("         changed since it started; the next request restarts it")
+            click.echo("note:    this installation's files (code, packaged models, packages installed beside it, or")
+            click.echo("         plugin modules) changed since it started; the next request restarts it")
         elif not info.get("compatible"):
             click.echo("note:    it runs other code than this infill; the next request restarts it")
     sys.exit(0 if info is not None else 1)

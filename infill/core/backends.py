@@ -49,6 +49,8 @@ class Totals:
     accepted: list[int] = field(default_factory=list)
     nbest: dict[int, list[list[int]]] = field(default_factory=dict)  # beam: region -> fills, best first
     nbest_scores: dict[int, list[float]] = field(default_factory=dict)  # beam: region -> their log-likelihoods
+    # regions whose token healing ran out of the exact rejection's tries: their later draws impose it step by step
+    heal_stepwise: set[int] = field(default_factory=set)
 
     def add(self, stats: DecodeStats) -> None:
         """Count one decoder run."""

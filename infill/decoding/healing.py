@@ -21,7 +21,9 @@ spells r (x_j covers the last of it) with probability p(x_1)/S * p(x_2 | x_1) ..
 and tries are independent, so the accepted path follows p(x_1..x_j) / p(F): the conditional given F. A try fails
 only where a token that spells part of r is followed by one that leaves it: the expected number of tries is
 S / p(F), 1 when the likely consistent tokens write all of r at once. After MAX_TRIES the rest of r is imposed
-step by step, renormalised at every step (not exact); `stats.extra["heal_lossy"]` says when.
+step by step, renormalised at every step (not exact); `stats.extra["heal_lossy"]` says when. A fill's later draws
+with the same constraint (the samples of a rescue) then impose it so from the start (Healing.stepwise): each would
+most likely spend its MAX_TRIES tries too (S / p(F) > MAX_TRIES), a model pass or more each, to end the same way.
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ def heal(run: LeftToRight) -> int:
     tries = 0
     while True:
         tries += 1
-        stepwise = greedy or tries > MAX_TRIES  # every step restricted (greedy: the best consistent token)
+        # every step restricted (greedy: the best consistent token)
+        stepwise = greedy or healing.stepwise or tries > MAX_TRIES
         n, written, left = 0, b"", False
         while rest := healing.rest(written):
             if n >= run.total:
@@ -91,6 +94,6 @@ def heal(run: LeftToRight) -> int:
             break
         ids[masked[:n]] = model.mask_id  # start over
     stats.extra.update(healed=n, heal_tries=tries)
-    if tries > MAX_TRIES:
+    if tries > MAX_TRIES or (healing.stepwise and not greedy):
         stats.extra["heal_lossy"] = True
     return n

@@ -82,11 +82,14 @@ class Pieces:
 
 @dataclass(frozen=True)
 class Healing:
-    """Token healing's constraint (infill.decoding.healing): the fill's text must begin with `text` (bytes)."""
+    """Token healing's constraint (infill.decoding.healing): the fill's text must begin with `text` (bytes).
+    `stepwise`: impose it step by step from the first try, without the exact rejection (an earlier draw of the
+    same fill ran out of its tries: infill.core.backends.Totals.heal_stepwise)."""
 
     text: bytes
     pieces: Pieces
     _masks: dict[tuple[bytes, int], torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
+    stepwise: bool = False
 
     def rest(self, written: bytes) -> bytes | None:
         """What of `text` is still to be written after `written` (b"" once it is all written), or None when

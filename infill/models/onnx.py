@@ -213,9 +213,19 @@ def make_elsewhere(folder: str, int8: bool) -> subprocess.Popen[bytes]:
     """Start making the cached graph of the AS-ARM in model folder `folder` in another process (`python -m
     infill.models.onnx_make`, one thread, its output discarded); it outlives this one if need be."""
     command = [sys.executable, "-m", "infill.models.onnx_make", folder, *(["--int8"] if int8 else [])]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "INFILL_ENGINE": "torch"}
+    return reaped_background(command, {**os.environ, "OMP_NUM_THREADS": "1", "INFILL_ENGINE": "torch"})
+
+
+def reaped_background(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start `command` in its own session, its output discarded, with a thread that waits for it: the process
+    is reaped when it ends, not left a zombie until the model is used again or the next process is started
+    (a long-lived process may never use that model again). `poll()` stays usable from other threads."""
+    import threading
+
     quiet = subprocess.DEVNULL
-    return subprocess.Popen(command, stdin=quiet, stdout=quiet, stderr=quiet, env=env, start_new_session=True)
+    process = subprocess.Popen(command, stdin=quiet, stdout=quiet, stderr=quiet, env=env, start_new_session=True)
+    threading.Thread(target=process.wait, name="infill-reap-onnx-make", daemon=True).start()
+    return process
 
 
 def _made(folder: Path, name: str, net: TwoStreamXLNet, int8: bool) -> Path:

@@ -78,10 +78,14 @@ def compatible(ping: Mapping[str, Any], env: Mapping[str, str] | None = None) ->
 
 def differences(ping: Mapping[str, Any], env: Mapping[str, str] | None = None) -> list[str]:
     """What of dispatch.identity differs between a daemon (its ping) and this process: "protocol", "version",
-    "package" (another copy of the code) or "env" (a variable that can change a result)."""
+    "package" (another copy of the code), "code" (its files, or a plugin module it imported from outside the
+    package, changed since) or "env" (a variable that can change a result)."""
     from infill.server.dispatch import identity
 
-    return [key for key, value in identity(env).items() if ping.get(key) != value]
+    differ = [key for key, value in identity(env).items() if ping.get(key) != value]
+    if "code" not in differ and lifecycle.changed_outside(ping.get("outside")):
+        differ.append("code")
+    return differ
 
 
 def is_ci(env: Mapping[str, str]) -> bool:

@@ -48,6 +48,7 @@ class Dispatcher:
         self.context = context if context is not None else ServerContext()
         self.stop_requested = False
         self.identity = identity()  # the environment as the server started; requests may not change it
+        self.outside = lifecycle.OutsideModules()  # what it imports from outside the package, as it imported it
         self.methods: dict[str, Handler] = {
             "ping": self._ping,
             "shutdown": self._shutdown,
@@ -96,6 +97,8 @@ class Dispatcher:
             return protocol.encode(protocol.response(request.id, result))
         except (Exception, SystemExit) as exc:  # every failure becomes an error response; the server goes on
             return protocol.encode(protocol.error_response(request.id, protocol.error_from_exception(exc)))
+        finally:
+            self.outside.refresh()  # a module the request imported (a model kind), as it was when imported
 
     def too_large(self) -> bytes:
         message = f"request is longer than --max-request-bytes ({self.max_request_bytes} bytes)"
@@ -107,6 +110,7 @@ class Dispatcher:
             "pid": os.getpid(),
             "transport": context.transport,
             "uptime": round(time.time() - context.started, 3),
+            "outside": self.outside.refresh(),  # plugins' code, which code_stamp does not cover
             "idle_timeout": context.idle_timeout,
             "models": [{"name": m["name"], "device": m["device"]} for m in context.models.loaded()],
         }

@@ -159,6 +159,60 @@ def code_stamp(root: Path | None = None) -> str:
     return hashlib.sha256("\n".join(entries).encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
+def outside_modules() -> list[str]:
+    """The source files of the modules this process imported from outside infill's package and outside the
+    interpreter's environment (the standard library, site-packages, the user's site-packages: code_stamp covers
+    them): the server plugins (INFILL_SERVER_PLUGINS), the model kinds (INFILL_KINDS, an editable `infill.kinds`
+    entry point) and what they import, found on PYTHONPATH or in a source tree."""
+    import site
+
+    import infill
+
+    package = Path(infill.__file__).parent
+    inside = {str(package), str(package.resolve()), site.getusersitepackages()}
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
+        inside |= {prefix, os.path.realpath(prefix)}
+    prefixes = tuple(folder.rstrip(os.sep) + os.sep for folder in inside)
+    files = set()
+    for module in sys.modules.copy().values():  # a copy: a request in another thread may import meanwhile
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and os.path.isabs(path) and not path.startswith(prefixes):
+            files.add(path)
+    return sorted(files)
+
+
+class OutsideModules:
+    """What a daemon has imported from outside (outside_modules), each file's modification time (ns) when it was
+    first seen: its ping names them, and a client replaces a daemon one of whose files changed since or is gone
+    (changed_outside), as code_stamp does for the package. Seen at each ping and after each request, so a module
+    imported lazily (a model kind) is recorded as the daemon loaded it; a file written after the daemon started
+    (generated code) is not taken for an edit."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+
+    def refresh(self) -> dict[str, int]:
+        for path in outside_modules():
+            if path not in self.seen:
+                with contextlib.suppress(OSError):
+                    self.seen.setdefault(path, os.stat(path).st_mtime_ns)
+        return dict(self.seen)
+
+
+def changed_outside(seen: object) -> bool:
+    """Whether one of the files a daemon's ping names (OutsideModules) was modified since it saw it, or is gone.
+    Stats only; anything but a mapping of paths to times (an older daemon) is no change."""
+    if not isinstance(seen, dict):
+        return False
+    for path, mtime in seen.items():
+        try:
+            if os.stat(path).st_mtime_ns != mtime:
+                return True
+        except (OSError, TypeError, ValueError):
+            return True
+    return False
+
+
 def _owned_private_dir(path: Path, uid: int) -> bool:
     try:
         st = path.lstat()

@@ -51,6 +51,8 @@ class AnySubset:
         loaded, cfg, totals, on_progress = run.loaded, run.cfg, run.totals, run.on_progress
         model = loaded.asarm
         problem = fill_problem(region, loaded)
+        if problem.heal is not None and id(region) in totals.heal_stepwise:  # an earlier draw ran out of tries
+            problem = replace(problem, heal=replace(problem.heal, stepwise=True))
         if run.accept is not None and cfg.decoder == "beam":
             check, bare = run.accept, problem
             problem = replace(
@@ -67,6 +69,8 @@ class AnySubset:
         else:
             tokens, stats = decode(model, problem, cfg, run.generator, on_step=on_step)  # (M,)
             totals.add(stats)
+            if stats.extra.get("heal_lossy"):
+                totals.heal_stepwise.add(id(region))
             if cfg.decoder == "beam":
                 totals.nbest[id(region)] = [fill for _, fill in stats.extra["nbest"]]
                 totals.nbest_scores[id(region)] = [float(score) for score, _ in stats.extra["nbest"]]
