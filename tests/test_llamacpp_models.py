@@ -11,6 +11,7 @@ import json
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -527,3 +528,41 @@ def test_the_daemon_fills_with_a_gguf_model_as_in_process(
             assert info is not None and [m["name"] for m in info["models"]] == [str(ggufs["qwen"])]
     assert outputs[0] == outputs[1] and outputs[0][0] == 0, outputs
     assert (tmp_path / "on" / "m.py").read_text() == (tmp_path / "off" / "m.py").read_text() != SOURCE
+
+
+# --- a fill that stops inside a character -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["qwen.gguf", "qwen.gguf.folder", "codellama.gguf", "codellama.gguf.folder"])
+@pytest.mark.parametrize("cut", [1, 0])
+def test_a_fill_stopped_inside_a_character_writes_the_characters_before_it(
+    ggufs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, cut: int
+) -> None:
+    """A fill whose tokens stop inside a character's bytes (its budget, or an end token, reached inside them:
+    `cut` bytes of `—` missing) writes what comes before it, never U+FFFD (llama.cpp's server holds such bytes
+    back); a character several byte tokens hold (`é`, `—`) decodes whole. Byte-level BPE (Qwen) and
+    sentencepiece's byte tokens (Code Llama), a GGUF file and a folder. Before, the fill was refused as broken
+    UTF-8 and nothing was written (exit 3), or with --allow-syntax-errors U+FFFD was written."""
+    import infill.decoding as decoding
+
+    path = ggufs[model.split(".")[0]]
+    name = str(path.with_name(path.name + ".folder")) if model.endswith("folder") else str(path)
+    text = "    total = 1  # é—"
+    ids = api.load_model(ModelSpec(name=name)).tokenizer.encode(text)
+    ids = ids[: len(ids) - cut]  # each byte of `—` is its own token in these vocabularies
+    real = decoding.decode
+
+    def forced(model_: Any, problem: Any, *args: Any, **kwargs: Any) -> Any:
+        tokens, stats = real(model_, problem, *args, **kwargs)
+        budget = len(problem.masked)
+        filled = ids + [int(model_.pad_id)] * (budget - len(ids))
+        return tokens.new_tensor(filled[:budget]), stats
+
+    monkeypatch.setattr(decoding, "decode", forced)
+    code, _, stderr = fill(
+        tmp_path, name, "--decoder", "sequential", "--temperature", "0", "--no-retrieve", "--tokens", "40"
+    )
+    written = (tmp_path / "m.py").read_text()
+    assert code == 0, stderr
+    assert "\ufffd" not in written
+    assert written.splitlines()[1] == ("    total = 1  # é" if cut else text), written
