@@ -7,12 +7,12 @@ Sizes come from the files on disk; parameter counts from the safetensors headers
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from infill.core.kinds import folder_kind  # imports no torch
+from infill.models.gguf_stores import LATER_SPLIT
 from infill.models.hf_folder import read_json, safetensors_parameters
 
 
@@ -148,10 +148,6 @@ def cached_models(cache: Path | None = None) -> list[ModelEntry]:
     return out
 
 
-# the second and later files of a split GGUF (`name-00002-of-00003.gguf`): llama.cpp loads them from the first
-_LATER_SPLIT = re.compile(r"-(?!0*1-)\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
-
-
 def gguf_files(snapshot: Path) -> list[Path]:
     """The GGUF files of an HF cache snapshot, in subfolders too (a repo may keep each quantization in its own),
     without the later files of a split model."""
@@ -159,7 +155,7 @@ def gguf_files(snapshot: Path) -> list[Path]:
         found = sorted(snapshot.rglob("*.gguf")) if snapshot.is_dir() else []
     except OSError:
         return []
-    return [f for f in found if not _LATER_SPLIT.search(f.name) and f.is_file()]
+    return [f for f in found if not LATER_SPLIT.search(f.name) and f.is_file()]
 
 
 def gguf_entry(name: str, file: Path, provenance: str) -> ModelEntry:
@@ -193,6 +189,14 @@ def ollama_models(root: Path | None = None) -> list[ModelEntry]:
     from infill.models import ollama
 
     return [gguf_entry(m.name, m.blob, "Ollama") for m in ollama.installed(root)]
+
+
+def stored_gguf_models() -> list[ModelEntry]:
+    """Every model in llama.cpp's `-hf` cache and LM Studio's folders (infill.models.gguf_stores), by the name
+    --model takes."""
+    from infill.models import gguf_stores
+
+    return [gguf_entry(m.name, m.file, m.store) for m in gguf_stores.installed()]
 
 
 def human_size(n: int) -> str:
