@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from infill.core.kinds import folder_kind  # imports no torch
-from infill.models.gguf_stores import LATER_SPLIT
 from infill.models.hf_folder import read_json, safetensors_parameters
 
 
@@ -124,6 +123,8 @@ def packaged_models(weights_dir: Path | None = None) -> list[ModelEntry]:
 def cached_models(cache: Path | None = None) -> list[ModelEntry]:
     """Every snapshot in the HF hub cache with a config.json, one entry per revision name (refs/*), and every GGUF
     file in a snapshot (a -GGUF repo has no config.json), named by its path, which is what --model takes."""
+    from infill.models import gguf_stores
+
     cache = cache or hf_cache_dir()
     out: list[ModelEntry] = []
     if not cache.is_dir():
@@ -143,19 +144,9 @@ def cached_models(cache: Path | None = None) -> list[ModelEntry]:
             entry = describe(snap, repo_id, f"HF cache {repo_id}@{rev}", revision=rev)  # "main" too, not "-"
             if entry is not None:
                 out.append(entry)
-            for file in gguf_files(snap):
+            for file in gguf_stores.gguf_files(snap):
                 out.append(gguf_entry(str(file), file, f"HF cache {repo_id}@{rev}"))
     return out
-
-
-def gguf_files(snapshot: Path) -> list[Path]:
-    """The GGUF files of an HF cache snapshot, in subfolders too (a repo may keep each quantization in its own),
-    without the later files of a split model."""
-    try:
-        found = sorted(snapshot.rglob("*.gguf")) if snapshot.is_dir() else []
-    except OSError:
-        return []
-    return [f for f in found if not LATER_SPLIT.search(f.name) and f.is_file()]
 
 
 def gguf_entry(name: str, file: Path, provenance: str) -> ModelEntry:

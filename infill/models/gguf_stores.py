@@ -79,6 +79,16 @@ def pick(files: list[Path], quant: str | None) -> Path | None:
     return None if quant else (able[0] if able else None)
 
 
+def gguf_files(snapshot: Path) -> list[Path]:
+    """The GGUF files of an HF cache snapshot, in subfolders too (a repo may keep each quantization in its own),
+    without the later files of a split model."""
+    try:
+        found = sorted(snapshot.rglob("*.gguf")) if snapshot.is_dir() else []
+    except OSError:
+        return []
+    return [f for f in found if not LATER_SPLIT.search(f.name) and f.is_file()]
+
+
 def _llama_files(root: Path, org: str, repo: str) -> list[Path]:
     prefix = f"{org}_{repo}_".lower()
     try:
@@ -112,11 +122,9 @@ def _lmstudio_files(org: str, repo: str) -> list[Path]:
     return out
 
 
-def _hf_snapshot(repo_id: str) -> Path | None:
-    """The snapshot of `repo_id` that refs/main names in the HF cache, else its only one; None when absent."""
-    from infill.models.loading import hf_cache
-
-    repo = hf_cache() / ("models--" + repo_id.replace("/", "--"))
+def _hf_snapshot(hub: Path, repo_id: str) -> Path | None:
+    """The snapshot of `repo_id` that refs/main names in the HF cache `hub`, else its only one; None when absent."""
+    repo = hub / ("models--" + repo_id.replace("/", "--"))
     try:
         main = (repo / "refs" / "main").read_text().strip() if (repo / "refs" / "main").is_file() else ""
         snaps = sorted(p for p in (repo / "snapshots").iterdir() if p.is_dir()) if (repo / "snapshots").is_dir() else []
@@ -126,20 +134,18 @@ def _hf_snapshot(repo_id: str) -> Path | None:
     return chosen[0] if chosen else None
 
 
-def find(name: str, *, hf_only: bool = False) -> StoredGguf | None:
-    """The GGUF file `ORG/REPO[:QUANT]` names: in the HF cache (a snapshot without config.json; None for one with
+def find(name: str, hub: Path, *, hf_only: bool = False) -> StoredGguf | None:
+    """The GGUF file `ORG/REPO[:QUANT]` names: in the HF cache `hub` (a snapshot without config.json; None for one with
     it, a folder that resolve_folder loads, whatever the other stores hold), then llama.cpp's cache, then LM
     Studio's (only the HF cache with `hf_only`)."""
     parsed = repo_name(name)
     if parsed is None:
         return None
     org, repo, quant = parsed
-    snapshot = _hf_snapshot(f"{org}/{repo}")
+    snapshot = _hf_snapshot(hub, f"{org}/{repo}")
     if snapshot is not None and (snapshot / "config.json").is_file():
         return None  # a model folder in the HF cache: it wins, as before these stores were read
     if snapshot is not None:
-        from infill.core.catalog import gguf_files
-
         file = pick(gguf_files(snapshot), quant)
         if file is not None:
             return StoredGguf(name, file, "HF cache")

@@ -156,12 +156,12 @@ def resolve_gguf(spec: ModelSpec) -> tuple[Path, str, str | None] | None:
     if spec.revision is not None:  # a folder's revision in the HF cache: resolve_folder
         return None
     if name.startswith(HF_PREFIX):
-        in_hf = gguf_stores.find(name.removeprefix(HF_PREFIX), hf_only=True)
+        in_hf = gguf_stores.find(name.removeprefix(HF_PREFIX), hf_cache(), hf_only=True)
         return (in_hf.file, f"HF cache {name.removeprefix(HF_PREFIX)}", None) if in_hf is not None else None
     found = ollama.find(name)
     if found is not None:
         return found.blob, f"Ollama {found.name}", found.name
-    stored = gguf_stores.find(name)  # a -GGUF repo: the HF cache, llama.cpp's cache, LM Studio's
+    stored = gguf_stores.find(name, hf_cache())  # a -GGUF repo: the HF cache, llama.cpp's cache, LM Studio's
     if stored is not None:
         return stored.file, f"{stored.store} {name}", None
     if ":" in name and ollama.parts(name) is not None:  # a tag: a name as Ollama or llama.cpp's -hf shows it
