@@ -132,7 +132,8 @@ def test_a_file_that_is_not_safetensors_is_listed_and_refused_without_reading_it
 def test_a_folder_of_gguf_files_names_the_file_to_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What `hf download` leaves of a -GGUF repo: a snapshot with GGUF files and no config.json. Named by its repo
     id, the fill said only that config.json could not be read ("[Errno 2] ..."); as a folder, that it is not a
-    model folder. Both now name the GGUF file that --model takes (the files are never read)."""
+    model folder. As a folder it names the GGUF file that --model takes (the files are never read); by its repo id
+    it picks that file, as llama.cpp's -hf does (docs/code-models.md), and reads it: this one is cut short."""
     from huggingface_hub import constants
 
     snapshot = tmp_path / "hub" / "models--me--coder-GGUF" / "snapshots" / "abc"
@@ -141,10 +142,11 @@ def test_a_folder_of_gguf_files_names_the_file_to_pass(tmp_path: Path, monkeypat
     (tmp_path / "hub" / "models--me--coder-GGUF" / "refs").mkdir()
     (tmp_path / "hub" / "models--me--coder-GGUF" / "refs" / "main").write_text("abc")
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    for model in ("me/coder-GGUF", str(snapshot)):
-        code, line = fill_fails(tmp_path, Path(model))
-        assert code == 123 and f"--model {snapshot / 'coder-q8_0.gguf'}" in line, line
-        assert "Errno" not in line
+    code, line = fill_fails(tmp_path, Path("me/coder-GGUF"))
+    assert code == 123 and line.startswith(f"error: {snapshot / 'coder-q8_0.gguf'}: truncated GGUF file"), line
+    code, line = fill_fails(tmp_path, snapshot)
+    assert code == 123 and f"--model {snapshot / 'coder-q8_0.gguf'}" in line, line
+    assert "Errno" not in line
 
 
 def test_weights_missing_from_the_file_are_refused_not_made_up(qwen: Path, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import json
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -527,3 +528,141 @@ def test_the_daemon_fills_with_a_gguf_model_as_in_process(
             assert info is not None and [m["name"] for m in info["models"]] == [str(ggufs["qwen"])]
     assert outputs[0] == outputs[1] and outputs[0][0] == 0, outputs
     assert (tmp_path / "on" / "m.py").read_text() == (tmp_path / "off" / "m.py").read_text() != SOURCE
+
+
+# --- a fill that stops inside a character -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["qwen.gguf", "qwen.gguf.folder", "codellama.gguf", "codellama.gguf.folder"])
+@pytest.mark.parametrize("cut", [1, 0])
+def test_a_fill_stopped_inside_a_character_writes_the_characters_before_it(
+    ggufs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, cut: int
+) -> None:
+    """A fill whose tokens stop inside a character's bytes (its budget, or an end token, reached inside them:
+    `cut` bytes of `—` missing) writes what comes before it, never U+FFFD (llama.cpp's server holds such bytes
+    back); a character several byte tokens hold (`é`, `—`) decodes whole. Byte-level BPE (Qwen) and
+    sentencepiece's byte tokens (Code Llama), a GGUF file and a folder. Before, the fill was refused as broken
+    UTF-8 and nothing was written (exit 3), or with --allow-syntax-errors U+FFFD was written."""
+    import infill.decoding as decoding
+
+    path = ggufs[model.split(".")[0]]
+    name = str(path.with_name(path.name + ".folder")) if model.endswith("folder") else str(path)
+    text = "    total = 1  # é—"
+    ids = api.load_model(ModelSpec(name=name)).tokenizer.encode(text)
+    ids = ids[: len(ids) - cut]  # each byte of `—` is its own token in these vocabularies
+    real = decoding.decode
+
+    def forced(model_: Any, problem: Any, *args: Any, **kwargs: Any) -> Any:
+        tokens, stats = real(model_, problem, *args, **kwargs)
+        budget = len(problem.masked)
+        filled = ids + [int(model_.pad_id)] * (budget - len(ids))
+        return tokens.new_tensor(filled[:budget]), stats
+
+    monkeypatch.setattr(decoding, "decode", forced)
+    code, _, stderr = fill(
+        tmp_path, name, "--decoder", "sequential", "--temperature", "0", "--no-retrieve", "--tokens", "40"
+    )
+    written = (tmp_path / "m.py").read_text()
+    assert code == 0, stderr
+    assert "\ufffd" not in written
+    assert written.splitlines()[1] == ("    total = 1  # é" if cut else text), written
+
+
+# --- llama.cpp's -hf cache, LM Studio's folders, a -GGUF repo in the HF cache, by name ---------------------------
+
+
+@pytest.fixture
+def gguf_stores(ggufs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """Each store laid out as its tool leaves it, with the tiny Qwen model as one file and the tiny StarCoder as
+    another, so that which was picked shows in the loaded model's family: llama.cpp's `-hf` cache (ORG_REPO_FILE
+    and the manifest of each tag it was run with), LM Studio's PUBLISHER/REPO/FILE, and `hf download`'s snapshot."""
+    qwen, starcoder = ggufs["qwen"].read_bytes(), ggufs["starcoder"].read_bytes()
+    cache = tmp_path / "llama.cpp"
+    cache.mkdir()
+    for tag, file, data in [("latest", "tiny-coder-Q4_K_M.gguf", starcoder), ("Q8_0", "tiny-coder-Q8_0.gguf", qwen)]:
+        (cache / f"ggml-org_Tiny-Coder-GGUF_{file}").write_bytes(data)
+        (cache / f"ggml-org_Tiny-Coder-GGUF_{file}.etag").write_text('"x"')
+        manifest = {"ggufFile": {"rfilename": file, "size": len(data)}, "mmprojFile": None}
+        (cache / f"manifest=ggml-org=Tiny-Coder-GGUF={tag}.json").write_text(json.dumps(manifest))
+    studio = tmp_path / "home" / ".lmstudio" / "models" / "lmstudio-community" / "Tiny-Coder-GGUF"
+    studio.mkdir(parents=True)
+    (studio / "Tiny-Coder-Q8_0.gguf").write_bytes(qwen)
+    (studio / "Tiny-Coder-F16.gguf").write_bytes(starcoder)  # no Q4_K_M: the first by name is picked
+    (studio / "mmproj-Tiny-Coder-F16.gguf").write_bytes(qwen)  # never picked
+    hf_gguf_repo(
+        tmp_path / "hf" / "hub",
+        "Org/Tiny-Coder-GGUF",
+        {"tiny-coder-q8_0.gguf": qwen, "tiny-coder-q4_k_m.gguf": starcoder},
+    )
+    monkeypatch.setenv("LLAMA_CACHE", str(cache))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "no-ollama"))
+    return {"llama.cpp": cache, "lmstudio": studio}
+
+
+@pytest.mark.parametrize(
+    ("name", "family", "store"),
+    [
+        ("ggml-org/Tiny-Coder-GGUF", "starcoder", "llama.cpp cache"),  # the manifest of `latest`: Q4_K_M
+        ("ggml-org/Tiny-Coder-GGUF:Q8_0", "qwen", "llama.cpp cache"),
+        ("ggml-org/Tiny-Coder-GGUF:q8_0", "qwen", "llama.cpp cache"),
+        ("lmstudio-community/Tiny-Coder-GGUF", "starcoder", "LM Studio"),
+        ("lmstudio-community/Tiny-Coder-GGUF:Q8_0", "qwen", "LM Studio"),
+        ("Org/Tiny-Coder-GGUF", "starcoder", "HF cache"),  # Q4_K_M
+        ("hf:Org/Tiny-Coder-GGUF:Q8_0", "qwen", "HF cache"),
+    ],
+)
+def test_gguf_repos_of_llama_cpp_lm_studio_and_the_hf_cache_fill_by_name(
+    gguf_stores: dict[str, Path], ggufs: dict[str, Path], tmp_path: Path, name: str, family: str, store: str
+) -> None:
+    """`--model ORG/REPO[:QUANT]`, llama.cpp's -hf syntax, names a GGUF file llama.cpp's cache, LM Studio or the HF
+    cache holds (Q4_K_M, else the first file by name, when no quant is named). Before, only their paths worked:
+    these names were refused as not in Ollama's store (with a quant) or as a folder of GGUF files to pick from."""
+    loaded = api.load_model(ModelSpec(name=name))
+    assert loaded.info["fim"] == family and loaded.info["provenance"].startswith(store), loaded.info
+    args = ["--diff", "--allow-syntax-errors", "--precision", "fp32"]
+    assert fill(tmp_path, name, *args)[1] == fill(tmp_path, str(ggufs[family]), *args)[1]
+
+
+def test_infill_models_lists_llama_cpp_and_lm_studio_models_by_name(gguf_stores: dict[str, Path]) -> None:
+    r = CliRunner().invoke(main, ["models", "--json"])
+    assert r.exit_code == 0, r.output
+    listed = {e["name"]: e for e in json.loads(r.stdout)}
+    cache, studio = gguf_stores["llama.cpp"], gguf_stores["lmstudio"]
+    assert listed["ggml-org/Tiny-Coder-GGUF"]["path"] == str(cache / "ggml-org_Tiny-Coder-GGUF_tiny-coder-Q4_K_M.gguf")
+    assert listed["ggml-org/Tiny-Coder-GGUF:Q8_0"]["path"] == str(
+        cache / "ggml-org_Tiny-Coder-GGUF_tiny-coder-Q8_0.gguf"
+    )
+    assert listed["lmstudio-community/Tiny-Coder-GGUF"]["path"] == str(studio / "Tiny-Coder-F16.gguf")
+    assert listed["lmstudio-community/Tiny-Coder-GGUF:Q8_0"]["path"] == str(studio / "Tiny-Coder-Q8_0.gguf")
+    assert {listed[n]["kind"] for n in listed if n.startswith(("ggml-org/", "lmstudio-community/"))} == {"ar"}
+    assert listed["lmstudio-community/Tiny-Coder-GGUF"]["provenance"].startswith("LM Studio, ")
+    assert not [n for n in listed if "mmproj" in n and n.startswith("lmstudio")]
+
+
+@pytest.mark.parametrize("name", ["ggml-org/Tiny-Coder-GGUF:Q5_K_M", "ggml-org/Small-Coder-GGUF"])
+def test_a_gguf_repo_found_nowhere_names_the_stores_read(
+    gguf_stores: dict[str, Path], tmp_path: Path, name: str
+) -> None:
+    code, line = fill_fails(tmp_path, name)
+    assert code == 123 and f"llama.cpp's cache ({gguf_stores['llama.cpp']})" in line, line
+    assert str(tmp_path / "home" / ".lmstudio" / "models") in line and "near: ggml-org/Tiny-Coder-GGUF" in line, line
+    if ":" in name:  # llama.cpp's -hf name of a quant not fetched: how llama.cpp (or Ollama) would fetch it
+        assert f"`llama-cli -hf {name}`" in line and f"`ollama pull hf.co/{name}`" in line, line
+
+
+def test_a_model_folder_in_the_hf_cache_still_wins_over_the_same_name_elsewhere(
+    gguf_stores: dict[str, Path], ggufs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The order names resolve in is kept: a model folder in the HF cache under a name LM Studio also holds loads
+    from the HF cache (the stores read for -GGUF repos come after it)."""
+    folder = ggufs["qwen"].with_name("qwen.gguf.folder")
+    files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    hf_gguf_repo(tmp_path / "hf" / "hub", "lmstudio-community/Tiny-Coder-GGUF", files)
+    loaded = api.load_model(ModelSpec(name="lmstudio-community/Tiny-Coder-GGUF"))
+    assert loaded.info.get("engine") != "llama.cpp" and loaded.info["path"].startswith(str(tmp_path / "hf")), (
+        loaded.info
+    )

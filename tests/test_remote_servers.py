@@ -409,3 +409,22 @@ def test_llama_server_restarted_with_another_context_is_loaded_again(
         assert api.load_model(spec).info["max_length"] == wide
         n_ctx["value"] = 256
         assert api.load_model(spec).info["max_length"] < 256 < wide
+
+
+def test_a_character_a_server_stopped_inside_of_is_not_written(tmp_path: Path) -> None:
+    """A server decodes the bytes of a character its fill stopped inside of (its budget, or an end token, reached
+    within them) as U+FFFD (llama.cpp's, vLLM's): the fill writes what comes before it. Before, that fill was
+    refused as broken UTF-8 and nothing was written (exit 3)."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/v1/models"):
+            handler.send(200, {"data": [{"id": "qwen-fake", "object": "model", "owned_by": "me"}]})
+        elif path.endswith("/v1/completions"):
+            handler.send(200, completion("    x = 1  # é\ufffd"))
+        else:
+            handler.send(404, {"error": "not found"})
+
+    for server in running(FakeServer(answer)):
+        code, err = fill(tmp_path, server.url + "#qwen-fake", "--decoder", "sequential", "--temperature", "0")
+        written = (tmp_path / "m.py").read_text()
+        assert code == 0 and written.splitlines()[1] == "    x = 1  # é", err

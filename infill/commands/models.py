@@ -27,13 +27,21 @@ def models(as_json: bool, cache_dir: Path | None) -> None:
     ptp, ssmd; with FIM tokens also beam search and sequential at block size 1) or ar (a left-to-right code
     model such as Qwen2.5-Coder, StarCoder2, Code Llama or DeepSeek-Coder, filling through its FIM tokens:
     beam search, sequential, assd with lookup drafts; Ollama's models are GGUF files that run on llama.cpp,
-    the `llamacpp` extra). Ollama's store is $OLLAMA_MODELS, else ~/.ollama/models.
+    the `llamacpp` extra). Ollama's store is $OLLAMA_MODELS, else ~/.ollama/models. The GGUF files of llama.cpp's
+    `-hf` cache ($LLAMA_CACHE, else ~/.cache/llama.cpp) and of LM Studio (~/.lmstudio/models) are listed as
+    ORG/REPO[:QUANT], the name llama.cpp's -hf takes.
     Nothing is downloaded; any local model folder or .gguf file also works as --model PATH.
     """
-    from infill.core.catalog import cached_models, human_size, ollama_models, packaged_models
+    from infill.core.catalog import (
+        cached_models,
+        human_size,
+        ollama_models,
+        packaged_models,
+        stored_gguf_models,
+    )
     from infill.models.hf_folder import hf_cache_dir
 
-    entries = packaged_models() + cached_models(cache_dir) + ollama_models()
+    entries = packaged_models() + cached_models(cache_dir) + ollama_models() + stored_gguf_models()
     if as_json:
         click.echo(json.dumps([e.as_dict() for e in entries], indent=2))
         return

@@ -6,7 +6,6 @@ Sizes come from the files on disk; parameter counts from the safetensors headers
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +111,8 @@ def packaged_models(weights_dir: Path | None = None) -> list[ModelEntry]:
 def cached_models(cache: Path | None = None) -> list[ModelEntry]:
     """Every snapshot in the HF hub cache with a config.json, one entry per revision name (refs/*), and every GGUF
     file in a snapshot (a -GGUF repo has no config.json), named by its path, which is what --model takes."""
+    from infill.models import gguf_stores
+
     cache = cache or hf_cache_dir()
     out: list[ModelEntry] = []
     if not cache.is_dir():
@@ -131,23 +132,9 @@ def cached_models(cache: Path | None = None) -> list[ModelEntry]:
             entry = describe(snap, repo_id, f"HF cache {repo_id}@{rev}", revision=rev)  # "main" too, not "-"
             if entry is not None:
                 out.append(entry)
-            for file in gguf_files(snap):
+            for file in gguf_stores.gguf_files(snap):
                 out.append(gguf_entry(str(file), file, f"HF cache {repo_id}@{rev}"))
     return out
-
-
-# the second and later files of a split GGUF (`name-00002-of-00003.gguf`): llama.cpp loads them from the first
-_LATER_SPLIT = re.compile(r"-(?!0*1-)\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
-
-
-def gguf_files(snapshot: Path) -> list[Path]:
-    """The GGUF files of an HF cache snapshot, in subfolders too (a repo may keep each quantization in its own),
-    without the later files of a split model."""
-    try:
-        found = sorted(snapshot.rglob("*.gguf")) if snapshot.is_dir() else []
-    except OSError:
-        return []
-    return [f for f in found if not _LATER_SPLIT.search(f.name) and f.is_file()]
 
 
 def gguf_entry(name: str, file: Path, provenance: str) -> ModelEntry:
@@ -181,6 +168,14 @@ def ollama_models(root: Path | None = None) -> list[ModelEntry]:
     from infill.models import ollama
 
     return [gguf_entry(m.name, m.blob, "Ollama") for m in ollama.installed(root)]
+
+
+def stored_gguf_models() -> list[ModelEntry]:
+    """Every model in llama.cpp's `-hf` cache and LM Studio's folders (infill.models.gguf_stores), by the name
+    --model takes."""
+    from infill.models import gguf_stores
+
+    return [gguf_entry(m.name, m.file, m.store) for m in gguf_stores.installed()]
 
 
 def human_size(n: int) -> str:

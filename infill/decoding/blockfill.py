@@ -126,7 +126,9 @@ def fill_middle(
     prompt = torch.tensor([*ids, *start], dtype=torch.long)  # (P,)
     stop = text_stop(tokenizer, done) if done is not None and fmt == "fim" else None
     tokens, stats = run_decoder(Generation(model, prompt, max_tokens, cfg, generator, on_step, stop))
-    text = tokenizer.decode([*start, *tokens.tolist()])
+    from infill.models.tokenizer import fill_text
+
+    text = fill_text(tokenizer, [*start, *tokens.tolist()])
     if fmt == "chat":
         fenced = _FENCE.match(text)
         text = fenced.group(1) if fenced else text

@@ -88,7 +88,7 @@ def _from_hf_cache(repo_id: str, revision: str | None, *, ollama_too: bool = Tru
         if not ollama_too:
             where, fetch = f"is not in the HF cache ({hf_cache()})", f"`hf download {repo_id}`"
         else:
-            where = f"is not a local folder, in Ollama's store ({ollama.store()}) or in the HF cache ({hf_cache()})"
+            where = f"is not a local folder, in Ollama's store ({ollama.store()}), {stores_read()}"
             fetch = (
                 f"`hf download {repo_id}`" if "/" in repo_id else f"`ollama pull {repo_id}` or `hf download ORG/NAME`"
             )
@@ -115,9 +115,9 @@ def near_names(name: str, *, ollama_too: bool = True) -> str:
     and the HF cache hold under similar names (the other tags of the same Ollama model first), or "" when none."""
     from difflib import get_close_matches
 
-    from infill.models import ollama
+    from infill.models import gguf_stores, ollama
 
-    pulled = [m.name for m in ollama.installed()] if ollama_too else []
+    pulled = [*(m.name for m in ollama.installed()), *(m.name for m in gguf_stores.installed())] if ollama_too else []
     cache = hf_cache()
     cached = (
         sorted(p.name[len("models--") :].replace("--", "/") for p in cache.glob("models--*")) if cache.is_dir() else []
@@ -138,7 +138,7 @@ def resolve_gguf(spec: ModelSpec) -> tuple[Path, str, str | None] | None:
     """(file, provenance, Ollama name or None) when `spec.name` is a GGUF file or a model in Ollama's store
     (infill.models.ollama), else None (a folder or an HF repo id: resolve_folder). A name with a tag
     (`qwen2.5-coder:0.5b`) that Ollama's store lacks, or a missing .gguf path, is a ModelError."""
-    from infill.models import ollama
+    from infill.models import gguf_stores, ollama
     from infill.models.gguf import is_gguf
 
     name = spec.name
@@ -153,14 +153,36 @@ def resolve_gguf(spec: ModelSpec) -> tuple[Path, str, str | None] | None:
         return None
     if path.suffix.lower() == ".gguf":
         raise ModelError(f"GGUF file {name} does not exist")
-    if name.startswith(HF_PREFIX):
+    if spec.revision is not None:  # a folder's revision in the HF cache: resolve_folder
         return None
+    if name.startswith(HF_PREFIX):
+        in_hf = gguf_stores.find(name.removeprefix(HF_PREFIX), hf_cache(), hf_only=True)
+        return (in_hf.file, f"HF cache {name.removeprefix(HF_PREFIX)}", None) if in_hf is not None else None
     found = ollama.find(name)
     if found is not None:
         return found.blob, f"Ollama {found.name}", found.name
-    if ":" in name and ollama.parts(name) is not None:  # a tag: a name as Ollama shows it
+    stored = gguf_stores.find(name, hf_cache())  # a -GGUF repo: the HF cache, llama.cpp's cache, LM Studio's
+    if stored is not None:
+        return stored.file, f"{stored.store} {name}", None
+    if ":" in name and ollama.parts(name) is not None:  # a tag: a name as Ollama or llama.cpp's -hf shows it
+        if "/" in name.partition(":")[0]:
+            raise ModelError(
+                f"model {name!r} is not in Ollama's store ({ollama.store()}), {stores_read()}{near_names(name)}; "
+                f"infill never downloads: fetch it once with `llama-cli -hf {name}` or `ollama pull hf.co/{name}`, "
+                "or pass a .gguf file or a model folder"
+            )
         raise ollama.not_found(name, near_names(name))
     return None
+
+
+def stores_read() -> str:
+    """Where a -GGUF repo's name is looked for besides Ollama's store, for the not-found line."""
+    from infill.models import gguf_stores
+
+    lm = " or ".join(str(p) for p in gguf_stores.lmstudio_roots())
+    return (
+        f"in llama.cpp's cache ({gguf_stores.llama_cache()}), in LM Studio's ({lm}) or in the HF cache ({hf_cache()})"
+    )
 
 
 def load_xlnet_folder(folder: Path, spec: ModelSpec, cfg: dict[str, Any], provenance: str) -> LoadedModel:

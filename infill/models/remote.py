@@ -297,7 +297,9 @@ class RemoteFim:
             kept = _kept_logprobs(choice.get("logprobs"), len(text))
         except ValueError as exc:
             raise self._malformed(str(exc)) from None
-        return Completion(text, kept, str(choice.get("finish_reason")))
+        # a server decodes a character it stopped inside of (the budget or an end token reached within its bytes)
+        # as U+FFFD (llama.cpp's, vLLM's): never a file's text
+        return Completion(text.rstrip("\ufffd"), kept, str(choice.get("finish_reason")))
 
     def _sample(self, prompt: str, max_tokens: int, sampling: Sampling, stop: list[str] | None) -> dict[str, Any]:
         """The answer to one completion request. A server that refuses the request with fields beyond the OpenAI

@@ -187,6 +187,42 @@ def without_space_prefix(
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
+def whole_characters(data: bytes) -> bytes:
+    """`data` without the incomplete UTF-8 character it ends with, if any: the lead byte and the continuation bytes
+    after it when they are fewer than the lead byte announces (llama.cpp's server holds such bytes back while it
+    streams). Invalid bytes earlier on are left as they are."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:  # a continuation byte: its lead is further back
+            continue
+        size = 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4 if byte >> 3 == 0b11110 else 1
+        return data[:-back] if size > back else data
+    return data
+
+
+def fill_text(tokenizer: Any, ids: list[int]) -> str:
+    """The text a fill's tokens write, for a file: decoded as one byte sequence (a character whose bytes several
+    tokens hold decodes whole), without an incomplete character at its end (a token budget or an end token reached
+    inside its bytes writes the bytes before it, never U+FFFD). A U+FFFD that invalid bytes inside the fill make
+    stays, for the checks to refuse (infill.core.candidates)."""
+    text = str(tokenizer.decode(ids))
+    own = getattr(tokenizer, "token_bytes", None)
+    if not text.endswith("\ufffd") or own is None:
+        return text
+    pieces = [bytes(own(int(i))) for i in ids]
+    data = b"".join(pieces)
+    cut = len(data) - len(whole_characters(data))
+    if not cut:
+        return text
+    if text == data.decode("utf-8", errors="replace"):  # plain text tokens: decode the whole bytes
+        return whole_characters(data).decode("utf-8", errors="replace")
+    n, dropped = len(ids), 0  # special tokens or a decoder of its own: drop the tokens that hold the cut bytes
+    while n and dropped < cut:
+        n -= 1
+        dropped += len(pieces[n])
+    return str(tokenizer.decode(ids[:n]))
+
+
 def piece_bytes(piece: str, byte_level: bool) -> bytes:
     """The bytes a vocabulary piece writes: through GPT-2's byte alphabet for a byte-level BPE; else
     sentencepiece's spelling ("▁" a space, <0xNN> one byte)."""

@@ -21,6 +21,7 @@ from infill.core.tokens import cut_at_pad, token_pieces, token_sets
 from infill.errors import DecodeError
 from infill.models.loading import load_xlnet_folder
 from infill.models.registry import LoadedModel
+from infill.models.tokenizer import fill_text
 
 if TYPE_CHECKING:
     from infill.models.base import FillProblem, Tokenizer
@@ -133,7 +134,7 @@ def cut_fills(
         piece = tokens[at : at + plan.budget]
         piece_q = logq[at : at + plan.budget] if logq is not None else None
         kept, n, s, worst = cut_at_pad(piece, piece_q, loaded.asarm.pad_id, stops, problem.blank, end)
-        fills.append(Fill(loaded.tokenizer.decode(kept), s, n, worst))
+        fills.append(Fill(fill_text(loaded.tokenizer, kept), s, n, worst))
         at += plan.budget
     return fills
 
