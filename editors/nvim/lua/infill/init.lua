@@ -27,7 +27,18 @@ local function has_inline_virt_text()
   return vim.fn.has("nvim-0.10") == 1
 end
 
+-- The line of a suggestion drawn by the decoration provider is drawn again (its mark carries no decoration, so
+-- setting or clearing it does not ask Neovim to).
+local function redraw(s)
+  if s and s.first and vim.api.nvim_buf_is_valid(s.buf) then
+    local at = vim.api.nvim_buf_get_extmark_by_id(s.buf, ns, s.mark, {})
+    local row = at[1] or s.row
+    vim.api.nvim__buf_redraw_range(s.buf, row, row + 1)
+  end
+end
+
 function M.clear()
+  redraw(M.state.suggestion)
   for _, buf in ipairs(vim.api.nvim_list_bufs()) do
     if vim.api.nvim_buf_is_valid(buf) then
       vim.api.nvim_buf_clear_namespace(buf, ns, 0, -1)
@@ -82,9 +93,14 @@ local function split_lines(text)
 end
 
 -- Show `text` (what would replace bytes [from, to) of the line, by default an insertion at the cursor) as
--- virtual text.
+-- virtual text, in the current window only. Extmarks belong to a buffer, so one shown in two windows (`:split`)
+-- is drawn in both; where Neovim has inline virtual text (0.10) the mark carries all of it, and before that the
+-- first line is drawn by a decoration provider (draw() below) as an ephemeral mark in the window the suggestion
+-- was shown in, at the mark's place (which follows edits). Lines after the first (virtual lines) cannot be
+-- ephemeral before 0.10 (Neovim 0.7 does not draw them), so those show wherever the buffer is shown.
 local function render(buf, row, col, text, from, to)
   from, to = from or col, to or col
+  redraw(M.state.suggestion)
   vim.api.nvim_buf_clear_namespace(buf, ns, 0, -1)
   if text == "" then
     M.state.suggestion = nil
@@ -92,16 +108,17 @@ local function render(buf, row, col, text, from, to)
   end
   local lines = split_lines(text)
   local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
-  local opts = { virt_text = { { lines[1], "Comment" } }, hl_mode = "combine" }
+  local first = { virt_text = { { lines[1], "Comment" } }, hl_mode = "combine" }
   if from < col or to > col then
-    opts.virt_text_pos = "overlay" -- over the blank line's indentation, which it replaces
+    first.virt_text_pos = "overlay" -- over the blank line's indentation, which it replaces
   elseif has_inline_virt_text() then
-    opts.virt_text_pos = "inline"
+    first.virt_text_pos = "inline"
   elseif col >= #line then
-    opts.virt_text_pos = "overlay"
+    first.virt_text_pos = "overlay"
   else
-    opts.virt_text_pos = "eol" -- text after the cursor: Neovim before 0.10 cannot show text inside a line
+    first.virt_text_pos = "eol" -- text after the cursor: Neovim before 0.10 cannot show text inside a line
   end
+  local opts = has_inline_virt_text() and first or {}
   if #lines > 1 then
     local extra = {}
     for i = 2, #lines do
@@ -109,10 +126,47 @@ local function render(buf, row, col, text, from, to)
     end
     opts.virt_lines = extra
   end
-  vim.api.nvim_buf_set_extmark(buf, ns, row, math.min(from, #line), opts)
+  local mark = vim.api.nvim_buf_set_extmark(buf, ns, row, math.min(from, #line), opts)
   local tick = vim.api.nvim_buf_get_changedtick(buf)
-  M.state.suggestion = { buf = buf, row = row, col = col, text = text, tick = tick, from = from, to = to }
+  M.state.suggestion = {
+    buf = buf,
+    row = row,
+    col = col,
+    text = text,
+    tick = tick,
+    from = from,
+    to = to,
+    win = vim.api.nvim_get_current_win(),
+    mark = mark,
+    first = not has_inline_virt_text() and first or nil,
+  }
+  redraw(M.state.suggestion)
 end
+
+-- The decoration provider's part (Neovim before 0.10): the first line of the suggestion, in its window only.
+local function draw_in(win, buf)
+  local s = M.state.suggestion
+  return s ~= nil and s.first ~= nil and s.win == win and s.buf == buf
+end
+
+local function draw_line(_, win, buf, row)
+  local s = M.state.suggestion
+  if not draw_in(win, buf) then
+    return
+  end
+  local at = vim.api.nvim_buf_get_extmark_by_id(buf, ns, s.mark, {})
+  if at[1] == row then
+    local opts = vim.tbl_extend("force", s.first, { ephemeral = true })
+    vim.api.nvim_buf_set_extmark(buf, ns, row, at[2], opts)
+  end
+end
+
+vim.api.nvim_set_decoration_provider(ns, {
+  on_win = function(_, win, buf)
+    return draw_in(win, buf)
+  end,
+  on_line = draw_line,
+})
 
 local function cursor()
   local pos = vim.api.nvim_win_get_cursor(0)
@@ -208,6 +262,7 @@ function M.request()
     context = { triggerKind = 2 },
   }
   local tick = vim.api.nvim_buf_get_changedtick(buf)
+  local win = vim.api.nvim_get_current_win()
   M.state.requests = M.state.requests + 1
   local ok, id
   ok, id = client.request("textDocument/inlineCompletion", params, function(err, result)
@@ -218,8 +273,9 @@ function M.request()
     M.state.pending = nil
     M.state.last = { err = err, result = result } -- the last answer, for :lua print(vim.inspect(...))
     local b, r, c = cursor()
-    if err or not result or b ~= buf or r ~= row or c ~= col or vim.api.nvim_buf_get_changedtick(buf) ~= tick then
-      return -- an error, or the buffer moved on: the next pause asks again
+    local moved = b ~= buf or r ~= row or c ~= col or vim.api.nvim_get_current_win() ~= win
+    if err or not result or moved or vim.api.nvim_buf_get_changedtick(buf) ~= tick then
+      return -- an error, or the buffer or the cursor moved on: the next pause asks again
     end
     if not insert_mode() or hidden() then
       return
@@ -253,7 +309,8 @@ function M.on_change()
     return
   end
   local s = M.state.suggestion
-  if s and s.buf == buf and s.row == row and col >= s.col and (s.from or s.col) == s.col then
+  local same = s and s.buf == buf and s.win == vim.api.nvim_get_current_win() and s.row == row
+  if same and col >= s.col and (s.from or s.col) == s.col then
     local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
     local typed = line:sub(s.col + 1, col)
     if s.text:sub(1, #typed) == typed and #typed < #s.text then
@@ -314,7 +371,8 @@ local function here()
     return nil
   end
   local buf, row, col = cursor()
-  if s.buf ~= buf or s.row ~= row or s.col ~= col or not vim.api.nvim_buf_is_valid(buf) or hidden() then
+  local elsewhere = s.buf ~= buf or s.win ~= vim.api.nvim_get_current_win() or s.row ~= row or s.col ~= col
+  if elsewhere or not vim.api.nvim_buf_is_valid(buf) or hidden() then
     M.clear()
     return nil
   end
@@ -514,7 +572,9 @@ function M.setup(opts)
     end,
   })
   vim.api.nvim_create_autocmd("CursorMovedI", { group = group, callback = M.on_move })
-  vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave", "CompleteChanged" }, {
+  -- (WinLeave: a suggestion belongs to its window, whose cursor it is at; the same buffer in another window has a
+  -- cursor of its own)
+  vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave", "WinLeave", "CompleteChanged" }, {
     group = group,
     callback = stop,
   })
