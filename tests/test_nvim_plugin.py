@@ -657,6 +657,12 @@ def test_a_suggestion_accepted_in_replace_mode_is_inserted_not_written_over_the_
     assert plugin.current.buffer[0] == "name = f(1)xyz"
     plugin.input("ab")  # still Replace mode: what is typed next writes over the text as Replace mode does
     assert _wait(lambda: plugin.current.buffer[0] == "name = f(1)abz", 5), plugin.current.buffer[0]
+    plugin.input("<Esc>")  # `.` repeats it (it was left at the expression register's prompt, in Replace mode)
+    plugin.current.buffer.append("more = xyz")
+    plugin.command("call cursor(3, 8)")
+    plugin.input(".")
+    assert _wait(lambda: plugin.current.buffer[2] == "more = f(1)abz", 5), plugin.current.buffer[:]
+    assert plugin.api.get_mode()["mode"] == "n"
 
 
 def _screen(nvim: Any, rows: range) -> list[str]:
@@ -685,3 +691,49 @@ def test_ghost_text_shows_only_in_the_window_with_the_cursor(stubbed: Any) -> No
     assert stubbed.api.get_mode()["mode"] == "i"
     assert stubbed.exec_lua(SUGGESTION) is None
     assert _screen(stubbed, range(1, 3)) == ["a =", "b = 2"]
+
+
+@pytest.mark.parametrize(
+    ("options", "lines", "text"),
+    [
+        ("autoindent", ["def f():", "    a = ", "    b = "], "g(1,\n        2)"),  # not indented twice
+        ("autoindent formatoptions+=r comments=:#", ["# a", "# b", ""], "bc\n# de"),  # no second leader
+        ("autoindent formatoptions+=r comments=:#", ["# a", "b", "# c"], "\n# de"),  # a leader only there
+        ("autoindent", ["    a = ", "    b = "], "f()\n"),  # ends with a line break
+    ],
+)
+def test_a_multi_line_suggestion_is_part_of_the_insert_for_repeat_and_undo(
+    plugin: Any, options: str, lines: list[str], text: str
+) -> None:
+    # a suggestion of several lines was put in the buffer beside the insert: `.` repeated only what was typed around
+    # it. Now it is typed into the insert as its lines say (Neovim's own indentation or comment leader on each new
+    # line taken away), so `.` repeats it and one `u` takes the repeat away
+    plugin.input("<Esc>")
+    plugin.command(f"set {options}")
+    plugin.current.buffer[:] = lines
+    row = len(lines) - 2
+    plugin.command(f"call cursor({row + 1}, 1)")
+    plugin.input("A")
+    assert _wait(lambda: plugin.api.get_mode()["mode"] == "i", 5)
+    _show(plugin, text)
+    plugin.input("<Tab><Esc>")
+    accepted = text.split("\n")
+    expected = [*lines[:row], lines[row] + accepted[0], *accepted[1:], lines[row + 1]]
+    assert _wait(lambda: plugin.current.buffer[:] == expected, 5), plugin.current.buffer[:]
+    plugin.command(f"call cursor({len(expected)}, 1)")
+    plugin.input(".")  # on the last line: the same lines after it
+    repeated = [*expected[:-1], lines[row + 1] + accepted[0], *accepted[1:]]
+    assert _wait(lambda: plugin.current.buffer[:] == repeated, 5), plugin.current.buffer[:]
+    plugin.input("u")
+    assert _wait(lambda: plugin.current.buffer[:] == expected, 5), plugin.current.buffer[:]
+
+
+def test_a_suggestion_longer_than_textwidth_goes_in_as_shown(plugin: Any) -> None:
+    # 'textwidth' broke an accepted line of code where the width ends, as it does text typed (copilot.vim's accept
+    # puts it in as shown); the width is back for what is typed next
+    plugin.command("setlocal textwidth=20")
+    _show(plugin, "first_name + second_name + third")
+    plugin.input("<Tab><Esc>")
+    assert _wait(lambda: plugin.api.get_mode()["mode"] == "n", 5)
+    assert plugin.current.buffer[:] == ["name = first_name + second_name + third", "other = 2"]
+    assert plugin.eval("&textwidth") == 20

@@ -64,6 +64,7 @@ local function stop()
     M.state.timer:stop()
   end
   M.state.rest = nil -- the rest of a part accepted just before <Esc> (no TextChangedI came to show it)
+  M.width_back() -- (an accept cut short)
   cancel_pending()
   M.clear()
 end
@@ -326,42 +327,67 @@ function M.on_change()
   M.state.timer:start(M.config.debounce_ms, 0, vim.schedule_wrap(M.request))
 end
 
+-- Keys that take away what Neovim put on a line a <CR> began ('autoindent', a comment leader of 'formatoptions':
+-- a suggestion's lines carry their own), whatever it put there, so that a `.` elsewhere does the same: <C-U>
+-- deletes back to the indentation (after an `x`: at the start of a line it would join the line to the one
+-- above), `0 <C-D>` deletes the indentation.
+local FRESH_LINE = "x<C-U>0<C-D>"
+
 -- Put `text` in place of the cursor line's bytes [from, to) (by default: insert it at the cursor); the cursor
 -- goes to its end, where `rest` (the part not accepted) is then shown. The bytes it replaces (blanks) go first.
--- Text of one line goes in through the expression register as Copilot's does (<C-R><C-R>: literally, once the
--- mapping has returned), so that it is part of the insert being typed: `.` repeats it. In Replace mode (<Insert>,
--- R, gR) keys typed write over the text after the cursor, so it goes in with <C-R><C-O>, which inserts (as
--- copilot.vim's accept does there). Text of several lines is put in place directly (that register would indent
--- its lines again, or put a line above).
+-- The text is typed into the insert, as Copilot's is (once the mapping has returned), so that one `u` takes it
+-- away with the insert and `.` repeats it: each line through the expression register with <C-R><C-R>
+-- (literally, as copilot.vim's accept), and between lines a <CR> and FRESH_LINE; `.` repeats these keys. In
+-- Replace mode (<Insert>, R, gR) keys typed write over the text after the cursor, so the text goes in between two
+-- <Insert> keys (to Insert mode and back), which inserts, as copilot.vim's accept does there (with <C-R><C-O>,
+-- which left `.` stuck at the expression register's prompt). 'textwidth' and 'wrapmargin' are off while it goes
+-- in: it goes in as shown, as copilot.vim's does (a line of code broken where the width ends is not what was
+-- shown); a `.` types it as a person would.
 local function insert(text, from, to, rest)
   local buf, row, col = cursor()
   from, to = from or col, to or col
   local lines = split_lines(text)
-  if #lines > 1 or text == "" then
-    vim.api.nvim_buf_set_text(buf, row, from, row, to, lines)
-    local last_row = row + #lines - 1
-    local last_col = (#lines == 1 and from or 0) + #lines[#lines]
-    vim.api.nvim_win_set_cursor(0, { last_row + 1, last_col })
-    if rest and rest ~= "" then
-      render(buf, last_row, last_col, rest)
-    end
+  if text == "" then
     return
   end
   if from ~= col or to ~= col then
     vim.api.nvim_buf_set_text(buf, row, from, row, to, { "" })
     vim.api.nvim_win_set_cursor(0, { row + 1, from })
   end
-  M.state.inserted = text
-  M.state.rest = rest and rest ~= "" and { buf = buf, row = row, col = from + #text, text = rest } or nil
-  local replacing = vim.api.nvim_get_mode().mode:sub(1, 1) == "R"
-  local keys = (replacing and "<C-R><C-O>" or "<C-R><C-R>") .. "=v:lua.require'infill'.inserted()<CR>"
+  M.state.inserted = lines
+  local last_row = row + #lines - 1
+  local last_col = (#lines == 1 and from or 0) + #lines[#lines]
+  M.state.rest = rest and rest ~= "" and { buf = buf, row = last_row, col = last_col, text = rest } or nil
+  local toggle = vim.api.nvim_get_mode().mode:sub(1, 1) == "R" and "<Insert>" or ""
+  M.state.width = M.state.width or { buf = buf, textwidth = vim.bo[buf].textwidth, wrapmargin = vim.bo[buf].wrapmargin }
+  vim.bo[buf].textwidth, vim.bo[buf].wrapmargin = 0, 0
+  local keys = { toggle }
+  for i, line in ipairs(lines) do
+    if i > 1 then
+      table.insert(keys, "<CR>" .. FRESH_LINE)
+    end
+    if line ~= "" then
+      table.insert(keys, "<C-R><C-R>=v:lua.require'infill'.inserted(" .. i .. ")<CR>")
+    end
+  end
+  table.insert(keys, toggle .. "<C-R>=v:lua.require'infill'.width_back()<CR>") -- once the text is in
   -- first in the typeahead (keys typed after the accept go after it), not remapped
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "ni", false)
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(table.concat(keys), true, false, true), "ni", false)
 end
 
--- The text the last accept put in (the expression register's; `.` asks for it again).
-function M.inserted()
-  return M.state.inserted or ""
+-- 'textwidth' and 'wrapmargin' as they were before an accept (an expression register's, which inserts nothing).
+function M.width_back()
+  local held = M.state.width
+  M.state.width = nil
+  if held and vim.api.nvim_buf_is_valid(held.buf) then
+    vim.bo[held.buf].textwidth, vim.bo[held.buf].wrapmargin = held.textwidth, held.wrapmargin
+  end
+  return ""
+end
+
+-- Line `i` of the text the last accept put in (the expression register's).
+function M.inserted(i)
+  return M.state.inserted and M.state.inserted[i or 1] or ""
 end
 
 -- The suggestion on screen, if it is still where the cursor is (it belongs to that place only).
