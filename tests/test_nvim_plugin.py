@@ -737,3 +737,16 @@ def test_a_suggestion_longer_than_textwidth_goes_in_as_shown(plugin: Any) -> Non
     assert _wait(lambda: plugin.api.get_mode()["mode"] == "n", 5)
     assert plugin.current.buffer[:] == ["name = first_name + second_name + third", "other = 2"]
     assert plugin.eval("&textwidth") == 20
+
+
+def test_no_suggestion_with_the_cursor_past_the_end_of_the_line(stubbed: Any) -> None:
+    # 'virtualedit' lets the cursor stand past the end of the line: the suggestion was asked for and shown at the
+    # end of the text, and <Tab> put it at the cursor after a run of blanks Neovim filled in
+    stubbed.input("<Esc>")
+    stubbed.command("set virtualedit=all")
+    stubbed.command("call cursor(1, 1)")
+    assert _nothing_shown_after(stubbed, "12|i")
+    stubbed.input("<Tab>")  # a plain <Tab> there
+    assert _wait(lambda: stubbed.current.buffer[0] != "x = 1", 5)
+    assert stubbed.current.buffer[0] == "x = 1      \t"
+    assert _shown_once_answered(stubbed, "ghost")  # typed there, the cursor is at the end of the text: asked

@@ -78,9 +78,12 @@ end
 -- suggestion could be accepted, and pasted text is no place to suggest), or a macro is being recorded or run (a
 -- register records the keys typed, not what an accept put in: a replay would type <Tab> where the recording
 -- took a suggestion, so none is offered and the replay does what the recording did), or the buffer cannot be
--- changed ('nomodifiable' set while in insert mode: an accept could only fail).
+-- changed ('nomodifiable' set while in insert mode: an accept could only fail), or the cursor is where there is
+-- no text ('virtualedit' past the end of the line or inside a tab: the server would be asked about the end of the
+-- text, and Neovim would fill the gap with blanks before what was shown at that end).
 local function hidden()
   return vim.fn.pumvisible() == 1
+    or vim.fn.getcurpos()[4] > 0
     or vim.o.paste
     or vim.fn.reg_recording() ~= ""
     or vim.fn.reg_executing() ~= ""
