@@ -750,3 +750,23 @@ def test_no_suggestion_with_the_cursor_past_the_end_of_the_line(stubbed: Any) ->
     assert _wait(lambda: stubbed.current.buffer[0] != "x = 1", 5)
     assert stubbed.current.buffer[0] == "x = 1      \t"
     assert _shown_once_answered(stubbed, "ghost")  # typed there, the cursor is at the end of the text: asked
+
+
+def test_a_multi_line_suggestion_above_a_closed_fold_leaves_the_fold_on_screen(stubbed: Any) -> None:
+    # Neovim 0.7 draws virtual lines below a line that a closed fold follows as one blank line in place of the
+    # fold's: the suggestion's lines after the first were not shown and the fold's line vanished
+    stubbed.api.ui_attach(40, 8, {"ext_linegrid": True})
+    stubbed.input("<Esc>")
+    stubbed.current.buffer[:] = ["a = ", "def f():", "    return 1", "b"]
+    stubbed.command("2,3fold")
+    stubbed.exec_lua("_G.reply = {insertText = 'g(1,\\n  2)'}")
+    stubbed.command("call cursor(1, 1)")
+    stubbed.input("A")
+    expected = "g(1,\n  2)" if stubbed.call("has", "nvim-0.10") else "g(1,"
+    assert _shown_once_answered(stubbed, expected)
+    screen = [row for row in _screen(stubbed, range(1, 6)) if row != "~"]
+    assert screen[-2].startswith("+--  2 lines: def f():") and screen[-1] == "b", screen
+    assert screen[:-2] == ["a = g(1,", *(["  2)"] if "\n" in expected else [])], screen
+    stubbed.input("<Tab>")
+    assert _wait(lambda: stubbed.current.buffer[0] != "a = ", 5)
+    assert stubbed.current.buffer[:] == ["a = " + expected, "def f():", "    return 1", "b"]

@@ -111,6 +111,11 @@ local function render(buf, row, col, text, from, to)
     return
   end
   local lines = split_lines(text)
+  if #lines > 1 and not has_inline_virt_text() and vim.fn.foldclosed(row + 2) ~= -1 then
+    -- Neovim 0.7 draws virtual lines above a closed fold as one blank line in place of the fold's line: the
+    -- suggestion is its first line there (what is accepted is what is shown)
+    lines, text = { lines[1] }, lines[1]
+  end
   local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
   local first = { virt_text = { { lines[1], "Comment" } }, hl_mode = "combine" }
   if from < col or to > col then
