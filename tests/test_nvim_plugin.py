@@ -770,3 +770,14 @@ def test_a_multi_line_suggestion_above_a_closed_fold_leaves_the_fold_on_screen(s
     stubbed.input("<Tab>")
     assert _wait(lambda: stubbed.current.buffer[0] != "a = ", 5)
     assert stubbed.current.buffer[:] == ["a = " + expected, "def f():", "    return 1", "b"]
+
+
+def test_a_suggestion_past_the_windows_edge_goes_on_below_as_wrapped_text(stubbed: Any) -> None:
+    # Neovim before 0.10 does not wrap virtual text: the end of a suggestion past the window's edge was cut off,
+    # though <Tab> put all of it in; with 'wrap' it goes on on the row below, as the line will once accepted
+    stubbed.api.ui_attach(40, 8, {"ext_linegrid": True})
+    line, text = "a = " + "b" * 30, " + some_long_function_name(argument_one)"
+    assert _shown_at_the_end_of(stubbed, line, text)
+    assert _screen(stubbed, range(1, 3)) == [line + text[:6], text[6:]]
+    stubbed.input("<Tab>")
+    assert _wait(lambda: stubbed.current.buffer[0] == line + text, 5), stubbed.current.buffer[0]

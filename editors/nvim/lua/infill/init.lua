@@ -96,6 +96,24 @@ local function split_lines(text)
   return vim.split((text:gsub("\r\n?", "\n")), "\n")
 end
 
+-- `text` cut where screen rows of `width` cells end, the first row having been filled up to cell `start` (counted
+-- from the start of the line): virtual text is not wrapped by Neovim before 0.10, so a suggestion that runs past
+-- the window's edge is shown on the rows below, as the text would be once accepted ('wrap').
+local function wrapped(text, start, width)
+  local rows, row, used = {}, "", start % width
+  for _, char in ipairs(vim.fn.split(text, "\\zs")) do
+    local cells = vim.fn.strdisplaywidth(char, used)
+    if used + cells > width and (row ~= "" or used > 0) then
+      table.insert(rows, row)
+      row, used = "", 0
+      cells = vim.fn.strdisplaywidth(char, 0)
+    end
+    row, used = row .. char, used + cells
+  end
+  table.insert(rows, row)
+  return rows
+end
+
 -- Show `text` (what would replace bytes [from, to) of the line, by default an insertion at the cursor) as
 -- virtual text, in the current window only. Extmarks belong to a buffer, so one shown in two windows (`:split`)
 -- is drawn in both; where Neovim has inline virtual text (0.10) the mark carries all of it, and before that the
@@ -127,12 +145,23 @@ local function render(buf, row, col, text, from, to)
   else
     first.virt_text_pos = "eol" -- text after the cursor: Neovim before 0.10 cannot show text inside a line
   end
+  local rows = { lines[1] } -- the first line's screen rows
+  if not has_inline_virt_text() and vim.wo.wrap and vim.fn.foldclosed(row + 2) == -1 then
+    local width = vim.api.nvim_win_get_width(0) - vim.fn.getwininfo(vim.api.nvim_get_current_win())[1].textoff
+    local start = first.virt_text_pos == "eol" and vim.fn.strdisplaywidth(line) + 1
+      or vim.fn.strdisplaywidth(line:sub(1, math.min(from, #line)))
+    rows = width > 0 and wrapped(lines[1], start, width) or rows
+  end
+  first.virt_text[1][1] = rows[1]
   local opts = has_inline_virt_text() and first or {}
-  if #lines > 1 then
-    local extra = {}
-    for i = 2, #lines do
-      table.insert(extra, { { lines[i], "Comment" } })
-    end
+  local extra = {}
+  for i = 2, #rows do
+    table.insert(extra, { { rows[i], "Comment" } })
+  end
+  for i = 2, #lines do
+    table.insert(extra, { { lines[i], "Comment" } })
+  end
+  if #extra > 0 then
     opts.virt_lines = extra
   end
   local mark = vim.api.nvim_buf_set_extmark(buf, ns, row, math.min(from, #line), opts)
