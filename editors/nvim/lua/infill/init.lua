@@ -27,7 +27,18 @@ local function has_inline_virt_text()
   return vim.fn.has("nvim-0.10") == 1
 end
 
+-- The line of a suggestion drawn by the decoration provider is drawn again (its mark carries no decoration, so
+-- setting or clearing it does not ask Neovim to).
+local function redraw(s)
+  if s and s.first and vim.api.nvim_buf_is_valid(s.buf) then
+    local at = vim.api.nvim_buf_get_extmark_by_id(s.buf, ns, s.mark, {})
+    local row = at[1] or s.row
+    vim.api.nvim__buf_redraw_range(s.buf, row, row + 1)
+  end
+end
+
 function M.clear()
+  redraw(M.state.suggestion)
   for _, buf in ipairs(vim.api.nvim_list_bufs()) do
     if vim.api.nvim_buf_is_valid(buf) then
       vim.api.nvim_buf_clear_namespace(buf, ns, 0, -1)
@@ -53,6 +64,7 @@ local function stop()
     M.state.timer:stop()
   end
   M.state.rest = nil -- the rest of a part accepted just before <Esc> (no TextChangedI came to show it)
+  M.width_back() -- (an accept cut short)
   cancel_pending()
   M.clear()
 end
@@ -66,9 +78,12 @@ end
 -- suggestion could be accepted, and pasted text is no place to suggest), or a macro is being recorded or run (a
 -- register records the keys typed, not what an accept put in: a replay would type <Tab> where the recording
 -- took a suggestion, so none is offered and the replay does what the recording did), or the buffer cannot be
--- changed ('nomodifiable' set while in insert mode: an accept could only fail).
+-- changed ('nomodifiable' set while in insert mode: an accept could only fail), or the cursor is where there is
+-- no text ('virtualedit' past the end of the line or inside a tab: the server would be asked about the end of the
+-- text, and Neovim would fill the gap with blanks before what was shown at that end).
 local function hidden()
   return vim.fn.pumvisible() == 1
+    or vim.fn.getcurpos()[4] > 0
     or vim.o.paste
     or vim.fn.reg_recording() ~= ""
     or vim.fn.reg_executing() ~= ""
@@ -81,38 +96,115 @@ local function split_lines(text)
   return vim.split((text:gsub("\r\n?", "\n")), "\n")
 end
 
+-- `text` cut where screen rows of `width` cells end, the first row having been filled up to cell `start` (counted
+-- from the start of the line): virtual text is not wrapped by Neovim before 0.10, so a suggestion that runs past
+-- the window's edge is shown on the rows below, as the text would be once accepted ('wrap').
+local function wrapped(text, start, width)
+  local rows, row, used = {}, "", start % width
+  for _, char in ipairs(vim.fn.split(text, "\\zs")) do
+    local cells = vim.fn.strdisplaywidth(char, used)
+    if used + cells > width and (row ~= "" or used > 0) then
+      table.insert(rows, row)
+      row, used = "", 0
+      cells = vim.fn.strdisplaywidth(char, 0)
+    end
+    row, used = row .. char, used + cells
+  end
+  table.insert(rows, row)
+  return rows
+end
+
 -- Show `text` (what would replace bytes [from, to) of the line, by default an insertion at the cursor) as
--- virtual text.
+-- virtual text, in the current window only. Extmarks belong to a buffer, so one shown in two windows (`:split`)
+-- is drawn in both; where Neovim has inline virtual text (0.10) the mark carries all of it, and before that the
+-- first line is drawn by a decoration provider (draw() below) as an ephemeral mark in the window the suggestion
+-- was shown in, at the mark's place (which follows edits). Lines after the first (virtual lines) cannot be
+-- ephemeral before 0.10 (Neovim 0.7 does not draw them), so those show wherever the buffer is shown.
 local function render(buf, row, col, text, from, to)
   from, to = from or col, to or col
+  redraw(M.state.suggestion)
   vim.api.nvim_buf_clear_namespace(buf, ns, 0, -1)
   if text == "" then
     M.state.suggestion = nil
     return
   end
   local lines = split_lines(text)
-  local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
-  local opts = { virt_text = { { lines[1], "Comment" } }, hl_mode = "combine" }
-  if from < col or to > col then
-    opts.virt_text_pos = "overlay" -- over the blank line's indentation, which it replaces
-  elseif has_inline_virt_text() then
-    opts.virt_text_pos = "inline"
-  elseif col >= #line then
-    opts.virt_text_pos = "overlay"
-  else
-    opts.virt_text_pos = "eol" -- text after the cursor: Neovim before 0.10 cannot show text inside a line
+  if #lines > 1 and not has_inline_virt_text() and vim.fn.foldclosed(row + 2) ~= -1 then
+    -- Neovim 0.7 draws virtual lines above a closed fold as one blank line in place of the fold's line: the
+    -- suggestion is its first line there (what is accepted is what is shown)
+    lines, text = { lines[1] }, lines[1]
   end
-  if #lines > 1 then
-    local extra = {}
-    for i = 2, #lines do
-      table.insert(extra, { { lines[i], "Comment" } })
-    end
+  local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
+  local first = { virt_text = { { lines[1], "Comment" } }, hl_mode = "combine" }
+  if from < col or to > col then
+    first.virt_text_pos = "overlay" -- over the blank line's indentation, which it replaces
+  elseif has_inline_virt_text() then
+    first.virt_text_pos = "inline"
+  elseif col >= #line then
+    first.virt_text_pos = "overlay"
+  else
+    first.virt_text_pos = "eol" -- text after the cursor: Neovim before 0.10 cannot show text inside a line
+  end
+  local rows = { lines[1] } -- the first line's screen rows
+  if not has_inline_virt_text() and vim.wo.wrap and vim.fn.foldclosed(row + 2) == -1 then
+    local width = vim.api.nvim_win_get_width(0) - vim.fn.getwininfo(vim.api.nvim_get_current_win())[1].textoff
+    local start = first.virt_text_pos == "eol" and vim.fn.strdisplaywidth(line) + 1
+      or vim.fn.strdisplaywidth(line:sub(1, math.min(from, #line)))
+    rows = width > 0 and wrapped(lines[1], start, width) or rows
+  end
+  first.virt_text[1][1] = rows[1]
+  local opts = has_inline_virt_text() and first or {}
+  local extra = {}
+  for i = 2, #rows do
+    table.insert(extra, { { rows[i], "Comment" } })
+  end
+  for i = 2, #lines do
+    table.insert(extra, { { lines[i], "Comment" } })
+  end
+  if #extra > 0 then
     opts.virt_lines = extra
   end
-  vim.api.nvim_buf_set_extmark(buf, ns, row, math.min(from, #line), opts)
+  local mark = vim.api.nvim_buf_set_extmark(buf, ns, row, math.min(from, #line), opts)
   local tick = vim.api.nvim_buf_get_changedtick(buf)
-  M.state.suggestion = { buf = buf, row = row, col = col, text = text, tick = tick, from = from, to = to }
+  M.state.suggestion = {
+    buf = buf,
+    row = row,
+    col = col,
+    text = text,
+    tick = tick,
+    from = from,
+    to = to,
+    win = vim.api.nvim_get_current_win(),
+    mark = mark,
+    first = not has_inline_virt_text() and first or nil,
+  }
+  redraw(M.state.suggestion)
 end
+
+-- The decoration provider's part (Neovim before 0.10): the first line of the suggestion, in its window only.
+local function draw_in(win, buf)
+  local s = M.state.suggestion
+  return s ~= nil and s.first ~= nil and s.win == win and s.buf == buf
+end
+
+local function draw_line(_, win, buf, row)
+  local s = M.state.suggestion
+  if not draw_in(win, buf) then
+    return
+  end
+  local at = vim.api.nvim_buf_get_extmark_by_id(buf, ns, s.mark, {})
+  if at[1] == row then
+    local opts = vim.tbl_extend("force", s.first, { ephemeral = true })
+    vim.api.nvim_buf_set_extmark(buf, ns, row, at[2], opts)
+  end
+end
+
+vim.api.nvim_set_decoration_provider(ns, {
+  on_win = function(_, win, buf)
+    return draw_in(win, buf)
+  end,
+  on_line = draw_line,
+})
 
 local function cursor()
   local pos = vim.api.nvim_win_get_cursor(0)
@@ -208,6 +300,7 @@ function M.request()
     context = { triggerKind = 2 },
   }
   local tick = vim.api.nvim_buf_get_changedtick(buf)
+  local win = vim.api.nvim_get_current_win()
   M.state.requests = M.state.requests + 1
   local ok, id
   ok, id = client.request("textDocument/inlineCompletion", params, function(err, result)
@@ -218,8 +311,9 @@ function M.request()
     M.state.pending = nil
     M.state.last = { err = err, result = result } -- the last answer, for :lua print(vim.inspect(...))
     local b, r, c = cursor()
-    if err or not result or b ~= buf or r ~= row or c ~= col or vim.api.nvim_buf_get_changedtick(buf) ~= tick then
-      return -- an error, or the buffer moved on: the next pause asks again
+    local moved = b ~= buf or r ~= row or c ~= col or vim.api.nvim_get_current_win() ~= win
+    if err or not result or moved or vim.api.nvim_buf_get_changedtick(buf) ~= tick then
+      return -- an error, or the buffer or the cursor moved on: the next pause asks again
     end
     if not insert_mode() or hidden() then
       return
@@ -253,7 +347,8 @@ function M.on_change()
     return
   end
   local s = M.state.suggestion
-  if s and s.buf == buf and s.row == row and col >= s.col and (s.from or s.col) == s.col then
+  local same = s and s.buf == buf and s.win == vim.api.nvim_get_current_win() and s.row == row
+  if same and col >= s.col and (s.from or s.col) == s.col then
     local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
     local typed = line:sub(s.col + 1, col)
     if s.text:sub(1, #typed) == typed and #typed < #s.text then
@@ -269,42 +364,67 @@ function M.on_change()
   M.state.timer:start(M.config.debounce_ms, 0, vim.schedule_wrap(M.request))
 end
 
+-- Keys that take away what Neovim put on a line a <CR> began ('autoindent', a comment leader of 'formatoptions':
+-- a suggestion's lines carry their own), whatever it put there, so that a `.` elsewhere does the same: <C-U>
+-- deletes back to the indentation (after an `x`: at the start of a line it would join the line to the one
+-- above), `0 <C-D>` deletes the indentation.
+local FRESH_LINE = "x<C-U>0<C-D>"
+
 -- Put `text` in place of the cursor line's bytes [from, to) (by default: insert it at the cursor); the cursor
 -- goes to its end, where `rest` (the part not accepted) is then shown. The bytes it replaces (blanks) go first.
--- Text of one line goes in through the expression register as Copilot's does (<C-R><C-R>: literally, once the
--- mapping has returned), so that it is part of the insert being typed: `.` repeats it. In Replace mode (<Insert>,
--- R, gR) keys typed write over the text after the cursor, so it goes in with <C-R><C-O>, which inserts (as
--- copilot.vim's accept does there). Text of several lines is put in place directly (that register would indent
--- its lines again, or put a line above).
+-- The text is typed into the insert, as Copilot's is (once the mapping has returned), so that one `u` takes it
+-- away with the insert and `.` repeats it: each line through the expression register with <C-R><C-R>
+-- (literally, as copilot.vim's accept), and between lines a <CR> and FRESH_LINE; `.` repeats these keys. In
+-- Replace mode (<Insert>, R, gR) keys typed write over the text after the cursor, so the text goes in between two
+-- <Insert> keys (to Insert mode and back), which inserts, as copilot.vim's accept does there (with <C-R><C-O>,
+-- which left `.` stuck at the expression register's prompt). 'textwidth' and 'wrapmargin' are off while it goes
+-- in: it goes in as shown, as copilot.vim's does (a line of code broken where the width ends is not what was
+-- shown); a `.` types it as a person would.
 local function insert(text, from, to, rest)
   local buf, row, col = cursor()
   from, to = from or col, to or col
   local lines = split_lines(text)
-  if #lines > 1 or text == "" then
-    vim.api.nvim_buf_set_text(buf, row, from, row, to, lines)
-    local last_row = row + #lines - 1
-    local last_col = (#lines == 1 and from or 0) + #lines[#lines]
-    vim.api.nvim_win_set_cursor(0, { last_row + 1, last_col })
-    if rest and rest ~= "" then
-      render(buf, last_row, last_col, rest)
-    end
+  if text == "" then
     return
   end
   if from ~= col or to ~= col then
     vim.api.nvim_buf_set_text(buf, row, from, row, to, { "" })
     vim.api.nvim_win_set_cursor(0, { row + 1, from })
   end
-  M.state.inserted = text
-  M.state.rest = rest and rest ~= "" and { buf = buf, row = row, col = from + #text, text = rest } or nil
-  local replacing = vim.api.nvim_get_mode().mode:sub(1, 1) == "R"
-  local keys = (replacing and "<C-R><C-O>" or "<C-R><C-R>") .. "=v:lua.require'infill'.inserted()<CR>"
+  M.state.inserted = lines
+  local last_row = row + #lines - 1
+  local last_col = (#lines == 1 and from or 0) + #lines[#lines]
+  M.state.rest = rest and rest ~= "" and { buf = buf, row = last_row, col = last_col, text = rest } or nil
+  local toggle = vim.api.nvim_get_mode().mode:sub(1, 1) == "R" and "<Insert>" or ""
+  M.state.width = M.state.width or { buf = buf, textwidth = vim.bo[buf].textwidth, wrapmargin = vim.bo[buf].wrapmargin }
+  vim.bo[buf].textwidth, vim.bo[buf].wrapmargin = 0, 0
+  local keys = { toggle }
+  for i, line in ipairs(lines) do
+    if i > 1 then
+      table.insert(keys, "<CR>" .. FRESH_LINE)
+    end
+    if line ~= "" then
+      table.insert(keys, "<C-R><C-R>=v:lua.require'infill'.inserted(" .. i .. ")<CR>")
+    end
+  end
+  table.insert(keys, toggle .. "<C-R>=v:lua.require'infill'.width_back()<CR>") -- once the text is in
   -- first in the typeahead (keys typed after the accept go after it), not remapped
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "ni", false)
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(table.concat(keys), true, false, true), "ni", false)
 end
 
--- The text the last accept put in (the expression register's; `.` asks for it again).
-function M.inserted()
-  return M.state.inserted or ""
+-- 'textwidth' and 'wrapmargin' as they were before an accept (an expression register's, which inserts nothing).
+function M.width_back()
+  local held = M.state.width
+  M.state.width = nil
+  if held and vim.api.nvim_buf_is_valid(held.buf) then
+    vim.bo[held.buf].textwidth, vim.bo[held.buf].wrapmargin = held.textwidth, held.wrapmargin
+  end
+  return ""
+end
+
+-- Line `i` of the text the last accept put in (the expression register's).
+function M.inserted(i)
+  return M.state.inserted and M.state.inserted[i or 1] or ""
 end
 
 -- The suggestion on screen, if it is still where the cursor is (it belongs to that place only).
@@ -314,7 +434,8 @@ local function here()
     return nil
   end
   local buf, row, col = cursor()
-  if s.buf ~= buf or s.row ~= row or s.col ~= col or not vim.api.nvim_buf_is_valid(buf) or hidden() then
+  local elsewhere = s.buf ~= buf or s.win ~= vim.api.nvim_get_current_win() or s.row ~= row or s.col ~= col
+  if elsewhere or not vim.api.nvim_buf_is_valid(buf) or hidden() then
     M.clear()
     return nil
   end
@@ -514,7 +635,9 @@ function M.setup(opts)
     end,
   })
   vim.api.nvim_create_autocmd("CursorMovedI", { group = group, callback = M.on_move })
-  vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave", "CompleteChanged" }, {
+  -- (WinLeave: a suggestion belongs to its window, whose cursor it is at; the same buffer in another window has a
+  -- cursor of its own)
+  vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave", "WinLeave", "CompleteChanged" }, {
     group = group,
     callback = stop,
   })
