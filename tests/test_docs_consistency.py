@@ -348,3 +348,91 @@ def test_a_made_up_name_in_the_architecture_doc_is_caught() -> None:
         "no such module or name: infill.no_such_module",
         "not in infill/core/plan.py: fill_text",
     ]
+
+
+# --- the command lines of the docs' code blocks parse ------------------------------------------------------------
+
+
+def code_block_lines(path: Path) -> list[tuple[int, str]]:
+    """The logical lines inside a doc's fenced code blocks (shell continuations joined)."""
+    found = []
+    in_code = False
+    for number, line in logical_lines(path):
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        elif in_code:
+            found.append((number, line))
+    return found
+
+
+def shell_words(text: str) -> list[str]:
+    """The words of the command a shell line starts with, as the shell splits them (quotes kept together): up to a
+    pipe, a redirection, a closing parenthesis or a comment."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars="|;&<>()")
+    lexer.whitespace_split = True
+    words = []
+    for word in lexer:
+        if set(word) <= set("|;&<>()"):
+            break
+        words.append(word)
+    return words
+
+
+def block_commands() -> list[tuple[str, list[str], list[str], click.Command]]:
+    """(where, command path, its words, the command) of each `infill SUBCOMMAND ...` a code block runs. A line
+    that elides its flags (`...`) or a YAML key (a pre-commit hook's `entry:`, whose files pre-commit gives) is left
+    out, and so is an optional part written `[--flag value]`; words after a pipe, a redirection or a comment are
+    another command's."""
+    found = []
+    for doc in DOCS:
+        for number, line in code_block_lines(doc):
+            if "..." in line or re.match(r"\s*(?:- )?\w+: ", line):  # elided, or a YAML key
+                continue
+            for m in re.finditer(r"(?:^|[\s(|;&!])infill\s+([a-z].*)", line):
+                command, path, rest = resolve(shell_words(re.sub(r"\[[^\]]*\]", "", m.group(1))))
+                if len(path) > 1:
+                    found.append((f"{doc.relative_to(ROOT)}:{number}", path, rest, command))
+    return found
+
+
+def unparsed(commands: list[tuple[str, list[str], list[str], click.Command]]) -> list[str]:
+    """Each command line Click refuses (a missing argument or required option, a value of the wrong type, an extra
+    argument), with Click's reason. Paths are not looked up: the docs name files of the reader's."""
+    refused = []
+    for where, path, rest, command in commands:
+        try:
+            command.make_context(" ".join(path), list(rest))
+        except click.exceptions.Exit:  # --help
+            pass
+        except click.ClickException as exc:
+            refused.append(f"{where}: {' '.join([*path, *rest])}: {exc.format_message()}")
+    return refused
+
+
+def test_every_command_line_of_the_docs_code_blocks_parses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flag that exists is not enough: `infill train asarm --corpus DIR` without its required --tokenizer, or
+    `--tokens nine`, fails as the reader pastes it."""
+    monkeypatch.setattr(click.Path, "convert", lambda self, value, param, ctx: value)
+    monkeypatch.setattr(click.File, "convert", lambda self, value, param, ctx: value)
+    commands = block_commands()
+    assert len(commands) >= 100
+    assert {"infill train asarm", "infill lsp", "infill fill", "infill eval calibrate"} <= {
+        " ".join(path) for _, path, _, _ in commands
+    }
+    assert unparsed(commands) == []
+
+
+def test_a_command_line_the_cli_refuses_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(click.Path, "convert", lambda self, value, param, ctx: value)
+    wrong = [
+        ["train", "asarm", "--corpus", "runs/corpus"],
+        ["fill", "x.py", "--span", "9", "--tokens", "nine"],
+        ["models", "extra"],
+    ]
+    commands = [("doc:1", *resolve(words)) for words in wrong]
+    refused = unparsed([(where, path, rest, command) for where, command, path, rest in commands])
+    assert [line.split(": ", 2)[2].split("'")[0] for line in refused] == [
+        "Missing option ",
+        "Invalid value for ",
+        "Got unexpected extra argument (extra)",
+    ]
