@@ -436,3 +436,60 @@ def test_a_command_line_the_cli_refuses_is_caught(monkeypatch: pytest.MonkeyPatc
         "Invalid value for ",
         "Got unexpected extra argument (extra)",
     ]
+
+
+# --- docs/editors.md: the language server's settings table is the code's -------------------------------------------
+
+
+def settings_rows(text: str) -> dict[str, tuple[str, str]]:
+    """`setting` -> (its default cell, its meaning cell), from the table under "### Settings"."""
+    table = text[text.index("### Settings") :].split("\n#")[0]
+    return {
+        m.group(1): (m.group(2).strip(), m.group(3).strip())
+        for m in re.finditer(r"^\| `([\w.]+)` \|([^|]*)\|(.*)\|$", table, re.M)
+    }
+
+
+def literal(cell: str) -> Any:
+    """What a default cell shows: a JSON value in backticks (`0.35`, `true`, `{}`), else the text in them."""
+    text = cell.strip("`")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def test_the_lsp_settings_table_is_the_codes() -> None:
+    """Every setting `infill lsp` takes is in the table and no other; a default shown as a value is the code's
+    (and what the setting parses to); the ranges are the ones the server enforces."""
+    from infill.lsp.fills import KEYS, MAX_LINES, MAX_TOKENS, Settings
+    from infill.options import BY_NAME
+
+    rows = settings_rows((ROOT / "docs" / "editors.md").read_text(encoding="utf-8"))
+    assert {name for name in rows if "." not in name} == set(KEYS)
+    assert all(name.split(".")[0] == "fill" and name.split(".")[1] in BY_NAME for name in rows if "." in name)
+    default = Settings()
+    code = {
+        "model": default.model.name,
+        "threshold": default.threshold,
+        "fill": {},
+        "fill.engine": default.model.engine,
+        "fill.max_suffix": default.options.max_suffix,
+        "lines": default.lines,
+        "context": default.context,
+        "prefetch": default.prefetch,
+    }
+    shown = {name: literal(cell) for name, (cell, _) in rows.items() if cell.startswith("`")}
+    assert shown == code
+    for name, value in shown.items():
+        head, _, sub = name.partition(".")
+        assert Settings.parse({"fill": {sub: value}} if sub else {head: value}) == default, name
+    assert default.options.tokens is None and rows["tokens"][0] == "the length policy"
+    assert default.decode.decoder == "beam" and rows["decoder"][0] == "beam search"
+    assert f"1 to {MAX_TOKENS}" in rows["tokens"][1] and f"1 to {MAX_LINES}" in rows["lines"][1]
+
+
+def test_a_settings_row_with_another_default_is_caught() -> None:
+    text = "### Settings\n\n| setting | default | meaning |\n| --- | --- | --- |\n| `threshold` | `0.4` | x |\n"
+    assert {name: literal(cell) for name, (cell, _) in settings_rows(text).items()} == {"threshold": 0.4}
+    assert literal("`auto-int8`") == "auto-int8" and literal("`{}`") == {}
