@@ -493,3 +493,49 @@ def test_a_settings_row_with_another_default_is_caught() -> None:
     text = "### Settings\n\n| setting | default | meaning |\n| --- | --- | --- |\n| `threshold` | `0.4` | x |\n"
     assert {name: literal(cell) for name, (cell, _) in settings_rows(text).items()} == {"threshold": 0.4}
     assert literal("`auto-int8`") == "auto-int8" and literal("`{}`") == {}
+
+
+# --- environment variables: the docs name those the code reads ------------------------------------------------------
+
+# read outside infill.environment: the model server's key (infill.models.remote_http), and the tests' switch that
+# turns a missing extra from a skip into a failure (.ci/run)
+OTHER_VARIABLES = {"INFILL_API_KEY", "INFILL_API_KEY_FILE", "INFILL_REQUIRE_EXTRAS"}
+
+
+def named_variables(text: str) -> set[str]:
+    """The INFILL_* variables a text names; `INFILL_DAEMON_*` stands for each declared one it matches."""
+    import fnmatch
+
+    from infill.environment import BY_NAME
+
+    names = set()
+    for name in re.findall(r"INFILL_[A-Z0-9_]*\*?", text):
+        names |= set(fnmatch.filter(BY_NAME, name)) if name.endswith("*") else {name}
+    return names
+
+
+def test_the_docs_name_the_environment_variables_the_code_reads() -> None:
+    """Each variable the docs name is read (a declared one of infill.environment, or OTHER_VARIABLES, each of which
+    the code or CI names), and each declared one is named; docs/server.md's list of the client's own variables (which
+    never restart a daemon) is exactly those declared client-only."""
+    from infill.environment import BY_NAME, VARIABLES
+    from infill.models import remote_http
+
+    assert {remote_http.KEY_ENV, remote_http.KEY_FILE_ENV} < OTHER_VARIABLES
+    assert "INFILL_REQUIRE_EXTRAS=1" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    named = set().union(*(named_variables(doc.read_text(encoding="utf-8")) for doc in DOCS))
+    assert named - set(BY_NAME) - OTHER_VARIABLES == set()
+    assert set(BY_NAME) | OTHER_VARIABLES <= named
+    server = " ".join((ROOT / "docs" / "server.md").read_text(encoding="utf-8").split())
+    own = re.search(r"The client's own variables \(([^)]*)\) never restart a daemon", server)
+    assert own is not None
+    assert named_variables(own.group(1)) == {v.name for v in VARIABLES if v.client_only}
+
+
+def test_named_variables_expands_a_pattern() -> None:
+    assert named_variables("`INFILL_DAEMON_*`, INFILL_DEBUG=1") == {
+        "INFILL_DAEMON_TIMEOUT",
+        "INFILL_DAEMON_IDLE_TIMEOUT",
+        "INFILL_DAEMON_DEBUG",
+        "INFILL_DEBUG",
+    }
