@@ -539,3 +539,28 @@ def test_named_variables_expands_a_pattern() -> None:
         "INFILL_DAEMON_DEBUG",
         "INFILL_DEBUG",
     }
+
+
+# --- docs/docstrings.md: the pyproject.toml sample is what the loader reads ----------------------------------------
+
+
+def test_the_docstrings_configuration_sample_is_read_and_shows_the_defaults(tmp_path: Path) -> None:
+    """The sample loads as written (no unknown key, no wrong type), names every setting, and each value is the
+    default, except those marked `e.g.` or whose comment gives the default."""
+    from dataclasses import fields
+
+    from infill.docstrings.config import DocstringConfig, read_pyproject
+
+    text = (ROOT / "docs" / "docstrings.md").read_text(encoding="utf-8")
+    sample = text.split("```toml\n")[1].split("```")[0]
+    (tmp_path / "pyproject.toml").write_text(sample, encoding="utf-8")
+    read = read_pyproject(tmp_path / "pyproject.toml")
+    assert set(read) == {f.name for f in fields(DocstringConfig)}
+    examples = {
+        m.group(1).replace("-", "_") for m in re.finditer(r"^([\w-]+) = .*# (?:e\.g\.|.*\(default: )", sample, re.M)
+    }
+    assert examples == {"min_confidence", "min_probability", "ignore_regex"}
+    default = DocstringConfig()
+    assert {k: v for k, v in read.items() if k not in examples} == {
+        k: getattr(default, k) for k in read if k not in examples
+    }
