@@ -564,3 +564,46 @@ def test_the_docstrings_configuration_sample_is_read_and_shows_the_defaults(tmp_
     assert {k: v for k, v in read.items() if k not in examples} == {
         k: getattr(default, k) for k in read if k not in examples
     }
+
+
+# --- docs/server.md: the methods table and the error codes are the server's -----------------------------------------
+
+
+def method_rows(text: str) -> dict[str, str]:
+    """`method` -> its params cell, from the table of docs/server.md's protocol."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \|([^|]*)\|", text, re.M)}
+
+
+def server_error_codes() -> set[str]:
+    """Every code the server's errors can carry: the protocol's own, each InfillError class's, internal_error."""
+    from infill import errors
+    from infill.server import protocol
+
+    def subclasses(cls: type[errors.InfillError]) -> list[type[errors.InfillError]]:
+        return [cls, *(c for sub in cls.__subclasses__() for c in subclasses(sub))]
+
+    own = {protocol.PARSE_ERROR, protocol.INVALID_REQUEST, protocol.UNKNOWN_METHOD, protocol.TOO_LARGE}
+    return own | {protocol.CANCELLED, errors.INTERNAL_ERROR} | {c.code for c in subclasses(errors.InfillError)}
+
+
+def test_the_server_methods_and_error_codes_are_the_documented_ones() -> None:
+    """The methods table lists every method a client calls (the daemon's own `*_command` ones apart), the `fill`
+    row every fill parameter, the `docstrings` row exactly the parameters the method takes; the error codes listed
+    are every code an error can carry."""
+    from infill.options import BY_NAME
+    from infill.server import handlers
+    from infill.server.dispatch import Dispatcher
+
+    text = (ROOT / "docs" / "server.md").read_text(encoding="utf-8")
+    rows = method_rows(text[text.index("| method | params | result |") :])
+    methods = {m for m in Dispatcher().methods if not m.endswith("_command")}
+    assert set(rows) == methods
+    fill = set(re.findall(r"`(\w+)`", rows["fill"]))
+    assert set(BY_NAME) <= fill
+    assert set(re.findall(r"`(\w+)`", rows["docstrings"])) == {
+        "path", "text", "filename", "cwd", "ignore_regex", "config", *handlers._DOC_SETTINGS, *handlers._DOC_SWITCHES
+    }  # fmt: skip
+    flat = " ".join(text.split())
+    listed = flat[flat.index("Errors are `{") : flat.index("Responses are ASCII JSON")]
+    words = {"code", "failed", "min_confidence"}  # the field named, and where a refused fill's error keeps it
+    assert server_error_codes() == set(re.findall(r"`([a-z_]+)`", listed)) - words
