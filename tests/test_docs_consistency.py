@@ -372,7 +372,7 @@ def shell_words(text: str) -> list[str]:
     lexer.whitespace_split = True
     words = []
     for word in lexer:
-        if set(word) <= set("|;&<>()"):
+        if word and set(word) <= set("|;&<>()"):  # an operator ('' is an empty argument)
             break
         words.append(word)
     return words
@@ -420,6 +420,12 @@ def test_every_command_line_of_the_docs_code_blocks_parses(monkeypatch: pytest.M
         " ".join(path) for _, path, _, _ in commands
     }
     assert unparsed(commands) == []
+
+
+def test_shell_words_splits_as_the_shell() -> None:
+    line = "fill '' --marker '<FILL>' --until \"$(date -u)\" x.py < in.py | head -1  # a comment"
+    assert shell_words(line) == ["fill", "", "--marker", "<FILL>", "--until", "$(date -u)", "x.py"]
+    assert shell_words("serve --stdio) &") == ["serve", "--stdio"]
 
 
 def test_a_command_line_the_cli_refuses_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
