@@ -613,3 +613,29 @@ def test_the_server_methods_and_error_codes_are_the_documented_ones() -> None:
     listed = flat[flat.index("Errors are `{") : flat.index("Responses are ASCII JSON")]
     words = {"code", "failed", "min_confidence"}  # the field named, and where a refused fill's error keeps it
     assert server_error_codes() == set(re.findall(r"`([a-z_]+)`", listed)) - words
+
+
+# --- docs/editors.md: the Neovim plugin's setup() example shows its defaults ---------------------------------------
+
+
+def lua_fields(block: str) -> dict[str, str]:
+    """`name = value` of a Lua table written one field a line (the value up to its trailing comma; comments cut)."""
+    return {
+        m.group(1): m.group(2).strip()
+        for m in re.finditer(r"^  (\w+) = (.*?),?[ \t]*(?:--.*)?$", block, re.M)
+        if not m.group(2).rstrip().endswith("(")
+    }
+
+
+def test_the_plugin_setup_example_shows_every_option_and_its_default() -> None:
+    """The by-hand setup() names every option of the plugin's M.config, each with its default, but `settings`
+    (an example of a setting)."""
+    plugin = (ROOT / "editors" / "nvim" / "lua" / "infill" / "init.lua").read_text(encoding="utf-8")
+    config = lua_fields(plugin[plugin.index("M.config = {") :].split("\n}")[0])
+    text = (ROOT / "docs" / "editors.md").read_text(encoding="utf-8")
+    start = text.rindex('require("infill").setup({', 0, text.index("  debounce_ms = "))  # the by-hand one
+    shown = lua_fields(text[start:].split("\n})")[0])
+    assert set(config) >= {"cmd", "filetypes", "settings", "debounce_ms", "keys"}
+    assert set(shown) == set(config)
+    assert {k: v for k, v in shown.items() if k != "settings"} == {k: v for k, v in config.items() if k != "settings"}
+    assert config["settings"] == "{}" and "(default {})" in text
