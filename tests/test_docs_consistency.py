@@ -639,3 +639,33 @@ def test_the_plugin_setup_example_shows_every_option_and_its_default() -> None:
     assert set(shown) == set(config)
     assert {k: v for k, v in shown.items() if k != "settings"} == {k: v for k, v in config.items() if k != "settings"}
     assert config["settings"] == "{}" and "(default {})" in text
+
+
+# --- every file of the repository a doc names exists ---------------------------------------------------------------
+
+REPO_PATH = re.compile(r"(?<![\w/.<-])((?:infill|tests|benchmarks|docs|\.ci|editors|examples|completions)/[\w/.*-]*\w)")
+# the files docs/contributing.md has a reader write (a draft, a decoder, a model kind `mdm`, and their tests)
+NEW_FILE = re.compile(r"(?:^|/)(?:test_)?(?:my\w*|mdm)\.py$")
+
+
+def missing_paths(text: str) -> list[str]:
+    """The repository paths a text names that are no file or folder of the repository (`<kind>`, `*` and the
+    like are read as patterns, by files_named)."""
+    return sorted(
+        {
+            path
+            for path in re.findall(REPO_PATH, text)
+            if not NEW_FILE.search(path) and not (ROOT / path).exists() and not files_named(path)
+        }
+    )
+
+
+def test_every_repository_path_the_docs_name_exists() -> None:
+    missing = [f"{doc.relative_to(ROOT)}: {path}" for doc in DOCS for path in missing_paths(doc.read_text("utf-8"))]
+    assert missing == []
+
+
+def test_a_renamed_path_is_caught() -> None:
+    assert missing_paths("see benchmarks/typing.py and benchmarks/typng.py, editors/nvim/lua") == [
+        "benchmarks/typng.py"
+    ]
