@@ -1,5 +1,8 @@
-"""What the docs show exists: every `infill ...` flag they use is an option of that command, every relative link
-and #anchor resolves, and the server protocol sample has the shape the server answers with."""
+"""What the docs show exists: every `infill ...` flag they use is an option of that command and every command line
+of a code block parses, every relative link, #anchor and repository path resolves, the server protocol sample has
+the shape the server answers with, and the tables and samples a user copies (the server's methods and error codes,
+the LSP settings, the docstrings configuration, the Neovim plugin's setup, the environment variables) are the
+code's."""
 
 from __future__ import annotations
 
