@@ -122,3 +122,11 @@ def test_every_test_this_page_names_exists() -> None:
         assert re.search(rf"^def {name}\(", source, re.M), f"{path}::{name}"
     for path in set(re.findall(r"`(tests/[\w/]+\.py)`", RELIABILITY)):
         assert (ROOT / path).exists(), path
+
+
+def test_the_readme_gives_the_order_in_which_several_files_exit_codes_win() -> None:
+    from infill.commands.fill import _SEVERITY
+
+    order = re.search(r"With several files the most severe code wins \(([\d, ]+)\)", flat(README))
+    assert order is not None
+    assert [int(code) for code in order.group(1).split(", ")] == [int(code) for code in reversed(_SEVERITY)]
