@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from fixtures_remote import FakeHandler, FakeServer, completion, running
+from fixtures_remote import FakeHandler, FakeServer, completion, running, tokens
 
 from infill import api
 from infill.cli import main
@@ -32,16 +32,6 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("INFILL_API_KEY", raising=False)
 
 
-def tokens(text: str) -> list[int]:
-    """A fake tokenizer: each of QWEN one token (1000 + its place), any other character its code point."""
-    out: list[int] = []
-    while text:
-        hit = next((i for i, s in enumerate(QWEN) if text.startswith(s)), None)
-        out.append(ord(text[0]) if hit is None else 1000 + hit)
-        text = text[1:] if hit is None else text[len(QWEN[hit]) :]
-    return out
-
-
 class Healer:
     """A server with a tokenizer endpoint whose model writes ` total = 1` after a prompt cut before ` tot` when
     told that the fill begins so, `al = 1` after `    tot`, and `x = 1` otherwise. `way`: what it does when told
@@ -58,7 +48,7 @@ class Healer:
         elif path == "/version" and self.version is not None:
             handler.send(200, {"version": self.version})
         elif path == "/tokenize":
-            handler.send(200, {"tokens": tokens(body.get("content", body.get("prompt", "")))})
+            handler.send(200, {"tokens": tokens(body.get("content", body.get("prompt", "")), QWEN)})
         elif path.endswith("/v1/completions"):
             told = set(TOLD) & set(body)
             prompt = str(body["prompt"]).split("<|fim_suffix|>")[0]
