@@ -16,6 +16,7 @@ from fixtures_remote import FakeHandler, FakeServer, completion, running, tokens
 from infill import api
 from infill.cli import main
 from infill.config import DecodeConfig, ModelSpec
+from infill.errors import RemoteError
 from infill.models.remote import begins_with
 from infill.spans import Selection, resolve
 
@@ -35,8 +36,8 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
 class Healer:
     """A server with a tokenizer endpoint whose model writes ` total = 1` after a prompt cut before ` tot` when
     told that the fill begins so, `al = 1` after `    tot`, and `x = 1` otherwise. `way`: what it does when told
-    (takes it, "refuses" it with a 400, "ignores" it); `owner` and `version`: what /v1/models and vLLM's
-    /version say."""
+    (takes it, "refuses" it with a 400, "ignores" it; "down": a 500 to every completion); `owner` and `version`:
+    what /v1/models and vLLM's /version say."""
 
     def __init__(self, way: str = "takes", owner: str = "llamacpp", version: str | None = None) -> None:
         self.way, self.owner, self.version = way, owner, version
@@ -52,7 +53,9 @@ class Healer:
         elif path.endswith("/v1/completions"):
             told = set(TOLD) & set(body)
             prompt = str(body["prompt"]).split("<|fim_suffix|>")[0]
-            if told and self.way == "refuses":
+            if self.way == "down":
+                handler.send(500, {"error": {"message": "Loading model"}})
+            elif told and self.way == "refuses":
                 handler.send(400, {"error": {"message": f"unknown field: {sorted(told)}"}})
             elif told and self.way == "takes":
                 handler.send(200, completion(" total = 1"))
@@ -114,6 +117,18 @@ def test_a_server_that_will_not_be_told_gets_the_word_in_the_prompt(tmp_path: Pa
         bodies = completions(server)
         assert ["grammar" in b for b in bodies] == [True, False, False], bodies
         assert [b["prompt"].split("<|fim_suffix|>")[0][-7:] for b in bodies] == ["s):\n   ", "    tot", "    tot"]
+
+
+def test_a_server_that_fails_without_the_grammar_too_is_still_told(tmp_path: Path) -> None:
+    """A 500 to the healed request and to the unhealed one (a server restarting): the fill fails (exit 123), and
+    the grammar was not what the server refused, so the next fill is healed again."""
+    for server in running(FakeServer(Healer("down"))):
+        loaded = api.load_model(ModelSpec(name=server.url + "#team-model"))
+        spans = resolve(SOURCE.encode(), (Selection("span", SPAN),), "python", "m.py")
+        with pytest.raises(RemoteError, match="Loading model"):
+            api.fill_text(SOURCE, spans, language="python", model=loaded, decode=DecodeConfig(temperature=0.0))
+        assert loaded.remote.constrains == "gbnf"
+        assert ["grammar" in b for b in completions(server)] == [True, False]
 
 
 def test_a_server_without_a_tokenizer_is_not_healed(tmp_path: Path) -> None:

@@ -321,11 +321,18 @@ class RemoteFim:
         sample's text then begins with: the server is told so (`constrains`); one that cannot be is sent the
         prefix with the text back at its end instead, unhealed."""
         stop = stop[:4] if stop else []
-        if begins and self.constrains is not None and "\x00" not in begins:  # no token writes a NUL under a grammar
+        how = self.constrains
+        if begins and how is not None and "\x00" not in begins:  # no token writes a NUL under a grammar
             healed = self._complete(self.prompt(prefix, suffix), max_tokens, sampling, stop, begins)
             if healed is not None:
                 return healed
-        found = self._complete(self.prompt(prefix + begins, suffix), max_tokens, sampling, stop, "")
+            self.constrains = None  # refused or ignored: not sent again
+        try:
+            found = self._complete(self.prompt(prefix + begins, suffix), max_tokens, sampling, stop, "")
+        except RemoteError:
+            if begins:  # it fails without the field too (down, restarting): the field was not what it refused
+                self.constrains = how
+            raise
         assert found is not None  # asked without `begins`: None is never answered
         return Completion(begins + found.text, found.logprobs, found.finish)
 
@@ -333,8 +340,7 @@ class RemoteFim:
         self, prompt: str, max_tokens: int, sampling: Sampling, stop: list[str], begins: str
     ) -> Completion | None:
         """`complete`'s request, told to begin with `begins` when it is not ""; None when the server did not
-        take that (it refused the field, or answered a text that does not begin so: it ignored it), which the
-        model then no longer sends (`constrains` None)."""
+        take that (it refused the field, or answered a text that does not begin so: it ignored it)."""
         self.nfe += 1
         answer = self._sample(prompt, max_tokens, sampling, stop or None, begins)
         if answer is None:
@@ -349,7 +355,6 @@ class RemoteFim:
                 f"{max_tokens} tokens"
             )
         if begins and not text.startswith(begins):  # a server that ignores a field it does not know
-            self.constrains = None
             return None
         try:
             kept = _kept_logprobs(choice.get("logprobs"), len(text))
@@ -363,7 +368,7 @@ class RemoteFim:
         self, prompt: str, max_tokens: int, sampling: Sampling, stop: list[str] | None, begins: str = ""
     ) -> dict[str, Any] | None:
         """The answer to one completion request, told to begin with `begins` when it is not "" (None when the
-        server refused that: the model no longer sends it). A server that refuses the request with fields beyond
+        server refused that). A server that refuses the request with fields beyond
         the OpenAI API's (a gateway or an old vLLM that takes no field it does not know) is asked again with only
         those; when that is answered, the model keeps to them."""
         path = "/v1/completions"
@@ -371,12 +376,8 @@ class RemoteFim:
             if begins and self.constrains is not None:
                 told = begins_with(begins, self.constrains)
                 body = self._body(prompt, max_tokens, logprobs=1, stop=stop, **sampling.fields(self.dialect), **told)
-                # a 500 too: llama-cpp-python answers a grammar it cannot read so
-                answer = self.client.post(path, body, refused_ok=REFUSED)
-                if answer is not None:
-                    return answer
-                self.constrains = None
-                return None
+                # a 500 too: a server whose handler failed on the field (`complete` tells a server that is down)
+                return self.client.post(path, body, refused_ok=REFUSED)
             if self.dialect != "openai":
                 body = self._body(prompt, max_tokens, logprobs=1, stop=stop, **sampling.fields(self.dialect))
                 answer = self.client.post(path, body, refused_ok=(400, 422))  # not a 500: a server's own fault
