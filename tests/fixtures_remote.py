@@ -174,6 +174,16 @@ def completion(text: str, logprobs: list[float] | None = None) -> dict[str, Any]
     }
 
 
+def tokens(text: str, special: tuple[str, ...]) -> list[int]:
+    """A fake tokenizer: each of `special` one token (1000 + its place), any other character its code point."""
+    out: list[int] = []
+    while text:
+        hit = next((i for i, s in enumerate(special) if text.startswith(s)), None)
+        out.append(ord(text[0]) if hit is None else 1000 + hit)
+        text = text[1:] if hit is None else text[len(special[hit]) :]
+    return out
+
+
 def healthy(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
     """A server without a tokenizer endpoint (as Ollama) that writes `x = 1`."""
     if path.endswith("/v1/models"):

@@ -1,7 +1,7 @@
 """The remote engine (`--model URL#MODEL`, infill.models.remote) against a real server: llama-cpp-python's own
 OpenAI-compatible server on 127.0.0.1 with tiny GGUF models, started once for the module. Greedy fills equal the
-in-process llama.cpp engine's on the same file; the family is found through the server's tokenizer; retrieved lines
-are scored by the server (`echo`); sampling is reproducible by --seed."""
+in-process llama.cpp engine's on the same file, token-healed or not; the family is found through the server's
+tokenizer; retrieved lines are scored by the server (`echo`); sampling is reproducible by --seed."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from infill import api  # noqa: E402
 from infill.cli import main  # noqa: E402
 from infill.config import TOOL_DECODE, ModelSpec  # noqa: E402
 from infill.models.llamacpp import GGUFTokenizer  # noqa: E402
+from infill.models.remote import Sampling, ServerTokenizer  # noqa: E402
 from infill.models.tiny_gguf import tiny_gguf  # noqa: E402
 from infill.spans import Selection, resolve  # noqa: E402
 
@@ -57,16 +58,44 @@ def run(tmp_path: Path, name: str, text: str, *args: str) -> tuple[int, str, str
 def test_greedy_fills_equal_the_in_process_engines(
     llama: LlamaServer, tmp_path: Path, span: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same weights on the server and in this process, the same file and span: the same diff. A span inside
-    a word is token-healed in this process and cannot be on a server (docs/server.md), so the process is compared
-    unhealed: the same prompt."""
+    """The same weights on the server and in this process, the same file and span, neither token-healed: the same
+    prompt, the same diff."""
     assert llama.models["nine"].is_file()
     args = ["--span", span, "--diff", "--decoder", "sequential", "--temperature", "0"]
     monkeypatch.setattr(GGUFTokenizer, "pretoken_start", lambda self, text: None)
+    monkeypatch.setattr(ServerTokenizer, "pretoken_start", lambda self, text: None)
     here = run(tmp_path, "l.txt", LETTERS, *args, "--model", str(llama.models["nine"]))
     there = run(tmp_path, "l.txt", LETTERS, *args, "--model", f"{llama.url}#nine")
     assert here[0] == 1 and here[1].startswith("---"), here
     assert there == here
+
+
+@pytest.mark.parametrize("span", ["1:3-1:9", "1:7-1:12", "1:9-1:15"])
+def test_a_span_inside_a_word_is_healed_on_the_server_as_in_this_process(
+    llama: LlamaServer, tmp_path: Path, span: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The span starts inside a word (the nine-token vocabulary's letters are one pre-token under Qwen's
+    pre-tokenizer, which its GGUF names and the family's models use): the server is told by a GBNF grammar that
+    the fill begins with the word's start, and its greedy fill is the in-process engine's own greedy healing, the
+    most likely consistent token at each step. The control: unhealed, the fill is another."""
+    args = ["--span", span, "--diff", "--decoder", "sequential", "--temperature", "0"]
+    here = run(tmp_path, "l.txt", LETTERS, *args, "--model", str(llama.models["nine"]))
+    there = run(tmp_path, "l.txt", LETTERS, *args, "--model", f"{llama.url}#nine")
+    assert here[0] == 1 and here[1].startswith("---"), here
+    assert there == here
+    monkeypatch.setattr(GGUFTokenizer, "pretoken_start", lambda self, text: None)
+    unhealed = run(tmp_path, "l.txt", LETTERS, *args, "--model", str(llama.models["nine"]))
+    assert unhealed[0] == 1 and unhealed != here
+
+
+@pytest.mark.parametrize("text", [' "a\\b"', "\tx", "é(🙂", "a.b*c+d?[e]{f}|g^h$i/j"])
+def test_the_server_reads_the_grammar_of_any_text(llama: LlamaServer, text: str) -> None:
+    """The GBNF grammar that begins a fill with `text`, quotes, backslashes, a tab and non-ASCII in it: the server
+    takes it and its fill begins with the text (llama-cpp-python's server dies of a grammar it cannot read)."""
+    api.clear_model_cache()
+    model = api.load_model(ModelSpec(name=f"{llama.url}#qwen")).remote
+    got = model.complete("x = ", "\n", 24, Sampling(0.0, 0, 1.0, None), [], text)
+    assert model.constrains == "gbnf" and model.nfe == 1 and got.text.startswith(text), got
 
 
 def test_the_family_comes_from_the_servers_tokenizer_and_lines_are_scored_by_it(

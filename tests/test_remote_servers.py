@@ -22,6 +22,7 @@ from fixtures_remote import (
     ipv6_loopback,
     proxied,
     running,
+    tokens,
 )
 
 from infill import api
@@ -65,16 +66,6 @@ def fill(tmp_path: Path, url: str, *args: str) -> tuple[int, str]:
     api.clear_model_cache()
     r = CliRunner().invoke(main, ["fill", str(path), "--span", "2", "--model", url, *args])
     return r.exit_code, r.stderr
-
-
-def tokens(text: str, special: tuple[str, ...]) -> list[int]:
-    """A fake tokenizer: each of `special` one token (1000 + its place), any other character its code point."""
-    out: list[int] = []
-    while text:
-        hit = next((i for i, s in enumerate(special) if text.startswith(s)), None)
-        out.append(ord(text[0]) if hit is None else 1000 + hit)
-        text = text[1:] if hit is None else text[len(special[hit]) :]
-    return out
 
 
 STARCODER = ("<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<file_sep>")

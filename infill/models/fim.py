@@ -30,6 +30,9 @@ class FimFamily:
     suffix: tuple[str, ...]
     middle: tuple[str, ...]
     ends: tuple[str, ...] = ()  # tokens that end the middle, besides the folder's own end-of-text tokens
+    # the pre-tokenizer of the family's models (llama.cpp's name, infill.models.tokenizer.PRE_TOKENIZERS), for
+    # token healing where only the server knows the vocabulary (infill.models.remote); None: not healed there
+    pre: str | None = None
 
 
 FAMILIES: tuple[FimFamily, ...] = (
@@ -41,14 +44,20 @@ FAMILIES: tuple[FimFamily, ...] = (
         ("<|fim_suffix|>",),
         ("<|fim_middle|>",),
         ("<|fim_pad|>", "<|file_sep|>", "<|file_separator|>"),
+        "qwen2",
     ),
     # StarCoder, StarCoder2, SantaCoder
-    FimFamily("starcoder", ("<fim_prefix>",), ("<fim_suffix>",), ("<fim_middle>",), ("<file_sep>",)),
+    FimFamily("starcoder", ("<fim_prefix>",), ("<fim_suffix>",), ("<fim_middle>",), ("<file_sep>",), "starcoder"),
     # Code Llama: sentencepiece spells them with a leading "▁"; converted tokenizers sometimes without
     FimFamily("codellama", ("▁<PRE>", "<PRE>"), ("▁<SUF>", "<SUF>"), ("▁<MID>", "<MID>"), ("▁<EOT>", "<EOT>")),
     # DeepSeek-Coder: begin = before the prefix, hole = where the middle goes, end = before the middle
     FimFamily(
-        "deepseek", ("<｜fim▁begin｜>",), ("<｜fim▁hole｜>",), ("<｜fim▁end｜>",), ("<|EOT|>", "<｜end▁of▁sentence｜>")
+        "deepseek",
+        ("<｜fim▁begin｜>",),
+        ("<｜fim▁hole｜>",),
+        ("<｜fim▁end｜>",),
+        ("<|EOT|>", "<｜end▁of▁sentence｜>"),
+        "deepseek-coder",
     ),
 )
 

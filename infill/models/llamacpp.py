@@ -37,14 +37,13 @@ import threading
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from infill.config import ModelSpec
 from infill.environment import data_dir
 from infill.errors import InputError, ModelError
 from infill.models.gguf import TOKEN_CONTROL, TOKEN_USER_DEFINED, GGUFHeader
-from infill.models.tokenizer import pretoken_start, without_space_prefix
+from infill.models.tokenizer import PRE_TOKENIZERS, named_pre_tokenizer, pretoken_start, without_space_prefix
 
 if TYPE_CHECKING:
     import torch
@@ -369,25 +368,6 @@ def _concat(parts: list[Any]) -> Any:
     return np.concatenate(parts)
 
 
-# The pre-tokenizers of byte-level BPE vocabularies (tokenizer.ggml.model "gpt2"), by tokenizer.ggml.pre: the
-# regular expressions llama.cpp splits text with before BPE (the ones the models' tokenizer.json files hold), each
-# applied to the pieces the one before left. Where a pre-token starts is where token healing backs a prompt up to
-# (infill.core.plan.heal_text); a vocabulary not named here is not healed.
-_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-_CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-_QWEN2 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-_LLAMA3 = _QWEN2.replace(r"|\p{N}|", r"|\p{N}{1,3}|")
-PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
-    "qwen2": (_QWEN2,),
-    "llama3": (_LLAMA3,),
-    "llama-bpe": (_LLAMA3,),
-    "deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", r"\p{N}"),
-    "starcoder": (r"\p{N}", _GPT2),
-    "refact": (r"\p{N}", _GPT2),
-    "gpt-2": (_GPT2,),
-}
-
-
 class GGUFTokenizer:
     """The Tokenizer protocol over a GGUF file's vocabulary, through llama.cpp's own tokenizer (so text is split as
     the model was trained to see it). User text never turns into special tokens; decode concatenates the tokens'
@@ -401,7 +381,7 @@ class GGUFTokenizer:
         self._pieces: dict[int, bytes] = {}
         self._buffer = ctypes.create_string_buffer(256)
         model, pre = header.metadata.get("tokenizer.ggml.model"), header.metadata.get("tokenizer.ggml.pre")
-        self._splits = PRE_TOKENIZERS.get(str(pre), ()) if model == "gpt2" else ()
+        self._pre = str(pre) if model == "gpt2" and str(pre) in PRE_TOKENIZERS else None
 
     def encode(self, text: str) -> list[int]:
         """`text` as tokens where it follows other text (the suffix after <SUF>, the text between two spans):
@@ -460,14 +440,7 @@ class GGUFTokenizer:
     def pretoken_start(self, text: str) -> int | None:
         """Where the last pre-token of `text` starts (a string offset), under the vocabulary's pre-tokenizer
         (PRE_TOKENIZERS), for token healing; None for a vocabulary whose pre-tokenizer is not known here."""
-        return pretoken_start(self._pre_tokenizer, text) if self._splits else None
-
-    @functools.cached_property
-    def _pre_tokenizer(self) -> Any:
-        from tokenizers import Regex, pre_tokenizers
-
-        splits = [pre_tokenizers.Split(Regex(p), behavior="isolated") for p in self._splits]
-        return SimpleNamespace(pre_tokenizer=pre_tokenizers.Sequence(splits))
+        return pretoken_start(named_pre_tokenizer(self._pre), text) if self._pre else None
 
     def token_id(self, token: str) -> int | None:
         """The id of a single (special) token by its text in the vocabulary, or None."""

@@ -64,6 +64,7 @@ class ServerTokenizer:
         self._ids: OrderedDict[str, list[int]] = OrderedDict()
         self._lock = threading.Lock()
         self.lead = self._raw_encode("")  # what the endpoint puts before any text (a BOS): not part of a text
+        self.pre: str | None = None  # the vocabulary's pre-tokenizer (PRE_TOKENIZERS), from the model's FIM family
 
     @classmethod
     def probe(cls, client: Client, model: str | None, vllm: bool = False) -> ServerTokenizer | None:
@@ -142,6 +143,14 @@ class ServerTokenizer:
                 self._texts.popitem(last=False)
         return text
 
+    def pretoken_start(self, text: str) -> int | None:
+        """Where the last pre-token of `text` starts, under the pre-tokenizer of the model's family (`pre`), for
+        token healing (infill.core.plan.heal_text checks the cut against the server's own tokens); None when the
+        family's is not known (Code Llama's sentencepiece)."""
+        from infill.models.tokenizer import named_pre_tokenizer, pretoken_start
+
+        return pretoken_start(named_pre_tokenizer(self.pre), text) if self.pre else None
+
     def token_id(self, text: str) -> int | None:
         """The id of `text` when the server reads it as one token (a family's FIM token), else None."""
         ids = self.encode(text)
@@ -216,6 +225,28 @@ class Sampling:
         return out
 
 
+# How a server is told that a completion must begin with given text (token healing: `begins_with`): "gbnf" (llama.cpp's
+# llama-server and llama-cpp-python's server: a GBNF `grammar`), "structured_outputs" (vLLM from 0.10.2: a regex in
+# `structured_outputs`) and "guided_regex" (vLLM before 0.12, which dropped it). Ollama takes neither.
+CONSTRAINTS = ("gbnf", "structured_outputs", "guided_regex")
+_REGEX_SPECIAL = frozenset("\\.^$*+?()[]{}|/")
+_GBNF_ESCAPES = {"\\": "\\\\", '"': '\\"', "\t": "\\t", "\r": "\\r", "\n": "\\n"}
+
+
+def begins_with(text: str, how: str) -> dict[str, Any]:
+    """The request's field that makes the completion begin with `text` and go on freely after it, in the server's
+    way `how` (CONSTRAINTS). What follows the text is any character, so the rest of the completion is the
+    model's own: with greedy decoding the whole is the most likely token consistent with the text at each step,
+    the tool's greedy healing (infill.decoding.healing)."""
+    if how == "gbnf":
+        literal = "".join(
+            _GBNF_ESCAPES.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 32 or ord(c) == 127 else c) for c in text
+        )
+        return {"grammar": f'root ::= "{literal}" rest\nrest ::= [^\\x00]*\n'}
+    regex = "".join("\\" + c if c in _REGEX_SPECIAL else c for c in text) + r"[\s\S]*"
+    return {"structured_outputs": {"regex": regex}} if how == "structured_outputs" else {"guided_regex": regex}
+
+
 @dataclass
 class Completion:
     """One sample from the server: its text (up to the end or the stop), the log-probabilities of the tokens that
@@ -248,6 +279,7 @@ class RemoteFim:
     scores_prompts: bool | None = None  # whether `echo` returns the prompt's log-probabilities (None: not known)
     echo_tokens: int | None = None  # the longest prompt scored with `echo` (None: any; EXTRAS_ECHO_TOKENS)
     dialect: str = "llama.cpp"  # how the server reads the sampling fields (DIALECTS)
+    constrains: str | None = None  # how the server is told what a completion begins with (CONSTRAINTS); None: not
     nfe: int = 0  # completion requests
     identity: tuple[Any, ...] = ()  # what the server said of the model when it was loaded (`replaced`)
     identify: Callable[[], tuple[Any, ...]] | None = None  # asks the server for it again
@@ -281,10 +313,39 @@ class RemoteFim:
             body["logit_bias"] = self.banned
         return body
 
-    def complete(self, prompt: str, max_tokens: int, sampling: Sampling, stop: list[str]) -> Completion:
-        """One sample of the middle after `prompt`, with the log-probabilities of its tokens."""
+    def complete(
+        self, prefix: str, suffix: str, max_tokens: int, sampling: Sampling, stop: list[str], begins: str = ""
+    ) -> Completion:
+        """One sample of the middle between `prefix` and `suffix`, with the log-probabilities of its tokens.
+        `begins`: token healing's text (infill.core.plan.heal_text), cut off the end of the prefix, which the
+        sample's text then begins with: the server is told so (`constrains`); one that cannot be is sent the
+        prefix with the text back at its end instead, unhealed."""
+        stop = stop[:4] if stop else []
+        how = self.constrains
+        if begins and how is not None and "\x00" not in begins:  # no token writes a NUL under a grammar
+            healed = self._complete(self.prompt(prefix, suffix), max_tokens, sampling, stop, begins)
+            if healed is not None:
+                return healed
+            self.constrains = None  # refused or ignored: not sent again
+        try:
+            found = self._complete(self.prompt(prefix + begins, suffix), max_tokens, sampling, stop, "")
+        except RemoteError:
+            if begins:  # it fails without the field too (down, restarting): the field was not what it refused
+                self.constrains = how
+            raise
+        assert found is not None  # asked without `begins`: None is never answered
+        return Completion(begins + found.text, found.logprobs, found.finish)
+
+    def _complete(
+        self, prompt: str, max_tokens: int, sampling: Sampling, stop: list[str], begins: str
+    ) -> Completion | None:
+        """`complete`'s request, told to begin with `begins` when it is not ""; None when the server did not
+        take that (it refused the field, or answered a text that does not begin so: it ignored it)."""
         self.nfe += 1
-        choice = self._choice(self._sample(prompt, max_tokens, sampling, stop[:4] if stop else None))
+        answer = self._sample(prompt, max_tokens, sampling, stop or None, begins)
+        if answer is None:
+            return None
+        choice = self._choice(answer)
         text = choice.get("text")
         if not isinstance(text, str):
             raise self._malformed("a choice without text")
@@ -293,6 +354,8 @@ class RemoteFim:
                 f"model server {self.target.base} answered {len(text):,} characters to a request for at most "
                 f"{max_tokens} tokens"
             )
+        if begins and not text.startswith(begins):  # a server that ignores a field it does not know
+            return None
         try:
             kept = _kept_logprobs(choice.get("logprobs"), len(text))
         except ValueError as exc:
@@ -301,12 +364,20 @@ class RemoteFim:
         # as U+FFFD (llama.cpp's, vLLM's): never a file's text
         return Completion(text.rstrip("\ufffd"), kept, str(choice.get("finish_reason")))
 
-    def _sample(self, prompt: str, max_tokens: int, sampling: Sampling, stop: list[str] | None) -> dict[str, Any]:
-        """The answer to one completion request. A server that refuses the request with fields beyond the OpenAI
-        API's (a gateway or an old vLLM that takes no field it does not know) is asked again with only those; when
-        that is answered, the model keeps to them."""
+    def _sample(
+        self, prompt: str, max_tokens: int, sampling: Sampling, stop: list[str] | None, begins: str = ""
+    ) -> dict[str, Any] | None:
+        """The answer to one completion request, told to begin with `begins` when it is not "" (None when the
+        server refused that). A server that refuses the request with fields beyond
+        the OpenAI API's (a gateway or an old vLLM that takes no field it does not know) is asked again with only
+        those; when that is answered, the model keeps to them."""
         path = "/v1/completions"
         with self._fitting():
+            if begins and self.constrains is not None:
+                told = begins_with(begins, self.constrains)
+                body = self._body(prompt, max_tokens, logprobs=1, stop=stop, **sampling.fields(self.dialect), **told)
+                # a 500 too: a server whose handler failed on the field (`complete` tells a server that is down)
+                return self.client.post(path, body, refused_ok=REFUSED)
             if self.dialect != "openai":
                 body = self._body(prompt, max_tokens, logprobs=1, stop=stop, **sampling.fields(self.dialect))
                 answer = self.client.post(path, body, refused_ok=(400, 422))  # not a 500: a server's own fault

@@ -54,6 +54,32 @@ def _dialect(listed: list[dict[str, Any]], model: str) -> str:
     return "vllm" if "vllm" in owners else "llama.cpp"
 
 
+# vLLM's first version that takes `structured_outputs` (0.12 dropped `guided_regex`)
+STRUCTURED_OUTPUTS = (0, 10, 2)
+
+
+def _constrains(client: Client, dialect: str, tok: ServerTokenizer | None) -> str | None:
+    """How the server is told what a completion begins with, for token healing (infill.models.remote.CONSTRAINTS):
+    vLLM by its version (GET /version; one that does not say is taken as a recent one), a server with llama.cpp's
+    or llama-cpp-python's tokenizer endpoint by a GBNF grammar; None without a tokenizer endpoint (Ollama, which
+    takes no grammar either: it is not healed). A server that refuses or ignores the field is asked again
+    without it, and the model keeps to that (RemoteFim.complete)."""
+    if tok is None:
+        return None
+    if dialect != "vllm":
+        return "gbnf"
+    try:
+        answer = client.get("/version", absent_ok=True)
+    except RemoteError:
+        answer = None
+    said = str((answer or {}).get("version", ""))
+    parts = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", said)
+    if parts is None:
+        return "structured_outputs"
+    version = tuple(int(p or 0) for p in parts.groups())
+    return "structured_outputs" if version >= STRUCTURED_OUTPUTS else "guided_regex"
+
+
 # fields of a /v1/models entry that change between two answers of one server (vLLM's and llama-server's
 # `created` is the time of the request; vLLM's permission has a fresh id each time)
 VOLATILE = frozenset({"created", "permission", "permissions", "status"})
@@ -120,6 +146,8 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
     tokenizer: ServerTokenizer | TextPieces = server_tok if server_tok is not None else TextPieces()
     family, spelled, banned = _family(target, model, server_tok, unlisted)
     lead = len(server_tok.lead) if server_tok is not None else 0
+    if server_tok is not None:
+        server_tok.pre = family.pre
     remote = RemoteFim(
         client,
         target,
@@ -132,6 +160,7 @@ def load_remote(spec: ModelSpec) -> LoadedModel:
         reserve=3 + lead,
         echo_tokens=EXTRAS_ECHO_TOKENS if server_tok is not None and server_tok.dialect == "extras" else None,
         dialect=dialect,
+        constrains=_constrains(client, dialect, server_tok),
     )
     remote.identify = lambda: _identity(client, model, server_tok, spelled, props=served is not None)
     remote.identity = remote.identify()

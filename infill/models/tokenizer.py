@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +140,37 @@ class ByteBPETokenizer:
 
     def lossless(self, text: str) -> bool:
         return self.decode(self.encode(text)) == text
+
+
+# The pre-tokenizers of byte-level BPE vocabularies (tokenizer.ggml.model "gpt2"), by tokenizer.ggml.pre: the
+# regular expressions llama.cpp splits text with before BPE (the ones the models' tokenizer.json files hold), each
+# applied to the pieces the one before left. Where a pre-token starts is where token healing backs a prompt up to
+# (infill.core.plan.heal_text); a vocabulary not named here is not healed. A model server's tokenizer
+# (infill.models.remote) is given the one its FIM family's models use (infill.models.fim.FimFamily.pre).
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+_QWEN2 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_LLAMA3 = _QWEN2.replace(r"|\p{N}|", r"|\p{N}{1,3}|")
+PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
+    "qwen2": (_QWEN2,),
+    "llama3": (_LLAMA3,),
+    "llama-bpe": (_LLAMA3,),
+    "deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", r"\p{N}"),
+    "starcoder": (r"\p{N}", _GPT2),
+    "refact": (r"\p{N}", _GPT2),
+    "gpt-2": (_GPT2,),
+}
+
+
+@cache
+def named_pre_tokenizer(name: str) -> Any:
+    """llama.cpp's pre-tokenizer `name` (PRE_TOKENIZERS) as `pretoken_start` reads one: its splits in sequence."""
+    from types import SimpleNamespace
+
+    from tokenizers import Regex, pre_tokenizers
+
+    splits = [pre_tokenizers.Split(Regex(p), behavior="isolated") for p in PRE_TOKENIZERS[name]]
+    return SimpleNamespace(pre_tokenizer=pre_tokenizers.Sequence(splits))
 
 
 def pretoken_start(tok: Any, text: str) -> int | None:

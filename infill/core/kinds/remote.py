@@ -24,30 +24,36 @@ class Remote:
         return loaded, cfg
 
     def window(self, loaded: LoadedModel) -> Window:
-        # not healed: a server cannot be told that a fill must begin with given text (docs/server.md); left to
-        # right: the server's prompt cache (llama-server's cache_prompt, vLLM's prefix caching, Ollama's) keeps a
-        # prompt up to its first change, as llama.cpp's does here
-        window = Window(loaded.remote.max_length, has_bos=False, has_pad=True, groups_spans=False, heals=False)
+        # healed where the server can be told that a fill begins with given text (RemoteFim.constrains; its
+        # tokenizer says where to cut: ServerTokenizer.pretoken_start); left to right: the server's prompt cache
+        # (llama-server's cache_prompt, vLLM's prefix caching, Ollama's) keeps a prompt up to its first change, as
+        # llama.cpp's does here
+        heals = loaded.remote.constrains is not None
+        window = Window(loaded.remote.max_length, has_bos=False, has_pad=True, groups_spans=False, heals=heals)
         return left_to_right(window)
 
     def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
         """One sample of the region's one span from the server (greedy at temperature 0), scored by the
-        log-probabilities of the tokens that wrote its text (unscored where the server gives none). A one-line
-        span stops at the line break; a sample whose first line came back blank is asked again without that stop
-        (the same sample: a stop only cuts)."""
+        log-probabilities of the tokens that wrote its text (unscored where the server gives none). A healed span
+        (token healing: plan.heal) is asked to begin with the healed text, which the fill then holds (cut off it by
+        infill.core.edits): at temperature 0 that is the tool's own greedy healing; a sampled one is constrained
+        step by step (the server renormalises over the consistent tokens at each), not drawn from the exact
+        conditional (docs/server.md). A one-line span stops at the line break; a sample whose first line came back
+        blank is asked again without that stop (the same sample: a stop only cuts)."""
         (plan,) = region.spans
         from infill.models.remote import Sampling
 
         model, tok, cfg = run.loaded.remote, run.loaded.tokenizer, run.cfg
-        prompt = model.prompt(tok.decode(region.prefix_ids), tok.decode(region.suffix_ids))
+        prefix, suffix = tok.decode(region.prefix_ids), tok.decode(region.suffix_ids)
         seed = None if cfg.temperature == 0 else run.draws.server_seed()
         stops = [*model.ends[:3], "\n"] if plan.span.one_line else list(model.ends[:4])
         if run.on_progress is not None:
             run.on_progress({"event": "step", "tokens": run.totals.tokens, "base": run.totals.tokens, "nfe": 0})
         sampling = Sampling(cfg.temperature, cfg.top_k, cfg.top_p, seed)
-        got = model.complete(prompt, plan.budget, sampling, stops)
-        if plan.span.one_line and got.finish == "stop" and not got.text.strip():
-            got = model.complete(prompt, plan.budget, sampling, list(model.ends[:4]))
+        heal = plan.heal
+        got = model.complete(prefix, suffix, plan.budget, sampling, stops, heal)
+        if plan.span.one_line and got.finish == "stop" and not got.text[len(heal) :].strip():
+            got = model.complete(prefix, suffix, plan.budget, sampling, list(model.ends[:4]), heal)
         run.totals.nfe += 1
         run.totals.tokens += len(got.logprobs)
         score = float(sum(got.logprobs))
