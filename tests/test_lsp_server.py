@@ -84,7 +84,7 @@ def test_initialize_advertises_features_and_the_default_encoding(shared: LspClie
     assert capabilities["positionEncoding"] == "utf-16"  # the client offered none
     assert capabilities["textDocumentSync"]["change"] == 2  # incremental
     assert "inlineCompletionProvider" in capabilities
-    assert "completionProvider" in capabilities
+    assert capabilities["completionProvider"] == {"resolveProvider": False}  # ALE (Vim) reads {} as none
     assert set(capabilities["codeActionProvider"]["codeActionKinds"]) == {"refactor.rewrite", "source"}
     commands = set(capabilities["executeCommandProvider"]["commands"])
     assert commands == {"infill.fillSelection", "infill.addDocstrings"}

@@ -27,7 +27,8 @@ def build(max_input_bytes: int, model: str | None = None) -> InfillServer:
     server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)(did_change_configuration)
     server.feature(lsp.SHUTDOWN)(shutdown)
     server.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())(inline_completion)
-    server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions())(completion)
+    # not an empty object: Vim's ALE takes `"completionProvider": {}` for no completion support
+    server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(resolve_provider=False))(completion)
     server.feature(
         lsp.TEXT_DOCUMENT_CODE_ACTION,
         lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.RefactorRewrite, lsp.CodeActionKind.Source]),
