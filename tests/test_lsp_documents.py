@@ -165,14 +165,14 @@ def test_a_change_in_a_long_file_scans_only_the_lines_it_touches(monkeypatch: py
     document = Document("file:///a.py", "python", 1, "".join(f"line_{n} = {n}\r\n" for n in range(10_000)))
     document.lines  # noqa: B018 - the index of the opened text
     scanned: list[tuple[int, int]] = []
-    pattern = documents._LINE_BREAK
+    pattern = documents.LINE_BREAK
 
     class Counting:
         def finditer(self, text: str, pos: int = 0, endpos: int = 2**62) -> Any:
             scanned.append((pos, min(endpos, len(text))))
             return pattern.finditer(text, pos, endpos)
 
-    monkeypatch.setattr(documents, "_LINE_BREAK", Counting())
+    monkeypatch.setattr(documents, "LINE_BREAK", Counting())
     document.change(2, "new = 1\r\n", (5000, 0), (5000, 0), "utf-16")  # a line typed in the middle
     assert document.offset(5001, 0, "utf-16") == document.text.index("line_5000 ")
     assert document.offset(10_001, 0, "utf-16") == len(document.text)

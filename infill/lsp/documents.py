@@ -20,7 +20,7 @@ from typing import Literal
 
 Encoding = Literal["utf-8", "utf-16", "utf-32"]
 ENCODINGS: tuple[Encoding, ...] = ("utf-16", "utf-8", "utf-32")
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 class PositionError(ValueError):
@@ -54,7 +54,7 @@ class Lines:
 
     def __post_init__(self) -> None:
         if not self.starts:
-            self.starts = [0] + [m.end() for m in _LINE_BREAK.finditer(self.text)]
+            self.starts = [0] + [m.end() for m in LINE_BREAK.finditer(self.text)]
 
     def edited(self, a: int, b: int, inserted: str, text: str) -> Lines:
         """The lines of `text`, this text with [a, b) replaced by `inserted`: only the lines the edit touches are
@@ -65,7 +65,7 @@ class Lines:
         first = bisect.bisect_right(self.starts, max(a - 1, 0)) - 1
         after = bisect.bisect_right(self.starts, b + 1)  # the first start whose line break is after b
         stop = self.starts[after] + delta if after < len(self.starts) else len(text)
-        scanned = [m.end() for m in _LINE_BREAK.finditer(text, self.starts[first], stop)]  # `stop` included
+        scanned = [m.end() for m in LINE_BREAK.finditer(text, self.starts[first], stop)]  # `stop` included
         return Lines(text, self.starts[: first + 1] + scanned + [s + delta for s in self.starts[after + 1 :]])
 
     @property

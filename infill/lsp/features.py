@@ -15,7 +15,7 @@ from infill import environment
 from infill.config import ModelSpec
 from infill.errors import InfillError
 from infill.lsp import fills
-from infill.lsp.documents import Document
+from infill.lsp.documents import LINE_BREAK, Document
 from infill.lsp.server import ADD_DOCSTRINGS, FILL_SELECTION, InfillServer, RequestFailed, document_name
 
 
@@ -27,7 +27,8 @@ def build(max_input_bytes: int, model: str | None = None) -> InfillServer:
     server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)(did_change_configuration)
     server.feature(lsp.SHUTDOWN)(shutdown)
     server.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())(inline_completion)
-    server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions())(completion)
+    # not an empty object: Vim's ALE takes `"completionProvider": {}` for no completion support
+    server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(resolve_provider=False))(completion)
     server.feature(
         lsp.TEXT_DOCUMENT_CODE_ACTION,
         lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.RefactorRewrite, lsp.CodeActionKind.Source]),
@@ -69,17 +70,23 @@ async def inline_completion(ls: InfillServer, params: lsp.InlineCompletionParams
 
 
 async def completion(ls: InfillServer, params: lsp.CompletionParams) -> lsp.CompletionList | None:
+    """The fill as one item of one line (a block's first line: Vim's complete() cannot insert a line break, it
+    writes a NUL; the rest comes from the typeahead cache when asked on the next line), its edit from the start of
+    the word being typed. No filterText: clients then filter by the label, which starts with that word, and
+    Neovim's omnifunc before 0.11 takes the edit's start as the word's instead of its own 'iskeyword' one."""
     found = await ls.complete(params.text_document.uri, params.position, None)
     if found is None:
         return lsp.CompletionList(is_incomplete=True, items=[])
     document, filled = found
-    start, text = filled.start, filled.text
-    word = _keyword_start(document.text, ls.offset(document, params.position))
+    start, text = filled.start, _first_line(filled.text)
+    word = _keyword_start(document.text, ls.offset(document, params.position), fills.language_of(document))
     if word < start:  # from the start of the word being typed: menus filter and replace from there
         text, start = document.text[word:start] + text, word
     elif start < word and text.startswith(document.text[start:word]):
         text, start = text[word - start :], word
-    label = text.strip().splitlines()[0] if text.strip() else text
+    if not text.strip() or document.text[start : filled.end] == text:  # a line break first, or nothing new
+        return lsp.CompletionList(is_incomplete=True, items=[])
+    label = text.strip()
     confidence = "" if filled.confidence is None else f" ({filled.confidence:.0%})"
     item = lsp.CompletionItem(
         label=label if len(label) <= 80 else label[:77] + "...",
@@ -87,7 +94,6 @@ async def completion(ls: InfillServer, params: lsp.CompletionParams) -> lsp.Comp
         detail=f"infill{confidence}",
         data={"confidence": filled.confidence},
         sort_text="0",
-        filter_text=text,
         insert_text_format=lsp.InsertTextFormat.PlainText,
         text_edit=lsp.TextEdit(ls.range(document, start, filled.end), text),
     )
@@ -165,13 +171,22 @@ async def add_docstrings(ls: InfillServer, *args: Any) -> None:
     await ls.apply(snapshot, edits, "infill: add docstrings")
 
 
-def _keyword_start(text: str, offset: int) -> int:
-    """Where the word before `offset` starts (letters, digits, underscore): completion menus filter and replace
-    from there."""
+_DOLLAR_IDENTIFIERS = frozenset({"javascript", "typescript", "tsx"})  # `$` is part of a name there (`$el`)
+
+
+def _keyword_start(text: str, offset: int, language: str | None = None) -> int:
+    """Where the word before `offset` starts (letters, digits, underscore; `$` too in JavaScript and TypeScript,
+    as Emacs's modes and the languages count it): completion menus filter and replace from there."""
+    extra = "$" if language in _DOLLAR_IDENTIFIERS else ""
     start = offset
-    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_" or text[start - 1] in extra):
         start -= 1
     return start
+
+
+def _first_line(text: str) -> str:
+    """`text` up to its first line break (LSP's: "\\n", "\\r\\n" or "\\r")."""
+    return LINE_BREAK.split(text, maxsplit=1)[0]
 
 
 def _inside_crlf(text: str, at: int) -> bool:
