@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -16,13 +17,15 @@ from fixtures_remote import LlamaServer, require_server_extra
 require_server_extra()
 
 from fixtures_bd import tiny_causal_lm  # noqa: E402
-from fixtures_llamacpp import NINE, VOCAB, network_gguf  # noqa: E402
+from fixtures_llamacpp import END, FIM, NINE, VOCAB, engine_of, network_gguf  # noqa: E402
 
 from infill import api  # noqa: E402
 from infill.cli import main  # noqa: E402
 from infill.config import TOOL_DECODE, ModelSpec  # noqa: E402
+from infill.models.autoregressive import CausalFim  # noqa: E402
 from infill.models.llamacpp import GGUFTokenizer  # noqa: E402
 from infill.models.remote import Sampling, ServerTokenizer  # noqa: E402
+from infill.models.remote_http import Client  # noqa: E402
 from infill.models.tiny_gguf import tiny_gguf  # noqa: E402
 from infill.spans import Selection, resolve  # noqa: E402
 
@@ -68,6 +71,48 @@ def test_greedy_fills_equal_the_in_process_engines(
     there = run(tmp_path, "l.txt", LETTERS, *args, "--model", f"{llama.url}#nine")
     assert here[0] == 1 and here[1].startswith("---"), here
     assert there == here
+
+
+def test_the_servers_score_is_over_the_whole_vocabulary_and_the_tools_over_what_it_may_write(
+    llama: LlamaServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same greedy fill (1:9-1:15, unhealed: 14 tokens, ended by the budget, so no end token is in either
+    score) scored token by token: the server's log-probability of each token is the network's over all nine
+    tokens (llama-cpp-python's, from the logits before `logit_bias`), the tool's is renormalised over the six it
+    may write (the FIM tokens banned; docs/server.md). The scores differ by that and by nothing else: no token of
+    the fill is counted twice or missed on either side."""
+    monkeypatch.setattr(GGUFTokenizer, "pretoken_start", lambda self, text: None)
+    monkeypatch.setattr(ServerTokenizer, "pretoken_start", lambda self, text: None)
+    answers: list[dict[str, Any]] = []
+    post = Client.post
+
+    def recorded(self: Client, path: str, body: dict[str, Any], **kw: Any) -> dict[str, Any] | None:
+        answer = post(self, path, body, **kw)
+        if path.endswith("/completions") and answer is not None:
+            answers.append(answer)
+        return answer
+
+    monkeypatch.setattr(Client, "post", recorded)
+    args = ["--span", "1:9-1:15", "--format", "json", "--decoder", "sequential", "--temperature", "0"]
+    here = run(tmp_path, "l.txt", LETTERS, *args, "--model", str(llama.models["nine"]))
+    there = run(tmp_path, "l.txt", LETTERS, *args, "--model", f"{llama.url}#nine")
+    local, remote = (json.loads(r[1])["edits"][0] for r in (here, there))
+    (answer,) = answers
+    reported = answer["choices"][0]["logprobs"]["token_logprobs"]
+    fill = [ord(c) - ord("a") for c in remote["text"]]  # the nine-token vocabulary: "a".."e" are tokens 0..4
+    assert local["text"] == remote["text"] and len(fill) == len(reported) == 14
+
+    letters = [ord(c) - ord("a") for c in LETTERS]
+    fim = CausalFim(engine_of(llama.models["nine"]), fim=FIM, end_ids=(END,))
+    seq = fim.prompt(letters[:8], letters[14:]) + fill[:-1]
+    logits = fim.engine.rows([seq], len(fill))[0].double()  # (14, 9): the network's, nothing banned
+    whole = logits.log_softmax(-1)[range(len(fill)), fill]
+    logits[:, list(FIM.ids)] = float("-inf")
+    writable = logits.log_softmax(-1)[range(len(fill)), fill]
+    assert reported == pytest.approx(whole.tolist(), abs=1e-3)  # float32 passes of other batch shapes
+    assert remote["score"] == pytest.approx(float(whole.sum()), abs=1e-2)
+    assert local["score"] == pytest.approx(float(writable.sum()), abs=1e-2)
+    assert local["score"] - remote["score"] > 3  # the FIM tokens hold a quarter of this random network's mass
 
 
 @pytest.mark.parametrize("span", ["1:3-1:9", "1:7-1:12", "1:9-1:15"])
