@@ -296,6 +296,31 @@ def test_a_plugin_module_edited_after_the_daemon_imported_it_restarts_it(
     assert client.differences({**ping, "outside": "garbage"}) == []  # an older daemon's ping: no such list
 
 
+def test_a_shutdown_request_ends_the_accept_loop_without_waiting_for_its_poll(tmp_path: Path) -> None:
+    """A shutdown request (and SIGTERM, through the same request_stop) wakes the daemon's accept loop: it used to
+    see the stop only at its next poll, up to a second later, which every `infill daemon stop` waited for. Here
+    the poll is an hour away, so only the wake-up can end the loop within the hang guard."""
+    from infill.server.daemon import SocketServer
+    from infill.server.dispatch import Dispatcher
+
+    server = SocketServer(Dispatcher(), tmp_path / "d.sock")
+    server._poll_interval = lambda: 3600.0  # type: ignore[method-assign]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    with socket.socket(socket.AF_UNIX) as sock:
+        for _ in range(600):  # bound in the thread
+            if (tmp_path / "d.sock").exists():
+                break
+            threading.Event().wait(0.01)
+        sock.connect(str(tmp_path / "d.sock"))
+        sock.sendall(b'{"id": 1, "method": "shutdown"}\n')
+        assert json.loads(sock.makefile("rb").readline()) == {"id": 1, "shutdown": True}
+    thread.join(timeout=60)  # a hang guard, not a timing: without the wake-up the loop waits for an hour
+    assert not thread.is_alive()
+    assert not (tmp_path / "d.sock").exists()
+    server.request_stop()  # after the loop ended (and closed its pipe): nothing to wake, no error
+
+
 def test_each_request_looks_only_at_the_modules_imported_since_the_last(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
