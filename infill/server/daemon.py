@@ -100,10 +100,13 @@ class SocketServer:
     def serve_forever(self) -> None:
         """Accept connections until stopped; then remove the socket file if it is still ours."""
         listener = self.bind()
+        waiting = select.poll()  # poll, not select: no limit on descriptor numbers
+        waiting.register(listener, select.POLLIN)
+        waiting.register(self._wake_read, select.POLLIN)
         try:
             while not self.stop.is_set():
                 timeout = self._poll_interval()
-                if listener.fileno() not in select.select([listener.fileno(), self._wake_read], [], [], timeout)[0]:
+                if listener.fileno() not in (fd for fd, _ in waiting.poll(timeout * 1000)):
                     if self._idle_expired():
                         return
                     continue
