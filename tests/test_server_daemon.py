@@ -296,6 +296,62 @@ def test_a_plugin_module_edited_after_the_daemon_imported_it_restarts_it(
     assert client.differences({**ping, "outside": "garbage"}) == []  # an older daemon's ping: no such list
 
 
+def test_a_shutdown_request_ends_the_accept_loop_without_waiting_for_its_poll(tmp_path: Path) -> None:
+    """A shutdown request (and SIGTERM, through the same request_stop) wakes the daemon's accept loop: it used to
+    see the stop only at its next poll, up to a second later, which every `infill daemon stop` waited for. Here
+    the poll is an hour away, so only the wake-up can end the loop within the hang guard."""
+    from infill.server.daemon import SocketServer
+    from infill.server.dispatch import Dispatcher
+
+    server = SocketServer(Dispatcher(), tmp_path / "d.sock")
+    server._poll_interval = lambda: 3600.0  # type: ignore[method-assign]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    with socket.socket(socket.AF_UNIX) as sock:
+        for _ in range(600):  # bound in the thread
+            if (tmp_path / "d.sock").exists():
+                break
+            threading.Event().wait(0.01)
+        sock.connect(str(tmp_path / "d.sock"))
+        sock.sendall(b'{"id": 1, "method": "shutdown"}\n')
+        assert json.loads(sock.makefile("rb").readline()) == {"id": 1, "shutdown": True}
+    thread.join(timeout=60)  # a hang guard, not a timing: without the wake-up the loop waits for an hour
+    assert not thread.is_alive()
+    assert not (tmp_path / "d.sock").exists()
+    server.request_stop()  # after the loop ended (and closed its pipe): nothing to wake, no error
+
+
+def test_each_request_looks_only_at_the_modules_imported_since_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon looks for modules from outside after every request: at the ones imported or replaced since it
+    last looked, not at all of sys.modules again (well over a thousand in a daemon, 1-2 ms a request, the bulk of
+    a refused request's time), and still finds a module imported, or replaced, since."""
+    import types
+
+    looked: list[int] = []
+    real = lifecycle.outside_modules
+
+    def counting(modules: Any) -> list[str]:
+        modules = list(modules)
+        looked.append(len(modules))
+        return real(modules)
+
+    monkeypatch.setattr(lifecycle, "outside_modules", counting)
+    outside = lifecycle.OutsideModules()
+    outside.refresh()
+    assert looked == [len(sys.modules)]  # the first time: all of them
+    outside.refresh()
+    assert sum(looked[1:]) == 0  # nothing imported since: nothing looked at
+    for name in ("made.py", "remade.py"):  # imported, then replaced under the same name (importlib.reload)
+        (tmp_path / name).write_text("")
+        module = types.ModuleType("smalls_outside_made")
+        module.__file__ = str(tmp_path / name)
+        monkeypatch.setitem(sys.modules, "smalls_outside_made", module)
+        assert str(tmp_path / name) in outside.refresh()
+        assert looked[-1] == 1
+
+
 @pytest.mark.parametrize(
     ("differences", "says"),
     [

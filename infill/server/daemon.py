@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import stat
@@ -46,6 +47,9 @@ class SocketServer:
         self._last_activity = time.monotonic()
         self._inode: int | None = None
         self._listener: socket.socket | None = None
+        self._wake_read, self._wake_write = os.pipe()  # request_stop wakes the accept loop at once
+        os.set_blocking(self._wake_write, False)
+        self._wake_lock = threading.RLock()  # re-entered by a signal handler in the thread that holds it
 
     def bind(self) -> socket.socket:
         """Listen on `path` (mode 0600). A stale socket there is replaced; a live one raises SocketInUse."""
@@ -85,12 +89,28 @@ class SocketServer:
             self._listener = listener
             return listener
 
+    def request_stop(self) -> None:
+        """Stop (a shutdown request, a signal): the accept loop sees it now, not at its next poll (up to 1 s
+        later, which every `infill daemon stop` waited for)."""
+        self.stop.set()
+        with self._wake_lock, contextlib.suppress(OSError):  # OSError: full, a byte is there already
+            if self._wake_write >= 0:  # -1: the loop has ended (and closed it)
+                os.write(self._wake_write, b"x")
+
     def serve_forever(self) -> None:
         """Accept connections until stopped; then remove the socket file if it is still ours."""
         listener = self.bind()
+        waiting = select.poll()  # poll, not select: no limit on descriptor numbers
+        waiting.register(listener, select.POLLIN)
+        waiting.register(self._wake_read, select.POLLIN)
         try:
             while not self.stop.is_set():
-                listener.settimeout(self._poll_interval())
+                timeout = self._poll_interval()
+                if listener.fileno() not in (fd for fd, _ in waiting.poll(timeout * 1000)):
+                    if self._idle_expired():
+                        return
+                    continue
+                listener.settimeout(timeout)
                 try:
                     conn, _ = listener.accept()
                 except TimeoutError:
@@ -102,6 +122,10 @@ class SocketServer:
             listener.close()
             self._unlink_if_ours()
             self._drain()
+            with self._wake_lock:
+                wake, self._wake_read, self._wake_write = (self._wake_read, self._wake_write), -1, -1
+            for fd in wake:
+                os.close(fd)
 
     def _drain(self) -> None:
         """Wait for the request in progress, which sees `stop` and cancels itself at its next forward pass. One
@@ -144,7 +168,7 @@ class SocketServer:
                     if out:
                         conn.sendall(out)
                     if self.dispatcher.stop_requested:
-                        self.stop.set()
+                        self.request_stop()
                         return
             except OSError:
                 return  # the client went away; its request (if any) has finished, nothing to clean up
@@ -215,7 +239,7 @@ def serve_socket(dispatcher: Dispatcher, path: Path, idle_timeout: float = 0.0) 
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        server.stop.set()
+        server.request_stop()
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_signal)
