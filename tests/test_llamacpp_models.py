@@ -486,8 +486,9 @@ def test_the_extra_not_installed(ggufs: dict[str, Path], tmp_path: Path, monkeyp
 def test_a_missing_gguf_file_and_folder_flags(ggufs: dict[str, Path], tmp_path: Path) -> None:
     code, line = fill_fails(tmp_path, str(tmp_path / "nope.gguf"))
     assert code == 123 and "nope.gguf does not exist" in line
-    code, line = fill_fails(tmp_path, str(ggufs["qwen"]), "--revision", "v2")
-    assert code == 123 and "--revision applies to model folders" in line
+    for flag in ("--revision", "--mask-token"):  # a flag that does not apply is a usage error (exit 2)
+        code, line = fill_fails(tmp_path, str(ggufs["qwen"]), flag, "v2")
+        assert code == 2 and line.endswith(f"{flag} applies to model folders; {ggufs['qwen']} is a GGUF model")
 
 
 # --- the editor and the daemon ----------------------------------------------------------------------------------
