@@ -36,6 +36,7 @@ DRIVER = r"""
   (forward-line (string-to-number (getenv "INFILL_LINE")))
   (end-of-line)
   (insert (getenv "INFILL_TYPED"))
+  (backward-char (string-to-number (or (getenv "INFILL_BACK") "0")))
   (unless (getenv "INFILL_ACTION") (completion-at-point))
   (push (cons "completed" (buffer-substring-no-properties (line-beginning-position) (line-end-position))) results)
   (when (getenv "INFILL_ACTION")
@@ -63,7 +64,9 @@ def _emacs() -> str:
     return found
 
 
-def _run(tmp_path: Path, name: str, text: str, model: str, line: int, typed: str, action: str = "") -> dict[str, str]:
+def _run(
+    tmp_path: Path, name: str, text: str, model: str, line: int, typed: str, action: str = "", back: int = 0
+) -> dict[str, str]:
     emacs = _emacs()
     source = tmp_path / name
     source.write_text(text)
@@ -77,6 +80,7 @@ def _run(tmp_path: Path, name: str, text: str, model: str, line: int, typed: str
         INFILL_LINE=str(line),
         INFILL_TYPED=typed,
         INFILL_OUT=str(out),
+        INFILL_BACK=str(back),
         INFILL_NO_DAEMON="1",
         HOME=str(tmp_path),  # no user init, no eglot settings of the machine's user
     )
@@ -94,6 +98,14 @@ def test_eglot_completes_one_line_of_a_block(tmp_path: Path) -> None:
     result = _run(tmp_path, "stats.py", text, "scripted-block", 2, "\ndef median(values):\n    ")
     assert result["completed"] == "    total = sum(values)"  # the block's first line, no more
     assert result["buffer"].endswith("def median(values):\n    total = sum(values)")
+
+
+def test_eglot_leaves_no_blanks_after_a_completion_inside_a_blank_lines_indentation(tmp_path: Path) -> None:
+    """The cursor in the middle of a blank line's indentation: the item's edit replaces the blanks after the
+    cursor too (to the line's end), so the line is the model's line and nothing trails it."""
+    text = "def mean(values):\n    return 0\n"
+    result = _run(tmp_path, "stats.py", text, "scripted-block", 2, "\ndef median(values):\n        ", back=4)
+    assert result["completed"] == "    total = sum(values)"
 
 
 def test_eglot_completes_after_a_dollar_word_in_javascript(tmp_path: Path) -> None:

@@ -83,6 +83,20 @@ def test_a_span_inside_a_word_is_healed_as_the_folder_heals_it(ggufs: dict[str, 
     assert [e["text"] for e in json.loads(from_folder[1])["edits"]] == [edit["text"]]
 
 
+def test_a_span_after_a_lone_word_keeps_the_word_in_the_prompt(tmp_path: Path) -> None:
+    """The whole text before the span is one pre-token, nothing follows the span, and a GGUF model has no <bos>:
+    healing moved the word into the fill and left the model no visible token ("no visible token: the input has no
+    context around the span"). Now the word stays in the prompt, unhealed, and the span is filled."""
+    from fixtures_bd import tiny_causal_lm
+    from fixtures_llamacpp import NINE, VOCAB
+
+    path = network_gguf(tmp_path / "nine.gguf", tiny_causal_lm("qwen2", seed=3, vocab=VOCAB), NINE)
+    (tmp_path / "l.txt").write_text("abcdeabcdeabcdeabcde")  # the nine-token vocabulary: letters, one pre-token
+    r = fill_in_process(tmp_path / "l.txt", "1:12-1:21", str(path), "--diff", "--temperature", "0")
+    assert r.exit_code == 1 and r.stdout.startswith("---"), r.stderr
+    assert (tmp_path / "l.txt").read_text() == "abcdeabcdeabcdeabcde"
+
+
 def test_a_sentencepiece_suffix_has_no_space_before_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Code Llama's vocabulary is sentencepiece's: llama.cpp puts a space ("▁") before the first word of every text
     it tokenizes. The suffix after <SUF> got one too, a space the file does not have and Code Llama never saw there
@@ -472,8 +486,9 @@ def test_the_extra_not_installed(ggufs: dict[str, Path], tmp_path: Path, monkeyp
 def test_a_missing_gguf_file_and_folder_flags(ggufs: dict[str, Path], tmp_path: Path) -> None:
     code, line = fill_fails(tmp_path, str(tmp_path / "nope.gguf"))
     assert code == 123 and "nope.gguf does not exist" in line
-    code, line = fill_fails(tmp_path, str(ggufs["qwen"]), "--revision", "v2")
-    assert code == 123 and "--revision applies to model folders" in line
+    for flag in ("--revision", "--mask-token"):  # a flag that does not apply is a usage error (exit 2)
+        code, line = fill_fails(tmp_path, str(ggufs["qwen"]), flag, "v2")
+        assert code == 2 and line.endswith(f"{flag} applies to model folders; {ggufs['qwen']} is a GGUF model")
 
 
 # --- the editor and the daemon ----------------------------------------------------------------------------------

@@ -49,3 +49,17 @@ def test_unknown_while_the_model_is_not_loaded() -> None:
     target = fills.cursor_target(document, len("x = 1\ny = x"))
     assert target is not None
     assert fills.prompt_key(document, target, fills.Settings(model=fills.ModelSpec(name="nothing-loaded"))) is None
+
+
+@pytest.mark.usefixtures("loaded")
+def test_a_lone_word_is_not_healed_so_each_keystroke_is_its_own_prompt() -> None:
+    """A document that is one word with nothing after the cursor: the planner keeps the word in the prompt of a
+    model without <bos> (healing would leave it nothing to read), so the key keeps it too and two words differ."""
+
+    def lone(text: str) -> object:
+        document = Document("file:///m.py", "python", 1, text)
+        target = fills.cursor_target(document, len(text))
+        assert target is not None
+        return fills.prompt_key(document, target, fills.Settings())
+
+    assert lone("valu") != lone("value")

@@ -159,6 +159,21 @@ def test_a_completion_item_is_one_line_of_a_block(client: LspClient) -> None:
     assert len(client.result("test/fills")) == calls  # the rest of the block, without a new fill
 
 
+def test_a_completion_inside_a_blank_lines_indentation_replaces_the_blanks_after_the_cursor(
+    client: LspClient,
+) -> None:
+    """The cursor at column 4 of a line of 8 blanks: the edit runs to the line's end, so a client that applies it
+    (eglot: tests/test_emacs_eglot.py) is left the model's line with nothing trailing it. Vim's complete() (ALE,
+    Neovim's omnifunc) ignores an edit's end and keeps the blanks after the cursor: docs/editors.md."""
+    client.configure({"model": "scripted-block"})
+    client.open(URI, "def mean(values):\n        \n\nprint(mean([1.0]))\n")
+    item = completion_item(client, URI, 1, 4)
+    assert item["textEdit"] == {"newText": "total = sum(values)", "range": span_range((1, 4), (1, 8))}
+    line = "        "
+    edited = line[:4] + item["textEdit"]["newText"] + line[8:]
+    assert edited == "    total = sum(values)"
+
+
 def test_a_javascript_word_includes_dollar(client: LspClient) -> None:
     """`$` is part of a JavaScript name, and of Emacs's symbol there: an edit from after it would not match the
     word eglot filters with (`$tot`), and the item would not be offered."""

@@ -380,6 +380,17 @@ def test_an_engine_of_this_machine_is_refused_for_a_model_server(tmp_path: Path,
         assert not server.seen and (tmp_path / "m.py").read_text() == SOURCE
 
 
+@pytest.mark.parametrize("flag", ["--revision", "--mask-token"])
+def test_a_folders_flag_is_refused_for_a_model_server(tmp_path: Path, flag: str) -> None:
+    """A flag that does not apply to the model is a usage error: one line naming it and the model's kind, exit 2,
+    before anything is sent."""
+    for server in serve(healthy):
+        code, _, stderr = fill(tmp_path, server.url + "#qwen-fake", flag, "v2")
+        assert code == ExitCode.USAGE and len(stderr.splitlines()) == 1, (code, stderr)
+        assert f"{flag} applies to model folders; {server.url} is a model server" in stderr
+        assert not server.seen and (tmp_path / "m.py").read_text() == SOURCE
+
+
 @pytest.mark.parametrize(
     ("url", "says"),
     [

@@ -329,6 +329,18 @@ def test_heal_text_backs_up_to_the_last_pre_token(folders: dict[str, Path]) -> N
     assert heal_text("    return len(valu", ByteTokenizer()) == ""  # one token per byte: a prompt may end anywhere
 
 
+def test_healing_never_takes_the_whole_prompt_of_a_model_with_nothing_else_to_read(folders: dict[str, Path]) -> None:
+    """`alone` (no <bos>, no text after the span): a cut that would leave nothing before the span is not made."""
+    from infill.core.plan import heal_text
+    from infill.models.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(folders["asarm"])
+    assert heal_text("retu", tok) == "retu"  # something else shows the model where it is
+    assert heal_text("retu", tok, alone=True) == ""  # else the word stays in the prompt, unhealed
+    assert heal_text("x\nretu", tok, alone=True) == "retu"  # a line before it is left
+    assert heal_text("x = retu", tok, alone=True) == " retu"
+
+
 @pytest.mark.parametrize(
     ("kind", "decoder"),
     [

@@ -134,7 +134,7 @@ def plan_regions(
             budget = cap
         before = model_text(data, *_tail(data, prev_end, span.start_byte, window))
         after = model_text(data, *_head(data, span.end_byte, next_start, window))
-        heal = heal_text(before, tok) if limits.heals else ""
+        heal = heal_text(before, tok, alone=not has_bos and not after) if limits.heals else ""
         plan = SpanPlan(span, i, budget + heal_room(heal), before, replaced, after, heal=heal)
         plan.gap = span.start_byte - prev_end
         plans.append(plan)
@@ -269,9 +269,11 @@ def _column_one(line: str) -> bool:
 MAX_HEAL = 32  # characters a prompt is backed up at most (a longer pre-token is left as it is)
 
 
-def heal_text(before: str, tok: Tokenizer) -> str:
+def heal_text(before: str, tok: Tokenizer, *, alone: bool = False) -> str:
     """Token healing: the text at the end of `before` (the text before a span) that the model should write
-    itself, or "" for none.
+    itself, or "" for none. `alone`: nothing but `before` would show the model where it is (no <bos> and no text
+    after the span), so a cut that would leave nothing before the span is not made: the prompt keeps its word,
+    unhealed, rather than leave the model no visible token at all.
 
     A prompt that ends inside a word (`len(valu`) ends on pieces the tokenizer would not produce there once the
     word goes on (`values` is one token; `valu` rarely is), and byte-level BPE glues a space to the next word, so a
@@ -288,6 +290,8 @@ def heal_text(before: str, tok: Tokenizer) -> str:
     cut = start(line)
     if cut is None or not 0 <= cut < len(line) or len(line) - cut > MAX_HEAL:
         return ""
+    if alone and cut == 0 and len(line) == len(before):
+        return ""  # the whole prompt: healing it would leave the model nothing to read
     kept = tok.encode(line[:cut])
     if tok.encode(line)[: len(kept)] != kept:
         return ""

@@ -270,7 +270,10 @@ def prompt_key(document: Document, target: Target, settings: Settings) -> tuple[
     if loaded is None:
         return None
     text = document.text
-    heal = heal_text(text[: target.start], loaded.tokenizer) if target.start == target.end else ""
+    # nothing after the cursor: the planner may keep the word before it in the prompt (heal_text's `alone`, for a
+    # model without <bos>), so the key keeps it too; two different prompts never share a key
+    alone = not text[target.end :]
+    heal = heal_text(text[: target.start], loaded.tokenizer, alone=alone) if target.start == target.end else ""
     start = target.start - len(heal)
     return (text[:start], heal_room(heal), text[target.end :], target.span.block_lines, settings)
 

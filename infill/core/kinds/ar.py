@@ -13,7 +13,7 @@ from infill.config import ModelSpec
 from infill.core.backends import Fill, Kind, Run
 from infill.core.kinds.asarm import AnySubset
 from infill.core.plan import Region, Window, left_to_right
-from infill.errors import InputError, ModelError
+from infill.errors import InputError
 from infill.models.autoregressive import AR_ARCHITECTURES
 from infill.models.registry import LoadedModel
 
@@ -71,7 +71,7 @@ def load_gguf(spec: ModelSpec) -> LoadedModel | None:
 
     if spec.revision is not None or spec.mask_token is not None:
         flag = "--revision" if spec.revision is not None else "--mask-token"
-        raise ModelError(f"{flag} applies to model folders; {spec.name} is a GGUF model")
+        raise InputError(f"{flag} applies to model folders; {spec.name} is a GGUF model")
     return llamacpp.load_gguf(*gguf, spec)
 
 
