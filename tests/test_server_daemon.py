@@ -115,7 +115,9 @@ def test_stale_socket_is_replaced(runtime_dir: Path) -> None:
 
 def test_killed_mid_request_falls_back_with_identical_result(runtime_dir: Path) -> None:
     die_flag = runtime_dir / "die-next"
-    env = plugin_env(runtime_dir, INFILL_TEST_DIE_FLAG=str(die_flag))
+    # INFILL_DAEMON_DEBUG: a failure's captured stderr says why a fill did not go to a daemon (seen twice in
+    # about thirty runs of this file on a loaded machine, not yet explained)
+    env = plugin_env(runtime_dir, INFILL_TEST_DIE_FLAG=str(die_flag), INFILL_DAEMON_DEBUG="1")
     params = {**PARAMS, "want_pid": False}
     healthy = fill(env, params)
     assert healthy is not None
