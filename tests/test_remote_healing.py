@@ -161,3 +161,23 @@ def test_the_constraint_spells_any_text_literally(text: str) -> None:
 
 def _unescape(code: str) -> str:
     return chr(int(code[1:], 16)) if code.startswith("x") else {"t": "\t", "r": "\r", "n": "\n"}.get(code, code)
+
+
+def test_a_rejected_greedy_fill_is_asked_of_the_server_once(tmp_path: Path) -> None:
+    """At temperature 0 the server writes the same fill every time: when the checks reject it (a syntax error
+    here), the pipeline's next draw must not send the same request again; the rescue's hotter samples still go."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/v1/completions") and body is not None:
+            handler.send(200, completion(" total = (" if body["temperature"] == 0 else " total = 1"))
+        else:
+            Healer()(handler, path, body)
+
+    for server in running(FakeServer(answer)):
+        loaded = api.load_model(ModelSpec(name=server.url + "#team-model"))
+        spans = resolve(SOURCE.encode(), (Selection("span", SPAN),), "python", "m.py")
+        greedy = DecodeConfig(decoder="sequential", temperature=0.0)
+        result = api.fill_text(SOURCE, spans, language="python", model=loaded, decode=greedy)
+        assert result.text == FILLED
+        temperatures = [b["temperature"] for b in completions(server)]
+        assert temperatures.count(0) == 1 and len(temperatures) >= 2, temperatures

@@ -92,7 +92,8 @@ class Backend(Protocol):
         ...
 
     def sample(self, region: Region, run: Run, attempt: int) -> list[Fill]:
-        """One candidate fill of every span of `region`, each with its score (a log-likelihood)."""
+        """One candidate fill of every span of `region`, each with its score (a log-likelihood); none where the
+        kind knows this attempt would only repeat an earlier one (pipeline.sample then stops drawing)."""
         ...
 
     def ranked_lines(self, regions: list[Region], run: Run, options: FillOptions) -> list[Fill]:

@@ -342,6 +342,9 @@ def sample(job: Job, pool: Pool) -> int:
         fills = []
         for region in job.regions:
             fills += job.backend.sample(region, job.run, pool.attempts - 1)
+        if not fills:  # the backend knows it has no other candidate (a server's greedy answer): nothing was drawn
+            pool.attempts -= 1
+            break
         if not pool.consider(fills) and job.greedy:
             break  # deterministic: no further candidate is new
     retrieved = 0

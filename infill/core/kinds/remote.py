@@ -39,11 +39,15 @@ class Remote:
         infill.core.edits): at temperature 0 that is the tool's own greedy healing; a sampled one is constrained
         step by step (the server renormalises over the consistent tokens at each), not drawn from the exact
         conditional (docs/server.md). A one-line span stops at the line break; a sample whose first line came back
-        blank is asked again without that stop (the same sample: a stop only cuts)."""
+        blank is asked again without that stop (the same sample: a stop only cuts). At temperature 0 the server's
+        answer is the same at every attempt: a later attempt (the pipeline draws again when the checks reject a
+        fill) sends nothing and finds nothing new, instead of asking the server for the same answer again."""
         (plan,) = region.spans
         from infill.models.remote import Sampling
 
         model, tok, cfg = run.loaded.remote, run.loaded.tokenizer, run.cfg
+        if cfg.temperature == 0 and attempt > 0:
+            return []
         prefix, suffix = tok.decode(region.prefix_ids), tok.decode(region.suffix_ids)
         seed = None if cfg.temperature == 0 else run.draws.server_seed()
         stops = [*model.ends[:3], "\n"] if plan.span.one_line else list(model.ends[:4])
