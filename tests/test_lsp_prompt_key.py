@@ -14,12 +14,14 @@ from infill.lsp.documents import Document
 from infill.models.tokenizer import load_tokenizer
 
 DEFAULT = Path(__file__).resolve().parent.parent / "infill" / "weights" / "default"
+# a model on a server that can be told what a fill begins with (healed), and one that refused to be (not healed)
+SERVER = SimpleNamespace(constrains="gbnf", max_length=4096)
 
 
 @pytest.fixture
 def loaded(monkeypatch: pytest.MonkeyPatch) -> None:
     """The default model's tokenizer, as if the model were loaded."""
-    held = SimpleNamespace(tokenizer=load_tokenizer(DEFAULT))
+    held = SimpleNamespace(tokenizer=load_tokenizer(DEFAULT), kind="remote", remote=SERVER)
     monkeypatch.setattr(cache.SHARED, "held", lambda spec: held)
 
 
@@ -63,3 +65,13 @@ def test_a_lone_word_is_not_healed_so_each_keystroke_is_its_own_prompt() -> None
         return fills.prompt_key(document, target, fills.Settings())
 
     assert lone("valu") != lone("value")
+
+
+@pytest.mark.usefixtures("loaded")
+def test_a_model_that_is_not_healed_keeps_the_word_in_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that refused the grammar: the prompt keeps the word typed so far, so two words of one length
+    are two prompts (a healed model's key is the same for both: the prompt stops before the word)."""
+    assert key("    total = sum(valu") == key("    total = sum(vale")
+    monkeypatch.setattr(SERVER, "constrains", None)
+    assert key("    total = sum(valu") != key("    total = sum(vale")
+    assert key("    total = sum(valu") != key("    total = sum(value")

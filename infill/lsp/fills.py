@@ -264,6 +264,7 @@ def prompt_key(document: Document, target: Target, settings: Settings) -> tuple[
     prompt pass of the first (infill.models.xlnet_cache): typing on inside a word keeps it. None when the model
     is not loaded yet (its tokenizer says where healing cuts)."""
     from infill.core import cache
+    from infill.core.kinds import kind_of
     from infill.core.plan import heal_room, heal_text
 
     loaded = cache.SHARED.held(settings.model)
@@ -271,9 +272,11 @@ def prompt_key(document: Document, target: Target, settings: Settings) -> tuple[
         return None
     text = document.text
     # nothing after the cursor: the planner may keep the word before it in the prompt (heal_text's `alone`, for a
-    # model without <bos>), so the key keeps it too; two different prompts never share a key
+    # model without <bos>), so the key keeps it too; a model that is not healed (a server that refused to be told
+    # what a fill begins with) keeps the whole word too: two different prompts never share a key
     alone = not text[target.end :]
-    heal = heal_text(text[: target.start], loaded.tokenizer, alone=alone) if target.start == target.end else ""
+    heals = target.start == target.end and kind_of(loaded).backend.window(loaded).heals
+    heal = heal_text(text[: target.start], loaded.tokenizer, alone=alone) if heals else ""
     start = target.start - len(heal)
     return (text[:start], heal_room(heal), text[target.end :], target.span.block_lines, settings)
 
