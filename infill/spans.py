@@ -354,7 +354,7 @@ def _name_parts(name: str) -> list[str]:
 def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[Span]:
     kind = sel.kind  # "function" or "class"
     tree, matches = _captures(data, language)
-    defs = []  # (node, name, body)
+    defs = []  # (node, the names it answers to, body)
     # (start, end, the names it answers to) of every class, function and named object literal: what a qualified
     # name (A.f, outer.inner, obj.m) names
     scopes: list[tuple[int, int, tuple[str, ...]]] = []
@@ -371,26 +371,27 @@ def _spans_from_definition(data: bytes, sel: Selection, language: str) -> list[S
                     trait_name = data[trait.start_byte : trait.end_byte].decode("utf-8", "replace")
                     called = (name, trait_name, f"{name}.{_name_parts(trait_name)[-1]}")  # Square.Display
                 scopes.append((node.start_byte, node.end_byte, called))
-                if prefix == kind:
-                    defs.append((node, name, body))
+                if prefix == kind:  # a definition answers to what its scope does: --class Shape is each impl too
+                    defs.append((node, called, body))
     wanted = _name_parts(sel.value)
     if not wanted:
         raise InputError(f"{sel.label}: empty name")
     found = []
-    for node, name, body in defs:
-        parts = _name_parts(name)  # C++ qualified names (A::f) bring their own scope
+    for node, called, body in defs:
         outer = [
             c[2]
             for c in sorted(set(scopes), key=lambda c: (c[0], -c[1]))
             if c[0] <= node.start_byte and node.end_byte <= c[1] and (c[0], c[1]) != (node.start_byte, node.end_byte)
         ]
-        for chosen in itertools.product(*outer):  # one name per enclosing scope
-            full = [p for o in chosen for p in _name_parts(o)] + parts
+        # one name per enclosing scope, and one of the definition's own (C++ qualified names, A::f, bring their
+        # own scope)
+        for *chosen, own in itertools.product(*outer, called):
+            full = [p for o in chosen for p in _name_parts(o)] + _name_parts(own)
             if full[-len(wanted) :] == wanted and len(full) >= len(wanted):
                 found.append((node, body))
                 break
     if not found:
-        names = _closest_first(wanted[-1], sorted({_without_template_arguments(name) for _, name, _ in defs}))
+        names = _closest_first(wanted[-1], sorted({_without_template_arguments(called[0]) for _, called, _ in defs}))
         plural = "classes" if kind == "class" else "functions"
         listing = (
             ", ".join(names[:_LISTED]) + (", ..." if len(names) > _LISTED else "")

@@ -388,7 +388,10 @@ def test_line_column_spans_match_python_slicing(lines: list[str], data: st.DataO
     assert text.encode()[span.start_byte : span.end_byte].decode() == expected
 
 
-RUST_TRAITS = b"""trait Shape {
+RUST_TRAITS = b"""struct Square {
+    side: f64,
+}
+trait Shape {
     fn area(&self) -> f64;
     fn describe(&self) -> String {
         g()
@@ -415,6 +418,11 @@ impl<T> From<T> for Circle {
     }
 }
 """
+
+SHAPE_TRAIT = b"    fn area(&self) -> f64;\n    fn describe(&self) -> String {\n        g()\n    }"
+SQUARE_SHAPE = b"    fn area(&self) -> f64 {\n        1.0\n    }"
+CIRCLE_SHAPE = b"    fn area(&self) -> f64 {\n        2.0\n    }"
+SQUARE_DISPLAY = b"    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {\n        h()\n    }"
 
 # Definitions the grammars parse but the queries once missed, as real code writes them: each (file name, source,
 # selector kind, name, the body or bodies it selects)
@@ -449,6 +457,19 @@ REAL_DEFINITIONS = [
             ("Square.fmt", [b"        h()"]),
             ("From.from", [b"        Circle"]),
             ("Circle.from", [b"        Circle"]),
+        ]
+    ),
+    # a Rust type's or trait's blocks, as its methods are named: a type is its struct and every impl for it, a
+    # trait its own body and every impl of it, Type.Trait the one impl of Trait for Type
+    *(
+        ("a.rs", RUST_TRAITS, "class", name, bodies)
+        for name, bodies in [
+            ("Square", [b"    side: f64,", SQUARE_SHAPE, SQUARE_DISPLAY]),
+            ("Shape", [SHAPE_TRAIT, SQUARE_SHAPE, CIRCLE_SHAPE]),
+            ("Square.Shape", [SQUARE_SHAPE]),
+            ("Circle.Shape", [CIRCLE_SHAPE]),
+            ("fmt::Display", [SQUARE_DISPLAY]),
+            ("Square.Display", [SQUARE_DISPLAY]),
         ]
     ),
     (

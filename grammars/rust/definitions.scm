@@ -1,6 +1,8 @@
 ; Definitions for `infill fill --function/--class/--node` (Rust). A "class" is a struct, enum, trait, impl or mod
 ; (`--function Stack.new` is a method of `impl<T> Stack<T>`, `--function util::helper` a function of `mod util`).
 ; An `impl Trait for Type` block's methods are `Type.method`, `Trait.method` and `Type.Trait.method` (@class.trait).
+; The block itself is `--class Type`, `--class Trait` and `--class Type.Trait`, as a name several definitions share
+; fills each: `--class Shape` is the trait's body and every impl of it, `--class Square` the struct and its impls.
 
 (function_item
   name: (identifier) @function.name
