@@ -472,6 +472,42 @@ def test_a_broken_ollama_manifest_is_left_out_and_named(
     assert code == 123 and "has no model layer" in line and str(folder / "latest") in line
 
 
+def test_an_ollama_model_whose_blob_is_missing_is_listed_and_named(
+    ggufs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pull that did not finish, or a pruned blob: the manifest is there, the GGUF file is not. `ollama list`
+    still lists it; `infill models` left it out. Now it is listed as unsupported with the command that fetches it,
+    and a fill with its name is one line saying what is missing and what to run."""
+    store = tmp_path / "store"
+    digest = ollama_store(store, ggufs["qwen"], ("registry.ollama.ai", "library", "gone", "latest"))
+    (store / "blobs" / f"sha256-{digest}").unlink()
+    ollama_store(store, ggufs["deepseek"], ("registry.ollama.ai", "library", "whole", "latest"))
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    r = CliRunner().invoke(main, ["models", "--json", "--cache-dir", str(tmp_path / "empty-hub")])
+    assert r.exit_code == 0, r.output
+    kinds = {e["name"]: e["kind"] for e in json.loads(r.stdout)}
+    assert kinds["gone:latest"] == "unsupported (GGUF file missing: ollama pull gone:latest)"
+    assert kinds["whole:latest"] == "ar"
+    code, line = fill_fails(tmp_path, "gone")
+    assert code == 123 and str(store / "blobs" / f"sha256-{digest}") in line, line
+    assert line.endswith("is missing (run `ollama pull gone:latest` again)"), line
+
+
+def test_an_ollama_manifest_that_is_not_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Left out of `infill models`, as `ollama list` leaves it; a fill with its name names the manifest and says
+    what to run."""
+    store = tmp_path / "store"
+    folder = store / "manifests" / "registry.ollama.ai" / "library" / "cut"
+    folder.mkdir(parents=True)
+    (folder / "latest").write_text('{"schemaVersion": 2, "layers": [')
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    listed = CliRunner().invoke(main, ["models", "--cache-dir", str(tmp_path / "empty-hub")])
+    assert listed.exit_code == 0 and "cut" not in listed.stdout, listed.output
+    code, line = fill_fails(tmp_path, "cut")
+    assert code == 123 and f"unreadable manifest {folder / 'latest'}" in line, line
+    assert line.endswith("; run `ollama pull cut:latest` again"), line
+
+
 def test_the_extra_not_installed(ggufs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`infill models` lists GGUF models without it (the header is read in Python); a fill names the extra."""
     from infill.models import llamacpp

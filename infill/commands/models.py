@@ -27,9 +27,10 @@ def models(as_json: bool, cache_dir: Path | None) -> None:
     ptp, ssmd; with FIM tokens also beam search and sequential at block size 1) or ar (a left-to-right code
     model such as Qwen2.5-Coder, StarCoder2, Code Llama or DeepSeek-Coder, filling through its FIM tokens:
     beam search, sequential, assd with lookup drafts; Ollama's models are GGUF files that run on llama.cpp,
-    the `llamacpp` extra). Ollama's store is $OLLAMA_MODELS, else ~/.ollama/models. The GGUF files of llama.cpp's
-    `-hf` cache ($LLAMA_CACHE, else ~/.cache/llama.cpp) and of LM Studio (~/.lmstudio/models) are listed as
-    ORG/REPO[:QUANT], the name llama.cpp's -hf takes.
+    the `llamacpp` extra; one whose GGUF file is missing is listed as unsupported, with the `ollama pull` that
+    fetches it). Ollama's store is $OLLAMA_MODELS, else ~/.ollama/models. The GGUF files of llama.cpp's `-hf` cache
+    ($LLAMA_CACHE, else ~/.cache/llama.cpp) and of LM Studio (~/.lmstudio/models) are listed as ORG/REPO[:QUANT],
+    the name llama.cpp's -hf takes.
     Nothing is downloaded; any local model folder or .gguf file also works as --model PATH.
     """
     from infill.core.catalog import (

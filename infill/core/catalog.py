@@ -164,10 +164,18 @@ def gguf_entry(name: str, file: Path, provenance: str) -> ModelEntry:
 
 
 def ollama_models(root: Path | None = None) -> list[ModelEntry]:
-    """Every model in Ollama's store (infill.models.ollama), as `gguf_entry` describes its blob."""
+    """Every model in Ollama's store (infill.models.ollama), as `gguf_entry` describes its blob; one whose blob is
+    missing is listed as unsupported, with the command that fetches it."""
     from infill.models import ollama
 
-    return [gguf_entry(m.name, m.blob, "Ollama") for m in ollama.installed(root)]
+    return [
+        gguf_entry(m.name, m.blob, "Ollama")
+        if m.missing is None
+        else ModelEntry(
+            m.name, f"unsupported (GGUF file missing: ollama pull {m.name})", 0, None, "Ollama", str(m.blob)
+        )
+        for m in ollama.installed(root)
+    ]
 
 
 def stored_gguf_models() -> list[ModelEntry]:

@@ -32,7 +32,15 @@ class OllamaModel:
     name: str  # as `ollama list` shows it
     manifest: Path
     blob: Path  # the GGUF file
-    size: int
+    size: int  # 0 while the blob is missing
+
+    @property
+    def missing(self) -> str | None:
+        """Why the model cannot be loaded although its manifest is there (a pull that did not finish, a blob
+        pruned), with what to run; None when its GGUF file is there."""
+        if self.blob.is_file():
+            return None
+        return f"its GGUF file {self.blob} is missing (run `ollama pull {self.name}` again)"
 
 
 def store() -> Path:
@@ -71,7 +79,7 @@ def display_name(registry: str, namespace: str, model: str, tag: str) -> str:
 
 def find(name: str, root: Path | None = None) -> OllamaModel | None:
     """The model Ollama knows as `name`, or None when the store has no such manifest. ModelError for a manifest
-    that names no model layer, or whose GGUF blob is missing."""
+    that is not JSON or names no model layer, or whose GGUF blob is missing."""
     split = parts(name)
     if split is None:
         return None
@@ -81,7 +89,10 @@ def find(name: str, root: Path | None = None) -> OllamaModel | None:
         manifest = _case_insensitive(root / "manifests", split) or manifest
         if not manifest.is_file():
             return None
-    return _model(root, manifest, display_name(*split))
+    model = _model(root, manifest, display_name(*split))
+    if model.missing is not None:
+        raise ModelError(f"Ollama model {model.name!r}: {model.missing}")
+    return model
 
 
 def _case_insensitive(base: Path, split: tuple[str, ...]) -> Path | None:
@@ -101,7 +112,9 @@ def _model(root: Path, manifest: Path, name: str) -> OllamaModel:
     try:
         data = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ModelError(f"Ollama model {name!r}: unreadable manifest {manifest} ({exc})") from exc
+        raise ModelError(
+            f"Ollama model {name!r}: unreadable manifest {manifest} ({exc}); run `ollama pull {name}` again"
+        ) from exc
     layers = data.get("layers") if isinstance(data, dict) else None
     layer = next(
         (
@@ -117,13 +130,16 @@ def _model(root: Path, manifest: Path, name: str) -> OllamaModel:
     if match is None:
         raise ModelError(f"Ollama model {name!r}: its manifest names no sha256 digest for the model")
     blob = root / "blobs" / f"sha256-{match.group(1)}"
-    if not blob.is_file():
-        raise ModelError(f"Ollama model {name!r}: its GGUF file {blob} is missing (run `ollama pull {name}` again)")
-    return OllamaModel(name, manifest, blob, blob.stat().st_size)
+    try:
+        size = blob.stat().st_size
+    except OSError:
+        size = 0
+    return OllamaModel(name, manifest, blob, size)
 
 
 def installed(root: Path | None = None) -> list[OllamaModel]:
-    """Every model in the store that has a GGUF file, sorted by name (a broken manifest is left out)."""
+    """Every model in the store, sorted by name: one whose GGUF file is missing too (`missing` says so), as
+    `ollama list` shows it; a manifest that is not JSON or names no model layer is left out, as Ollama leaves it."""
     root = root or store()
     base = root / "manifests"
     out = []
