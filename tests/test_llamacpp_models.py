@@ -694,6 +694,41 @@ def test_infill_models_lists_llama_cpp_and_lm_studio_models_by_name(gguf_stores:
     assert not [n for n in listed if "mmproj" in n and n.startswith("lmstudio")]
 
 
+@pytest.mark.parametrize(
+    ("platform", "where"),
+    [
+        ("darwin", "home/Library/Caches/llama.cpp"),  # XDG_CACHE_HOME is not read there
+        ("win32", "AppData/Local/llama.cpp"),  # %LOCALAPPDATA%
+        ("linux", "xdg/llama.cpp"),
+    ],
+)
+def test_llama_cpp_s_cache_is_where_llama_cpp_keeps_it_on_each_system(
+    gguf_stores: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, platform: str, where: str
+) -> None:
+    """Without $LLAMA_CACHE, llama.cpp's -hf writes to the system's cache folder: ~/Library/Caches on macOS,
+    %LOCALAPPDATA% on Windows, $XDG_CACHE_HOME (else ~/.cache) elsewhere. It was read at ~/.cache (or
+    $XDG_CACHE_HOME) on every system, so on macOS and Windows its models were neither listed nor found by name."""
+    import sys
+
+    gguf_stores["llama.cpp"].rename(tmp_path / "cache")
+    (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "cache").rename(tmp_path / where)
+    monkeypatch.delenv("LLAMA_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("LOCALAPPDATA", str(tmp_path / "AppData" / "Local"))
+    monkeypatch.setattr(sys, "platform", platform)
+    r = CliRunner().invoke(main, ["models", "--json"])
+    assert r.exit_code == 0, r.output
+    listed = {e["name"]: e["path"] for e in json.loads(r.stdout)}
+    assert listed["ggml-org/Tiny-Coder-GGUF:Q8_0"] == str(
+        tmp_path / where / "ggml-org_Tiny-Coder-GGUF_tiny-coder-Q8_0.gguf"
+    )
+    from infill.models import gguf_stores as stores
+
+    found = stores.find("ggml-org/Tiny-Coder-GGUF", tmp_path / "hf" / "hub")
+    assert found is not None and found.file.parent == tmp_path / where and found.store == "llama.cpp cache"
+
+
 @pytest.mark.parametrize("name", ["ggml-org/Tiny-Coder-GGUF:Q5_K_M", "ggml-org/Small-Coder-GGUF"])
 def test_a_gguf_repo_found_nowhere_names_the_stores_read(
     gguf_stores: dict[str, Path], tmp_path: Path, name: str

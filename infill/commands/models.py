@@ -29,8 +29,8 @@ def models(as_json: bool, cache_dir: Path | None) -> None:
     beam search, sequential, assd with lookup drafts; Ollama's models are GGUF files that run on llama.cpp,
     the `llamacpp` extra; one whose GGUF file is missing is listed as unsupported, with the `ollama pull` that
     fetches it). Ollama's store is $OLLAMA_MODELS, else ~/.ollama/models. The GGUF files of llama.cpp's `-hf` cache
-    ($LLAMA_CACHE, else ~/.cache/llama.cpp) and of LM Studio (~/.lmstudio/models) are listed as ORG/REPO[:QUANT],
-    the name llama.cpp's -hf takes.
+    ($LLAMA_CACHE, else ~/.cache/llama.cpp; ~/Library/Caches/llama.cpp on macOS, %LOCALAPPDATA%\\llama.cpp on
+    Windows) and of LM Studio (~/.lmstudio/models) are listed as ORG/REPO[:QUANT], the name llama.cpp's -hf takes.
     Nothing is downloaded; any local model folder or .gguf file also works as --model PATH.
     """
     from infill.core.catalog import (

@@ -2,10 +2,13 @@
 Hugging Face cache (what `hf download` leaves: a snapshot without config.json), llama.cpp's `-hf` cache and LM
 Studio's models folder. Read only; nothing is downloaded.
 
-- llama.cpp's cache: $LLAMA_CACHE, else $XDG_CACHE_HOME/llama.cpp, else ~/.cache/llama.cpp. `-hf ORG/REPO[:QUANT]`
-  leaves the file as `ORG_REPO_FILE.gguf` (every "/" of `ORG/REPO/FILE` as "_") and `manifest=ORG=REPO=TAG.json`,
-  whose `ggufFile.rfilename` is the file it picked for that tag (`latest` when none was named).
-- LM Studio: ~/.lmstudio/models/PUBLISHER/REPO/FILE.gguf, older ~/.cache/lm-studio/models.
+- llama.cpp's cache: $LLAMA_CACHE, else the system's cache folder, as llama.cpp's fs_get_cache_directory picks it:
+  ~/Library/Caches/llama.cpp on macOS, %LOCALAPPDATA%\\llama.cpp on Windows, else $XDG_CACHE_HOME/llama.cpp, else
+  ~/.cache/llama.cpp. `-hf ORG/REPO[:QUANT]` leaves the file as `ORG_REPO_FILE.gguf` (every "/" of `ORG/REPO/FILE`
+  as "_") and `manifest=ORG=REPO=TAG.json`, whose `ggufFile.rfilename` is the file it picked for that tag (`latest`
+  when none was named).
+- LM Studio: ~/.lmstudio/models/PUBLISHER/REPO/FILE.gguf, older ~/.cache/lm-studio/models, under the home folder on
+  every system (%USERPROFILE% on Windows).
 
 Which file a name picks (`pick`): with a quant, the file whose name holds it (`:Q8_0` picks `x-Q8_0.gguf`, case
 ignored); without, Q4_K_M's, else the first by name, as llama.cpp's `-hf` does. A vision projector (`mmproj-*`) and
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,10 +39,16 @@ class StoredGguf:
 
 
 def llama_cache() -> Path:
-    """llama.cpp's download cache: $LLAMA_CACHE, else $XDG_CACHE_HOME/llama.cpp, else ~/.cache/llama.cpp."""
+    """llama.cpp's download cache: $LLAMA_CACHE, else ~/Library/Caches/llama.cpp on macOS, %LOCALAPPDATA%\\llama.cpp
+    on Windows (XDG_CACHE_HOME is not read there), else $XDG_CACHE_HOME/llama.cpp, else ~/.cache/llama.cpp."""
     own = os.environ.get("LLAMA_CACHE")
     if own:
         return Path(own).expanduser()
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "llama.cpp"
+    if sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA")
+        return (Path(local) if local else Path.home() / "AppData" / "Local") / "llama.cpp"
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "llama.cpp"
 

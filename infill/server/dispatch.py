@@ -194,8 +194,8 @@ _ENV_IGNORED_PARTS = ("VERBOSITY", "PROGRESS_BARS", "ADVISORY_WARNINGS", "TOKEN"
 _ENV_PROXY = frozenset({"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"})
 # where models and what infill learns of them are found: Ollama's store (infill.models.ollama.store), llama.cpp's
 # cache (infill.models.gguf_stores), the HF cache and infill's own folders under the XDG ones (infill.core.catalog,
-# infill.environment), ~ behind all of them
-_ENV_LOCATIONS = frozenset({"OLLAMA_MODELS", "LLAMA_CACHE", "HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME"})
+# infill.environment), ~ behind all of them (LOCALAPPDATA: llama.cpp's cache on Windows)
+_ENV_LOCATIONS = frozenset({"OLLAMA_MODELS", "LLAMA_CACHE", "HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "LOCALAPPDATA"})
 
 
 def _relevant(key: str) -> bool:
