@@ -7,6 +7,7 @@ INFILL_SERVER_PLUGINS=fixtures_serve:install
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -49,6 +50,23 @@ def fake_fill(params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
     die_flag = os.environ.get("INFILL_TEST_DIE_FLAG")
     if context.transport == "socket" and die_flag and os.path.exists(die_flag):
         os.unlink(die_flag)
+        holding = os.environ.get("INFILL_TEST_DIE_HOLDING")
+        if holding and os.fork() == 0:
+            # a child that outlives the daemon with its listening socket, never accepting: what a daemon SIGKILLed
+            # while its threads exit is until the last one has. The client's connection it lets go, so that the
+            # client sees the daemon die.
+            import socket
+
+            for fd in map(int, os.listdir("/proc/self/fd")):
+                with contextlib.suppress(OSError):
+                    probe = socket.socket(fileno=os.dup(fd))
+                    listening = probe.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+                    probe.close()
+                    if not listening:
+                        os.close(fd)
+            Path(holding).write_text(str(os.getpid()))
+            time.sleep(60)
+            os._exit(0)
         os.kill(os.getpid(), signal.SIGKILL)  # killed mid-request
     if params.get("print"):
         print("stray output that must not reach the protocol stream")
@@ -150,6 +168,17 @@ def install(dispatcher: Dispatcher) -> None:
     if fake_version:
         real_ping = dispatcher.methods["ping"]
         dispatcher.register("ping", lambda p, c: {**real_ping(p, c), "version": fake_version})
+    die_at_ping = os.environ.get("INFILL_TEST_DIE_AT_PING")
+    if die_at_ping:
+        answer = dispatcher.methods["ping"]
+
+        def ping_or_die(params: dict[str, Any], context: ServerContext) -> dict[str, Any]:
+            if os.path.exists(die_at_ping):  # SIGKILLed as a client's ping comes in: its connection is cut
+                os.unlink(die_at_ping)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return answer(params, context)
+
+        dispatcher.register("ping", ping_or_die)
 
 
 def install_models(dispatcher: Dispatcher) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -134,10 +135,52 @@ def test_killed_mid_request_falls_back_with_identical_result(runtime_dir: Path) 
     assert not die_flag.exists()
     wait_until(lambda: not pid_alive(pid), what="the killed daemon to be gone")
     # its main thread shows as a zombie before its other threads have exited and its files are closed: until
-    # then its socket still takes connections, which it never answers (the client then works in-process)
+    # then its socket still takes connections, which it never answers (the client sees the process is dead and
+    # starts a fresh daemon: test_a_dead_daemon_whose_socket_still_takes_connections_is_replaced)
     wait_until(lambda: not _listening(lifecycle.runtime_paths(env).socket), what="the killed daemon's socket")
     assert in_process(params) == healthy  # what the command prints is the same either way
     again = fill(env, {**params, "want_pid": True})  # the next request starts a fresh daemon
+    assert again is not None and again["stats"]["pid"] not in (pid, os.getpid())
+
+
+def test_a_dead_daemon_whose_socket_still_takes_connections_is_replaced(
+    runtime_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon killed mid-request, whose listening socket outlives it (here held by a forked child; a SIGKILLed
+    daemon's is until its last thread has exited): the socket takes connections and nobody answers them. Every
+    later request waited out its ping and worked in-process (slow: each loads the model again), and no daemon
+    could start at that path; now the client sees the process behind the socket is dead and starts a fresh one."""
+    monkeypatch.setattr(client, "PING_TIMEOUT", 3.0)  # what the old client waited for, kept short
+    die_flag, holder_file = runtime_dir / "die-next", runtime_dir / "holder"
+    env = plugin_env(runtime_dir, INFILL_TEST_DIE_FLAG=str(die_flag), INFILL_TEST_DIE_HOLDING=str(holder_file))
+    assert fill(env) is not None
+    pid = daemon_pid(env)
+    die_flag.touch()
+    assert fill(env) is None  # killed mid-request: this one works in-process
+    wait_until(holder_file.exists, what="the child holding the socket")
+    holder = int(holder_file.read_text())
+    try:
+        wait_until(lambda: not pid_alive(pid), what="the killed daemon to be gone")
+        raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        raw.connect(str(lifecycle.runtime_paths(env).socket))  # still takes connections
+        raw.close()
+        again = fill(env)  # the next request goes to a fresh daemon
+        assert again is not None and again["stats"]["pid"] not in (pid, holder, os.getpid())
+        assert client.status(env) is not None
+    finally:
+        os.kill(holder, signal.SIGKILL)
+
+
+def test_a_daemon_killed_at_the_ping_is_replaced_at_once(runtime_dir: Path) -> None:
+    """The socket accepted, and the connection was cut at the ping, because the daemon died: that request worked
+    in-process; now it starts a fresh daemon, as for a socket that refuses."""
+    die_flag = runtime_dir / "die-at-ping"
+    env = plugin_env(runtime_dir, INFILL_TEST_DIE_AT_PING=str(die_flag), INFILL_DAEMON_DEBUG="1")
+    assert fill(env) is not None
+    pid = daemon_pid(env)
+    die_flag.touch()
+    again = fill(env)
+    assert not die_flag.exists()  # the daemon took the ping, and died of it
     assert again is not None and again["stats"]["pid"] not in (pid, os.getpid())
 
 

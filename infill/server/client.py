@@ -32,6 +32,7 @@ DAEMON_MODES: tuple[str, ...] = ("auto", "on", "off")
 
 PING_TIMEOUT = 15.0  # seconds; generous because the machine may be loaded
 SPAWN_TIMEOUT = 60.0  # for a new daemon to answer its first ping
+DEATH_WAIT = 1.0  # for a daemon that cut a ping's connection to show as exited (then a fresh one is started)
 LOCK_TIMEOUT = 30.0  # for another client that is starting the daemon (not at all if it is stopped: lifecycle.file_lock)
 DEFAULT_REQUEST_TIMEOUT = 3600.0  # a fill on a slow machine can be long; override with INFILL_DAEMON_TIMEOUT
 
@@ -198,7 +199,9 @@ def connect_daemon(
 
 
 def _open(paths: Paths) -> Connection | None:
-    """Connect and ping; None if nothing listens. DaemonUnavailable if a daemon does not answer."""
+    """Connect and ping; None if nothing listens, or if the daemon died instead of answering (killed while the
+    connection waited: a fresh one is started, as for a socket that refuses). DaemonUnavailable if a daemon that
+    is still there does not answer."""
     sock = lifecycle.connect(paths.socket, timeout=PING_TIMEOUT)
     if sock is None:
         return None
@@ -207,6 +210,9 @@ def _open(paths: Paths) -> Connection | None:
         conn.ping = conn.call("ping", {}, PING_TIMEOUT)
     except (OSError, ValueError, DaemonUnavailable):
         conn.close()
+        # a daemon killed as it read the ping cuts the connection a moment before it shows as exited
+        if conn.peer_pid is not None and lifecycle.wait_for_exit(conn.peer_pid, DEATH_WAIT):
+            return None
         raise DaemonUnavailable("the daemon does not answer ping") from None
     return conn
 

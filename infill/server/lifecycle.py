@@ -296,7 +296,8 @@ def _holder(fd: int) -> int | None:
 
 
 def connect(path: Path, timeout: float) -> socket.socket | None:
-    """A connected socket, or None when nothing listens at `path` (missing or stale socket)."""
+    """A connected socket, or None when nothing listens at `path` (missing or stale socket), or when the process
+    that listens there is dead (`listener_dead`): such a socket takes connections that nobody will answer."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
@@ -306,7 +307,37 @@ def connect(path: Path, timeout: float) -> socket.socket | None:
         if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK, errno.EPROTOTYPE):
             return None
         raise
+    if listener_dead(sock):
+        sock.close()
+        return None
     return sock
+
+
+def listener_dead(sock: socket.socket) -> bool:
+    """Whether the process that listens at the other end of `sock` is gone or exiting: a daemon SIGKILLed whose
+    main thread is a zombie while its other threads exit (its files, the listening socket among them, close
+    only when the last one has), or one whose listening socket a forked child still holds. The kernel queues
+    connections to such a socket, and nobody answers them: every client would wait out its ping and work
+    in-process, and no new daemon could take the path, until the socket closed. False where the OS does not
+    tell (no SO_PEERCRED, a pid from another pid namespace)."""
+    try:
+        creds = peer_credentials(sock)
+    except OSError:
+        return False
+    if creds is None or creds[0] <= 0:
+        return False
+    return process_dead(creds[0])
+
+
+def process_dead(pid: int) -> bool:
+    """Whether process `pid` no longer runs: gone, or a zombie (exiting, or exited and not yet reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's: it exists
+        return False
+    return _process_state(pid) in (b"Z", b"X")
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int] | None:
@@ -411,18 +442,10 @@ def wait_for_exit(pid: int, timeout: float) -> bool:
                 return True
         except ChildProcessError:
             pass
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        if _is_zombie(pid):
+        if process_dead(pid):
             return True
         time.sleep(0.05)
     return False
-
-
-def _is_zombie(pid: int) -> bool:
-    return _process_state(pid) == b"Z"
 
 
 def _process_state(pid: int) -> bytes | None:
