@@ -436,6 +436,46 @@ def test_an_ollama_name_that_is_not_there(tmp_path: Path, monkeypatch: pytest.Mo
     assert code == 123 and "'qwen2.5-coder:7b' is not in Ollama's store" in line and "ollama pull" in line
 
 
+def test_ollamas_linux_service_store_is_read_when_the_users_holds_no_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ollama's Linux installer runs the server as user `ollama`, whose home is /usr/share/ollama: models pulled
+    through it live in /usr/share/ollama/.ollama/models, and ~/.ollama/models stays empty. A name `ollama list`
+    shows was "not in Ollama's store (~/.ollama/models)"."""
+    from infill.models import ollama
+
+    home, service = tmp_path / "home", tmp_path / "service"
+    name = ("registry.ollama.ai", "library", "qwen2.5-coder", "1.5b")
+    ollama_store(service, Path(__file__), name)
+    monkeypatch.delenv("OLLAMA_MODELS", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setattr(ollama, "SERVICE_STORE", service)
+    monkeypatch.setattr(ollama.sys, "platform", "linux")
+    (home / ".ollama" / "models" / "manifests").mkdir(parents=True)  # `ollama` run once by the user: empty
+    found = ollama.find("qwen2.5-coder:1.5b")
+    assert ollama.store() == service and found is not None and found.blob.parent == service / "blobs"
+    ollama_store(home / ".ollama" / "models", Path(__file__), name)  # the user's own store holds models: it wins
+    assert ollama.store() == home / ".ollama" / "models"
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "elsewhere"))  # as set for the server, it decides
+    assert ollama.store() == tmp_path / "elsewhere"
+    monkeypatch.delenv("OLLAMA_MODELS")
+    shutil.rmtree(home / ".ollama")
+    monkeypatch.setattr(ollama.sys, "platform", "darwin")  # the service store is Linux's
+    assert ollama.store() == home / ".ollama" / "models"
+
+
+def test_the_older_hf_cache_variable_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """huggingface_hub still reads HUGGINGFACE_HUB_CACHE where HF_HUB_CACHE is unset; `infill models` did not."""
+    from infill.models.hf_folder import hf_cache_dir
+
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HUGGINGFACE_HUB_CACHE", str(tmp_path / "old"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    assert hf_cache_dir() == tmp_path / "old"
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "new"))
+    assert hf_cache_dir() == tmp_path / "new"
+
+
 @pytest.mark.parametrize("name", ["qwen2.5-coder:7b", "qwen2.5-coder", "Qwen2.5-Coder:latest"])
 def test_a_name_not_pulled_says_where_it_looked_and_what_is_near(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str

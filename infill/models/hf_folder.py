@@ -361,8 +361,9 @@ def quiet_transformers() -> Iterator[None]:
 
 def hf_cache_dir() -> Path:
     """The HF hub cache, resolved the way huggingface_hub does (without importing it)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    hub = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")  # the older name still counts
+    if hub:
+        return Path(hub).expanduser()
     if os.environ.get("HF_HOME"):
         return Path(os.environ["HF_HOME"]).expanduser() / "hub"
     xdg = os.environ.get("XDG_CACHE_HOME")

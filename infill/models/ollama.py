@@ -1,6 +1,7 @@
 """Ollama's model store, read-only: the names `ollama list` shows, and the GGUF file behind each.
 
-The store is `$OLLAMA_MODELS`, else `~/.ollama/models`. A model is a manifest at
+The store is `$OLLAMA_MODELS`, else `~/.ollama/models` (on Linux, the system service's store when only it
+holds models: `store`). A model is a manifest at
 `manifests/<registry>/<namespace>/<model>/<tag>` (JSON, an OCI image manifest), whose layer of media type
 `application/vnd.ollama.image.model` names the GGUF file by its digest: `blobs/sha256-<hex>`. A name as Ollama
 shows it, `qwen2.5-coder:0.5b`, is `registry.ollama.ai/library/qwen2.5-coder/0.5b`; the tag defaults to
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,10 +45,27 @@ class OllamaModel:
         return f"its GGUF file {self.blob} is missing (run `ollama pull {self.name}` again)"
 
 
+SERVICE_STORE = Path("/usr/share/ollama/.ollama/models")  # the Linux installer's service runs as user `ollama`
+
+
 def store() -> Path:
-    """Ollama's model folder: $OLLAMA_MODELS, else ~/.ollama/models."""
+    """Ollama's model folder: $OLLAMA_MODELS, else ~/.ollama/models; on Linux, where that holds no model and the
+    system service's store (its user's home, /usr/share/ollama) does and can be read, that one: models pulled
+    through the service live there."""
     env = os.environ.get("OLLAMA_MODELS")
-    return Path(env).expanduser() if env else Path.home() / ".ollama" / "models"
+    if env:
+        return Path(env).expanduser()
+    home = Path.home() / ".ollama" / "models"
+    if sys.platform.startswith("linux") and not _holds_models(home) and _holds_models(SERVICE_STORE):
+        return SERVICE_STORE
+    return home
+
+
+def _holds_models(root: Path) -> bool:
+    try:
+        return (root / "manifests").is_dir() and any((root / "manifests").iterdir())
+    except OSError:  # the service's home unreadable to this user
+        return False
 
 
 def parts(name: str) -> tuple[str, str, str, str] | None:
