@@ -30,9 +30,23 @@ LOAD_WAIT = 20.0
 TIMEOUT = 120.0  # generous: the machine running the tests may be loaded
 
 
+class ReplyError(Exception):
+    """Raised by an `on_request` to answer the server's request with this JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def applied(message: dict[str, Any]) -> Any:
+    """The default answer to the server's requests: workspace/applyEdit applied, anything else null."""
+    return {"applied": True} if message["method"] == "workspace/applyEdit" else None
+
+
 class LspClient:
-    """Drives `infill lsp` over stdio. Server requests (workspace/applyEdit) are answered as `on_request`
-    says; notifications (window/showMessage) are kept in `notifications`."""
+    """Drives `infill lsp` over stdio. Server requests (workspace/applyEdit, window/workDoneProgress/create) are
+    kept in `server_requests` and answered as `on_request` says (it may raise ReplyError); notifications
+    (window/showMessage, $/progress) are kept in `notifications`."""
 
     def __init__(self, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
         self.process = subprocess.Popen(
@@ -47,7 +61,7 @@ class LspClient:
         self.responses: dict[Any, dict[str, Any]] = {}
         self.notifications: list[dict[str, Any]] = []
         self.server_requests: list[dict[str, Any]] = []
-        self.on_request: Callable[[dict[str, Any]], Any] = lambda message: {"applied": True}
+        self.on_request: Callable[[dict[str, Any]], Any] = applied
         self.initialize_result: dict[str, Any] = {}
         self.changed = threading.Condition()
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -94,7 +108,10 @@ class LspClient:
             message = json.loads(stream.read(length))
             if "method" in message and "id" in message:  # a request from the server
                 self.server_requests.append(message)
-                self.send({"id": message["id"], "result": self.on_request(message)})
+                try:
+                    self.send({"id": message["id"], "result": self.on_request(message)})
+                except ReplyError as exc:
+                    self.send({"id": message["id"], "error": {"code": exc.code, "message": exc.message}})
             with self.changed:
                 if "method" in message:
                     if "id" not in message:
@@ -140,12 +157,19 @@ class LspClient:
 
     def wait_for_notification(self, method: str, count: int = 1, after: int = 0) -> list[dict[str, Any]]:
         """The `method` notifications received after `after`, once there are at least `count`."""
+        return self._wait_for(self.notifications, method, count, after)
 
+    def wait_for_request(self, method: str, count: int = 1, after: int = 0) -> list[dict[str, Any]]:
+        """The server's `method` requests received after `after` (an index of `server_requests`), once there are
+        at least `count` (each answered as `on_request` said)."""
+        return self._wait_for(self.server_requests, method, count, after)
+
+    def _wait_for(self, kept: list[dict[str, Any]], method: str, count: int, after: int) -> list[dict[str, Any]]:
         def found() -> list[dict[str, Any]]:
-            return [n for n in self.notifications[after:] if n["method"] == method]
+            return [n for n in kept[after:] if n["method"] == method]
 
         with self.changed:
-            assert self.changed.wait_for(lambda: len(found()) >= count, TIMEOUT), f"no {method}: {self.notifications}"
+            assert self.changed.wait_for(lambda: len(found()) >= count, TIMEOUT), f"no {method}: {kept}"
             return found()
 
     def configure(self, settings: dict[str, Any]) -> None:
@@ -154,8 +178,14 @@ class LspClient:
 
     # --- LSP ----------------------------------------------------------------------------------------------
 
-    def initialize(self, options: Any = None, encodings: list[str] | None = None) -> dict[str, Any]:
+    def initialize(
+        self, options: Any = None, encodings: list[str] | None = None, progress: bool = True
+    ) -> dict[str, Any]:
+        """initialize, then initialized; `progress`: the client shows work-done progress (window.workDoneProgress,
+        as Neovim and VS Code declare; eglot 1.9 does not)."""
         capabilities: dict[str, Any] = {"workspace": {"applyEdit": True, "workspaceEdit": {"documentChanges": True}}}
+        if progress:
+            capabilities["window"] = {"workDoneProgress": True}
         if encodings is not None:
             capabilities["general"] = {"positionEncodings": encodings}
         params = {"processId": os.getpid(), "rootUri": None, "capabilities": capabilities}
@@ -248,6 +278,7 @@ SCRIPTED: dict[str, tuple[str, float | None]] = {
     "scripted-rest": ("len(values)\n    print(total)", None),
     "scripted-newline": ("\n    return 0", None),
     "scripted-word": ("al / len(values)", None),
+    "scripted-broken": (")))", None),  # breaks any Python file: no valid fill
     "scripted-low": ("total += 1", 0.3),
     "scripted-high": ("total += 1", 0.7),
     # a block after `def mean(values):`, then a dedented line the block must end before
