@@ -27,6 +27,8 @@ REPO_ROOT = TESTS_DIR.parent
 GATED_MODEL = "gated-lsp"
 LOADING_MODEL = "loading-lsp"  # its load waits for the test (as long as LOAD_WAIT)
 LOAD_WAIT = 20.0
+SLOW_MODEL = "slow-lsp"  # its first forward pass takes SLOW_SECONDS: slower than a client's request timeout
+SLOW_SECONDS = 3.0
 TIMEOUT = 120.0  # generous: the machine running the tests may be loaded
 
 
@@ -272,6 +274,21 @@ class GatedModel(ScriptedModel):
         return super()._logits(ids, masked, n, targets, verify)
 
 
+class SlowModel(ScriptedModel):
+    """A scripted model (fill "total += 1") whose first forward pass takes SLOW_SECONDS: the test's client has
+    given up on a request by then (eglot with `jsonrpc-default-request-timeout` below it)."""
+
+    slept = False
+
+    def _logits(
+        self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor, verify: bool
+    ) -> torch.Tensor:
+        if not self.slept:
+            self.slept = True
+            time.sleep(SLOW_SECONDS)
+        return super()._logits(ids, masked, n, targets, verify)
+
+
 # scripted models: name -> (the fill of every span, the confidence the fill gets or None)
 SCRIPTED: dict[str, tuple[str, float | None]] = {
     "scripted-lsp": ("total += 1", None),
@@ -291,6 +308,7 @@ def install(server: Any) -> None:
     - the SCRIPTED models (a known fill; the "confidence" ones give every fill that calibrated confidence, as
       the model-quality work's calibration will), counting their loads;
     - GATED_MODEL, whose passes wait for the test (a fill of 40 tokens, one pass each with decoder sequential);
+    - SLOW_MODEL, whose first forward pass takes SLOW_SECONDS;
     - LOADING_MODEL, whose load writes `load-started` in $INFILL_TEST_GATE, waits up to LOAD_WAIT seconds for
       the test to write `load-go` there, then writes `load-finished`;
     - test/document -> {"text", "version", "broken"} of an open document, as the server has it;
@@ -321,8 +339,13 @@ def install(server: Any) -> None:
         (gate / "load-finished").write_text("")
         return scripted(ModelSpec(name="scripted-lsp"))
 
+    def slow(spec: ModelSpec) -> registry.LoadedModel:
+        model = SlowModel([[(SCRIPTED["scripted-lsp"][0], 1.0)]])
+        return registry.LoadedModel(SLOW_MODEL, "asarm", model, ByteTokenizer(), {"fake": True})
+
     for name in SCRIPTED:
         registry.register(name, scripted)
+    registry.register(SLOW_MODEL, slow)
     registry.register(LOADING_MODEL, loading)
     registry.register(GATED_MODEL, gated)
 
