@@ -40,6 +40,9 @@ class ReplyError(Exception):
         self.code, self.message = code, message
 
 
+UNANSWERED = object()  # an `on_request` answer: leave the server's request unanswered (as Vim's ALE does)
+
+
 def applied(message: dict[str, Any]) -> Any:
     """The default answer to the server's requests: workspace/applyEdit applied, anything else null."""
     return {"applied": True} if message["method"] == "workspace/applyEdit" else None
@@ -47,7 +50,8 @@ def applied(message: dict[str, Any]) -> Any:
 
 class LspClient:
     """Drives `infill lsp` over stdio. Server requests (workspace/applyEdit, window/workDoneProgress/create) are
-    kept in `server_requests` and answered as `on_request` says (it may raise ReplyError); notifications
+    kept in `server_requests` and answered as `on_request` says (it may raise ReplyError, or return UNANSWERED);
+    notifications
     (window/showMessage, $/progress) are kept in `notifications`."""
 
     def __init__(self, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
@@ -111,7 +115,9 @@ class LspClient:
             if "method" in message and "id" in message:  # a request from the server
                 self.server_requests.append(message)
                 try:
-                    self.send({"id": message["id"], "result": self.on_request(message)})
+                    answer = self.on_request(message)
+                    if answer is not UNANSWERED:
+                        self.send({"id": message["id"], "result": answer})
                 except ReplyError as exc:
                     self.send({"id": message["id"], "error": {"code": exc.code, "message": exc.message}})
             with self.changed:

@@ -18,6 +18,7 @@ import pytest
 from fixtures_cli import fake_model
 from fixtures_lsp import (
     GATED_MODEL,
+    UNANSWERED,
     LspClient,
     ReplyError,
     applied,
@@ -431,8 +432,7 @@ def test_an_edit_the_editor_refuses_is_shown(client: LspClient, answer: Any, why
     assert message["type"] == 1  # Error
     assert message["message"].startswith("infill: fill selection: the editor did not apply the edit: ")
     assert why in message["message"]
-    why = message["message"].removeprefix("infill: fill selection: ")
-    assert progress_of(client, mark)[-1] == {"kind": "end", "message": why}
+    assert progress_of(client, mark)[-1] == {"kind": "end", "message": "done"}  # the fill's: done, the edit sent
 
 
 def test_a_fill_that_breaks_the_syntax_is_shown_and_changes_nothing(client: LspClient) -> None:
@@ -529,6 +529,21 @@ def test_a_second_command_on_the_same_document_waits_for_none(client: LspClient,
     edits = client.wait_for_request("workspace/applyEdit", count=2, after=before)
     assert {e["params"]["edit"]["documentChanges"][0]["textDocument"]["uri"] for e in edits} == {URI, other}
     client.notify("textDocument/didClose", {"textDocument": {"uri": other}})
+
+
+def test_a_client_that_never_answers_the_edit_can_run_the_next_command(client: LspClient) -> None:
+    """Vim's ALE applies the edit but never answers workspace/applyEdit: the document is free for the next
+    command once the edit is sent, not held by the unanswered request."""
+    client.on_request = lambda message: UNANSWERED if message["method"] == "workspace/applyEdit" else None
+    try:
+        fill = fill_action(client)
+        before = len(client.server_requests)
+        assert client.result("workspace/executeCommand", fill["command"]) is None
+        client.wait_for_request("workspace/applyEdit", after=before)
+        assert client.result("workspace/executeCommand", fill["command"]) is None  # not "still running"
+        assert len(client.wait_for_request("workspace/applyEdit", count=2, after=before)) == 2
+    finally:
+        client.on_request = applied
 
 
 def test_without_progress_support_and_shutdown_during_a_command(tmp_path: Path) -> None:

@@ -549,9 +549,11 @@ class InfillServer(LanguageServer):
     ) -> None:
         """Run a started command to its end: its work on the worker, then its edit (workspace/applyEdit); what
         went wrong is shown (window/showMessage), except a stop the user asked for (the progress's cancel, the
-        document closed, shutdown)."""
+        document closed, shutdown). The document is free for another command, and the progress ends, once the
+        edit is sent: a client may never answer workspace/applyEdit (Vim's ALE does not)."""
         job, name = command.job, document_name(snapshot)
         problem: tuple[str, lsp.MessageType] | None = None
+        edits: list[tuple[int, int, str]] | None = None
         try:
             result = await self.run(job, work, key=("command", snapshot.uri))
             found = edits_of(result)
@@ -562,25 +564,30 @@ class InfillServer(LanguageServer):
             elif self.documents[snapshot.uri].version != snapshot.version:
                 job.cancel(CHANGED)
             else:
-                await self.apply(snapshot, found, command.progress.title)
+                edits = found
         except RequestCancelled:
             pass  # job.why says why, below
-        except (InfillError, RequestFailed) as exc:
+        except InfillError as exc:
             problem = (str(exc), lsp.MessageType.Error)
-        except JsonRpcException as exc:  # the client answered workspace/applyEdit with an error
-            problem = (f"the editor did not apply the edit: {exc.message}", lsp.MessageType.Error)
         except Exception as exc:  # noqa: BLE001 - a fault of the server's own: shown, never lost in the background
             logger.exception("%s of %s failed", command.what, name)
             problem = (f"failed: {type(exc).__name__}: {exc}", lsp.MessageType.Error)
         finally:
             if self.commands.get(snapshot.uri) is command:
                 del self.commands[snapshot.uri]
-        if problem is None and job.why == CHANGED:
+        if problem is None and edits is None and job.why == CHANGED:
             problem = (
                 f"{name} changed while it ran; nothing was changed: run the action again",
                 lsp.MessageType.Warning,
             )
-        command.progress.end(problem[0] if problem else ("cancelled" if job.why else "done"))
+        command.progress.end(problem[0] if problem else ("done" if edits is not None else "cancelled"))
+        if edits is not None:
+            try:
+                await self.apply(snapshot, edits, command.progress.title)
+            except RequestFailed as exc:
+                problem = (str(exc), lsp.MessageType.Error)
+            except JsonRpcException as exc:  # the client answered workspace/applyEdit with an error
+                problem = (f"the editor did not apply the edit: {exc.message}", lsp.MessageType.Error)
         if problem is not None:
             self.tell(None, f"{command.what}: {problem[0]}", problem[1])
 
