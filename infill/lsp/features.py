@@ -16,7 +16,7 @@ from infill.config import ModelSpec
 from infill.errors import InfillError
 from infill.lsp import fills
 from infill.lsp.documents import LINE_BREAK, Document
-from infill.lsp.server import ADD_DOCSTRINGS, FILL_SELECTION, InfillServer, RequestFailed, document_name
+from infill.lsp.server import ADD_DOCSTRINGS, FILL_SELECTION, Edits, InfillServer, RequestFailed, document_name
 
 if TYPE_CHECKING:
     from infill.docstrings.outcome import FileResult
@@ -150,7 +150,7 @@ async def fill_selection(ls: InfillServer, *args: Any) -> None:
     target = fills.selection_target(snapshot, start, end)
     settings = ls.settings
 
-    def edits(filled: fills.Filled | None) -> list[tuple[int, int, str]] | str:
+    def edits(filled: fills.Filled | None) -> Edits | str:
         if filled is None:
             return "no valid fill: every candidate breaks the syntax; nothing was changed"
         return [(filled.start, filled.end, filled.text)]
@@ -178,7 +178,7 @@ async def add_docstrings(ls: InfillServer, *args: Any) -> None:
         raise RequestFailed("no docstring is missing there")
     data = snapshot.text.encode("utf-8")
 
-    def edits(result: FileResult) -> list[tuple[int, int, str]] | str:
+    def edits(result: FileResult) -> Edits | str:
         if not result.edits:
             return "no docstring was written: nothing was changed"
         return [(_chars(data, e.start_byte), _chars(data, e.end_byte), e.text) for e in result.edits]

@@ -67,6 +67,7 @@ from infill.progress import interrupt_passes
 from infill.server.handlers import RequestCancelled, cancel_check
 
 T = TypeVar("T")
+Edits = list[tuple[int, int, str]]  # (start, end, new text): string offsets of a document
 REQUEST_FAILED = -32803  # LSP's RequestFailed: the request was valid but could not be served
 FILL_SELECTION = "infill.fillSelection"
 ADD_DOCSTRINGS = "infill.addDocstrings"
@@ -523,7 +524,7 @@ class InfillServer(LanguageServer):
         snapshot: Document,
         what: str,
         work: Callable[[Callable[[dict[str, Any]], None]], T],
-        edits_of: Callable[[T], list[tuple[int, int, str]] | str],
+        edits_of: Callable[[T], Edits | str],
     ) -> None:
         """Start a command's work (module docstring, "Commands") in the background and return: the request is
         answered at once. `what` names it to the user ("fill selection"); `edits_of` turns the work's result into
@@ -538,25 +539,21 @@ class InfillServer(LanguageServer):
         job = Job(uri, completion=False)
         self.jobs[("command", uri)] = job  # a change, a close or shutdown from now on cancels it
         self.commands[uri] = Command(what, job, Progress(self, f"infill: {what}", job))
-        asyncio.ensure_future(self.finish_command(snapshot, self.commands[uri], work, edits_of))
+        fill = self.finish_command(snapshot, self.commands[uri], lambda check: edits_of(work(check)))
+        asyncio.ensure_future(fill)
 
     async def finish_command(
-        self,
-        snapshot: Document,
-        command: Command,
-        work: Callable[[Callable[[dict[str, Any]], None]], T],
-        edits_of: Callable[[T], list[tuple[int, int, str]] | str],
+        self, snapshot: Document, command: Command, work: Callable[[Callable[[dict[str, Any]], None]], Edits | str]
     ) -> None:
-        """Run a started command to its end: its work on the worker, then its edit (workspace/applyEdit); what
-        went wrong is shown (window/showMessage), except a stop the user asked for (the progress's cancel, the
-        document closed, shutdown). The document is free for another command, and the progress ends, once the
-        edit is sent: a client may never answer workspace/applyEdit (Vim's ALE does not)."""
+        """Run a started command to its end: `work` on the worker (its edits, or why there are none), then its
+        edit (workspace/applyEdit); what went wrong is shown (window/showMessage), except a stop the user asked for
+        (the progress's cancel, the document closed, shutdown). The document is free for another command, and the
+        progress ends, once the edit is sent: a client may never answer workspace/applyEdit (Vim's ALE does not)."""
         job, name = command.job, document_name(snapshot)
         problem: tuple[str, lsp.MessageType] | None = None
-        edits: list[tuple[int, int, str]] | None = None
+        edits: Edits | None = None
         try:
-            result = await self.run(job, work, key=("command", snapshot.uri))
-            found = edits_of(result)
+            found = await self.run(job, work, key=("command", snapshot.uri))
             if isinstance(found, str):
                 problem = (found, lsp.MessageType.Warning)
             elif self.documents.get(snapshot.uri) is None:
@@ -591,7 +588,7 @@ class InfillServer(LanguageServer):
         if problem is not None:
             self.tell(None, f"{command.what}: {problem[0]}", problem[1])
 
-    async def apply(self, document: Document, edits: list[tuple[int, int, str]], label: str) -> None:
+    async def apply(self, document: Document, edits: Edits, label: str) -> None:
         """Send `edits` (string offsets of the document as it is now) with workspace/applyEdit; RequestFailed when
         the editor did not apply them."""
         text_edits = [lsp.TextEdit(self.range(document, a, b), text) for a, b, text in edits]
