@@ -1,6 +1,7 @@
 """`infill lsp` in a real Emacs with eglot, when `emacs` is on PATH and eglot loads (Debian: `emacs-nox
 elpa-eglot`); skipped otherwise. CI does not install Emacs: the server-side tests in tests/test_lsp_server.py
-guard the same behaviour (one-line items, no filterText, `$` in JavaScript words, code actions).
+guard the same behaviour (one-line items, no filterText, `$` in JavaScript words, code actions, a command
+answered when its fill starts).
 
 `emacs --batch` opens each file with eglot against the tests' scripted models, calls `completion-at-point` (the
 default completion UI: no company, no corfu) and `eglot-code-actions`, and writes what the buffer became.

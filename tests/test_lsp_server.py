@@ -509,7 +509,26 @@ def test_a_command_stopped_meanwhile_sends_no_edit(client: LspClient, gated: Pat
         assert progress_of(client, mark)[-1] == {"kind": "end", "message": "cancelled"}
 
 
-def test_a_second_command_on_the_same_document_waits_for_none(client: LspClient, gated: Path) -> None:
+def test_add_docstrings_stopped_by_a_change_writes_nothing(client: LspClient, gated: Path) -> None:
+    """The docstring filler stops at its next forward pass too (it does not go on to the next docstring)."""
+    client.open(URI, DOCUMENTED)
+    (every,) = [a for a in code_actions(client, (2, 8), (2, 8)) if a["title"] == "Add 4 missing docstrings (infill)"]
+    before, mark = len(client.server_requests), client.mark()
+    assert client.result("workspace/executeCommand", every["command"]) is None
+    wait_until(lambda: started(gated) == 1, "the first pass")
+    client.change(URI, 2, [{"range": span_range((0, 0), (0, 0)), "text": "# edited\n"}])
+    settle(client)
+    release(gated, 1)
+    message = told(client, mark)
+    assert started(gated) == 1
+    assert (
+        message["message"]
+        == "infill: add docstrings: stats.py changed while it ran; nothing was changed: run the action again"
+    )
+    assert [r["method"] for r in client.server_requests[before:]] == ["window/workDoneProgress/create"]
+
+
+def test_a_second_command_on_a_document_is_refused_while_the_first_runs(client: LspClient, gated: Path) -> None:
     """While a command runs on a document, another one on it is refused at once (RequestFailed: it would be for
     the text the first one's edit replaces); one on another document starts after it."""
     fill = fill_action(client)
