@@ -70,6 +70,14 @@ local inline = vim.lsp.buf_request_sync(buf, "textDocument/inlineCompletion",
 for _, response in pairs(inline or {}) do say("inline completion", vim.inspect(response.err or response.result)) end
 vim.api.nvim_buf_set_lines(buf, 8, 9, false, {})
 
+local told = 0 -- window/showMessage from the server while an action runs (what went wrong)
+local show_message = vim.lsp.handlers["window/showMessage"]
+vim.lsp.handlers["window/showMessage"] = function(err, result, ctx, config)
+  told = told + 1
+  say("server message:", result.message)
+  return show_message(err, result, ctx, config)
+end
+
 local function actions_at(range)
   local found = {}
   local answers = vim.lsp.buf_request_sync(buf, "textDocument/codeAction",
@@ -88,13 +96,18 @@ for _, step in ipairs({ { selection, "Fill selection with infill" }, { cursor, "
     say("action offered:", action.title)
     if action.title == step[2] then
       local before = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
-      local done = false
+      local done, failed = false, false
+      told = 0
       client.request("workspace/executeCommand", action.command, function(err)
         say("ran", vim.inspect(step[2]), "error", vim.inspect(err))
-        done = true
+        done, failed = true, err ~= nil
       end, buf)
       vim.wait(180000, function() return done end, 50)
-      say("buffer changed:", before ~= table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n"))
+      -- answered once the fill started: its edit (workspace/applyEdit) comes when it is done, or a message says
+      -- why none does
+      local function changed() return before ~= table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n") end
+      vim.wait(180000, function() return changed() or told > 0 or failed end, 50)
+      say("buffer changed:", changed())
     end
   end
 end

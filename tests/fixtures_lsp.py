@@ -27,12 +27,32 @@ REPO_ROOT = TESTS_DIR.parent
 GATED_MODEL = "gated-lsp"
 LOADING_MODEL = "loading-lsp"  # its load waits for the test (as long as LOAD_WAIT)
 LOAD_WAIT = 20.0
+SLOW_MODEL = "slow-lsp"  # its first forward pass takes SLOW_SECONDS: slower than a client's request timeout
+SLOW_SECONDS = 3.0
 TIMEOUT = 120.0  # generous: the machine running the tests may be loaded
 
 
+class ReplyError(Exception):
+    """Raised by an `on_request` to answer the server's request with this JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+UNANSWERED = object()  # an `on_request` answer: leave the server's request unanswered (as Vim's ALE does)
+
+
+def applied(message: dict[str, Any]) -> Any:
+    """The default answer to the server's requests: workspace/applyEdit applied, anything else null."""
+    return {"applied": True} if message["method"] == "workspace/applyEdit" else None
+
+
 class LspClient:
-    """Drives `infill lsp` over stdio. Server requests (workspace/applyEdit) are answered as `on_request`
-    says; notifications (window/showMessage) are kept in `notifications`."""
+    """Drives `infill lsp` over stdio. Server requests (workspace/applyEdit, window/workDoneProgress/create) are
+    kept in `server_requests` and answered as `on_request` says (it may raise ReplyError, or return UNANSWERED);
+    notifications
+    (window/showMessage, $/progress) are kept in `notifications`."""
 
     def __init__(self, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
         self.process = subprocess.Popen(
@@ -47,7 +67,7 @@ class LspClient:
         self.responses: dict[Any, dict[str, Any]] = {}
         self.notifications: list[dict[str, Any]] = []
         self.server_requests: list[dict[str, Any]] = []
-        self.on_request: Callable[[dict[str, Any]], Any] = lambda message: {"applied": True}
+        self.on_request: Callable[[dict[str, Any]], Any] = applied
         self.initialize_result: dict[str, Any] = {}
         self.changed = threading.Condition()
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -94,7 +114,12 @@ class LspClient:
             message = json.loads(stream.read(length))
             if "method" in message and "id" in message:  # a request from the server
                 self.server_requests.append(message)
-                self.send({"id": message["id"], "result": self.on_request(message)})
+                try:
+                    answer = self.on_request(message)
+                    if answer is not UNANSWERED:
+                        self.send({"id": message["id"], "result": answer})
+                except ReplyError as exc:
+                    self.send({"id": message["id"], "error": {"code": exc.code, "message": exc.message}})
             with self.changed:
                 if "method" in message:
                     if "id" not in message:
@@ -140,12 +165,19 @@ class LspClient:
 
     def wait_for_notification(self, method: str, count: int = 1, after: int = 0) -> list[dict[str, Any]]:
         """The `method` notifications received after `after`, once there are at least `count`."""
+        return self._wait_for(self.notifications, method, count, after)
 
+    def wait_for_request(self, method: str, count: int = 1, after: int = 0) -> list[dict[str, Any]]:
+        """The server's `method` requests received after `after` (an index of `server_requests`), once there are
+        at least `count` (each answered as `on_request` said)."""
+        return self._wait_for(self.server_requests, method, count, after)
+
+    def _wait_for(self, kept: list[dict[str, Any]], method: str, count: int, after: int) -> list[dict[str, Any]]:
         def found() -> list[dict[str, Any]]:
-            return [n for n in self.notifications[after:] if n["method"] == method]
+            return [n for n in kept[after:] if n["method"] == method]
 
         with self.changed:
-            assert self.changed.wait_for(lambda: len(found()) >= count, TIMEOUT), f"no {method}: {self.notifications}"
+            assert self.changed.wait_for(lambda: len(found()) >= count, TIMEOUT), f"no {method}: {kept}"
             return found()
 
     def configure(self, settings: dict[str, Any]) -> None:
@@ -154,8 +186,14 @@ class LspClient:
 
     # --- LSP ----------------------------------------------------------------------------------------------
 
-    def initialize(self, options: Any = None, encodings: list[str] | None = None) -> dict[str, Any]:
+    def initialize(
+        self, options: Any = None, encodings: list[str] | None = None, progress: bool = True
+    ) -> dict[str, Any]:
+        """initialize, then initialized; `progress`: the client shows work-done progress (window.workDoneProgress,
+        as Neovim and VS Code declare; eglot 1.9 does not)."""
         capabilities: dict[str, Any] = {"workspace": {"applyEdit": True, "workspaceEdit": {"documentChanges": True}}}
+        if progress:
+            capabilities["window"] = {"workDoneProgress": True}
         if encodings is not None:
             capabilities["general"] = {"positionEncodings": encodings}
         params = {"processId": os.getpid(), "rootUri": None, "capabilities": capabilities}
@@ -242,12 +280,28 @@ class GatedModel(ScriptedModel):
         return super()._logits(ids, masked, n, targets, verify)
 
 
+class SlowModel(ScriptedModel):
+    """A scripted model (fill "total += 1") whose first forward pass takes SLOW_SECONDS: the test's client has
+    given up on a request by then (eglot with `jsonrpc-default-request-timeout` below it)."""
+
+    slept = False
+
+    def _logits(
+        self, ids: torch.Tensor, masked: torch.Tensor, n: int, targets: torch.Tensor, verify: bool
+    ) -> torch.Tensor:
+        if not self.slept:
+            self.slept = True
+            time.sleep(SLOW_SECONDS)
+        return super()._logits(ids, masked, n, targets, verify)
+
+
 # scripted models: name -> (the fill of every span, the confidence the fill gets or None)
 SCRIPTED: dict[str, tuple[str, float | None]] = {
     "scripted-lsp": ("total += 1", None),
     "scripted-rest": ("len(values)\n    print(total)", None),
     "scripted-newline": ("\n    return 0", None),
     "scripted-word": ("al / len(values)", None),
+    "scripted-broken": (")))", None),  # breaks any Python file: no valid fill
     "scripted-low": ("total += 1", 0.3),
     "scripted-high": ("total += 1", 0.7),
     # a block after `def mean(values):`, then a dedented line the block must end before
@@ -260,6 +314,7 @@ def install(server: Any) -> None:
     - the SCRIPTED models (a known fill; the "confidence" ones give every fill that calibrated confidence, as
       the model-quality work's calibration will), counting their loads;
     - GATED_MODEL, whose passes wait for the test (a fill of 40 tokens, one pass each with decoder sequential);
+    - SLOW_MODEL, whose first forward pass takes SLOW_SECONDS;
     - LOADING_MODEL, whose load writes `load-started` in $INFILL_TEST_GATE, waits up to LOAD_WAIT seconds for
       the test to write `load-go` there, then writes `load-finished`;
     - test/document -> {"text", "version", "broken"} of an open document, as the server has it;
@@ -290,8 +345,13 @@ def install(server: Any) -> None:
         (gate / "load-finished").write_text("")
         return scripted(ModelSpec(name="scripted-lsp"))
 
+    def slow(spec: ModelSpec) -> registry.LoadedModel:
+        model = SlowModel([[(SCRIPTED["scripted-lsp"][0], 1.0)]])
+        return registry.LoadedModel(SLOW_MODEL, "asarm", model, ByteTokenizer(), {"fake": True})
+
     for name in SCRIPTED:
         registry.register(name, scripted)
+    registry.register(SLOW_MODEL, slow)
     registry.register(LOADING_MODEL, loading)
     registry.register(GATED_MODEL, gated)
 

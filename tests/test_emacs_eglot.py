@@ -1,6 +1,7 @@
 """`infill lsp` in a real Emacs with eglot, when `emacs` is on PATH and eglot loads (Debian: `emacs-nox
 elpa-eglot`); skipped otherwise. CI does not install Emacs: the server-side tests in tests/test_lsp_server.py
-guard the same behaviour (one-line items, no filterText, `$` in JavaScript words, code actions).
+guard the same behaviour (one-line items, no filterText, `$` in JavaScript words, code actions, a command
+answered when its fill starts).
 
 `emacs --batch` opens each file with eglot against the tests' scripted models, calls `completion-at-point` (the
 default completion UI: no company, no corfu) and `eglot-code-actions`, and writes what the buffer became.
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures_lsp import lsp_env
+from fixtures_lsp import SLOW_MODEL, SLOW_SECONDS, lsp_env
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,13 @@ DRIVER = r"""
   (push (cons "completed" (buffer-substring-no-properties (line-beginning-position) (line-end-position))) results)
   (when (getenv "INFILL_ACTION")
     (goto-char (point-min))
-    (eglot-code-actions (point) (point) (getenv "INFILL_ACTION") t)
+    (when (getenv "INFILL_TIMEOUT") ; the model loaded and the actions asked once, then eglot waits less
+      (jsonrpc-request (eglot-current-server) :test/idle nil)
+      (eglot-code-actions (point) (point) (getenv "INFILL_ACTION"))
+      (setq jsonrpc-default-request-timeout (string-to-number (getenv "INFILL_TIMEOUT"))))
+    (condition-case err
+        (eglot-code-actions (point) (point) (getenv "INFILL_ACTION") t)
+      (error (push (cons "error" (error-message-string err)) results)))
     (let ((deadline (+ (float-time) 60)))
       (while (and (< (float-time) deadline) (not (buffer-modified-p))) (accept-process-output nil 0.1))))
   (eglot--signal-textDocument/didChange)
@@ -65,7 +72,15 @@ def _emacs() -> str:
 
 
 def _run(
-    tmp_path: Path, name: str, text: str, model: str, line: int, typed: str, action: str = "", back: int = 0
+    tmp_path: Path,
+    name: str,
+    text: str,
+    model: str,
+    line: int,
+    typed: str,
+    action: str = "",
+    back: int = 0,
+    timeout: int = 0,
 ) -> dict[str, str]:
     emacs = _emacs()
     source = tmp_path / name
@@ -86,6 +101,8 @@ def _run(
     )
     if action:
         env["INFILL_ACTION"] = action
+    if timeout:
+        env["INFILL_TIMEOUT"] = str(timeout)
     done = subprocess.run([emacs, "--batch", "-l", str(driver)], env=env, capture_output=True, timeout=300)
     assert out.exists(), done.stderr.decode("utf-8", "replace")[-3000:]
     result: dict[str, str] = json.loads(out.read_text())
@@ -117,4 +134,15 @@ def test_eglot_completes_after_a_dollar_word_in_javascript(tmp_path: Path) -> No
 def test_eglot_code_action_adds_a_docstring(tmp_path: Path) -> None:
     text = "def mean(values):\n    total = sum(values)\n    return total / len(values)\n"
     result = _run(tmp_path, "stats.py", text, "scripted-lsp", 1, "", action="refactor.rewrite")
+    assert "error" not in result
+    assert result["buffer"].startswith('def mean(values):\n    """')
+
+
+def test_eglot_applies_a_code_action_slower_than_its_request_timeout(tmp_path: Path) -> None:
+    """eglot gives up on a request after `jsonrpc-default-request-timeout` (10 s; 1 s here) with "Timed out":
+    the command is answered when its fill starts, and the edit the slow fill makes is applied when it comes."""
+    assert SLOW_SECONDS > 1
+    text = "def mean(values):\n    total = sum(values)\n    return total / len(values)\n"
+    result = _run(tmp_path, "stats.py", text, SLOW_MODEL, 1, "", action="refactor.rewrite", timeout=1)
+    assert "error" not in result, result["error"]
     assert result["buffer"].startswith('def mean(values):\n    """')

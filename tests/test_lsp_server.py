@@ -16,7 +16,18 @@ from typing import Any
 
 import pytest
 from fixtures_cli import fake_model
-from fixtures_lsp import LspClient, gated_model, inline_params, release, started, wait_until
+from fixtures_lsp import (
+    GATED_MODEL,
+    UNANSWERED,
+    LspClient,
+    ReplyError,
+    applied,
+    gated_model,
+    inline_params,
+    release,
+    started,
+    wait_until,
+)
 
 from infill.api import fill_text
 from infill.config import TOOL_DECODE, ModelSpec
@@ -322,11 +333,16 @@ def code_actions(client: LspClient, a: tuple[int, int], b: tuple[int, int], uri:
 
 
 def run_action(client: LspClient, action: dict[str, Any]) -> dict[str, Any]:
-    """Execute the action's command; the workspace/applyEdit the server sent while doing it."""
+    """Execute the action's command (answered null once its fill started); the workspace/applyEdit the server
+    sends when the fill is done."""
     before = len(client.server_requests)
-    client.result("workspace/executeCommand", action["command"])
-    (request,) = client.server_requests[before:]
-    assert request["method"] == "workspace/applyEdit"
+    assert client.result("workspace/executeCommand", action["command"]) is None
+    (request,) = client.wait_for_request("workspace/applyEdit", after=before)
+    assert client.result("test/idle") == "idle"
+    assert [r["method"] for r in client.server_requests[before:]] == [
+        "window/workDoneProgress/create",
+        "workspace/applyEdit",
+    ]
     edit: dict[str, Any] = request["params"]["edit"]
     return edit
 
@@ -364,17 +380,218 @@ def test_an_action_on_a_changed_document_is_refused(client: LspClient) -> None:
     assert client.server_requests[before:] == []
 
 
-def test_an_edit_the_editor_refuses_is_an_error(client: LspClient) -> None:
-    (fill,) = [a for a in code_actions(client, (1, 4), (1, 13)) if a["title"] == "Fill selection with infill"]
-    client.on_request = lambda message: {"applied": False, "failureReason": "read-only buffer"}
+def fill_action(client: LspClient, uri: str = URI) -> dict[str, Any]:
+    (fill,) = [a for a in code_actions(client, (1, 4), (1, 13), uri) if a["title"] == "Fill selection with infill"]
+    return fill
+
+
+def told(client: LspClient, mark: int) -> dict[str, Any]:
+    """The one window/showMessage after `mark`, once the server is idle (params: type and message)."""
+    assert client.result("test/idle") == "idle"
+    settle(client)
+    shown = [n["params"] for n in client.notifications[mark:] if n["method"] == "window/showMessage"]
+    assert len(shown) == 1, shown
+    return shown[0]
+
+
+def progress_of(client: LspClient, mark: int) -> list[dict[str, Any]]:
+    """The $/progress values after `mark`, once the server is idle; each carries the token the server created."""
+    assert client.result("test/idle") == "idle"
+    settle(client)
+    created = {r["params"]["token"] for r in client.server_requests if r["method"] == "window/workDoneProgress/create"}
+    sent = [n["params"] for n in client.notifications[mark:] if n["method"] == "$/progress"]
+    assert all(p["token"] in created for p in sent), (sent, created)
+    return [p["value"] for p in sent]
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ({"applied": False, "failureReason": "read-only buffer"}, "read-only buffer"),
+        (ReplyError(-32603, "Edits on `stats.py' require version 1, you have 2"), "require version 1"),  # eglot's
+    ],
+)
+def test_an_edit_the_editor_refuses_is_shown(client: LspClient, answer: Any, why: str) -> None:
+    """The request was answered when the fill started: the editor's refusal (a result or an error) is told."""
+    fill = fill_action(client)
+
+    def refuse(message: dict[str, Any]) -> Any:
+        if message["method"] != "workspace/applyEdit":
+            return None
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    client.on_request = refuse
+    mark = client.mark()
     try:
-        response = client.request("workspace/executeCommand", fill["command"])
+        assert client.result("workspace/executeCommand", fill["command"]) is None
+        message = told(client, mark)
     finally:
-        client.on_request = lambda message: {"applied": True}
-    assert response["error"] == {
-        "code": REQUEST_FAILED,
-        "message": "the editor did not apply the edit: read-only buffer",
+        client.on_request = applied
+    assert message["type"] == 1  # Error
+    assert message["message"].startswith("infill: fill selection: the editor did not apply the edit: ")
+    assert why in message["message"]
+    assert progress_of(client, mark)[-1] == {"kind": "end", "message": "done"}  # the fill's: done, the edit sent
+
+
+def test_a_fill_that_breaks_the_syntax_is_shown_and_changes_nothing(client: LspClient) -> None:
+    client.configure({"model": "scripted-broken"})
+    fill = fill_action(client)
+    before, mark = len(client.server_requests), client.mark()
+    assert client.result("workspace/executeCommand", fill["command"]) is None
+    message = told(client, mark)
+    assert message == {
+        "type": 2,  # Warning
+        "message": "infill: fill selection: no valid fill: every candidate breaks the syntax; nothing was changed",
     }
+    assert [r["method"] for r in client.server_requests[before:]] == ["window/workDoneProgress/create"]
+
+
+def test_a_fill_that_fails_is_shown(client: LspClient) -> None:
+    client.configure({"model": "/nonexistent/model"})
+    client.wait_for_notification("window/showMessage", after=client.mark())  # the load's own message
+    fill = fill_action(client)
+    mark = client.mark()
+    assert client.result("workspace/executeCommand", fill["command"]) is None
+    message = told(client, mark)
+    assert message["type"] == 1 and message["message"].startswith("infill: fill selection: ")
+    assert "/nonexistent/model" in message["message"]
+
+
+def test_a_slow_command_is_answered_when_its_fill_starts_and_shows_progress(client: LspClient, gated: Path) -> None:
+    """Clients give up on a request after a while (eglot 10 s, Helix 20 s): the command is answered while its
+    fill waits on its first forward pass, the progress begins, and the edit comes once the fill is done."""
+    fill = fill_action(client)
+    before, mark = len(client.server_requests), client.mark()
+    request = client.start("workspace/executeCommand", fill["command"])
+    wait_until(lambda: started(gated) == 1, "the first pass")
+    assert client.wait(request) == {"jsonrpc": "2.0", "id": request, "result": None}  # pass 1 still waits
+    (begin,) = client.wait_for_notification("$/progress", after=mark)
+    assert begin["params"]["value"] == {"kind": "begin", "title": "infill: fill selection", "cancellable": True}
+    assert client.server_requests[before:] == client.wait_for_request("window/workDoneProgress/create", after=before)
+    for number in range(1, 200):
+        release(gated, number)
+    (edit,) = client.wait_for_request("workspace/applyEdit", after=before)
+    (change,) = edit["params"]["edit"]["documentChanges"]
+    assert change["textDocument"] == {"uri": URI, "version": 1}
+    assert change["edits"][0]["newText"].startswith("x = 123")
+    assert progress_of(client, mark) == [begin["params"]["value"], {"kind": "end", "message": "done"}]
+
+
+@pytest.mark.parametrize("how", ["progress cancel", "document change", "document close"])
+def test_a_command_stopped_meanwhile_sends_no_edit(client: LspClient, gated: Path, how: str) -> None:
+    """The user's cancel (window/workDoneProgress/cancel), an edit of the document (its edit would be for an
+    older text: told) or closing it stops the fill at its next forward pass; no workspace/applyEdit follows."""
+    fill = fill_action(client)
+    before, mark = len(client.server_requests), client.mark()
+    assert client.result("workspace/executeCommand", fill["command"]) is None
+    wait_until(lambda: started(gated) == 1, "the first pass")
+    (begin,) = client.wait_for_notification("$/progress", after=mark)
+    if how == "progress cancel":
+        client.notify("window/workDoneProgress/cancel", {"token": begin["params"]["token"]})
+    elif how == "document change":
+        client.change(URI, 2, [{"range": span_range((0, 0), (0, 0)), "text": "# edited\n"}])
+    else:
+        client.notify("textDocument/didClose", {"textDocument": {"uri": URI}})
+    settle(client)
+    release(gated, 1)
+    assert client.result("test/idle") == "idle"
+    assert started(gated) == 1  # stopped after the pass that was running
+    assert [r["method"] for r in client.server_requests[before:]] == ["window/workDoneProgress/create"]
+    shown = [n["params"] for n in client.notifications[mark:] if n["method"] == "window/showMessage"]
+    if how == "document change":
+        why = "stats.py changed while it ran; nothing was changed: run the action again"
+        assert shown == [{"type": 2, "message": f"infill: fill selection: {why}"}]  # a Warning
+        assert progress_of(client, mark)[-1] == {"kind": "end", "message": why}
+    else:
+        assert shown == []  # the user's own doing
+        assert progress_of(client, mark)[-1] == {"kind": "end", "message": "cancelled"}
+
+
+def test_add_docstrings_stopped_by_a_change_writes_nothing(client: LspClient, gated: Path) -> None:
+    """The docstring filler stops at its next forward pass too (it does not go on to the next docstring)."""
+    client.open(URI, DOCUMENTED)
+    (every,) = [a for a in code_actions(client, (2, 8), (2, 8)) if a["title"] == "Add 4 missing docstrings (infill)"]
+    before, mark = len(client.server_requests), client.mark()
+    assert client.result("workspace/executeCommand", every["command"]) is None
+    wait_until(lambda: started(gated) == 1, "the first pass")
+    client.change(URI, 2, [{"range": span_range((0, 0), (0, 0)), "text": "# edited\n"}])
+    settle(client)
+    release(gated, 1)
+    message = told(client, mark)
+    assert started(gated) == 1
+    assert (
+        message["message"]
+        == "infill: add docstrings: stats.py changed while it ran; nothing was changed: run the action again"
+    )
+    assert [r["method"] for r in client.server_requests[before:]] == ["window/workDoneProgress/create"]
+
+
+def test_a_second_command_on_a_document_is_refused_while_the_first_runs(client: LspClient, gated: Path) -> None:
+    """While a command runs on a document, another one on it is refused at once (RequestFailed: it would be for
+    the text the first one's edit replaces); one on another document starts after it."""
+    fill = fill_action(client)
+    before = len(client.server_requests)
+    assert client.result("workspace/executeCommand", fill["command"]) is None
+    wait_until(lambda: started(gated) == 1, "the first pass")
+    second = client.request("workspace/executeCommand", fill["command"])
+    assert second["error"] == {
+        "code": REQUEST_FAILED,
+        "message": "stats.py: infill's fill selection is still running there; try again once it is done",
+    }
+    other = "file:///project/other.py"
+    client.open(other, SOURCE)
+    assert client.result("workspace/executeCommand", fill_action(client, other)["command"]) is None
+    for number in range(1, 200):
+        release(gated, number)
+    edits = client.wait_for_request("workspace/applyEdit", count=2, after=before)
+    assert {e["params"]["edit"]["documentChanges"][0]["textDocument"]["uri"] for e in edits} == {URI, other}
+    client.notify("textDocument/didClose", {"textDocument": {"uri": other}})
+
+
+def test_a_client_that_never_answers_the_edit_can_run_the_next_command(client: LspClient) -> None:
+    """Vim's ALE applies the edit but never answers workspace/applyEdit: the document is free for the next
+    command once the edit is sent, not held by the unanswered request."""
+    client.on_request = lambda message: UNANSWERED if message["method"] == "workspace/applyEdit" else None
+    try:
+        fill = fill_action(client)
+        before = len(client.server_requests)
+        assert client.result("workspace/executeCommand", fill["command"]) is None
+        client.wait_for_request("workspace/applyEdit", after=before)
+        assert client.result("workspace/executeCommand", fill["command"]) is None  # not "still running"
+        assert len(client.wait_for_request("workspace/applyEdit", count=2, after=before)) == 2
+    finally:
+        client.on_request = applied
+
+
+def test_without_progress_support_and_shutdown_during_a_command(tmp_path: Path) -> None:
+    """A client that declares no window.workDoneProgress (eglot 1.9) gets no progress, and the command is still
+    answered at once with its edit after; shutdown during a command stops its fill at the next forward pass: no
+    edit, no message, exit 0."""
+    fresh = LspClient()
+    try:
+        fresh.initialize({"model": SCRIPTED_MODEL}, progress=False)
+        fresh.open(URI, SOURCE)
+        assert fresh.result("workspace/executeCommand", fill_action(fresh)["command"]) is None
+        (edit,) = fresh.wait_for_request("workspace/applyEdit")
+        assert edit["params"]["edit"]["documentChanges"][0]["edits"][0]["newText"] == "total += 1"
+        fresh.open(URI, SOURCE, version=2)
+        gate = tmp_path / "gate"
+        gate.mkdir()
+        fresh.result("test/gate", {"path": str(gate)})
+        fresh.configure({"model": GATED_MODEL, "fill": {"decoder": "sequential"}})
+        assert fresh.result("workspace/executeCommand", fill_action(fresh)["command"]) is None
+        wait_until(lambda: started(gate) == 1, "the first pass")
+        assert fresh.result("shutdown") is None
+        release(gate, 1)
+        fresh.notify("exit")
+        assert fresh.process.wait(60) == 0
+        assert started(gate) == 1  # no pass after the one that was running
+    finally:
+        fresh.close(shutdown=False)
+    assert [r["method"] for r in fresh.server_requests] == ["workspace/applyEdit"]
+    assert [n for n in fresh.notifications if n["method"] in ("window/showMessage", "$/progress")] == []
 
 
 DOCUMENTED = (
@@ -459,7 +676,7 @@ def gated(client: LspClient, tmp_path: Path) -> Iterator[Path]:
 
 def settle(client: LspClient) -> None:
     """Return once the server has read every message sent before (it answers them in order)."""
-    client.result("test/document", {"uri": URI})
+    client.result("test/settings")
 
 
 def test_cancel_request_stops_the_fill_between_forward_passes(client: LspClient, gated: Path) -> None:

@@ -781,3 +781,77 @@ def test_a_suggestion_past_the_windows_edge_goes_on_below_as_wrapped_text(stubbe
     assert _screen(stubbed, range(1, 3)) == [line + text[:6], text[6:]]
     stubbed.input("<Tab>")
     assert _wait(lambda: stubbed.current.buffer[0] == line + text, 5), stubbed.current.buffer[0]
+
+
+# --- Neovim's own LSP client (no plugin): the code actions ---------------------------------------------------------
+
+NVIM_CLIENT = r"""
+local cmd, env, path = ...
+vim.cmd("edit " .. path)
+_G.infill_test = {answered = {}, progress = {}}
+local handlers = vim.lsp.handlers
+for _, method in ipairs({"workspace/executeCommand", "$/progress", "window/showMessage"}) do
+  local builtin = handlers[method]
+  handlers[method] = function(err, result, ctx, config)
+    table.insert(_G.infill_test.answered, {method = method, err = err, result = result})
+    return builtin(err, result, ctx, config)
+  end
+end
+vim.ui.select = function(items, opts, on_choice)  -- picks the action named in _G.infill_test.wanted
+  for index, item in ipairs(items) do
+    if opts.format_item(item) == _G.infill_test.wanted then return on_choice(item, index) end
+  end
+  on_choice(nil, nil)
+end
+local id = vim.lsp.start_client({
+  name = "infill", cmd = cmd, cmd_env = env, root_dir = vim.fn.fnamemodify(path, ":h"),
+  init_options = {threshold = 0, model = "gated-lsp", fill = {decoder = "sequential"}},
+})
+vim.lsp.buf_attach_client(0, id)
+_G.infill_test.id = id
+"""
+
+
+@pytest.mark.slow
+def test_neovims_own_client_applies_both_code_actions(nvim: Any, tmp_path: Path) -> None:
+    """Neovim 0.7's built-in client (vim.lsp.buf.range_code_action and code_action, an action picked through
+    vim.ui.select): the command is answered while the fill waits on its first forward pass, the fill shows as
+    work-done progress (begin, then end), and Neovim's own workspace/applyEdit handler applies the edit that
+    follows; the server's copy of the document is the buffer after both."""
+    from fixtures_lsp import release, started
+
+    source = tmp_path / "stats.py"
+    source.write_text("def mean(values):\n    total = 0\n    return total / len(values)\n")
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    tests = str(Path(__file__).resolve().parent)
+    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{tests}", "INFILL_LSP_PLUGINS": "fixtures_lsp:install"}
+    env["INFILL_TEST_GATE"] = str(gate)
+    nvim.exec_lua(NVIM_CLIENT, [sys.executable, "-m", "infill", "lsp"], env, str(source))
+    client = "vim.lsp.get_client_by_id(_G.infill_test.id)"
+    assert _wait(lambda: nvim.exec_lua(f"local c = {client} return c ~= nil and c.initialized")), "no server"
+
+    def answered(method: str) -> list[Any]:
+        seen = nvim.exec_lua("return _G.infill_test.answered")
+        return [a for a in seen if a["method"] == method]
+
+    nvim.exec_lua("_G.infill_test.wanted = 'Fill selection with infill'")
+    nvim.exec_lua("vim.lsp.buf.range_code_action(nil, {2, 4}, {2, 12})")  # `total = 0`
+    assert _wait(lambda: started(gate) == 1), "the fill did not start"
+    assert _wait(lambda: answered("workspace/executeCommand"))[0].get("err") is None  # while pass 1 waits
+    begin = _wait(lambda: answered("$/progress"))[0]["result"]["value"]
+    assert begin == {"kind": "begin", "title": "infill: fill selection", "cancellable": True}
+    for number in range(1, 400):
+        release(gate, number)
+    assert _wait(lambda: nvim.current.buffer[1].startswith("    x = 123")), nvim.current.buffer[:]
+    assert [a["result"]["value"]["kind"] for a in answered("$/progress")] == ["begin", "end"]
+
+    nvim.command("call cursor(1, 1)")
+    nvim.exec_lua("_G.infill_test.wanted = 'Add docstring to mean (infill)'")
+    nvim.exec_lua("vim.lsp.buf.code_action()")
+    assert _wait(lambda: nvim.current.buffer[1].startswith('    """')), nvim.current.buffer[:]
+    assert len(answered("workspace/executeCommand")) == 2 and answered("window/showMessage") == []
+    text = "\n".join(nvim.current.buffer[:]) + "\n"
+    uri = source.as_uri()
+    copy = nvim.exec_lua(f"return {client}.request_sync('test/document', {{uri = ...}}, 10000, 0).result", uri)
+    assert copy["text"] == text

@@ -6,7 +6,7 @@ function registered on the server by `build`; `serve` runs it.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
@@ -16,7 +16,10 @@ from infill.config import ModelSpec
 from infill.errors import InfillError
 from infill.lsp import fills
 from infill.lsp.documents import LINE_BREAK, Document
-from infill.lsp.server import ADD_DOCSTRINGS, FILL_SELECTION, InfillServer, RequestFailed, document_name
+from infill.lsp.server import ADD_DOCSTRINGS, FILL_SELECTION, Edits, InfillServer, RequestFailed, document_name
+
+if TYPE_CHECKING:
+    from infill.docstrings.outcome import FileResult
 
 
 def build(max_input_bytes: int, model: str | None = None) -> InfillServer:
@@ -135,7 +138,8 @@ def code_action(ls: InfillServer, params: lsp.CodeActionParams) -> list[lsp.Code
 
 
 async def fill_selection(ls: InfillServer, *args: Any) -> None:
-    """[uri, start, end, version]: fill the text between two offsets of the document at that version."""
+    """[uri, start, end, version]: fill the text between two offsets of the document at that version; answered
+    once the fill has started (InfillServer.start_command)."""
     if len(args) != 4 or not isinstance(args[0], str) or not _offsets(args[1:3]):
         raise JsonRpcInvalidParams(f"{FILL_SELECTION} takes [uri, start offset, end offset, version]")
     document = ls.versioned(args[0], args[3])
@@ -145,15 +149,18 @@ async def fill_selection(ls: InfillServer, *args: Any) -> None:
     snapshot = Document(document.uri, document.language_id, document.version, document.text)
     target = fills.selection_target(snapshot, start, end)
     settings = ls.settings
-    filled = await ls.run_command(snapshot, lambda check: fills.fill(snapshot, target, settings, check))
-    if filled is None:
-        raise RequestFailed("no valid fill: every candidate breaks the syntax; nothing was changed")
-    await ls.apply(snapshot, [(filled.start, filled.end, filled.text)], "infill: fill selection")
+
+    def edits(filled: fills.Filled | None) -> Edits | str:
+        if filled is None:
+            return "no valid fill: every candidate breaks the syntax; nothing was changed"
+        return [(filled.start, filled.end, filled.text)]
+
+    ls.start_command(snapshot, "fill selection", lambda check: fills.fill(snapshot, target, settings, check), edits)
 
 
 async def add_docstrings(ls: InfillServer, *args: Any) -> None:
     """[uri, offset or null, version]: the docstring of the function or class around the offset, or every
-    missing docstring of the document at that version."""
+    missing docstring of the document at that version; answered once the fill has started."""
     if len(args) != 3 or not isinstance(args[0], str) or not (args[1] is None or _offsets(args[1:2])):
         raise JsonRpcInvalidParams(f"{ADD_DOCSTRINGS} takes [uri, offset or null, version]")
     document = ls.versioned(args[0], args[2])
@@ -163,12 +170,22 @@ async def add_docstrings(ls: InfillServer, *args: Any) -> None:
     at = None if args[1] is None else snapshot.byte_offset(args[1])
     name = ls.settings.model.name
     model = None if name == ModelSpec.name else name  # a model the user chose for this server wins
-    result = await ls.run_command(snapshot, lambda check: fills.docstrings(snapshot, at, check, model=model))
-    if not result.edits:
+    try:
+        missing = fills.docstrings(snapshot, at, check_only=True).outcomes
+    except InfillError as exc:  # not a language with docstrings, or the file does not parse
+        raise RequestFailed(str(exc)) from None
+    if not missing:
         raise RequestFailed("no docstring is missing there")
     data = snapshot.text.encode("utf-8")
-    edits = [(_chars(data, e.start_byte), _chars(data, e.end_byte), e.text) for e in result.edits]
-    await ls.apply(snapshot, edits, "infill: add docstrings")
+
+    def edits(result: FileResult) -> Edits | str:
+        if not result.edits:
+            return "no docstring was written: nothing was changed"
+        return [(_chars(data, e.start_byte), _chars(data, e.end_byte), e.text) for e in result.edits]
+
+    ls.start_command(
+        snapshot, "add docstrings", lambda check: fills.docstrings(snapshot, at, check, model=model), edits
+    )
 
 
 _DOLLAR_IDENTIFIERS = frozenset({"javascript", "typescript", "tsx"})  # `$` is part of a name there (`$el`)

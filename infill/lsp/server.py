@@ -21,6 +21,16 @@ cursor it leaves, as if the client had asked for it (a client that asks only whe
 delay, finds the fill under way, or done: its result waits in the typeahead cache). A request at that text and
 cursor waits for it instead of starting another; the next change cancels it as it cancels a request's fill, and
 its prompt pass is kept when the next fill's prompt is the same (typing on inside a word).
+
+Commands (the code actions' infill.fillSelection and infill.addDocstrings): what is wrong up front (bad
+arguments, a document changed since the action was offered, another command still running on the document) is
+the request's error response; otherwise the request is answered (null) as soon as the fill is started, since
+clients give up on a request after a while (eglot 10 s, Helix 20 s) and a large model on a CPU takes longer.
+The fill runs in the background, shown as server-initiated work-done progress where the client declares
+window.workDoneProgress (cancellable: window/workDoneProgress/cancel stops it); its edit is then sent with
+workspace/applyEdit, and what went wrong meanwhile (no valid fill, the editor refused the edit, the document
+changed, which stops the fill at its next forward pass) is shown with window/showMessage. A document closed,
+shutdown or the user's cancel stops it silently.
 """
 
 from __future__ import annotations
@@ -57,9 +67,11 @@ from infill.progress import interrupt_passes
 from infill.server.handlers import RequestCancelled, cancel_check
 
 T = TypeVar("T")
+Edits = list[tuple[int, int, str]]  # (start, end, new text): string offsets of a document
 REQUEST_FAILED = -32803  # LSP's RequestFailed: the request was valid but could not be served
 FILL_SELECTION = "infill.fillSelection"
 ADD_DOCSTRINGS = "infill.addDocstrings"
+CHANGED = "the document changed"  # why a job stopped when its document changed
 logger = logging.getLogger("infill.lsp")
 
 
@@ -140,6 +152,7 @@ class InfillServer(LanguageServer):
         self.jobs: dict[Any, Job] = {}  # by request id (a prefetch's: ("prefetch", uri))
         self.prefetched: dict[str, Prefetched] = {}  # by document: the last completion started on a change
         self.running: Job | None = None  # the job on the worker thread
+        self.commands: dict[str, Command] = {}  # by document: the command running in the background
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="infill-fill")
         self.submitted: set[Future[Any]] = set()  # the worker's work not yet done (running or queued)
         self.told: set[str] = set()  # the documents (and languages) whose problem was told
@@ -195,8 +208,10 @@ class InfillServer(LanguageServer):
             logger.warning("didChange for %s, which is not open", uri)
             return
         for job in self.jobs.values():
-            if job.uri == uri and job.completion:
-                job.cancel("the document changed")
+            if job.uri == uri:  # a completion, or a command's fill: its edit would be for an older text
+                job.cancel(CHANGED)
+                if not job.completion:
+                    job.interrupt()
         was_broken = document.broken is not None
         for change in params.content_changes:
             span = change.range if isinstance(change, lsp.TextDocumentContentChangePartial) else None
@@ -253,7 +268,7 @@ class InfillServer(LanguageServer):
 
     def closed(self, params: lsp.DidCloseTextDocumentParams) -> None:
         for job in self.jobs.values():
-            if job.uri == params.text_document.uri and job.completion:
+            if job.uri == params.text_document.uri:
                 job.cancel("the document was closed")
         self.documents.pop(params.text_document.uri, None)
         self.prefetched.pop(params.text_document.uri, None)
@@ -504,8 +519,78 @@ class InfillServer(LanguageServer):
             raise RequestFailed(why)
         return document
 
-    async def apply(self, document: Document, edits: list[tuple[int, int, str]], label: str) -> None:
-        """Send `edits` (string offsets of the document as it is now) with workspace/applyEdit."""
+    def start_command(
+        self,
+        snapshot: Document,
+        what: str,
+        work: Callable[[Callable[[dict[str, Any]], None]], T],
+        edits_of: Callable[[T], Edits | str],
+    ) -> None:
+        """Start a command's work (module docstring, "Commands") in the background and return: the request is
+        answered at once. `what` names it to the user ("fill selection"); `edits_of` turns the work's result into
+        edits (string offsets of `snapshot`) or says why there are none. RequestFailed, before anything starts,
+        while another command runs on the same document."""
+        uri = snapshot.uri
+        running = self.commands.get(uri)
+        if running is not None:
+            raise RequestFailed(
+                f"{document_name(snapshot)}: infill's {running.what} is still running there; try again once it is done"
+            )
+        job = Job(uri, completion=False)
+        self.jobs[("command", uri)] = job  # a change, a close or shutdown from now on cancels it
+        self.commands[uri] = Command(what, job, Progress(self, f"infill: {what}", job))
+        fill = self.finish_command(snapshot, self.commands[uri], lambda check: edits_of(work(check)))
+        asyncio.ensure_future(fill)
+
+    async def finish_command(
+        self, snapshot: Document, command: Command, work: Callable[[Callable[[dict[str, Any]], None]], Edits | str]
+    ) -> None:
+        """Run a started command to its end: `work` on the worker (its edits, or why there are none), then its
+        edit (workspace/applyEdit); what went wrong is shown (window/showMessage), except a stop the user asked for
+        (the progress's cancel, the document closed, shutdown). The document is free for another command, and the
+        progress ends, once the edit is sent: a client may never answer workspace/applyEdit (Vim's ALE does not)."""
+        job, name = command.job, document_name(snapshot)
+        problem: tuple[str, lsp.MessageType] | None = None
+        edits: Edits | None = None
+        try:
+            found = await self.run(job, work, key=("command", snapshot.uri))
+            if isinstance(found, str):
+                problem = (found, lsp.MessageType.Warning)
+            elif self.documents.get(snapshot.uri) is None:
+                job.cancel("the document was closed")
+            elif self.documents[snapshot.uri].version != snapshot.version:
+                job.cancel(CHANGED)
+            else:
+                edits = found
+        except RequestCancelled:
+            pass  # job.why says why, below
+        except InfillError as exc:
+            problem = (str(exc), lsp.MessageType.Error)
+        except Exception as exc:  # noqa: BLE001 - a fault of the server's own: shown, never lost in the background
+            logger.exception("%s of %s failed", command.what, name)
+            problem = (f"failed: {type(exc).__name__}: {exc}", lsp.MessageType.Error)
+        finally:
+            if self.commands.get(snapshot.uri) is command:
+                del self.commands[snapshot.uri]
+        if problem is None and edits is None and job.why == CHANGED:
+            problem = (
+                f"{name} changed while it ran; nothing was changed: run the action again",
+                lsp.MessageType.Warning,
+            )
+        command.progress.end(problem[0] if problem else ("done" if edits is not None else "cancelled"))
+        if edits is not None:
+            try:
+                await self.apply(snapshot, edits, command.progress.title)
+            except RequestFailed as exc:
+                problem = (str(exc), lsp.MessageType.Error)
+            except JsonRpcException as exc:  # the client answered workspace/applyEdit with an error
+                problem = (f"the editor did not apply the edit: {exc.message}", lsp.MessageType.Error)
+        if problem is not None:
+            self.tell(None, f"{command.what}: {problem[0]}", problem[1])
+
+    async def apply(self, document: Document, edits: Edits, label: str) -> None:
+        """Send `edits` (string offsets of the document as it is now) with workspace/applyEdit; RequestFailed when
+        the editor did not apply them."""
         text_edits = [lsp.TextEdit(self.range(document, a, b), text) for a, b, text in edits]
         capabilities = self.client_capabilities.workspace
         versioned = bool(capabilities and capabilities.workspace_edit and capabilities.workspace_edit.document_changes)
@@ -518,14 +603,59 @@ class InfillServer(LanguageServer):
         if not result.applied:
             raise RequestFailed(f"the editor did not apply the edit: {result.failure_reason or 'no reason given'}")
 
-    async def run_command(self, document: Document, work: Callable[[Callable[[dict[str, Any]], None]], T]) -> T:
-        """Run a command's work on the worker; RequestCancelled and InfillError become LSP errors."""
+
+@dataclass
+class Command:
+    """A command under way in the background (InfillServer.start_command): what it is, its job, its progress."""
+
+    what: str
+    job: Job
+    progress: Progress
+
+
+class Progress:
+    """Server-initiated work-done progress for one command: window/workDoneProgress/create, then one begin
+    (cancellable: the client's window/workDoneProgress/cancel cancels the job) and one end; nothing where the
+    client does not declare window.workDoneProgress or refuses the token."""
+
+    count = 0
+
+    def __init__(self, server: InfillServer, title: str, job: Job) -> None:
+        self.server, self.title, self.job = server, title, job
+        self.token: str | None = None  # once the client created it and it began
+        self.over = False
+        window = server.client_capabilities.window
+        if window is not None and window.work_done_progress:
+            Progress.count += 1
+            asyncio.ensure_future(self.begin(f"infill-{os.getpid()}-{Progress.count}"))
+
+    async def begin(self, token: str) -> None:
+        progress = self.server.work_done_progress
         try:
-            return await self.run(Job(document.uri, completion=False), work)
-        except RequestCancelled:
-            raise JsonRpcRequestCancelled() from None
-        except InfillError as exc:
-            raise RequestFailed(str(exc)) from None
+            await progress.create_async(token)
+        except JsonRpcException as exc:  # the client refused it: the command runs without progress
+            logger.info("no progress for %s: %s", self.title, exc.message)
+            return
+        if self.over:  # done before the client answered: neither begin nor end (the spec allows an unused token)
+            progress.tokens.pop(token, None)
+            return
+        self.token = token
+        progress.tokens[token].add_done_callback(self.cancelled)
+        progress.begin(token, lsp.WorkDoneProgressBegin(self.title, cancellable=True))
+
+    def cancelled(self, future: Future[Any]) -> None:
+        """window/workDoneProgress/cancel for this token (pygls cancels the token's future)."""
+        if future.cancelled() and not self.over:
+            self.job.cancel("cancelled by the user")
+            self.job.interrupt()
+
+    def end(self, message: str) -> None:
+        self.over = True
+        if self.token is not None:
+            progress = self.server.work_done_progress
+            progress.end(self.token, lsp.WorkDoneProgressEnd(message=message))
+            progress.tokens.pop(self.token, None)
+            self.token = None
 
 
 def document_name(document: Document) -> str:
