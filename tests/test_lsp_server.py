@@ -749,6 +749,18 @@ def tcp_ask(connection: socket.socket, reader: BinaryIO, request_id: int, method
     return json.loads(reader.read(length))
 
 
+def end_tcp_session(server: subprocess.Popen[bytes], connection: socket.socket, reader: BinaryIO) -> tuple[int, bytes]:
+    """`shutdown` answered, then SIGTERM while the client is still connected (sent after it left, the signal would
+    race the server's own exit: a client that talked ends the session as the end of stdin does); (exit code,
+    stderr)."""
+    assert tcp_ask(connection, reader, 2, "shutdown", {}) == {"jsonrpc": "2.0", "id": 2, "result": None}
+    server.terminate()
+    code = server.wait(60)
+    reader.close()
+    assert server.stderr is not None
+    return code, server.stderr.read()
+
+
 def stop_tcp_server(server: subprocess.Popen[bytes]) -> None:
     if server.poll() is None:
         server.kill()
@@ -780,15 +792,9 @@ def test_tcp_serves_on_loopback() -> None:
                 except ConnectionResetError:  # closed with our request unread
                     refused = True
                 assert refused
-            assert tcp_ask(connection, reader, 2, "shutdown", {}) == {"jsonrpc": "2.0", "id": 2, "result": None}
             # SIGTERM ends it while the client is connected (once asyncio logged and swallowed it when it landed
-            # inside one of the loop's callbacks). Sent after the client left, it would race the server's own
-            # exit: a client that talked ends the session as the end of stdin does.
-            server.terminate()
-            code = server.wait(60)
-            reader.close()
-        assert server.stderr is not None
-        err = server.stderr.read()
+            # inside one of the loop's callbacks)
+            code, err = end_tcp_session(server, connection, reader)
         # its exit code and line after the refusal's warning; never a traceback, never running on
         assert code == 143 and err.endswith(b"\ninfill: terminated\n") and b"Traceback" not in err, (code, err)
     finally:
@@ -814,12 +820,7 @@ def test_a_client_right_after_a_port_probe_is_served() -> None:
             reader = connection.makefile("rb")
             answer = tcp_ask(connection, reader, 1, "initialize", {"capabilities": {}})
             assert answer["id"] == 1 and "inlineCompletionProvider" in answer["result"]["capabilities"], answer
-            assert tcp_ask(connection, reader, 2, "shutdown", {}) == {"jsonrpc": "2.0", "id": 2, "result": None}
-            server.terminate()
-            code = server.wait(60)
-            reader.close()
-        assert server.stderr is not None
-        err = server.stderr.read()
+            code, err = end_tcp_session(server, connection, reader)
         assert code == 143 and err == b"infill: terminated\n", (code, err)  # no client was refused
     finally:
         stop_tcp_server(server)
