@@ -401,7 +401,8 @@ def _peer_left(writer: asyncio.StreamWriter) -> bool:
         return True
     try:
         with transport_socket.dup() as sock:
-            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            sock.setblocking(False)  # as asyncio's own (MSG_DONTWAIT is not everywhere)
+            return sock.recv(1, socket.MSG_PEEK) == b""
     except (BlockingIOError, InterruptedError):  # nothing to read: still connected
         return False
     except OSError:  # reset, or already closed here
