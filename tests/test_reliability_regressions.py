@@ -740,11 +740,16 @@ def test_item11a_broken_pipe_is_quiet(args: list[str], tmp_path: Path) -> None:
     from fixtures_serve import REPO_ROOT
 
     env = {**os.environ, "INFILL_RUNTIME_DIR": str(tmp_path / "rt"), "PYTHONPATH": str(REPO_ROOT)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "infill", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
-    assert process.stdout is not None and process.stderr is not None
-    process.stdout.close()  # the reader is gone before the command writes
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the command writes (closed after the start, a loaded machine
+    # could let the command write its few lines into the pipe first, and exit 0)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "infill", *args], stdout=write_end, stderr=subprocess.PIPE, env=env
+        )
+    finally:
+        os.close(write_end)
+    assert process.stderr is not None
     assert process.wait(timeout=120) == 141  # as a shell reports a tool killed by SIGPIPE
     assert process.stderr.read() == b""  # no "Broken pipe" message, no traceback
 

@@ -720,7 +720,8 @@ def test_install_hints_name_this_interpreters_installer(
     assert extras.install_hint("lsp") == f"uv pip install --python '{other / 'python'}' 'pygls<3,>=2.0'"
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     (venv_on_path / "pipx_metadata.json").write_text("{}")  # pipx's virtualenv for the `infill` package
-    pipx = venv_on_path.parent / "infill"
+    pipx = tmp_path / "venvs" / "infill"  # the test's own folder: the temporary root is shared (a rerun of the
+    pipx.parent.mkdir()  # test in the same session found the `infill` it had left there)
     venv_on_path.rename(pipx)
     monkeypatch.setattr(sys, "prefix", str(pipx))
     assert extras.install_hint("lsp") == "pipx inject infill 'pygls<3,>=2.0'"

@@ -391,22 +391,51 @@ def _to_devnull(out: BinaryIO) -> None:
         pass
 
 
+def _peer_left(writer: asyncio.StreamWriter) -> bool:
+    """Whether the other end of a TCP connection has closed it (its end of input waits in the socket, maybe not
+    read yet), or reset it."""
+    import socket
+
+    transport_socket = writer.get_extra_info("socket")
+    if transport_socket is None:
+        return True
+    try:
+        with transport_socket.dup() as sock:
+            sock.setblocking(False)  # as asyncio's own (MSG_DONTWAIT is not everywhere)
+            return sock.recv(1, socket.MSG_PEEK) == b""
+    except (BlockingIOError, InterruptedError):  # nothing to read: still connected
+        return False
+    except OSError:  # reset, or already closed here
+        return True
+
+
 def serve_tcp(server: LanguageServer, host: str, port: int) -> None:
     """pygls's `start_tcp`, reading with FrameReader, for one client at a time. While a client is connected,
     another is refused (closed at once, a line on stderr): it would take over the first one's answers. A client
     that leaves without sending a byte (a port probe, `nc -z`) leaves the server waiting for the next; one that
-    did talk ends the session as the end of stdin does."""
+    did talk ends the session as the end of stdin does. A client that arrives while the one before has left but
+    its session is not over yet (a probe and the real client at once: its end of input not read yet, on a loaded
+    machine) waits for that session's end, and is served unless it ended the server."""
     stop = Event()
     server._stop_event = stop
     busy = False
+    current: asyncio.StreamWriter | None = None
+    free = asyncio.Event()  # set while no session runs (made here: bound to the loop at its first wait)
+    free.set()
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal busy
+        nonlocal busy, current
+        while busy and current is not None and _peer_left(current):
+            await free.wait()
+        if stop.is_set():  # the session it waited for ended the server
+            writer.close()
+            return
         if busy:
             logger.warning("refused a second client on port %d: one client at a time", port)
             writer.close()
             return
-        busy = True
+        busy, current = True, writer
+        free.clear()
         received = 0
 
         async def read(n: int) -> bytes:
@@ -421,7 +450,8 @@ def serve_tcp(server: LanguageServer, host: str, port: int) -> None:
         except asyncio.CancelledError:  # the server stops (SIGTERM) with a client connected: end quietly
             return
         finally:
-            busy = False
+            busy, current = False, None
+            free.set()
         if received or stop.is_set():
             server.shutdown()
         else:
