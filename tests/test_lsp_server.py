@@ -541,6 +541,25 @@ def test_add_docstrings_stopped_by_a_change_writes_nothing(client: LspClient, ga
     assert [r["method"] for r in client.server_requests[before:]] == ["window/workDoneProgress/create"]
 
 
+def test_add_docstrings_reports_which_docstring_it_is_writing(client: LspClient, gated: Path) -> None:
+    """Add N missing docstrings can take minutes with a large model: its progress says which one is being
+    written (a report as each starts; one written before the client's progress began is sent with the begin)."""
+    client.open(URI, DOCUMENTED)
+    (every,) = [a for a in code_actions(client, (2, 8), (2, 8)) if a["title"] == "Add 4 missing docstrings (infill)"]
+    before, mark = len(client.server_requests), client.mark()
+    assert client.result("workspace/executeCommand", every["command"]) is None
+    wait_until(lambda: started(gated) == 1, "the first pass")
+    client.wait_for_notification("$/progress", after=mark)
+    for number in range(1, 2000):
+        release(gated, number)
+    client.wait_for_request("workspace/applyEdit", after=before)
+    values = progress_of(client, mark)
+    assert values[0]["kind"] == "begin" and values[-1] == {"kind": "end", "message": "done"}
+    assert values[1:-1] == [
+        {"kind": "report", "message": f"docstring {k} of 4", "percentage": 25 * (k - 1)} for k in range(1, 5)
+    ]
+
+
 def test_a_second_command_on_a_document_is_refused_while_the_first_runs(client: LspClient, gated: Path) -> None:
     """While a command runs on a document, another one on it is refused at once (RequestFailed: it would be for
     the text the first one's edit replaces); one on another document starts after it."""

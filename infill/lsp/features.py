@@ -19,6 +19,8 @@ from infill.lsp.documents import LINE_BREAK, Document
 from infill.lsp.server import ADD_DOCSTRINGS, FILL_SELECTION, Edits, InfillServer, RequestFailed, document_name
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from infill.docstrings.outcome import FileResult
 
 
@@ -183,9 +185,19 @@ async def add_docstrings(ls: InfillServer, *args: Any) -> None:
             return "no docstring was written: nothing was changed"
         return [(_chars(data, e.start_byte), _chars(data, e.end_byte), e.text) for e in result.edits]
 
-    ls.start_command(
-        snapshot, "add docstrings", lambda check: fills.docstrings(snapshot, at, check, model=model), edits
-    )
+    started = 0
+
+    def describe(event: dict[str, Any]) -> tuple[str, int] | None:
+        nonlocal started
+        if event.get("event") != "start" or len(missing) < 2:  # one fill of each docstring, each "start" once
+            return None
+        started = min(started + 1, len(missing))
+        return f"docstring {started} of {len(missing)}", 100 * (started - 1) // len(missing)
+
+    def work(check: Callable[[dict[str, Any]], None]) -> FileResult:
+        return fills.docstrings(snapshot, at, check, model=model)
+
+    ls.start_command(snapshot, "add docstrings", work, edits, describe)
 
 
 _DOLLAR_IDENTIFIERS = frozenset({"javascript", "typescript", "tsx"})  # `$` is part of a name there (`$el`)

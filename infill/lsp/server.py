@@ -525,11 +525,14 @@ class InfillServer(LanguageServer):
         what: str,
         work: Callable[[Callable[[dict[str, Any]], None]], T],
         edits_of: Callable[[T], Edits | str],
+        describe: Callable[[dict[str, Any]], tuple[str, int] | None] | None = None,
     ) -> None:
         """Start a command's work (module docstring, "Commands") in the background and return: the request is
         answered at once. `what` names it to the user ("fill selection"); `edits_of` turns the work's result into
-        edits (string offsets of `snapshot`) or says why there are none. RequestFailed, before anything starts,
-        while another command runs on the same document."""
+        edits (string offsets of `snapshot`) or says why there are none; `describe` turns the work's progress
+        events (infill.progress) into the progress's reports (a message and a percentage), None for an event
+        that changes nothing shown. RequestFailed, before anything starts, while another command runs on the
+        same document."""
         uri = snapshot.uri
         running = self.commands.get(uri)
         if running is not None:
@@ -538,9 +541,19 @@ class InfillServer(LanguageServer):
             )
         job = Job(uri, completion=False)
         self.jobs[("command", uri)] = job  # a change, a close or shutdown from now on cancels it
-        self.commands[uri] = Command(what, job, Progress(self, f"infill: {what}", job))
-        fill = self.finish_command(snapshot, self.commands[uri], lambda check: edits_of(work(check)))
-        asyncio.ensure_future(fill)
+        progress = Progress(self, f"infill: {what}", job)
+        self.commands[uri] = Command(what, job, progress)
+
+        def run(check: Callable[[dict[str, Any]], None]) -> Edits | str:
+            def on_progress(event: dict[str, Any]) -> None:
+                check(event)  # first: a cancelled command raises here, and reports nothing more
+                shown = describe(event) if describe is not None else None
+                if shown is not None:
+                    progress.report(*shown)
+
+            return edits_of(work(on_progress))
+
+        asyncio.ensure_future(self.finish_command(snapshot, self.commands[uri], run))
 
     async def finish_command(
         self, snapshot: Document, command: Command, work: Callable[[Callable[[dict[str, Any]], None]], Edits | str]
@@ -622,6 +635,8 @@ class Progress:
 
     def __init__(self, server: InfillServer, title: str, job: Job) -> None:
         self.server, self.title, self.job = server, title, job
+        self.loop = asyncio.get_running_loop()
+        self.last: tuple[str, int] | None = None  # the last report
         self.token: str | None = None  # once the client created it and it began
         self.over = False
         window = server.client_capabilities.window
@@ -642,12 +657,25 @@ class Progress:
         self.token = token
         progress.tokens[token].add_done_callback(self.cancelled)
         progress.begin(token, lsp.WorkDoneProgressBegin(self.title, cancellable=True))
+        if self.last is not None:
+            self._report(*self.last)
 
     def cancelled(self, future: Future[Any]) -> None:
         """window/workDoneProgress/cancel for this token (pygls cancels the token's future)."""
         if future.cancelled() and not self.over:
             self.job.cancel("cancelled by the user")
             self.job.interrupt()
+
+    def report(self, message: str, percentage: int) -> None:
+        """A report of the progress made (from the worker thread: sent by the message loop's thread, which alone
+        writes to the client); nothing before the client created the token or after the end."""
+        self.loop.call_soon_threadsafe(self._report, message, percentage)
+
+    def _report(self, message: str, percentage: int) -> None:
+        self.last = (message, percentage)  # sent once it has begun, if the work reported before that
+        if self.token is not None and not self.over:
+            report = lsp.WorkDoneProgressReport(message=message, percentage=percentage)
+            self.server.work_done_progress.report(self.token, report)
 
     def end(self, message: str) -> None:
         self.over = True
