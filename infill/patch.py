@@ -352,6 +352,8 @@ def atomic_write(path: str, data: bytes, expected: Snapshot | None = None, hint:
         tmp = _complete_copy(folder, p.name, data)
         renamed = False
         try:
+            if st is None:
+                os.chmod(tmp, 0o666 & ~_umask())  # a new file: the mode open() would give it, not mkstemp's 0600
             if st is None or (st.st_nlink == 1 and _take_metadata(tmp, p, st)):
                 os.replace(tmp, p)
                 renamed = True
@@ -380,6 +382,21 @@ def _unwritable(path: str, exc: OSError, existed: bool) -> InputError:
 class _RestoreFailed(OSError):
     """An in-place rewrite failed and so did writing the original bytes back (the one case a file may be left
     changed; the message says so)."""
+
+
+def _umask() -> int:
+    """This process's umask, read from /proc where Linux shows it: setting it to read it back (the portable way,
+    the fallback) would briefly change it for the other threads of a server."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _write_all(fd: int, data: bytes) -> None:

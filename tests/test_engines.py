@@ -19,6 +19,7 @@ from infill.config import DecodeConfig, ModelSpec
 from infill.core.kinds import load
 from infill.decoding import decode, score, score_many
 from infill.errors import InputError, ModelError
+from infill.extras import install_hint
 from infill.models import onnx
 from infill.models.base import FillProblem
 from infill.models.xlnet import XLNetAnySubset, resolve_engine
@@ -276,7 +277,7 @@ def test_engine_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("INFILL_ENGINE")
     monkeypatch.setattr(onnx, "PACKAGES", (*onnx.PACKAGES, "no_such_package_for_infill"))
     assert resolve_engine("auto", "cpu") == "torch"  # a partial install: the eager engine, silently
-    with pytest.raises(ModelError, match=r"pip install '\.\[onnx\]'"):  # the tests run in the clone
+    with pytest.raises(InputError, match=r"pip install '\.\[onnx\]'"):  # the tests run in the clone; exit 2
         resolve_engine("onnx", "cpu")
 
 
@@ -393,3 +394,18 @@ def test_a_graph_made_elsewhere_is_reaped_when_its_process_ends(tmp_path: Path) 
         time.sleep(0.02)
     assert _process_state(process.pid) is None, f"process {process.pid} is {_process_state(process.pid)!r}"
     assert process.poll() == 1
+
+
+def test_an_onnx_engine_without_its_extra_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`--engine onnx` without the `onnx` extra exited 123 (a model error), where a missing llama.cpp or grammar extra
+    exits 2: what is missing is an install, named in the one line, and the file is untouched."""
+    monkeypatch.setattr(onnx, "PACKAGES", ("onnxruntime", "an_extra_package_that_is_not_installed"))
+    p = tmp_path / "a.py"
+    p.write_text("def f(x):\n    return x + 1\n")
+    r = CliRunner().invoke(main, ["fill", str(p), "--span", "2", "--engine", "onnx", "--daemon", "off"])
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    assert r.stderr.splitlines() == [
+        "error: the ONNX Runtime engine needs an_extra_package_that_is_not_installed: "
+        + f"{install_hint('onnx')} (or --engine torch)"
+    ]
+    assert p.read_text() == "def f(x):\n    return x + 1\n"

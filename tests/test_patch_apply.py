@@ -114,6 +114,19 @@ def test_atomic_write_keeps_mode_and_refuses_changed_file(tmp_path: Path) -> Non
     assert sorted(os.listdir(tmp_path)) == ["f.txt"]  # no temp files left behind
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002], ids=["022", "077", "002"])
+def test_a_new_file_gets_the_mode_the_umask_gives(umask: int, tmp_path: Path) -> None:
+    """`infill fill -o NEW` (and `infill eval calibrate --out NEW`) created the file 0600, the temporary file's
+    mode, where a shell redirection or `cp` gives 0666 less the umask (0644 under the usual 022)."""
+    old = os.umask(umask)
+    try:
+        atomic_write(str(tmp_path / "new.py"), b"x = 1\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "new.py").stat().st_mode) == 0o666 & ~umask
+    assert os.listdir(tmp_path) == ["new.py"]
+
+
 def test_atomic_write_through_symlink(tmp_path: Path) -> None:
     target = tmp_path / "real.txt"
     target.write_bytes(b"old\n")

@@ -321,6 +321,20 @@ def test_a_nul_byte_anywhere_is_binary(where: int, tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("model")
+@pytest.mark.parametrize("mode", [[], ["--diff"], ["-v"]], ids=["filter", "diff", "filter-verbose"])
+def test_a_nul_byte_on_stdin_is_binary(mode: list[str]) -> None:
+    """Stdin with a NUL byte was filled (exit 0), where the same bytes in a file are refused as binary: the filter
+    echoes it (exit 2), and every other mode refuses it with the file's one line."""
+    data = TEXT.encode()[:10] + b"\x00" + TEXT.encode()[10:]
+    r = fill("-", "--stdin-filename", "a.py", "--span", "2", *mode, input=data)
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    if mode != ["--diff"]:
+        assert r.stdout_bytes == data  # the filter gives the buffer back, byte for byte
+    if mode != []:
+        assert one_error_line(r) == "error: a.py: binary file (contains NUL bytes); only UTF-8 text can be filled"
+
+
+@pytest.mark.usefixtures("model")
 @pytest.mark.parametrize(
     ("args", "words"),
     [

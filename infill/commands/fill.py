@@ -252,10 +252,12 @@ def fill(
     if file == "-":
         pending = ctx.meta.get(FILTER_INPUT)  # the filter's input, read by FillCommand.invoke
         raw = pending[0] if pending is not None else binary("stdin").read()
-        try:
-            stdin_text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            message = f"{stdin_filename or '<stdin>'}: not UTF-8 (invalid byte at offset {exc.start})"
+        from infill.patch import decode_utf8
+
+        try:  # the checks a file's bytes get: binary (a NUL byte), not UTF-8
+            stdin_text = decode_utf8(raw, stdin_filename or "<stdin>")
+        except InputError as exc:
+            message = str(exc)
             if filter_mode:
                 ctx.meta.pop(FILTER_INPUT, None)
                 echo_input(raw, bool(verbose), f"error: {message}", ExitCode.USAGE)

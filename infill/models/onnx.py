@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infill.environment import cache_dir
-from infill.errors import ModelError
+from infill.errors import InputError
 
 if TYPE_CHECKING:
     import torch
@@ -65,12 +65,13 @@ def available() -> bool:
 
 
 def require() -> None:
-    """ModelError (exit 2 at the CLI) when the `onnx` extra is missing."""
+    """InputError (exit 2, as for the other extras: an install is missing, not a model) when the `onnx` extra
+    is missing."""
     missing = [p for p in PACKAGES if importlib.util.find_spec(p) is None]
     if missing:
         from infill.extras import install_hint
 
-        raise ModelError(
+        raise InputError(
             f"the ONNX Runtime engine needs {', '.join(missing)}: {install_hint('onnx')} (or --engine torch)"
         )
 

@@ -38,8 +38,8 @@ AUTOMATIC = ("auto", "auto-int8")  # the engines chosen by the device and the ex
 def resolve_engine(engine: str, device: str) -> str:
     """The engine that runs the cached pass: 'torch', 'onnx' or 'onnx-int8'. `auto` is $INFILL_ENGINE when set,
     else onnx on the CPU when the `onnx` extra is installed, else torch; `auto-int8` is the same with onnx-int8
-    for onnx (unless $INFILL_ENGINE names one); an ONNX engine asked for on another device, or without the extra,
-    is a ModelError."""
+    for onnx (unless $INFILL_ENGINE names one); an ONNX engine asked for on another device is a ModelError, and
+    without its extra an InputError (onnx.require)."""
     from infill.models import onnx
 
     if engine in AUTOMATIC:
