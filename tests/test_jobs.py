@@ -172,3 +172,41 @@ def test_several_files_exit_with_the_most_severe_code(
     monkeypatch.setattr(fill, "_fill_one", lambda *a: {"exit_code": next(given), "stdout": "", "stderr": []})
     result = CliRunner().invoke(main, ["fill", "a.py", "b.py", "c.py", "--span", "1"])
     assert result.exit_code == expected
+
+
+def test_files_without_the_marker_are_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`infill fill src/*.py --marker '<FILL>'` (the README's example) exited 2 with an error line for every file of
+    the glob that has no marker, though the others were filled: such a file is skipped (a line with -v), and only
+    a marker found in none of the files is an error. A file that cannot be read keeps its own error."""
+    from click.testing import CliRunner
+
+    from infill.cli import main
+    from infill.commands import fill
+    from infill.core.fill import FillRequest
+
+    (tmp_path / "a.py").write_text("def f(x):\n    return <FILL>\n")
+    (tmp_path / "b.py").write_text("def g(y):\n    return y\n")
+    (tmp_path / "c.py").write_text("X = <TODO>\n")
+    asked: list[str] = []
+
+    def fill_one(request: FillRequest, *args: object) -> dict[str, object]:
+        asked.append(request.file)
+        return {"exit_code": 0, "stdout": "", "stderr": []}
+
+    monkeypatch.setattr(fill, "_fill_one", fill_one)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["fill", "a.py", "b.py", "c.py", "--marker", "<FILL>", "-v"])
+    assert result.exit_code == 0 and asked == ["a.py"], result.output
+    assert result.stderr == "skipped b.py: no <FILL> marker\nskipped c.py: no <FILL> marker\n"
+    asked.clear()
+    result = CliRunner().invoke(main, ["fill", "a.py", "b.py", "c.py", "--marker", "<FILL>", "--marker", "<TODO>"])
+    assert result.exit_code == 0 and asked == ["a.py", "c.py"] and result.stderr == ""
+    asked.clear()
+    result = CliRunner().invoke(main, ["fill", "b.py", "missing.py", "--marker", "<FILL>"])
+    assert result.exit_code == 0 and asked == ["missing.py"]  # its "no such file" comes from its own fill
+    asked.clear()
+    result = CliRunner().invoke(main, ["fill", "b.py", "c.py", "--marker", "<FILL>"])
+    assert result.exit_code == 2 and asked == []
+    assert result.stderr.splitlines()[-1].startswith("error: --marker <FILL>: marker not found in any of the 2 files")
+    result = CliRunner().invoke(main, ["fill", "a.py", "b.py", "--marker", "<FILL>", "--span", "1"])
+    assert asked == ["a.py", "b.py"]  # with other selections, every file is asked as before

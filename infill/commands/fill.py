@@ -285,9 +285,10 @@ def fill(
     )
     show = not quiet and not filter_mode and fmt == "text"
     if more:
-        sys.exit(
-            _fill_files([replace(request, file=f) for f in _unique((file, *more))], jobs, daemon, idle_timeout, show)
-        )
+        files = _unique((file, *more))
+        if markers and not (spans or functions or classes or nodes):
+            files = _marked(files, markers, verbose > 0 and not quiet)
+        sys.exit(_fill_files([replace(request, file=f) for f in files], jobs, daemon, idle_timeout, show))
     result = _fill_one(request, daemon, idle_timeout, show)
     with held(deliver=False):  # the whole result or (a signal before this line) the echo, never a piece of one
         ctx.meta.pop(FILTER_INPUT, None)  # run_fill's result holds the echo if it failed
@@ -346,6 +347,34 @@ def _advancing(results: Iterable[dict[str, Any]], advance: Callable[[], None]) -
     for result in results:
         advance()
         yield result
+
+
+def _marked(files: list[str], markers: tuple[str, ...], say: bool) -> list[str]:
+    """Of several files (`infill fill src/*.py --marker '<FILL>'`), those where a marker occurs: a file without
+    any is skipped, as `sed -i` or `ruff --fix` leave a file with nothing to do (`say`: a line for each, -v).
+    A file that cannot be read, or a marker that is no text, stays in: its own error is reported. UsageError (2)
+    when no file has a marker."""
+    needles = []
+    for marker in markers:
+        try:
+            needles.append(marker.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate: the fill reports it
+            return files
+    kept = []
+    for name in files:
+        try:
+            with open(name, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            kept.append(name)
+            continue
+        if any(needle in data for needle in needles):
+            kept.append(name)
+        elif say:
+            click.echo(f"skipped {name}: no {' or '.join(markers)} marker", err=True)
+    if not kept:
+        raise click.UsageError(f"--marker {' / '.join(markers)}: marker not found in any of the {len(files)} files")
+    return kept
 
 
 def _unique(files: Iterable[str]) -> list[str]:
