@@ -263,7 +263,7 @@ def test_engine_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_engine("torch", "cpu") == "torch"
     assert resolve_engine("auto", "cuda") == "torch"
     assert resolve_engine("auto", "cpu") == ("onnx" if onnx.available() else "torch")
-    with pytest.raises(ModelError, match="runs on the CPU"):
+    with pytest.raises(InputError, match="runs on the CPU"):  # flags that do not go together: exit 2
         resolve_engine("onnx", "cuda")
     # the language server's default: int8 weights where auto would run the fp32 graph, else what auto runs
     assert resolve_engine("auto-int8", "cpu") == ("onnx-int8" if onnx.available() else "torch")

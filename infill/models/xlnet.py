@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, get_args
 
 from infill.config import EngineName
-from infill.errors import ModelError, one_line
+from infill.errors import InputError, ModelError, one_line
 from infill.hardware import resolve_device
 
 if TYPE_CHECKING:
@@ -38,8 +38,8 @@ AUTOMATIC = ("auto", "auto-int8")  # the engines chosen by the device and the ex
 def resolve_engine(engine: str, device: str) -> str:
     """The engine that runs the cached pass: 'torch', 'onnx' or 'onnx-int8'. `auto` is $INFILL_ENGINE when set,
     else onnx on the CPU when the `onnx` extra is installed, else torch; `auto-int8` is the same with onnx-int8
-    for onnx (unless $INFILL_ENGINE names one); an ONNX engine asked for on another device is a ModelError, and
-    without its extra an InputError (onnx.require)."""
+    for onnx (unless $INFILL_ENGINE names one); an ONNX engine asked for on another device, or without its extra
+    (onnx.require), is an InputError (exit 2: the flags or the install, not the model)."""
     from infill.models import onnx
 
     if engine in AUTOMATIC:
@@ -53,7 +53,7 @@ def resolve_engine(engine: str, device: str) -> str:
         return "onnx-int8" if engine == "auto-int8" or chosen == "auto-int8" else "onnx"
     if engine in ("onnx", "onnx-int8"):
         if device != "cpu":
-            raise ModelError(f"--engine {engine} runs on the CPU; use --engine torch with --device {device}")
+            raise InputError(f"--engine {engine} runs on the CPU; use --engine torch with --device {device}")
         onnx.require()
         return engine
     if engine not in get_args(EngineName):
