@@ -1196,3 +1196,35 @@ def test_a_model_flag_that_names_nothing_is_a_usage_error() -> None:
     client = LspClient(args=("--model", ""))
     assert client.close(shutdown=False) == 2
     assert "--model" in client.stderr() and len(client.stderr().strip().splitlines()) == 1, client.stderr()
+
+
+@pytest.mark.parametrize("fill", [True, False])
+def test_an_exit_that_cannot_wait_says_what_it_left(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, fill: bool
+) -> None:
+    """The session ends while the worker is busy: the warning names what it does not wait for, a fill that did not
+    stop in time or a model load (it said "a model load" for both)."""
+    import threading
+
+    from infill.lsp import server as lsp_server
+    from infill.lsp.features import build
+
+    ls = build(1 << 20)
+    release_worker = threading.Event()
+    busy = ls.submit(release_worker.wait)
+    if fill:
+        ls.running = lsp_server.Job("file:///a.py", completion=True)
+    monkeypatch.setattr(lsp_server, "LEAVE_SECONDS", 0.05)
+
+    def exit_now(code: int) -> None:
+        raise SystemExit(code)
+
+    monkeypatch.setattr(lsp_server.os, "_exit", exit_now)
+    try:
+        with caplog.at_level("WARNING", logger="infill.lsp"), pytest.raises(SystemExit):
+            ls.leave(0)
+    finally:
+        release_worker.set()
+        busy.result(10)
+    what = "a fill that did not stop in time" if fill else "a model load"
+    assert f"exiting without waiting for the work in progress ({what}) to end" in caplog.text

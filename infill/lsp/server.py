@@ -389,7 +389,8 @@ class InfillServer(LanguageServer):
         _, busy = concurrent.futures.wait(list(self.submitted), LEAVE_SECONDS if running is not None else 0)
         if not busy:
             return
-        logger.warning("exiting without waiting for the work in progress (a model load) to end")
+        what = "a fill that did not stop in time" if running is not None else "a model load"
+        logger.warning("exiting without waiting for the work in progress (%s) to end", what)
         if line is not None:
             print(line, file=sys.stderr)
         for stream in (sys.stdout, sys.stderr):
