@@ -353,7 +353,7 @@ def atomic_write(path: str, data: bytes, expected: Snapshot | None = None, hint:
         renamed = False
         try:
             if st is None:
-                os.chmod(tmp, 0o666 & ~_umask())  # a new file: the mode open() would give it, not mkstemp's 0600
+                os.chmod(tmp, 0o666 & ~umask())  # a new file: the mode open() would give it, not mkstemp's 0600
             if st is None or (st.st_nlink == 1 and _take_metadata(tmp, p, st)):
                 os.replace(tmp, p)
                 renamed = True
@@ -384,7 +384,7 @@ class _RestoreFailed(OSError):
     changed; the message says so)."""
 
 
-def _umask() -> int:
+def umask() -> int:
     """This process's umask, read from /proc where Linux shows it: setting it to read it back (the portable way,
     the fallback) would briefly change it for the other threads of a server."""
     try:

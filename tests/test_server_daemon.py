@@ -793,3 +793,19 @@ def test_a_gone_clients_wait_on_a_model_server_is_cut(runtime_dir: Path) -> None
         release.set()
         process.terminate()
         process.wait(30)
+
+
+def test_a_client_under_another_umask_does_not_use_the_daemon() -> None:
+    """A new file the daemon writes (`infill fill a.py -o new.py`) gets 0666 less the umask of the daemon's process,
+    the one of the command that started it: a client under another umask (077 for private files) restarts it,
+    as a variable that changes a result does, so the file gets the mode the client's umask gives."""
+    from infill.server.dispatch import Dispatcher
+
+    ping = json.loads(Dispatcher().handle_line(b'{"id": 1, "method": "ping"}\n'))
+    assert client.differences(ping) == []
+    before = os.umask(0o077)
+    try:
+        assert client.differences(ping) == ["umask"]
+    finally:
+        os.umask(before)
+    assert client.differences(ping) == []

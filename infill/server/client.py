@@ -80,7 +80,7 @@ def compatible(ping: Mapping[str, Any], env: Mapping[str, str] | None = None) ->
 def differences(ping: Mapping[str, Any], env: Mapping[str, str] | None = None) -> list[str]:
     """What of dispatch.identity differs between a daemon (its ping) and this process: "protocol", "version",
     "package" (another copy of the code), "code" (its files, or a plugin module it imported from outside the
-    package, changed since) or "env" (a variable that can change a result)."""
+    package, changed since), "env" (a variable that can change a result) or "umask" (a new file's mode)."""
     from infill.server.dispatch import identity
 
     differ = [key for key, value in identity(env).items() if ping.get(key) != value]

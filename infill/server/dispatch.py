@@ -212,9 +212,11 @@ def _relevant(key: str) -> bool:
 
 def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What a client compares before trusting a daemon: protocol, package version, which copy of the code, the
-    state of its files (lifecycle.code_stamp: an edited or re-installed copy, replaced packaged models), and the
-    environment variables that can change a result."""
+    state of its files (lifecycle.code_stamp: an edited or re-installed copy, replaced packaged models), the
+    environment variables that can change a result, and the umask (a new file the daemon writes gets the mode
+    the client's umask gives it)."""
     from infill import environment
+    from infill.patch import umask
 
     env = os.environ if env is None else env
     # by meaning, not by text: INFILL_THREADS=1 is what no INFILL_THREADS means, and a daemon started under one
@@ -228,6 +230,7 @@ def identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "package": str(Path(infill.__file__).resolve().parent),
         "code": lifecycle.code_stamp(),
         "env": digest,
+        "umask": f"{umask():03o}",
     }
 
 
