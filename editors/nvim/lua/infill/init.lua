@@ -205,7 +205,8 @@ local function render(buf, row, col, text, from, to)
   first.virt_text[1][1] = rows[1]
   local opts = has_inline_virt_text() and first or {}
   local extra = {}
-  if not has_inline_virt_text() and shown_elsewhere(buf) then
+  local shared = not has_inline_virt_text() and shown_elsewhere(buf)
+  if shared then
     shared_view(first, lines, rows, vim.wo.wrap and rows_start(first, line, from))
   else
     for i = 2, #rows do
@@ -232,6 +233,7 @@ local function render(buf, row, col, text, from, to)
     mark = mark,
     first = not has_inline_virt_text() and first or nil,
     block = not has_inline_virt_text() and #extra > 0, -- virtual lines placed: drawn in every window of the buffer
+    shared = shared, -- shown beside another window of the buffer (its first line and a hint)
   }
   redraw(M.state.suggestion)
 end
@@ -254,13 +256,15 @@ local function draw_line(_, win, buf, row)
   end
 end
 
--- A window other than the suggestion's is about to draw its virtual lines (a float or a split of the buffer
--- opened by a plugin while the suggestion shows, which no WinLeave announced): it is shown again as
--- render() shows it beside another window (after this redraw: marks placed during one redraw it anew).
+-- The suggestion shown again where the windows of its buffer changed since it was shown (before 0.10): a window
+-- other than its own about to draw its virtual lines (a float or a split of the buffer opened by a plugin while
+-- it shows, which no WinLeave announced: after this redraw, as marks placed during one redraw it anew), or the
+-- other windows of the buffer closed (the whole block again).
 local function reshow()
   local s = M.state.suggestion
   local buf, row, col = cursor()
-  if s and s.block and s.win == vim.api.nvim_get_current_win() and s.buf == buf and s.row == row and s.col == col then
+  local here_now = s and s.win == vim.api.nvim_get_current_win() and s.buf == buf and s.row == row and s.col == col
+  if here_now and s.first and s.shared ~= shown_elsewhere(buf) then
     if vim.api.nvim_buf_get_changedtick(buf) == s.tick then
       render(buf, row, col, s.text, s.from, s.to)
     end
@@ -703,6 +707,7 @@ function M.setup(opts)
     end,
   })
   vim.api.nvim_create_autocmd("CursorMovedI", { group = group, callback = M.on_move })
+  vim.api.nvim_create_autocmd("WinClosed", { group = group, callback = vim.schedule_wrap(reshow) }) -- (once closed)
   -- (WinLeave: a suggestion belongs to its window, whose cursor it is at; the same buffer in another window has a
   -- cursor of its own)
   vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave", "WinLeave", "CompleteChanged" }, {
