@@ -114,12 +114,64 @@ local function wrapped(text, start, width)
   return rows
 end
 
+local function cursor()
+  local pos = vim.api.nvim_win_get_cursor(0)
+  return vim.api.nvim_get_current_buf(), pos[1] - 1, pos[2]
+end
+
+-- The cells of the current window's text area in a row (its width less the sign, number and fold columns).
+local function text_width()
+  return vim.api.nvim_win_get_width(0) - vim.fn.getwininfo(vim.api.nvim_get_current_win())[1].textoff
+end
+
+-- The cell (from the start of the line) at which the first line of a suggestion begins: after the line and a
+-- blank at "eol", else at byte `from`.
+local function rows_start(first, line, from)
+  return first.virt_text_pos == "eol" and vim.fn.strdisplaywidth(line) + 1
+    or vim.fn.strdisplaywidth(line:sub(1, math.min(from, #line)))
+end
+
+-- Whether a window of the tab page other than the current one shows `buf` (a split, a float): Neovim before 0.10
+-- would draw a suggestion's virtual lines there too.
+local function shown_elsewhere(buf)
+  local current = vim.api.nvim_get_current_win()
+  for _, win in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+    if win ~= current and vim.api.nvim_win_get_buf(win) == buf then
+      return true
+    end
+  end
+  return false
+end
+
+-- The first line of a suggestion as `first` (the decoration provider's mark) shows it where nothing may be drawn
+-- below the line: its first screen row and a hint of what follows ("… +2 lines"; "…" alone for the rest of a
+-- line that wraps), cut so that the hint fits in the window when `start` (the cell the row begins at) is given.
+local function shared_view(first, lines, rows, start)
+  local more = #lines - 1
+  if more == 0 and #rows == 1 then
+    return
+  end
+  local hint = " …" .. (more > 0 and (" +" .. more .. (more == 1 and " line" or " lines")) or "")
+  local shown = rows[1]
+  if start then
+    local used, room = start % text_width(), text_width() - vim.fn.strdisplaywidth(hint)
+    local chars = vim.fn.split(shown, "\\zs")
+    while #chars > 0 and used + vim.fn.strdisplaywidth(table.concat(chars), used) > room do
+      table.remove(chars)
+    end
+    shown = table.concat(chars)
+  end
+  first.virt_text = { { shown, "Comment" }, { hint, "NonText" } }
+end
+
 -- Show `text` (what would replace bytes [from, to) of the line, by default an insertion at the cursor) as
 -- virtual text, in the current window only. Extmarks belong to a buffer, so one shown in two windows (`:split`)
 -- is drawn in both; where Neovim has inline virtual text (0.10) the mark carries all of it, and before that the
 -- first line is drawn by a decoration provider (draw() below) as an ephemeral mark in the window the suggestion
 -- was shown in, at the mark's place (which follows edits). Lines after the first (virtual lines) cannot be
--- ephemeral before 0.10 (Neovim 0.7 does not draw them), so those show wherever the buffer is shown.
+-- ephemeral before 0.10 (Neovim 0.7 does not draw them) and a mark's show in every window of its buffer, so
+-- they are placed only while no other window of the tab page shows the buffer; otherwise the first line is
+-- shown with a hint of what follows (shared_view), and <Tab> still accepts all of it.
 local function render(buf, row, col, text, from, to)
   from, to = from or col, to or col
   redraw(M.state.suggestion)
@@ -147,19 +199,22 @@ local function render(buf, row, col, text, from, to)
   end
   local rows = { lines[1] } -- the first line's screen rows
   if not has_inline_virt_text() and vim.wo.wrap and vim.fn.foldclosed(row + 2) == -1 then
-    local width = vim.api.nvim_win_get_width(0) - vim.fn.getwininfo(vim.api.nvim_get_current_win())[1].textoff
-    local start = first.virt_text_pos == "eol" and vim.fn.strdisplaywidth(line) + 1
-      or vim.fn.strdisplaywidth(line:sub(1, math.min(from, #line)))
-    rows = width > 0 and wrapped(lines[1], start, width) or rows
+    local width = text_width()
+    rows = width > 0 and wrapped(lines[1], rows_start(first, line, from), width) or rows
   end
   first.virt_text[1][1] = rows[1]
   local opts = has_inline_virt_text() and first or {}
   local extra = {}
-  for i = 2, #rows do
-    table.insert(extra, { { rows[i], "Comment" } })
-  end
-  for i = 2, #lines do
-    table.insert(extra, { { lines[i], "Comment" } })
+  local shared = not has_inline_virt_text() and shown_elsewhere(buf)
+  if shared then
+    shared_view(first, lines, rows, vim.wo.wrap and rows_start(first, line, from))
+  else
+    for i = 2, #rows do
+      table.insert(extra, { { rows[i], "Comment" } })
+    end
+    for i = 2, #lines do
+      table.insert(extra, { { lines[i], "Comment" } })
+    end
   end
   if #extra > 0 then
     opts.virt_lines = extra
@@ -177,6 +232,8 @@ local function render(buf, row, col, text, from, to)
     win = vim.api.nvim_get_current_win(),
     mark = mark,
     first = not has_inline_virt_text() and first or nil,
+    block = not has_inline_virt_text() and #extra > 0, -- virtual lines placed: drawn in every window of the buffer
+    shared = shared, -- shown beside another window of the buffer (its first line and a hint)
   }
   redraw(M.state.suggestion)
 end
@@ -199,17 +256,32 @@ local function draw_line(_, win, buf, row)
   end
 end
 
+-- The suggestion shown again where the windows of its buffer changed since it was shown (before 0.10): a window
+-- other than its own about to draw its virtual lines (a float or a split of the buffer opened by a plugin while
+-- it shows, which no WinLeave announced: after this redraw, as marks placed during one redraw it anew), or the
+-- other windows of the buffer closed (the whole block again).
+local function reshow()
+  local s = M.state.suggestion
+  local buf, row, col = cursor()
+  local here_now = s and s.win == vim.api.nvim_get_current_win() and s.buf == buf and s.row == row and s.col == col
+  if here_now and s.first and s.shared ~= shown_elsewhere(buf) then
+    if vim.api.nvim_buf_get_changedtick(buf) == s.tick then
+      render(buf, row, col, s.text, s.from, s.to)
+    end
+  end
+end
+
 vim.api.nvim_set_decoration_provider(ns, {
   on_win = function(_, win, buf)
+    local s = M.state.suggestion
+    if s and s.block and s.buf == buf and s.win ~= win and not s.reshow then
+      s.reshow = true
+      vim.schedule(reshow)
+    end
     return draw_in(win, buf)
   end,
   on_line = draw_line,
 })
-
-local function cursor()
-  local pos = vim.api.nvim_win_get_cursor(0)
-  return vim.api.nvim_get_current_buf(), pos[1] - 1, pos[2]
-end
 
 -- Positions: Neovim counts bytes; the server counts in the encoding the two agreed on at start-up
 -- (client.offset_encoding: UTF-8 where the server took the plugin's offer, else UTF-16 or UTF-32).
@@ -635,6 +707,7 @@ function M.setup(opts)
     end,
   })
   vim.api.nvim_create_autocmd("CursorMovedI", { group = group, callback = M.on_move })
+  vim.api.nvim_create_autocmd("WinClosed", { group = group, callback = vim.schedule_wrap(reshow) }) -- (once closed)
   -- (WinLeave: a suggestion belongs to its window, whose cursor it is at; the same buffer in another window has a
   -- cursor of its own)
   vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave", "WinLeave", "CompleteChanged" }, {
