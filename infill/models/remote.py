@@ -57,7 +57,8 @@ class ServerTokenizer:
     """The Tokenizer protocol (infill.models.base) through the server's tokenize and detokenize endpoints, in one
     of three dialects (`probe`: vLLM's, llama.cpp's and vLLM's together, llama-cpp-python's). Text the tool
     encoded decodes without a request (the texts are kept, CACHE of them); a slice of it (a prefix cut to the
-    window) is detokenized by the server."""
+    window) is detokenized by the server, up to the start of the line typed on where the text was joined by lines
+    (`_joined`), once for the line."""
 
     def __init__(self, client: Client, dialect: str, model: str | None) -> None:
         self.client, self.dialect, self.model = client, dialect, model
@@ -68,6 +69,7 @@ class ServerTokenizer:
         self.pre: str | None = None  # the vocabulary's pre-tokenizer (PRE_TOKENIZERS), from the model's FIM family
         self._split: Callable[[str], list[tuple[str, tuple[int, int]]]] | None = None  # `pre`'s, once needed
         self._pieces: dict[str, list[str]] = {}  # the pre-tokens of the last head `_joined` split off
+        self._tails: OrderedDict[tuple[int, ...], str] = OrderedDict()  # the lines `_joined` ended texts with
 
     @classmethod
     def probe(cls, client: Client, model: str | None, vllm: bool = False) -> ServerTokenizer | None:
@@ -138,7 +140,13 @@ class ServerTokenizer:
             head, tail = text[:at], text[at:]
             kept = self._kept(head) is not None or at == starts[0] and self._kept(tail) is not None
             if kept and self._splits(head, tail):
-                return self.encode(head) + self.encode(tail)
+                ids = self.encode(head)
+                ends = self.encode(tail)
+                with self._lock:
+                    self._tails[tuple(ends)] = tail
+                    while len(self._tails) > JOIN_LINES:
+                        self._tails.popitem(last=False)
+                return ids + ends
         return None
 
     def _splits(self, head: str, tail: str) -> bool:
@@ -172,8 +180,12 @@ class ServerTokenizer:
             return ""
         with self._lock:
             found = self._texts.get(key)
+            tails = list(self._tails.items())
         if found is not None:
             return found
+        for tail, line in tails:  # the prefix cut to the window: the line's text is known, the rest kept by line
+            if 0 < len(tail) < len(key) and key[-len(tail) :] == tail:
+                return self.decode(list(key[: -len(tail)])) + line
         if self.dialect == "extras":
             answer = self.client.post("/extras/detokenize", {"tokens": list(key), "model": self.model})
         else:
