@@ -314,6 +314,7 @@ class Completion:
     text: str
     logprobs: list[float]
     finish: str
+    line_break: bool = True  # whether it may have stopped at a "\n" stop (vLLM's stop_reason says which stop did)
 
     @property
     def scored(self) -> bool:
@@ -393,7 +394,7 @@ class RemoteFim:
                 self.constrains = how
             raise
         assert found is not None  # asked without `begins`: None is never answered
-        return Completion(begins + found.text, found.logprobs, found.finish)
+        return Completion(begins + found.text, found.logprobs, found.finish, found.line_break)
 
     def _complete(
         self, prompt: str, max_tokens: int, sampling: Sampling, stop: list[str], begins: str
@@ -421,7 +422,10 @@ class RemoteFim:
             raise self._malformed(str(exc)) from None
         # a server decodes a character it stopped inside of (the budget or an end token reached within its bytes)
         # as U+FFFD (llama.cpp's, vLLM's): never a file's text
-        return Completion(text.rstrip("\ufffd"), kept, str(choice.get("finish_reason")))
+        # vLLM says which stop ended it (None: the model's end token): where it says, a stop other than the line
+        # break ended the text itself, which asking again without that stop cannot change
+        line_break = "stop_reason" not in choice or choice["stop_reason"] == "\n"
+        return Completion(text.rstrip("\ufffd"), kept, str(choice.get("finish_reason")), line_break)
 
     def _sample(
         self, prompt: str, max_tokens: int, sampling: Sampling, stop: list[str] | None, begins: str = ""
