@@ -307,3 +307,57 @@ def test_the_servers_tokenizer_detokenizes_the_same_ids_once() -> None:
         for _ in range(3):
             assert tok.decode(ids[4:]) == "mean(xs):\n    return sum(xs)\n"
         assert sum(s[1] == "/extras/detokenize" for s in server.seen) == 1
+
+
+def test_typing_a_line_tokenizes_the_text_before_it_once() -> None:
+    """At each new word the prompt's prefix (the whole text before the cursor, less token healing's cut) was sent
+    to the server's /tokenize again, and where it was cut to the window, the cut detokenized again: on a real
+    llama-cpp-python server, 6 of each in 20 keys of one line. The prefix is the text up to the line's start (kept
+    after its first request) and the line so far (kept from healing's check), joined where the pre-tokenizer splits
+    there; the cut is the kept text's from its start to the line's, and the line."""
+    from infill.config import FillOptions
+    from infill.core.plan import Window, left_to_right, plan_regions
+    from infill.models.remote import ServerTokenizer
+    from infill.models.remote_http import Client, parse
+    from infill.spans import LineIndex, Span
+
+    before = "".join(f"value_{i} = compute({i})\n" for i in range(40)) + "def area(r):\n"
+    line = "    radius = r * math.pi"
+    window = left_to_right(Window(512, has_bos=False, has_pad=True, groups_spans=False, heals=True))
+    for server in fake(llama_cpp_python):
+        tok = ServerTokenizer(Client(parse(server.url + "#qwen-fake"), lambda: None, 30.0), "extras", "qwen-fake")
+        tok.pre = "qwen2"
+        heals, prefixes = set(), set()
+        for typed in range(5, len(line) + 1):
+            data = (before + line[:typed] + "\n").encode()
+            span = Span(len(data) - 1, len(data) - 1, one_line=True)
+            (region,) = plan_regions(data, [span], tok, window, FillOptions(tokens=16), [], LineIndex(data))
+            heals.add(region.spans[0].heal)
+            prefix = tok.decode(region.prefix_ids)  # as the remote kind sends it
+            assert region.truncated and (before + line[:typed]).endswith(prefix + region.spans[0].heal)
+            assert region.prefix_ids == [ord(c) for c in prefix]  # the server's own tokens
+            prefixes.add(prefix)
+        sent = [str(s[3]["input"]) for s in server.seen if s[1] == "/extras/tokenize"]
+        assert len(prefixes) > 5 and len(heals) > 5  # healed, at more than five words
+        assert [text for text in sent if text.startswith(before[:5])] == [before]
+        assert sum(s[1] == "/extras/detokenize" for s in server.seen) == 1
+
+
+def test_the_servers_tokenizer_joins_lines_only_where_the_pre_tokenizer_splits() -> None:
+    """Text whose line start the pre-tokenizer does not split at (a blank line joins the line breaks around it
+    into one pre-token), or a tokenizer without a known pre-tokenizer: the whole text is sent."""
+    from infill.models.remote import ServerTokenizer
+    from infill.models.remote_http import Client, parse
+
+    for pre in ("qwen2", None):
+        for server in fake(llama_cpp_python):
+            tok = ServerTokenizer(Client(parse(server.url + "#qwen-fake"), lambda: None, 30.0), "extras", "qwen-fake")
+            tok.pre = pre
+            tok.encode("x = 1\n")
+            tok.encode("\ny = 2")
+            tok.encode("z")
+            assert tok.encode("x = 1\n\ny = 2") == [ord(c) for c in "x = 1\n\ny = 2"]
+            assert tok.encode("x = 1\nz") == [ord(c) for c in "x = 1\nz"]
+            sent = [s[3]["input"] for s in server.seen if s[1] == "/extras/tokenize"]
+            assert "x = 1\n\ny = 2" in sent
+            assert ("x = 1\nz" in sent) == (pre is None)

@@ -904,3 +904,27 @@ def test_the_language_server_says_once_that_fills_are_unscored(tmp_path: Path) -
     finally:
         assert client.close() == 0
         held(client.stderr())
+
+
+@pytest.mark.parametrize(("said", "again"), [({"stop_reason": None}, False), ({"stop_reason": "\n"}, True), ({}, True)])
+def test_a_blank_line_is_asked_again_only_where_the_line_break_may_have_ended_it(
+    tmp_path: Path, said: dict[str, Any], again: bool
+) -> None:
+    """A one-line fill that came back blank is asked again without the line-break stop (the model may go on past
+    it); vLLM says which stop ended a completion, and one ended by the model's end token (stop_reason None) ends
+    there again: it is not asked again (each sample was two requests, the rescue's hotter ones too)."""
+
+    def answer(handler: FakeHandler, path: str, body: dict[str, Any] | None) -> None:
+        if path.endswith("/completions"):
+            handler.send(200, {"choices": [{"text": "", "finish_reason": "stop", "logprobs": None, **said}]})
+        else:
+            healthy(handler, path, body)
+
+    for server in serve(answer):
+        fill(tmp_path, server.url + "#qwen-fake")
+        bodies = [s[3] for s in server.seen if s[1].endswith("/completions")]
+        samples = [b for b in bodies if "\n" in b["stop"]]
+        retries = [b for b in bodies if "\n" not in b["stop"]]
+        assert samples and bodies[0] is samples[0]
+        less = [{**b, "stop": [s for s in b["stop"] if s != "\n"]} for b in samples]
+        assert retries == (less if again else [])  # each the same request less the line-break stop

@@ -47,6 +47,7 @@ WINDOW = 4096  # tokens of prompt and fill, where the server does not say its mo
 EXTRAS_ECHO_TOKENS = 256
 MIN_CONTEXT = 64  # tokens: a server saying less (n_ctx 1, say) serves no fill; budgets below it went negative
 CACHE = 512  # texts whose tokens the tokenizer keeps
+JOIN_LINES = 4  # line starts a text's tokens are looked for as kept head + line (ServerTokenizer._joined)
 MAX_TOKEN_CHARS = 256  # longer than any token of a code model's vocabulary: more text means max_tokens was ignored
 LOGPROB_ROUNDING = 1e-4  # a log-probability this far above 0 is a server's rounding, taken as 0
 REVALIDATE = 10.0  # seconds a kept model trusts that its server still serves the model it loaded (`replaced`)
@@ -56,7 +57,8 @@ class ServerTokenizer:
     """The Tokenizer protocol (infill.models.base) through the server's tokenize and detokenize endpoints, in one
     of three dialects (`probe`: vLLM's, llama.cpp's and vLLM's together, llama-cpp-python's). Text the tool
     encoded decodes without a request (the texts are kept, CACHE of them); a slice of it (a prefix cut to the
-    window) is detokenized by the server."""
+    window) is detokenized by the server, up to the start of the line typed on where the text was joined by lines
+    (`_joined`), once for the line."""
 
     def __init__(self, client: Client, dialect: str, model: str | None) -> None:
         self.client, self.dialect, self.model = client, dialect, model
@@ -65,6 +67,9 @@ class ServerTokenizer:
         self._lock = threading.Lock()
         self.lead = self._raw_encode("")  # what the endpoint puts before any text (a BOS): not part of a text
         self.pre: str | None = None  # the vocabulary's pre-tokenizer (PRE_TOKENIZERS), from the model's FIM family
+        self._split: Callable[[str], list[tuple[str, tuple[int, int]]]] | None = None  # `pre`'s, once needed
+        self._pieces: dict[str, list[str]] = {}  # the pre-tokens of the last head `_joined` split off
+        self._tails: OrderedDict[tuple[int, ...], str] = OrderedDict()  # the lines `_joined` ended texts with
 
     @classmethod
     def probe(cls, client: Client, model: str | None, vllm: bool = False) -> ServerTokenizer | None:
@@ -99,16 +104,66 @@ class ServerTokenizer:
         return tokens
 
     def encode(self, text: str) -> list[int]:
+        found = self._kept(text)
+        if found is not None:
+            return found
+        ids = self._joined(text)
+        if ids is None:
+            ids = self._raw_encode(text) if text else []
+            if self.lead and ids[: len(self.lead)] == self.lead:
+                ids = ids[len(self.lead) :]
+        self._keep(text, ids)
+        return list(ids)
+
+    def _kept(self, text: str) -> list[int] | None:
         with self._lock:
             found = self._ids.get(text)
             if found is not None:
                 self._ids.move_to_end(text)
                 return list(found)
-        ids = self._raw_encode(text) if text else []
-        if self.lead and ids[: len(self.lead)] == self.lead:
-            ids = ids[len(self.lead) :]
-        self._keep(text, ids)
-        return list(ids)
+        return None
+
+    def _joined(self, text: str) -> list[int] | None:
+        """The tokens of `text` from the kept tokens of its lines, without a request: typing on a line changes
+        only the text after its start, so a prompt's prefix at each new word is the prefix at the last key up to
+        that line (kept) and the line so far (kept by token healing's check, which tokenizes it at every key).
+        Only where the pre-tokenizer (`pre`) splits `text` at that line start into exactly the pre-tokens of the
+        two parts: byte-level BPE never merges across a pre-token, so the server's tokens are then the two parts'
+        tokens joined. At most one request (the part not kept); None: tokenize `text` whole."""
+        if self.pre is None:
+            return None
+        starts: list[int] = []
+        at = len(text) - 1
+        while len(starts) < JOIN_LINES and (at := text.rfind("\n", 0, at)) >= 0:
+            starts.append(at + 1)
+        for at in starts:
+            head, tail = text[:at], text[at:]
+            kept = self._kept(head) is not None or at == starts[0] and self._kept(tail) is not None
+            if kept and self._splits(head, tail):
+                ids = self.encode(head)
+                ends = self.encode(tail)
+                with self._lock:
+                    self._tails[tuple(ends)] = tail
+                    while len(self._tails) > JOIN_LINES:
+                        self._tails.popitem(last=False)
+                return ids + ends
+        return None
+
+    def _splits(self, head: str, tail: str) -> bool:
+        """Whether the pre-tokenizer splits head + tail into the pre-tokens of head and then those of tail."""
+        if self._split is None:
+            from infill.models.tokenizer import named_pre_tokenizer
+
+            assert self.pre is not None
+            self._split = named_pre_tokenizer(self.pre).pre_tokenizer.pre_tokenize_str
+        whole = [piece for piece, _ in self._split(head + tail)]
+        with self._lock:
+            first = self._pieces.get(head)
+        if first is None:
+            first = [piece for piece, _ in self._split(head)]
+            with self._lock:
+                self._pieces = {head: first}  # the head of the line being typed: the next key's again
+        return whole == first + [piece for piece, _ in self._split(tail)]
 
     def _keep(self, text: str, ids: list[int]) -> None:
         with self._lock:
@@ -125,8 +180,12 @@ class ServerTokenizer:
             return ""
         with self._lock:
             found = self._texts.get(key)
+            tails = list(self._tails.items())
         if found is not None:
             return found
+        for tail, line in tails:  # the prefix cut to the window: the line's text is known, the rest kept by line
+            if 0 < len(tail) < len(key) and key[-len(tail) :] == tail:
+                return self.decode(list(key[: -len(tail)])) + line
         if self.dialect == "extras":
             answer = self.client.post("/extras/detokenize", {"tokens": list(key), "model": self.model})
         else:
@@ -255,6 +314,7 @@ class Completion:
     text: str
     logprobs: list[float]
     finish: str
+    line_break: bool = True  # whether it may have stopped at a "\n" stop (vLLM's stop_reason says which stop did)
 
     @property
     def scored(self) -> bool:
@@ -334,7 +394,7 @@ class RemoteFim:
                 self.constrains = how
             raise
         assert found is not None  # asked without `begins`: None is never answered
-        return Completion(begins + found.text, found.logprobs, found.finish)
+        return Completion(begins + found.text, found.logprobs, found.finish, found.line_break)
 
     def _complete(
         self, prompt: str, max_tokens: int, sampling: Sampling, stop: list[str], begins: str
@@ -362,7 +422,10 @@ class RemoteFim:
             raise self._malformed(str(exc)) from None
         # a server decodes a character it stopped inside of (the budget or an end token reached within its bytes)
         # as U+FFFD (llama.cpp's, vLLM's): never a file's text
-        return Completion(text.rstrip("\ufffd"), kept, str(choice.get("finish_reason")))
+        # vLLM says which stop ended it (None: the model's end token): where it says, a stop other than the line
+        # break ended the text itself, which asking again without that stop cannot change
+        line_break = "stop_reason" not in choice or choice["stop_reason"] == "\n"
+        return Completion(text.rstrip("\ufffd"), kept, str(choice.get("finish_reason")), line_break)
 
     def _sample(
         self, prompt: str, max_tokens: int, sampling: Sampling, stop: list[str] | None, begins: str = ""

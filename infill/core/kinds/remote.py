@@ -39,9 +39,11 @@ class Remote:
         infill.core.edits): at temperature 0 that is the tool's own greedy healing; a sampled one is constrained
         step by step (the server renormalises over the consistent tokens at each), not drawn from the exact
         conditional (docs/server.md). A one-line span stops at the line break; a sample whose first line came back
-        blank is asked again without that stop (the same sample: a stop only cuts). At temperature 0 the server's
-        answer is the same at every attempt: a later attempt (the pipeline draws again when the checks reject a
-        fill) sends nothing and finds nothing new, instead of asking the server for the same answer again."""
+        blank is asked again without that stop (the same sample: a stop only cuts), unless the server said that
+        another stop ended it (vLLM's stop_reason: the model's end token, which ends it again). At temperature 0
+        the server's answer is the same at every attempt: a later attempt (the pipeline draws again when the checks
+        reject a fill) sends nothing and finds nothing new, instead of asking the server for the same answer
+        again."""
         (plan,) = region.spans
         from infill.models.remote import Sampling
 
@@ -56,7 +58,7 @@ class Remote:
         sampling = Sampling(cfg.temperature, cfg.top_k, cfg.top_p, seed)
         heal = plan.heal
         got = model.complete(prefix, suffix, plan.budget, sampling, stops, heal)
-        if plan.span.one_line and got.finish == "stop" and not got.text[len(heal) :].strip():
+        if plan.span.one_line and got.finish == "stop" and got.line_break and not got.text[len(heal) :].strip():
             got = model.complete(prefix, suffix, plan.budget, sampling, list(model.ends[:4]), heal)
         run.totals.nfe += 1
         run.totals.tokens += len(got.logprobs)
