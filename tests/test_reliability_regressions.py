@@ -615,15 +615,18 @@ def test_item08_the_client_fills_large_inputs_in_process(tmp_path: Path, monkeyp
 # --- item 9: two installations keep separate daemons instead of restarting each other's -----------------------
 
 
-def test_item09_each_installation_has_its_own_daemon_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_item09_each_installation_has_its_own_daemon_folder(
+    runtime_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from infill.server import lifecycle
 
-    env = {"INFILL_RUNTIME_DIR": str(tmp_path / "rt")}
+    # a short folder: a socket's path has at most 107 bytes, and pytest's temporary folders grow with its run count
+    env = {"INFILL_RUNTIME_DIR": str(runtime_dir / "rt")}
     mine = lifecycle.runtime_paths(env).socket
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "hook-env"))  # a pre-commit hook's virtualenv
     monkeypatch.setattr(sys, "executable", str(tmp_path / "hook-env" / "bin" / "python"))
     theirs = lifecycle.runtime_paths(env).socket
-    assert mine != theirs and mine.parent.parent == theirs.parent.parent == tmp_path / "rt"
+    assert mine != theirs and mine.parent.parent == theirs.parent.parent == runtime_dir / "rt"
     assert stat.S_IMODE(theirs.parent.stat().st_mode) == 0o700
 
 
@@ -734,12 +737,12 @@ def test_item10_an_empty_request_line_gets_a_reply() -> None:
 
 
 @pytest.mark.parametrize("args", [["daemon", "status"], ["fill", "--help"], ["--help"]])
-def test_item11a_broken_pipe_is_quiet(args: list[str], tmp_path: Path) -> None:
+def test_item11a_broken_pipe_is_quiet(args: list[str], runtime_dir: Path) -> None:
     import subprocess
 
     from fixtures_serve import REPO_ROOT
 
-    env = {**os.environ, "INFILL_RUNTIME_DIR": str(tmp_path / "rt"), "PYTHONPATH": str(REPO_ROOT)}
+    env = {**os.environ, "INFILL_RUNTIME_DIR": str(runtime_dir), "PYTHONPATH": str(REPO_ROOT)}
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the command writes (closed after the start, a loaded machine
     # could let the command write its few lines into the pipe first, and exit 0)

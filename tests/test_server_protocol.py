@@ -437,4 +437,5 @@ def test_identity_follows_result_changing_environment_only() -> None:
         "version",
         "package",
         "code",
+        "umask",  # the process's, not the environment's
     }
