@@ -938,3 +938,18 @@ def test_neovims_own_client_applies_both_code_actions(nvim: Any, tmp_path: Path)
     ask = f"return {client}.request_sync('test/document', {{uri = ...}}, 10000, vim.api.nvim_get_current_buf())"
     copy = nvim.exec_lua(ask + ".result", uri)
     assert copy["text"] == text
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+def test_an_accept_on_a_narrow_screen_leaves_no_prompt(plugin: Any, columns: int) -> None:
+    """On a screen 36-49 columns wide, the expressions an accept types (the expression register's command line)
+    beside 'showcmd''s column overflowed the one-line command area: the <Esc> after <Tab> stopped at a "Press
+    ENTER" prompt. 'showcmd' is off while the accept's keys go in, and back after."""
+    plugin.api.ui_attach(columns, 12, {"ext_linegrid": True})
+    assert plugin.eval("&showcmd") == 1
+    _show(plugin, "g(1)")
+    plugin.input("<Tab>")
+    assert _wait(lambda: plugin.current.buffer[0] == "name = g(1)", 5)
+    plugin.input("<Esc>")
+    assert _wait(lambda: plugin.api.get_mode() == {"mode": "n", "blocking": False}, 5), plugin.api.get_mode()
+    assert plugin.eval("&showcmd") == 1

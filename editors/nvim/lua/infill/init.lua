@@ -468,8 +468,12 @@ local function insert(text, from, to, rest)
   local last_col = (#lines == 1 and from or 0) + #lines[#lines]
   M.state.rest = rest and rest ~= "" and { buf = buf, row = last_row, col = last_col, text = rest } or nil
   local toggle = vim.api.nvim_get_mode().mode:sub(1, 1) == "R" and "<Insert>" or ""
-  M.state.width = M.state.width or { buf = buf, textwidth = vim.bo[buf].textwidth, wrapmargin = vim.bo[buf].wrapmargin }
+  M.state.width = M.state.width
+    or { buf = buf, textwidth = vim.bo[buf].textwidth, wrapmargin = vim.bo[buf].wrapmargin, showcmd = vim.o.showcmd }
   vim.bo[buf].textwidth, vim.bo[buf].wrapmargin = 0, 0
+  -- 'showcmd' off too: its column beside the expressions typed below overflowed the one-line command area of
+  -- a screen 36-49 columns wide, and an <Esc> after the accept stopped at a "Press ENTER" prompt
+  vim.o.showcmd = false
   local keys = { toggle }
   for i, line in ipairs(lines) do
     if i > 1 then
@@ -488,6 +492,9 @@ end
 function M.width_back()
   local held = M.state.width
   M.state.width = nil
+  if held then
+    vim.o.showcmd = held.showcmd
+  end
   if held and vim.api.nvim_buf_is_valid(held.buf) then
     vim.bo[held.buf].textwidth, vim.bo[held.buf].wrapmargin = held.textwidth, held.wrapmargin
   end
