@@ -462,8 +462,9 @@ def test_a_fill_that_breaks_the_syntax_is_shown_and_changes_nothing(client: LspC
 
 
 def test_a_fill_that_fails_is_shown(client: LspClient) -> None:
+    before = client.mark()  # before the settings: their failed load can be told before configure returns
     client.configure({"model": "/nonexistent/model"})
-    client.wait_for_notification("window/showMessage", after=client.mark())  # the load's own message
+    client.wait_for_notification("window/showMessage", after=before)  # the load's own message
     fill = fill_action(client)
     mark = client.mark()
     assert client.result("workspace/executeCommand", fill["command"]) is None
